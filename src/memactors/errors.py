@@ -1,0 +1,91 @@
+"""Errors of memactors: one base class and the sentinels SPEC-0030 "Error Handling Standards" names.
+
+Every layer wraps what it raises with context (provider, harness, run, episode id) through the
+keyword fields below, so a log line or an RPC error can name them without parsing a message.
+"""
+
+from __future__ import annotations
+
+
+class MemactorsError(Exception):
+    """Raised for every failure memactors reports on purpose; the base of all sentinels."""
+
+    #: gRPC code name used when this error crosses the operator RPC.
+    code = "INTERNAL"
+
+    def __init__(self, message: str = "", **context: object) -> None:
+        self.message = message or (self.__doc__ or self.__class__.__name__).strip().splitlines()[0]
+        self.context = {k: v for k, v in context.items() if v is not None}
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        if not self.context:
+            return self.message
+        where = " ".join(f"{k}={v}" for k, v in sorted(self.context.items()))
+        return f"{self.message} ({where})"
+
+
+class ConfigError(MemactorsError):
+    """Raised when a configuration file cannot be loaded; names the file, the key and the value."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class InvalidArgument(MemactorsError):
+    """Raised when a request or record is malformed; the message names the offending field."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class ProviderUnavailable(MemactorsError):
+    """Raised when the memory provider times out, errors, or its breaker is open."""
+
+    code = "UNAVAILABLE"
+
+
+class ProviderIncompatible(ProviderUnavailable):
+    """Raised when the provider lacks a contract tool or speaks an unsupported contract version."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class ProviderReserved(MemactorsError):
+    """Raised when anything but the daemon's memory code tries to reach the provider upstream (REQ-2)."""
+
+    code = "PERMISSION_DENIED"
+
+
+class UnknownEpisode(MemactorsError):
+    """Raised when an episode id names no episode in the daemon's store."""
+
+    code = "NOT_FOUND"
+
+
+class NotAttributed(MemactorsError):
+    """Raised when a caller presents no (or an unknown) run token and the surface needs one."""
+
+    code = "UNAUTHENTICATED"
+
+
+class NoRepository(MemactorsError):
+    """Raised when a run or harness has no repository key, so it has no episode scope."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class PermissionDenied(MemactorsError):
+    """Raised when a read-tier operator client calls a control-tier method."""
+
+    code = "PERMISSION_DENIED"
+
+
+class DeadlineExceeded(MemactorsError):
+    """Raised when a request to an actor is not answered within the caller's deadline."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+class ActorStopped(MemactorsError):
+    """Raised to a requester whose request was pending, or sent, when the actor stopped."""
+
+    code = "UNAVAILABLE"
