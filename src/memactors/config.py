@@ -1,0 +1,1003 @@
+"""Configuration: the global ``harness.toml``, its ``harness_d`` drop-ins and project files.
+
+Files are TOML, read with the stdlib ``tomllib`` into frozen attrs models. The global file is found as
+``--config``, else ``$HARNESS_CONFIG``, else ``~/.config/harness/harness.toml``; the drop-ins
+``harness_d/*.toml`` beside it are merged over it in lexical order (later wins per key, tables merge
+deeply). Project files (a ``harness.toml`` at a repository root) are merged last but may only declare
+``[harness.*]`` entries with project-allowed keys and project-only ``[mcp.*]`` upstreams: everything that
+widens what agents see or where episodes go (SPEC-0030 REQ-1, REQ-2, REQ-16, REQ-20) is global-only.
+
+Every failure is a :class:`~memactors.errors.ConfigError` whose message names the file, the key (written
+like ``[memory.episodes] provider_timeout``) and the offending value, because an operator reads it in a
+terminal with no other context. Unknown keys fail too, so a typo never passes silently.
+:class:`ConfigHolder` keeps the last good configuration when a reload fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import attrs
+from loguru import logger
+
+from .errors import ConfigError
+
+__all__ = [
+    "Config",
+    "ConfigHolder",
+    "EpisodesConfig",
+    "HarnessConfig",
+    "ListenConfig",
+    "McpDefaults",
+    "McpPolicy",
+    "McpServerConfig",
+    "MemoryConfig",
+    "ModelApiConfig",
+    "StoreConfig",
+    "TelemetryConfig",
+    "default_config_path",
+    "load_config",
+    "parse_duration",
+]
+
+Origin = Literal["global", "dropin", "project"]
+
+#: Top-level tables a project file may not set; the key is how an error names them.
+GLOBAL_ONLY_TABLES = (
+    "memory",
+    "model_api",
+    "store",
+    "operator",
+    "gateway",
+    "metrics",
+    "telemetry",
+    "mcp_policy",
+)
+#: ``[harness.*]`` keys accepted only in the global file and drop-ins (REQ-16, SPEC-0017 REQ-14).
+GLOBAL_ONLY_HARNESS_KEYS = ("memory_briefing", "untrusted_inline")
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """A read-only view of a fresh copy, so a frozen model cannot be changed through its mappings."""
+    return MappingProxyType(dict(data or {}))
+
+
+# --------------------------------------------------------------------------------------------- models
+
+
+@attrs.frozen
+class EpisodesConfig:
+    """``[memory.episodes]`` (REQ-1): retention, summary, recall deadline and excerpt cap.
+
+    Durations are float seconds; ``retention_text`` keeps what the operator wrote for status output.
+    """
+
+    retention: float = 90 * 86400.0
+    summary: bool = True
+    provider_timeout: float = 2.0
+    excerpt_chars: int = 600
+    retention_text: str = "90d"
+    provider_timeout_text: str = "2s"
+
+
+@attrs.frozen
+class MemoryConfig:
+    """``[memory]`` (REQ-1): the provider, ``"builtin"`` or the key of a global ``[mcp.<name>]``."""
+
+    provider: str = "builtin"
+    episodes: EpisodesConfig = attrs.Factory(EpisodesConfig)
+
+    @property
+    def is_builtin(self) -> bool:
+        """True when episodes go to the in-process built-in provider (REQ-11)."""
+        return self.provider == "builtin"
+
+
+@attrs.frozen
+class ModelApiConfig:
+    """``[model_api]`` (ADR-0036): an OpenAI-compatible endpoint for summaries and embeddings."""
+
+    base_url: str
+    api_key_env: str | None = None
+    utility_model: str | None = None
+    embedding_model: str | None = None
+    requests_per_minute: int = 60
+    daily_requests: int = 2000
+
+
+@attrs.frozen
+class McpServerConfig:
+    """``[mcp.<name>]`` (ADR-0035): one upstream, over stdio (``command``) or streamable HTTP (``url``).
+
+    ``origin`` says where it was first declared: the global file, a drop-in, or only a project file
+    (``origin_file`` is that file). Only global or drop-in upstreams may be the memory provider.
+    """
+
+    name: str
+    origin: Origin
+    origin_file: Path
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = _EMPTY
+    url: str | None = None
+    headers: Mapping[str, str] = _EMPTY
+    shared: bool = True
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        """How the daemon reaches it: a subprocess over stdio, or streamable HTTP."""
+        return "stdio" if self.command is not None else "http"
+
+
+@attrs.frozen
+class McpDefaults:
+    """``[mcp]`` keys: the policy a harness gets when it names none, and eager or lazy tool exposure."""
+
+    default_policy: str = "default"
+    exposure: Literal["eager", "lazy"] = "eager"
+
+
+@attrs.frozen
+class McpPolicy:
+    """``[mcp_policy.<name>]``: the upstreams a harness under this policy may see."""
+
+    name: str
+    servers: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class HarnessConfig:
+    """``[harness.<name>]``: the keys memactors reads (REQ-8, REQ-14, REQ-16, REQ-20).
+
+    ``memory_record_explicit`` records whether some file set ``memory_record``, because an explicit
+    ``true`` beside ``record_trace = false`` is an error while the default is not. ``template_text`` is
+    the template in force (``prompt_template`` or the contents of ``prompt_template_file``, read at load).
+    """
+
+    name: str
+    harness: str
+    origin: Origin
+    workdir: str | None = None
+    memory_record: bool = True
+    memory_record_explicit: bool = False
+    record_trace: bool = True
+    memory_briefing: bool = False
+    briefing_max_chars: int = 2000
+    untrusted_inline: bool = False
+    prompt: str | None = None
+    prompt_file: str | None = None
+    prompt_template: str | None = None
+    prompt_template_file: str | None = None
+    template_text: str | None = None
+    args: tuple[str, ...] = ()
+
+    @property
+    def records_episodes(self) -> bool:
+        """REQ-8's harness half: a trace is kept and memory recording is not turned off."""
+        return self.record_trace and self.memory_record
+
+    @property
+    def is_prompt_one_shot(self) -> bool:
+        """True when one of the four prompt keys is set (REQ-16 prepends briefings only to these)."""
+        return any(
+            v is not None
+            for v in (self.prompt, self.prompt_file, self.prompt_template, self.prompt_template_file)
+        )
+
+
+@attrs.frozen
+class StoreConfig:
+    """``[store] path``: the state directory (database, operator tokens), ``~`` already expanded."""
+
+    path: Path
+
+
+@attrs.frozen
+class ListenConfig:
+    """A ``listen = "host:port"`` key; port 0 asks the OS for a free port."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """The value as written back: ``host:port``, with IPv6 hosts in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@attrs.frozen
+class TelemetryConfig:
+    """``[telemetry]`` (REQ-18)."""
+
+    export_all: bool = False
+
+
+@attrs.frozen
+class Config:
+    """The whole loaded configuration; ``source`` lists every file read, in merge order."""
+
+    memory: MemoryConfig = attrs.Factory(MemoryConfig)
+    model_api: ModelApiConfig | None = None
+    mcp: Mapping[str, McpServerConfig] = _EMPTY
+    mcp_defaults: McpDefaults = attrs.Factory(McpDefaults)
+    mcp_policy: Mapping[str, McpPolicy] = _EMPTY
+    harness: Mapping[str, HarnessConfig] = _EMPTY
+    store: StoreConfig = attrs.Factory(lambda: StoreConfig(Path("~/.local/share/harness").expanduser()))
+    operator: ListenConfig = ListenConfig("127.0.0.1", 7377)
+    gateway: ListenConfig = ListenConfig("127.0.0.1", 7378)
+    metrics: ListenConfig = ListenConfig("127.0.0.1", 9477)
+    telemetry: TelemetryConfig = attrs.Factory(TelemetryConfig)
+    source: tuple[Path, ...] = ()
+
+    @property
+    def episodes(self) -> EpisodesConfig:
+        """Shortcut for ``memory.episodes``."""
+        return self.memory.episodes
+
+    @property
+    def provider_upstream(self) -> McpServerConfig | None:
+        """The ``[mcp.<name>]`` upstream serving as memory provider; None for the built-in one."""
+        if self.memory.is_builtin:
+            return None
+        return self.mcp[self.memory.provider]
+
+
+# ------------------------------------------------------------------------------------------ durations
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``"90d"``, ``"2s"``, ``"500ms"``, ``"1.5s"`` (units ms, s, m, h, d) into float seconds.
+
+    Raises ConfigError (with only ``value`` set; the loader adds file and key) for anything else,
+    including negatives, bare numbers and the empty string.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f'{_show(text)} is not a duration (a string like "90d")', value=text)
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ConfigError(
+            f'{_show(text)} is not a duration: write a number and one of ms, s, m, h, d, like "2s"',
+            value=text,
+        )
+    seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{_show(text)} is not a finite duration", value=text)
+    return seconds
+
+
+# ------------------------------------------------------------------------------------- file location
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$HARNESS_CONFIG`` if set, else ``~/.config/harness/harness.toml`` (``HOME`` from ``env``)."""
+    env = os.environ if env is None else env
+    named = env.get("HARNESS_CONFIG")
+    if named:
+        return _expand_user(named, env)
+    return _home(env) / ".config" / "harness" / "harness.toml"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME")
+    return Path(home) if home else Path.home()
+
+
+def _expand_user(text: str, env: Mapping[str, str], base: Path | None = None) -> Path:
+    """``~`` and ``~/x`` from ``env``'s HOME; a relative path is taken relative to ``base``."""
+    if text == "~" or text.startswith("~/"):
+        path = _home(env) / text[2:] if text != "~" else _home(env)
+    else:
+        path = Path(text).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return path
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+def _show(value: object) -> str:
+    """A value as the operator would write it in TOML (strings double-quoted)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _table_name(parts: Sequence[str]) -> str:
+    """``("mcp", "a.b")`` → ``[mcp."a.b"]``, quoting parts TOML would need quoted."""
+    return "[" + ".".join(p if _BARE_KEY.fullmatch(p) else json.dumps(p) for p in parts) + "]"
+
+
+def _key_name(table: Sequence[str], key: str | None) -> str:
+    """``[memory.episodes] provider_timeout``; a top-level key is written bare."""
+    if key is None:
+        return _table_name(table)
+    bare = key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+    return f"{_table_name(table)} {bare}" if table else bare
+
+
+@attrs.define
+class _Sources:
+    """Merged data plus, for every key path, the file that last set it (for error messages)."""
+
+    data: dict[str, Any] = attrs.Factory(dict)
+    provenance: dict[tuple[str, ...], Path] = attrs.Factory(dict)
+    fallback: Path = Path("harness.toml")
+
+    def merge(self, doc: Mapping[str, Any], file: Path) -> None:
+        _merge_into(self.data, doc, file, (), self.provenance)
+
+    def file_of(self, path: Sequence[str]) -> Path:
+        """The file that set ``path``, or the nearest enclosing table's file."""
+        p = tuple(path)
+        while p:
+            if p in self.provenance:
+                return self.provenance[p]
+            p = p[:-1]
+        return self.fallback
+
+
+def _merge_into(
+    dst: dict[str, Any],
+    src: Mapping[str, Any],
+    file: Path,
+    path: tuple[str, ...],
+    provenance: dict[tuple[str, ...], Path],
+) -> None:
+    for key, value in src.items():
+        here = (*path, key)
+        if isinstance(value, dict) and isinstance(dst.get(key), dict):
+            _merge_into(dst[key], value, file, here, provenance)
+        else:
+            dst[key] = _deep_copy(value)
+            # A replaced table's old children no longer exist; forget where they came from.
+            for stale in [p for p in provenance if p[: len(here)] == here and len(p) > len(here)]:
+                del provenance[stale]
+            _record(value, file, here, provenance)
+
+
+def _record(value: Any, file: Path, path: tuple[str, ...], provenance: dict[tuple[str, ...], Path]) -> None:
+    provenance[path] = file
+    if isinstance(value, dict):
+        for key, child in value.items():
+            _record(child, file, (*path, key), provenance)
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", file=str(path)) from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}", file=str(path)) from exc
+
+
+class _Table:
+    """Typed, consumed-key-tracking access to one table, raising ConfigError that names file/key/value."""
+
+    def __init__(self, sources: _Sources, path: Sequence[str], data: Mapping[str, Any] | None) -> None:
+        self.sources = sources
+        self.path = tuple(path)
+        self.data: Mapping[str, Any] = data if data is not None else {}
+        self.used: set[str] = set()
+
+    # -- errors
+    def error(self, key: str | None, value: object, reason: str, *, show_value: bool = True) -> ConfigError:
+        file = self.sources.file_of((*self.path, key) if key is not None else self.path)
+        name = _key_name(self.path, key)
+        shown = _show(value) if show_value else f"<{type(value).__name__}>"
+        where = f"{name} = {shown}" if key is not None else name
+        return ConfigError(
+            f"{file}: {where}: {reason}", file=str(file), key=name, value=value if show_value else shown
+        )
+
+    # -- typed reads
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str) -> Any:
+        self.used.add(key)
+        return self.data[key]
+
+    def str_(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        if key not in self.data:
+            if required:
+                raise self.error(key, None, "is required")
+            return default
+        value = self.raw(key)
+        if not isinstance(value, str):
+            raise self.error(key, value, "must be a string")
+        return value
+
+    def bool_(self, key: str, default: bool) -> bool:
+        if key not in self.data:
+            return default
+        value = self.raw(key)
+        if not isinstance(value, bool):
+            raise self.error(key, value, "must be true or false")
+        return value
+
+    def int_(self, key: str, default: int, lo: int, hi: int | None = None) -> int:
+        if key not in self.data:
+            return default
+        value = self.raw(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, value, "must be an integer")
+        if value < lo or (hi is not None and value > hi):
+            span = f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+            raise self.error(key, value, f"must be {span}")
+        return value
+
+    def str_list(self, key: str) -> tuple[str, ...]:
+        if key not in self.data:
+            return ()
+        value = self.raw(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, value, "must be a list of strings")
+        return tuple(value)
+
+    def str_map(self, key: str) -> Mapping[str, str]:
+        """A table of strings. Values may be secrets (headers, env), so errors show types, not values."""
+        if key not in self.data:
+            return _EMPTY
+        value = self.raw(key)
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise self.error(key, value, "must be a table of strings", show_value=False)
+        return _frozen_map(value)
+
+    def duration(self, key: str, default: str) -> tuple[float, str]:
+        text = self.str_(key, None)
+        if text is None:
+            return parse_duration(default), default
+        try:
+            seconds = parse_duration(text)
+        except ConfigError as exc:
+            raise self.error(key, text, exc.message.split(": ", 1)[-1]) from None
+        if seconds <= 0:
+            raise self.error(key, text, "must be greater than zero")
+        return seconds, text
+
+    def listen(self, key: str, default: str) -> ListenConfig:
+        text = self.str_(key, default)
+        assert text is not None
+        parsed = _parse_listen(text)
+        if parsed is None:
+            raise self.error(key, text, 'must be "host:port" with a port from 0 to 65535')
+        return parsed
+
+    def sub(self, key: str) -> _Table:
+        """A sub-table; absent is an empty table, anything but a table is an error."""
+        value = self.data.get(key)
+        if key in self.data:
+            self.used.add(key)
+            if not isinstance(value, dict):
+                raise self.error(key, value, "must be a table")
+        return _Table(self.sources, (*self.path, key), value)
+
+    def finish(self) -> None:
+        """Fail on the first key nobody read: a typo must not pass silently."""
+        for key in self.data:
+            if key not in self.used:
+                raise self.error(key, self.data[key], "unknown key")
+
+
+_LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]\s]+)):(?P<port>\d{1,5})")
+
+
+def _parse_listen(text: str) -> ListenConfig | None:
+    m = _LISTEN.fullmatch(text)
+    if m is None:
+        return None
+    port = int(m.group("port"))
+    if port > 65535:
+        return None
+    return ListenConfig(m.group("v6") or m.group("host"), port)
+
+
+_UNTRUSTED_EVENT = re.compile(r"\{\{\s*untrusted\s+event\.[A-Za-z0-9_.\-\[\]]+\s*\}\}")
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    project_files: Sequence[Path] = (),
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the global file (``path``, else :func:`default_config_path`), its drop-ins and project files.
+
+    A missing global file at the default location means every default; a missing file that was named
+    (``path`` or ``$HARNESS_CONFIG``) is an error, since the operator meant a file. Drop-ins in
+    ``harness_d/`` beside the global file are read even when the global file is absent. Raises
+    ConfigError naming file, key and value on any problem.
+    """
+    env = os.environ if env is None else env
+    named = path is not None or bool(env.get("HARNESS_CONFIG"))
+    global_path = Path(path) if path is not None else default_config_path(env)
+    sources = _Sources(fallback=global_path)
+    read: list[Path] = []
+    origins: dict[tuple[str, str], tuple[Origin, Path]] = {}
+
+    if global_path.is_file():
+        doc = _read_toml(global_path)
+        _note_origins(doc, "global", global_path, origins)
+        sources.merge(doc, global_path)
+        read.append(global_path)
+    elif named:
+        raise ConfigError(f"{global_path}: configuration file not found", file=str(global_path))
+
+    dropin_dir = global_path.parent / "harness_d"
+    if dropin_dir.is_dir():
+        for dropin in sorted(dropin_dir.glob("*.toml"), key=lambda p: p.name):
+            if not dropin.is_file():
+                continue
+            doc = _read_toml(dropin)
+            _note_origins(doc, "dropin", dropin, origins)
+            sources.merge(doc, dropin)
+            read.append(dropin)
+
+    global_mcp = {name for table, name in origins if table == "mcp"}
+    for project in project_files:
+        project = Path(project)
+        doc = _read_toml(project)
+        _check_project(doc, project, global_mcp)
+        _note_origins(doc, "project", project, origins)
+        sources.merge(doc, project)
+        read.append(project)
+
+    return _build(sources, origins, env, tuple(read))
+
+
+def _note_origins(
+    doc: Mapping[str, Any], origin: Origin, file: Path, origins: dict[tuple[str, str], tuple[Origin, Path]]
+) -> None:
+    """Remember the first file declaring each ``[mcp.<name>]`` and ``[harness.<name>]``."""
+    for table in ("mcp", "harness"):
+        body = doc.get(table)
+        if isinstance(body, dict):
+            for name, value in body.items():
+                if isinstance(value, dict):
+                    origins.setdefault((table, name), (origin, file))
+
+
+def _project_error(file: Path, name: str, value: object, reason: str) -> ConfigError:
+    return ConfigError(f"{file}: {name} = {_show(value)}: {reason}", file=str(file), key=name, value=value)
+
+
+def _check_project(doc: Mapping[str, Any], file: Path, global_mcp: set[str]) -> None:
+    """Reject what a project file may not say: global-only tables and keys, and unknown tables."""
+    for table, body in doc.items():
+        if table in GLOBAL_ONLY_TABLES:
+            name = _table_name([table])
+            if table in ("memory", "mcp_policy") and isinstance(body, dict) and body:
+                sub = next(iter(body))
+                if isinstance(body[sub], dict):
+                    name = _table_name([table, sub])
+            raise ConfigError(
+                f"{file}: {name} is global-only: set it in the global harness.toml or a harness_d drop-in,"
+                " not in a project file",
+                file=str(file),
+                key=name,
+                value=sorted(body) if isinstance(body, dict) else body,
+            )
+        if table == "mcp":
+            if not isinstance(body, dict):
+                raise _project_error(file, "[mcp]", body, "must be a table")
+            for name, server in body.items():
+                if not isinstance(server, dict):
+                    key = _key_name(["mcp"], name)
+                    raise ConfigError(
+                        f"{file}: {key} = {_show(server)}: {key} is global-only, not allowed in a project"
+                        " file",
+                        file=str(file),
+                        key=key,
+                        value=server,
+                    )
+                if name in global_mcp:
+                    key = _table_name(["mcp", name])
+                    raise ConfigError(
+                        f"{file}: {key}: already declared in the global configuration; a project file"
+                        " may only add upstreams of its own",
+                        file=str(file),
+                        key=key,
+                        value=name,
+                    )
+        elif table == "harness":
+            if not isinstance(body, dict):
+                raise _project_error(file, "[harness]", body, "must be a table")
+            for hname, entry in body.items():
+                if not isinstance(entry, dict):
+                    continue  # reported with the type error by the builder
+                for key in GLOBAL_ONLY_HARNESS_KEYS:
+                    if key in entry:
+                        name = _key_name(["harness", hname], key)
+                        raise ConfigError(
+                            f"{file}: {name} = {_show(entry[key])}: {key} is global-only: set it in the"
+                            " global harness.toml or a harness_d drop-in, not in a project file",
+                            file=str(file),
+                            key=name,
+                            value=entry[key],
+                        )
+        # Any other table is unknown; the builder reports it with its file.
+
+
+_KNOWN_TABLES = (
+    "memory",
+    "model_api",
+    "mcp",
+    "mcp_policy",
+    "harness",
+    "store",
+    "operator",
+    "gateway",
+    "metrics",
+    "telemetry",
+)
+
+
+def _build(
+    sources: _Sources,
+    origins: Mapping[tuple[str, str], tuple[Origin, Path]],
+    env: Mapping[str, str],
+    read: tuple[Path, ...],
+) -> Config:
+    root = _Table(sources, (), sources.data)
+    for table in sources.data:
+        if table not in _KNOWN_TABLES:
+            file = sources.file_of((table,))
+            name = _table_name([table])
+            raise ConfigError(f"{file}: {name}: unknown table", file=str(file), key=name, value=table)
+        if not isinstance(sources.data[table], dict):
+            raise root.error(table, sources.data[table], "must be a table")
+
+    memory_t = root.sub("memory")
+    episodes_t = memory_t.sub("episodes")
+    retention, retention_text = episodes_t.duration("retention", "90d")
+    provider_timeout, provider_timeout_text = episodes_t.duration("provider_timeout", "2s")
+    episodes = EpisodesConfig(
+        retention=retention,
+        summary=episodes_t.bool_("summary", True),
+        provider_timeout=provider_timeout,
+        excerpt_chars=episodes_t.int_("excerpt_chars", 600, 0, 2000),
+        retention_text=retention_text,
+        provider_timeout_text=provider_timeout_text,
+    )
+    episodes_t.finish()
+    provider = memory_t.str_("provider", "builtin")
+    assert provider is not None
+    memory_t.finish()
+
+    model_api = _build_model_api(root)
+    servers, defaults = _build_mcp(root, origins)
+    policies = _build_policies(root, defaults)
+    harnesses = _build_harnesses(root, origins, env)
+
+    store_t = root.sub("store")
+    store_text = store_t.str_("path", "~/.local/share/harness")
+    assert store_text is not None
+    if not store_text:
+        raise store_t.error("path", store_text, "must not be empty")
+    store_base = sources.file_of(("store", "path")).parent if store_t.has("path") else None
+    store = StoreConfig(_expand_user(store_text, env, store_base))
+    store_t.finish()
+
+    listeners = {}
+    for table, default in (
+        ("operator", "127.0.0.1:7377"),
+        ("gateway", "127.0.0.1:7378"),
+        ("metrics", "127.0.0.1:9477"),
+    ):
+        t = root.sub(table)
+        listeners[table] = t.listen("listen", default)
+        t.finish()
+
+    telemetry_t = root.sub("telemetry")
+    telemetry = TelemetryConfig(export_all=telemetry_t.bool_("export_all", False))
+    telemetry_t.finish()
+
+    _check_provider(memory_t, provider, servers, policies, sources)
+
+    return Config(
+        memory=MemoryConfig(provider=provider, episodes=episodes),
+        model_api=model_api,
+        mcp=_frozen_map(servers),
+        mcp_defaults=defaults,
+        mcp_policy=_frozen_map(policies),
+        harness=_frozen_map(harnesses),
+        store=store,
+        operator=listeners["operator"],
+        gateway=listeners["gateway"],
+        metrics=listeners["metrics"],
+        telemetry=telemetry,
+        source=read,
+    )
+
+
+def _build_model_api(root: _Table) -> ModelApiConfig | None:
+    if not root.has("model_api"):
+        return None
+    t = root.sub("model_api")
+    base_url = t.str_("base_url", required=True)
+    assert base_url is not None
+    if not base_url.startswith(("http://", "https://")):
+        raise t.error("base_url", base_url, "must be an http:// or https:// URL")
+    api = ModelApiConfig(
+        base_url=base_url,
+        api_key_env=t.str_("api_key_env"),
+        utility_model=t.str_("utility_model"),
+        embedding_model=t.str_("embedding_model"),
+        requests_per_minute=t.int_("requests_per_minute", 60, 1),
+        daily_requests=t.int_("daily_requests", 2000, 1),
+    )
+    t.finish()
+    return api
+
+
+def _build_mcp(
+    root: _Table, origins: Mapping[tuple[str, str], tuple[Origin, Path]]
+) -> tuple[dict[str, McpServerConfig], McpDefaults]:
+    t = root.sub("mcp")
+    default_policy = t.str_("default_policy", "default")
+    exposure = t.str_("exposure", "eager")
+    if exposure not in ("eager", "lazy"):
+        raise t.error("exposure", exposure, 'must be "eager" or "lazy"')
+    assert default_policy is not None
+    defaults = McpDefaults(default_policy=default_policy, exposure=exposure)  # type: ignore[arg-type]
+    servers: dict[str, McpServerConfig] = {}
+    for name, body in t.data.items():
+        if name in t.used:
+            continue
+        if not isinstance(body, dict):
+            raise t.error(name, body, "unknown key")
+        s = t.sub(name)
+        command = s.str_("command")
+        url = s.str_("url")
+        if (command is None) == (url is None):
+            raise s.error(
+                None, body, "needs exactly one of command (stdio) or url (streamable HTTP)", show_value=False
+            )
+        if command is not None and not command:
+            raise s.error("command", command, "must not be empty")
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise s.error("url", url, "must be an http:// or https:// URL")
+        args = s.str_list("args")
+        env = s.str_map("env")
+        headers = s.str_map("headers")
+        if url is not None:
+            for key in ("args", "env"):
+                if s.has(key):
+                    raise s.error(
+                        key,
+                        s.data[key],
+                        "applies only to a command (stdio) upstream",
+                        show_value=key == "args",
+                    )
+        if command is not None and s.has("headers"):
+            raise s.error(
+                "headers", s.data["headers"], "applies only to a url (HTTP) upstream", show_value=False
+            )
+        origin, origin_file = origins[("mcp", name)]
+        servers[name] = McpServerConfig(
+            name=name,
+            origin=origin,
+            origin_file=origin_file,
+            command=command,
+            args=args,
+            env=env,
+            url=url,
+            headers=headers,
+            shared=s.bool_("shared", True),
+        )
+        s.finish()
+    return servers, defaults
+
+
+def _build_policies(root: _Table, defaults: McpDefaults) -> dict[str, McpPolicy]:
+    t = root.sub("mcp_policy")
+    policies: dict[str, McpPolicy] = {}
+    for name in list(t.data):
+        p = t.sub(name)
+        policies[name] = McpPolicy(name=name, servers=p.str_list("servers"))
+        p.finish()
+    if defaults.default_policy != "default" and defaults.default_policy not in policies:
+        raise root.sub("mcp").error(
+            "default_policy", defaults.default_policy, "names no [mcp_policy.<name>] table"
+        )
+    return policies
+
+
+_HARNESS_KEYS_READ = (
+    "harness",
+    "workdir",
+    "memory_record",
+    "record_trace",
+    "memory_briefing",
+    "briefing_max_chars",
+    "untrusted_inline",
+    "prompt",
+    "prompt_file",
+    "prompt_template",
+    "prompt_template_file",
+    "args",
+)
+_PROMPT_KEYS = ("prompt", "prompt_file", "prompt_template", "prompt_template_file")
+
+
+def _build_harnesses(
+    root: _Table, origins: Mapping[tuple[str, str], tuple[Origin, Path]], env: Mapping[str, str]
+) -> dict[str, HarnessConfig]:
+    t = root.sub("harness")
+    harnesses: dict[str, HarnessConfig] = {}
+    sources = root.sources
+    for name in list(t.data):
+        h = t.sub(name)
+        adapter = h.str_("harness", required=True)
+        assert adapter is not None
+        record_trace = h.bool_("record_trace", True)
+        memory_record = h.bool_("memory_record", True)
+        explicit = h.has("memory_record")
+        if not record_trace and explicit and memory_record:
+            raise h.error(
+                "memory_record",
+                True,
+                "would do nothing: this harness sets record_trace = false, so it records no episode",
+            )
+        untrusted_inline = h.bool_("untrusted_inline", False)
+        prompts = {k: h.str_(k) for k in _PROMPT_KEYS}
+        set_keys = [k for k, v in prompts.items() if v is not None]
+        if len(set_keys) > 1:
+            raise h.error(
+                set_keys[1],
+                prompts[set_keys[1]],
+                f"set at most one of {', '.join(_PROMPT_KEYS)} (also set: {set_keys[0]})",
+            )
+        template = prompts["prompt_template"]
+        template_key = "prompt_template"
+        if prompts["prompt_template_file"] is not None:
+            template_key = "prompt_template_file"
+            declared_in = sources.file_of(("harness", name, "prompt_template_file"))
+            tpath = _expand_user(prompts["prompt_template_file"], env, declared_in.parent)
+            try:
+                template = tpath.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise h.error(
+                    "prompt_template_file",
+                    prompts["prompt_template_file"],
+                    f"cannot be read ({tpath}): {getattr(exc, 'strerror', None) or exc}",
+                ) from exc
+        if template is not None and not untrusted_inline:
+            m = _UNTRUSTED_EVENT.search(template)
+            if m is not None:
+                raise h.error(
+                    "untrusted_inline",
+                    False,
+                    f"{template_key} references {m.group(0)}, which needs untrusted_inline = true"
+                    " (memory_briefing does not open the event fence)",
+                )
+        harnesses[name] = HarnessConfig(
+            name=name,
+            harness=adapter,
+            origin=origins[("harness", name)][0],
+            workdir=h.str_("workdir"),
+            memory_record=memory_record,
+            memory_record_explicit=explicit,
+            record_trace=record_trace,
+            memory_briefing=h.bool_("memory_briefing", False),
+            briefing_max_chars=h.int_("briefing_max_chars", 2000, 500, 4000),
+            untrusted_inline=untrusted_inline,
+            prompt=prompts["prompt"],
+            prompt_file=prompts["prompt_file"],
+            prompt_template=prompts["prompt_template"],
+            prompt_template_file=prompts["prompt_template_file"],
+            template_text=template,
+            args=h.str_list("args"),
+        )
+        h.finish()
+    return harnesses
+
+
+def _check_provider(
+    memory_t: _Table,
+    provider: str,
+    servers: Mapping[str, McpServerConfig],
+    policies: Mapping[str, McpPolicy],
+    sources: _Sources,
+) -> None:
+    """REQ-1 and REQ-2: the provider is builtin or a shared global upstream that no policy exposes."""
+    if provider == "builtin":
+        return
+    server = servers.get(provider)
+    if server is None:
+        raise memory_t.error(
+            "provider",
+            provider,
+            'must be "builtin" or the name of an [mcp.<name>] upstream in the global file'
+            " or a harness_d drop-in",
+        )
+    if server.origin == "project":
+        raise memory_t.error(
+            "provider",
+            provider,
+            f"{_table_name(['mcp', provider])} is declared only in project file"
+            f" {server.origin_file}; the provider must be a global upstream",
+        )
+    for policy in policies.values():
+        if provider in policy.servers:
+            file = sources.file_of(("mcp_policy", policy.name, "servers"))
+            name = _table_name(["mcp_policy", policy.name])
+            raise ConfigError(
+                f"{file}: {name} servers = {_show(list(policy.servers))}: names {provider}, the memory"
+                " provider, which is reserved to the daemon and may not appear in any policy",
+                file=str(file),
+                key=name,
+                value=provider,
+            )
+    if not server.shared:
+        t = _Table(sources, ("mcp", provider), None)
+        raise t.error(
+            "shared",
+            False,
+            f"{provider} is the memory provider and must be shared: episodes from every harness"
+            " go to one store",
+        )
+
+
+class ConfigHolder:
+    """Holds the last good configuration; a reload that fails leaves it in force (REQ-1).
+
+    The first load happens in the constructor, so a daemon without a valid configuration does not
+    start. ``loader`` is a zero-argument callable, usually ``functools.partial(load_config, path, ...)``.
+    It reads files, so a trio caller runs ``reload`` in ``trio.to_thread.run_sync``.
+    """
+
+    def __init__(self, loader: Callable[[], Config]) -> None:
+        self._loader = loader
+        self._current = loader()
+        logger.bind(files=len(self._current.source), outcome="loaded").info("configuration loaded")
+
+    @property
+    def current(self) -> Config:
+        """The configuration in force: the last one that loaded without error."""
+        return self._current
+
+    def reload(self) -> Config:
+        """Load again; on success replace and return the new configuration.
+
+        Raises ConfigError when the new files do not load, and keeps ``current`` unchanged.
+        """
+        try:
+            config = self._loader()
+        except ConfigError as exc:
+            logger.bind(
+                file=exc.context.get("file"), key=exc.context.get("key"), outcome="kept_last_good"
+            ).warning("configuration reload failed; keeping the last good configuration")
+            raise
+        self._current = config
+        logger.bind(files=len(config.source), outcome="reloaded").info("configuration reloaded")
+        return config
