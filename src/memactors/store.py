@@ -1,0 +1,290 @@
+"""The daemon's SQLite store (ADR-0037 as memactors builds it).
+
+One file in the state directory, opened through sqlean-py (the stdlib sqlite3 here cannot load
+extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
+
+Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
+(`write()` is serialised by a capacity limiter of one), and read connections kept per worker thread
+(`read()`). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
+cancellation: a write either commits whole or rolls back whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import sqlean
+import sqlite_utils
+import trio
+from sqlite_utils.migrations import Migrations
+
+T = TypeVar("T")
+
+WallClock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """The one text form of a time in the store: UTC, microseconds, 'Z'; sorts lexically."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+migrations = Migrations("memactors")
+
+
+@migrations(name="0001_initial")
+def _m0001(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE runs (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            duration_ms INTEGER NOT NULL,
+            repo TEXT,
+            branch TEXT,
+            record TEXT NOT NULL,          -- redacted run record JSON, without the prompt
+            ingested_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE INDEX runs_repo_branch ON runs (repo, branch, ended_at);
+        CREATE TABLE run_paths (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            path TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id, repo, path),
+            FOREIGN KEY (harness, run_id) REFERENCES runs (harness, run_id) ON DELETE CASCADE
+        );
+        CREATE INDEX run_paths_by_path ON run_paths (repo, path);
+        CREATE TABLE episodes (
+            episode_id TEXT PRIMARY KEY,
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            trust_class TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,     -- when memactors assembled and stored it (retention clock)
+            body TEXT,                     -- REQ-5 object as JSON; NULL once forgotten
+            text TEXT,                     -- plain-text rendering; NULL once forgotten
+            forgotten_at TEXT
+        );
+        CREATE INDEX episodes_by_scope ON episodes (scope, started_at);
+        CREATE INDEX episodes_by_harness ON episodes (harness, started_at);
+        CREATE INDEX episodes_by_recorded ON episodes (recorded_at);
+        CREATE TABLE memory_index (
+            provider TEXT NOT NULL,
+            provider_id TEXT NOT NULL,
+            episode_id TEXT NOT NULL REFERENCES episodes (episode_id),
+            scope TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            forgotten_at TEXT,
+            PRIMARY KEY (provider, provider_id)
+        );
+        CREATE INDEX memory_index_by_episode ON memory_index (episode_id);
+        CREATE TABLE pending (
+            kind TEXT NOT NULL CHECK (kind IN ('record', 'forget')),
+            provider TEXT NOT NULL,
+            episode_id TEXT NOT NULL,
+            provider_id TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'failed')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            first_at TEXT NOT NULL,
+            next_at TEXT NOT NULL,
+            last_error TEXT,
+            PRIMARY KEY (kind, provider, episode_id, provider_id)
+        );
+        CREATE TABLE builtin_docs (
+            doc_id INTEGER PRIMARY KEY,
+            episode_id TEXT NOT NULL UNIQUE,
+            scope TEXT NOT NULL,
+            text TEXT NOT NULL,
+            summary TEXT NOT NULL DEFAULT '',
+            files TEXT NOT NULL DEFAULT '[]',
+            started_at TEXT NOT NULL,
+            content_hash TEXT NOT NULL
+        );
+        CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope);
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
+        CREATE TABLE call_log (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            caller TEXT NOT NULL,
+            server TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            args_sha256 TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            duration_ms INTEGER NOT NULL
+        );
+        """
+    )
+
+
+@migrations(name="0002_facts_graph")
+def _m0002(db: sqlite_utils.Database) -> None:
+    """Facts, exposure, votes, pull-request links, presence, the per-run briefing cache, run tokens."""
+    db.executescript(
+        """
+        CREATE TABLE facts (
+            id TEXT PRIMARY KEY,
+            fts_rowid INTEGER NOT NULL UNIQUE,   -- facts_fts rowid; explicit so VACUUM cannot move it
+            scope TEXT NOT NULL,
+            text TEXT NOT NULL,
+            confidence REAL NOT NULL CHECK (confidence >= 0.0 AND confidence <= 1.0),
+            status TEXT NOT NULL CHECK (status IN ('live', 'suspect', 'retired')),
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX facts_by_scope ON facts (scope, status, confidence);
+        CREATE VIRTUAL TABLE facts_fts USING fts5 (text, tokenize = 'porter unicode61');
+        CREATE TABLE exposures (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            harness TEXT NOT NULL,
+            fact_id TEXT NOT NULL,
+            surface TEXT NOT NULL
+                CHECK (surface IN ('recall', 'briefing_tool', 'briefing_resource', 'briefing_prompt')),
+            call_id TEXT,
+            at TEXT NOT NULL
+        );
+        CREATE INDEX exposures_by_run_fact ON exposures (run_id, fact_id);
+        CREATE TABLE votes (
+            id INTEGER PRIMARY KEY,
+            fact_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            harness TEXT NOT NULL,
+            stance TEXT NOT NULL CHECK (stance IN ('support', 'oppose')),
+            counted INTEGER NOT NULL CHECK (counted IN (0, 1)),
+            at TEXT NOT NULL
+        );
+        CREATE INDEX votes_by_fact ON votes (fact_id);
+        CREATE TABLE pull_requests (
+            repo TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            url TEXT NOT NULL,
+            linked_at TEXT NOT NULL,
+            PRIMARY KEY (repo, branch, url)
+        );
+        CREATE TABLE presence (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            branch TEXT,
+            paths TEXT NOT NULL DEFAULT '[]',
+            reported_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id, session_id)
+        );
+        CREATE INDEX presence_by_repo ON presence (repo, expires_at);
+        CREATE TABLE briefings (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            document TEXT NOT NULL,
+            doc_json TEXT NOT NULL,
+            items TEXT NOT NULL DEFAULT '{}',
+            computed_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE TABLE run_callers (
+            token_sha256 TEXT PRIMARY KEY,
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            workdir TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX run_callers_by_run ON run_callers (harness, run_id);
+        """
+    )
+
+
+def _connect(path: Path) -> sqlite_utils.Database:
+    conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return sqlite_utils.Database(conn)
+
+
+class Store:
+    """The store's single writer and its readers. Open with `await Store.open(path)`."""
+
+    def __init__(self, path: Path, writer: sqlite_utils.Database) -> None:
+        self.path = path
+        self._writer = writer
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._read_limiter = trio.CapacityLimiter(4)
+        self._local = threading.local()
+        self._readers: list[sqlite_utils.Database] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        """Create the state directory and database if missing and apply pending migrations."""
+
+        def setup() -> sqlite_utils.Database:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = _connect(path)
+            migrations.apply(db)
+            return db
+
+        return cls(path, await trio.to_thread.run_sync(setup))
+
+    async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)` in one transaction on the write connection, off the trio loop."""
+
+        def run() -> T:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+
+    async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)` on this worker thread's read connection, off the trio loop."""
+        return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
+
+    def _read_sync(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = _connect(self.path)
+            self._local.db = db
+            with self._readers_lock:
+                self._readers.append(db)
+        db.execute("BEGIN")
+        try:
+            return fn(db)
+        finally:
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._readers_lock:
+            for db in self._readers:
+                db.conn.close()
+            self._readers.clear()
+        self._writer.conn.close()
