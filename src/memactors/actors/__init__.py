@@ -1,0 +1,1 @@
+"""The supervised actors of memactors, one module each (see docs/architecture.md)."""

@@ -1,0 +1,73 @@
+"""The provider's circuit breaker (ADR-0035 as ARCHITECTURE.md fixes it).
+
+Closed → open after 5 consecutive failures or timeouts; open for 30 s; then exactly one half-open probe
+(run under `provider_timeout` by its caller); a failed probe doubles the open time, up to 5 minutes; a
+successful one closes the breaker and resets the open time. Time is `trio.current_time()`, so tests run
+on MockClock.
+
+`Breaker` is the pure state machine; the provider session consults it before every call and reports
+every outcome. It is owned by the provider-session actor's task, so nothing else mutates it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+import trio
+
+State = Literal["closed", "open", "half_open"]
+Outcome = Literal["ok", "failure", "timeout", "neutral"]
+
+FAILURE_THRESHOLD = 5
+BASE_OPEN_SECONDS = 30.0
+MAX_OPEN_SECONDS = 300.0
+
+
+@attrs.define
+class Breaker:
+    threshold: int = FAILURE_THRESHOLD
+    base_open: float = BASE_OPEN_SECONDS
+    max_open: float = MAX_OPEN_SECONDS
+    state: State = "closed"
+    consecutive_failures: int = 0
+    open_for: float = BASE_OPEN_SECONDS
+    open_until: float = 0.0
+    opened_count: int = 0
+
+    def allow(self) -> bool:
+        """May a call go to the provider now? In open state past its time, the caller becomes the probe."""
+        if self.state == "closed":
+            return True
+        if self.state == "open" and trio.current_time() >= self.open_until:
+            self.state = "half_open"
+            return True
+        return False
+
+    def report(self, outcome: Outcome) -> None:
+        """Report the outcome of a call that `allow()` admitted."""
+        if outcome == "ok":
+            self.state = "closed"
+            self.consecutive_failures = 0
+            self.open_for = self.base_open
+            return
+        if outcome == "neutral":  # cancelled for a reason of our own (shutdown): no verdict on the provider
+            if self.state == "half_open":
+                self.state, self.open_until = "open", trio.current_time()
+            return
+        if self.state == "half_open":
+            self.open_for = min(self.open_for * 2, self.max_open)
+            self._open()
+            return
+        self.consecutive_failures += 1
+        if self.state == "closed" and self.consecutive_failures >= self.threshold:
+            self._open()
+
+    def _open(self) -> None:
+        self.state = "open"
+        self.open_until = trio.current_time() + self.open_for
+        self.opened_count += 1
+
+    @property
+    def is_open(self) -> bool:
+        return self.state != "closed"

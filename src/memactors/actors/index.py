@@ -1,0 +1,332 @@
+"""The index actor's data: stored episode copies, index rows, and REQ-9's scope filter.
+
+The indexed scope is the only scope memactors trusts. `filter_items` is the single choke point every
+read path (recall, briefing, operator recall) sends provider items through: an item survives only if its
+id has a live index row for the configured provider whose scope the caller may see, and its provenance
+is rebuilt from the daemon's own episode row. Only text and score come from the provider.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import sqlite_utils
+import trio
+
+from .._kernel import open_mailbox, serve
+from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
+from ..contract import RecallItem
+from ..models import Episode, RunRecord
+from ..redact import redact_obj
+from ..store import Store, WallClock, iso
+
+DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
+
+
+@attrs.frozen
+class Provenance:
+    """Who, where and how an episode came to be — only from the daemon's episode row."""
+
+    episode_id: str
+    run_id: str
+    harness: str
+    adapter: str
+    model: str
+    repo: str
+    branch: str
+    outcome: str
+    started_at: str
+    scope: str
+    trust_class: str
+
+
+@attrs.frozen
+class KeptItem:
+    provider_id: str
+    text: str
+    score: float | None
+    provenance: Provenance
+
+
+@attrs.frozen
+class Filtered:
+    kept: tuple[KeptItem, ...]
+    dropped: tuple[tuple[str, int], ...]  # (reason, count), reasons from DROP_REASONS
+
+
+@attrs.frozen
+class EpisodeRow:
+    episode_id: str
+    harness: str
+    run_id: str
+    repo: str
+    branch: str
+    scope: str
+    outcome: str
+    started_at: str
+    recorded_at: str
+    forgotten_at: str | None
+    episode: Episode | None
+    text: str | None
+    index: tuple[tuple[str, str, str | None], ...] = ()  # (provider, provider_id, forgotten_at)
+
+
+def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None, branch: str | None,
+              paths: Iterable[str], now: str) -> None:
+    """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph."""
+    raw = converter.unstructure(record)
+    raw.pop("prompt", None)
+    safe = redact_obj(raw)
+    db.execute(
+        "INSERT OR REPLACE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+        " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
+         record.reason, record.duration_ms, repo, branch, json.dumps(safe, sort_keys=True), now],
+    )
+    db.execute("DELETE FROM run_paths WHERE harness = ? AND run_id = ?", [record.harness, record.run_id])
+    if repo:
+        for path in sorted(set(paths)):
+            db.execute("INSERT OR IGNORE INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?)",
+                       [record.harness, record.run_id, repo, path])
+
+
+def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, provider: str, now: str) -> bool:
+    """Store the episode copy and queue its record to `provider`. Idempotent: False if it was already stored."""
+    existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
+    if existing is not None:
+        return False
+    db.execute(
+        "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
+        " recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
+         episode.trust_class, episode.outcome, episode.started_at, now, episode_json(episode), text],
+    )
+    queue(db, "record", provider, episode.episode_id, now=now)
+    return True
+
+
+def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
+          now: str) -> None:
+    db.execute(
+        "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
+        " VALUES (?,?,?,?,?,?)",
+        [kind, provider, episode_id, provider_id, now, now],
+    )
+
+
+def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str, ids: Sequence[str],
+                   scope: str, now: str) -> None:
+    """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record."""
+    row = db.execute("SELECT scope, forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    if row is None:
+        return
+    stored_scope = row[0]
+    for pid in ids:
+        db.execute(
+            "INSERT OR IGNORE INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
+            " VALUES (?,?,?,?,?)",
+            [provider, pid, episode_id, stored_scope, now],
+        )
+    db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?", [provider, episode_id])
+
+
+def is_indexed(db: sqlite_utils.Database, provider: str, episode_id: str) -> bool:
+    return db.execute("SELECT 1 FROM memory_index WHERE provider = ? AND episode_id = ? LIMIT 1",
+                      [provider, episode_id]).fetchone() is not None
+
+
+def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
+    index: tuple[tuple[str, str, str | None], ...] = ()
+    if with_index:
+        index = tuple(
+            (p, pid, f) for p, pid, f in db.execute(
+                "SELECT provider, provider_id, forgotten_at FROM memory_index WHERE episode_id = ?"
+                " ORDER BY provider, provider_id", [r["episode_id"]]).fetchall()
+        )
+    return EpisodeRow(
+        episode_id=r["episode_id"], harness=r["harness"], run_id=r["run_id"], repo=r["repo"], branch=r["branch"],
+        scope=r["scope"], outcome=r["outcome"], started_at=r["started_at"], recorded_at=r["recorded_at"],
+        forgotten_at=r["forgotten_at"],
+        episode=episode_from_dict(json.loads(r["body"])) if r["body"] else None,
+        text=r["text"], index=index,
+    )
+
+
+def get_episode(db: sqlite_utils.Database, episode_id: str) -> EpisodeRow | None:
+    rows = list(db.query("SELECT * FROM episodes WHERE episode_id = ?", [episode_id]))
+    return _row(db, rows[0], with_index=True) if rows else None
+
+
+def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo: str | None = None,
+                  since: str | None = None, limit: int = 100, include_forgotten: bool = False) -> list[EpisodeRow]:
+    where, params = [], []
+    if harness:
+        where.append("harness = ?")
+        params.append(harness)
+    if repo:
+        where.append("repo = ?")
+        params.append(repo)
+    if since:
+        where.append("started_at >= ?")
+        params.append(since)
+    if not include_forgotten:
+        where.append("forgotten_at IS NULL")
+    sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY started_at DESC, episode_id LIMIT ?"
+    return [_row(db, r, with_index=False) for r in db.query(sql, [*params, limit])]
+
+
+def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
+                 visible_scopes: Iterable[str], limit: int) -> Filtered:
+    """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
+
+    `invalid` is the count of items the contract layer already dropped for breaking REQ-3's bounds.
+    Provenance comes from the episode row; the item's text and score are the provider's.
+    """
+    visible = set(visible_scopes)
+    dropped: Counter[str] = Counter()
+    if invalid:
+        dropped["invalid"] += invalid
+    kept: list[KeptItem] = []
+    seen: set[str] = set()
+    for item in items:
+        row = db.execute(
+            "SELECT i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch, e.outcome,"
+            " e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
+            " JOIN episodes e ON e.episode_id = i.episode_id WHERE i.provider = ? AND i.provider_id = ?",
+            [provider, item.id],
+        ).fetchone()
+        if row is None:
+            dropped["unknown_id"] += 1
+            continue
+        scope, idx_forgotten, eid, run_id, harness, repo, branch, outcome, started_at, body, ep_forgotten, trust = row
+        if idx_forgotten or ep_forgotten or body is None:
+            dropped["forgotten"] += 1
+            continue
+        if scope not in visible:
+            dropped["scope"] += 1
+            continue
+        if eid in seen or len(kept) >= limit:
+            continue  # several provider ids of one episode: serve it once
+        seen.add(eid)
+        ep = json.loads(body)
+        kept.append(KeptItem(
+            provider_id=item.id, text=item.text, score=item.score,
+            provenance=Provenance(
+                episode_id=eid, run_id=run_id, harness=harness, adapter=ep.get("adapter", ""),
+                model=ep.get("model", ""), repo=repo, branch=branch, outcome=outcome, started_at=started_at,
+                scope=scope, trust_class=trust,
+            ),
+        ))
+    return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
+
+
+def episode_view(row: EpisodeRow) -> dict[str, Any]:
+    """The operator's view of one stored episode (GetEpisode / ListEpisodes)."""
+    view: dict[str, Any] = {
+        "episode_id": row.episode_id, "harness": row.harness, "run_id": row.run_id, "repo": row.repo,
+        "branch": row.branch, "scope": row.scope, "outcome": row.outcome, "started_at": row.started_at,
+        "recorded_at": row.recorded_at, "forgotten_at": row.forgotten_at,
+    }
+    if row.episode is not None:
+        view["episode"] = episode_to_dict(row.episode)
+    if row.text is not None:
+        view["text"] = row.text
+    if row.index:
+        view["index"] = [{"provider": p, "provider_id": pid, "forgotten_at": f} for p, pid, f in row.index]
+    return view
+
+
+def now_iso(clock: WallClock) -> str:
+    return iso(clock())
+
+
+# -- the actor ---------------------------------------------------------------------------------------
+
+@attrs.frozen
+class RecordRun:
+    """Store a closed run (redacted) and, when assembled, its episode plus a pending record to `provider`."""
+
+    record: RunRecord
+    repo: str | None
+    branch: str | None
+    paths: tuple[str, ...]
+    episode: Episode | None
+    text: str | None
+    provider: str
+
+
+@attrs.frozen
+class IndexIds:
+    provider: str
+    episode_id: str
+    ids: tuple[str, ...]
+
+
+@attrs.frozen
+class FilterItems:
+    provider: str
+    items: tuple[RecallItem, ...]
+    invalid: int
+    visible_scopes: frozenset[str]
+    limit: int
+
+
+@attrs.frozen
+class GetEpisode:
+    episode_id: str
+
+
+@attrs.frozen
+class ListEpisodes:
+    harness: str | None = None
+    repo: str | None = None
+    since: str | None = None
+    limit: int = 100
+
+
+class Index:
+    """Owns the stored episode copies and index rows; decides scope. Reads run concurrently."""
+
+    def __init__(self, store: Store, *, wall_clock: WallClock) -> None:
+        self._store = store
+        self._clock = wall_clock
+        self.address, self._mailbox = open_mailbox("index", 64)
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started(self.address)
+        await serve(self._mailbox, self._handle, concurrency=8)
+
+    async def _handle(self, message: object) -> object:
+        now = now_iso(self._clock)
+        match message:
+            case RecordRun():
+                m = message
+
+                def write(db: sqlite_utils.Database) -> bool:
+                    store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now)
+                    if m.episode is None or m.text is None:
+                        return False
+                    return store_episode(db, m.episode, m.text, provider=m.provider, now=now)
+
+                return await self._store.write(write)
+            case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
+                return await self._store.write(
+                    lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
+            case FilterItems():
+                f = message
+                return await self._store.read(lambda db: filter_items(
+                    db, provider=f.provider, items=f.items, invalid=f.invalid,
+                    visible_scopes=f.visible_scopes, limit=f.limit))
+            case GetEpisode(episode_id=episode_id):
+                return await self._store.read(lambda db: get_episode(db, episode_id))
+            case ListEpisodes():
+                q = message
+                return await self._store.read(lambda db: list_episodes(
+                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit))
+            case _:
+                raise TypeError(f"index cannot handle {type(message).__name__}")

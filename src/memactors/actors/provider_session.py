@@ -1,0 +1,311 @@
+"""The provider session actor: the one MCP client session to the memory provider.
+
+It owns the connection (in-process built-in server, stdio subprocess or streamable HTTP), checks
+`memory_contract` when the session opens and after every reconnect, and serves record / recall /
+forget / contract calls concurrently. Every call:
+
+* runs under the *caller's* deadline, carried in the message (`ProviderCall.deadline`), so a hung call
+  never blocks another caller and nobody waits past what they asked for;
+* is refused without touching the provider while the session is down or incompatible, or while the
+  breaker is open (`ProviderUnavailable` / `ProviderIncompatible`);
+* has its response read (structured content, else one JSON text block) and validated against the
+  shipped contract schemas; a response that fails as a whole is a provider error;
+* is observed in `harness_memory_provider_duration_seconds{provider,op}` and written to the call log as
+  the daemon's own row, with its arguments hashed (REQ-18).
+
+A connection that closes (a subprocess that died) is noticed by the failing call or by the idle
+heartbeat (a `memory_contract` call every `heartbeat` seconds), and the session reconnects with backoff;
+the rest of the daemon only sees `ProviderUnavailable` meanwhile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import mcp
+import mcp.types as mt
+import trio
+from loguru import logger
+from mcp.shared.exceptions import MCPError
+
+from .. import contract
+from .._kernel import Mailbox, open_mailbox, serve
+from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
+from ..metrics import Metrics
+from ..store import Store, WallClock, iso, utc_now
+from .breaker import Breaker
+
+SessionState = Literal["connecting", "ready", "incompatible", "down"]
+OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
+       "memory_contract": "contract"}
+
+Target = Any  # mcp.server.Server | mcp.StdioServerParameters | str (URL)
+
+
+@attrs.frozen
+class ProviderCall:
+    """Call one contract tool. `deadline` is the caller's (`trio.current_effective_deadline()`)."""
+
+    tool: str
+    arguments: dict[str, Any]
+    deadline: float
+    caller: str = "daemon"
+
+
+@attrs.frozen
+class GetStatus:
+    """Ask for a `ProviderStatus` snapshot."""
+
+
+@attrs.frozen
+class ProviderStatus:
+    provider: str
+    state: SessionState
+    contract: int | None
+    provider_name: str | None
+    provider_version: str | None
+    breaker: str
+    last_error: str | None
+    since: float  # trio time of the last state change
+    ever_checked: bool
+
+
+class _ConnectionLost(Exception):
+    """The transport closed under a call; the connection loop reconnects."""
+
+
+class ProviderSession:
+    """Owns the provider connection; address it with `ProviderCall` / `GetStatus` messages."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        target: Callable[[], Target],
+        store: Store,
+        metrics: Metrics,
+        provider_timeout: float,
+        heartbeat: float = 15.0,
+        max_backoff: float = 30.0,
+        wall_clock: WallClock = utc_now,
+        breaker: Breaker | None = None,
+    ) -> None:
+        self.provider = provider
+        self._target = target
+        self._store = store
+        self._metrics = metrics
+        self._provider_timeout = provider_timeout
+        self._heartbeat = heartbeat
+        self._max_backoff = max_backoff
+        self._wall_clock = wall_clock
+        self.breaker = breaker or Breaker()
+        self.address, self._mailbox = open_mailbox("provider_session", 64)
+        self._client: mcp.Client | None = None
+        self._state: SessionState = "connecting"
+        self._since = 0.0
+        self._info: contract.ProviderInfo | None = None
+        self._last_error: str | None = None
+        self._ever_checked = False
+        self._lost = trio.Event()
+        self._log = logger.bind(actor="provider_session", provider=provider)
+
+    @property
+    def mailbox(self) -> Mailbox[Any]:
+        return self._mailbox
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        self._since = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._connection_loop)
+            task_status.started(self.address)
+            await serve(self._mailbox, self._handle, concurrency=32)
+            nursery.cancel_scope.cancel()
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _set_state(self, state: SessionState, error: str | None = None) -> None:
+        if state != self._state:
+            self._log.bind(state=state, previous=self._state).info("provider session state")
+            self._since = trio.current_time()
+        self._state = state
+        self._last_error = error
+        self._update_up()
+
+    def _update_up(self) -> None:
+        if self._ever_checked:
+            up = self._state == "ready" and not self.breaker.is_open
+            self._metrics.set_provider_up(self.provider, up)
+
+    async def _connection_loop(self) -> None:
+        backoff = 0.25
+        while True:
+            self._lost = trio.Event()
+            connect_budget = max(self._provider_timeout * 5, 10.0)
+            try:
+                with trio.CancelScope(deadline=trio.current_time() + connect_budget) as scope:
+                    async with mcp.Client(self._target(), raise_exceptions=False) as client:
+                        self._client = client
+                        await self._check(client)
+                        scope.deadline = math.inf
+                        backoff = 0.25
+                        async with trio.open_nursery() as inner:
+                            inner.start_soon(self._heartbeat_loop, client)
+                            await self._lost.wait()
+                            inner.cancel_scope.cancel()
+                if scope.cancelled_caught:
+                    self._set_state("down", "timed out connecting or checking the contract")
+            except (MemactorsError, MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                    RuntimeError, ExceptionGroup) as exc:
+                self._set_state("down", f"{type(exc).__name__}: {str(exc)[:200]}")
+                self._log.bind(error=type(exc).__name__).warning("provider connection failed")
+            finally:
+                self._client = None
+            if self._state == "ready":
+                self._set_state("down", self._last_error or "connection lost")
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff)
+
+    async def _check(self, client: mcp.Client) -> None:
+        """memory_contract on open and after every reconnect: tools present, version supported."""
+        try:
+            with trio.fail_after(max(self._provider_timeout, 1.0) * 2):
+                tools = await client.list_tools()
+                missing = contract.missing_tools(t.name for t in tools.tools)
+                if missing:
+                    raise ProviderIncompatible(f"provider lacks {', '.join(missing)}", provider=self.provider)
+                payload = await self._raw_call(client, "memory_contract", {})
+                self._info = contract.check_contract(payload, provider=self.provider)
+        except ProviderIncompatible as exc:
+            self._ever_checked = True
+            self._set_state("incompatible", str(exc))
+            return
+        except trio.TooSlowError:
+            self._ever_checked = True
+            self._set_state("down", "memory_contract timed out")
+            raise ProviderUnavailable("memory_contract timed out", provider=self.provider) from None
+        except ProviderUnavailable as exc:
+            self._ever_checked = True
+            self._set_state("down", str(exc))
+            raise
+        self._ever_checked = True
+        self._set_state("ready")
+
+    async def _heartbeat_loop(self, client: mcp.Client) -> None:
+        while True:
+            await trio.sleep(self._heartbeat)
+            if self._state == "incompatible":
+                try:
+                    await self._check(client)  # "until a later check succeeds"
+                except ProviderUnavailable:
+                    self._lost.set()
+                    return
+                continue
+            with trio.move_on_after(max(self._provider_timeout, 1.0)):
+                try:
+                    await self._raw_call(client, "memory_contract", {})
+                except _ConnectionLost:
+                    self._lost.set()
+                    return
+                except MemactorsError:
+                    pass
+
+    async def _raw_call(self, client: mcp.Client, tool: str, arguments: dict[str, Any],
+                        caller: str = "daemon") -> dict[str, Any]:
+        op = OPS[tool]
+        started = trio.current_time()
+        outcome = "error"
+        try:
+            try:
+                result = await client.call_tool(tool, arguments)
+            except MCPError as exc:
+                if exc.code == mt.CONNECTION_CLOSED:
+                    self._lost.set()
+                    raise _ConnectionLost() from exc
+                raise contract.ProviderError(f"{tool} failed: {str(exc)[:200]}", provider=self.provider,
+                                             tool=tool) from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel) as exc:
+                self._lost.set()
+                raise _ConnectionLost() from exc
+            payload = contract.tool_result_payload(result, provider=self.provider, tool=tool)
+            contract.validate_response(tool, payload, provider=self.provider)
+            outcome = "ok"
+            return payload
+        except trio.Cancelled:
+            outcome = "timeout"
+            raise
+        finally:
+            elapsed = trio.current_time() - started
+            self._metrics.observe_provider_call(self.provider, op, elapsed)
+            await self._call_log(tool, arguments, outcome, elapsed, caller)
+
+    async def _call_log(self, tool: str, arguments: dict[str, Any], outcome: str, elapsed: float, caller: str) -> None:
+        digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+        row = [iso(self._wall_clock()), caller, self.provider, tool, digest, outcome, int(elapsed * 1000)]
+
+        def write(db: Any) -> None:
+            db.execute("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
+                       " VALUES (?,?,?,?,?,?,?)", row)
+
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            try:
+                await self._store.write(write)
+            except Exception as exc:  # the call log must never fail a provider call
+                self._log.bind(error=type(exc).__name__).warning("call log write failed")
+
+    # -- requests -----------------------------------------------------------------------------------
+    async def _handle(self, message: object) -> object:
+        match message:
+            case ProviderCall():
+                return await self._call(message)
+            case GetStatus():
+                return self.status()
+            case _:
+                raise TypeError(f"provider_session cannot handle {type(message).__name__}")
+
+    def status(self) -> ProviderStatus:
+        return ProviderStatus(
+            provider=self.provider, state=self._state,
+            contract=self._info.contract if self._info else None,
+            provider_name=self._info.name if self._info else None,
+            provider_version=self._info.version if self._info else None,
+            breaker=self.breaker.state, last_error=self._last_error, since=self._since,
+            ever_checked=self._ever_checked,
+        )
+
+    async def _call(self, call: ProviderCall) -> dict[str, Any]:
+        contract.check_request(call.tool, call.arguments)
+        client = self._client
+        if self._state == "incompatible":
+            raise ProviderIncompatible("provider is incompatible", provider=self.provider, tool=call.tool)
+        if client is None or self._state != "ready":
+            raise ProviderUnavailable(f"provider is {self._state}", provider=self.provider, tool=call.tool)
+        if not self.breaker.allow():
+            raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
+        verdict = "neutral"
+        try:
+            with trio.CancelScope(deadline=call.deadline) as scope:
+                payload = await self._raw_call(client, call.tool, call.arguments, call.caller)
+                verdict = "ok"
+                return payload
+            verdict = "timeout" if scope.cancelled_caught else "neutral"
+            raise ProviderUnavailable(f"{call.tool} timed out", provider=self.provider, tool=call.tool)
+        except _ConnectionLost:
+            verdict = "failure"
+            raise ProviderUnavailable(f"connection to the provider closed during {call.tool}",
+                                      provider=self.provider, tool=call.tool) from None
+        except ProviderUnavailable:
+            if verdict == "neutral":
+                verdict = "failure"
+            raise
+        finally:
+            self.breaker.report(verdict)  # type: ignore[arg-type]
+            self._update_up()
+
+
+async def provider_call(address: Any, tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:
+    """Ask the provider session to call `tool` under the current task's effective deadline."""
+    return await address.ask(ProviderCall(tool, arguments, trio.current_effective_deadline(), caller))
