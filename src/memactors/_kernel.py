@@ -1,0 +1,557 @@
+"""The actor kernel: mailboxes, addresses, ask/tell, deadlines and a one-for-one supervisor.
+
+Every actor in ``memactors.actors`` is built from the few pieces here, the way trio builds its
+public API on ``trio._core``.
+
+The model, in plain sentences:
+
+* An actor owns a **mailbox**: a bounded trio memory channel of :class:`Request` objects. Whoever
+  holds its :class:`Address` can ``tell`` it a message (fire and forget, but waiting for room in the
+  mailbox) or ``ask`` it one and wait for the reply. The buffer is small and explicit, so a slow actor
+  pushes back on its senders instead of growing a queue without bound; ``address.statistics()``
+  reports how full it is so metrics can export it.
+* A request carries a **one-shot reply channel** with room for exactly one answer, so answering never
+  waits and can happen in a ``finally`` block while the actor is being cancelled.
+* **Deadlines belong to the caller.** ``ask`` never sets one; the caller wraps the call in a cancel
+  scope, usually :func:`deadline`, which turns the expiry into :class:`DeadlineExceeded`. A caller that
+  gives up closes its end of the reply channel, and the actor skips the request if it has not started it.
+* A **failure in a handler goes back to the requester**: a :class:`MemactorsError` is re-raised as it
+  is, anything else as :class:`ActorFailed` chained to the original. The actor keeps serving. Only a
+  bug in the actor's own loop crashes it.
+* **Nothing waits forever on a stopped actor.** A request in flight when the actor is cancelled is
+  answered with :class:`ActorStopped`; when the mailbox is closed, every queued request is answered with
+  :class:`ActorStopped` and every later send raises it.
+* A mailbox outlives the incarnations of its actor. An actor creates it once (in ``__init__``), reports
+  its address with ``task_status.started(address)`` and serves it from ``run()``; a restarted ``run()``
+  serves the same mailbox, so senders holding the old address reach the new incarnation, and requests
+  still queued at the crash are served by it. Whoever owns the actor's lifetime closes the mailbox: the
+  supervisor when the child ends for good, otherwise the code that started it (:meth:`Mailbox.close`).
+* A **supervisor** restarts crashed children one-for-one, as Erlang/OTP and triotp do: ``permanent``
+  children always, ``transient`` ones only after a crash, ``temporary`` ones never. More than
+  ``max_restarts`` restarts within ``window`` seconds (measured on ``trio.current_time()``) make the
+  supervisor give up with :class:`SupervisorFailed`, naming the child. Cancellation is never a crash:
+  a cancelled child is not restarted and not counted. Stopping a child closes its mailbox (its signal to
+  finish the request in hand and return), waits up to its ``shutdown_grace``, then cancels it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+import attrs
+import trio
+from loguru import logger
+
+from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError
+
+__all__ = [
+    "Actor",
+    "ActorFailed",
+    "Address",
+    "ChildSpec",
+    "Mailbox",
+    "MailboxStatistics",
+    "Request",
+    "Restart",
+    "Supervisor",
+    "SupervisorFailed",
+    "deadline",
+    "open_mailbox",
+    "open_supervisor",
+    "serve",
+]
+
+M = TypeVar("M")
+
+Restart = Literal["permanent", "transient", "temporary"]
+
+
+class ActorFailed(MemactorsError):
+    """Raised to a requester when the actor's handler failed with an error that is not a MemactorsError."""
+
+    code = "INTERNAL"
+
+
+class SupervisorFailed(MemactorsError):
+    """Raised when a supervisor gives up: a child crashed past the restart intensity or broke the kernel's contract."""
+
+    code = "INTERNAL"
+
+
+@contextmanager
+def deadline(seconds: float, what: str, **context: object) -> Iterator[trio.CancelScope]:
+    """Run the block under a ``seconds`` deadline and raise DeadlineExceeded(what, **context) on expiry.
+
+    This is ``trio.fail_after`` with a domain error: the deadline stays the caller's cancel scope, and
+    the error names what was too slow so a log line or RPC error can say so.
+    """
+    with trio.move_on_after(seconds) as scope:
+        yield scope
+    if scope.cancelled_caught:
+        raise DeadlineExceeded(f"{what} did not finish within {seconds:g} s", deadline_s=seconds, **context)
+
+
+@attrs.frozen
+class _Reply:
+    """The single answer that travels back on a request's reply channel."""
+
+    value: object = None
+    error: BaseException | None = None
+
+
+@attrs.frozen
+class Request(Generic[M]):
+    """A message in a mailbox, with a one-shot reply channel (``None`` for a ``tell``).
+
+    ``respond`` and ``fail`` are synchronous: the reply channel has room for exactly one answer, so
+    answering never waits. The first answer wins; later ones are ignored and return False.
+    """
+
+    message: M
+    reply: trio.MemorySendChannel[_Reply] | None = None
+
+    @property
+    def abandoned(self) -> bool:
+        """True when the requester has stopped waiting (deadline or cancellation) for the answer."""
+        return self.reply is not None and self.reply.statistics().open_receive_channels == 0
+
+    def respond(self, value: object = None) -> bool:
+        """Send ``value`` to the requester; return whether it was delivered."""
+        return self._answer(_Reply(value=value))
+
+    def fail(self, error: BaseException) -> bool:
+        """Send ``error`` to the requester, who will see it raised; return whether it was delivered."""
+        return self._answer(_Reply(error=error))
+
+    def _answer(self, reply: _Reply) -> bool:
+        if self.reply is None:
+            return False
+        try:
+            self.reply.send_nowait(reply)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, trio.WouldBlock):
+            return False  # already answered, or nobody is listening any more
+        finally:
+            self.reply.close()
+        return True
+
+
+@attrs.frozen
+class MailboxStatistics:
+    """How full a mailbox is, for metrics: queued requests, capacity and senders waiting for room."""
+
+    name: str
+    queued: int
+    capacity: int
+    waiting_senders: int
+    closed: bool
+
+
+@attrs.define(eq=False)
+class _Box:
+    """The channel pair an Address and its Mailbox share; lives as long as the actor, across restarts."""
+
+    name: str
+    send: trio.MemorySendChannel[Request[Any]]
+    receive: trio.MemoryReceiveChannel[Request[Any]]
+    closed: bool = False
+
+    def stopped(self, what: str) -> ActorStopped:
+        return ActorStopped(f"actor stopped {what}", actor=self.name)
+
+
+class Address(Generic[M]):
+    """A handle to send messages to one actor; stable across the actor's restarts."""
+
+    __slots__ = ("_box",)
+
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+
+    @property
+    def name(self) -> str:
+        """The actor's name, as given to :func:`open_mailbox`."""
+        return self._box.name
+
+    def __repr__(self) -> str:
+        return f"<Address {self._box.name}>"
+
+    async def tell(self, message: M) -> None:
+        """Put ``message`` in the mailbox without waiting for it to be handled.
+
+        Waits for room when the mailbox is full (that is the back-pressure). Raises ActorStopped when
+        the mailbox is closed.
+        """
+        await self._put(Request(message))
+
+    async def ask(self, message: M) -> Any:
+        """Send ``message`` and return the actor's answer.
+
+        Raises what the handler raised (a MemactorsError as it is, anything else as ActorFailed),
+        ActorStopped when the actor is or becomes stopped before answering. Never sets a deadline: wrap
+        the call in :func:`deadline` or another cancel scope.
+        """
+        reply_send, reply_receive = trio.open_memory_channel[_Reply](1)
+        with reply_receive:  # closing it on the way out tells the actor nobody waits any more
+            await self._put(Request(message, reply_send))
+            try:
+                reply = await reply_receive.receive()
+            except trio.EndOfChannel:
+                raise self._box.stopped("without answering") from None
+        if reply.error is None:
+            return reply.value
+        if isinstance(reply.error, MemactorsError):
+            raise reply.error
+        raise ActorFailed(
+            "actor failed to handle the request",
+            actor=self._box.name,
+            message_type=type(message).__name__,
+            error=type(reply.error).__name__,
+        ) from reply.error
+
+    def statistics(self) -> MailboxStatistics:
+        """Return how full the actor's mailbox is."""
+        stats = self._box.send.statistics()
+        return MailboxStatistics(
+            name=self._box.name,
+            queued=stats.current_buffer_used,
+            capacity=int(stats.max_buffer_size),
+            waiting_senders=stats.tasks_waiting_send,
+            closed=self._box.closed,
+        )
+
+    async def _put(self, request: Request[M]) -> None:
+        if self._box.closed:
+            raise self._box.stopped("before the message was sent")
+        try:
+            await self._box.send.send(request)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._box.stopped("before the message was sent") from None
+
+
+class Mailbox(Generic[M]):
+    """The receiving side of an actor's address: an async iterator of :class:`Request` objects.
+
+    Iteration ends when the mailbox is closed. Most actors do not iterate it themselves but hand it
+    to :func:`serve`.
+    """
+
+    __slots__ = ("_box",)
+
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+
+    @property
+    def name(self) -> str:
+        return self._box.name
+
+    @property
+    def address(self) -> Address[M]:
+        """An address for this mailbox (equivalent to the one :func:`open_mailbox` returned)."""
+        return Address(self._box)
+
+    def __repr__(self) -> str:
+        return f"<Mailbox {self._box.name}>"
+
+    def __aiter__(self) -> Mailbox[M]:
+        return self
+
+    async def __anext__(self) -> Request[M]:
+        try:
+            return await self._box.receive.receive()
+        except (trio.ClosedResourceError, trio.EndOfChannel):
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        """Stop the mailbox for good: answer queued requests with ActorStopped and refuse new ones.
+
+        Idempotent and synchronous, so it is safe in ``finally``. An iteration or :func:`serve`
+        waiting for the next request ends; a request being handled is still answered by its handler.
+        """
+        box = self._box
+        if box.closed:
+            return
+        box.closed = True
+        queued = 0
+        while True:  # also takes the messages of senders blocked on a full mailbox
+            try:
+                request = box.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            queued += 1
+            request.fail(box.stopped("before handling the request"))
+        box.receive.close()
+        box.send.close()
+        logger.bind(actor=box.name, answered_stopped=queued).debug("mailbox closed")
+
+
+def open_mailbox(name: str, size: int = 16) -> tuple[Address[Any], Mailbox[Any]]:
+    """Create an actor's mailbox holding at most ``size`` queued requests; return (address, mailbox)."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidArgument("mailbox size must be a non-negative integer", actor=name, size=size)
+    send, receive = trio.open_memory_channel[Request[Any]](size)
+    box = _Box(name=name, send=send, receive=receive)
+    return Address(box), Mailbox(box)
+
+
+async def serve(
+    mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], *, concurrency: int = 1
+) -> None:
+    """Answer every request in ``mailbox`` with ``await handler(message)`` until the mailbox is closed.
+
+    The handler's result is the reply; an exception it raises goes back to the requester and serving
+    continues. With ``concurrency`` above 1, up to that many requests are handled at once in a nursery
+    owned by this call; the mailbox is not read while all slots are busy, so back-pressure still
+    reaches the senders. When the mailbox closes, requests in hand are finished before returning. If
+    this call is cancelled, requests in hand are answered with ActorStopped.
+    """
+    if concurrency < 1:
+        raise InvalidArgument("serve concurrency must be at least 1", actor=mailbox.name, concurrency=concurrency)
+    if concurrency == 1:
+        async for request in mailbox:
+            await _handle(mailbox.name, request, handler)
+        return
+    slots = trio.Semaphore(concurrency)
+    async with trio.open_nursery() as nursery:
+        while True:
+            await slots.acquire()
+            try:
+                request = await anext(mailbox)
+            except StopAsyncIteration:
+                slots.release()
+                break
+            nursery.start_soon(_handle_in_slot, mailbox.name, request, handler, slots)
+
+
+async def _handle_in_slot(
+    name: str, request: Request[M], handler: Callable[[M], Awaitable[object]], slots: trio.Semaphore
+) -> None:
+    try:
+        await _handle(name, request, handler)
+    finally:
+        slots.release()
+
+
+async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitable[object]]) -> None:
+    """Run the handler for one request and make sure the requester gets exactly one answer."""
+    log = logger.bind(actor=name, message_type=type(request.message).__name__)
+    if request.abandoned:
+        log.debug("request skipped: the requester stopped waiting")
+        request.fail(ActorStopped("requester stopped waiting", actor=name))
+        return
+    try:
+        result = await handler(request.message)
+    except Exception as exc:
+        log.bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
+        request.fail(exc)
+    else:
+        request.respond(result)
+    finally:
+        # Cancellation (or anything that is not an Exception) must not leave the requester hanging.
+        # A no-op when the request was answered above.
+        request.fail(ActorStopped("actor stopped while handling the request", actor=name))
+
+
+class Actor(Protocol):
+    """What every actor looks like: a long-running ``run`` that reports its address when ready."""
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+@attrs.frozen
+class ChildSpec:
+    """How a supervisor starts and restarts one child.
+
+    ``start`` is an async function called as ``start(task_status=...)`` (usually an actor's bound
+    ``run``); it must call ``task_status.started(value)`` once it can serve. When the value is an
+    :class:`Address`, the supervisor closes that mailbox to ask the child to stop and when the child
+    ends for good, and every restart must report the same address. ``shutdown_grace`` is how long a
+    child with a mailbox gets to finish after its mailbox is closed before it is cancelled; a child
+    without a mailbox has no way to hear a stop request and is cancelled at once.
+    """
+
+    name: str
+    start: Callable[..., Awaitable[object]]
+    restart: Restart = attrs.field(default="permanent")
+    shutdown_grace: float = 5.0
+
+    @restart.validator
+    def _check_restart(self, _attribute: attrs.Attribute[Restart], value: str) -> None:
+        if value not in ("permanent", "transient", "temporary"):
+            raise InvalidArgument("restart must be permanent, transient or temporary", child=self.name, restart=value)
+
+
+@attrs.define(eq=False)
+class _Child:
+    """A running child: its spec, the cancel scope of its current incarnation and its address."""
+
+    spec: ChildSpec
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    address: Address[Any] | None = None
+    stopping: bool = False
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+class Supervisor:
+    """Starts children, restarts them one-for-one, and stops them; made by :func:`open_supervisor`."""
+
+    def __init__(self, nursery: trio.Nursery, name: str, max_restarts: int, window: float) -> None:
+        self._nursery = nursery
+        self.name = name
+        self.max_restarts = max_restarts
+        self.window = window
+        self._children: dict[str, _Child] = {}
+        self._restarts: deque[float] = deque()
+        self._closing = False
+
+    def running(self) -> list[str]:
+        """Names of the children currently supervised, in start order."""
+        return list(self._children)
+
+    async def start(self, spec: ChildSpec) -> Any:
+        """Start a child and return what it reported with ``task_status.started()``.
+
+        An error the child raises before it is started is raised here and nothing is supervised.
+        """
+        if self._closing:
+            raise ActorStopped("supervisor is stopping", supervisor=self.name, child=spec.name)
+        if spec.name in self._children:
+            raise InvalidArgument("a child with this name is already running", supervisor=self.name, child=spec.name)
+        child = _Child(spec)
+        self._children[spec.name] = child
+        try:
+            return await self._nursery.start(self._supervise, child)
+        except BaseException:
+            self._children.pop(spec.name, None)
+            raise
+
+    async def stop(self, name: str) -> None:
+        """Stop a child gracefully: close its mailbox, wait up to its grace, then cancel it.
+
+        Returns once the child has ended; does nothing if no child of that name is running.
+        """
+        child = self._children.get(name)
+        if child is None:
+            return
+        child.stopping = True
+        if child.address is None:
+            child.scope.cancel()
+        else:
+            _close(child.address)
+            child.scope.deadline = min(child.scope.deadline, trio.current_time() + child.spec.shutdown_grace)
+        await child.done.wait()
+
+    async def aclose(self) -> None:
+        """Stop every child, latest first, so a child never outlives what it was started after."""
+        self._closing = True
+        for name in reversed(list(self._children)):
+            await self.stop(name)
+
+    async def _supervise(self, child: _Child, *, task_status: trio.TaskStatus[Any]) -> None:
+        spec = child.spec
+        log = logger.bind(supervisor=self.name, child=spec.name)
+        started = False
+        try:
+            while True:
+                error: BaseException | None = None
+                broken: SupervisorFailed | None = None
+                try:
+                    async with trio.open_nursery() as incarnation:
+                        child.scope = incarnation.cancel_scope
+                        if child.stopping:
+                            incarnation.cancel_scope.cancel()
+                        value = await incarnation.start(spec.start)
+                        if not started:
+                            child.address = value if isinstance(value, Address) else None
+                            started = True
+                            task_status.started(value)
+                        elif child.address is not None and value is not child.address:
+                            # Senders hold the first address; a new one would strand them.
+                            broken = SupervisorFailed(
+                                "child reported a new address after a restart; create its mailbox once, outside run()",
+                                supervisor=self.name,
+                                child=spec.name,
+                            )
+                            incarnation.cancel_scope.cancel()
+                except Exception as exc:
+                    error = _unwrap(exc)
+                if broken is not None:
+                    raise broken
+                if error is not None and not started:
+                    # Before started() the error belongs to the caller of start(). Raised outside the
+                    # handler so the nursery's exception group does not show up as its context.
+                    raise error
+                if child.stopping or child.scope.cancelled_caught:
+                    log.bind(outcome="stopped").info("child stopped")
+                    return
+                if error is None and spec.restart != "permanent":
+                    log.bind(outcome="returned").info("child finished")
+                    return
+                if error is not None:
+                    log.bind(outcome="crashed", error=type(error).__name__).warning("child crashed")
+                    if spec.restart == "temporary":
+                        return
+                self._count_restart(spec.name, error)
+                log.bind(outcome="restarting", restarts=len(self._restarts)).info("restarting child")
+        finally:
+            if child.address is not None:
+                _close(child.address)
+            if self._children.get(spec.name) is child:
+                del self._children[spec.name]
+            child.done.set()
+
+    def _count_restart(self, name: str, error: BaseException | None) -> None:
+        """Record one restart now, or raise SupervisorFailed when it would exceed the intensity."""
+        now = trio.current_time()
+        while self._restarts and self._restarts[0] <= now - self.window:
+            self._restarts.popleft()
+        if len(self._restarts) >= self.max_restarts:
+            logger.bind(supervisor=self.name, child=name, restarts=len(self._restarts)).error(
+                "restart intensity exceeded; supervisor gives up"
+            )
+            raise SupervisorFailed(
+                f"child {name!r} failed more than {self.max_restarts} times in {self.window:g} s; giving up",
+                supervisor=self.name,
+                child=name,
+                last_error=type(error).__name__ if error is not None else "returned",
+            ) from error
+        self._restarts.append(now)
+
+
+def _close(address: Address[Any]) -> None:
+    Mailbox(address._box).close()
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """Return the single exception inside (nested) groups, or ``exc`` itself when there are several."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@asynccontextmanager
+async def open_supervisor(
+    name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0
+) -> AsyncIterator[Supervisor]:
+    """Open a one-for-one supervisor; leaving the block stops its children gracefully.
+
+    More than ``max_restarts`` restarts within ``window`` seconds make the block raise
+    SupervisorFailed naming the child. A single error out of the block is raised as it is rather than
+    inside an exception group, so callers can catch SupervisorFailed directly.
+    """
+    if max_restarts < 0 or not (window > 0 and math.isfinite(window)):
+        raise InvalidArgument("restart intensity needs max_restarts >= 0 and a finite window > 0",
+                              supervisor=name, max_restarts=max_restarts, window=window)
+    try:
+        async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery, name, max_restarts, window)
+            yield supervisor
+            await supervisor.aclose()
+    except BaseExceptionGroup as group:
+        single = _unwrap(group)
+        if single is group or isinstance(single, trio.Cancelled):
+            raise
+        raise single from single.__cause__
