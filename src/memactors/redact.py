@@ -1,0 +1,230 @@
+"""The shared redactor: every string of an episode passes here before it is stored, summarised or sent.
+
+SPEC-0030 REQ-6 requires one redactor (ADR-0033's) with control characters stripped. The patterns are
+data, not code: ``memactors/data/redaction_rules.toml``, derived from gitleaks' MIT-licensed default rule
+set (see ``memactors/data/README.md``). They are compiled once, at import, into the module-level
+:data:`default` instance that :func:`redact` and :func:`redact_obj` use.
+
+Three properties the rest of the daemon relies on:
+
+* Only the secret part is replaced by the literal ``[REDACTED]``; the words around it stay, so an
+  episode keeps its meaning ("pushed with token [REDACTED]").
+* Idempotence: ``redact(redact(x)) == redact(x)``. ``[REDACTED]`` matches no rule, and because a
+  replacement can in principle open a word boundary that was not there before (``ghp_…AKIA…``), the
+  rules are re-applied until nothing changes. Each extra round runs only when the previous one replaced
+  something, and each replacement removes characters that are not part of a marker, so the loop ends;
+  ordinary text costs exactly one round.
+* Linear time: every pattern starts at a literal or a rare character and uses possessive quantifiers
+  (a failed candidate run is consumed, via a ``reject`` group, rather than rescanned), and each rule
+  makes one ``re.sub`` pass over the text per round. tests/test_redact.py times adversarial inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from importlib import resources
+from typing import Any
+
+import attrs
+
+from .errors import ConfigError
+
+__all__ = [
+    "REDACTED",
+    "RedactionRule",
+    "Redactor",
+    "default",
+    "load_rules",
+    "redact",
+    "redact_obj",
+    "rule_ids",
+    "shannon_entropy",
+    "strip_control",
+]
+
+#: The literal that replaces every secret.
+REDACTED = "[REDACTED]"
+
+# C0 controls except \t (0x09) and \n (0x0a), DEL, and C1 controls.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+
+# A redaction that still changes its own output after this many rounds has a broken rule set; the
+# bound only guards against an endless loop if someone adds such a rule to the data file.
+_MAX_ROUNDS = 8
+
+
+def strip_control(text: str) -> str:
+    """Remove C0 control characters (keeping tab and newline), DEL and C1 controls."""
+    return _CONTROL.sub("", text)
+
+
+def shannon_entropy(value: str) -> float:
+    """Shannon entropy of ``value`` in bits per character (0.0 for the empty string)."""
+    if not value:
+        return 0.0
+    n = len(value)
+    return -sum((c / n) * math.log2(c / n) for c in Counter(value).values())
+
+
+@attrs.frozen
+class RedactionRule:
+    """One compiled pattern: what it finds, and the conditions a match must meet to be redacted."""
+
+    id: str
+    description: str
+    pattern: re.Pattern[str]
+    #: Minimum Shannon entropy (bits/char) of the secret; None means any match is a secret.
+    entropy: float | None = None
+    #: A secret that fully matches one of these is left alone (placeholders, code identifiers).
+    allowlist: tuple[re.Pattern[str], ...] = ()
+
+    def is_secret(self, value: str) -> bool:
+        """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
+        if self.entropy is not None and shannon_entropy(value) < self.entropy:
+            return False
+        return not any(allowed.fullmatch(value) for allowed in self.allowlist)
+
+    def secret_span(self, match: re.Match[str]) -> tuple[int, int] | None:
+        """The span to replace for ``match``, or None when the match is not a secret.
+
+        A pattern may name a group ``secret`` (only it is replaced; otherwise the whole match is) and a
+        group ``reject``: when ``reject`` takes part, the match is left alone. ``reject`` lets a pattern
+        consume a long run that turned out not to be a secret, so the scan never restarts inside it
+        (this keeps every rule linear without relying on backtracking).
+        """
+        groups = self.pattern.groupindex
+        if "reject" in groups and match.start("reject") >= 0:
+            return None
+        if "secret" in groups and match.start("secret") >= 0:
+            start, end = match.span("secret")
+        else:
+            start, end = match.span()
+        if not self.is_secret(match.string[start:end]):
+            return None
+        return start, end
+
+    def _replace(self, match: re.Match[str]) -> str:
+        span = self.secret_span(match)
+        if span is None:
+            return match.group()
+        text = match.string
+        whole_start, whole_end = match.span()
+        return text[whole_start : span[0]] + REDACTED + text[span[1] : whole_end]
+
+    def apply(self, text: str) -> str:
+        """Replace every secret this rule finds in ``text`` (one pass)."""
+        return self.pattern.sub(self._replace, text)
+
+
+def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
+    rule_id = raw.get("id")
+    if not isinstance(rule_id, str) or not rule_id:
+        raise ConfigError("redaction rule without an id", file=source)
+    try:
+        pattern = re.compile(raw["regex"])
+        allowlist = tuple(re.compile(p) for p in raw.get("allowlist", ()))
+    except (KeyError, TypeError, re.error) as exc:
+        raise ConfigError(f"invalid redaction rule: {exc}", file=source, key=f"rules.{rule_id}") from exc
+    entropy = raw.get("entropy")
+    if entropy is not None and not isinstance(entropy, int | float):
+        raise ConfigError("entropy must be a number", file=source, key=f"rules.{rule_id}.entropy")
+    rule = RedactionRule(
+        id=rule_id,
+        description=str(raw.get("description", "")),
+        pattern=pattern,
+        entropy=None if entropy is None else float(entropy),
+        allowlist=allowlist,
+    )
+    if _matches_marker(rule):
+        raise ConfigError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
+    return rule
+
+
+def _matches_marker(rule: RedactionRule) -> bool:
+    """Whether a rule would redact any part of a marker, which would break idempotence."""
+    for probe in (REDACTED, f"{REDACTED}{REDACTED}", f"x={REDACTED}", f"://{REDACTED}@h"):
+        markers = [(m.start(), m.end()) for m in re.finditer(re.escape(REDACTED), probe)]
+        for match in rule.pattern.finditer(probe):
+            span = rule.secret_span(match)
+            if span is not None and any(span[0] < end and start < span[1] for start, end in markers):
+                return True
+    return False
+
+
+def load_rules(data: bytes | None = None, *, source: str = "memactors.data/redaction_rules.toml") -> tuple[
+    RedactionRule, ...
+]:
+    """Compile the rule file (the packaged one when ``data`` is None); raises ConfigError if it is invalid."""
+    if data is None:
+        data = resources.files("memactors.data").joinpath("redaction_rules.toml").read_bytes()
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot parse redaction rules: {exc}", file=source) from exc
+    raw_rules = document.get("rules")
+    if not isinstance(raw_rules, list) or not raw_rules:
+        raise ConfigError("no [[rules]] in redaction rules", file=source)
+    return tuple(_compile(raw, source) for raw in raw_rules)
+
+
+@attrs.frozen
+class Redactor:
+    """Strips control characters and replaces every secret its rules find with ``[REDACTED]``."""
+
+    rules: tuple[RedactionRule, ...] = attrs.field(factory=load_rules)
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
+        current = strip_control(text)
+        for _ in range(_MAX_ROUNDS):
+            result = current
+            for rule in self.rules:
+                result = rule.apply(result)
+            if result == current:
+                return result
+            current = result
+        return current
+
+    def redact_obj(self, value: Any) -> Any:
+        """Redact every string inside nested dicts, lists and tuples; dict keys and non-strings are kept.
+
+        Used on whole episodes: keys are our own field names, values may carry agent text.
+        """
+        return _walk(value, self.redact)
+
+
+def _walk(value: Any, fn: Callable[[str], str]) -> Any:
+    match value:
+        case str():
+            return fn(value)
+        case Mapping():
+            return {k: _walk(v, fn) for k, v in value.items()}
+        case list():
+            return [_walk(v, fn) for v in value]
+        case tuple():
+            return tuple(_walk(v, fn) for v in value)
+        case _:
+            return value
+
+
+#: The redactor the whole daemon shares, compiled once at import.
+default = Redactor()
+
+
+def redact(text: str) -> str:
+    """Redact ``text`` with the shared rule set (see :class:`Redactor`)."""
+    return default.redact(text)
+
+
+def redact_obj(value: Any) -> Any:
+    """Redact every string inside a nested dict/list/tuple with the shared rule set."""
+    return default.redact_obj(value)
+
+
+def rule_ids(rules: Iterable[RedactionRule] | None = None) -> list[str]:
+    """The ids of the given (default: shared) rules, in the order they are applied."""
+    return [rule.id for rule in (default.rules if rules is None else rules)]
