@@ -1,0 +1,59 @@
+"""Test helpers: a real config file, a real SQLite state directory, real listeners on port 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from memactors.service import MemoryService
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def write_config(tmp_path: Path, extra: str = "") -> Path:
+    """A global harness.toml keeping state under tmp_path and listening on free loopback ports."""
+    path = tmp_path / "harness.toml"
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "state"}"\n'
+        '[operator]\nlisten = "127.0.0.1:0"\n'
+        '[gateway]\nlisten = "127.0.0.1:0"\n'
+        '[metrics]\nlisten = "127.0.0.1:0"\n' + extra,
+        encoding="utf-8",
+    )
+    return path
+
+
+def example(name: str) -> dict[str, Any]:
+    return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
+
+
+def run_record(**overrides: Any) -> dict[str, Any]:
+    """A small valid run record in forge.example/acme/api; override any top-level field."""
+    record: dict[str, Any] = {
+        "harness": "api-fixer",
+        "adapter": "claude-code",
+        "run_id": "1",
+        "trace_id": "t-1",
+        "started_at": "2026-11-28T09:00:00Z",
+        "ended_at": "2026-11-28T09:10:00Z",
+        "duration_ms": 600000,
+        "outcome": "succeeded",
+        "reason": "completed",
+        "result_text": "fixed the ledger rounding",
+        "spawned_process": True,
+        "sessions": [{"session_id": "s1", "cwd": "/srv/api", "repo": "forge.example/acme/api",
+                      "git_branch": "main"}],
+        "events": [],
+    }
+    record.update(overrides)
+    return record
+
+
+
+async def wait_ready(service: MemoryService, state: str = "ready") -> None:
+    with trio.fail_after(10):
+        while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
+            await trio.sleep(0.01)

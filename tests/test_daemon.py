@@ -1,0 +1,128 @@
+"""The daemon end to end: operator RPC with tokens and tiers, /metrics, the CLI, signals, restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+from support import EXAMPLES, example, write_config
+
+from memactors.config import load_config
+from memactors.daemon import run_daemon
+from memactors.rpc import RpcError, connect_rpc, read_token
+
+SERVICE = "harness.v1.MemoryService"
+REQ21_FAMILIES = [
+    "harness_memory_episodes_recorded_total",
+    "harness_memory_episode_summaries_total",
+    "harness_memory_provider_up",
+    "harness_memory_provider_duration_seconds",
+    "harness_memory_recalls_total",
+    "harness_memory_results_dropped_total",
+    "harness_memory_briefings_total",
+    "harness_memory_briefing_bytes",
+    "harness_memory_pending",
+]
+
+
+async def test_daemon_serves_the_thin_path_over_rpc_with_tiers(tmp_path: Path) -> None:
+    path = write_config(tmp_path)
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+        state = tmp_path / "state"
+        control, read = read_token(state, "control"), read_token(state, "read")
+        async with connect_rpc(listening.operator, control) as rpc:
+            result = await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
+            assert result["outcome"] == "recorded"
+        async with connect_rpc(listening.operator, read) as rpc:
+            hit = await rpc.call(f"{SERVICE}/Recall", {"query": "flaky ledger", "repo": "forge.example/acme/api"})
+            assert [i["episode_id"] for i in hit["episodes"]] == [result["episode_id"]]
+            miss = await rpc.call(f"{SERVICE}/Recall", {"query": "flaky ledger", "repo": "forge.example/acme/billing"})
+            assert miss["episodes"] == []
+            with pytest.raises(RpcError) as denied:
+                await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-7-billing-bot.json")})
+            assert denied.value.code == "PERMISSION_DENIED"
+        with pytest.raises(RpcError) as refused:
+            async with connect_rpc(listening.operator, "not-a-token") as rpc:
+                await rpc.call(f"{SERVICE}/Status", {})
+        assert refused.value.code == "UNAUTHENTICATED"
+        async with connect_rpc(listening.operator, control) as rpc:
+            assert (await rpc.call(f"{SERVICE}/ListEpisodes", {}))["episodes"][0]["run_id"] == "42"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.req21
+async def test_metrics_endpoint_shows_every_req21_family(tmp_path: Path) -> None:
+    path = write_config(tmp_path)
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+        async with httpx2.AsyncClient() as http:
+            text = (await http.get(listening.metrics)).text
+        for family in REQ21_FAMILIES:
+            assert f"# TYPE {family.removesuffix('_total')}" in text, family
+        nursery.cancel_scope.cancel()
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def _start(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
+    (state / "daemon.json").unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if (state / "daemon.json").exists():
+            return proc
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "daemon exited")
+        subprocess.run(["sleep", "0.05"], check=True)
+    proc.kill()
+    raise AssertionError("daemon did not start")
+
+
+def _stop(proc: subprocess.Popen[str], signum: int) -> tuple[int, str]:
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=10)
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_cli_walkthrough_signals_and_restart(tmp_path: Path, signum: int) -> None:
+    """The README walk-through as a user types it; the daemon stops cleanly and keeps its episodes."""
+    config = write_config(tmp_path)
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+    state = tmp_path / "state"
+    proc = _start(env, state)
+    try:
+        files = sorted(str(p) for p in EXAMPLES.glob("*.json"))
+        ingest = _cli(env, "runs", "ingest", *files)
+        assert ingest.returncode == 0, ingest.stderr
+        assert ingest.stdout.count("recorded") == len(files)
+        hit = _cli(env, "memory", "recall", "flaky ledger", "--repo", "forge.example/acme/api", "--json")
+        assert hit.returncode == 0, hit.stderr
+        assert "api-fixer" in {i["harness"] for i in json.loads(hit.stdout)["episodes"]}
+        miss = _cli(env, "memory", "recall", "flaky ledger", "--repo", "forge.example/acme/billing", "--json")
+        assert json.loads(miss.stdout)["episodes"] == []
+    finally:
+        code, err = _stop(proc, signum)
+    assert code == 0, err
+    assert "Traceback" not in err
+    proc = _start(env, state)
+    try:
+        listed = _cli(env, "memory", "episodes", "--json")
+        assert len(json.loads(listed.stdout)["episodes"]) == 3
+        status = _cli(env, "memory", "status", "--json")
+        assert json.loads(status.stdout)["counts"]["live_episodes"] == 3
+    finally:
+        code, err = _stop(proc, signal.SIGINT)
+    assert code == 0 and "Traceback" not in err
