@@ -1,0 +1,323 @@
+"""Prometheus metrics: exactly SPEC-0030 REQ-21's families, and a tiny trio HTTP server for them.
+
+``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two daemons or two
+tests in one process do not share counters. Every family's ``# HELP``/``# TYPE`` lines appear in the
+exposition from the start; labelled series appear when first touched. ``harness_memory_provider_up``
+in particular has no series until the first contract check sets it (REQ-21, SPEC-0013 REQ-6).
+
+Label values are checked against REQ-21's vocabularies by the typed helpers, which raise
+``ValueError`` on anything else, so no label can carry a query, an id, a repository or text.
+Provider and harness labels must look like configuration names (``[A-Za-z0-9][A-Za-z0-9_.-]*``,
+at most 64 characters). REQ-21 caps the harness label (SPEC-0013 REQ-5, which is not in our seeds);
+we read that as a bound on distinct values: after ``max_harnesses`` distinct harnesses, further ones
+are counted under ``harness="_other"``.
+
+One family outside the ``harness_memory_`` namespace carries actor channel statistics:
+``memactors_actor_queue_depth{actor}``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import NoReturn
+
+import trio
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .logs import get_logger
+
+__all__ = [
+    "BRIEFING_OUTCOMES",
+    "DELIVERIES",
+    "DROP_REASONS",
+    "EPISODE_OUTCOMES",
+    "FAMILY_NAMES",
+    "OPS",
+    "PENDING_KINDS",
+    "RECALL_OUTCOMES",
+    "SUMMARY_OUTCOMES",
+    "Metrics",
+    "serve_metrics",
+]
+
+EPISODE_OUTCOMES = frozenset({"ok", "error", "skipped"})
+SUMMARY_OUTCOMES = frozenset({"ok", "fallback"})
+RECALL_OUTCOMES = frozenset({"ok", "degraded", "error"})
+OPS = frozenset({"record", "recall", "forget", "contract"})
+#: REQ-9's drop reasons.
+DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
+PENDING_KINDS = frozenset({"record", "forget"})
+DELIVERIES = frozenset({"prompt", "tool", "resource"})
+BRIEFING_OUTCOMES = frozenset({"ok", "empty", "skipped"})
+
+#: The REQ-21 family names as they appear in the exposition.
+FAMILY_NAMES = (
+    "harness_memory_episodes_recorded_total",
+    "harness_memory_episode_summaries_total",
+    "harness_memory_provider_up",
+    "harness_memory_provider_duration_seconds",
+    "harness_memory_recalls_total",
+    "harness_memory_results_dropped_total",
+    "harness_memory_briefings_total",
+    "harness_memory_briefing_bytes",
+    "harness_memory_pending",
+)
+
+OTHER_HARNESS = "_other"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Provider calls run under provider_timeout (seconds); buckets span a fast local call to a timeout.
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+_log = get_logger(component="metrics")
+
+
+def _check(value: str, allowed: frozenset[str], label: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"{label} label must be one of {sorted(allowed)}, got {value!r}")
+    return value
+
+
+def _check_name(value: str, label: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ValueError(f"{label} label must be a configuration name ([A-Za-z0-9][A-Za-z0-9_.-]*, ≤64)")
+    return value
+
+
+class Metrics:
+    """The daemon's metrics: REQ-21's families on a private registry, with label-checked helpers."""
+
+    def __init__(self, *, max_harnesses: int = 64) -> None:
+        self.registry = CollectorRegistry()
+        self._max_harnesses = max_harnesses
+        self._harnesses: set[str] = set()
+        r = self.registry
+        # prometheus_client appends _total to counter names itself.
+        self.episodes_recorded = Counter(
+            "harness_memory_episodes_recorded",
+            "Episodes handed to the memory provider, by outcome.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.episode_summaries = Counter(
+            "harness_memory_episode_summaries",
+            "Episode summaries by the utility model, or the fallback without one.",
+            ["outcome"],
+            registry=r,
+        )
+        self.provider_up = Gauge(
+            "harness_memory_provider_up",
+            "1 when the provider's last contract check passed, 0 when it failed; absent before the first.",
+            ["provider"],
+            registry=r,
+        )
+        self.provider_duration = Histogram(
+            "harness_memory_provider_duration_seconds",
+            "Duration of calls to the memory provider, by operation.",
+            ["provider", "op"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.recalls = Counter(
+            "harness_memory_recalls",
+            "Recall requests, by outcome.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.results_dropped = Counter(
+            "harness_memory_results_dropped",
+            "Provider results dropped by the episode index, by REQ-9 reason.",
+            ["provider", "reason"],
+            registry=r,
+        )
+        self.briefings = Counter(
+            "harness_memory_briefings",
+            "Briefings served to harnesses, by delivery and outcome.",
+            ["harness", "delivery", "outcome"],
+            registry=r,
+        )
+        self.briefing_bytes = Gauge(
+            "harness_memory_briefing_bytes",
+            "Size in bytes of the last briefing served to a harness.",
+            ["harness"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "harness_memory_pending",
+            "Records and forgets waiting for a retry.",
+            ["provider", "kind"],
+            registry=r,
+        )
+        self.actor_queue_depth = Gauge(
+            "memactors_actor_queue_depth",
+            "Messages waiting in an actor's inbox.",
+            ["actor"],
+            registry=r,
+        )
+
+    # -- helpers, one per REQ-21 family --------------------------------------------------------
+
+    def episode_recorded(self, provider: str, outcome: str) -> None:
+        """Count one episode record attempt; outcome is ok, error or skipped."""
+        self.episodes_recorded.labels(
+            _check_name(provider, "provider"), _check(outcome, EPISODE_OUTCOMES, "outcome")
+        ).inc()
+
+    def episode_summarised(self, outcome: str) -> None:
+        """Count one episode summary; outcome is ok or fallback."""
+        self.episode_summaries.labels(_check(outcome, SUMMARY_OUTCOMES, "outcome")).inc()
+
+    def set_provider_up(self, provider: str, up: bool) -> None:
+        """Record a contract check's verdict; the first call creates the series."""
+        self.provider_up.labels(_check_name(provider, "provider")).set(1 if up else 0)
+
+    def clear_provider_up(self, provider: str) -> None:
+        """Remove the provider_up series again (e.g. the configured provider changed on reload)."""
+        try:
+            self.provider_up.remove(_check_name(provider, "provider"))
+        except KeyError:
+            pass
+
+    def observe_provider_call(self, provider: str, op: str, seconds: float) -> None:
+        """Observe one provider call's duration; op is record, recall, forget or contract."""
+        self.provider_duration.labels(_check_name(provider, "provider"), _check(op, OPS, "op")).observe(
+            seconds
+        )
+
+    def recall(self, provider: str, outcome: str) -> None:
+        """Count one recall; outcome is ok, degraded or error."""
+        self.recalls.labels(
+            _check_name(provider, "provider"), _check(outcome, RECALL_OUTCOMES, "outcome")
+        ).inc()
+
+    def dropped(self, provider: str, reason: str, count: int = 1) -> None:
+        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid)."""
+        if count < 0:
+            raise ValueError("dropped count must not be negative")
+        self.results_dropped.labels(
+            _check_name(provider, "provider"), _check(reason, DROP_REASONS, "reason")
+        ).inc(count)
+
+    def briefing(self, harness: str, delivery: str, outcome: str, size_bytes: int | None = None) -> None:
+        """Count one briefing (delivery prompt|tool|resource, outcome ok|empty|skipped); set its size if given."""
+        delivery = _check(delivery, DELIVERIES, "delivery")
+        outcome = _check(outcome, BRIEFING_OUTCOMES, "outcome")
+        label = self._harness_label(harness)
+        self.briefings.labels(label, delivery, outcome).inc()
+        if size_bytes is not None:
+            self.briefing_bytes.labels(label).set(size_bytes)
+
+    def set_briefing_bytes(self, harness: str, size_bytes: int) -> None:
+        """Set the size of the last briefing served to ``harness``."""
+        self.briefing_bytes.labels(self._harness_label(harness)).set(size_bytes)
+
+    def set_pending(self, provider: str, kind: str, count: int) -> None:
+        """Set how many records or forgets wait for a retry; kind is record or forget."""
+        self.pending.labels(_check_name(provider, "provider"), _check(kind, PENDING_KINDS, "kind")).set(count)
+
+    def set_actor_queue_depth(self, actor: str, depth: int) -> None:
+        """Export an actor inbox's current depth (from ``MemoryReceiveChannel.statistics()``)."""
+        self.actor_queue_depth.labels(_check_name(actor, "actor")).set(depth)
+
+    def _harness_label(self, harness: str) -> str:
+        _check_name(harness, "harness")
+        if harness in self._harnesses:
+            return harness
+        if len(self._harnesses) >= self._max_harnesses:
+            return OTHER_HARNESS
+        self._harnesses.add(harness)
+        return harness
+
+    # -- exposition ------------------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+        return generate_latest(self.registry)
+
+
+# ------------------------------------------------------------------------------------ HTTP server
+
+_MAX_HEAD = 8192
+#: A client gets this long to send its request head; guards the listener against idle sockets.
+_HEAD_DEADLINE = 10.0
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes | None:
+    buf = bytearray()
+    while b"\r\n\r\n" not in buf and b"\n\n" not in buf:
+        if len(buf) > _MAX_HEAD:
+            return None
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _response(status: str, body: bytes, content_type: str, *, head_only: bool = False) -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode("ascii")
+    return head if head_only else head + body
+
+
+async def _handle(metrics: Metrics, stream: trio.SocketStream) -> None:
+    try:
+        with trio.move_on_after(_HEAD_DEADLINE):
+            head = await _read_head(stream)
+            if head is None:
+                await stream.send_all(_response("400 Bad Request", b"bad request\n", "text/plain"))
+                return
+            request_line = head.split(b"\n", 1)[0].strip().decode("latin-1")
+            parts = request_line.split()
+            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+                reply = _response("400 Bad Request", b"bad request\n", "text/plain")
+            elif parts[0] not in ("GET", "HEAD"):
+                reply = _response("405 Method Not Allowed", b"method not allowed\n", "text/plain")
+            elif parts[1].split("?", 1)[0] != "/metrics":
+                reply = _response("404 Not Found", b"not found; try /metrics\n", "text/plain")
+            else:
+                reply = _response(
+                    "200 OK", metrics.exposition(), CONTENT_TYPE_LATEST, head_only=parts[0] == "HEAD"
+                )
+            await stream.send_all(reply)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the scraper hung up; nothing to answer
+    finally:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + 1
+            await stream.aclose()
+
+
+async def serve_metrics(
+    metrics: Metrics,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``GET /metrics`` on ``host:port`` until cancelled; reports ``(host, actual_port)``.
+
+    A deliberately small HTTP/1.1 server: one request per connection, then close. Other paths get
+    404, other methods 405.
+    """
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await _handle(metrics, stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, handler, port, host=host))
+        actual_port = listeners[0].socket.getsockname()[1]
+        _log.bind(host=host, port=actual_port).info("metrics listening")
+        task_status.started((host, actual_port))
+    raise AssertionError("serve_tcp returned")  # pragma: no cover

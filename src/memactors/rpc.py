@@ -1,0 +1,562 @@
+"""Operator RPC: MemoryService (ADR-0034) as JSON frames over a websocket.
+
+This module is the transport only; the handlers live with the service. The contract, as
+ARCHITECTURE.md defines it in place of the missing ADR:
+
+* Endpoint ``ws://<operator listen>/harness.v1``. Any other path is refused with HTTP 404.
+* ``Authorization: Bearer <token>`` in the handshake selects the tier, ``read`` or ``control``
+  (control may call everything). No or an unknown token: the handshake is refused with HTTP 401 and
+  no method runs. Tokens live in ``operator-read.token`` / ``operator-control.token`` (mode 0600) in
+  the state directory.
+* Text frames: request ``{"id": str|int, "method": "harness.v1.MemoryService/Status", "params": {}}``,
+  reply ``{"id", "result"}`` or ``{"id", "error": {"code", "message"}}`` with gRPC code names
+  (``OK`` is never sent). A malformed frame gets ``INVALID_ARGUMENT`` with ``id: null`` when the id
+  cannot be read; an unknown method gets ``UNIMPLEMENTED``; a read-tier call of a control method gets
+  ``PERMISSION_DENIED`` before its handler runs.
+* Requests on one connection are served concurrently (at most ``MAX_IN_FLIGHT`` at once; the reader
+  stops reading while the limit is reached), so replies may arrive out of order and are matched by id.
+
+A handler's ``MemactorsError`` crosses the wire as its ``.code`` and ``str(exc)``; any other exception
+becomes ``INTERNAL`` with a generic message, and only its type is logged, because its arguments may
+carry episode text or queries.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import json
+import os
+import secrets
+import stat
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import attrs
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    WebSocketRequest,
+    serve_websocket,
+    wrap_client_stream,
+)
+
+from .errors import ConfigError, InvalidArgument, MemactorsError
+from .logs import get_logger
+
+__all__ = [
+    "CODES",
+    "ENDPOINT_PATH",
+    "MAX_IN_FLIGHT",
+    "MAX_MESSAGE_SIZE",
+    "Method",
+    "RpcClient",
+    "RpcError",
+    "Tier",
+    "Tokens",
+    "connect_rpc",
+    "ensure_tokens",
+    "read_token",
+    "serve_rpc",
+]
+
+Tier = Literal["read", "control"]
+TIERS: tuple[Tier, ...] = ("read", "control")
+
+#: The websocket path MemoryService is served on.
+ENDPOINT_PATH = "/harness.v1"
+#: Largest frame either side accepts; a bigger one closes the connection (code 1009).
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+#: Requests one connection may have in flight before the server stops reading from it.
+MAX_IN_FLIGHT = 16
+
+#: gRPC code names that may appear in an error reply. ``OK`` is never sent.
+CODES = frozenset(
+    {
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    }
+)
+
+_log = get_logger(component="rpc")
+
+
+class RpcError(MemactorsError):
+    """Raised by ``RpcClient`` when the daemon answers with an error or cannot be reached.
+
+    ``code`` is the gRPC code name the daemon returned (or ``UNAVAILABLE`` / ``UNAUTHENTICATED``
+    for a connection that could not be made), so a CLI can map it to an exit status.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# --------------------------------------------------------------------------------------------- tokens
+
+
+@attrs.frozen(repr=False)
+class Tokens:
+    """The two operator bearer tokens; ``repr`` hides them so a log line cannot leak one."""
+
+    read: str
+    control: str
+
+    def __repr__(self) -> str:
+        return "Tokens(read=<hidden>, control=<hidden>)"
+
+    def tier_for(self, presented: bytes | str | None) -> Tier | None:
+        """Return the tier a presented token grants, or None for no or an unknown token.
+
+        Both tokens are always compared, in constant time, so timing tells nothing about which
+        one (if any) nearly matched.
+        """
+        if presented is None:
+            return None
+        given = presented.encode("utf-8", "surrogateescape") if isinstance(presented, str) else presented
+        if not given:
+            return None
+        is_read = hmac.compare_digest(given, self.read.encode())
+        is_control = hmac.compare_digest(given, self.control.encode())
+        if is_control:
+            return "control"
+        if is_read:
+            return "read"
+        return None
+
+
+def _token_path(state_dir: Path, tier: Tier) -> Path:
+    if tier not in TIERS:
+        raise ValueError(f"unknown operator tier {tier!r}")
+    return Path(state_dir) / f"operator-{tier}.token"
+
+
+def _read_token_file(path: Path) -> str:
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise ConfigError("operator token file is empty", file=str(path))
+    return token
+
+
+def ensure_tokens(state_dir: Path) -> Tokens:
+    """Create the operator token files if missing and return both tokens.
+
+    An existing file is never rewritten (a running CLI or TUI keeps working), only its mode is
+    tightened to 0600. New tokens are ``secrets.token_urlsafe(32)``, created with O_EXCL so two
+    daemons starting at once cannot overwrite each other. Blocking file I/O: from async code call it
+    through ``trio.to_thread.run_sync``.
+    """
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    found: dict[str, str] = {}
+    for tier in TIERS:
+        path = _token_path(state_dir, tier)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if stat.S_IMODE(path.stat().st_mode) != 0o600:
+                os.chmod(path, 0o600)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+            # umask cannot widen 0o600, but make the mode explicit anyway.
+            os.chmod(path, 0o600)
+        found[tier] = _read_token_file(path)
+    if found["read"] == found["control"]:
+        raise ConfigError("operator read and control tokens are identical", state_dir=str(state_dir))
+    return Tokens(read=found["read"], control=found["control"])
+
+
+def read_token(state_dir: Path, tier: Tier) -> str:
+    """Return the token of ``tier`` from the state directory (for the CLI and TUI).
+
+    Raises ``ConfigError`` naming the file when it is missing or empty.
+    """
+    path = _token_path(Path(state_dir), tier)
+    try:
+        return _read_token_file(path)
+    except FileNotFoundError:
+        raise ConfigError(
+            "no operator token file; has the daemon started with this state directory?", file=str(path)
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------- server
+
+
+@attrs.frozen
+class Method:
+    """One MemoryService method: its full name, the tier it needs, and its handler.
+
+    ``handler`` receives the request's params (a dict, empty when absent) and returns a JSON-able
+    value; it raises ``MemactorsError`` subclasses to send a specific code.
+    """
+
+    name: str
+    tier: Tier = attrs.field(validator=attrs.validators.in_(TIERS))
+    handler: Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """Return the single leaf of nested one-exception groups, else ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _bearer(request: WebSocketRequest) -> bytes | None:
+    for name, value in request.headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+def _error(req_id: str | int | None, code: str, message: str) -> dict[str, Any]:
+    return {"id": req_id, "error": {"code": code, "message": message}}
+
+
+@attrs.frozen
+class _Request:
+    id: str | int
+    method: str
+    params: dict[str, Any]
+
+
+def _parse(frame: str | bytes) -> _Request | dict[str, Any]:
+    """Parse a frame into a request, or return the INVALID_ARGUMENT reply it deserves."""
+    if isinstance(frame, bytes):
+        return _error(None, "INVALID_ARGUMENT", "binary frames are not accepted; send JSON text")
+    try:
+        doc = json.loads(frame)
+    except ValueError:
+        return _error(None, "INVALID_ARGUMENT", "frame is not valid JSON")
+    if not isinstance(doc, dict):
+        return _error(None, "INVALID_ARGUMENT", "frame must be a JSON object")
+    req_id = doc.get("id")
+    if isinstance(req_id, bool) or not isinstance(req_id, str | int):
+        return _error(None, "INVALID_ARGUMENT", "id must be a string or an integer")
+    method = doc.get("method")
+    if not isinstance(method, str) or not method:
+        return _error(req_id, "INVALID_ARGUMENT", "method must be a non-empty string")
+    params = doc.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return _error(req_id, "INVALID_ARGUMENT", "params must be a JSON object")
+    return _Request(id=req_id, method=method, params=params)
+
+
+async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> dict[str, Any]:
+    """Run one request and build its reply; the tier is checked before the handler runs."""
+    method = table.get(request.method)
+    if method is None:
+        return _error(request.id, "UNIMPLEMENTED", f"unknown method {request.method!r}")
+    if method.tier == "control" and tier != "control":
+        return _error(request.id, "PERMISSION_DENIED", f"{method.name} needs the control tier")
+    try:
+        result = await method.handler(request.params)
+    except Exception as raw:
+        exc = _unwrap(raw)
+        if isinstance(exc, MemactorsError):
+            code = exc.code if exc.code in CODES else "INTERNAL"
+            return _error(request.id, code, str(exc))
+        _log.bind(method=method.name, request_id=request.id, error_type=type(exc).__name__).error(
+            "rpc handler failed"
+        )
+        return _error(request.id, "INTERNAL", "internal error; see the daemon log")
+    return {"id": request.id, "result": result}
+
+
+def _encode(reply: dict[str, Any]) -> str:
+    try:
+        return json.dumps(reply, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        _log.bind(request_id=reply.get("id"), error_type=type(exc).__name__).error(
+            "rpc result is not JSON-able"
+        )
+        return json.dumps(_error(reply.get("id"), "INTERNAL", "internal error; see the daemon log"))
+
+
+async def _serve_one(
+    ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore
+) -> None:
+    try:
+        parsed = _parse(frame)
+        if isinstance(parsed, _Request):
+            started = trio.current_time()
+            reply = await _dispatch(parsed, table, tier)
+            _log.bind(
+                # A client-chosen unknown name is not logged: it could be any text.
+                method=parsed.method if parsed.method in table else "<unknown>",
+                request_id=parsed.id,
+                tier=tier,
+                outcome=reply["error"]["code"] if "error" in reply else "ok",
+                duration_ms=round((trio.current_time() - started) * 1000, 1),
+            ).debug("rpc call")
+        else:
+            reply = parsed
+            _log.bind(tier=tier, frame_bytes=len(frame)).info("rpc malformed frame")
+        try:
+            await ws.send_message(_encode(reply))
+        except ConnectionClosed:
+            pass  # the client went away; nobody is left to tell
+    finally:
+        slots.release()
+
+
+async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier) -> None:
+    slots = trio.Semaphore(MAX_IN_FLIGHT)
+    async with trio.open_nursery() as nursery:
+        while True:
+            try:
+                frame = await ws.get_message()
+            except ConnectionClosed:
+                break
+            await slots.acquire()  # backpressure: stop reading while the connection is saturated
+            nursery.start_soon(_serve_one, ws, frame, table, tier, slots)
+        # The client is gone, so no reply can be delivered; stop work done on its behalf.
+        nursery.cancel_scope.cancel()
+
+
+async def serve_rpc(
+    methods: Sequence[Method],
+    host: str,
+    port: int,
+    tokens: Tokens,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve MemoryService on ``ws://host:port/harness.v1`` until cancelled.
+
+    Reports ``(host, actual_port)`` through ``task_status`` once listening (port 0 picks a free
+    one). Raises ``ValueError`` at once for duplicate method names.
+    """
+    table: dict[str, Method] = {}
+    for m in methods:
+        if m.name in table:
+            raise ValueError(f"duplicate RPC method {m.name!r}")
+        table[m.name] = m
+
+    async def on_request(request: WebSocketRequest) -> None:
+        peer = str(request.remote)
+        try:
+            if request.path.split("?", 1)[0] != ENDPOINT_PATH:
+                await request.reject(404, body=b"not found: MemoryService is served on /harness.v1\n")
+                return
+            tier = tokens.tier_for(_bearer(request))
+            if tier is None:
+                _log.bind(peer=peer).warning("rpc handshake refused: no or unknown token")
+                await request.reject(401, body=b"unauthenticated: present Authorization: Bearer <token>\n")
+                return
+            ws = await request.accept()
+            _log.bind(peer=peer, tier=tier).info("rpc connection opened")
+            await _serve_connection(ws, table, tier)
+            _log.bind(peer=peer, tier=tier).info("rpc connection closed")
+        except ConnectionClosed:
+            pass
+        except Exception as raw:
+            # A bug in one connection must not take the whole listener down.
+            _log.bind(peer=peer, error_type=type(_unwrap(raw)).__name__).error("rpc connection failed")
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(
+            partial(
+                serve_websocket,
+                on_request,
+                host,
+                port,
+                None,
+                max_message_size=MAX_MESSAGE_SIZE,
+                message_queue_size=MAX_IN_FLIGHT,
+            )
+        )
+        actual_port = server.port
+        _log.bind(host=host, port=actual_port, methods=len(table)).info("rpc listening")
+        task_status.started((host, actual_port))
+    raise AssertionError("serve_websocket returned")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------------------------- client
+
+
+class RpcClient:
+    """A MemoryService client over one websocket; safe to ``call`` from many tasks at once.
+
+    Build it with ``connect_rpc``. A reader task dispatches replies by id to one-shot channels,
+    so a slow call never holds up a fast one.
+    """
+
+    def __init__(self, ws: WebSocketConnection, url: str) -> None:
+        self._ws = ws
+        self._url = url
+        self._ids = itertools.count(1)
+        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._closed_reason: str | None = None
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Call ``method`` (full name, e.g. ``harness.v1.MemoryService/Status``) and return its result.
+
+        Raises ``RpcError`` with the daemon's code on an error reply, and ``RpcError("UNAVAILABLE")``
+        when the connection is lost before the reply arrives. The caller's cancel scope is the
+        deadline; a reply that arrives after cancellation is dropped.
+        """
+        if self._closed_reason is not None:
+            raise RpcError("UNAVAILABLE", self._closed_reason)
+        req_id = next(self._ids)
+        send, receive = trio.open_memory_channel[dict[str, Any]](1)
+        self._pending[req_id] = send
+        try:
+            frame = json.dumps({"id": req_id, "method": method, "params": params or {}}, allow_nan=False)
+            try:
+                await self._ws.send_message(frame)
+            except ConnectionClosed:
+                raise RpcError("UNAVAILABLE", f"connection to {self._url} closed") from None
+            try:
+                reply = await receive.receive()
+            except trio.EndOfChannel:
+                raise RpcError("UNAVAILABLE", self._closed_reason or "connection closed") from None
+        finally:
+            self._pending.pop(req_id, None)
+            send.close()
+            receive.close()
+        error = reply.get("error")
+        if error is not None:
+            if not isinstance(error, dict):
+                raise RpcError("INTERNAL", "malformed error reply from the daemon")
+            raise RpcError(str(error.get("code", "UNKNOWN")), str(error.get("message", "")))
+        return reply.get("result")
+
+    async def _read_replies(self) -> None:
+        try:
+            while True:
+                try:
+                    frame = await self._ws.get_message()
+                except ConnectionClosed as exc:
+                    self._closed_reason = f"connection to {self._url} closed ({exc.reason})"
+                    return
+                try:
+                    reply = json.loads(frame)
+                except ValueError:
+                    continue
+                if not isinstance(reply, dict):
+                    continue
+                req_id = reply.get("id")
+                if req_id is None and "error" in reply:
+                    # The daemon could not read one of our frames; we cannot tell which call it
+                    # belongs to, so it is only worth a log line.
+                    _log.bind(code=reply["error"].get("code")).warning("rpc reply without id")
+                    continue
+                waiter = self._pending.pop(req_id, None) if isinstance(req_id, int) else None
+                if waiter is None:
+                    continue  # a call that was cancelled meanwhile
+                try:
+                    waiter.send_nowait(reply)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                    pass
+        finally:
+            if self._closed_reason is None:
+                self._closed_reason = f"connection to {self._url} closed"
+            for waiter in self._pending.values():
+                waiter.close()
+            self._pending.clear()
+
+
+def _refused(url: str, exc: ConnectionRejected | OSError | HandshakeError) -> RpcError:
+    """Translate a failed websocket open into the RpcError a CLI can explain."""
+    if isinstance(exc, ConnectionRejected):
+        status = exc.status_code
+        if status in (401, 403):
+            return RpcError("UNAUTHENTICATED", f"daemon at {url} refused the operator token (HTTP {status})")
+        if status == 404:
+            return RpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
+        return RpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
+    return RpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})")
+
+
+def _split_url(url: str) -> tuple[str, int, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "ws" or not parts.hostname:
+        raise InvalidArgument("operator RPC url must look like ws://host:port/harness.v1", url=url)
+    resource = parts.path or "/"
+    if parts.query:
+        resource += "?" + parts.query
+    return parts.hostname, parts.port or 80, resource
+
+
+@asynccontextmanager
+async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
+    """Open a MemoryService client on ``url`` (``ws://host:port/harness.v1``) with a bearer token.
+
+    Raises ``RpcError("UNAUTHENTICATED")`` when the daemon refuses the token, ``RpcError("NOT_FOUND")``
+    for a wrong path, and ``RpcError("UNAVAILABLE", "daemon not reachable at ...")`` when nothing
+    answers. Exceptions from the body come out unwrapped, not inside an exception group.
+    """
+    host, port, resource = _split_url(url)
+    token = token.strip()
+    if any(not (33 <= ord(c) <= 126) for c in token):
+        raise RpcError("UNAUTHENTICATED", "operator token contains characters an HTTP header cannot carry")
+    # No token, no header: the daemon then refuses the handshake, which is the answer the caller needs.
+    headers = [(b"authorization", b"Bearer " + token.encode("ascii"))] if token else []
+    try:
+        stream = await trio.open_tcp_stream(host, port)
+    except OSError as exc:
+        raise _refused(url, exc) from None
+    # We own the TCP stream (rather than letting trio-websocket open it) because trio-websocket
+    # leaves the socket open when the server rejects the handshake.
+    entered = False
+    try:
+        async with trio.open_nursery() as nursery:
+            host_header = host if port == 80 else f"{host}:{port}"
+            ws = await wrap_client_stream(
+                nursery,
+                stream,
+                host_header,
+                resource,
+                extra_headers=headers,
+                max_message_size=MAX_MESSAGE_SIZE,
+            )
+            entered = True
+            client = RpcClient(ws, url)
+            nursery.start_soon(client._read_replies)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + 2
+                    await ws.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        leaf = _unwrap(group)
+        if leaf is group:
+            raise
+        if not entered and isinstance(leaf, ConnectionRejected | OSError | HandshakeError):
+            raise _refused(url, leaf) from None
+        raise leaf from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
