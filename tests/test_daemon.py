@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx2
 import pytest
 import trio
-from support import EXAMPLES, example, write_config
 
 from memactors.config import load_config
 from memactors.daemon import run_daemon
 from memactors.rpc import RpcError, connect_rpc, read_token
+from support import EXAMPLES, example, write_config
 
 SERVICE = "harness.v1.MemoryService"
 REQ21_FAMILIES = [
