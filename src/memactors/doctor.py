@@ -1,0 +1,96 @@
+"""`memactors doctor`: REQ-19's memory rows and REQ-18's privacy note, from MemoryService state.
+
+Each row has a status (pass, info, note, warn, fail), a name and a message. The rows are computed
+from data only (`doctor_rows` is pure), so they are tested without a daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import attrs
+
+from .config import Config
+
+Status = Literal["pass", "info", "note", "warn", "fail"]
+
+UNREACHABLE_FAIL_SECONDS = 300.0
+PENDING_WARN_SECONDS = 3600.0
+DEGRADED_WINDOW_SECONDS = 86400.0
+
+
+@attrs.frozen
+class Row:
+    status: Status
+    name: str
+    message: str
+
+
+def doctor_rows(
+    config: Config,
+    status: Mapping[str, Any],
+    *,
+    oldest_pending_seconds: Mapping[str, float],
+    degraded_recalls_24h: int,
+    episodes_missing_vectors: int,
+) -> list[Row]:
+    """The memory rows of `harness doctor` (REQ-19) plus REQ-18's note about where episodes go."""
+    rows: list[Row] = []
+    provider = status["provider"]
+    state = status["state"]
+    contract = status.get("contract")
+    rows.append(Row("pass" if state == "ready" else "info", "memory provider",
+                    f"{provider} ({status.get('transport')}), contract {contract if contract is not None else 'unknown'}, "
+                    f"state {state}, breaker {status.get('breaker')}"))
+    down_for = float(status.get("state_for_seconds") or 0.0)
+    if state == "incompatible":
+        rows.append(Row("fail", "memory provider compatibility",
+                        f"{provider} is incompatible: {status.get('last_error') or 'unsupported contract'}"))
+    elif state != "ready" and down_for > UNREACHABLE_FAIL_SECONDS:
+        rows.append(Row("fail", "memory provider reachability",
+                        f"{provider} has been unreachable for {int(down_for // 60)} minutes"
+                        f"{': ' + status['last_error'] if status.get('last_error') else ''}; "
+                        "recall is degraded and records are queued, harnesses are unaffected"))
+    pending = status.get("pending", {})
+    for kind in ("record", "forget"):
+        failed = int(pending.get(f"{kind}_failed", 0))
+        if failed:
+            rows.append(Row("warn", f"memory {kind}s failed", f"{failed} {kind}s gave up after 24 hours ({kind}_failed)"))
+        age = oldest_pending_seconds.get(kind, 0.0)
+        if age > PENDING_WARN_SECONDS:
+            count = int(pending.get(f"{kind}s", 0))
+            rows.append(Row("warn", f"memory {kind}s pending",
+                            f"{count} {kind}s pending, the oldest for {int(age // 3600)} h"))
+    if degraded_recalls_24h:
+        rows.append(Row("warn", "memory recall degraded",
+                        f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"))
+    if config.model_api is not None and config.model_api.embedding_model and episodes_missing_vectors:
+        rows.append(Row("warn", "memory embeddings",
+                        f"{episodes_missing_vectors} built-in episodes have no vector for "
+                        f"{config.model_api.embedding_model}"))
+    rows.append(privacy_note(config))
+    briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
+    rows.append(Row("info", "memory briefing prepend",
+                    "harnesses with memory_briefing = true: " + (", ".join(briefed) if briefed else "none")))
+    return rows
+
+
+def privacy_note(config: Config) -> Row:
+    """REQ-18: where episodes go."""
+    upstream = config.provider_upstream
+    if upstream is None:
+        return Row("note", "memory privacy", "built-in provider: episodes stay on this host")
+    if upstream.url is not None:
+        host = urlsplit(upstream.url).hostname or upstream.url
+        return Row("note", "memory privacy",
+                   f"provider {upstream.name} is an HTTP upstream at {host}: episodes leave this host")
+    return Row("note", "memory privacy",
+               f"provider {upstream.name} is a stdio process ({upstream.command}): memactors cannot see "
+               "whether that process calls a network service")
+
+
+def format_rows(rows: Sequence[Row]) -> str:
+    width = max((len(r.name) for r in rows), default=0)
+    return "\n".join(f"{r.status.upper():<5} {r.name:<{width}}  {r.message}" for r in rows)
