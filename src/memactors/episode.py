@@ -3,67 +3,160 @@
 Pure code, no model. Everything that can leak — the prompt, event payloads, tool arguments, transcript —
 is never read; every string that is kept passes the shared redactor first. The only I/O is resolving
 repository keys with git, which `resolve_sessions` does off the trio loop before `assemble` runs.
+
+The daemon keeps the run record as `stored_record` makes it (prompt dropped, every string redacted) and
+assembles from exactly that, so assembling the stored record again — after a restart, say — gives the
+same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
+import trio
 
-from .models import Episode, RunRecord, Session, VerifyFailure
-from .redact import redact
-from .repo import relative_path, resolve_repo, scope_for
+from ._wire import converter
+from .models import Episode, Event, RunRecord, Session, TrustClass, VerifyFailure
+from .redact import REDACTED, redact
+from .repo import GitUnavailable, RepoInfo, explicit_key, relative_path, resolve_repo, scope_for
 
 MAX_FIELD_BYTES = 256
 MAX_FILES = 50
 MAX_VERIFY_CLASSES = 10
 MAX_SUMMARY_CHARS = 280
+#: Paths kept per run for the graph (SPEC-0027's run → paths edges); episodes keep MAX_FILES of them.
+MAX_GRAPH_PATHS = 1000
 
 FIELD_ORDER = tuple(a.name for a in attrs.fields(Episode))
 
+# Python strings from JSON may hold lone surrogates ("\ud800"); they cannot be stored as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Characters str.splitlines() breaks on that survive the redactor's control-character strip.
+_LINE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_LINE_BREAKS = re.compile("[\\\\\n\r\u2028\u2029]")
 
-def episode_id_for(harness: str, run_id: str, started_at: str) -> str:
-    """`ep_` + 20 hex digits of SHA-256 over harness, run id and started_at as stored (NUL-separated)."""
-    digest = hashlib.sha256(f"{harness}\0{run_id}\0{started_at}".encode()).hexdigest()
-    return "ep_" + digest[:20]
+
+def clean(text: str) -> str:
+    """`text` made safe to keep and send: lone surrogates replaced, control characters stripped, secrets redacted."""
+    return redact(_SURROGATE.sub("\ufffd", text))
+
+
+def _fit(text: str, cut: Callable[[str], str]) -> str:
+    """Clean, then cut to a bound, until stable: a cut can in principle expose a new match, never a secret."""
+    out = cut(clean(text))
+    for _ in range(4):
+        again = cut(clean(out))
+        if again == out:
+            return out
+        out = again
+    return cut(REDACTED)
 
 
 def cut_utf8(text: str, limit: int = MAX_FIELD_BYTES) -> str:
     """The longest prefix of `text` whose UTF-8 encoding fits in `limit` bytes, never splitting a character."""
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", errors="surrogatepass")
     if len(data) <= limit:
         return text
     return data[:limit].decode("utf-8", errors="ignore")
 
 
 def _bounded(text: str | None) -> str:
-    return cut_utf8(redact(text or ""))
+    return _fit(text or "", cut_utf8)
 
+
+def episode_id_for(harness: str, run_id: str, started_at: str) -> str:
+    """`ep_` + 20 hex digits of SHA-256 over harness, run id and started_at as stored (NUL-separated)."""
+    digest = hashlib.sha256(f"{harness}\0{run_id}\0{started_at}".encode(errors="surrogatepass")).hexdigest()
+    return "ep_" + digest[:20]
+
+
+def _clean_tree(value: Any) -> Any:
+    match value:
+        case str():
+            return clean(value)
+        case dict():
+            return {k: _clean_tree(v) for k, v in value.items()}
+        case list() | tuple():
+            return [_clean_tree(v) for v in value]
+        case _:
+            return value
+
+
+def stored_record(record: RunRecord) -> RunRecord:
+    """The run record as the daemon keeps it: no prompt, every string cleaned (REQ-6). Idempotent."""
+    raw = converter.unstructure(attrs.evolve(record, prompt=None))
+    return converter.structure(_clean_tree(raw), RunRecord)
+
+
+# -- repositories (ARCHITECTURE.md "Repository key") --------------------------------------------------
 
 @attrs.frozen
 class SessionRepo:
-    """Where a session ran: its repository key (None outside any repository) and working tree root."""
+    """Where a session ran: its repository key (None outside any repository) and the roots of its tree.
+
+    `roots` are the working-tree root as git reports it (symlinks resolved) and, when the session's cwd
+    reaches it through a symlink, the same root spelled the cwd's way. Empty when the session named its
+    repository explicitly and its cwd is no checkout here: then the cwd is taken as the root.
+    """
 
     key: str | None
-    toplevel: str | None
     cwd: str
+    roots: tuple[str, ...] = ()
+
+
+def _roots_sync(cwd: str, toplevel: str) -> tuple[str, ...]:
+    """The toplevel, plus its spelling through the symlinks in `cwd` when that differs (blocking)."""
+    roots = [toplevel]
+    inside = relative_path(os.path.realpath(cwd), toplevel, "/")
+    if inside is not None:
+        depth = 0 if inside == "." else len(inside.split("/"))
+        alias = posixpath.normpath(cwd)
+        for _ in range(depth):
+            alias = posixpath.dirname(alias)
+        if alias != toplevel:
+            roots.append(alias)
+    return tuple(roots)
+
+
+async def resolve_session(session: Session) -> SessionRepo:
+    """One session's repository: its explicit `repo` when given, else git on its cwd (off the loop).
+
+    With an explicit `repo`, a cwd that is a real checkout still supplies the root for relative paths,
+    and a missing git is tolerated; without one, GitUnavailable propagates (no silent "no repository").
+    """
+    explicit = (session.repo or "").strip()
+    info: RepoInfo | None
+    try:
+        info = await resolve_repo(session.cwd)
+    except GitUnavailable:
+        if not explicit:
+            raise
+        info = None
+    key = explicit_key(explicit) if explicit else (info.key if info else None)
+    roots: tuple[str, ...] = ()
+    if info is not None:
+        roots = await trio.to_thread.run_sync(_roots_sync, session.cwd, info.toplevel)
+    return SessionRepo(key=key, cwd=session.cwd, roots=roots)
 
 
 async def resolve_sessions(record: RunRecord) -> Mapping[str, SessionRepo]:
-    """Resolve every session's repository: its `repo` when given, else git on its cwd (off the loop)."""
+    """Resolve every session's repository (the first session wins when two share an id)."""
     out: dict[str, SessionRepo] = {}
     for session in record.sessions:
-        info = await resolve_repo(session.cwd)
-        key = session.repo or (info.key if info else None)
-        out[session.session_id] = SessionRepo(key=key, toplevel=info.toplevel if info else None, cwd=session.cwd)
+        if session.session_id not in out:
+            out[session.session_id] = await resolve_session(session)
     return out
 
 
 def primary_repo(record: RunRecord, repos: Mapping[str, SessionRepo]) -> tuple[Session, SessionRepo] | None:
+    """The primary session (first not a subagent's) and its repository, or None when it has none."""
     primary = record.primary_session
     if primary is None:
         return None
@@ -76,25 +169,71 @@ def primary_repo(record: RunRecord, repos: Mapping[str, SessionRepo]) -> tuple[S
 def skip_reason(
     record: RunRecord, repos: Mapping[str, SessionRepo], *, memory_record: bool = True, record_trace: bool = True
 ) -> str | None:
-    """REQ-8: why no episode is recorded for this run, or None when it is eligible."""
+    """REQ-8: why no episode is recorded for this run, or None when it is eligible.
+
+    `record_trace_off` means the harness keeps no trace at all, so the caller stores nothing of the run;
+    every other reason still keeps the run for the graph. A run whose primary session has no repository
+    is skipped even when a subagent's has one, because the episode's scope is the primary's repository.
+    """
     if not record_trace:
         return "record_trace_off"
     if not memory_record:
         return "memory_record_off"
     if not record.spawned_process:
         return "no_process"
-    if not any(r.key for r in repos.values()) or primary_repo(record, repos) is None:
+    if primary_repo(record, repos) is None:
         return "no_repository"
     return None
 
 
-def _repo_relative(path: str, where: SessionRepo) -> str | None:
-    if where.toplevel is not None:
-        return relative_path(path, where.toplevel, where.cwd)
-    # The session named its repo explicitly and its cwd is not a checkout here: take cwd as the root.
-    joined = path if posixpath.isabs(path) else posixpath.join(where.cwd, path)
-    rel = posixpath.relpath(posixpath.normpath(joined), posixpath.normpath(where.cwd))
-    return None if rel == "." or rel.startswith("../") or rel == ".." else rel
+_NO_ROOT = "/\0cwd"  # stands for an unknown, relative cwd: only relative, non-escaping paths fit under it
+
+
+def repo_relative(path: str, where: SessionRepo) -> str | None:
+    """`path` (absolute, or relative to the session's cwd) relative to its repository; None outside it."""
+    if where.roots:
+        candidates = [relative_path(path, root, where.cwd) for root in where.roots]
+    elif posixpath.isabs(where.cwd):
+        candidates = [relative_path(path, where.cwd, where.cwd)]
+    else:
+        candidates = [None if posixpath.isabs(path) else relative_path(path, _NO_ROOT, _NO_ROOT)]
+    return next((c for c in candidates if c is not None and c != "."), None)
+
+
+def _in_repo_events(record: RunRecord, repos: Mapping[str, SessionRepo], key: str) -> Iterable[Event]:
+    in_repo = {sid for sid, r in repos.items() if r.key == key}
+    return (e for e in record.events if e.session_id in in_repo)
+
+
+def repo_files(record: RunRecord, repos: Mapping[str, SessionRepo]) -> tuple[str, ...]:
+    """Sorted repository-relative paths edited by sessions in the primary session's repository."""
+    found = primary_repo(record, repos)
+    if found is None:
+        return ()
+    files: set[str] = set()
+    for event in _in_repo_events(record, repos, found[1].key or ""):
+        if event.kind == "edit" and event.path:
+            rel = repo_relative(event.path, repos[event.session_id])
+            if rel is not None:
+                files.add(_bounded(rel))
+    return tuple(sorted(files))
+
+
+def _verify_failures(record: RunRecord, repos: Mapping[str, SessionRepo], key: str) -> tuple[VerifyFailure, ...]:
+    failures: Counter[str] = Counter()
+    for event in _in_repo_events(record, repos, key):
+        if event.kind == "verify" and event.ok is False:
+            failures[_bounded(event.error_class or "unknown")] += 1
+    ranked = sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_VERIFY_CLASSES]
+    return tuple(VerifyFailure(cls, n) for cls, n in ranked)
+
+
+# -- assembly -----------------------------------------------------------------------------------------
+
+def trust_class_for(record: RunRecord, *, untrusted_inline: bool) -> TrustClass:
+    """REQ-6: untrusted_input for a webhook or channel trigger or an untrusted_inline harness."""
+    untrusted = record.trigger.source in ("webhook", "channel") or untrusted_inline
+    return "untrusted_input" if untrusted else "standard"
 
 
 def assemble(
@@ -106,35 +245,21 @@ def assemble(
     pull_request: str | None = None,
     summary: str | None = None,
 ) -> Episode:
-    """Build REQ-5's episode from a stored run record. Call `skip_reason` first; raises ValueError when ineligible."""
+    """Build REQ-5's episode from a stored run record. Call `skip_reason` first; raises ValueError when ineligible.
+
+    Every string is cleaned and bounded here, whatever the caller passed; a summary longer than 280
+    characters after cleaning is dropped, never cut.
+    """
     found = primary_repo(record, repos)
     if found is None:
         raise ValueError("run has no primary session in a repository")
     primary, where = found
-    repo_key = where.key
-    assert repo_key is not None
-    in_repo = {sid for sid, r in repos.items() if r.key == repo_key}
-
-    files: set[str] = set()
-    failures: Counter[str] = Counter()
-    for event in record.events:
-        if event.session_id not in in_repo:
-            continue
-        if event.kind == "edit" and event.path:
-            rel = _repo_relative(event.path, repos[event.session_id])
-            if rel is not None:
-                files.add(_bounded(rel))
-        elif event.kind == "verify" and event.ok is False:
-            failures[_bounded(event.error_class or "unknown")] += 1
-    verify = tuple(
-        VerifyFailure(cls, n) for cls, n in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_VERIFY_CLASSES]
-    )
-    excerpt = redact(record.result_text or "")[:excerpt_chars]
+    repo_key = where.key or ""
+    excerpt = _fit(record.result_text or "", lambda s: s[: max(excerpt_chars, 0)])
     if summary is not None:
-        summary = redact(summary)
-        if len(summary) > MAX_SUMMARY_CHARS:
+        summary = clean(summary)
+        if not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
             summary = None
-    untrusted = record.trigger.source in ("webhook", "channel") or untrusted_inline
     return Episode(
         episode_id=episode_id_for(record.harness, record.run_id, record.started_at),
         harness=_bounded(record.harness),
@@ -150,14 +275,20 @@ def assemble(
         duration_ms=record.duration_ms,
         cost_usd=record.cost_usd,
         cost_source=record.cost_source,
-        files_touched=tuple(sorted(files)[:MAX_FILES]),
+        files_touched=repo_files(record, repos)[:MAX_FILES],
         pull_request=_bounded(pull_request) if pull_request else None,
-        verify_failures=verify,
+        verify_failures=_verify_failures(record, repos, repo_key),
         result_excerpt=excerpt,
         summary=summary,
-        trust_class="untrusted_input" if untrusted else "standard",
+        trust_class=trust_class_for(record, untrusted_inline=untrusted_inline),
         scope=scope_for(repo_key),
     )
+
+
+# -- text rendering -----------------------------------------------------------------------------------
+
+def _escape(text: str) -> str:
+    return _LINE_BREAKS.sub(lambda m: _LINE_ESCAPES[m.group()], text)
 
 
 def _line_value(value: object) -> str:
@@ -165,17 +296,18 @@ def _line_value(value: object) -> str:
         return ""
     if isinstance(value, tuple):
         return ", ".join(
-            f"{v.error_class}: {v.count}" if isinstance(v, VerifyFailure) else str(v) for v in value
+            f"{_escape(v.error_class)}: {v.count}" if isinstance(v, VerifyFailure) else _escape(str(v)) for v in value
         )
     if isinstance(value, float):
         return repr(value)
-    text = str(value)
-    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+    return _escape(str(value))
 
 
 def render_text(episode: Episode) -> str:
     """REQ-5's plain-text rendering: every field in REQ-5's order, one `name: value` line each.
 
-    Multi-line values are escaped onto their line, so identical records give byte-identical text.
+    Line breaks and backslashes inside values are escaped, so each field stays on its line, and each
+    line passes the redactor once more (escaping could in principle join what it had kept apart).
+    Identical episodes give byte-identical text.
     """
-    return "".join(f"{name}: {_line_value(getattr(episode, name))}\n" for name in FIELD_ORDER)
+    return "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)

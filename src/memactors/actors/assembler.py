@@ -1,8 +1,9 @@
-"""The assembler actor: a closed run record in, a redacted episode (or a skip reason) out (REQ-5, 6, 8).
+"""The assembler actor: a closed run record in, a redacted episode (or a skip reason) out (REQ-5, 6, 7, 8).
 
 Pure code, no model, off the supervision path: it resolves repositories with git off the trio loop,
-looks up the pull request linked to the branch, and asks the summary actor for a summary within its
-10 s deadline. It writes nothing; the index actor stores what it returns.
+looks up the pull request linked to the branch, and asks the summary actor for a summary, never
+waiting past REQ-7's 10 s. It writes nothing; the index actor stores what it returns, in one
+transaction with the run, so a failed assembly leaves no trace and a stored run always has its episode.
 """
 
 from __future__ import annotations
@@ -12,22 +13,42 @@ from typing import Any
 
 import attrs
 import trio
+from loguru import logger
 
 from .._kernel import open_mailbox, serve
 from ..config import Config
-from ..episode import assemble, render_text, resolve_sessions, skip_reason
+from ..episode import (
+    MAX_GRAPH_PATHS,
+    assemble,
+    render_text,
+    repo_files,
+    resolve_sessions,
+    skip_reason,
+    stored_record,
+)
+from ..errors import MemactorsError
+from ..metrics import Metrics
 from ..modelapi import SUMMARY_DEADLINE, SummaryResult
 from ..models import Episode, RunRecord
+
+# The summary actor enforces REQ-7's 10 s itself; this margin only covers its mailbox and reply.
+_SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5
 
 
 @attrs.frozen
 class Assemble:
+    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so)."""
+
     record: RunRecord
 
 
 @attrs.frozen
 class Assembled:
-    """The result: an episode with its text, or the REQ-8 reason none is recorded."""
+    """The result: an episode with its text, or the REQ-8 reason none is recorded.
+
+    `repo`, `branch` and `paths` describe the run for the graph whether or not an episode was made;
+    `keep_run` is False only when the harness records no trace, so nothing of the run is stored.
+    """
 
     episode: Episode | None
     text: str | None
@@ -37,6 +58,10 @@ class Assembled:
     paths: tuple[str, ...]
     summary: SummaryResult | None = None
 
+    @property
+    def keep_run(self) -> bool:
+        return self.skipped != "record_trace_off"
+
 
 class Assembler:
     def __init__(
@@ -44,11 +69,14 @@ class Assembler:
         *,
         config: Callable[[], Config],
         summarize: Callable[[str], Awaitable[SummaryResult]],
-        pull_request_for: Callable[[str, str], Awaitable[str | None]],
+        pull_request_for: Callable[[str, str | None], Awaitable[str | None]],
+        metrics: Metrics | None = None,
     ) -> None:
         self._config = config
         self._summarize = summarize
         self._pull_request_for = pull_request_for
+        self._metrics = metrics
+        self._log = logger.bind(actor="assembler")
         self.address, self._mailbox = open_mailbox("assembler", 16)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -58,7 +86,7 @@ class Assembler:
     async def _handle(self, message: object) -> Assembled:
         match message:
             case Assemble(record=record):
-                return await self._assemble(record)
+                return await self._assemble(stored_record(record))
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
@@ -70,29 +98,44 @@ class Assembler:
         where = repos.get(primary.session_id) if primary else None
         repo = where.key if where else None
         branch = primary.git_branch if primary else None
-        # Paths for the graph: every edit in the primary repository, whatever REQ-8 decides.
+        paths = repo_files(record, repos)[:MAX_GRAPH_PATHS]
         reason = skip_reason(
             record, repos,
             memory_record=harness.memory_record if harness else True,
             record_trace=harness.record_trace if harness else True,
         )
         if reason is not None:
-            return Assembled(None, None, reason, repo, branch, ())
-        pull_request = await self._pull_request_for(repo or "", branch or "")
-        kwargs = dict(
+            return Assembled(None, None, reason, repo, branch, paths)
+        assert repo is not None  # skip_reason guarantees a primary repository
+        pull_request = await self._pull_request_for(repo, branch)
+        options: dict[str, Any] = dict(
             excerpt_chars=config.episodes.excerpt_chars,
             untrusted_inline=harness.untrusted_inline if harness else False,
             pull_request=pull_request,
         )
-        episode = assemble(record, repos, **kwargs)
+        episode = assemble(record, repos, **options)
         text = render_text(episode)
         summary: SummaryResult | None = None
         if config.episodes.summary:
-            with trio.move_on_after(SUMMARY_DEADLINE + 0.5):
-                summary = await self._summarize(text)
-            if summary is None:
-                summary = SummaryResult(None, "fallback", "slow")
+            summary = await self._summary(text)
             if summary.summary:
-                episode = assemble(record, repos, summary=summary.summary, **kwargs)
+                episode = assemble(record, repos, summary=summary.summary, **options)
                 text = render_text(episode)
-        return Assembled(episode, text, None, repo, branch, episode.files_touched, summary)
+        return Assembled(episode, text, None, repo, branch, paths, summary)
+
+    async def _summary(self, text: str) -> SummaryResult:
+        """REQ-7: the summary actor's answer, or a fallback; never fails the recording, never waits past 10 s."""
+        result: SummaryResult | None = None
+        with trio.move_on_after(_SUMMARY_BACKSTOP):
+            try:
+                result = await self._summarize(text)
+            except MemactorsError as exc:
+                # The summary actor stopped or failed: the episode is recorded without a summary.
+                self._log.bind(error=type(exc).__name__).warning("episode summary unavailable")
+                result = self._fallback("error")
+        return result if result is not None else self._fallback("slow")
+
+    def _fallback(self, reason: str) -> SummaryResult:
+        if self._metrics is not None:
+            self._metrics.episode_summarised("fallback")
+        return SummaryResult(None, "fallback", reason)

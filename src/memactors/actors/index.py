@@ -18,8 +18,9 @@ import sqlite_utils
 import trio
 
 from .._kernel import open_mailbox, serve
-from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
+from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
 from ..contract import RecallItem
+from ..episode import episode_id_for
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..store import Store, WallClock, iso
@@ -75,23 +76,56 @@ class EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()  # (provider, provider_id, forgotten_at)
 
 
+@attrs.frozen
+class KnownRun:
+    """A run the store already holds: its stored record, and its episode id when it has an episode."""
+
+    record: RunRecord
+    episode_id: str | None
+
+
+@attrs.frozen
+class Stored:
+    """What RecordRun wrote: whether the run was new, and the episode it stored (None if none was new)."""
+
+    run_new: bool
+    episode_new: bool
+
+
 def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None, branch: str | None,
-              paths: Iterable[str], now: str) -> None:
-    """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph."""
+              paths: Iterable[str], now: str) -> bool:
+    """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
+
+    A closed run is kept once: the first record stored for (harness, run_id) wins and a later one is
+    ignored (False), so an episode never changes, nor its scope, once recorded (REQ-6).
+    """
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
     safe = redact_obj(raw)
-    db.execute(
-        "INSERT OR REPLACE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+    cur = db.execute(
+        "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
          record.reason, record.duration_ms, repo, branch, json.dumps(safe, sort_keys=True), now],
     )
-    db.execute("DELETE FROM run_paths WHERE harness = ? AND run_id = ?", [record.harness, record.run_id])
+    if cur.rowcount == 0:
+        return False
     if repo:
         for path in sorted(set(paths)):
             db.execute("INSERT OR IGNORE INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?)",
                        [record.harness, record.run_id, repo, path])
+    return True
+
+
+def stored_run(db: sqlite_utils.Database, harness: str, run_id: str) -> KnownRun | None:
+    """What the store already holds of a run: its stored record and episode id, or None when it has none."""
+    row = db.execute("SELECT started_at, record FROM runs WHERE harness = ? AND run_id = ?",
+                     [harness, run_id]).fetchone()
+    if row is None:
+        return None
+    episode_id = episode_id_for(harness, run_id, row[0])
+    known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    return KnownRun(record=load_run_record(row[1]), episode_id=episode_id if known else None)
 
 
 def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, provider: str, now: str) -> bool:
@@ -120,17 +154,23 @@ def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, 
 
 def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str, ids: Sequence[str],
                    scope: str, now: str) -> None:
-    """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record."""
+    """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record.
+
+    `scope` is ignored: the stored episode's scope is the only one trusted. Ids of an episode forgotten
+    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10).
+    """
     row = db.execute("SELECT scope, forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
         return
-    stored_scope = row[0]
+    stored_scope, forgotten_at = row
     for pid in ids:
         db.execute(
-            "INSERT OR IGNORE INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
-            " VALUES (?,?,?,?,?)",
-            [provider, pid, episode_id, stored_scope, now],
+            "INSERT OR IGNORE INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
+            " VALUES (?,?,?,?,?,?)",
+            [provider, pid, episode_id, stored_scope, now, forgotten_at],
         )
+        if forgotten_at is not None:
+            queue(db, "forget", provider, episode_id, provider_id=pid, now=now)
     db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?", [provider, episode_id])
 
 
@@ -249,7 +289,10 @@ def now_iso(clock: WallClock) -> str:
 
 @attrs.frozen
 class RecordRun:
-    """Store a closed run (redacted) and, when assembled, its episode plus a pending record to `provider`."""
+    """Store a closed run (redacted) and, when assembled, its episode plus a pending record to `provider`.
+
+    One transaction; answers `Stored`. A run already stored is left as it is (first record wins).
+    """
 
     record: RunRecord
     repo: str | None
@@ -258,6 +301,14 @@ class RecordRun:
     episode: Episode | None
     text: str | None
     provider: str
+
+
+@attrs.frozen
+class LookupRun:
+    """What the store holds of (harness, run_id): a KnownRun, or None."""
+
+    harness: str
+    run_id: str
 
 
 @attrs.frozen
@@ -307,13 +358,17 @@ class Index:
             case RecordRun():
                 m = message
 
-                def write(db: sqlite_utils.Database) -> bool:
-                    store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now)
+                def write(db: sqlite_utils.Database) -> Stored:
+                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now):
+                        return Stored(run_new=False, episode_new=False)
                     if m.episode is None or m.text is None:
-                        return False
-                    return store_episode(db, m.episode, m.text, provider=m.provider, now=now)
+                        return Stored(run_new=True, episode_new=False)
+                    new = store_episode(db, m.episode, m.text, provider=m.provider, now=now)
+                    return Stored(run_new=True, episode_new=new)
 
                 return await self._store.write(write)
+            case LookupRun(harness=harness, run_id=run_id):
+                return await self._store.read(lambda db: stored_run(db, harness, run_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
                     lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
