@@ -1,0 +1,152 @@
+"""The MCP gateway over real streamable HTTP on 127.0.0.1 (REQ-12 tool, REQ-15, REQ-2's reserve)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import mcp.types as t
+import pytest
+import trio
+from mcp.shared.exceptions import MCPError
+
+from memactors.config import ConfigHolder, load_config
+from memactors.daemon import run_daemon
+from memactors.gateway import BRIEFING_URI
+from memactors.service import MemoryService, open_memory_service
+from memactors.spawn import prepare_spawn
+from support import example, wait_ready, write_config
+from support_readside import API, as_run, calls, count, fault_toml, gateway_client
+
+RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
+
+
+@pytest.fixture
+async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
+    async with open_memory_service(make_holder(RESIDENT)) as service, trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        yield service, url
+        nursery.cancel_scope.cancel()
+
+
+async def seed(service: MemoryService) -> None:
+    await service.ingest_run(example("run-42-api-fixer.json"))
+    await service.add_fact(scope=f"project:{API}", text="ledger tests need a fixed clock", confidence=0.9)
+
+
+def text_of(result: t.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, t.TextContent))
+
+
+@pytest.mark.req15
+async def test_req15_the_resource_matches_the_tool(served: tuple[MemoryService, str]) -> None:
+    service, url = served
+    await seed(service)
+    token, _ = await as_run(service, "api-fixer", "100", API, branch="fix/flaky")
+    async with gateway_client(url, token) as client:
+        resource = await client.read_resource(BRIEFING_URI)
+        [content] = resource.contents
+        assert isinstance(content, t.TextResourceContents) and content.mime_type == "text/plain"
+        tool = await client.call_tool("briefing", {})
+        assert not tool.is_error
+        assert text_of(tool) == content.text != ""
+        assert tool.structured_content is not None and tool.structured_content["kind"] == "briefing"
+    surfaces = await service.store.read(lambda db: [r[0] for r in db.execute(
+        "SELECT surface FROM exposures WHERE run_id = '100' ORDER BY id").fetchall()])
+    assert surfaces == ["briefing_resource", "briefing_tool"]
+
+
+@pytest.mark.req15
+async def test_req15_a_resident_pulls_its_briefing(served: tuple[MemoryService, str]) -> None:
+    service, url = served
+    await seed(service)
+    token, _ = await as_run(service, "api-fixer", "100", API, branch="fix/flaky")
+    plan = await prepare_spawn(service, harness="api-fixer", run_id="100", workdir="/nonexistent",
+                               base_argv=["claude"])
+    assert plan.kind == "resident" and plan.argv == ("claude",) and not plan.composed  # nothing prepended
+    async with gateway_client(url, token) as client:
+        result = await client.call_tool("briefing", {})
+    text = text_of(result)
+    assert text.startswith('<memory-data kind="briefing"') and "ledger tests need a fixed clock" in text
+    cached = await service.store.read(lambda db: db.execute(
+        "SELECT document FROM briefings WHERE run_id = '100'").fetchone()[0])
+    assert cached == text  # computed at spawn, served unchanged
+
+
+@pytest.mark.req15
+async def test_req15_unattributed_callers_get_not_attributed_and_no_episodes(
+        served: tuple[MemoryService, str]) -> None:
+    service, url = served
+    await seed(service)
+    for token in (None, "forged-token"):
+        async with gateway_client(url, token) as client:
+            result = await client.call_tool("briefing", {})
+            assert result.is_error and text_of(result).startswith("not_attributed")
+            with pytest.raises(MCPError, match="not_attributed"):
+                await client.read_resource(BRIEFING_URI)
+            recall = await client.call_tool("recall", {"query": "flaky ledger"})
+            assert not recall.is_error
+            episodes = next(s for s in recall.structured_content["sections"] if s["name"] == "episodes")
+            assert episodes["items"] == [] and "api-fixer" not in text_of(recall)
+    assert await count(service, "SELECT count(*) FROM exposures") == 0
+
+
+@pytest.mark.req12
+async def test_req12_recall_over_the_gateway_is_wrapped_with_structured_content(
+        served: tuple[MemoryService, str]) -> None:
+    service, url = served
+    await seed(service)
+    token, _ = await as_run(service, "api-fixer", "100", API)
+    async with gateway_client(url, token) as client:
+        listed = await client.list_tools()
+        recall_tool = next(tool for tool in listed.tools if tool.name == "recall")
+        assert recall_tool.input_schema["properties"]["query"]["maxLength"] == 512
+        result = await client.call_tool("recall", {"query": "flaky ledger", "paths": ["internal/ledger"]})
+        bad = await client.call_tool("recall", {"query": "q", "limit": 50})
+    text = text_of(result)
+    assert text.startswith('<memory-data kind="recall"')
+    assert [s["name"] for s in result.structured_content["sections"]] == ["facts", "episodes", "recent_runs"]
+    assert [len(s["items"]) for s in result.structured_content["sections"]] == [1, 1, 1]
+    assert bad.is_error and text_of(bad).startswith("invalid_argument")
+    rows = await service.store.read(lambda db: db.execute(
+        "SELECT surface, call_id FROM exposures WHERE run_id = '100'").fetchall())
+    assert [r[0] for r in rows] == ["recall"] and rows[0][1] is not None
+
+
+@pytest.mark.req2
+async def test_req2_call_tool_cannot_reach_the_provider(
+        tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
+    async with open_memory_service(make_holder(fault_toml(tmp_path))) as service, \
+            trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        await service.ingest_run(example("run-42-api-fixer.json"))
+        token, _ = await as_run(service, "api-fixer", "100", API)
+        sent_before = len(calls(tmp_path))
+        async with gateway_client(url, token) as client:
+            assert sorted(tool.name for tool in (await client.list_tools()).tools) == ["briefing", "recall"]
+            for name in ("zep__memory_forget", "fault__memory_forget", "memory_forget", "memory_record_episode"):
+                result = await client.call_tool(name, {"id": "ep_x"})
+                assert result.is_error and text_of(result).startswith("not_permitted")
+        assert [c["tool"] for c in calls(tmp_path)[sent_before:]] == []  # the upstream received nothing
+        denied = await service.store.read(lambda db: db.execute(
+            "SELECT caller, server, tool FROM call_log WHERE outcome = 'denied' ORDER BY id").fetchall())
+        assert denied == [("api-fixer/100", "zep", "zep__memory_forget"),
+                          ("api-fixer/100", "fault", "fault__memory_forget"),
+                          ("api-fixer/100", "fault", "memory_forget"),
+                          ("api-fixer/100", "fault", "memory_record_episode")]
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_daemon_serves_the_gateway_and_reports_its_url(tmp_path: Path) -> None:
+    path = write_config(tmp_path, RESIDENT)
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
+                                                                       task_status=task_status))
+        assert listening.gateway.startswith("http://127.0.0.1:") and listening.gateway.endswith("/mcp")
+        async with gateway_client(listening.gateway, None) as client:
+            assert sorted(tool.name for tool in (await client.list_tools()).tools) == ["briefing", "recall"]
+            resources = await client.list_resources()
+            assert [str(r.uri) for r in resources.resources] == [BRIEFING_URI]
+        nursery.cancel_scope.cancel()
