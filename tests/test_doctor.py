@@ -85,3 +85,35 @@ def test_warnings_for_failed_and_old_pending_work_and_degraded_recalls(tmp_path:
     assert rows["memory briefing prepend"].message.endswith("nightly")
     text = format_rows(list(rows.values()))
     assert "WARN" in text and "NOTE" in text
+
+
+async def test_doctor_over_the_daemon_and_without_it(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import trio
+    from support import write_config
+
+    from memactors.daemon import run_daemon
+    from memactors.rpc import ensure_tokens
+
+    path = write_config(tmp_path)
+    env = {"HARNESS_CONFIG": str(path), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def doctor() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memactors.cli", "doctor", "--json"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+        done = await trio.to_thread.run_sync(doctor)
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 0, done.stderr
+    names = {r["name"] for r in json.loads(done.stdout)["rows"]}
+    assert {"memory provider", "memory privacy", "memory briefing prepend"} <= names
+    ensure_tokens(tmp_path / "state")
+    assert not (tmp_path / "state" / "daemon.json").exists()  # removed at shutdown
+    down = await trio.to_thread.run_sync(doctor)
+    assert down.returncode == 1
+    assert json.loads(down.stdout)["rows"][0]["name"] == "daemon"

@@ -78,7 +78,11 @@ async def run_daemon(
                     provider=config.memory.provider).info("memactors serving")
         announce(listening)
         task_status.started(listening)
-        await _signals(holder, nursery.cancel_scope)
+        try:
+            await _signals(holder, nursery.cancel_scope)
+        finally:
+            # A stale daemon.json would send the CLI to a port nobody listens on.
+            (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
 
 
 async def _signals(holder: ConfigHolder, scope: trio.CancelScope) -> None:
