@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import trio
 from loguru import logger
-from support import example, wait_ready
 
 from memactors import errors
 from memactors.service import open_memory_service
+from support import example, wait_ready
 
 
 def _zep(tmp_path: Path, control: Path) -> str:

@@ -9,10 +9,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support import example, wait_ready
 
 from memactors.service import open_memory_service
 from memactors.telemetry import memory_span
+from support import example, wait_ready
 
 _exporter = InMemorySpanExporter()
 _provider = TracerProvider()

@@ -2,12 +2,39 @@
 
 It is a real MCP server (the SDK's low-level `Server`), reached in-process through `mcp.Client(server)`
 by the provider session, so conformance checks and scope enforcement exercise it exactly as they do an
-upstream. `memactors provider serve-builtin --stdio` serves the same server over stdio.
+upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio so it
+can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
 
-Ranking: BM25 over FTS5 (`porter unicode61`) on each episode's text and summary. Requested paths add a
-second ranking (episodes whose files_touched contains a requested path, newest first) fused with BM25 by
-reciprocal rank fusion, k = 60; with an embedding model the cosine ranking joins the fusion. Ties break
-by recency (started_at, newest first), then id.
+Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, text, summary,
+files_touched, started_at, content hash), `builtin_fts` (FTS5, `porter unicode61`, over text and
+summary), and — only when an embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
+one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
+model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
+cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
+re-recording or re-embedding the same content never calls the model API again.
+
+Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
+
+* **BM25** over FTS5: every query word, quoted, OR-ed; best 200 candidates in the caller's scopes.
+* **Cosine** (hybrid only): the query's embedding against `builtin_vec`, best 200 in the caller's scopes.
+* **Path boost**: when the request carries `paths`, the episodes whose `files_touched` contains one of
+  them exactly (repository-relative), newest first, best 200, form a third ranking. An episode that
+  touched a requested path therefore gains 1/(60 + rank) — as much as a top BM25 hit at the same rank —
+  and an episode that matches the query *and* touched the path outranks one that only matches the query.
+  A path match alone is enough to be returned.
+
+The fused score is Σ 1/(60 + rank) over the rankings an episode appears in; ties break by recency
+(started_at, newest first), then by episode id. Without an embedding model the ranking is BM25 (plus
+the path boost) alone.
+
+Embedding happens at record time, after the text is committed, under its own deadline: a failure
+(model API down, budget spent, deadline) leaves the episode without a vector and is only logged
+(`memactors doctor` counts such episodes). The query is embedded under the recall's embedding deadline,
+concurrently with the BM25 search; a query that cannot be embedded is answered from FTS5 with
+`degraded: "embeddings_unavailable"` — never an error.
+
+Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
+unknown id answers `{forgotten: false}`.
 """
 
 from __future__ import annotations
@@ -15,64 +42,50 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 import mcp.types as t
 import sqlite_utils
+import sqlite_vec
+import trio
+from loguru import logger
 from mcp.server import Server
 
 from . import __version__
+from .contract import load_schemas
+from .errors import MemactorsError
 from .store import Store
 
 CONTRACT_VERSION = 1
 RRF_K = 60
 MAX_ITEM_TEXT = 2000
 CANDIDATES = 200
+#: Characters of an episode's text sent to the embedding model (the model truncates anyway).
+EMBED_INPUT_CHARS = 8000
+#: Default deadline for embedding one episode at record time.
+RECORD_EMBED_DEADLINE = 10.0
+#: Default deadline for embedding a query; the service passes half of provider_timeout.
+QUERY_EMBED_DEADLINE = 1.0
+
+Embedder = Callable[[Sequence[str]], Awaitable[list[list[float]]]]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_log = logger.bind(component="builtin_provider")
 
 
-def _schema(props: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(required)}
-
-
-TOOLS = [
-    t.Tool(name="memory_contract", description="Contract version and provider identity.", input_schema=_schema({}, [])),
-    t.Tool(
-        name="memory_record_episode",
-        description="Store one episode; returns the ids it is stored under.",
-        input_schema=_schema(
-            {
-                "episode_id": {"type": "string"},
-                "scope": {"type": "string"},
-                "trust_class": {"type": "string"},
-                "episode": {"type": "object"},
-                "text": {"type": "string"},
-            },
-            ["episode_id", "scope", "trust_class", "episode", "text"],
-        ),
-    ),
-    t.Tool(
-        name="memory_recall",
-        description="Search episodes in the given scopes.",
-        input_schema=_schema(
-            {
-                "query": {"type": "string", "maxLength": 512},
-                "scope": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20},
-                "paths": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
-            },
-            ["query", "scope", "limit"],
-        ),
-    ),
-    t.Tool(
-        name="memory_forget",
-        description="Forget one stored id.",
-        input_schema=_schema({"id": {"type": "string"}}, ["id"]),
-    ),
-]
+def _tools() -> list[t.Tool]:
+    schemas = load_schemas()
+    descriptions = {
+        "memory_contract": "Contract version and provider identity.",
+        "memory_record_episode": "Store one episode; returns the ids it is stored under.",
+        "memory_recall": "Search episodes in the given scopes.",
+        "memory_forget": "Forget one stored id.",
+    }
+    return [t.Tool(name=name, description=text, input_schema=schemas[f"{name}.input"])
+            for name, text in descriptions.items()]
 
 
 def fts_query(query: str) -> str | None:
@@ -83,13 +96,21 @@ def fts_query(query: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
+def content_hash(text: str, summary: str) -> str:
+    """The embedding cache key's content part: SHA-256 over text NUL summary."""
+    return hashlib.sha256(f"{text}\0{summary}".encode()).hexdigest()
+
+
+def embed_input(text: str, summary: str) -> str:
+    return (f"{summary}\n{text}" if summary else text)[:EMBED_INPUT_CHARS]
+
+
 @attrs.frozen
 class Hit:
     episode_id: str
     text: str
     summary: str
     started_at: str
-    score: float
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
@@ -101,50 +122,169 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
     return fused
 
 
+def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:
+    """Ids by fused score, ties by recency (started_at newest first), then id."""
+    by_id = sorted(fused)
+    by_recency = sorted(by_id, key=lambda eid: started.get(eid, ""), reverse=True)  # stable: id order kept
+    return sorted(by_recency, key=lambda eid: -fused[eid])[:limit]
+
+
+# -- synchronous store helpers (used by the provider and by bench/) --------------------------------
+
+def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: str, summary: str,
+              files: Sequence[str], started_at: str) -> tuple[int, str, bool]:
+    """Insert or replace one episode's document; returns (doc_id, content hash, changed)."""
+    digest = content_hash(text, summary)
+    row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
+                     [episode_id]).fetchone()
+    if row is not None and row[1] == digest and row[2] == scope:
+        return int(row[0]), digest, False  # recording the same episode twice changes nothing
+    if row is not None:
+        _delete_doc(db, int(row[0]))
+    cur = db.execute(
+        "INSERT INTO builtin_docs (episode_id, scope, text, summary, files, started_at, content_hash)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [episode_id, scope, text, summary, json.dumps(list(files)), started_at, digest],
+    )
+    doc_id = int(cur.lastrowid or 0)
+    db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, ?, ?)", [doc_id, text, summary])
+    return doc_id, digest, True
+
+
+def _delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
+    db.execute("DELETE FROM builtin_fts WHERE rowid = ?", [doc_id])
+    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])
+    if _vec_exists(db):
+        db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+
+
+def _vec_exists(db: sqlite_utils.Database) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+
+
+def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
+    """Create `builtin_vec` for (model, dim), or rebuild it empty when either changed."""
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    exists = _vec_exists(db)
+    if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
+        return
+    if exists:
+        db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
+               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine)")
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
+               [model, str(dim)])
+
+
+def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str,
+                 vector: Sequence[float]) -> None:
+    """Store one episode's embedding in `builtin_vec` and in the cache."""
+    blob = sqlite_vec.serialize_float32(list(vector))
+    ensure_vec_table(db, model, len(vector))
+    db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)",
+               [digest, model, len(vector), blob])
+    db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+
+
+def cached_vector(db: sqlite_utils.Database, digest: str, model: str) -> bytes | None:
+    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def missing_vectors(db: sqlite_utils.Database) -> int:
+    """Episodes the built-in provider holds without an embedding (doctor warns when non-zero)."""
+    total = db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]
+    if not _vec_exists(db):
+        return int(total)
+    have = db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]
+    return int(total) - int(have)
+
+
 class BuiltinProvider:
-    """The contract's four operations over the store's builtin_* tables."""
+    """The contract's four operations over the store's builtin_* tables.
+
+    `embedder` (texts → vectors, e.g. `ModelApiClient.embed`) and `embedding_model` switch on hybrid
+    ranking; both or neither. `query_embed_deadline` bounds the query embedding inside a recall and
+    `record_embed_deadline` the episode embedding inside a record.
+    """
 
     name = "builtin"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
+                 query_embed_deadline: float = QUERY_EMBED_DEADLINE,
+                 record_embed_deadline: float = RECORD_EMBED_DEADLINE) -> None:
+        if (embedder is None) != (not embedding_model):
+            raise ValueError("embedder and embedding_model go together")
         self.store = store
+        self.embedder = embedder
+        self.embedding_model = embedding_model or ""
+        self.query_embed_deadline = query_embed_deadline
+        self.record_embed_deadline = record_embed_deadline
+
+    @property
+    def hybrid(self) -> bool:
+        return self.embedder is not None
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
         episode_id = str(args["episode_id"])
+        scope = str(args["scope"])
         episode = args.get("episode") or {}
         text = str(args["text"])
         summary = str(episode.get("summary") or "")
         files = [str(f) for f in episode.get("files_touched") or []]
         started_at = str(episode.get("started_at") or "")
-        content_hash = hashlib.sha256(f"{text}\0{summary}".encode()).hexdigest()
 
-        def write(db: sqlite_utils.Database) -> None:
-            row = db.execute("SELECT doc_id, content_hash FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
-            if row is not None and row[1] == content_hash:
-                return  # recording the same episode twice changes nothing
-            if row is not None:
-                db.execute("DELETE FROM builtin_fts WHERE rowid = ?", [row[0]])
-                db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [row[0]])
-            cur = db.execute(
-                "INSERT INTO builtin_docs (episode_id, scope, text, summary, files, started_at, content_hash)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [episode_id, str(args["scope"]), text, summary, json.dumps(files), started_at, content_hash],
-            )
-            db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, ?, ?)", [cur.lastrowid, text, summary])
-
-        await self.store.write(write)
+        doc_id, digest, _ = await self.store.write(lambda db: write_doc(
+            db, episode_id=episode_id, scope=scope, text=text, summary=summary, files=files, started_at=started_at))
+        if self.embedder is not None:
+            await self._embed_doc(doc_id, scope, digest, embed_input(text, summary), episode_id)
         return {"ids": [episode_id]}
+
+    async def _embed_doc(self, doc_id: int, scope: str, digest: str, text: str, episode_id: str) -> None:
+        """Give the document its vector: from the cache, else from the model API under its own deadline."""
+        assert self.embedder is not None
+        model = self.embedding_model
+
+        def from_cache(db: sqlite_utils.Database) -> bool:
+            blob = cached_vector(db, digest, model)
+            if blob is None:
+                return False
+            exists = _vec_exists(db) and db.execute(
+                "SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
+            if not exists:
+                dim = len(blob) // 4
+                ensure_vec_table(db, model, dim)
+                db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+            return True
+
+        if await self.store.write(from_cache):
+            return
+        vector: list[float] | None = None
+        with trio.move_on_after(self.record_embed_deadline):
+            try:
+                vector = (await self.embedder([text]))[0]
+            except MemactorsError as exc:
+                _log.bind(episode=episode_id, error=type(exc).__name__).warning("episode left without embedding")
+                return
+        if vector is None:
+            _log.bind(episode=episode_id, error="deadline").warning("episode left without embedding")
+            return
+        await self.store.write(lambda db: write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
+                                                       vector=vector))
 
     # -- recall ---------------------------------------------------------------------------------
     async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
         scopes = [str(s) for s in args["scope"]][:2]
         limit = max(1, min(20, int(args.get("limit", 8))))
         paths = [str(p) for p in args.get("paths") or []][:20]
-        match = fts_query(str(args.get("query", "")))
+        query = str(args.get("query", ""))
+        match = fts_query(query)
+        marks = ",".join("?" * len(scopes))
 
-        def read(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
-            marks = ",".join("?" * len(scopes))
+        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
             if match is not None:
@@ -155,8 +295,8 @@ class BuiltinProvider:
                     f" ORDER BY s, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
                     [match, *scopes],
                 ).fetchall()
-                for eid, text, summary, started, score in rows:
-                    hits[eid] = Hit(eid, text, summary, started, -float(score))
+                for eid, text, summary, started, _score in rows:
+                    hits[eid] = Hit(eid, text, summary, started)
                     bm25_rank.append(eid)
             path_rank: list[str] = []
             if paths:
@@ -168,15 +308,52 @@ class BuiltinProvider:
                     [*scopes, *paths],
                 ).fetchall()
                 for eid, text, summary, started in rows:
-                    hits.setdefault(eid, Hit(eid, text, summary, started, 0.0))
+                    hits.setdefault(eid, Hit(eid, text, summary, started))
                     path_rank.append(eid)
             return bm25_rank, path_rank, hits
 
-        bm25_rank, path_rank, hits = await self.store.read(read)
-        fused = rrf([r for r in (bm25_rank, path_rank) if r])
-        order = sorted(fused, key=lambda eid: (-fused[eid], _neg(hits[eid].started_at), eid))[:limit]
-        items = [{"id": eid, "text": _item_text(hits[eid]), "score": round(fused[eid], 9)} for eid in order]
-        return {"items": items}
+        degraded: str | None = None
+        cosine_rank: list[str] = []
+        cosine_hits: dict[str, Hit] = {}
+        results: dict[str, Any] = {}
+
+        async def text_side() -> None:
+            results["text"] = await self.store.read(text_rankings)
+
+        async def vector_side() -> None:
+            nonlocal degraded, cosine_rank, cosine_hits
+            vector = await self._embed_query(query)
+            if vector is None:
+                degraded = "embeddings_unavailable"
+                return
+            cosine_rank, cosine_hits = await self.store.read(lambda db: _knn(db, vector, scopes))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(text_side)
+            if self.embedder is not None and query.strip():
+                nursery.start_soon(vector_side)
+        bm25_rank, path_rank, hits = results["text"]
+        for eid, hit in cosine_hits.items():
+            hits.setdefault(eid, hit)
+        fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
+        order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
+        out: dict[str, Any] = {"items": [{"id": eid, "text": _item_text(hits[eid]), "score": round(fused[eid], 9)}
+                                         for eid in order]}
+        if degraded:
+            out["degraded"] = degraded
+        return out
+
+    async def _embed_query(self, query: str) -> list[float] | None:
+        """The query's vector, or None when it cannot be had within the query deadline."""
+        assert self.embedder is not None
+        with trio.move_on_after(self.query_embed_deadline):
+            try:
+                return (await self.embedder([query[:EMBED_INPUT_CHARS]]))[0]
+            except MemactorsError as exc:
+                _log.bind(error=type(exc).__name__).warning("query not embedded; answering from FTS5")
+                return None
+        _log.bind(error="deadline").warning("query not embedded; answering from FTS5")
+        return None
 
     # -- forget ---------------------------------------------------------------------------------
     async def forget(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -186,8 +363,7 @@ class BuiltinProvider:
             row = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
             if row is None:
                 return False
-            db.execute("DELETE FROM builtin_fts WHERE rowid = ?", [row[0]])
-            db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [row[0]])
+            _delete_doc(db, int(row[0]))
             return True
 
         return {"forgotten": await self.store.write(write)}
@@ -198,33 +374,81 @@ class BuiltinProvider:
     # -- MCP ------------------------------------------------------------------------------------
     def server(self) -> Server[Any]:
         """The MCP server exposing the four contract tools."""
+        tools = _tools()
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
-            return t.ListToolsResult(tools=TOOLS)
+            return t.ListToolsResult(tools=tools)
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             args = dict(params.arguments or {})
-            match params.name:
-                case "memory_contract":
-                    out = self.contract()
-                case "memory_record_episode":
-                    out = await self.record(args)
-                case "memory_recall":
-                    out = await self.recall(args)
-                case "memory_forget":
-                    out = await self.forget(args)
-                case other:
-                    return t.CallToolResult(content=[t.TextContent(type="text", text=f"unknown tool {other}")], is_error=True)
+            try:
+                match params.name:
+                    case "memory_contract":
+                        out = self.contract()
+                    case "memory_record_episode":
+                        out = await self.record(args)
+                    case "memory_recall":
+                        out = await self.recall(args)
+                    case "memory_forget":
+                        out = await self.forget(args)
+                    case other:
+                        return _error(f"unknown tool {other}")
+            except (KeyError, TypeError, ValueError) as exc:
+                return _error(f"{params.name}: bad arguments ({type(exc).__name__})")
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def _neg(started_at: str) -> tuple[int, ...]:
+def _knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> tuple[list[str], dict[str, Hit]]:
+    """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each)."""
+    if not _vec_exists(db):
+        return [], {}
+    dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
+    if dim is None or int(dim[0]) != len(vector):
+        return [], {}
+    blob = sqlite_vec.serialize_float32(list(vector))
+    found: list[tuple[float, str, str, str, str]] = []
+    for scope in scopes:
+        rows = db.execute(
+            f"SELECT v.distance, d.episode_id, d.text, d.summary, d.started_at FROM"
+            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH ? AND k = {CANDIDATES}"
+            f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
+            [blob, scope],
+        ).fetchall()
+        found.extend((float(r[0]), r[1], r[2], r[3], r[4]) for r in rows)
+    found.sort(key=lambda r: (r[0], _desc(r[4]), r[1]))
+    found = found[:CANDIDATES]
+    return [r[1] for r in found], {r[1]: Hit(r[1], r[2], r[3], r[4]) for r in found}
+
+
+def _desc(started_at: str) -> tuple[int, ...]:
     """Sort key for 'newest first' on ISO strings."""
     return tuple(-ord(c) for c in started_at)
+
+
+def _error(message: str) -> t.CallToolResult:
+    return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
 
 
 def _item_text(hit: Hit) -> str:
     text = hit.text if not hit.summary else f"summary: {hit.summary}\n{hit.text}"
     return text[:MAX_ITEM_TEXT]
+
+
+async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None,
+                              embedding_model: str | None = None) -> None:
+    """Serve the built-in provider over stdio on the store at `db_path` until stdin closes.
+
+    `memactors provider serve-builtin --stdio` runs this, so the built-in provider can be configured as
+    an `[mcp.<name>]` upstream (and exercised exactly as a third-party one).
+    """
+    from mcp.server.stdio import stdio_server
+
+    store = await Store.open(db_path)
+    try:
+        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server()
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        store.close()

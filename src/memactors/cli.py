@@ -19,8 +19,10 @@ import trio
 
 from .config import Config, load_config
 from .daemon import read_daemon_file, serve_main
+from .doctor import Row, format_rows
 from .errors import ConfigError, MemactorsError
 from .rpc import RpcError, connect_rpc, read_token
+from .tui import HarnessEntry, run_tui
 
 SERVICE = "harness.v1.MemoryService"
 
@@ -155,10 +157,197 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_briefing(args: argparse.Namespace) -> int:
+    """`memory briefing H`: the operator preview (GetBriefing) — no cache, no exposure."""
+    result = call(args, "GetBriefing", {"harness": args.harness})
+    if args.json:
+        _print_json(result)
+        return 0
+    if result["document"]:
+        print(result["document"])
+    else:
+        print(f"(empty briefing for {result['harness']})")
+    return 0
+
+
+def cmd_facts_add(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"scope": args.scope, "text": args.text, "confidence": args.confidence,
+                              "status": args.status}
+    if args.id:
+        params["id"] = args.id
+    result = call(args, "AddFact", params, tier="control")
+    _print_json(result) if args.json else print(f"{result['id']} {result['status']} {result['scope']}")
+    return 0
+
+
+def cmd_pr_link(args: argparse.Namespace) -> int:
+    result = call(args, "LinkPullRequest", {"repo": args.repo, "branch": args.branch, "url": args.url},
+                  tier="control")
+    _print_json(result) if args.json else print(f"linked {result['url']} to {result['repo']}@{result['branch']}")
+    return 0
+
+
+def cmd_presence_report(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"harness": args.harness, "run_id": args.run, "session_id": args.session,
+                              "repo": args.repo, "paths": args.paths or [], "ttl_seconds": args.ttl}
+    if args.branch:
+        params["branch"] = args.branch
+    result = call(args, "ReportPresence", params, tier="control")
+    _print_json(result) if args.json else print(f"present until {result['expires_at']}")
+    return 0
+
+
+def cmd_vote(args: argparse.Namespace) -> int:
+    result = call(args, "CastVote", {"fact_id": args.fact_id, "run_id": args.run, "harness": args.harness,
+                                     "stance": args.stance}, tier="control")
+    _print_json(result) if args.json else print(
+        f"vote {result['id']} on {result['fact_id']}: {'counted' if result['counted'] else 'stored, not counted'}")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    result = call(args, "Forget", {"episode_id": args.episode_id}, tier="control")
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"forgotten {result['episode_id']} at {result['forgotten_at']}: {result['ids']} provider id(s),"
+          f" {result['forgotten']} forgotten, {result['pending']} pending, {result['failed']} failed")
+    return 0
+
+
+def cmd_provider_check(args: argparse.Namespace) -> int:
+    from .conformance import CheckResult, ConformanceReport, format_report
+
+    params = {"provider": args.provider} if args.provider else {}
+    result = call(args, "CheckProvider", params, tier="control")
+    if args.json:
+        _print_json(result)
+    else:
+        checks = tuple(CheckResult(**c) for c in result["checks"])
+        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version")}
+        print(format_report(ConformanceReport(checks=checks, unforgotten_ids=tuple(result.get("unforgotten_ids", ())),
+                                              **fields)))
+    return 0 if result["ok"] else 1
+
+
+def cmd_provider_schema(args: argparse.Namespace) -> int:
+    from .contract import schema_document
+
+    _print_json(schema_document())
+    return 0
+
+
+def cmd_serve_builtin(args: argparse.Namespace) -> int:
+    from .builtin import serve_builtin_stdio
+    from .service import DB_NAME
+
+    db = Path(args.db) if args.db else _config(args).store.path / DB_NAME
+    trio.run(serve_builtin_stdio, db)
+    return 0
+
+
+def _providers(sub: Any, memory: Any) -> None:
+    """`memory forget`, `memory provider check|schema` and `provider serve-builtin` (REQ-3, 4, 10, 11)."""
+    p = memory.add_parser("forget", help="forget an episode everywhere (control tier)")
+    p.add_argument("episode_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_forget)
+
+    prov = memory.add_parser("provider", help="the memory provider").add_subparsers(
+        dest="provider_command", required=True)
+    p = prov.add_parser("check", help="run the conformance suite (control tier); non-zero on any fail")
+    p.add_argument("--provider", metavar="NAME", help="a global [mcp.<name>] upstream, or builtin")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_provider_check)
+    p = prov.add_parser("schema", help="print the contract's JSON Schemas")
+    p.set_defaults(fn=cmd_provider_schema)
+
+    top = sub.add_parser("provider", help="memory providers").add_subparsers(dest="provider_command", required=True)
+    p = top.add_parser("serve-builtin", help="serve the built-in provider over stdio (an [mcp.<name>] upstream)")
+    p.add_argument("--stdio", action="store_true", required=True, help="serve over stdin/stdout (the only transport)")
+    p.add_argument("--db", help="store file (default: the configured state directory's memactors.db)")
+    p.set_defaults(fn=cmd_serve_builtin)
+
+
+def _feeds(sub: Any) -> None:
+    """Control-tier feeds for the neighbours recall and briefings read (facts, PRs, presence, votes)."""
+    facts = sub.add_parser("facts", help="facts (control tier)").add_subparsers(dest="facts_command", required=True)
+    p = facts.add_parser("add", help="add or update a fact")
+    p.add_argument("text")
+    p.add_argument("--scope", required=True, help="fleet or project:<repo>")
+    p.add_argument("--confidence", type=float, required=True)
+    p.add_argument("--status", default="live", choices=["live", "suspect", "retired"])
+    p.add_argument("--id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_facts_add)
+
+    pr = sub.add_parser("pr", help="pull requests (control tier)").add_subparsers(dest="pr_command", required=True)
+    p = pr.add_parser("link", help="link a pull request to a repository branch")
+    p.add_argument("repo")
+    p.add_argument("branch")
+    p.add_argument("url")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_pr_link)
+
+    presence = sub.add_parser("presence", help="live presence (control tier)").add_subparsers(
+        dest="presence_command", required=True)
+    p = presence.add_parser("report", help="report a live session")
+    p.add_argument("harness")
+    p.add_argument("--run", required=True)
+    p.add_argument("--session", required=True)
+    p.add_argument("--repo", required=True)
+    p.add_argument("--branch")
+    p.add_argument("--paths", nargs="+", metavar="P")
+    p.add_argument("--ttl", type=int, default=300, help="seconds until the report expires (default 300)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_presence_report)
+
+    p = sub.add_parser("vote", help="cast a run's vote on a fact (control tier)")
+    p.add_argument("fact_id")
+    p.add_argument("--run", required=True)
+    p.add_argument("--harness", required=True)
+    p.add_argument("--stance", required=True, choices=["support", "oppose"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_vote)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    try:
+        result = call(args, "Doctor", {})
+    except RpcError as exc:
+        if exc.code != "UNAVAILABLE":
+            raise
+        result = {"ok": False, "rows": [{"status": "fail", "name": "daemon", "message": exc.message}]}
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_rows([Row(**r) for r in result["rows"]]))
+    return 0 if result["ok"] else 1
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    config = _config(args)
+    entries = [HarnessEntry(name, h.harness, h.memory_briefing) for name, h in sorted(config.harness.items())]
+
+    def load(harness: str) -> tuple[Any, Any]:
+        return call(args, "GetBriefing", {"harness": harness}), call(args, "Status", {})
+
+    run_tui(entries, load)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memactors", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="memactors", description="Episodic memory and briefings for fleets of coding agents (SPEC-0030).")
     parser.add_argument("--config", help="global harness.toml (default: $HARNESS_CONFIG or ~/.config/harness/harness.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("doctor", help="health rows for memory (exit 1 on any fail)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_doctor)
+
+    p = sub.add_parser("tui", help="harness list with the read-only briefing overlay (B)")
+    p.set_defaults(fn=cmd_tui)
 
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.set_defaults(fn=cmd_serve)
@@ -191,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=8)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_recall)
+
+    p = memory.add_parser("briefing", help="preview the briefing a harness would receive now")
+    p.add_argument("harness")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_briefing)
+    _providers(sub, memory)
+    _feeds(sub)
     return parser
 
 

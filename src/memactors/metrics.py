@@ -19,6 +19,9 @@ One family outside the ``harness_memory_`` namespace carries actor channel stati
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import NoReturn
 
@@ -94,8 +97,11 @@ def _check_name(value: str, label: str) -> str:
 class Metrics:
     """The daemon's metrics: REQ-21's families on a private registry, with label-checked helpers."""
 
-    def __init__(self, *, max_harnesses: int = 64) -> None:
+    def __init__(self, *, max_harnesses: int = 64, wall_clock: Callable[[], datetime] | None = None) -> None:
         self.registry = CollectorRegistry()
+        self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        #: wall times of recent degraded recalls, oldest first (bounded: doctor only needs 24 hours)
+        self.degraded_recalls: deque[datetime] = deque(maxlen=100_000)
         self._max_harnesses = max_harnesses
         self._harnesses: set[str] = set()
         r = self.registry
@@ -196,6 +202,14 @@ class Metrics:
         self.recalls.labels(
             _check_name(provider, "provider"), _check(outcome, RECALL_OUTCOMES, "outcome")
         ).inc()
+        if outcome == "degraded":
+            self.degraded_recalls.append(self._wall_clock())
+
+    def degraded_recalls_since(self, since: datetime) -> int:
+        """How many recalls were degraded at or after `since` (doctor's 24-hour warning, REQ-19)."""
+        while self.degraded_recalls and self.degraded_recalls[0] < since:
+            self.degraded_recalls.popleft()
+        return len(self.degraded_recalls)
 
     def dropped(self, provider: str, reason: str, count: int = 1) -> None:
         """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid)."""

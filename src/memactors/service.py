@@ -12,45 +12,73 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx2
 import mcp
 import trio
 from loguru import logger
 from mcp.client.streamable_http import streamable_http_client
 
-from . import contract
+from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
 from ._wire import parse_run_record, parse_time
 from .actors.assembler import Assemble, Assembled, Assembler
-from .actors.index import FilterItems, GetEpisode, Index, ListEpisodes, RecordRun, episode_view
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, provider_call
-from .actors.retention import PendingCounts, RecordNow, Retention
+from .actors.briefing import (
+    UNATTRIBUTED,
+    Briefing,
+    BriefingAnswer,
+    BriefingRequest,
+    Episodes,
+    EpisodesRequest,
+    RecallAnswer,
+    RecallRequest,
+    View,
+    latest_run_place,
+    resolve_view,
+)
+from .actors.index import (
+    GetEpisode,
+    Index,
+    KnownRun,
+    ListEpisodes,
+    LookupRun,
+    RecordRun,
+    Stored,
+    episode_view,
+)
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
+from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
 from .actors.summary import Summarize, SummaryActor, model_api_settings
 from .builtin import BuiltinProvider
 from .config import Config, ConfigHolder, McpServerConfig, parse_duration
-from .errors import ConfigError, InvalidArgument, ProviderUnavailable, UnknownEpisode
+from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
+from .doctor import doctor_rows
+from .episode import stored_record
+from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
 from .metrics import Metrics
-from .modelapi import SummaryResult, UtilityBudget
+from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
+from .telemetry import memory_span
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
 
 
-def provider_target(config: Config, store: Store) -> Callable[[], Any]:
+def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
     """How to reach the configured provider: the built-in server in-process, or the [mcp.<name>] upstream."""
     upstream = config.provider_upstream
     if upstream is None:
-        server = BuiltinProvider(store).server()
+        server = (builtin or BuiltinProvider(store)).server()
         return lambda: server
     return lambda: upstream_target(upstream)
 
@@ -80,6 +108,8 @@ class MemoryService:
         self.assembler: Assembler
         self.retention: Retention
         self.summary: SummaryActor
+        self.briefing: Briefing
+        self.builtin: BuiltinProvider = BuiltinProvider(store)
 
     @property
     def config(self) -> Config:
@@ -92,25 +122,39 @@ class MemoryService:
         Returns once the run (and its episode with a pending record) is committed — from then on
         nothing is lost — and after one record attempt bounded by provider_timeout.
         """
-        record = parse_run_record(data, source=source)
+        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
+        record = stored_record(parse_run_record(data, source=source))
         log = logger.bind(harness=record.harness, run=record.run_id)
+        known: KnownRun | None = await self.index.address.ask(LookupRun(record.harness, record.run_id))
+        if known is not None:  # a closed run is recorded once; the first record wins (scope never changes)
+            log.bind(outcome="duplicate").info("run already ingested")
+            duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
+            return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
+        # Assembly happens before anything is written: a failed assembly writes nothing.
         assembled: Assembled = await self.assembler.address.ask(Assemble(record))
         episode = assembled.episode
-        new = await self.index.address.ask(RecordRun(
-            record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
-            episode=episode, text=assembled.text, provider=self.provider))
+        new = False
+        if assembled.keep_run:
+            stored: Stored = await self.index.address.ask(RecordRun(
+                record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
+                episode=episode, text=assembled.text, provider=self.provider))
+            new = stored.episode_new
         if episode is None:
             self.metrics.episode_recorded(self.provider, "skipped")
             log.bind(reason=assembled.skipped).info("no episode for run")
             return {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
                     "reason": assembled.skipped}
         outcome = "recorded"
-        if new:
-            outcome = "queued"
-            with trio.move_on_after(self.config.episodes.provider_timeout):
-                outcome = await self.retention.address.ask(RecordNow(episode.episode_id))
-        else:
-            outcome = "duplicate"
+        with memory_span("memory.episode.record", enabled=self.config.telemetry.export_all,
+                         episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
+                         run_id=record.run_id, bytes=len((assembled.text or "").encode())) as span:
+            if new:
+                outcome = "queued"
+                with trio.move_on_after(self.config.episodes.provider_timeout):
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id))
+            else:
+                outcome = "duplicate"
+            span.set_attribute("memory.outcome", outcome)
         log.bind(episode=episode.episode_id, outcome=outcome, bytes=len(assembled.text or "")).info("run ingested")
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
@@ -118,9 +162,9 @@ class MemoryService:
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.address.ask(Summarize(text))
 
-    async def pull_request_for(self, repo: str, branch: str) -> str | None:
-        """The pull request the graph links to (repo, branch), if any (filled by the graph module)."""
-        return None
+    async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
+        """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
+        return await self.store.read(lambda db: graph.pull_request_for(db, repo, branch))
 
     # -- MemoryService handlers ----------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
@@ -169,58 +213,158 @@ class MemoryService:
 
     async def recall_episodes(self, *, query: str, scopes: list[str], limit: int = 8,
                               paths: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The episodes section of a recall: provider items through REQ-9's filter, or degraded."""
-        arguments: dict[str, Any] = {"query": query, "scope": scopes, "limit": limit}
-        if paths:
-            arguments["paths"] = list(paths)
-        contract.check_request("memory_recall", arguments)
-        degraded: str | None = None
-        items: list[dict[str, Any]] = []
-        try:
-            with trio.fail_after(self.config.episodes.provider_timeout):
-                payload = await provider_call(self.session.address, "memory_recall", arguments)
-            valid, invalid = contract.split_items(payload)
-            if isinstance(payload.get("degraded"), str):
-                degraded = payload["degraded"]
-            filtered = await self.index.address.ask(FilterItems(
-                provider=self.provider, items=tuple(valid), invalid=invalid,
-                visible_scopes=frozenset(scopes), limit=limit))
-            for reason, count in filtered.dropped:
-                self.metrics.dropped(self.provider, reason, count)
-            for kept in filtered.kept:
-                p = kept.provenance
-                items.append({
-                    "label": "episode", "provider": self.provider, "episode_id": p.episode_id, "run_id": p.run_id,
-                    "harness": p.harness, "adapter": p.adapter, "model": p.model, "repo": p.repo,
-                    "branch": p.branch, "outcome": p.outcome, "at": p.started_at, "score": kept.score,
-                    "text": kept.text, "untrusted": True,
-                })
-            outcome = "degraded" if degraded else "ok"
-        except (ProviderUnavailable, trio.TooSlowError) as exc:
-            degraded, outcome = "provider_unavailable", "degraded"
-            logger.bind(provider=self.provider, error=type(exc).__name__).warning("recall degraded")
-        self.metrics.recall(self.provider, outcome)
-        return {"degraded": degraded, "episodes": items}
+        """Episodes for an operator view of `scopes` (one repository), through the REQ-9 choke point."""
+        repo = scopes[0].removeprefix("project:") if scopes else None
+        view = View("operator", repo=repo)
+        eps: Episodes = await self.briefing.address.ask(EpisodesRequest(
+            view=view, query=query, limit=limit, paths=tuple(paths), deadline=trio.current_effective_deadline()))
+        return {"degraded": eps.degraded, "episodes": [
+            {"label": "episode", "provider": self.provider, "episode_id": k.provenance.episode_id,
+             "run_id": k.provenance.run_id, "harness": k.provenance.harness, "adapter": k.provenance.adapter,
+             "model": k.provenance.model, "repo": k.provenance.repo, "branch": k.provenance.branch,
+             "outcome": k.provenance.outcome, "at": k.provenance.started_at, "score": k.score, "text": k.text,
+             "untrusted": True} for k in eps.items]}
 
     async def recall(self, *, query: str, repo: str | None = None, as_harness: str | None = None,
                      paths: tuple[str, ...] = (), limit: int = 8) -> dict[str, Any]:
-        """Operator recall (REQ-19): `repo` or `as_harness` selects whose view."""
-        if not query or len(query) > contract.MAX_QUERY_CHARS:
-            raise InvalidArgument("query must be 1 to 512 characters", field="query")
-        if not 1 <= limit <= 20:
-            raise InvalidArgument("limit must be 1 to 20", field="limit")
+        """Operator recall (REQ-19): REQ-12's document as `repo` or harness `as_harness` would see it.
+
+        The operator sees every scope, so either selects whose view; no exposure is written (no run saw
+        it). Returns the wrapped text (`document`), its JSON form (`structured`) and flat lists per
+        section for scripts.
+        """
         if repo is None and as_harness is None:
             raise InvalidArgument("recall needs --repo or --as", field="repo")
+        branch = None
         if repo is None:
             harness = self.config.harness.get(str(as_harness))
             if harness is None:
                 raise InvalidArgument(f"unknown harness {as_harness}", field="as")
             repo = await self.harness_repo(harness.name)
-            if repo is None:
-                return {"query_scope": None, "degraded": None, "episodes": []}
-        scope = scope_for(repo)
-        result = await self.recall_episodes(query=query, scopes=[scope], limit=limit, paths=paths)
-        return {"query_scope": scope, **result}
+        view = View("operator", harness=as_harness, repo=repo, branch=branch)
+        answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
+            view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
+        return {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
+                "truncated": answer.document.truncated, "document": answer.text, "structured": answer.json,
+                **_flat_sections(answer.json)}
+
+    async def get_briefing(self, harness: str) -> dict[str, Any]:
+        """Operator preview (REQ-19 GetBriefing): the document the harness would receive now, computed
+        fresh; it is neither cached nor counted as exposure (REQ-17)."""
+        cfg = self.config.harness.get(harness)
+        if cfg is None:
+            raise InvalidArgument(f"unknown harness {harness}", field="harness")
+        view = await resolve_view(self.store, self.config, harness=harness, run_id=None)
+        if view.repo is None:
+            place = await self.store.read(lambda db: latest_run_place(db, harness))
+            if place is not None:
+                view = attrs.evolve(view, repo=place[0], branch=place[1])
+        answer: BriefingAnswer = await self.briefing.address.ask(BriefingRequest(
+            view=attrs.evolve(view, kind="operator"), delivery="preview",
+            deadline=trio.current_effective_deadline()))
+        return {"harness": harness, "document": answer.text, "structured": answer.json,
+                "bytes": answer.nbytes, "chars": len(answer.text), "items": dict(answer.items),
+                "degraded": answer.document.degraded, "briefing_max_chars": cfg.briefing_max_chars,
+                "memory_briefing": cfg.memory_briefing, "provider": self.provider}
+
+    # -- the agent side (gateway, spawn) ------------------------------------------------------------
+    async def caller_view(self, token: str | None) -> View:
+        """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
+        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or ""))
+        if caller is None:
+            return UNATTRIBUTED
+        return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
+                                  workdir=caller.workdir or None)
+
+    async def agent_recall(self, view: View, *, query: str, paths: tuple[str, ...] = (), limit: int = 8,
+                           call_id: str | None = None) -> RecallAnswer:
+        """REQ-12 recall for a harness's view, exposure written for the facts served (REQ-17)."""
+        return await self.briefing.address.ask(RecallRequest(
+            view=view, query=query, paths=paths, limit=limit, deadline=trio.current_effective_deadline(),
+            call_id=call_id))
+
+    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+                             call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer:
+        """REQ-15 briefing for a run (tool, resource, prompt or spawn delivery); NotAttributed without one.
+
+        The provider part ends by `episodes_deadline` (trio time) if given, else by the caller's deadline.
+        """
+        deadline = trio.current_effective_deadline() if episodes_deadline is None else episodes_deadline
+        return await self.briefing.address.ask(BriefingRequest(
+            view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
+            deadline=deadline, call_id=call_id))
+
+    async def start_gateway(self, nursery: trio.Nursery) -> str:
+        """Serve the MCP gateway on `[gateway] listen` in `nursery`; returns its URL."""
+        from .gateway import serve_gateway
+
+        return await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
+
+    # -- control-tier feeds (facts, pull requests, presence, votes, run tokens) ---------------------
+    async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
+                       fact_id: str | None = None) -> dict[str, Any]:
+        now = self.wall_clock()
+        fact = await self.store.write(lambda db: graph.add_fact(
+            db, scope=scope, text=text, confidence=confidence, status=status,  # type: ignore[arg-type]
+            now=now, fact_id=fact_id))
+        return attrs.asdict(fact)
+
+    async def link_pull_request(self, *, repo: str, branch: str, url: str) -> dict[str, Any]:
+        now = self.wall_clock()
+        await self.store.write(lambda db: graph.link_pull_request(db, repo=repo, branch=branch, url=url, now=now))
+        return {"repo": repo, "branch": branch, "url": url}
+
+    async def report_presence(self, *, harness: str, run_id: str, session_id: str, repo: str,
+                              branch: str | None, paths: tuple[str, ...] = (), ttl_seconds: int = 300
+                              ) -> dict[str, Any]:
+        now = self.wall_clock()
+        presence = await self.store.write(lambda db: graph.report_presence(
+            db, harness=harness, run_id=run_id, session_id=session_id, repo=repo, branch=branch, paths=paths,
+            now=now, ttl_seconds=ttl_seconds))
+        return attrs.asdict(presence)
+
+    async def cast_vote(self, *, fact_id: str, run_id: str, harness: str, stance: str) -> dict[str, Any]:
+        """Store a vote; it is counted only when the run was never shown the fact (REQ-17)."""
+        now = self.wall_clock()
+        vote = await self.store.write(lambda db: graph.cast_vote(
+            db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
+        return attrs.asdict(vote)
+
+    async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "") -> dict[str, Any]:
+        """Mint the bearer token a run presents to the gateway (SPEC-0005)."""
+        now = self.wall_clock()
+        token = await self.store.write(lambda db: graph.mint_run_token(
+            db, harness=harness, run_id=run_id, workdir=workdir, now=now))
+        return {"harness": harness, "run_id": run_id, "token": token}
+
+    async def forget(self, episode_id: str) -> dict[str, Any]:
+        """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
+
+        Answers once the tombstone is committed (recall drops the episode from then on) and one round of
+        forgets bounded by provider_timeout has run; what is still pending is retried for 24 hours.
+        """
+        outcome: ForgetOutcome = await self.retention.address.ask(ForgetEpisode(episode_id, "operator"))
+        return attrs.asdict(outcome)
+
+    async def check_provider(self, provider: str | None = None) -> dict[str, Any]:
+        """MemoryService.CheckProvider (REQ-4): the seven checks against the configured provider or a global upstream.
+
+        The check has its own MCP connection; for the built-in provider an in-process one over this
+        store, whose synthetic episodes land only in the built-in provider's own tables (never in
+        episodes or memory_index) and are forgotten before the check returns.
+        """
+        cfg = self.config
+        name = provider or self.provider
+        if name == "builtin":
+            target: Any = self.builtin.server()
+        else:
+            upstream = cfg.mcp.get(name)
+            if upstream is None or upstream.origin == "project":
+                raise InvalidArgument(f"--provider {name}: no [mcp.{name}] in the global file or a drop-in",
+                                      field="provider")
+            target = upstream_target(upstream)
+        report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout)
+        return {**attrs.asdict(report), "ok": report.ok}
 
     async def harness_repo(self, harness: str) -> str | None:
         """The repository a harness works in now: its latest run's repo (SPEC-0027's record), else its workdir's."""
@@ -236,6 +380,26 @@ class MemoryService:
             return info.key if info else None
         return None
 
+    async def doctor(self) -> dict[str, Any]:
+        """REQ-19's doctor rows for memory, and REQ-18's note on where episodes go."""
+        status = await self.status()
+        now = self.wall_clock()
+
+        def oldest(db: Any) -> dict[str, float]:
+            rows = db.execute("SELECT kind, min(first_at) FROM pending WHERE provider = ? AND state = 'pending'"
+                              " GROUP BY kind", [self.provider]).fetchall()
+            return {kind: (now - parse_time(first)).total_seconds() for kind, first in rows if first}
+
+        rows = doctor_rows(
+            self.config, status, oldest_pending_seconds=await self.store.read(oldest),
+            degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
+            episodes_missing_vectors=await self.episodes_missing_vectors())
+        return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}
+
+    async def episodes_missing_vectors(self) -> int:
+        """Built-in episodes without an embedding for the configured model (0 without one)."""
+        return 0
+
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
         def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any]) -> Method:
@@ -246,6 +410,7 @@ class MemoryService:
 
         return [
             m("Status", "read", lambda p: self.status()),
+            m("Doctor", "read", lambda p: self.doctor()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
                 harness=_opt(p, "harness"), repo=_opt(p, "repo"), since=_opt(p, "since"),
                 limit=int(p.get("limit", 100)))),
@@ -254,7 +419,51 @@ class MemoryService:
                 query=_param(p, "query", str), repo=_opt(p, "repo"), as_harness=_opt(p, "as"),
                 paths=tuple(p.get("paths") or ()), limit=int(p.get("limit", 8)))),
             m("IngestRun", "control", ingest),
+            m("Forget", "control", lambda p: self.forget(_param(p, "episode_id", str))),
+            m("CheckProvider", "control", lambda p: self.check_provider(_opt(p, "provider"))),
+            m("GetBriefing", "read", lambda p: self.get_briefing(_param(p, "harness", str))),
+            m("AddFact", "control", lambda p: self.add_fact(
+                scope=_param(p, "scope", str), text=_param(p, "text", str),
+                confidence=p.get("confidence"),  # type: ignore[arg-type] -- add_fact checks it status=str(p.get("status", "live")),
+                fact_id=_opt(p, "id"))),
+            m("LinkPullRequest", "control", lambda p: self.link_pull_request(
+                repo=_param(p, "repo", str), branch=_param(p, "branch", str), url=_param(p, "url", str))),
+            m("ReportPresence", "control", lambda p: self.report_presence(
+                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
+                session_id=_param(p, "session_id", str), repo=_param(p, "repo", str), branch=_opt(p, "branch"),
+                paths=tuple(p.get("paths") or ()), ttl_seconds=int(p.get("ttl_seconds", 300)))),
+            m("CastVote", "control", lambda p: self.cast_vote(
+                fact_id=_param(p, "fact_id", str), run_id=_param(p, "run_id", str),
+                harness=_param(p, "harness", str), stance=_param(p, "stance", str))),
+            m("MintRunToken", "control", lambda p: self.mint_run_token(
+                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
+                workdir=str(p.get("workdir") or ""))),
         ]
+
+
+async def check_target(target: Any, *, provider: str, provider_timeout: float) -> ConformanceReport:
+    """Connect a separate MCP client to `target` and run the conformance suite over it.
+
+    A provider that cannot be reached (no such command, a refused connection, no initialize answer
+    within the connect budget) fails check 1 with the reason; the others are skipped.
+    """
+    budget = max(provider_timeout * 5, 10.0)
+    reason = f"no answer to initialize within {budget:g} s"
+    try:
+        with trio.CancelScope(deadline=trio.current_time() + budget) as scope:
+            async with mcp.Client(target, raise_exceptions=False) as client:
+                scope.deadline = math.inf  # connected: the suite bounds each of its own calls
+                return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
+    except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
+        reason = f"cannot connect: {type(exc).__name__}"
+    checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
+    checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
+    return ConformanceReport(provider=provider, checks=tuple(checks))
+
+
+async def _close_quietly(client: ModelApiClient) -> None:
+    with trio.CancelScope(shield=True), trio.move_on_after(2):
+        await client.aclose()
 
 
 def _param(params: dict[str, Any], name: str, kind: type) -> Any:
@@ -262,6 +471,20 @@ def _param(params: dict[str, Any], name: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise InvalidArgument(f"params.{name} must be a {kind.__name__}", field=name)
     return value
+
+
+def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A recall document's sections as flat lists (provenance merged with text) for scripts."""
+    names = {"episode": "episode_id", "run": "run_id", "fact": "fact_id"}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for section in doc["sections"]:
+        rows = []
+        for item in section["items"]:
+            row = {names.get(k, k): v for k, v in item["provenance"].items()}
+            row.update(label=item["label"], text=item["text"], untrusted=item["untrusted"])
+            rows.append(row)
+        out[section["name"]] = rows
+    return out
 
 
 def _opt(params: dict[str, Any], name: str) -> str | None:
@@ -305,29 +528,48 @@ async def open_memory_service(
     metrics = metrics or Metrics()
     store = await Store.open(store_path or config.store.path / DB_NAME)
     try:
-        async with open_supervisor("memory", max_restarts=5, window=60.0) as sup:
+        async with AsyncExitStack() as stack, open_supervisor("memory", max_restarts=5, window=60.0) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
                                     wall_clock=wall_clock)
-            service.session = ProviderSession(
-                provider=service.provider, target=provider_target(config, store), store=store, metrics=metrics,
-                provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock)
-            await sup.start(ChildSpec("provider_session", service.session.run))
-            service.index = Index(store, wall_clock=wall_clock)
-            await sup.start(ChildSpec("index", service.index.run))
             settings = model_api_settings(config.model_api)
             budget = UtilityBudget(requests_per_minute=settings.requests_per_minute,
                                    daily_requests=settings.daily_requests) if settings else None
+            if settings is not None and settings.embedding_model:
+                # REQ-11 hybrid ranking: the built-in provider embeds through the shared utility budget.
+                embed_client = ModelApiClient(settings, budget=budget)
+                stack.push_async_callback(_close_quietly, embed_client)
+                service.builtin = BuiltinProvider(
+                    store, embedder=embed_client.embed, embedding_model=settings.embedding_model,
+                    query_embed_deadline=config.episodes.provider_timeout / 2)
+
+            async def session_ready() -> None:
+                retention: Retention | None = getattr(service, "retention", None)
+                if retention is not None:
+                    await retention.address.tell(RetryNow())
+
+            service.session = ProviderSession(
+                provider=service.provider, target=provider_target(config, store, service.builtin), store=store,
+                metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
+                on_ready=session_ready)
+            await sup.start(ChildSpec("provider_session", service.session.run))
+            service.index = Index(store, wall_clock=wall_clock)
+            await sup.start(ChildSpec("index", service.index.run))
             service.summary = SummaryActor(settings=settings if config.episodes.summary else None,
                                            budget=budget, metrics=metrics)
             await sup.start(ChildSpec("summary", service.summary.run))
             service.assembler = Assembler(config=lambda: holder.current, summarize=service.summarize,
-                                          pull_request_for=service.pull_request_for)
+                                          pull_request_for=service.pull_request_for, metrics=metrics)
             await sup.start(ChildSpec("assembler", service.assembler.run))
             service.retention = Retention(
                 store=store, provider=service.provider, provider_address=service.session.address,
                 index_address=service.index.address, metrics=metrics, wall_clock=wall_clock,
-                provider_timeout=config.episodes.provider_timeout)
+                provider_timeout=config.episodes.provider_timeout,
+                retention=lambda: holder.current.episodes.retention)
             await sup.start(ChildSpec("retention", service.retention.run))
+            service.briefing = Briefing(
+                store=store, metrics=metrics, provider=service.provider, session_address=service.session.address,
+                index_address=service.index.address, config=lambda: holder.current, wall_clock=wall_clock)
+            await sup.start(ChildSpec("briefing", service.briefing.run))
             yield service
     finally:
         store.close()

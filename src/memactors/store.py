@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import sqlean
 import sqlite_utils
+import sqlite_vec
 import trio
 from sqlite_utils.migrations import Migrations
 
@@ -212,8 +213,37 @@ def _m0002(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations(name="0003_providers")
+def _m0003_providers(db: sqlite_utils.Database) -> None:
+    """The built-in provider's embedding cache and settings (REQ-11), and an index for due retries.
+
+    The vec0 table itself (`builtin_vec`) is created lazily by the built-in provider once the embedding
+    dimension is known; `builtin_meta` remembers the model and dimension it was built for.
+    """
+    db.executescript(
+        """
+        CREATE TABLE builtin_embed_cache (
+            content_hash TEXT NOT NULL,
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            vector BLOB NOT NULL,          -- float32 little-endian, sqlite-vec's serialisation
+            PRIMARY KEY (content_hash, model)
+        );
+        CREATE TABLE builtin_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE INDEX pending_due ON pending (provider, state, next_at);
+        """
+    )
+
+
 def _connect(path: Path) -> sqlite_utils.Database:
     conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
+    # sqlite-vec on every connection: the built-in provider's vec0 table lives in this file (REQ-11).
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    conn.enable_load_extension(False)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA busy_timeout = 5000")

@@ -31,7 +31,7 @@ class Breaker:
     max_open: float = MAX_OPEN_SECONDS
     state: State = "closed"
     consecutive_failures: int = 0
-    open_for: float = BASE_OPEN_SECONDS
+    open_for: float = attrs.Factory(lambda self: self.base_open, takes_self=True)
     open_until: float = 0.0
     opened_count: int = 0
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import attrs
@@ -94,6 +94,7 @@ class ProviderSession:
         max_backoff: float = 30.0,
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
+        on_ready: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.provider = provider
         self._target = target
@@ -104,6 +105,7 @@ class ProviderSession:
         self._max_backoff = max_backoff
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
+        self._on_ready = on_ready
         self.address, self._mailbox = open_mailbox("provider_session", 64)
         self._client: mcp.Client | None = None
         self._state: SessionState = "connecting"
@@ -192,7 +194,15 @@ class ProviderSession:
             self._set_state("down", str(exc))
             raise
         self._ever_checked = True
+        was = self._state
         self._set_state("ready")
+        if was != "ready" and self._on_ready is not None:
+            # The provider is (back) in service: let retention retry what waited for it, now.
+            with trio.move_on_after(1.0):
+                try:
+                    await self._on_ready()
+                except MemactorsError as exc:
+                    self._log.bind(error=type(exc).__name__).warning("ready notification failed")
 
     async def _heartbeat_loop(self, client: mcp.Client) -> None:
         while True:
@@ -285,9 +295,12 @@ class ProviderSession:
             raise ProviderUnavailable(f"provider is {self._state}", provider=self.provider, tool=call.tool)
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
+        deadline = call.deadline
+        if self.breaker.state == "half_open":  # the single probe runs under provider_timeout
+            deadline = min(deadline, trio.current_time() + self._provider_timeout)
         verdict = "neutral"
         try:
-            with trio.CancelScope(deadline=call.deadline) as scope:
+            with trio.CancelScope(deadline=deadline) as scope:
                 payload = await self._raw_call(client, call.tool, call.arguments, call.caller)
                 verdict = "ok"
                 return payload

@@ -1,17 +1,36 @@
-"""The retention actor: pending records and forgets, retried with backoff for 24 hours (REQ-10, REQ-13).
+"""The retention actor: pending records and forgets retried with backoff for 24 hours, and the hourly
+prune (SPEC-0030 REQ-10, REQ-13 record side).
 
-Every episode the index stores arrives here as a `pending` row written in the same transaction, so an
-acknowledged run is never lost: this actor records it to the provider from the stored copy, now and
-after every failure with growing backoff, across daemon restarts (the rows live in SQLite and times are
-wall-clock), until it succeeds or 24 hours have passed since the first attempt, when the row is marked
-`failed` (record_failed / forget_failed in `memory status`).
+Records. Every episode the index stores arrives here as a `pending` record row written in the same
+transaction, so an acknowledged run is never lost: this actor records it to the provider from the
+stored copy, now and after every failure with growing backoff (5 s doubling to 1 h), across daemon
+restarts (the rows live in SQLite; times are wall-clock), until it succeeds or 24 hours have passed
+since the row was queued, when the row is marked `failed` (`record_failed` in `memory status`). When
+the provider session becomes ready again (after a reconnect or a contract that is supported again) it
+sends `RetryNow`, and every pending row is due at once instead of waiting out its backoff.
 
-Backoff waits use `trio.sleep` (MockClock in tests) and the wall clock decides what is due.
+Forgets, in REQ-10's order: `ForgetEpisode` first sets `forgotten_at` on the episode and on every index
+row in one transaction (REQ-9 drops it from that commit on), queues one `pending` forget row per
+(provider, provider id), then calls `memory_forget` for each; the stored body and text are deleted once
+no forget is pending any more (each one done, or failed after 24 h of retries). The tombstone (the
+index rows with `forgotten_at`) stays. A provider answering `{forgotten: false}` does not hold the id:
+that is done too.
+
+Reachability. Rows for the configured provider go through the provider session; rows for `builtin`
+when another provider is configured are forgotten directly on the store (the built-in provider's
+tables live there). Rows for an upstream that is no longer configured wait until it is again.
+
+Prune. Once at start and then every hour (`trio.sleep`, so MockClock drives it in tests) every episode
+whose `recorded_at` is older than `[memory.episodes] retention` is forgotten as above, for every
+provider holding index rows for it.
+
+Backoff waits use `trio.sleep`; the injected wall clock decides what is due.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +41,9 @@ from loguru import logger
 
 from .._kernel import Address, open_mailbox, serve
 from .._wire import parse_time
-from ..errors import MemactorsError
+from ..errors import MemactorsError, UnknownEpisode
 from ..metrics import Metrics
+from ..redact import redact
 from ..store import Store, WallClock, iso
 from .index import IndexIds
 from .provider_session import provider_call
@@ -32,6 +52,10 @@ RETRY_WINDOW = timedelta(hours=24)
 FIRST_BACKOFF = 5.0
 MAX_BACKOFF = 3600.0
 IDLE_POLL = 60.0
+PRUNE_EVERY = 3600.0
+PRUNE_BATCH = 500
+CONCURRENT_ATTEMPTS = 8
+KINDS = ("record", "forget")
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -52,8 +76,37 @@ class Kick:
 
 
 @attrs.frozen
+class RetryNow:
+    """The provider is back: make every pending row due now and look at them."""
+
+
+@attrs.frozen
 class PendingCounts:
-    """Ask for {(kind, state): count} for the configured provider."""
+    """Ask for {"<kind>_<state>": count} summed over providers (and refresh the pending gauges)."""
+
+
+@attrs.frozen
+class ForgetEpisode:
+    """Forget one episode (operator or retention). Answers a `ForgetOutcome`; `UnknownEpisode` if absent."""
+
+    episode_id: str
+    reason: str = "operator"
+
+
+@attrs.frozen
+class Prune:
+    """Run the retention prune now; answers how many episodes it forgot."""
+
+
+@attrs.frozen
+class ForgetOutcome:
+    episode_id: str
+    forgotten_at: str
+    ids: int
+    forgotten: int
+    pending: int
+    failed: int
+    body_deleted: bool
 
 
 @attrs.frozen
@@ -61,6 +114,42 @@ class Attempt:
     kind: str
     episode_id: str
     provider_id: str
+    provider: str
+
+
+def tombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
+    """Mark an episode and its index rows forgotten and queue their forgets; False if already forgotten.
+
+    One transaction: from its commit on, REQ-9's filter drops every id of the episode. An episode with
+    no index row has nothing to forget at a provider, so its body goes at once.
+    """
+    row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    if row is None:
+        raise UnknownEpisode(f"no episode {episode_id}", episode=episode_id)
+    if row[0] is not None:
+        return False
+    db.execute("UPDATE episodes SET forgotten_at = ? WHERE episode_id = ?", [now, episode_id])
+    db.execute("UPDATE memory_index SET forgotten_at = ? WHERE episode_id = ? AND forgotten_at IS NULL",
+               [now, episode_id])
+    db.execute("DELETE FROM pending WHERE kind = 'record' AND episode_id = ?", [episode_id])
+    ids = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ?", [episode_id]).fetchall()
+    for provider, provider_id in ids:
+        db.execute(
+            "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
+            " VALUES ('forget', ?, ?, ?, ?, ?)", [provider, episode_id, provider_id, now, now])
+    delete_body_if_done(db, episode_id)
+    return True
+
+
+def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
+    """Delete a forgotten episode's stored body once no forget of it is pending any more."""
+    waiting = db.execute("SELECT 1 FROM pending WHERE kind = 'forget' AND episode_id = ? AND state = 'pending'"
+                         " LIMIT 1", [episode_id]).fetchone()
+    if waiting is not None:
+        return False
+    db.execute("UPDATE episodes SET body = NULL, text = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
+               [episode_id])
+    return True
 
 
 class Retention:
@@ -74,6 +163,7 @@ class Retention:
         metrics: Metrics,
         wall_clock: WallClock,
         provider_timeout: float,
+        retention: Callable[[], float] = lambda: 90 * 86400.0,
     ) -> None:
         self._store = store
         self._provider = provider
@@ -82,14 +172,22 @@ class Retention:
         self._metrics = metrics
         self._clock = wall_clock
         self._provider_timeout = provider_timeout
+        self._retention = retention
         self._wake = trio.Event()
-        self._inflight: set[tuple[str, str, str]] = set()
+        self._inflight: set[tuple[str, str, str, str]] = set()
+        self._builtin: Any = None
         self.address, self._mailbox = open_mailbox("retention", 32)
         self._log = logger.bind(actor="retention", provider=provider)
+
+    @property
+    def reachable(self) -> tuple[str, ...]:
+        """Providers whose pending rows this actor can act on."""
+        return (self._provider,) if self._provider == "builtin" else (self._provider, "builtin")
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._loop)
+            nursery.start_soon(self._prune_loop)
             task_status.started(self.address)
             await serve(self._mailbox, self._handle, concurrency=8)
             nursery.cancel_scope.cancel()
@@ -97,51 +195,143 @@ class Retention:
     async def _handle(self, message: object) -> object:
         match message:
             case RecordNow(episode_id=episode_id):
-                return await self._attempt(Attempt("record", episode_id, ""))
+                return await self._attempt(Attempt("record", episode_id, "", self._provider))
             case Kick():
+                self._wake.set()
+                return None
+            case RetryNow():
+                await self._make_due()
                 self._wake.set()
                 return None
             case PendingCounts():
                 return await self.counts()
+            case ForgetEpisode(episode_id=episode_id, reason=reason):
+                return await self.forget(episode_id, reason)
+            case Prune():
+                return await self.prune()
             case _:
                 raise TypeError(f"retention cannot handle {type(message).__name__}")
 
     async def counts(self) -> dict[str, int]:
         rows = await self._store.read(lambda db: db.execute(
-            "SELECT kind, state, count(*) FROM pending WHERE provider = ? GROUP BY kind, state",
-            [self._provider]).fetchall())
-        out = {f"{kind}_{state}": n for kind, state, n in rows}
-        for kind in ("record", "forget"):
-            self._metrics.set_pending(self._provider, kind, out.get(f"{kind}_pending", 0))
+            "SELECT provider, kind, state, count(*) FROM pending GROUP BY provider, kind, state").fetchall())
+        out: dict[str, int] = {}
+        per_provider: dict[tuple[str, str], int] = {(self._provider, kind): 0 for kind in KINDS}
+        for provider, kind, state, n in rows:
+            out[f"{kind}_{state}"] = out.get(f"{kind}_{state}", 0) + n
+            if state == "pending":
+                per_provider[(provider, kind)] = per_provider.get((provider, kind), 0) + n
+            else:
+                per_provider.setdefault((provider, kind), 0)
+        for (provider, kind), n in per_provider.items():
+            self._metrics.set_pending(provider, kind, n)
         return out
+
+    # -- forgetting -----------------------------------------------------------------------------------
+    async def forget(self, episode_id: str, reason: str = "operator") -> ForgetOutcome:
+        """REQ-10: tombstone first, then one bounded round of memory_forget; retries continue in the loop."""
+        now = iso(self._clock())
+        first = await self._store.write(lambda db: tombstone(db, episode_id, now))
+        log = self._log.bind(episode=episode_id, reason=reason)
+        if first:
+            due = await self._store.read(lambda db: db.execute(
+                "SELECT provider_id, provider FROM pending WHERE kind = 'forget' AND episode_id = ?"
+                " AND state = 'pending'", [episode_id]).fetchall())
+            attempts = [Attempt("forget", episode_id, pid, provider) for pid, provider in due
+                        if provider in self.reachable]
+            with trio.move_on_after(self._provider_timeout):
+                async with trio.open_nursery() as nursery:
+                    for attempt in attempts:
+                        nursery.start_soon(self._attempt, attempt)
+            self._wake.set()  # whatever is still pending is the loop's now
+        outcome = await self._store.read(lambda db: _forget_outcome(db, episode_id))
+        log.bind(ids=outcome.ids, pending=outcome.pending, failed=outcome.failed, first=first).info("episode forgotten")
+        await self.counts()
+        return outcome
+
+    async def prune(self) -> int:
+        """Forget every live episode older than the configured retention; returns how many."""
+        retention = self._retention()
+        cutoff = iso(self._clock() - timedelta(seconds=retention))
+        now = iso(self._clock())
+
+        def write(db: sqlite_utils.Database) -> int:
+            rows = db.execute("SELECT episode_id FROM episodes WHERE forgotten_at IS NULL AND recorded_at < ?"
+                              " ORDER BY recorded_at LIMIT ?", [cutoff, PRUNE_BATCH]).fetchall()
+            return sum(tombstone(db, eid, now) for (eid,) in rows)
+
+        total = 0
+        while True:
+            n = await self._store.write(write)
+            total += n
+            if n < PRUNE_BATCH:
+                break
+        if total:
+            self._log.bind(episodes=total, retention_s=retention).info("retention prune forgot episodes")
+            self._wake.set()
+        return total
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await self.prune()
+            await trio.sleep(PRUNE_EVERY)
 
     # -- the retry loop -------------------------------------------------------------------------------
     async def _loop(self) -> None:
+        limiter = trio.CapacityLimiter(CONCURRENT_ATTEMPTS)
+
+        async def one(attempt: Attempt) -> None:
+            async with limiter:
+                await self._attempt(attempt)
+
         while True:
             self._wake = trio.Event()
             due = await self._due()
-            for attempt in due:
-                await self._attempt(attempt)
+            async with trio.open_nursery() as nursery:
+                for attempt in due:
+                    nursery.start_soon(one, attempt)
             await self.counts()
-            with trio.move_on_after(IDLE_POLL if not due else 0.5):
+            with trio.move_on_after(0.5 if due else await self._until_next_due()):
                 await self._wake.wait()
+
+    async def _until_next_due(self) -> float:
+        """Seconds until the earliest pending row is due (at most IDLE_POLL), by the wall clock."""
+        reachable = self.reachable
+        marks = ",".join("?" * len(reachable))
+        row = await self._store.read(lambda db: db.execute(
+            f"SELECT min(next_at) FROM pending WHERE provider IN ({marks}) AND state = 'pending'"
+            f" AND (kind = 'forget' OR provider = ?)", [*reachable, self._provider]).fetchone())
+        if row is None or row[0] is None:
+            return IDLE_POLL
+        wait = (parse_time(row[0]) - self._clock()).total_seconds()
+        return min(max(wait, 0.05), IDLE_POLL)
 
     async def _due(self) -> list[Attempt]:
         now = iso(self._clock())
+        reachable = self.reachable
+        marks = ",".join("?" * len(reachable))
         rows = await self._store.read(lambda db: db.execute(
-            "SELECT kind, episode_id, provider_id FROM pending WHERE provider = ? AND state = 'pending'"
-            " AND next_at <= ? ORDER BY next_at LIMIT 100", [self._provider, now]).fetchall())
-        return [Attempt(k, e, p) for k, e, p in rows]
+            f"SELECT kind, episode_id, provider_id, provider FROM pending WHERE provider IN ({marks})"
+            f" AND state = 'pending' AND next_at <= ? AND (kind = 'forget' OR provider = ?)"
+            f" ORDER BY next_at LIMIT 100", [*reachable, now, self._provider]).fetchall())
+        # (A record row for another provider — the configuration changed — is not ours to send.)
+        return [Attempt(k, e, p, prov) for k, e, p, prov in rows]
+
+    async def _make_due(self) -> None:
+        now = iso(self._clock())
+        await self._store.write(lambda db: db.execute(
+            "UPDATE pending SET next_at = ? WHERE provider = ? AND state = 'pending' AND next_at > ?",
+            [now, self._provider, now]))
 
     async def _attempt(self, attempt: Attempt) -> str:
-        key = (attempt.kind, attempt.episode_id, attempt.provider_id)
+        key = (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
         if key in self._inflight:
-            return "in_flight"
+            return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
         try:
             if attempt.kind == "record":
                 return await self._record(attempt.episode_id)
-            return await self._forget(attempt.episode_id, attempt.provider_id)
+            return await self._forget(attempt)
         finally:
             self._inflight.discard(key)
 
@@ -165,25 +355,60 @@ class Retention:
             await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
             self._metrics.episode_recorded(self._provider, "error")
-            state = await self._failed("record", episode_id, "", exc)
-            log.bind(error=type(exc).__name__, detail=str(exc)[:200], state=state).warning("episode record failed")
+            state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
+            # The provider's own message, redacted and cut (ProviderError builds it that way), names
+            # what went wrong upstream: SPEC-0030 "A provider error is attributable".
+            log.bind(error=type(exc).__name__, detail=redact(str(exc))[:300], state=state).warning(
+                "episode record failed")
             return state
         self._metrics.episode_recorded(self._provider, "ok")
+        # Forgotten while the record was in flight: the new ids must be tombstoned and forgotten too.
+        now = iso(self._clock())
+        if await self._store.write(lambda db: _retombstone(db, episode_id, now)):
+            self._wake.set()
         log.bind(ids=len(ids)).info("episode recorded")
         return "recorded"
 
-    async def _forget(self, episode_id: str, provider_id: str) -> str:
-        # Filled in with REQ-10 forgetting; a forget row without a handler stays pending, never lost.
-        return "pending"
+    async def _forget(self, attempt: Attempt) -> str:
+        log = self._log.bind(episode=attempt.episode_id, target=attempt.provider)
+        try:
+            if attempt.provider == self._provider:
+                with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
+                    payload = await provider_call(self._provider_address, "memory_forget", {"id": attempt.provider_id})
+            elif attempt.provider == "builtin":
+                payload = await self._builtin_provider().forget({"id": attempt.provider_id})
+            else:
+                return "unreachable"
+        except (MemactorsError, trio.TooSlowError) as exc:
+            state = await self._failed(attempt, exc)
+            log.bind(error=type(exc).__name__, state=state).warning("forget failed")
+            return state
 
-    async def _failed(self, kind: str, episode_id: str, provider_id: str, exc: BaseException) -> str:
+        def done(db: sqlite_utils.Database) -> None:
+            db.execute("DELETE FROM pending WHERE kind = 'forget' AND provider = ? AND episode_id = ?"
+                       " AND provider_id = ?", [attempt.provider, attempt.episode_id, attempt.provider_id])
+            delete_body_if_done(db, attempt.episode_id)
+
+        await self._store.write(done)
+        log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
+        return "forgotten"
+
+    def _builtin_provider(self) -> Any:
+        if self._builtin is None:
+            from ..builtin import BuiltinProvider  # the built-in tables live in our store
+
+            self._builtin = BuiltinProvider(self._store)
+        return self._builtin
+
+    async def _failed(self, attempt: Attempt, exc: BaseException) -> str:
         now = self._clock()
         message = f"{type(exc).__name__}: {str(exc)[:300]}"
+        kind, provider, episode_id, provider_id = attempt.kind, attempt.provider, attempt.episode_id, attempt.provider_id
 
         def write(db: sqlite_utils.Database) -> str:
             row = db.execute(
                 "SELECT attempts, first_at FROM pending WHERE kind = ? AND provider = ? AND episode_id = ?"
-                " AND provider_id = ?", [kind, self._provider, episode_id, provider_id]).fetchone()
+                " AND provider_id = ?", [kind, provider, episode_id, provider_id]).fetchone()
             if row is None:
                 return "gone"
             attempts = row[0] + 1
@@ -193,7 +418,36 @@ class Retention:
             db.execute(
                 "UPDATE pending SET attempts = ?, next_at = ?, state = ?, last_error = ? WHERE kind = ?"
                 " AND provider = ? AND episode_id = ? AND provider_id = ?",
-                [attempts, next_at, state, message, kind, self._provider, episode_id, provider_id])
+                [attempts, next_at, state, message, kind, provider, episode_id, provider_id])
+            if expired and kind == "forget":
+                delete_body_if_done(db, episode_id)
             return "failed" if expired else "queued"
 
         return await self._store.write(write)
+
+
+def _retombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
+    """After a record: if the episode was forgotten meanwhile, tombstone and queue its new ids."""
+    row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    if row is None or row[0] is None:
+        return False
+    fresh = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ? AND forgotten_at IS NULL",
+                       [episode_id]).fetchall()
+    if not fresh:
+        return False
+    db.execute("UPDATE memory_index SET forgotten_at = ? WHERE episode_id = ? AND forgotten_at IS NULL", [now, episode_id])
+    for provider, provider_id in fresh:
+        db.execute(
+            "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
+            " VALUES ('forget', ?, ?, ?, ?, ?)", [provider, episode_id, provider_id, now, now])
+    return True
+
+
+def _forget_outcome(db: sqlite_utils.Database, episode_id: str) -> ForgetOutcome:
+    row = db.execute("SELECT forgotten_at, body IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    ids = db.execute("SELECT count(*) FROM memory_index WHERE episode_id = ?", [episode_id]).fetchone()[0]
+    states = dict(db.execute("SELECT state, count(*) FROM pending WHERE kind = 'forget' AND episode_id = ?"
+                             " GROUP BY state", [episode_id]).fetchall())
+    pending, failed = states.get("pending", 0), states.get("failed", 0)
+    return ForgetOutcome(episode_id=episode_id, forgotten_at=row[0], ids=ids, forgotten=ids - pending - failed,
+                         pending=pending, failed=failed, body_deleted=bool(row[1]))

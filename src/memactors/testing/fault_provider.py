@@ -11,6 +11,7 @@ Modes (they combine):
 ==================  ==================================================================================
 ``hang``            every tool call except ``memory_contract`` never returns
 ``hang_recall``     ``memory_recall`` never returns
+``hang_forget``     ``memory_forget`` never returns
 ``exit_mid_call``   the process dies (``os._exit(1)``) when any call but ``memory_contract`` arrives
 ``exit_on_record``  the process dies when ``memory_record_episode`` arrives
 ``slow``            every call sleeps ``--delay`` seconds before answering
@@ -32,7 +33,8 @@ Test hooks: ``--calls FILE`` appends every received call as a JSON line ``{"tool
 keeps the store in a JSON file (loaded at start, rewritten after each change) so a test can see what
 the provider holds; ``--control FILE``, when the file exists, replaces the modes with the
 comma-separated list it holds, re-read on every request (an empty file means "behave"), so a test can
-make a provider fail and come back without restarting it.
+make a provider fail and come back without restarting it. ``--pid-file FILE`` writes the process id
+there at start, so a test can kill or stop the very process the daemon spawned.
 
 The process exits when its stdin closes, hanging calls included.
 """
@@ -60,6 +62,7 @@ MODES: frozenset[str] = frozenset(
     {
         "hang",
         "hang_recall",
+        "hang_forget",
         "exit_mid_call",
         "exit_on_record",
         "slow",
@@ -101,7 +104,9 @@ class FaultProvider:
     state_file: Path | None = None
     calls_file: Path | None = None
     control_file: Path | None = None
+    pid_file: Path | None = None
     items: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    _save_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def load_state(self) -> None:
         if self.state_file is not None and await trio.Path(self.state_file).exists():
@@ -111,9 +116,10 @@ class FaultProvider:
     async def _save_state(self) -> None:
         if self.state_file is None:
             return
-        tmp = trio.Path(f"{self.state_file}.tmp")
-        await tmp.write_text(json.dumps({"items": self.items}, indent=1), "utf-8")
-        await tmp.replace(self.state_file)
+        async with self._save_lock:  # concurrent records must not race on the temporary file
+            tmp = trio.Path(f"{self.state_file}.tmp")
+            await tmp.write_text(json.dumps({"items": self.items}, indent=1), "utf-8")
+            await tmp.replace(self.state_file)
 
     async def current_modes(self) -> frozenset[str]:
         if self.control_file is not None and await trio.Path(self.control_file).exists():
@@ -160,6 +166,8 @@ class FaultProvider:
         if name == "memory_record_episode" and "exit_on_record" in modes:
             os._exit(1)
         if name == "memory_recall" and "hang_recall" in modes:
+            await trio.sleep_forever()
+        if name == "memory_forget" and "hang_forget" in modes:
             await trio.sleep_forever()
         if "slow" in modes:
             await trio.sleep(self.delay)
@@ -244,6 +252,7 @@ def fault_provider_params(
     delay: float | None = None,
     state_file: str | os.PathLike[str] | None = None,
     control_file: str | os.PathLike[str] | None = None,
+    pid_file: str | os.PathLike[str] | None = None,
 ) -> StdioServerParameters:
     """`StdioServerParameters` that start this provider with ``modes`` under the current interpreter."""
     parse_modes(" ".join(modes))  # fail in the test, not in the subprocess
@@ -258,6 +267,8 @@ def fault_provider_params(
         args += ["--state", os.fspath(state_file)]
     if control_file is not None:
         args += ["--control", os.fspath(control_file)]
+    if pid_file is not None:
+        args += ["--pid-file", os.fspath(pid_file)]
     return StdioServerParameters(command=sys.executable, args=args)
 
 
@@ -272,19 +283,23 @@ def _parse_args(argv: Sequence[str] | None) -> FaultProvider:
     parser.add_argument(
         "--control", type=Path, help="file whose comma-separated modes replace --mode while it exists"
     )
+    parser.add_argument("--pid-file", type=Path, help="write this process's id here at start")
     ns = parser.parse_args(argv)
     try:
         modes = frozenset(ns.mode) | parse_modes(os.environ.get(ENV_MODES, ""))
     except ValueError as exc:
         parser.error(str(exc))
     return FaultProvider(
-        modes=modes, delay=ns.delay, state_file=ns.state, calls_file=ns.calls, control_file=ns.control
+        modes=modes, delay=ns.delay, state_file=ns.state, calls_file=ns.calls, control_file=ns.control,
+        pid_file=ns.pid_file,
     )
 
 
 async def serve(provider: FaultProvider) -> None:
     """Serve ``provider`` over stdio until stdin closes; calls still hanging then are cancelled."""
     await provider.load_state()
+    if provider.pid_file is not None:
+        await trio.Path(provider.pid_file).write_text(str(os.getpid()), "utf-8")
     server = Server(
         PROVIDER_NAME,
         version=PROVIDER_VERSION,

@@ -1,0 +1,126 @@
+"""Helpers for the provider-layer tests (issue 4): fault-provider config, polling, clocks, call files."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from memactors.testing import fault_provider_params
+
+
+@attrs.define
+class FaultFiles:
+    """The files a fault-provider subprocess writes or reads, under one directory."""
+
+    root: Path
+
+    @property
+    def calls(self) -> Path:
+        return self.root / "calls.jsonl"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def control(self) -> Path:
+        return self.root / "control"
+
+    @property
+    def pid(self) -> Path:
+        return self.root / "provider.pid"
+
+    def read_calls(self) -> list[dict[str, Any]]:
+        if not self.calls.exists():
+            return []
+        return [json.loads(line) for line in self.calls.read_text().splitlines() if line.strip()]
+
+    def tools(self) -> list[str]:
+        return [c["tool"] for c in self.read_calls()]
+
+    def stored(self) -> dict[str, Any]:
+        return json.loads(self.state.read_text())["items"] if self.state.exists() else {}
+
+    def read_pid(self) -> int | None:
+        try:
+            return int(self.pid.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def set_modes(self, *modes: str) -> None:
+        self.control.write_text(",".join(modes))
+
+
+def fault_toml(files: FaultFiles, *modes: str, name: str = "fault", provider: bool = True,
+               provider_timeout: str = "1s", extra_episodes: str = "") -> str:
+    """TOML declaring `[mcp.<name>]` as the fault provider (stdio subprocess), selected as provider."""
+    files.root.mkdir(parents=True, exist_ok=True)
+    params = fault_provider_params(*modes, calls_file=files.calls, state_file=files.state,
+                                   control_file=files.control, pid_file=files.pid)
+    text = ""
+    if provider:
+        text += f'[memory]\nprovider = "{name}"\n'
+        text += f'[memory.episodes]\nprovider_timeout = "{provider_timeout}"\n{extra_episodes}'
+    text += f"[mcp.{name}]\ncommand = {json.dumps(params.command)}\nargs = {json.dumps(list(params.args))}\n"
+    return text
+
+
+async def poll(condition: Callable[[], Awaitable[bool] | bool], *, seconds: float = 20.0, what: str = "condition") -> None:
+    """Wait, in real time, for something another task or process makes true.
+
+    Sleeps in a worker thread, so it works under a frozen `MockClock` too.
+    """
+    end = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not met within {seconds} s")
+        await trio.to_thread.run_sync(time.sleep, 0.02)
+
+
+@attrs.define
+class ShiftableClock:
+    """A wall clock: a fixed start plus trio time elapsed (so MockClock drives it) plus a manual shift."""
+
+    start: datetime = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    shift: timedelta = timedelta(0)
+    follow_trio: bool = True
+    _t0: float | None = None
+
+    def __call__(self) -> datetime:
+        elapsed = 0.0
+        if self.follow_trio:
+            try:
+                now = trio.current_time()
+            except RuntimeError:
+                now = 0.0
+            if self._t0 is None:
+                self._t0 = now
+            elapsed = now - self._t0
+        return self.start + self.shift + timedelta(seconds=elapsed)
+
+
+def exposition(metrics: Any) -> str:
+    return metrics.exposition().decode()
+
+
+def sample(metrics: Any, name: str, **labels: str) -> float | None:
+    """The value of one sample in the /metrics exposition (labels matched exactly), None if absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(exposition(metrics)):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None

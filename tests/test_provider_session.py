@@ -1,0 +1,250 @@
+"""The provider session through the real subprocess path: the fault provider as `[mcp.fault]` (REQ-3, REQ-13)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from memactors.actors.breaker import Breaker
+from memactors.actors.provider_session import ProviderSession, provider_call
+from memactors.config import ConfigHolder
+from memactors.conformance import synthetic_episode, synthetic_scope
+from memactors.errors import ProviderIncompatible, ProviderUnavailable
+from memactors.metrics import Metrics
+from memactors.service import MemoryService, open_memory_service
+from memactors.store import Store
+from memactors.testing import fault_provider_params
+from support import run_record, wait_ready
+from support_providers import FaultFiles, fault_toml, poll, sample
+
+pytestmark = pytest.mark.slow
+
+REPO = "forge.example/acme/api"
+
+
+def _run(n: int, **overrides: Any) -> dict[str, Any]:
+    return run_record(run_id=str(n), trace_id=f"t-{n}", result_text=f"fixed ledger rounding number {n}",
+                      started_at=f"2026-11-28T09:{n:02d}:00Z", ended_at=f"2026-11-28T09:{n:02d}:30Z", **overrides)
+
+
+async def _indexed(memory: MemoryService) -> int:
+    return (await memory.status())["counts"]["indexed_ids"]
+
+
+async def test_a_hung_call_never_blocks_another_caller(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    async with open_memory_service(make_holder(fault_toml(files, "hang_recall", provider_timeout="1s"))) as memory:
+        await wait_ready(memory)
+        finished: dict[str, float] = {}
+        started = trio.current_time()
+
+        async def recall() -> None:
+            result = await memory.recall(query="ledger", repo=REPO)
+            assert result["degraded"] == "provider_unavailable"
+            finished["recall"] = trio.current_time() - started
+
+        async def ingest() -> None:
+            await trio.sleep(0.05)  # the recall is in flight first
+            assert (await memory.ingest_run(_run(1)))["outcome"] == "recorded"
+            finished["ingest"] = trio.current_time() - started
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(recall)
+            nursery.start_soon(ingest)
+    assert finished["ingest"] < finished["recall"]
+    assert 0.9 < finished["recall"] < 3.0, "recall waits provider_timeout, not longer"
+
+
+@pytest.mark.req3
+async def test_req3_an_unsupported_contract_version_is_not_used(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    async with open_memory_service(make_holder(fault_toml(files, "contract_v2"))) as memory:
+        await wait_ready(memory, "incompatible")
+        status = await memory.status()
+        assert status["state"] == "incompatible" and status["contract"] is None
+        assert "contract 2" in status["last_error"]
+        result = await memory.ingest_run(_run(1))
+        assert result["outcome"] == "queued"
+        recall = await memory.recall(query="ledger", repo=REPO)
+        assert recall["degraded"] == "provider_unavailable" and recall["episodes"] == []
+        assert (await memory.status())["pending"]["records"] == 1
+    assert "memory_record_episode" not in files.tools()
+    assert "memory_recall" not in files.tools()
+    assert files.tools().count("memory_contract") >= 1
+
+
+@pytest.mark.req3
+async def test_req3_a_missing_tool_marks_the_provider_incompatible_until_a_later_check_succeeds(
+        tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    files.set_modes("omit_forget")
+    store = await Store.open(tmp_path / "m.db")
+    metrics = Metrics()
+    session = ProviderSession(
+        provider="fault", store=store, metrics=metrics, provider_timeout=1.0, heartbeat=0.1,
+        target=lambda: fault_provider_params(calls_file=files.calls, control_file=files.control))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "incompatible", what="incompatible")
+            assert "memory_forget" in (session.status().last_error or "")
+            with pytest.raises(ProviderIncompatible), trio.fail_after(5):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            assert "memory_record_episode" not in files.tools()
+            files.set_modes()  # the provider is fixed: the next heartbeat's check passes
+            await poll(lambda: session.status().state == "ready", what="ready again")
+            with trio.fail_after(5):
+                assert (await provider_call(session.address, "memory_record_episode", _record_args()))["ids"]
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+NONCE = "00112233aabbccdd"
+SCOPE = synthetic_scope(NONCE)
+
+
+def _record_args() -> dict[str, Any]:
+    """A valid memory_record_episode request (the conformance suite's synthetic episode)."""
+    episode, text = synthetic_episode(NONCE)
+    return {"episode_id": episode["episode_id"], "scope": SCOPE, "trust_class": "standard", "text": text,
+            "episode": episode}
+
+
+async def test_a_killed_subprocess_is_noticed_and_reconnected(tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+    states: list[str] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready", what="ready")
+            with trio.fail_after(5):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            first = files.read_pid()
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+
+            def watch() -> bool:
+                states.append(session.status().state)
+                return files.read_pid() not in (None, first) and session.status().state == "ready"
+
+            await poll(watch, what="a new process, ready")
+            assert "down" in states, "the death was noticed without any call (heartbeat)"
+            with trio.fail_after(5):
+                out = await provider_call(session.address, "memory_recall",
+                                          {"query": NONCE, "scope": [SCOPE], "limit": 5})
+            assert [i["id"] for i in out["items"]] == [_record_args()["episode_id"]]  # the new process loaded its state file
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_killing_the_upstream_while_runs_keep_ending_loses_no_episode(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    n = 8
+    async with open_memory_service(make_holder(fault_toml(files))) as memory:
+        await wait_ready(memory)
+        restarts_before = len(memory.supervisor._restarts)
+        killed = set()
+        for i in range(1, n + 1):
+            if i in (2, 5):  # kill the provider twice, mid-stream; runs keep ending while it is down
+                await poll(lambda: files.read_pid() not in (None, *killed), what="a live provider process")
+                pid = files.read_pid()
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            result = await memory.ingest_run(_run(i))
+            assert result["outcome"] in ("recorded", "queued")
+        assert len(killed) >= 2
+
+        async def all_indexed() -> bool:
+            return await _indexed(memory) == n
+
+        try:
+            await poll(all_indexed, seconds=20, what="every episode recorded")
+        except AssertionError:
+            print(await memory.status())
+            print(await memory.store.read(lambda db: db.execute("select * from pending").fetchall()))
+            raise
+        status = await memory.status()
+        assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
+        assert len(memory.supervisor._restarts) == restarts_before, "no actor crashed"
+        assert set(memory.supervisor.running()) >= {"provider_session", "index", "retention", "assembler"}
+    assert len(files.stored()) == n
+
+
+async def test_the_breakers_half_open_probe_runs_under_provider_timeout(tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    breaker = Breaker(base_open=0.2)
+    session = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=0.5, breaker=breaker,
+        target=lambda: fault_provider_params("hang_recall"))
+    args = {"query": "ledger", "scope": [f"project:{REPO}"], "limit": 5}
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready", what="ready")
+            for _ in range(5):
+                with trio.move_on_after(0.1):
+                    await provider_call(session.address, "memory_recall", args)
+            # The session reports each timeout after writing its call-log row, just after the caller gave up.
+            await poll(lambda: breaker.state == "open", what="breaker open")
+            with pytest.raises(ProviderUnavailable, match="breaker is open"):
+                await provider_call(session.address, "memory_recall", args)
+            await trio.sleep(0.25)
+            started = trio.current_time()
+            with trio.fail_after(30), pytest.raises(ProviderUnavailable, match="timed out"):
+                await provider_call(session.address, "memory_recall", args)  # no deadline of its own but 30 s
+            assert trio.current_time() - started < 1.5
+            assert breaker.state == "open" and breaker.open_for == pytest.approx(0.4)
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_provider_up_appears_only_after_the_first_contract_check_and_calls_are_measured_and_logged(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    metrics = Metrics()
+    holder = make_holder(fault_toml(files, "slow", provider_timeout="5s").replace(
+        '"--mode", "slow"', '"--mode", "slow", "--delay", "0.5"'))
+    async with open_memory_service(holder, metrics=metrics) as memory:
+        assert sample(metrics, "harness_memory_provider_up", provider="fault") is None
+        await wait_ready(memory)
+        assert sample(metrics, "harness_memory_provider_up", provider="fault") == 1
+        result = await memory.ingest_run(_run(1))
+        assert result["outcome"] == "recorded"
+        await memory.recall(query="ledger", repo=REPO)
+        await memory.forget(result["episode_id"])
+        for op in ("contract", "record", "recall", "forget"):
+            count = sample(metrics, "harness_memory_provider_duration_seconds_count", provider="fault", op=op)
+            assert count is not None and count >= 1, op
+        rows = await memory.store.read(lambda db: db.execute(
+            "SELECT caller, server, tool, args_sha256, outcome FROM call_log ORDER BY id").fetchall())
+    received = {c["tool"]: c["arguments"] for c in files.read_calls()}
+    logged = {tool: digest for caller, server, tool, digest, outcome in rows if outcome == "ok"}
+    assert {r[0] for r in rows} == {"daemon"} and {r[1] for r in rows} == {"fault"}
+    for tool in ("memory_record_episode", "memory_recall", "memory_forget"):
+        canonical = json.dumps(received[tool], sort_keys=True, default=str).encode()
+        assert logged[tool] == hashlib.sha256(canonical).hexdigest(), tool
+    dump = json.dumps(rows)
+    assert "ledger" not in dump, "no episode text or query in the call log"

@@ -1,0 +1,228 @@
+"""SPEC-0030 REQ-10 and REQ-13 (record side): record retries, forgetting, the hourly retention prune."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from memactors.actors import retention as retention_module
+from memactors.config import ConfigHolder
+from memactors.errors import UnknownEpisode
+from memactors.metrics import Metrics
+from memactors.service import MemoryService, open_memory_service
+from support import run_record, wait_ready
+from support_providers import FaultFiles, ShiftableClock, fault_toml, poll, sample
+
+REPO = "forge.example/acme/api"
+UNREACHABLE = '[memory]\nprovider = "fault"\n[mcp.fault]\ncommand = "/nonexistent/memory-provider"\n'
+
+
+def _run(n: int) -> dict[str, Any]:
+    return run_record(run_id=str(n), trace_id=f"t-{n}", result_text=f"fixed ledger rounding number {n}",
+                      started_at=f"2026-11-28T09:{n:02d}:00Z", ended_at=f"2026-11-28T09:{n:02d}:30Z")
+
+
+async def _pending(memory: MemoryService) -> dict[str, int]:
+    return (await memory.status())["pending"]
+
+
+async def _body(memory: MemoryService, episode_id: str) -> tuple[Any, ...]:
+    return await memory.store.read(lambda db: db.execute(
+        "SELECT forgotten_at, body IS NULL, text IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone())
+
+
+@pytest.mark.req13
+@pytest.mark.slow
+async def test_req13_record_retries_survive_a_daemon_restart(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    async with open_memory_service(make_holder(UNREACHABLE)) as memory:
+        result = await memory.ingest_run(_run(1))
+        assert result["outcome"] == "queued"
+        assert (await _pending(memory))["records"] == 1
+    files = FaultFiles(tmp_path / "fault")
+    async with open_memory_service(make_holder(fault_toml(files))) as memory:
+        async def indexed() -> bool:
+            return (await memory.status())["counts"]["indexed_ids"] == 1
+
+        await poll(indexed, what="the queued episode recorded after the restart")
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
+    assert list(files.stored()) == [result["episode_id"]]
+
+
+@pytest.mark.req13
+async def test_req13_a_record_is_marked_record_failed_after_24_hours(
+        make_holder: Callable[[str], ConfigHolder], autojump_clock: trio.testing.MockClock) -> None:
+    clock = ShiftableClock()
+    metrics = Metrics()
+    async with open_memory_service(make_holder(UNREACHABLE), wall_clock=clock, metrics=metrics) as memory:
+        assert (await memory.ingest_run(_run(1)))["outcome"] == "queued"
+        await trio.sleep(23 * 3600)
+        assert (await _pending(memory))["records"] == 1
+        assert sample(metrics, "harness_memory_pending", provider="fault", kind="record") == 1
+        # The next attempt after the 24 h window marks it failed. (Autojump moves virtual time on while
+        # SQLite works in threads, so attempts are hours apart here; poll instead of guessing when.)
+        for _ in range(48):
+            if (await _pending(memory))["records"] == 0:
+                break
+            await trio.sleep(1800)
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 1, "forget_failed": 0}
+        # (Autojump moves virtual time on while SQLite works in threads, so the number of attempts in
+        # 24 h is not meaningful here; the wall-clock window is.)
+        attempts, error = await memory.store.read(
+            lambda db: db.execute("SELECT attempts, last_error FROM pending").fetchone())
+        assert attempts >= 1 and "ProviderUnavailable" in error
+        assert sample(metrics, "harness_memory_pending", provider="fault", kind="record") == 0
+
+
+@pytest.mark.req10
+async def test_forgetting_with_the_builtin_provider_removes_it_everywhere(memory: MemoryService) -> None:
+    result = await memory.ingest_run(_run(1))
+    eid = result["episode_id"]
+    assert [e["episode_id"] for e in (await memory.recall(query="ledger", repo=REPO))["episodes"]] == [eid]
+    out = await memory.forget(eid)
+    assert out["ids"] == 1 and out["forgotten"] == 1 and out["pending"] == 0 and out["body_deleted"]
+    assert (await memory.recall(query="ledger", repo=REPO))["episodes"] == []
+    forgotten_at, no_body, no_text = await _body(memory, eid)
+    assert forgotten_at and no_body and no_text
+    docs = await memory.store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
+    assert docs == 0
+    view = await memory.get_episode(eid)
+    assert view["forgotten_at"] and "text" not in view and view["index"][0]["forgotten_at"]
+    again = await memory.forget(eid)
+    assert again["forgotten_at"] == out["forgotten_at"]
+    with pytest.raises(UnknownEpisode):
+        await memory.forget("ep_00000000000000000000")
+
+
+@pytest.mark.req10
+@pytest.mark.slow
+async def test_req10_forget_holds_while_the_provider_is_down(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    metrics = Metrics()
+    async with open_memory_service(make_holder(fault_toml(files, provider_timeout="0.5s")), metrics=metrics) as memory:
+        await wait_ready(memory)
+        eid = (await memory.ingest_run(_run(1)))["episode_id"]
+        assert [e["episode_id"] for e in (await memory.recall(query="ledger", repo=REPO))["episodes"]] == [eid]
+        files.set_modes("hang_forget")  # memory_forget now times out; recall still answers
+        started = trio.current_time()
+        out = await memory.forget(eid)
+        assert trio.current_time() - started < 2.0, "the operator is answered within provider_timeout"
+        assert out["pending"] == 1 and out["forgotten"] == 0 and not out["body_deleted"]
+        # The provider still holds and returns the episode; REQ-9 drops it as forgotten, at once.
+        recall = await memory.recall(query="ledger", repo=REPO)
+        assert recall["episodes"] == [] and recall["degraded"] is None
+        assert eid in files.stored()
+        assert sample(metrics, "harness_memory_results_dropped_total", provider="fault", reason="forgotten") == 1
+        assert (await _pending(memory))["forgets"] == 1
+        assert sample(metrics, "harness_memory_pending", provider="fault", kind="forget") == 1
+        files.set_modes()  # the provider recovers: the retry completes the forget
+
+        async def done() -> bool:
+            return (await _pending(memory))["forgets"] == 0
+
+        await poll(done, seconds=40, what="the forget retried to completion")
+        assert eid not in files.stored()
+        _, no_body, no_text = await _body(memory, eid)
+        assert no_body and no_text, "the stored body goes once every id is forgotten"
+
+
+@pytest.mark.req10
+async def test_a_forget_that_keeps_failing_is_marked_forget_failed_after_24_hours(
+        make_holder: Callable[[str], ConfigHolder], autojump_clock: trio.testing.MockClock) -> None:
+    clock = ShiftableClock()
+    async with open_memory_service(make_holder(UNREACHABLE), wall_clock=clock) as memory:
+        eid = (await memory.ingest_run(_run(1)))["episode_id"]
+        # As if an earlier record had succeeded: the provider holds one id, then goes away for good.
+        await memory.store.write(lambda db: (db.execute(
+            "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
+            " VALUES ('fault', ?, ?, 'project:forge.example/acme/api', '2026-11-28T00:00:00Z')", [eid, eid]),
+            db.execute("DELETE FROM pending")))
+        out = await memory.forget(eid)
+        assert out["ids"] == 1 and out["pending"] == 1 and not out["body_deleted"]
+        await trio.sleep(23 * 3600)
+        assert (await _pending(memory))["forgets"] == 1
+        assert (await _body(memory, eid))[1] == 0, "the body stays while the forget is pending"
+        for _ in range(48):
+            if (await _pending(memory))["forgets"] == 0:
+                break
+            await trio.sleep(1800)
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 1}
+        forgotten_at, no_body, no_text = await _body(memory, eid)
+        assert forgotten_at and no_body and no_text, "failed counts as done: the body goes, the tombstone stays"
+        tomb = await memory.store.read(lambda db: db.execute(
+            "SELECT forgotten_at FROM memory_index WHERE episode_id = ?", [eid]).fetchone()[0])
+        assert tomb is not None
+
+
+@pytest.fixture
+def patient_clock() -> trio.testing.MockClock:
+    """Autojump only after 5 ms of real idleness, so virtual time does not run while SQLite works in a
+    thread (with a zero threshold every thread wait is a jump and provider deadlines expire spuriously)."""
+    return trio.testing.MockClock(autojump_threshold=0.005)
+
+
+@pytest.mark.req10
+async def test_the_hourly_prune_forgets_only_episodes_older_than_retention(
+        make_holder: Callable[[str], ConfigHolder], patient_clock: trio.testing.MockClock) -> None:
+    clock = ShiftableClock()
+    holder = make_holder('[memory.episodes]\nretention = "30d"\n')
+    async with open_memory_service(holder, wall_clock=clock) as memory:
+        old = (await memory.ingest_run(_run(1)))["episode_id"]
+        clock.shift += timedelta(days=20)
+        young = (await memory.ingest_run(_run(2)))["episode_id"]
+        for _ in range(100):  # both recorded to the provider (retries included) before time moves on
+            if (await memory.status())["counts"]["indexed_ids"] == 2:
+                break
+            await trio.sleep(60)
+        assert (await memory.status())["counts"]["indexed_ids"] == 2
+        clock.shift += timedelta(days=11)  # old is 31 days old, young 11
+        for _ in range(12):  # within the next hourly prune (virtual time; see the 24 h test's note)
+            if (await _body(memory, old))[0] is not None:
+                break
+            await trio.sleep(600)
+        assert (await _body(memory, old))[0] is not None
+        assert (await _body(memory, young))[0] is None
+        # (Not through recall: under autojump its provider_timeout expires while SQLite works in threads.)
+        async def docs() -> list[str]:
+            return [r[0] for r in await memory.store.read(lambda db: db.execute(
+                "SELECT episode_id FROM builtin_docs").fetchall())]
+
+        for _ in range(12):
+            if await docs() == [young]:
+                break
+            await trio.sleep(600)
+        assert await docs() == [young], "the provider forgot the old episode and kept the young one"
+
+
+@pytest.mark.req10
+@pytest.mark.slow
+async def test_req10_retention_applies_to_an_external_provider(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real subprocess, real time: the prune period is shortened to half a second here (the hourly
+    cadence itself is tested on MockClock above); the episode's age comes from a shifted wall clock."""
+    monkeypatch.setattr(retention_module, "PRUNE_EVERY", 0.5)
+    files = FaultFiles(tmp_path / "fault")
+    clock = ShiftableClock(follow_trio=False)
+    holder = make_holder(fault_toml(files, extra_episodes='retention = "30d"\n'))
+    async with open_memory_service(holder, wall_clock=clock) as memory:
+        await wait_ready(memory)
+        eid = (await memory.ingest_run(_run(1)))["episode_id"]
+        assert eid in files.stored()
+        await trio.sleep(1.0)  # prunes run; the episode is young
+        assert "memory_forget" not in files.tools()
+        clock.shift = timedelta(days=31)
+        await poll(lambda: any(c["tool"] == "memory_forget" and c["arguments"] == {"id": eid}
+                               for c in files.read_calls()), what="memory_forget for the episode's id")
+        assert eid not in files.stored()
+
+        async def body_gone() -> bool:
+            return (await _body(memory, eid))[1] == 1
+
+        await poll(body_gone, what="stored body deleted")
