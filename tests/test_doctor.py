@@ -93,10 +93,10 @@ async def test_doctor_over_the_daemon_and_without_it(tmp_path: Path) -> None:
     import sys
 
     import trio
-    from support import write_config
 
     from memactors.daemon import run_daemon
     from memactors.rpc import ensure_tokens
+    from support import write_config
 
     path = write_config(tmp_path)
     env = {"HARNESS_CONFIG": str(path), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
