@@ -177,12 +177,8 @@ async def test_killing_the_upstream_while_runs_keep_ending_loses_no_episode(
         async def all_indexed() -> bool:
             return await _indexed(memory) == n
 
-        try:
-            await poll(all_indexed, seconds=20, what="every episode recorded")
-        except AssertionError:
-            print(await memory.status())
-            print(await memory.store.read(lambda db: db.execute("select * from pending").fetchall()))
-            raise
+        # Up to one breaker opening (30 s) plus a retry: records wait out a dead provider, none is lost.
+        await poll(all_indexed, seconds=90, what="every episode recorded")
         status = await memory.status()
         assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
         assert len(memory.supervisor._restarts) == restarts_before, "no actor crashed"
