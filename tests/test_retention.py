@@ -58,25 +58,33 @@ async def test_req13_record_retries_survive_a_daemon_restart(
 @pytest.mark.req13
 async def test_req13_a_record_is_marked_record_failed_after_24_hours(
         make_holder: Callable[[str], ConfigHolder], autojump_clock: trio.testing.MockClock) -> None:
+    """Retried while inside the 24-hour window, record_failed after it.
+
+    Autojump moves virtual time on whenever every task waits, including while SQLite works in a
+    thread, so when an attempt happens is not predictable here. What is checked is exact anyway: a row
+    seen `failed` at a wall time inside the window would prove an early give-up (the mark precedes the
+    look), and the row must end `failed` once the window has passed.
+    """
     clock = ShiftableClock()
     metrics = Metrics()
+    window = retention_module.RETRY_WINDOW
     async with open_memory_service(make_holder(UNREACHABLE), wall_clock=clock, metrics=metrics) as memory:
+        first = clock()
         assert (await memory.ingest_run(_run(1)))["outcome"] == "queued"
-        await trio.sleep(12 * 3600)  # far inside the window (autojump may overshoot a check by an hour)
-        assert (await _pending(memory))["records"] == 1
-        assert sample(metrics, "harness_memory_pending", provider="fault", kind="record") == 1
-        # The next attempt after the 24 h window marks it failed. (Autojump moves virtual time on while
-        # SQLite works in threads, so attempts are hours apart here; poll instead of guessing when.)
-        for _ in range(48):
-            if (await _pending(memory))["records"] == 0:
+        seen_pending_inside = False
+        for _ in range(200):
+            pending = await _pending(memory)
+            if clock() - first < window:
+                assert pending["record_failed"] == 0, "gave up inside the 24-hour window"
+                seen_pending_inside |= pending["records"] == 1
+            elif pending["record_failed"] == 1:
                 break
             await trio.sleep(1800)
+        assert seen_pending_inside
         assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 1, "forget_failed": 0}
-        # (Autojump moves virtual time on while SQLite works in threads, so the number of attempts in
-        # 24 h is not meaningful here; the wall-clock window is.)
         attempts, error = await memory.store.read(
             lambda db: db.execute("SELECT attempts, last_error FROM pending").fetchone())
-        assert attempts >= 1 and "ProviderUnavailable" in error
+        assert attempts >= 2 and "ProviderUnavailable" in error
         assert sample(metrics, "harness_memory_pending", provider="fault", kind="record") == 0
 
 

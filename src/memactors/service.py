@@ -57,7 +57,7 @@ from .actors.index import (
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
 from .actors.summary import Summarize, SummaryActor, model_api_settings
-from .builtin import BuiltinProvider
+from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, McpServerConfig, parse_duration
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
@@ -398,7 +398,10 @@ class MemoryService:
 
     async def episodes_missing_vectors(self) -> int:
         """Built-in episodes without an embedding for the configured model (0 without one)."""
-        return 0
+        model_api = self.config.model_api
+        if not self.config.memory.is_builtin or model_api is None or not model_api.embedding_model:
+            return 0
+        return await self.store.read(missing_vectors)
 
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
