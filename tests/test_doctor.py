@@ -123,10 +123,9 @@ async def test_doctor_over_the_daemon_and_without_it(tmp_path: Path) -> None:
 async def test_doctor_warns_for_builtin_episodes_missing_vectors(make_holder) -> None:  # type: ignore[no-untyped-def]
     """An embedding model is set but /v1/embeddings fails: the episode is recorded without a vector
     and doctor warns (REQ-19), while recall still works from FTS5."""
-    from support import example, wait_ready
-
     from memactors.service import open_memory_service
     from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+    from support import example, wait_ready
 
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_status=503)) as api:
         extra = f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n[memory.episodes]\nsummary = false\n'
