@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ from mcp.server import Server
 from . import __version__
 from .contract import load_schemas
 from .errors import MemactorsError
-from .store import Store
+from .store import Store, fts_match
 
 CONTRACT_VERSION = 1
 RRF_K = 60
@@ -72,7 +71,6 @@ QUERY_EMBED_DEADLINE = 1.0
 
 Embedder = Callable[[Sequence[str]], Awaitable[list[list[float]]]]
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _log = logger.bind(component="builtin_provider")
 
 
@@ -86,14 +84,6 @@ def _tools() -> list[t.Tool]:
     }
     return [t.Tool(name=name, description=text, input_schema=schemas[f"{name}.input"])
             for name, text in descriptions.items()]
-
-
-def fts_query(query: str) -> str | None:
-    """A safe FTS5 MATCH expression: every word of the query, quoted, OR-ed. None when there are no words."""
-    words = _WORD.findall(query.lower())
-    if not words:
-        return None
-    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
 def content_hash(text: str, summary: str) -> str:
@@ -281,7 +271,7 @@ class BuiltinProvider:
         limit = max(1, min(20, int(args.get("limit", 8))))
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
-        match = fts_query(query)
+        match = fts_match(query)
         marks = ",".join("?" * len(scopes))
 
         def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -401,6 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, MemactorsError) as exc:
         print(f"memactors: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `memactors ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import attrs
 import sqlite_utils
 
 from .errors import InvalidArgument, MemactorsError
-from .store import iso
+from .store import fts_match, iso
 
 FactStatus = Literal["live", "suspect", "retired"]
 Stance = Literal["support", "oppose"]
@@ -35,7 +35,6 @@ Surface = Literal["recall", "briefing_tool", "briefing_resource", "briefing_prom
 _STATUSES: frozenset[str] = frozenset(get_args(FactStatus))
 _STANCES: frozenset[str] = frozenset(get_args(Stance))
 _SURFACES: frozenset[str] = frozenset(get_args(Surface))
-_WORD = re.compile(r"\w+", re.UNICODE)
 _FACT_ID = re.compile(r"^f_[0-9A-Za-z_]{1,64}$")
 
 
@@ -164,18 +163,6 @@ def _limit(limit: int, field: str = "limit") -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidArgument(f"{field} must be a non-negative integer", field=field, value=limit)
     return limit
-
-
-def fts_match(query: str) -> str | None:
-    """A safe FTS5 MATCH expression: every distinct word of the query, double-quoted, OR-ed.
-
-    Quoting each word keeps FTS5 operators (AND, NEAR, '*', '-', column filters) in user text inert.
-    None when the query has no words.
-    """
-    words = _WORD.findall(query.lower())
-    if not words:
-        return None
-    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
 def _normalise_path(path: str) -> str:

@@ -11,6 +11,7 @@ cancellation: a write either commits whole or rolls back whole.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,6 +27,21 @@ from sqlite_utils.migrations import Migrations
 T = TypeVar("T")
 
 WallClock = Callable[[], datetime]
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_match(query: str) -> str | None:
+    """A safe FTS5 MATCH expression for the store's FTS5 tables (episodes, facts).
+
+    Every distinct word of the query, double-quoted and OR-ed: quoting keeps FTS5 operators (AND, NEAR,
+    '*', '-', column filters) in user text inert. None when the query has no words.
+    """
+    words = _WORD.findall(query.lower())
+    if not words:
+        return None
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
 def utc_now() -> datetime:
