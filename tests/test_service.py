@@ -82,3 +82,9 @@ async def test_episodes_survive_a_restart(make_holder) -> None:  # type: ignore[
         assert (await service.get_episode(first["episode_id"]))["episode"]["run_id"] == "42"
         hit = await service.recall(query="ledger", repo="forge.example/acme/api")
         assert [i["episode_id"] for i in hit["episodes"]] == [first["episode_id"]]
+
+
+async def test_actor_queue_depths_are_exported(memory: MemoryService) -> None:
+    text = memory.metrics.exposition().decode()
+    for actor in ("provider_session", "index", "summary", "assembler", "retention", "briefing"):
+        assert f'memactors_actor_queue_depth{{actor="{actor}"}} 0.0' in text

@@ -162,7 +162,16 @@ async def serve_gateway(
 ) -> None:
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
     server = Gateway(service).server()
-    app = server.streamable_http_app(host=host)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve_mcp_http, server.streamable_http_app(host=host), host, port)
+        logger.bind(url=url).info("gateway listening")
+        task_status.started(url)
+
+
+async def serve_mcp_http(
+    app: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker; reports ``http://host:port/mcp``."""
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -173,6 +182,4 @@ async def serve_gateway(
 
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(run)
-        url = binds[0] + "/mcp"
-        logger.bind(url=url).info("gateway listening")
-        task_status.started(url)
+        task_status.started(binds[0] + "/mcp")

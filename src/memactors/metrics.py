@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 from prometheus_client import (
@@ -99,6 +99,7 @@ class Metrics:
 
     def __init__(self, *, max_harnesses: int = 64, wall_clock: Callable[[], datetime] | None = None) -> None:
         self.registry = CollectorRegistry()
+        self._mailboxes: Callable[[], Iterable[Any]] = tuple
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
         #: wall times of recent degraded recalls, oldest first (bounded: doctor only needs 24 hours)
         self.degraded_recalls: deque[datetime] = deque(maxlen=100_000)
@@ -251,8 +252,15 @@ class Metrics:
 
     # -- exposition ------------------------------------------------------------------------------
 
+    def watch_mailboxes(self, addresses: Callable[[], Iterable[Any]]) -> None:
+        """Export the queue depth of these actors' mailboxes at every scrape (``statistics().queued``)."""
+        self._mailboxes = addresses
+
     def exposition(self) -> bytes:
         """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+        for address in self._mailboxes():
+            stats = address.statistics()
+            self.set_actor_queue_depth(stats.name, stats.queued)
         return generate_latest(self.registry)
 
 

@@ -573,6 +573,9 @@ async def open_memory_service(
                 store=store, metrics=metrics, provider=service.provider, session_address=service.session.address,
                 index_address=service.index.address, config=lambda: holder.current, wall_clock=wall_clock)
             await sup.start(ChildSpec("briefing", service.briefing.run))
+            metrics.watch_mailboxes(lambda: (service.session.address, service.index.address,
+                                             service.summary.address, service.assembler.address,
+                                             service.retention.address, service.briefing.address))
             yield service
     finally:
         store.close()
