@@ -26,6 +26,7 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/recall_latency.py
+	$(BIN)/python bench/read_side_faults.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import gc
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,11 @@ async def memory(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[Me
         await wait_ready(service)
         yield service
 
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_per_test() -> Iterator[None]:
+    """Collect garbage after every test, so a leaked socket or process warns (and fails) in the test
+    that leaked it, not in whichever later test the collector happens to run in."""
+    yield
+    gc.collect()

@@ -1,5 +1,34 @@
-"""memactors: episodic memory and briefings for fleets of coding agents (SPEC-0030)."""
+"""memactors: episodic memory and briefings for fleets of coding agents (SPEC-0030).
 
+Embed it in a trio daemon:
+
+    from memactors import ConfigHolder, load_config, open_memory_service
+
+    async with open_memory_service(ConfigHolder(load_config)) as memory:
+        await memory.ingest_run(run_record)
+        answer = await memory.recall(query="flaky ledger", repo="forge.example/acme/api")
+"""
+
+__version__ = "0.1.0"  # before the imports: submodules read it
+
+from .config import Config as Config
+from .config import ConfigHolder as ConfigHolder
+from .config import load_config as load_config
+from .errors import ActorStopped as ActorStopped
+from .errors import ConfigError as ConfigError
+from .errors import DeadlineExceeded as DeadlineExceeded
+from .errors import InvalidArgument as InvalidArgument
 from .errors import MemactorsError as MemactorsError
+from .errors import NoRepository as NoRepository
+from .errors import NotAttributed as NotAttributed
+from .errors import PermissionDenied as PermissionDenied
+from .errors import ProviderIncompatible as ProviderIncompatible
+from .errors import ProviderReserved as ProviderReserved
+from .errors import ProviderUnavailable as ProviderUnavailable
+from .errors import UnknownEpisode as UnknownEpisode
+from .models import Episode as Episode
+from .models import RunRecord as RunRecord
+from .service import MemoryService as MemoryService
+from .service import open_memory_service as open_memory_service
+from .spawn import prepare_spawn as prepare_spawn
 
-__version__ = "0.1.0"

@@ -424,7 +424,7 @@ class Supervisor:
         self._children[spec.name] = child
         try:
             return await self._nursery.start(self._supervise, child)
-        except BaseException:
+        except BaseException:  # ok: cleanup, then re-raised as is
             self._children.pop(spec.name, None)
             raise
 
@@ -550,7 +550,7 @@ async def open_supervisor(
             supervisor = Supervisor(nursery, name, max_restarts, window)
             yield supervisor
             await supervisor.aclose()
-    except BaseExceptionGroup as group:
+    except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed
         single = _unwrap(group)
         if single is group or isinstance(single, trio.Cancelled):
             raise

@@ -550,7 +550,7 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
                     scope.deadline = trio.current_time() + 2
                     await ws.aclose()
                 nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
+    except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed
         leaf = _unwrap(group)
         if leaf is group:
             raise

@@ -87,9 +87,17 @@ def upstream_target(upstream: McpServerConfig) -> Any:
     if upstream.command is not None:
         env = {**os.environ, **dict(upstream.env)}
         return mcp.StdioServerParameters(command=upstream.command, args=list(upstream.args), env=env)
-    # A fresh httpx2 client per connection carries the configured headers (auth); the SDK closes it.
-    http = httpx2.AsyncClient(headers=dict(upstream.headers), timeout=None)
-    return streamable_http_client(str(upstream.url), http_client=http)
+    return _http_transport(str(upstream.url), dict(upstream.headers))
+
+
+@asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """Streamable HTTP with the configured headers (auth). The SDK leaves a client it was handed open,
+    so this owns it: one httpx2 client per connection, closed with it. No client timeouts: every call
+    runs under its caller's deadline."""
+    async with httpx2.AsyncClient(headers=headers, timeout=None) as http, \
+            streamable_http_client(url, http_client=http) as streams:
+        yield streams
 
 
 class MemoryService:

@@ -300,7 +300,7 @@ class Store:
             db.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(db)
-            except BaseException:
+            except BaseException:  # ok: roll back, then re-raise (a write commits whole or not at all)
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
