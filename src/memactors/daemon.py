@@ -69,7 +69,7 @@ async def run_daemon(
         op_host, op_port = await nursery.start(
             serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
         m_host, m_port = await nursery.start(serve_metrics, metrics, config.metrics.host, config.metrics.port)
-        gateway_url = await memory.start_gateway(nursery) if hasattr(memory, "start_gateway") else None
+        gateway_url = await memory.start_gateway(nursery)
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
             metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())

@@ -36,8 +36,6 @@ from .actors.briefing import (
     Briefing,
     BriefingAnswer,
     BriefingRequest,
-    Episodes,
-    EpisodesRequest,
     RecallAnswer,
     RecallRequest,
     View,
@@ -218,20 +216,6 @@ class MemoryService:
         if row is None:
             raise UnknownEpisode(f"no episode {episode_id}", episode=episode_id)
         return episode_view(row)
-
-    async def recall_episodes(self, *, query: str, scopes: list[str], limit: int = 8,
-                              paths: tuple[str, ...] = ()) -> dict[str, Any]:
-        """Episodes for an operator view of `scopes` (one repository), through the REQ-9 choke point."""
-        repo = scopes[0].removeprefix("project:") if scopes else None
-        view = View("operator", repo=repo)
-        eps: Episodes = await self.briefing.address.ask(EpisodesRequest(
-            view=view, query=query, limit=limit, paths=tuple(paths), deadline=trio.current_effective_deadline()))
-        return {"degraded": eps.degraded, "episodes": [
-            {"label": "episode", "provider": self.provider, "episode_id": k.provenance.episode_id,
-             "run_id": k.provenance.run_id, "harness": k.provenance.harness, "adapter": k.provenance.adapter,
-             "model": k.provenance.model, "repo": k.provenance.repo, "branch": k.provenance.branch,
-             "outcome": k.provenance.outcome, "at": k.provenance.started_at, "score": k.score, "text": k.text,
-             "untrusted": True} for k in eps.items]}
 
     async def recall(self, *, query: str, repo: str | None = None, as_harness: str | None = None,
                      paths: tuple[str, ...] = (), limit: int = 8) -> dict[str, Any]:
