@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/memactors serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check --no-cache src tests bench
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q

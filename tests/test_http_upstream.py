@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import trio
-from support import example, wait_ready
 
 from memactors.builtin import BuiltinProvider
 from memactors.gateway import serve_mcp_http
 from memactors.service import open_memory_service
 from memactors.store import Store
+from support import example, wait_ready
 
 TOKEN = "s3cret-upstream-token"
 
