@@ -234,3 +234,27 @@ async def test_req10_retention_applies_to_an_external_provider(
             return (await _body(memory, eid))[1] == 1
 
         await poll(body_gone, what="stored body deleted")
+
+
+@pytest.mark.req13
+async def test_the_first_success_after_failures_makes_the_backlog_due(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    """Records that failed wait out their backoff — unless the provider is seen back: the first
+    successful record makes every waiting record due at once, so a recovered provider catches up in
+    seconds rather than at each row's next attempt (up to an hour away)."""
+    files = FaultFiles(tmp_path / "fault")
+    async with open_memory_service(make_holder(fault_toml(files))) as memory:
+        await wait_ready(memory)
+        await trio.Path(files.control).write_text("error")
+        for n in (1, 2, 3):
+            assert (await memory.ingest_run(_run(n)))["outcome"] == "queued"
+        later = "2999-01-01T00:00:00.000000Z"
+        await memory.store.write(lambda db: db.execute("UPDATE pending SET next_at = ?", [later]))
+        await trio.Path(files.control).write_text("")
+        assert (await memory.ingest_run(_run(4)))["outcome"] == "recorded"
+
+        async def all_recorded() -> bool:
+            return (await memory.status())["counts"]["indexed_ids"] == 4
+
+        await poll(all_recorded, seconds=15, what="the backlog recorded after the first success")
+        assert (await _pending(memory))["records"] == 0

@@ -174,6 +174,7 @@ class Retention:
         self._provider_timeout = provider_timeout
         self._retention = retention
         self._wake = trio.Event()
+        self._failing = False  # the last record attempt failed: the next success makes the backlog due
         self._inflight: set[tuple[str, str, str, str]] = set()
         self._builtin: Any = None
         self.address, self._mailbox = open_mailbox("retention", 32)
@@ -355,6 +356,7 @@ class Retention:
             await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
             self._metrics.episode_recorded(self._provider, "error")
+            self._failing = True
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
             # what went wrong upstream: SPEC-0030 "A provider error is attributable".
@@ -362,6 +364,12 @@ class Retention:
                 "episode record failed")
             return state
         self._metrics.episode_recorded(self._provider, "ok")
+        if self._failing:
+            # The first success after failures: the provider is back, so whatever waits out a backoff
+            # is due now rather than at its next_at (up to an hour away).
+            self._failing = False
+            await self._make_due()
+            self._wake.set()
         # Forgotten while the record was in flight: the new ids must be tombstoned and forgotten too.
         now = iso(self._clock())
         if await self._store.write(lambda db: _retombstone(db, episode_id, now)):
