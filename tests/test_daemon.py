@@ -126,3 +126,20 @@ def test_cli_walkthrough_signals_and_restart(tmp_path: Path, signum: int) -> Non
     finally:
         code, err = _stop(proc, signal.SIGINT)
     assert code == 0 and "Traceback" not in err
+
+
+async def test_a_port_in_use_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
+    from memactors.errors import ConfigError
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = write_config(tmp_path / "one")
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(first), task_status=task_status))
+        port = listening.operator.rsplit(":", 1)[1].split("/")[0]
+        second = write_config(tmp_path / "two")
+        second.write_text(second.read_text().replace('[operator]\nlisten = "127.0.0.1:0"',
+                                                     f'[operator]\nlisten = "127.0.0.1:{port}"'))
+        with pytest.raises(ConfigError, match=rf"\[operator\] listen = \"127.0.0.1:{port}\": cannot listen"):
+            await run_daemon(lambda: load_config(second))
+        nursery.cancel_scope.cancel()

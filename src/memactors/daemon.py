@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,13 @@ async def run_daemon(
     tokens = await trio.to_thread.run_sync(ensure_tokens, state_dir)
     metrics = Metrics()
     async with open_memory_service(holder, metrics=metrics) as memory, trio.open_nursery() as nursery:
-        op_host, op_port = await nursery.start(
-            serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
-        m_host, m_port = await nursery.start(serve_metrics, metrics, config.metrics.host, config.metrics.port)
-        gateway_url = await memory.start_gateway(nursery)
+        with _listen_error("[operator] listen", config.operator.address):
+            op_host, op_port = await nursery.start(
+                serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
+        with _listen_error("[metrics] listen", config.metrics.address):
+            m_host, m_port = await nursery.start(serve_metrics, metrics, config.metrics.host, config.metrics.port)
+        with _listen_error("[gateway] listen", config.gateway.address):
+            gateway_url = await memory.start_gateway(nursery)
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
             metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())
@@ -83,6 +87,29 @@ async def run_daemon(
         finally:
             # A stale daemon.json would send the CLI to a port nobody listens on.
             (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+
+
+@contextmanager
+def _listen_error(key: str, address: str) -> Iterator[None]:
+    """A listener that cannot bind is a configuration problem: name the key and the address."""
+    try:
+        yield
+    except OSError as exc:
+        raise _cannot_listen(key, address, exc) from None
+    except BaseExceptionGroup as group:  # ok: re-raised unless it is the bind failure
+        bind_failures, _ = group.split(OSError)
+        if bind_failures is None:
+            raise
+        leaf: BaseException = bind_failures
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        raise _cannot_listen(key, address, leaf) from None
+
+
+def _cannot_listen(key: str, address: str, exc: BaseException) -> ConfigError:
+    reason = getattr(exc, "strerror", None) or str(exc)
+    return ConfigError(f"{key} = \"{address}\": cannot listen: {reason} (is another memactors daemon running?)",
+                       key=key, value=address)
 
 
 async def _signals(holder: ConfigHolder, scope: trio.CancelScope) -> None:
@@ -115,5 +142,14 @@ def serve_main(config_path: Path | None) -> int:
         print("Ctrl-C stops it.", flush=True)
 
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "INFO"), json=bool(os.environ.get("MEMACTORS_LOG_JSON")))
-    trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
+    try:
+        trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
+    except BaseExceptionGroup as group:  # ok: a start-up failure inside the nurseries, reported plainly
+        config_errors, _ = group.split(ConfigError)
+        if config_errors is None:
+            raise
+        leaf = config_errors.exceptions[0]
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        raise leaf from None
     return 0
