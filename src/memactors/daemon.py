@@ -97,13 +97,19 @@ def _listen_error(key: str, address: str) -> Iterator[None]:
     except OSError as exc:
         raise _cannot_listen(key, address, exc) from None
     except BaseExceptionGroup as group:  # ok: re-raised unless it is the bind failure
-        bind_failures, _ = group.split(OSError)
-        if bind_failures is None:
+        leaf = _first(group, OSError)
+        if leaf is None:
             raise
-        leaf: BaseException = bind_failures
-        while isinstance(leaf, BaseExceptionGroup):
-            leaf = leaf.exceptions[0]
         raise _cannot_listen(key, address, leaf) from None
+
+
+def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of `kind` inside `group`, however deeply nested; None when there is none."""
+    matched, _ = group.split(kind)
+    leaf: BaseException | None = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
 
 
 def _cannot_listen(key: str, address: str, exc: BaseException) -> ConfigError:
@@ -145,11 +151,8 @@ def serve_main(config_path: Path | None) -> int:
     try:
         trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
     except BaseExceptionGroup as group:  # ok: a start-up failure inside the nurseries, reported plainly
-        config_errors, _ = group.split(ConfigError)
-        if config_errors is None:
+        leaf = _first(group, ConfigError)
+        if leaf is None:
             raise
-        leaf = config_errors.exceptions[0]
-        while isinstance(leaf, BaseExceptionGroup):
-            leaf = leaf.exceptions[0]
         raise leaf from None
     return 0

@@ -16,8 +16,6 @@ trio worker in the daemon's nursery.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import mcp.types as t
@@ -31,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from . import contract
 from .actors.briefing import View
 from .errors import InvalidArgument, NotAttributed
-from .store import iso
+from .store import iso, log_call
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "Gateway", "serve_gateway"]
 
@@ -149,11 +147,10 @@ class Gateway:
         caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed"
         provider = self._service.provider
         server = name.split("__", 1)[0] if "__" in name else (provider if name in contract.TOOLS else "gateway")
-        digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
-        row = [iso(self._service.wall_clock()), caller, server, name, digest, "denied", 0]
-        await self._service.store.write(lambda db: db.execute(
-            "INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
-            " VALUES (?,?,?,?,?,?,?)", row))
+        at = iso(self._service.wall_clock())
+        await self._service.store.write(lambda db: log_call(
+            db, at=at, caller=caller, server=server, tool=name, arguments=arguments, outcome="denied",
+            duration_ms=0))
         self._log.bind(caller=caller, server=server, outcome="denied").warning("gateway call refused")
 
 

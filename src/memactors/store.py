@@ -11,12 +11,14 @@ cancellation: a write either commits whole or rolls back whole.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlean
 import sqlite_utils
@@ -252,6 +254,15 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
         CREATE INDEX pending_due ON pending (provider, state, next_at);
         """
     )
+
+
+def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
+             arguments: Any, outcome: str, duration_ms: int) -> None:
+    """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
+    log is never a second copy of episodes, queries or prompts."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+    db.execute("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
+               " VALUES (?,?,?,?,?,?,?)", [at, caller, server, tool, digest, outcome, duration_ms])
 
 
 def _connect(path: Path) -> sqlite_utils.Database:

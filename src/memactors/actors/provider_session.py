@@ -20,8 +20,6 @@ the rest of the daemon only sees `ProviderUnavailable` meanwhile.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
@@ -37,7 +35,7 @@ from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
-from ..store import Store, WallClock, iso, utc_now
+from ..store import Store, WallClock, iso, log_call, utc_now
 from .breaker import Breaker
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
@@ -253,12 +251,11 @@ class ProviderSession:
             await self._call_log(tool, arguments, outcome, elapsed, caller)
 
     async def _call_log(self, tool: str, arguments: dict[str, Any], outcome: str, elapsed: float, caller: str) -> None:
-        digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
-        row = [iso(self._wall_clock()), caller, self.provider, tool, digest, outcome, int(elapsed * 1000)]
+        at = iso(self._wall_clock())
 
         def write(db: Any) -> None:
-            db.execute("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
-                       " VALUES (?,?,?,?,?,?,?)", row)
+            log_call(db, at=at, caller=caller, server=self.provider, tool=tool, arguments=arguments,
+                     outcome=outcome, duration_ms=int(elapsed * 1000))
 
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             try:
