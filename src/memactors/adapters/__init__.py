@@ -1,0 +1,109 @@
+"""Harness adapters: how one kind of coding agent is run headless and how its output is read.
+
+An adapter is pure and small (ARCHITECTURE "Runs"): it builds the argv and environment for a run, and
+it parses the agent's JSON-lines stdout *as it streams* into a :class:`Transcript` — tool calls become
+edit and verify observations, the final result event becomes outcome, text, model and cost. Adapters
+never start processes, never touch the store and never see the run token's meaning; the ``runs`` actor
+does all of that. So each adapter is tested on recorded streams without a process, and end to end
+through ``memactors run`` with the real agent CLI.
+
+Modules: ``claude_code`` (``claude -p … --output-format stream-json --verbose``), ``codex``
+(``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import attrs
+
+__all__ = ["Adapter", "CommandRun", "FileEdit", "LaunchRequest", "LaunchSpec", "StreamParser", "Transcript"]
+
+
+@attrs.frozen
+class LaunchRequest:
+    """What the runs actor knows when it asks an adapter for a command line.
+
+    ``prompt`` is the composed prompt (briefing fence + operator prompt, REQ-16) or None for a run
+    with no prompt. It is handed to the adapter only to place it in argv; an adapter never logs or
+    stores it. ``mcp_config_path`` is a JSON file (Claude Code's ``--mcp-config`` format) naming the
+    gateway with this run's bearer token; ``gateway_url`` and ``run_token`` are the same facts for
+    adapters that take them from the environment.
+    """
+
+    harness: str
+    run_id: str
+    workdir: str
+    prompt: str | None
+    command: str | None          # [harness.<name>] command: the agent binary or argv template
+    model: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    permission_mode: str | None = None
+    extra_args: tuple[str, ...] = ()
+    mcp_config_path: str | None = None
+    gateway_url: str | None = None
+    run_token: str | None = None
+
+
+@attrs.frozen
+class LaunchSpec:
+    """The process to start: argv (argv[0] resolved on PATH by the runs actor) and extra environment."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class FileEdit:
+    """The agent wrote ``path`` (absolute or relative to the run's cwd) at ``at`` (RFC 3339 UTC)."""
+
+    path: str
+    at: str
+
+
+@attrs.frozen
+class CommandRun:
+    """The agent ran a shell command; ``exit_code`` None when it is not known."""
+
+    command: str
+    exit_code: int | None
+    at: str
+
+
+@attrs.define
+class Transcript:
+    """What a parser has read so far from one run's stream. Holds no raw stdout and no prompt."""
+
+    session_id: str | None = None
+    model: str | None = None
+    cost_usd: float | None = None
+    result_text: str | None = None
+    #: The agent's own verdict from its final event: True ok, False error, None no final event seen.
+    result_ok: bool | None = None
+    #: The agent's own result subtype / failure reason (e.g. "success", "error_max_turns"), for the reason field.
+    result_kind: str | None = None
+    duration_ms: int | None = None
+    edits: list[FileEdit] = attrs.field(factory=list)
+    commands: list[CommandRun] = attrs.field(factory=list)
+    tool_calls: list[str] = attrs.field(factory=list)   # tool names only, in order (never arguments)
+
+
+class StreamParser(Protocol):
+    """Fed one stdout line at a time (already decoded, without the newline); never raises on bad input."""
+
+    transcript: Transcript
+
+    def feed(self, line: str, *, at: str) -> None: ...
+
+
+class Adapter(Protocol):
+    """One agent kind. ``name`` is the ``[harness.<name>] harness`` value that selects it."""
+
+    name: str
+    default_command: str
+
+    def launch(self, request: LaunchRequest) -> LaunchSpec: ...
+
+    def parser(self) -> StreamParser: ...
+
