@@ -630,27 +630,41 @@ def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, workdir: str, now: datetime) -> str:
-    """Mint a bearer token for a run (SPEC-0005); only its SHA-256 is stored. Returns the token."""
+def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, workdir: str, now: datetime,
+                   expires_at: datetime | None = None) -> str:
+    """Mint a bearer token for a run (SPEC-0005); only its SHA-256 is stored. Returns the token.
+
+    ``expires_at`` None: the token lives until revoked; otherwise it resolves to nobody from then on.
+    """
     for field, value in (("harness", harness), ("run_id", run_id)):
         if not value:
             raise InvalidArgument(f"{field} is required", field=field)
     token = secrets.token_urlsafe(32)
     db.execute(
-        "INSERT INTO run_callers (token_sha256, harness, run_id, workdir, created_at) VALUES (?, ?, ?, ?, ?)",
-        [_sha256(token), harness, run_id, workdir, _at(now)],
+        "INSERT INTO run_callers (token_sha256, harness, run_id, workdir, created_at, expires_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [_sha256(token), harness, run_id, workdir, _at(now), None if expires_at is None else _at(expires_at)],
     )
     return token
 
 
-def resolve_run_token(db: sqlite_utils.Database, token: str) -> Caller | None:
-    """The run a token was minted for, or None for an empty or unknown token (unattributed)."""
+def resolve_run_token(db: sqlite_utils.Database, token: str, now: datetime | None = None) -> Caller | None:
+    """The run a token was minted for, or None for an empty, unknown or (at ``now``) expired token."""
     if not token:
         return None
     row = db.execute(
-        "SELECT harness, run_id, workdir FROM run_callers WHERE token_sha256 = ?", [_sha256(token)]
+        "SELECT harness, run_id, workdir, expires_at FROM run_callers WHERE token_sha256 = ?", [_sha256(token)]
     ).fetchone()
-    return None if row is None else Caller(str(row[0]), str(row[1]), str(row[2]))
+    if row is None or (now is not None and row[3] is not None and str(row[3]) <= _at(now)):
+        return None
+    return Caller(str(row[0]), str(row[1]), str(row[2]))
+
+
+def expire_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str, at: datetime) -> int:
+    """Make every token of a run expire at ``at`` (its end plus a grace); returns how many."""
+    cur = db.execute("UPDATE run_callers SET expires_at = ? WHERE harness = ? AND run_id = ?"
+                     " AND (expires_at IS NULL OR expires_at > ?)", [_at(at), harness, run_id, _at(at)])
+    return int(cur.rowcount)
 
 
 def revoke_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:

@@ -54,9 +54,10 @@ from .actors.index import (
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
+from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import Summarize, SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
-from .config import Config, ConfigHolder, McpServerConfig, parse_duration
+from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
@@ -115,6 +116,9 @@ class MemoryService:
         self.retention: Retention
         self.summary: SummaryActor
         self.briefing: Briefing
+        self.runs: Runs
+        #: The gateway's URL once the daemon serves it (runs get it in their MCP config), else None.
+        self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
 
     @property
@@ -122,11 +126,14 @@ class MemoryService:
         return self.holder.current
 
     # -- daemon API ----------------------------------------------------------------------------------
-    async def ingest_run(self, data: Any, *, source: str = "record") -> dict[str, Any]:
+    async def ingest_run(self, data: Any, *, source: str = "record",
+                         harness_config: HarnessConfig | None = None) -> dict[str, Any]:
         """Take a closed run record: store it, assemble its episode, record it (or queue the record).
 
         Returns once the run (and its episode with a pending record) is committed — from then on
-        nothing is lost — and after one record attempt bounded by provider_timeout.
+        nothing is lost — and after one record attempt bounded by provider_timeout. ``harness_config``
+        is the harness as the run saw it (a run started by the daemon, with its project file merged),
+        for REQ-8's eligibility; by default the global configuration's.
         """
         # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
         record = stored_record(parse_run_record(data, source=source))
@@ -137,7 +144,7 @@ class MemoryService:
             duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
             return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
         # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record))
+        assembled: Assembled = await self.assembler.address.ask(Assemble(record, harness_config))
         episode = assembled.episode
         new = False
         if assembled.keep_run:
@@ -262,7 +269,8 @@ class MemoryService:
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
         """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
-        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or ""))
+        now = self.wall_clock()
+        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or "", now))
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
@@ -290,7 +298,25 @@ class MemoryService:
         """Serve the MCP gateway on `[gateway] listen` in `nursery`; returns its URL."""
         from .gateway import serve_gateway
 
-        return await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
+        self.gateway_url = await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
+        return self.gateway_url
+
+    # -- runs (memactors run) ---------------------------------------------------------------------------
+    async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None
+                        ) -> dict[str, Any]:
+        """StartRun: run the harness's one-shot now (docs/runs.md); answers once the agent is spawned."""
+        state: RunState = await self.runs.address.ask(StartRun(harness, prompt, run_id))
+        return state.view()
+
+    async def wait_run(self, *, harness: str, run_id: str, wait_seconds: float = 30.0) -> dict[str, Any]:
+        """WaitRun: the run's state, after waiting up to ``wait_seconds`` (at most 300) for it to end and
+        be recorded. Call again while ``state`` is ``running``."""
+        if not (0 <= wait_seconds <= 300):
+            raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
+        state: RunState = await self.runs.address.ask(GetRun(harness, run_id))
+        with trio.move_on_after(wait_seconds):
+            await state.done.wait()
+        return state.view()
 
     # -- control-tier feeds (facts, pull requests, presence, votes, run tokens) ---------------------
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
@@ -430,6 +456,11 @@ class MemoryService:
             m("CastVote", "control", lambda p: self.cast_vote(
                 fact_id=_param(p, "fact_id", str), run_id=_param(p, "run_id", str),
                 harness=_param(p, "harness", str), stance=_param(p, "stance", str))),
+            m("StartRun", "control", lambda p: self.start_run(
+                harness=_param(p, "harness", str), prompt=_opt(p, "prompt"), run_id=_opt(p, "run_id"))),
+            m("WaitRun", "read", lambda p: self.wait_run(
+                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
+                wait_seconds=float(p.get("wait_seconds", 30)))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
                 workdir=str(p.get("workdir") or ""))),
@@ -565,6 +596,10 @@ async def open_memory_service(
                 store=store, metrics=metrics, provider=service.provider, session_address=service.session.address,
                 index_address=service.index.address, config=lambda: holder.current, wall_clock=wall_clock)
             await sup.start(ChildSpec("briefing", service.briefing.run))
+            # Started last so it is stopped first: running runs are stopped and recorded while the
+            # actors the record goes through are still up.
+            service.runs = Runs(service, gateway_url=lambda: service.gateway_url)
+            await sup.start(ChildSpec("runs", service.runs.run, shutdown_grace=service.runs.shutdown_grace))
             metrics.watch_mailboxes(lambda: (service.session.address, service.index.address,
                                              service.summary.address, service.assembler.address,
                                              service.retention.address, service.briefing.address))

@@ -256,6 +256,12 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations(name="0004_run_token_expiry")
+def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
+    """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
+    db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
