@@ -8,8 +8,8 @@ this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
 
 The stream is Claude Code's JSON lines, one object per line:
 
-* ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model;
-* ``{"type": "assistant", "message": {"content": [...]}}`` — ``tool_use`` blocks: ``Edit``, ``Write``,
+* ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model asked for;
+* ``{"type": "assistant", "message": {"model", "content": [...]}}`` — the model served, and ``tool_use`` blocks: ``Edit``, ``Write``,
   ``MultiEdit`` (``file_path``) and ``NotebookEdit`` (``notebook_path``) are edits, ``Bash``
   (``command``) a shell command whose result follows;
 * ``{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id", "is_error",
@@ -65,6 +65,9 @@ class ClaudeCodeParser:
             t.session_id = _str(event.get("session_id")) or t.session_id
             t.model = _str(event.get("model")) or t.model
         elif kind == "assistant":
+            message = event.get("message")
+            if isinstance(message, dict):  # the model the API served wins over the one asked for at init
+                t.model = _str(message.get("model")) or t.model
             for block in _content(event):
                 if block.get("type") == "tool_use":
                     self._tool_use(block, at)
