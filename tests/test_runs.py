@@ -7,6 +7,7 @@ what the daemon recorded: the episode, the run's outcome and reason, the token's
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -211,3 +212,28 @@ async def test_a_missing_agent_binary_is_recorded_as_a_spawn_error(tmp_path: Pat
     async with service(make_holder, extra) as memory:
         state = await run_to_end(memory, "ghost")
     assert (state["outcome"], state["reason"], state["ingest"]) == ("crashed", "spawn_error", "skipped")
+
+
+@pytest.mark.req15
+@pytest.mark.req16
+async def test_a_respawn_of_the_same_run_reuses_its_briefing(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("fixer", workdir=repo, mode="fail", out=out, extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even.", confidence=0.9,
+                              fact_id="f_one")
+        first = await run_to_end(memory, "fixer", run_id="r-respawn")
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="A newer fact about invoices.", confidence=0.9,
+                              fact_id="f_two")
+        again = await run_to_end(memory, "fixer", run_id="r-respawn")
+    assert first["run_id"] == again["run_id"] == "r-respawn"
+    prompts = [(out / f"prompt-{i}.txt").read_text(encoding="utf-8") for i in (0, 1)]
+    assert all("Ledger rounds half-even." in p for p in prompts)
+    assert "A newer fact" not in prompts[1]  # the run's briefing was computed once, at its first spawn
+    # Only the fence's nonce differs (fresh per spawn, REQ-16).
+    bodies = [p.split("\n", 1)[1] for p in prompts]
+    nonces = [re.search(r'nonce="([^"]+)"', p).group(1) for p in prompts]  # type: ignore[union-attr]
+    assert nonces[0] != nonces[1]
+    assert bodies[0].replace(nonces[0], "N") == bodies[1].replace(nonces[1], "N")
+    assert again["ingest"] == "duplicate"  # a closed run is recorded once; the first record wins

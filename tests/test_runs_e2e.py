@@ -112,6 +112,31 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         assert unknown.returncode == 2 and b"unknown harness nope" in unknown.stderr
 
 
+async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    prompt_file = tmp_path / "prompt.md"
+    prompt_file.write_text("from a file\n", encoding="utf-8")
+    config = write_config(tmp_path, '[model_api]\nbase_url = "http://127.0.0.1:9"\napi_key_env = "UTILITY_KEY"\n'
+                          + command_harness("probe", workdir=repo, mode="env", out=out))
+    env = {**base_env(tmp_path, config), "UTILITY_KEY": "daemon-only-secret", "AGENT_API_KEY": "for-the-agent"}
+    state = tmp_path / "state"
+    with daemon(env, state, tmp_path / "daemon.log"):
+        done = await cli(env, "run", "probe", "--prompt-file", str(prompt_file), "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+        gateway = json.loads((state / "daemon.json").read_text(encoding="utf-8"))["gateway"]
+    facts = json.loads((out / "env.json").read_text(encoding="utf-8"))
+    assert "AGENT_API_KEY" in facts["names"] and "UTILITY_KEY" not in facts["names"]
+    assert {k: facts["memactors"].get(k) for k in ("MEMACTORS_HARNESS", "MEMACTORS_RUN_ID", "MEMACTORS_GATEWAY_URL")} \
+        == {"MEMACTORS_HARNESS": "probe", "MEMACTORS_RUN_ID": run_id, "MEMACTORS_GATEWAY_URL": gateway}
+    assert "MEMACTORS_RUN_TOKEN" in facts["names"]
+    assert facts["mcp"] == {"mode": "0o600", "type": "http", "url": gateway, "bearer_is_token": True}
+    assert Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).parent == state / "runs"
+    assert not Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).exists()  # removed when the run ended
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from a file\n"
+
+
 async def test_daemon_shutdown_mid_run_stops_the_agent_and_records_the_run(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"

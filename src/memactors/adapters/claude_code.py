@@ -1,7 +1,7 @@
 """The ``claude-code`` adapter: ``claude -p <prompt> --output-format stream-json --verbose``.
 
 argv: ``<command> -p <prompt> --output-format stream-json --verbose --mcp-config <file>
---allowedTools <tools...> [--permission-mode M] [--model M] [extra_args...]``. The allowed tools are the
+[--permission-mode M] [--model M] --allowedTools <tools...> [extra_args...]``. The allowed tools are the
 configured ``allowed_tools`` plus ``mcp__memactors__recall`` and ``mcp__memactors__briefing`` always,
 so a headless agent is never refused its own memory. The ``--mcp-config`` file names the gateway with
 this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
@@ -147,12 +147,13 @@ class ClaudeCodeAdapter:
         argv += ["--output-format", "stream-json", "--verbose"]
         if request.mcp_config_path:
             argv += ["--mcp-config", request.mcp_config_path]
-        tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
-        argv += ["--allowedTools", *tools]
         if request.permission_mode:
             argv += ["--permission-mode", request.permission_mode]
         if request.model:
             argv += ["--model", request.model]
+        # --allowedTools takes a list of values up to the next option, so it comes last but extra_args.
+        tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
+        argv += ["--allowedTools", *tools]
         argv += request.extra_args
         return LaunchSpec(argv=tuple(argv))
 
