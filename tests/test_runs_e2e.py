@@ -133,7 +133,7 @@ async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret
     assert "MEMACTORS_RUN_TOKEN" in facts["names"]
     assert facts["mcp"] == {"mode": "0o600", "type": "http", "url": gateway, "bearer_is_token": True}
     assert Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).parent == state / "runs"
-    assert not os.path.exists(facts["memactors"]["MEMACTORS_MCP_CONFIG"])  # removed when the run ended
+    assert not await trio.Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).exists()  # removed when the run ended
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from a file\n"
 
 
