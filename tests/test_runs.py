@@ -237,3 +237,19 @@ async def test_a_respawn_of_the_same_run_reuses_its_briefing(tmp_path: Path, mak
     assert nonces[0] != nonces[1]
     assert bodies[0].replace(nonces[0], "N") == bodies[1].replace(nonces[1], "N")
     assert again["ingest"] == "duplicate"  # a closed run is recorded once; the first record wins
+
+
+@pytest.mark.req16
+async def test_an_oversized_prompt_still_runs_with_the_prompt_alone(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("big", workdir=repo, mode="write", out=out, extra="memory_briefing = true")
+    prompt = "p" * (128 * 1024 - 100)  # fits one argv element alone; with the fenced briefing it would not
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even.", confidence=0.9)
+        state = await run_to_end(memory, "big", prompt=prompt)
+        skipped = memory.metrics.registry.get_sample_value(
+            "harness_memory_briefings_total", {"harness": "big", "delivery": "prompt", "outcome": "skipped"})
+    assert state["outcome"] == "succeeded"
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == prompt
+    assert skipped == 1
