@@ -87,11 +87,15 @@ def files_under(path: Path) -> Iterator[Path]:
     return (p for p in path.rglob("*") if p.is_file())
 
 
+@pytest.mark.req16
 async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
+    project = make_repo(tmp_path / "project")
+    (project / "harness.toml").write_text("[harness.proj]\nmemory_briefing = true\n", encoding="utf-8")
     config = write_config(tmp_path, command_harness("fixer", workdir=repo, mode="write", out=out)
-                          + command_harness("failing", workdir=repo, mode="fail", out=out))
+                          + command_harness("failing", workdir=repo, mode="fail", out=out)
+                          + command_harness("proj", workdir=project, mode="write", out=tmp_path / "proj-out"))
     env = base_env(tmp_path, config)
     with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
         done = await cli(env, "run", "fixer", "--wait", "--json")
@@ -110,6 +114,11 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         assert started.returncode == 0 and started.stdout.startswith(b"run r")
         unknown = await cli(env, "run", "nope")
         assert unknown.returncode == 2 and b"unknown harness nope" in unknown.stderr
+        refused = await cli(env, "run", "proj", "--wait")  # REQ-16: a project file cannot turn it on
+        assert refused.returncode == 2
+        assert b"memory_briefing" in refused.stderr and b"global-only" in refused.stderr
+        assert str(project / "harness.toml").encode() in refused.stderr
+        assert not (tmp_path / "proj-out").exists()
 
 
 async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:
