@@ -219,6 +219,7 @@ async def test_a_missing_agent_binary_is_recorded_as_a_spawn_error(tmp_path: Pat
     async with service(make_holder, extra) as memory:
         state = await run_to_end(memory, "ghost")
     assert (state["outcome"], state["reason"], state["ingest"]) == ("crashed", "spawn_error", "skipped")
+    assert state["error"] == "FileNotFoundError: /nonexistent/agent"
 
 
 @pytest.mark.req15

@@ -108,6 +108,8 @@ class RunState:
     episode_id: str | None = None
     ingest: str | None = None
     exit_code: int | None = None
+    #: Why the agent could not be started (e.g. "FileNotFoundError: claude"); None otherwise.
+    error: str | None = None
     done: trio.Event = attrs.field(factory=trio.Event)
     scope: trio.CancelScope | None = None
     stop_reason: StopReason | None = None
@@ -122,7 +124,8 @@ class RunState:
     def view(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "harness": self.harness, "adapter": self.adapter, "state": self.state,
                 "started_at": self.started_at, "outcome": self.outcome, "reason": self.reason,
-                "episode_id": self.episode_id, "ingest": self.ingest, "exit_code": self.exit_code}
+                "episode_id": self.episode_id, "ingest": self.ingest, "exit_code": self.exit_code,
+                "error": self.error}
 
 
 @attrs.frozen
@@ -302,6 +305,7 @@ class Runs:
                 stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             spawn_error = type(exc).__name__
+            state.error = f"{spawn_error}: {run.argv[0] if run.argv else ''}"
             proc = None
         task_status.started()
         try:
