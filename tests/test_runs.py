@@ -12,6 +12,7 @@ import re
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,12 @@ async def test_an_oversized_prompt_still_runs_with_the_prompt_alone(tmp_path: Pa
     assert state["outcome"] == "succeeded"
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == prompt
     assert skipped == 1
+
+
+async def test_an_expired_run_token_resolves_to_nobody(memory: MemoryService) -> None:
+    now = memory.wall_clock()
+    live, ended = [await memory.store.write(lambda db, ttl=ttl: graph.mint_run_token(
+        db, harness="h", run_id=f"r{ttl}", workdir="", now=now, expires_at=now + timedelta(seconds=ttl)))
+        for ttl in (60, -1)]
+    assert (await memory.caller_view(live)).run_id == "r60"
+    assert (await memory.caller_view(ended)).run_id is None  # unattributed, like an unknown token
