@@ -146,6 +146,32 @@ async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from a file\n"
 
 
+@pytest.mark.req15
+@pytest.mark.req17
+async def test_a_runs_briefing_tool_serves_the_briefing_prepended_at_spawn(tmp_path: Path) -> None:
+    """REQ-15: computed once at spawn, then served unchanged to the run through the gateway as itself."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    config = write_config(tmp_path, command_harness("reader", workdir=repo, mode="briefing", out=out,
+                                                    extra="memory_briefing = true"))
+    env = base_env(tmp_path, config)
+    state = tmp_path / "state"
+    with daemon(env, state, tmp_path / "daemon.log"):
+        added = await cli(env, "facts", "add", "Ledger amounts are rounded half-even.", "--scope",
+                          f"project:{REPO_KEY}", "--confidence", "0.9", "--id", "f_ledger")
+        assert added.returncode == 0, added.stderr
+        done = await cli(env, "run", "reader", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+    served = (out / "briefing.txt").read_text(encoding="utf-8")
+    prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
+    assert "Ledger amounts are rounded half-even." in served
+    assert f"\n{served}\n</untrusted-data nonce=" in prompt  # the same document, fenced, in the prompt
+    surfaces = rows(state / "memactors.db", "SELECT surface, call_id IS NULL FROM exposures WHERE run_id = ?"
+                    " ORDER BY id", run_id)
+    assert surfaces == [("briefing_prompt", 1), ("briefing_tool", 0)]
+
+
 async def test_daemon_shutdown_mid_run_stops_the_agent_and_records_the_run(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
