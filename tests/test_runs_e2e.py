@@ -271,10 +271,12 @@ timeout = "5m"
     assert (run1["run_id"], "recall", 0) in exposures
     assert (run2["run_id"], "briefing_prompt", 1) in exposures
 
-    # REQ-16: the composed prompt is never persisted or logged — not its fence, not its whole text.
-    nonce = fence.group(1).encode()
-    composed = prompt2.encode()
+    # REQ-16: a composed prompt is never persisted or logged — not its fence's nonce, not its whole text.
+    prompt1 = turns1[0].first_user_text()
+    secrets = [p.encode() for p in (prompt1, prompt2)]
+    secrets += [m.group(1).encode() for m in (FENCE.search(prompt1), fence) if m is not None]
+    assert len(secrets) == 4
     for path in [*files_under(state), log]:
         data = path.read_bytes()
-        assert nonce not in data, path
-        assert composed not in data, path
+        for secret in secrets:
+            assert secret not in data, path
