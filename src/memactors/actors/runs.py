@@ -168,6 +168,7 @@ class Runs:
         self.kill_grace = kill_grace
         self.token_grace = token_grace
         self._active: dict[tuple[str, str], RunState] = {}
+        self._starting: set[tuple[str, str]] = set()
         self._finished: OrderedDict[tuple[str, str], RunState] = OrderedDict()
         self._nursery: trio.Nursery | None = None
         self._log = logger.bind(actor="runs")
@@ -235,8 +236,18 @@ class Runs:
         adapter = get_adapter(cfg.harness)
         run_id = message.run_id or _new_run_id(service.wall_clock())
         key = (name, run_id)
-        if key in self._active:
+        if key in self._active or key in self._starting:
             raise InvalidArgument(f"run {run_id} of harness {name} is already running", field="run_id")
+        self._starting.add(key)
+        try:
+            return await self._spawn(config, cfg, adapter, key, workdir, repo)
+        finally:
+            self._starting.discard(key)
+
+    async def _spawn(self, config: Config, cfg: HarnessConfig, adapter: Adapter, key: tuple[str, str],
+                     workdir: str, repo: Any) -> RunState:
+        service = self._service
+        name, run_id = key
         git = await trio.to_thread.run_sync(_git_start, workdir) if repo is not None else (None, None, frozenset())
         branch, start_commit, dirty = git
 
