@@ -260,9 +260,16 @@ class MemoryService:
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
 
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
-    async def caller_view(self, token: str | None) -> View:
-        """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
-        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or ""))
+    async def resolve_caller(self, token: str) -> graph.Caller | None:
+        """The run a live bearer token belongs to; None for an unknown, expired or revoked one (one lookup)."""
+        now = self.wall_clock()
+        return await self.store.read(lambda db: graph.resolve_run_token(db, token, now))
+
+    async def caller_view(self, token: str | None, caller: graph.Caller | None = None) -> View:
+        """Resolve a gateway bearer token (or an already resolved `caller`) to the run's view (SPEC-0005);
+        unattributed without one."""
+        if caller is None and token:
+            caller = await self.resolve_caller(token)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
@@ -322,12 +329,14 @@ class MemoryService:
             db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
         return attrs.asdict(vote)
 
-    async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "") -> dict[str, Any]:
-        """Mint the bearer token a run presents to the gateway (SPEC-0005)."""
+    async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
+                             ttl_seconds: float | None = None) -> dict[str, Any]:
+        """Mint the bearer token a run presents to the gateway (SPEC-0005), optionally expiring."""
         now = self.wall_clock()
         token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now))
-        return {"harness": harness, "run_id": run_id, "token": token}
+            db, harness=harness, run_id=run_id, workdir=workdir, now=now, ttl_seconds=ttl_seconds))
+        expires_at = None if ttl_seconds is None else iso(now + timedelta(seconds=ttl_seconds))
+        return {"harness": harness, "run_id": run_id, "token": token, "expires_at": expires_at}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -432,7 +441,7 @@ class MemoryService:
                 harness=_param(p, "harness", str), stance=_param(p, "stance", str))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
-                workdir=str(p.get("workdir") or ""))),
+                workdir=str(p.get("workdir") or ""), ttl_seconds=p.get("ttl_seconds"))),
         ]
 
 

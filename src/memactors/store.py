@@ -256,6 +256,16 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+
+@migrations(name="0005_token_ttl")
+def _m0005_token_ttl(db: sqlite_utils.Database) -> None:
+    """Run tokens may expire (`memactors token mint --ttl`, a run's end plus a grace): NULL never expires.
+
+    The gateway checks expiry in the same primary-key lookup that resolves a token, so it costs nothing.
+    """
+    db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
