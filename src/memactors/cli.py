@@ -92,6 +92,41 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """`memactors run H`: StartRun, then with --wait follow it (WaitRun) to its recorded end."""
+    from .actors.runs import exit_status
+
+    params: dict[str, Any] = {"harness": args.harness}
+    if args.prompt is not None:
+        params["prompt"] = args.prompt
+    elif args.prompt_file is not None:
+        try:
+            params["prompt"] = Path(args.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"memactors: --prompt-file {args.prompt_file}: cannot be read: {type(exc).__name__}",
+                  file=sys.stderr)
+            return 2
+    config = _config(args)
+
+    async def run() -> dict[str, Any]:
+        async with connect_rpc(_operator_url(config), read_token(config.store.path, "control")) as client:
+            state = await client.call(f"{SERVICE}/StartRun", params)
+            if not args.json:
+                print(f"run {state['run_id']} of {state['harness']} started ({state['adapter']})", flush=True)
+            while args.wait and state["state"] != "ended":
+                state = await client.call(f"{SERVICE}/WaitRun", {"harness": state["harness"],
+                                                                  "run_id": state["run_id"], "wait_seconds": 60})
+            return state
+
+    state = trio.run(run)
+    if args.json:
+        _print_json({k: state.get(k) for k in ("run_id", "harness", "outcome", "episode_id")})
+    elif state["state"] == "ended":
+        episode = state.get("episode_id") or f"no episode ({state.get('ingest')})"
+        print(f"run {state['run_id']}: {state['outcome']} ({state['reason']}), {episode}")
+    return exit_status(state["outcome"]) if args.wait else 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     st = call(args, "Status", {})
     if args.json:
@@ -353,6 +388,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser(
+        "run", help="run a harness's prompt one-shot now, supervised by the daemon (control tier)",
+        description="Start a run of [harness.<name>] in its workdir with its adapter's agent CLI. The daemon "
+                    "supervises it (timeout, stop on shutdown), gives it its briefing and the gateway, and "
+                    "records its episode when it ends.",
+        epilog="With --wait the exit status is the outcome's: 0 succeeded, 1 failed, 3 timed_out, "
+               "4 cancelled, 5 crashed; 2 when the run could not be started.")
+    p.add_argument("harness", help="the [harness.<name>] to run")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", metavar="TEXT", help="the prompt for this run only (instead of the configured one)")
+    prompt.add_argument("--prompt-file", metavar="F", help="read this run's prompt from file F")
+    p.add_argument("--wait", action="store_true", help="follow the run until it is recorded; exit with its outcome")
+    p.add_argument("--json", action="store_true", help="print {run_id, harness, outcome, episode_id}")
+    p.set_defaults(fn=cmd_run)
 
     runs = sub.add_parser("runs", help="run records").add_subparsers(dest="runs_command", required=True)
     p = runs.add_parser("ingest", help="submit closed run records (JSON files); control tier")

@@ -66,6 +66,15 @@ GLOBAL_ONLY_HARNESS_KEYS = ("memory_briefing", "untrusted_inline")
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
+#: ``[harness.<name>] verify_patterns`` default: a shell command an agent ran that matches one of these
+#: regular expressions is a verify step (its exit status becomes the verify event's ok).
+DEFAULT_VERIFY_PATTERNS = (
+    r"\bpytest\b",
+    r"\bgo\s+test\b",
+    r"\bcargo\s+test\b",
+    r"\bnpm\s+(?:run\s+)?test\b",
+)
+
 
 def _frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     """A read-only view of a fresh copy, so a frozen model cannot be changed through its mappings."""
@@ -180,6 +189,15 @@ class HarnessConfig:
     prompt_template_file: str | None = None
     template_text: str | None = None
     args: tuple[str, ...] = ()
+    #: What ``memactors run`` needs to run the harness headless (docs/runs.md).
+    command: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    permission_mode: str | None = None
+    model: str | None = None
+    extra_args: tuple[str, ...] = ()
+    timeout: float = 1800.0
+    timeout_text: str = "30m"
+    verify_patterns: tuple[str, ...] = DEFAULT_VERIFY_PATTERNS
 
     @property
     def records_episodes(self) -> bool:
@@ -239,6 +257,9 @@ class Config:
     metrics: ListenConfig = ListenConfig("127.0.0.1", 9477)
     telemetry: TelemetryConfig = attrs.Factory(TelemetryConfig)
     source: tuple[Path, ...] = ()
+    #: The global file this configuration was loaded for (read or not), so a run can load the same
+    #: configuration again with its repository's project file (``memactors run``).
+    global_path: Path | None = None
 
     @property
     def episodes(self) -> EpisodesConfig:
@@ -571,7 +592,7 @@ def load_config(
         sources.merge(doc, project)
         read.append(project)
 
-    return _build(sources, origins, env, tuple(read))
+    return attrs.evolve(_build(sources, origins, env, tuple(read)), global_path=global_path)
 
 
 def _note_origins(
@@ -845,6 +866,13 @@ _HARNESS_KEYS_READ = (
     "prompt_template",
     "prompt_template_file",
     "args",
+    "command",
+    "allowed_tools",
+    "permission_mode",
+    "model",
+    "extra_args",
+    "timeout",
+    "verify_patterns",
 )
 _PROMPT_KEYS = ("prompt", "prompt_file", "prompt_template", "prompt_template_file")
 
@@ -917,9 +945,41 @@ def _build_harnesses(
             prompt_template_file=prompts["prompt_template_file"],
             template_text=template,
             args=h.str_list("args"),
+            **_run_keys(h),
         )
         h.finish()
     return harnesses
+
+
+def _run_keys(h: _Table) -> dict[str, Any]:
+    """The keys ``memactors run`` reads to run a harness headless (docs/runs.md)."""
+    command = h.str_("command")
+    if command is not None and not command.strip():
+        raise h.error("command", command, "must not be empty")
+    permission_mode = h.str_("permission_mode")
+    model = h.str_("model")
+    for key, value in (("permission_mode", permission_mode), ("model", model)):
+        if value is not None and not value.strip():
+            raise h.error(key, value, "must not be empty")
+    timeout, timeout_text = h.duration("timeout", "30m")
+    patterns = DEFAULT_VERIFY_PATTERNS
+    if h.has("verify_patterns"):
+        patterns = h.str_list("verify_patterns")
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise h.error("verify_patterns", pattern, f"is not a regular expression: {exc}") from None
+    return dict(
+        command=command,
+        allowed_tools=h.str_list("allowed_tools"),
+        permission_mode=permission_mode,
+        model=model,
+        extra_args=h.str_list("extra_args"),
+        timeout=timeout,
+        timeout_text=timeout_text,
+        verify_patterns=patterns,
+    )
 
 
 def _check_provider(

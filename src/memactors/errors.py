@@ -61,6 +61,12 @@ class UnknownEpisode(MemactorsError):
     code = "NOT_FOUND"
 
 
+class UnknownRun(MemactorsError):
+    """Raised when a (harness, run id) names no run this daemon started (or it was forgotten since)."""
+
+    code = "NOT_FOUND"
+
+
 class NotAttributed(MemactorsError):
     """Raised when a caller presents no (or an unknown) run token and the surface needs one."""
 

@@ -626,53 +626,45 @@ def collisions(
 # ------------------------------------------------------------------------------------ caller identity
 
 
-#: The longest a minted token may live (a resident's token is re-minted, not kept forever).
-MAX_TOKEN_TTL_SECONDS = 366 * 86400
-
-
 def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, workdir: str, now: datetime,
-                   ttl_seconds: float | None = None) -> str:
+                   expires_at: datetime | None = None) -> str:
     """Mint a bearer token for a run (SPEC-0005); only its SHA-256 is stored. Returns the token.
 
-    With ``ttl_seconds`` the token stops resolving at ``now + ttl_seconds``; without, it lives until
-    the run's tokens are revoked.
+    ``expires_at`` None: the token lives until revoked; otherwise it resolves to nobody from then on.
     """
     for field, value in (("harness", harness), ("run_id", run_id)):
         if not value:
             raise InvalidArgument(f"{field} is required", field=field)
-    expires_at = None
-    if ttl_seconds is not None:
-        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float) or not (
-                0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
-            raise InvalidArgument(f"ttl_seconds must be a number of seconds in (0, {MAX_TOKEN_TTL_SECONDS}]",
-                                  field="ttl_seconds", value=ttl_seconds)
-        expires_at = _at(now + timedelta(seconds=ttl_seconds))
     token = secrets.token_urlsafe(32)
     db.execute(
         "INSERT INTO run_callers (token_sha256, harness, run_id, workdir, created_at, expires_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        [_sha256(token), harness, run_id, workdir, _at(now), expires_at],
+        [_sha256(token), harness, run_id, workdir, _at(now), None if expires_at is None else _at(expires_at)],
     )
     return token
 
 
 def resolve_run_token(db: sqlite_utils.Database, token: str, now: datetime | None = None) -> Caller | None:
-    """The run a live token was minted for, or None for an empty, unknown or (given ``now``) expired one.
-
-    One primary-key lookup: the gateway runs it for every request that carries a bearer token.
-    """
+    """The run a token was minted for, or None for an empty, unknown or (at ``now``) expired token."""
     if not token:
         return None
     row = db.execute(
         "SELECT harness, run_id, workdir, expires_at FROM run_callers WHERE token_sha256 = ?", [_sha256(token)]
     ).fetchone()
-    if row is None or (now is not None and row[3] is not None and row[3] <= _at(now)):
+    if row is None or (now is not None and row[3] is not None and str(row[3]) <= _at(now)):
         return None
     return Caller(str(row[0]), str(row[1]), str(row[2]))
+
+
+def expire_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str, at: datetime) -> int:
+    """Make every token of a run expire at ``at`` (its end plus a grace); returns how many."""
+    cur = db.execute("UPDATE run_callers SET expires_at = ? WHERE harness = ? AND run_id = ?"
+                     " AND (expires_at IS NULL OR expires_at > ?)", [_at(at), harness, run_id, _at(at)])
+    return int(cur.rowcount)
 
 
 def revoke_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:

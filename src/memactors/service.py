@@ -54,9 +54,10 @@ from .actors.index import (
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
+from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import Summarize, SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
-from .config import Config, ConfigHolder, McpServerConfig, parse_duration
+from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
@@ -98,6 +99,10 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
         yield streams
 
 
+#: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
+MAX_TOKEN_TTL_SECONDS = 366 * 86400
+
+
 class MemoryService:
     """Handlers shared by every surface. Operator calls see every scope."""
 
@@ -115,6 +120,9 @@ class MemoryService:
         self.retention: Retention
         self.summary: SummaryActor
         self.briefing: Briefing
+        self.runs: Runs
+        #: The gateway's URL once the daemon serves it (runs get it in their MCP config), else None.
+        self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
 
     @property
@@ -122,11 +130,14 @@ class MemoryService:
         return self.holder.current
 
     # -- daemon API ----------------------------------------------------------------------------------
-    async def ingest_run(self, data: Any, *, source: str = "record") -> dict[str, Any]:
+    async def ingest_run(self, data: Any, *, source: str = "record",
+                         harness_config: HarnessConfig | None = None) -> dict[str, Any]:
         """Take a closed run record: store it, assemble its episode, record it (or queue the record).
 
         Returns once the run (and its episode with a pending record) is committed — from then on
-        nothing is lost — and after one record attempt bounded by provider_timeout.
+        nothing is lost — and after one record attempt bounded by provider_timeout. ``harness_config``
+        is the harness as the run saw it (a run started by the daemon, with its project file merged),
+        for REQ-8's eligibility; by default the global configuration's.
         """
         # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
         record = stored_record(parse_run_record(data, source=source))
@@ -137,7 +148,7 @@ class MemoryService:
             duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
             return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
         # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record))
+        assembled: Assembled = await self.assembler.address.ask(Assemble(record, harness_config))
         episode = assembled.episode
         new = False
         if assembled.keep_run:
@@ -297,7 +308,25 @@ class MemoryService:
         """Serve the MCP gateway on `[gateway] listen` in `nursery`; returns its URL."""
         from .gateway import serve_gateway
 
-        return await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
+        self.gateway_url = await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
+        return self.gateway_url
+
+    # -- runs (memactors run) ---------------------------------------------------------------------------
+    async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None
+                        ) -> dict[str, Any]:
+        """StartRun: run the harness's one-shot now (docs/runs.md); answers once the agent is spawned."""
+        state: RunState = await self.runs.address.ask(StartRun(harness, prompt, run_id))
+        return state.view()
+
+    async def wait_run(self, *, harness: str, run_id: str, wait_seconds: float = 30.0) -> dict[str, Any]:
+        """WaitRun: the run's state, after waiting up to ``wait_seconds`` (at most 300) for it to end and
+        be recorded. Call again while ``state`` is ``running``."""
+        if not (0 <= wait_seconds <= 300):
+            raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
+        state: RunState = await self.runs.address.ask(GetRun(harness, run_id))
+        with trio.move_on_after(wait_seconds):
+            await state.done.wait()
+        return state.view()
 
     # -- control-tier feeds (facts, pull requests, presence, votes, run tokens) ---------------------
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
@@ -331,12 +360,18 @@ class MemoryService:
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
                              ttl_seconds: float | None = None) -> dict[str, Any]:
-        """Mint the bearer token a run presents to the gateway (SPEC-0005), optionally expiring."""
+        """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
+        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
+                                        or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
+            raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
+                                  field="ttl_seconds")
         now = self.wall_clock()
+        expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
         token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now, ttl_seconds=ttl_seconds))
-        expires_at = None if ttl_seconds is None else iso(now + timedelta(seconds=ttl_seconds))
-        return {"harness": harness, "run_id": run_id, "token": token, "expires_at": expires_at}
+            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
+        return {"harness": harness, "run_id": run_id, "token": token,
+                "expires_at": None if expires is None else iso(expires)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -439,6 +474,11 @@ class MemoryService:
             m("CastVote", "control", lambda p: self.cast_vote(
                 fact_id=_param(p, "fact_id", str), run_id=_param(p, "run_id", str),
                 harness=_param(p, "harness", str), stance=_param(p, "stance", str))),
+            m("StartRun", "control", lambda p: self.start_run(
+                harness=_param(p, "harness", str), prompt=_opt(p, "prompt"), run_id=_opt(p, "run_id"))),
+            m("WaitRun", "read", lambda p: self.wait_run(
+                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
+                wait_seconds=float(p.get("wait_seconds", 30)))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
                 workdir=str(p.get("workdir") or ""), ttl_seconds=p.get("ttl_seconds"))),
@@ -574,6 +614,10 @@ async def open_memory_service(
                 store=store, metrics=metrics, provider=service.provider, session_address=service.session.address,
                 index_address=service.index.address, config=lambda: holder.current, wall_clock=wall_clock)
             await sup.start(ChildSpec("briefing", service.briefing.run))
+            # Started last so it is stopped first: running runs are stopped and recorded while the
+            # actors the record goes through are still up.
+            service.runs = Runs(service, gateway_url=lambda: service.gateway_url)
+            await sup.start(ChildSpec("runs", service.runs.run, shutdown_grace=service.runs.shutdown_grace))
             metrics.watch_mailboxes(lambda: (service.session.address, service.index.address,
                                              service.summary.address, service.assembler.address,
                                              service.retention.address, service.briefing.address))

@@ -256,13 +256,9 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
-
-@migrations(name="0005_token_ttl")
-def _m0005_token_ttl(db: sqlite_utils.Database) -> None:
-    """Run tokens may expire (`memactors token mint --ttl`, a run's end plus a grace): NULL never expires.
-
-    The gateway checks expiry in the same primary-key lookup that resolves a token, so it costs nothing.
-    """
+@migrations(name="0004_run_token_expiry")
+def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
+    """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
     db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
 
 

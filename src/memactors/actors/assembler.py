@@ -16,7 +16,7 @@ import trio
 from loguru import logger
 
 from .._kernel import open_mailbox, serve
-from ..config import Config
+from ..config import Config, HarnessConfig
 from ..episode import (
     MAX_GRAPH_PATHS,
     assemble,
@@ -37,9 +37,13 @@ _SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5
 
 @attrs.frozen
 class Assemble:
-    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so)."""
+    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so).
+
+    `harness` is the harness as the run saw it (a daemon-started run with its project file merged), for
+    REQ-8's `memory_record`; None reads it from the global configuration."""
 
     record: RunRecord
+    harness: HarnessConfig | None = None
 
 
 @attrs.frozen
@@ -85,14 +89,14 @@ class Assembler:
 
     async def _handle(self, message: object) -> Assembled:
         match message:
-            case Assemble(record=record):
-                return await self._assemble(stored_record(record))
+            case Assemble(record=record, harness=harness):
+                return await self._assemble(stored_record(record), harness)
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
-    async def _assemble(self, record: RunRecord) -> Assembled:
+    async def _assemble(self, record: RunRecord, harness: HarnessConfig | None = None) -> Assembled:
         config = self._config()
-        harness = config.harness.get(record.harness)
+        harness = harness or config.harness.get(record.harness)
         repos = await resolve_sessions(record)
         primary = record.primary_session
         where = repos.get(primary.session_id) if primary else None

@@ -13,12 +13,25 @@ Modules: ``claude_code`` (``claude -p … --output-format stream-json --verbose`
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Protocol
 
 import attrs
 
-__all__ = ["Adapter", "CommandRun", "FileEdit", "LaunchRequest", "LaunchSpec", "StreamParser", "Transcript"]
+from ..errors import InvalidArgument
+
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "CommandRun",
+    "FileEdit",
+    "LaunchRequest",
+    "LaunchSpec",
+    "StreamParser",
+    "Transcript",
+    "get_adapter",
+]
 
 
 @attrs.frozen
@@ -107,3 +120,28 @@ class Adapter(Protocol):
 
     def parser(self) -> StreamParser: ...
 
+
+
+#: The registry: ``[harness.<name>] harness`` value -> "module:class" of its adapter (built with no
+#: arguments). A module that is not installed makes its adapter unknown, with an error naming it.
+ADAPTERS: Mapping[str, str] = {
+    "claude-code": "memactors.adapters.claude_code:ClaudeCodeAdapter",
+    "codex": "memactors.adapters.codex:CodexAdapter",
+    "command": "memactors.adapters.command:CommandAdapter",
+}
+
+
+def get_adapter(name: str) -> Adapter:
+    """The adapter registered as ``name``; InvalidArgument naming it and the known ones otherwise."""
+    target = ADAPTERS.get(name)
+    known = ", ".join(sorted(ADAPTERS))
+    if target is None:
+        raise InvalidArgument(f"harness = {name!r}: no adapter of that name (known: {known})", field="harness")
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        raise InvalidArgument(f"harness = {name!r}: adapter module {module_name} is not installed",
+                              field="harness") from None
+    adapter: Adapter = getattr(module, attr)()
+    return adapter

@@ -1,0 +1,157 @@
+"""The ``claude-code`` adapter: ``claude -p <prompt> --output-format stream-json --verbose``.
+
+argv: ``<command> -p <prompt> --output-format stream-json --verbose --mcp-config <file>
+--allowedTools <tools...> [--permission-mode M] [--model M] [extra_args...]``. The allowed tools are the
+configured ``allowed_tools`` plus ``mcp__memactors__recall`` and ``mcp__memactors__briefing`` always,
+so a headless agent is never refused its own memory. The ``--mcp-config`` file names the gateway with
+this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
+
+The stream is Claude Code's JSON lines, one object per line:
+
+* ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model;
+* ``{"type": "assistant", "message": {"content": [...]}}`` — ``tool_use`` blocks: ``Edit``, ``Write``,
+  ``MultiEdit`` (``file_path``) and ``NotebookEdit`` (``notebook_path``) are edits, ``Bash``
+  (``command``) a shell command whose result follows;
+* ``{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id", "is_error",
+  "content"}]}}`` — a Bash result: ``is_error`` and Claude Code's ``Exit code N`` line give the status;
+* ``{"type": "result", "subtype", "is_error", "result", "duration_ms", "total_cost_usd", ...}`` — the
+  agent's own verdict and final answer.
+
+Only these facts are kept (tool names, paths, commands, statuses, the final answer); nothing else of
+the stream, and never the prompt. A line that is not JSON or not one of these is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
+
+__all__ = ["MCP_SERVER", "ClaudeCodeAdapter", "ClaudeCodeParser", "memory_tools"]
+
+#: The gateway's server name in the --mcp-config file; Claude Code calls its tools mcp__<server>__<tool>.
+MCP_SERVER = "memactors"
+_EDIT_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+_EXIT_CODE = re.compile(r"Exit code (\d+)")
+
+
+def memory_tools(server: str = MCP_SERVER) -> tuple[str, ...]:
+    """The gateway tools a headless run may always call."""
+    return (f"mcp__{server}__recall", f"mcp__{server}__briefing")
+
+
+@attrs.define
+class ClaudeCodeParser:
+    transcript: Transcript = attrs.field(factory=Transcript)
+    _bash: dict[str, tuple[str, str]] = attrs.field(factory=dict)   # tool_use id -> (command, at)
+
+    def feed(self, line: str, *, at: str) -> None:
+        line = line.strip()
+        if not line.startswith("{"):
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        t = self.transcript
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init":
+            t.session_id = _str(event.get("session_id")) or t.session_id
+            t.model = _str(event.get("model")) or t.model
+        elif kind == "assistant":
+            for block in _content(event):
+                if block.get("type") == "tool_use":
+                    self._tool_use(block, at)
+        elif kind == "user":
+            for block in _content(event):
+                if block.get("type") == "tool_result":
+                    self._tool_result(block, at)
+        elif kind == "result":
+            t.session_id = t.session_id or _str(event.get("session_id"))
+            t.result_kind = _str(event.get("subtype"))
+            t.result_ok = event.get("is_error") is not True and (t.result_kind in (None, "success"))
+            result = event.get("result")
+            t.result_text = result if isinstance(result, str) else t.result_text
+            if isinstance(event.get("duration_ms"), int):
+                t.duration_ms = event["duration_ms"]
+            cost = event.get("total_cost_usd")
+            if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+                t.cost_usd = float(cost)
+
+    def _tool_use(self, block: dict[str, Any], at: str) -> None:
+        name = _str(block.get("name"))
+        if name is None:
+            return
+        self.transcript.tool_calls.append(name)
+        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+        if name in _EDIT_TOOLS:
+            path = _str(tool_input.get(_EDIT_TOOLS[name]))
+            if path:
+                self.transcript.edits.append(FileEdit(path, at))
+        elif name == "Bash":
+            command = _str(tool_input.get("command"))
+            tool_id = _str(block.get("id"))
+            if command and tool_id:
+                self._bash[tool_id] = (command, at)
+
+    def _tool_result(self, block: dict[str, Any], at: str) -> None:
+        tool_id = _str(block.get("tool_use_id"))
+        if tool_id is None or tool_id not in self._bash:
+            return
+        command, _ = self._bash.pop(tool_id)
+        text = _result_text(block.get("content"))
+        match = _EXIT_CODE.search(text[:200])
+        if match:
+            code: int | None = int(match.group(1))
+        else:
+            code = 1 if block.get("is_error") is True else 0
+        self.transcript.commands.append(CommandRun(command, code, at))
+
+
+def _content(event: dict[str, Any]) -> list[dict[str, Any]]:
+    message = event.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+@attrs.frozen
+class ClaudeCodeAdapter:
+    name: str = "claude-code"
+    default_command: str = "claude"
+
+    def launch(self, request: LaunchRequest) -> LaunchSpec:
+        argv: list[str] = [request.command or self.default_command, "-p"]
+        if request.prompt is not None:
+            argv.append(request.prompt)
+        argv += ["--output-format", "stream-json", "--verbose"]
+        if request.mcp_config_path:
+            argv += ["--mcp-config", request.mcp_config_path]
+        tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
+        argv += ["--allowedTools", *tools]
+        if request.permission_mode:
+            argv += ["--permission-mode", request.permission_mode]
+        if request.model:
+            argv += ["--model", request.model]
+        argv += request.extra_args
+        return LaunchSpec(argv=tuple(argv))
+
+    def parser(self) -> ClaudeCodeParser:
+        return ClaudeCodeParser()

@@ -1,0 +1,30 @@
+"""A tiny stand-in agent for the ``command`` adapter tests: ``agent_script.py MODE OUT PROMPT``.
+
+MODE: ``write`` writes notes.txt in the cwd and says so; ``fail`` exits 3; ``sleep`` writes its pid to
+OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM. Every mode first saves the prompt it
+was given to OUT/prompt-<n>.txt (outside the daemon's state directory) so a test can read it.
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+mode, out, prompt = sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else ""
+out.mkdir(parents=True, exist_ok=True)
+n = len(list(out.glob("prompt-*.txt")))
+(out / f"prompt-{n}.txt").write_text(prompt, encoding="utf-8")
+print(f"agent {mode} starting", flush=True)
+if mode == "write":
+    Path("notes.txt").write_text("remember the ledger\n", encoding="utf-8")
+    print("wrote notes.txt; all good", flush=True)
+elif mode == "fail":
+    print("cannot do it", flush=True)
+    sys.exit(3)
+elif mode in ("sleep", "stubborn"):
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    (out / "pid.tmp").write_text(str(os.getpid()), encoding="utf-8")
+    os.replace(out / "pid.tmp", out / "pid")
+    time.sleep(600)

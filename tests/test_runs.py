@@ -1,0 +1,213 @@
+"""The runs actor through MemoryService.StartRun/WaitRun with the `command` adapter and a real child process.
+
+Each test runs a real stand-in agent (tests/data/agent_script.py) in a real git repository, and reads
+what the daemon recorded: the episode, the run's outcome and reason, the token's life.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from memactors import graph
+from memactors.config import ConfigHolder
+from memactors.errors import InvalidArgument, UnknownRun
+from memactors.service import MemoryService, open_memory_service
+from support import wait_ready
+from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
+
+pytestmark = pytest.mark.slow
+
+
+@asynccontextmanager
+async def service(make_holder: Callable[[str], ConfigHolder], extra: str) -> AsyncIterator[MemoryService]:
+    async with open_memory_service(make_holder(extra)) as memory:
+        await wait_ready(memory)
+        yield memory
+
+
+async def run_to_end(memory: MemoryService, harness: str, **params: Any) -> dict[str, Any]:
+    started = await memory.start_run(harness=harness, **params)
+    assert started["state"] == "running"
+    with trio.fail_after(60):
+        while True:
+            state = await memory.wait_run(harness=harness, run_id=started["run_id"], wait_seconds=30)
+            if state["state"] == "ended":
+                return state
+
+
+async def test_a_run_is_recorded_with_the_files_it_wrote(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=out)) as memory:
+        state = await run_to_end(memory, "fixer")
+        assert (state["outcome"], state["reason"], state["exit_code"]) == ("succeeded", "completed", 0)
+        assert state["ingest"] in ("recorded", "queued")
+        episode = await memory.get_episode(state["episode_id"])
+    assert episode["episode"]["files_touched"] == ["notes.txt"]
+    assert episode["episode"]["repo"] == REPO_KEY
+    assert episode["episode"]["branch"] == "main"
+    assert episode["episode"]["adapter"] == "command"
+    assert "all good" in episode["episode"]["result_excerpt"]
+    # The configured prompt reached the agent as its last argument.
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "fix the ledger"
+
+
+async def test_prompt_flag_replaces_the_configured_prompt_for_one_run(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=out)) as memory:
+        await run_to_end(memory, "fixer", prompt="only this once")
+        await run_to_end(memory, "fixer")
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "only this once"
+    assert (out / "prompt-1.txt").read_text(encoding="utf-8") == "fix the ledger"
+
+
+async def test_a_non_zero_exit_is_a_failed_run(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="fail", out=tmp_path / "o")) as memory:
+        state = await run_to_end(memory, "fixer")
+        episode = await memory.get_episode(state["episode_id"])
+    assert (state["outcome"], state["reason"], state["exit_code"]) == ("failed", "exit_nonzero", 3)
+    assert episode["episode"]["outcome"] == "failed"
+
+
+async def test_timeout_stops_the_agent_and_records_timed_out(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("slow", workdir=repo, mode="sleep", out=tmp_path / "o", extra='timeout = "1s"')
+    async with service(make_holder, extra) as memory:
+        state = await run_to_end(memory, "slow")
+        episode = await memory.get_episode(state["episode_id"])
+    assert (state["outcome"], state["reason"]) == ("timed_out", "deadline")
+    assert state["exit_code"] == -signal.SIGTERM
+    assert (episode["episode"]["outcome"], episode["episode"]["reason"]) == ("timed_out", "deadline")
+
+
+async def test_an_agent_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("stubborn", workdir=repo, mode="stubborn", out=tmp_path / "o", extra='timeout = "1s"')
+    async with service(make_holder, extra) as memory:
+        memory.runs.kill_grace = 0.5
+        state = await run_to_end(memory, "stubborn")
+    assert (state["outcome"], state["reason"], state["exit_code"]) == ("timed_out", "deadline", -signal.SIGKILL)
+
+
+async def test_an_agent_killed_by_someone_else_is_a_crash(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    async with service(make_holder, command_harness("victim", workdir=repo, mode="sleep", out=out)) as memory:
+        started = await memory.start_run(harness="victim")
+        os.kill(int(await wait_for_file(out / "pid")), signal.SIGKILL)
+        state = await memory.wait_run(harness="victim", run_id=started["run_id"], wait_seconds=60)
+    assert (state["state"], state["outcome"], state["reason"]) == ("ended", "crashed", "signal")
+    assert state["exit_code"] == -signal.SIGKILL
+
+
+async def test_stopping_the_service_stops_running_runs_and_still_records_them(tmp_path: Path,
+                                                                              make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("long", workdir=repo, mode="sleep", out=out)
+    async with service(make_holder, extra) as memory:
+        started = await memory.start_run(harness="long")
+        pid = int(await wait_for_file(out / "pid"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    async with service(make_holder, extra) as memory:
+        episodes = (await memory.list_episodes(harness="long"))["episodes"]
+    assert [(e["run_id"], e["outcome"]) for e in episodes] == [(started["run_id"], "cancelled")]
+
+
+@pytest.mark.req8
+async def test_a_run_outside_any_repository_records_no_episode_and_is_counted(tmp_path: Path,
+                                                                              make_holder: Any) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    async with service(make_holder, command_harness("loose", workdir=plain, mode="write", out=tmp_path / "o")) as memory:
+        state = await run_to_end(memory, "loose")
+        skipped = memory.metrics.registry.get_sample_value(
+            "harness_memory_episodes_recorded_total", {"provider": "builtin", "outcome": "skipped"})
+    assert (state["outcome"], state["ingest"], state["episode_id"]) == ("succeeded", "skipped", None)
+    assert skipped == 1
+
+
+@pytest.mark.req8
+async def test_a_project_file_turning_memory_record_off_is_honoured_for_a_run(tmp_path: Path,
+                                                                              make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    (repo / "harness.toml").write_text("[harness.fixer]\nmemory_record = false\n", encoding="utf-8")
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o")) as memory:
+        state = await run_to_end(memory, "fixer")
+    assert (state["ingest"], state["episode_id"]) == ("skipped", None)
+
+
+@pytest.mark.req16
+async def test_a_project_file_cannot_turn_on_memory_briefing_for_a_run(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    (repo / "harness.toml").write_text("[harness.fixer]\nmemory_briefing = true\n", encoding="utf-8")
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o")) as memory:
+        with pytest.raises(Exception) as refused:
+            await memory.start_run(harness="fixer")
+    assert "memory_briefing" in str(refused.value) and "global-only" in str(refused.value)
+    assert not (tmp_path / "o").exists()  # nothing was spawned
+
+
+@pytest.mark.req16
+@pytest.mark.req17
+async def test_a_second_run_gets_the_first_runs_episode_in_its_fenced_briefing(tmp_path: Path,
+                                                                               make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("fixer", workdir=repo, mode="write", out=out, extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        first = await run_to_end(memory, "fixer")
+        await run_to_end(memory, "fixer")
+    second_prompt = (out / "prompt-1.txt").read_text(encoding="utf-8")
+    assert second_prompt.startswith('<untrusted-data source="harness-memory" field="briefing" nonce="')
+    assert f"run {first['run_id']}" in second_prompt
+    assert second_prompt.endswith("\n\nfix the ledger")
+
+
+async def test_the_run_token_resolves_while_running_and_expires_after_the_grace(tmp_path: Path,
+                                                                                make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    async with service(make_holder, command_harness("t", workdir=repo, mode="sleep", out=out)) as memory:
+        memory.runs.token_grace = 0.0
+        started = await memory.start_run(harness="t")
+        await wait_for_file(out / "pid")
+        rows = await memory.store.read(lambda db: db.execute(
+            "SELECT expires_at FROM run_callers WHERE run_id = ?", [started["run_id"]]).fetchall())
+        assert len(rows) == 1 and rows[0][0] is not None  # bounded even if the daemon dies
+        state = memory.runs._active[("t", started["run_id"])]
+        state.stop("operator_cancel")
+        ended = await memory.wait_run(harness="t", run_id=started["run_id"], wait_seconds=60)
+        assert (ended["outcome"], ended["reason"]) == ("cancelled", "operator_cancel")
+        now = memory.wall_clock()
+        expired = await memory.store.read(lambda db: db.execute(
+            "SELECT expires_at FROM run_callers WHERE run_id = ?", [started["run_id"]]).fetchone()[0])
+        assert expired <= graph.iso(now)
+
+
+async def test_unknown_harness_and_unknown_run_are_errors_naming_them(tmp_path: Path, make_holder: Any) -> None:
+    async with service(make_holder, "") as memory:
+        with pytest.raises(InvalidArgument, match="unknown harness nope"):
+            await memory.start_run(harness="nope")
+        with pytest.raises(UnknownRun):
+            await memory.wait_run(harness="nope", run_id="r1", wait_seconds=0)
+
+
+async def test_a_missing_agent_binary_is_recorded_as_a_spawn_error(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = (f'\n[harness.ghost]\nharness = "command"\nworkdir = "{repo}"\n'
+             "command = '/nonexistent/agent {prompt}'\nprompt = \"hello\"\n")
+    async with service(make_holder, extra) as memory:
+        state = await run_to_end(memory, "ghost")
+    assert (state["outcome"], state["reason"], state["ingest"]) == ("crashed", "spawn_error", "skipped")
