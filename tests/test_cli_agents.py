@@ -159,6 +159,8 @@ def test_session_end_hook_ingests_the_resident_session_as_an_episode(daemon: Dae
 def test_session_end_hook_names_what_is_missing(daemon: Daemon, tmp_path: Path) -> None:
     no_harness = daemon.cli("hook", "claude-code", "session-end", stdin="{}")
     assert no_harness.returncode == 2 and "--harness" in no_harness.stderr
+    unknown = daemon.cli("hook", "claude-code", "session-end", "--harness", "nobody", stdin="{}")
+    assert unknown.returncode == 2 and "harness.nobody" in unknown.stderr
     not_json = daemon.cli("hook", "claude-code", "session-end", "--harness", "coder", stdin="session please")
     assert not_json.returncode == 2 and "not JSON" in not_json.stderr
     no_path = daemon.cli("hook", "claude-code", "session-end", "--harness", "coder",

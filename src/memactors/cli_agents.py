@@ -62,18 +62,25 @@ def _mint_args(p: argparse.ArgumentParser) -> None:
                    help="the directory the agent works in, for its repository (default: the current directory)")
 
 
+def _harness_config(config: Any, harness: str) -> Any:
+    """The ``[harness.<name>]`` table, or an error naming the key and the configured harnesses."""
+    from .errors import ConfigError
+
+    if harness not in config.harness:
+        known = ", ".join(sorted(config.harness)) or "none configured"
+        raise ConfigError(f'harness "{harness}" is not configured: add [harness.{harness}] to harness.toml'
+                          f" (configured: {known})", key=f"harness.{harness}")
+    return config.harness[harness]
+
+
 def _mint(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Mint over MintRunToken; returns the result and the gateway URL the daemon serves."""
     from .cli import _config, call
     from .config import parse_duration
     from .daemon import read_daemon_file
-    from .errors import ConfigError
 
     config = _config(args)
-    if args.harness not in config.harness:
-        known = ", ".join(sorted(config.harness)) or "none configured"
-        raise ConfigError(f'harness "{args.harness}" is not configured: add [harness.{args.harness}] to harness.toml'
-                          f" (configured: {known})", key=f"harness.{args.harness}")
+    _harness_config(config, args.harness)
     ttl = parse_duration(args.ttl)
     workdir = str(Path(args.workdir or os.getcwd()).resolve())
     run_id = args.run or f"resident-{secrets.token_hex(4)}"
@@ -122,7 +129,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     Exit 0 when the record was ingested or deliberately skipped (IngestRun's outcome is printed); a
     missing harness, unreadable input or transcript is exit 2 with a message naming what is wrong.
     """
-    from .cli import call
+    from .cli import _config, call
     from .errors import InvalidArgument
     from .store import iso
     from .transcript import read_claude_transcript, run_record_from_transcript
@@ -131,6 +138,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
                               field="--harness")
+    cfg = _harness_config(_config(args), harness)
     try:
         hook = json.loads(sys.stdin.read() or "null")
     except ValueError as exc:
@@ -143,7 +151,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"the hook input has no {field}", field=field)
     try:
         with open(hook["transcript_path"], encoding="utf-8", errors="replace") as f:
-            session = read_claude_transcript(f)
+            session = read_claude_transcript(f, cfg.verify_patterns)
     except OSError as exc:
         raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
     record = run_record_from_transcript(

@@ -15,6 +15,11 @@ from:
   it failed;
 - the result text is the session's last assistant text; the model is the one that served it.
 
+The claude-code adapter's stream parser reads the same message shapes, but a transcript differs where
+it matters here: every line has its own timestamp, there is no final ``result`` event (the answer is
+the last assistant text), and an edit whose tool result is an error wrote nothing, so this reader
+pairs each edit with its result before counting it.
+
 Prompts, tool inputs other than paths and commands, tool output and thinking are never kept: the
 reader holds only the fields above, and the record carries no prompt. A session with a failed last
 verify is ``failed`` / ``verify_failed``; otherwise it ended as the user ended it: ``succeeded`` /
@@ -30,6 +35,8 @@ from typing import Any
 
 import attrs
 
+from .config import DEFAULT_VERIFY_PATTERNS
+
 __all__ = [
     "DEFAULT_VERIFY_PATTERNS",
     "SessionTranscript",
@@ -37,10 +44,6 @@ __all__ = [
     "run_record_from_transcript",
 ]
 
-#: Commands that verify the work: a run's test command (regular expressions, searched in the command).
-DEFAULT_VERIFY_PATTERNS: tuple[str, ...] = (
-    r"\bpytest\b", r"\bgo\s+test\b", r"\bcargo\s+test\b", r"\bnpm\s+(?:run\s+)?test\b",
-)
 _EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}
 
 
