@@ -59,6 +59,10 @@ class Daemon:
     log: Path
     state: Path
 
+    @staticmethod
+    def cli_argv() -> list[str]:
+        return [sys.executable, "-m", "memactors.cli"]
+
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``memactors <args>`` against this daemon as a user would."""
         return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=self.env, input=stdin,
@@ -66,14 +70,14 @@ class Daemon:
 
 
 @contextmanager
-def daemon_process(tmp_path: Path, extra_config: str = "") -> Iterator[Daemon]:
+def daemon_process(tmp_path: Path, extra_config: str = "", env: dict[str, str] | None = None) -> Iterator[Daemon]:
     """Start ``memactors serve`` on port-0 listeners; ready once it has announced its addresses.
 
     Its log goes to a file (a pipe nobody drains would stall it); it is stopped with SIGINT and must
     exit 0 without a traceback.
     """
     config = write_config(tmp_path, extra_config)
-    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+    env = {**(os.environ if env is None else env), "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     log = tmp_path / "daemon.log"
     with log.open("w", encoding="utf-8") as err:
         proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env, stdout=subprocess.PIPE,
