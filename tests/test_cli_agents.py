@@ -111,7 +111,8 @@ def test_a_claude_code_transcript_yields_edits_verifies_model_and_the_last_answe
     assert [e.path for e in session.edits] == ["{CWD}/ledger.py", "{CWD}/notes/clock.md"]
     assert [(v.command, v.ok) for v in session.verifies] == [("python -m pytest -q test_ledger.py", False)]
     assert session.result_text == "Pinned the clock in ledger.py; test_reconcile still fails under the fake clock."
-    assert session.unparsed == 1 and session.tool_calls == 6
+    assert session.unparsed == 1 and session.tool_calls == 6  # the api-request-blob replay is not counted
+    assert session.cost_usd == 0.0421
     assert not any(secret in repr(session) for secret in SECRETS)
 
 
@@ -123,12 +124,14 @@ def test_the_run_record_from_a_transcript_is_a_failed_verify_with_no_prompt() ->
     assert record["run_id"] == session.session_id and record["adapter"] == "claude-code"
     assert (record["outcome"], record["reason"]) == ("failed", "verify_failed")
     assert record["trigger"] == {"source": "manual", "name": "session-end"} and record["prompt"] is None
+    assert (record["cost_usd"], record["cost_source"]) == (0.0421, "reported")
     assert [e["kind"] for e in record["events"]] == ["edit", "edit", "verify"]
     assert record["events"][-1]["error_class"] == "test_failure"
     empty = run_record_from_transcript(read_claude_transcript([]), harness="coder", fallback_session_id="s-0",
                                        fallback_cwd="/w", ended_at="2026-11-30T11:00:00.000000Z")
     assert empty["run_id"] == "s-0" and empty["sessions"][0]["cwd"] == "/w"
     assert (empty["outcome"], empty["started_at"]) == ("succeeded", "2026-11-30T11:00:00.000000Z")
+    assert (empty["cost_usd"], empty["cost_source"]) == (None, "unknown")
 
 
 @pytest.mark.slow

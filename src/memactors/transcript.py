@@ -3,7 +3,8 @@
 Residents are not spawned by memactors, so nobody watched their stdout; what happened is in the
 session's transcript, the JSON-lines file Claude Code keeps per session (its ``SessionEnd`` hook
 names it as ``transcript_path``). Each line is one entry: ``type`` ``user`` / ``assistant`` (plus
-``summary``, ``system``, ``file-history-snapshot`` … which are read past) with ``sessionId``,
+``summary``, ``system``, ``attachment``, ``api-request-blob`` replays … which are read past, and
+``cost-state`` with Claude Code's running ``totalCostUSD``) with ``sessionId``,
 ``cwd``, ``gitBranch``, ``timestamp`` and ``message.content`` blocks. An assistant's ``tool_use``
 blocks and the user's matching ``tool_result`` blocks (``is_error``) are what the record is built
 from:
@@ -70,6 +71,8 @@ class SessionTranscript:
     started_at: str | None = None
     ended_at: str | None = None
     model: str | None = None
+    #: Claude Code's own running total (``cost-state`` entries' ``totalCostUSD``), None if it wrote none.
+    cost_usd: float | None = None
     result_text: str | None = None
     edits: list[Edit] = attrs.field(factory=list)
     verifies: list[Verify] = attrs.field(factory=list)
@@ -108,8 +111,13 @@ def _entry(out: SessionTranscript, entry: dict[str, Any], pending: dict[str, tup
         out.ended_at = at
     else:
         at = out.ended_at or ""
+    if kind == "cost-state":
+        cost = entry.get("totalCostUSD")
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+            out.cost_usd = float(cost)
+        return
     if kind not in ("user", "assistant"):
-        return  # summary, system, file-history-snapshot, queue-operation, progress: nothing to record
+        return  # summary, system, attachment, api-request(-blob) replays, last-prompt: nothing to record
     for field, attr in (("sessionId", "session_id"), ("cwd", "cwd"), ("gitBranch", "git_branch")):
         value = entry.get(field)
         if isinstance(value, str) and value and getattr(out, attr) is None:
@@ -177,8 +185,8 @@ def run_record_from_transcript(session: SessionTranscript, *, harness: str, fall
         "run_id": session_id,
         "started_at": started_at,
         "ended_at": last,
-        "cost_usd": None,
-        "cost_source": "unknown",  # a transcript carries token counts, not money
+        "cost_usd": session.cost_usd,
+        "cost_source": "unknown" if session.cost_usd is None else "reported",
         "model": {"served": session.model, "pinned": None, "configured": None},
         "outcome": "failed" if failed else "succeeded",
         "reason": "verify_failed" if failed else "completed",
