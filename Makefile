@@ -5,7 +5,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+# The real agent CLIs the end-to-end run tests drive (pinned; installed from npm into a git-ignored cache).
+AGENTS              := .cache/agents
+CLAUDE_CODE_VERSION := 2.1.328
+CODEX_VERSION       := 0.169.0
+AGENTS_STAMP        := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
+
+.PHONY: run test lint bench clean agents
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +27,18 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
 
-test: $(STAMP) lint
+# A failed install fails the target (and so `make test`): the agent tests never skip.
+$(AGENTS_STAMP):
+	mkdir -p $(AGENTS)
+	npm install --prefix $(AGENTS) --no-audit --no-fund --loglevel=error \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	$(AGENTS)/node_modules/.bin/claude --version
+	$(AGENTS)/node_modules/.bin/codex --version
+	touch $@
+
+agents: $(AGENTS_STAMP)
+
+test: $(STAMP) lint agents
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
@@ -29,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/read_side_faults.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)

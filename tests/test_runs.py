@@ -6,7 +6,9 @@ what the daemon recorded: the episode, the run's outcome and reason, the token's
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -60,12 +62,18 @@ async def test_a_run_is_recorded_with_the_files_it_wrote(tmp_path: Path, make_ho
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "fix the ledger"
 
 
+@pytest.mark.req20
 async def test_prompt_flag_replaces_the_configured_prompt_for_one_run(tmp_path: Path, make_holder: Any) -> None:
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
     async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=out)) as memory:
         await run_to_end(memory, "fixer", prompt="only this once")
         await run_to_end(memory, "fixer")
+        assert memory.config.harness["fixer"].prompt == "fix the ledger"  # the stored prompt is unchanged
+        records = await memory.store.read(lambda db: [json.loads(r) for (r,) in db.execute(
+            "SELECT record FROM runs WHERE harness = 'fixer'").fetchall()])
+    assert len(records) == 2 and all(r.get("prompt") is None for r in records)  # no prompt in any record
+    assert all(r["trigger"] == {"source": "operator", "name": "memactors run"} for r in records)
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "only this once"
     assert (out / "prompt-1.txt").read_text(encoding="utf-8") == "fix the ledger"
 
@@ -211,3 +219,50 @@ async def test_a_missing_agent_binary_is_recorded_as_a_spawn_error(tmp_path: Pat
     async with service(make_holder, extra) as memory:
         state = await run_to_end(memory, "ghost")
     assert (state["outcome"], state["reason"], state["ingest"]) == ("crashed", "spawn_error", "skipped")
+
+
+@pytest.mark.req15
+@pytest.mark.req16
+async def test_a_respawn_of_the_same_run_reuses_its_briefing(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("fixer", workdir=repo, mode="fail", out=out, extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even.", confidence=0.9,
+                              fact_id="f_one")
+        first = await run_to_end(memory, "fixer", run_id="r-respawn")
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="A newer fact about invoices.", confidence=0.9,
+                              fact_id="f_two")
+        again = await run_to_end(memory, "fixer", run_id="r-respawn")
+        # REQ-17: the prepended briefing showed f_one to the run, so its vote is stored but not counted.
+        vote = await memory.cast_vote(fact_id="f_one", run_id="r-respawn", harness="fixer", stance="support")
+        exposures = await memory.store.read(lambda db: db.execute(
+            "SELECT surface, call_id FROM exposures WHERE run_id = 'r-respawn' AND fact_id = 'f_one'").fetchall())
+    assert vote["counted"] is False
+    assert ("briefing_prompt", None) in exposures
+    assert first["run_id"] == again["run_id"] == "r-respawn"
+    prompts = [(out / f"prompt-{i}.txt").read_text(encoding="utf-8") for i in (0, 1)]
+    assert all("Ledger rounds half-even." in p for p in prompts)
+    assert "A newer fact" not in prompts[1]  # the run's briefing was computed once, at its first spawn
+    # Only the fence's nonce differs (fresh per spawn, REQ-16).
+    bodies = [p.split("\n", 1)[1] for p in prompts]
+    nonces = [re.search(r'nonce="([^"]+)"', p).group(1) for p in prompts]  # type: ignore[union-attr]
+    assert nonces[0] != nonces[1]
+    assert bodies[0].replace(nonces[0], "N") == bodies[1].replace(nonces[1], "N")
+    assert again["ingest"] == "duplicate"  # a closed run is recorded once; the first record wins
+
+
+@pytest.mark.req16
+async def test_an_oversized_prompt_still_runs_with_the_prompt_alone(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("big", workdir=repo, mode="write", out=out, extra="memory_briefing = true")
+    prompt = "p" * (128 * 1024 - 100)  # fits one argv element alone; with the fenced briefing it would not
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even.", confidence=0.9)
+        state = await run_to_end(memory, "big", prompt=prompt)
+        skipped = memory.metrics.registry.get_sample_value(
+            "harness_memory_briefings_total", {"harness": "big", "delivery": "prompt", "outcome": "skipped"})
+    assert state["outcome"] == "succeeded"
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == prompt
+    assert skipped == 1

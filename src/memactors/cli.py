@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"run {state['run_id']} of {state['harness']} started ({state['adapter']})", flush=True)
             while args.wait and state["state"] != "ended":
                 state = await client.call(f"{SERVICE}/WaitRun", {"harness": state["harness"],
-                                                                  "run_id": state["run_id"], "wait_seconds": 60})
+                                                                  "run_id": state["run_id"], "wait_seconds": 25})
             return state
 
     state = trio.run(run)

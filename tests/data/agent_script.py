@@ -1,10 +1,12 @@
 """A tiny stand-in agent for the ``command`` adapter tests: ``agent_script.py MODE OUT PROMPT``.
 
-MODE: ``write`` writes notes.txt in the cwd and says so; ``fail`` exits 3; ``sleep`` writes its pid to
+MODE: ``write`` writes notes.txt in the cwd and says so; ``env`` writes OUT/env.json (what reached it:
+variable names, the MEMACTORS_* values but the token, the MCP config file's mode and shape); ``fail`` exits 3; ``sleep`` writes its pid to
 OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM. Every mode first saves the prompt it
 was given to OUT/prompt-<n>.txt (outside the daemon's state directory) so a test can read it.
 """
 
+import json
 import os
 import signal
 import sys
@@ -19,6 +21,18 @@ print(f"agent {mode} starting", flush=True)
 if mode == "write":
     Path("notes.txt").write_text("remember the ledger\n", encoding="utf-8")
     print("wrote notes.txt; all good", flush=True)
+elif mode == "env":
+    # What reached the agent: variable names, the memactors values, and the MCP config file's facts.
+    config_path = os.environ.get("MEMACTORS_MCP_CONFIG")
+    facts = {"names": sorted(os.environ), "memactors": {k: v for k, v in os.environ.items()
+                                                       if k.startswith("MEMACTORS_") and k != "MEMACTORS_RUN_TOKEN"}}
+    if config_path:
+        body = json.loads(Path(config_path).read_text(encoding="utf-8"))
+        server = body["mcpServers"]["memactors"]
+        facts["mcp"] = {"mode": oct(os.stat(config_path).st_mode & 0o777), "type": server["type"],
+                        "url": server["url"], "bearer_is_token": server["headers"]["Authorization"]
+                        == f"Bearer {os.environ.get('MEMACTORS_RUN_TOKEN')}"}
+    (out / "env.json").write_text(json.dumps(facts), encoding="utf-8")
 elif mode == "fail":
     print("cannot do it", flush=True)
     sys.exit(3)

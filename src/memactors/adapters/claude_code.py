@@ -1,15 +1,15 @@
 """The ``claude-code`` adapter: ``claude -p <prompt> --output-format stream-json --verbose``.
 
 argv: ``<command> -p <prompt> --output-format stream-json --verbose --mcp-config <file>
---allowedTools <tools...> [--permission-mode M] [--model M] [extra_args...]``. The allowed tools are the
+[--permission-mode M] [--model M] --allowedTools <tools...> [extra_args...]``. The allowed tools are the
 configured ``allowed_tools`` plus ``mcp__memactors__recall`` and ``mcp__memactors__briefing`` always,
 so a headless agent is never refused its own memory. The ``--mcp-config`` file names the gateway with
 this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
 
 The stream is Claude Code's JSON lines, one object per line:
 
-* ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model;
-* ``{"type": "assistant", "message": {"content": [...]}}`` — ``tool_use`` blocks: ``Edit``, ``Write``,
+* ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model asked for;
+* ``{"type": "assistant", "message": {"model", "content": [...]}}`` — the model served, and ``tool_use`` blocks: ``Edit``, ``Write``,
   ``MultiEdit`` (``file_path``) and ``NotebookEdit`` (``notebook_path``) are edits, ``Bash``
   (``command``) a shell command whose result follows;
 * ``{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id", "is_error",
@@ -65,6 +65,9 @@ class ClaudeCodeParser:
             t.session_id = _str(event.get("session_id")) or t.session_id
             t.model = _str(event.get("model")) or t.model
         elif kind == "assistant":
+            message = event.get("message")
+            if isinstance(message, dict):  # the model the API served wins over the one asked for at init
+                t.model = _str(message.get("model")) or t.model
             for block in _content(event):
                 if block.get("type") == "tool_use":
                     self._tool_use(block, at)
@@ -144,12 +147,13 @@ class ClaudeCodeAdapter:
         argv += ["--output-format", "stream-json", "--verbose"]
         if request.mcp_config_path:
             argv += ["--mcp-config", request.mcp_config_path]
-        tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
-        argv += ["--allowedTools", *tools]
         if request.permission_mode:
             argv += ["--permission-mode", request.permission_mode]
         if request.model:
             argv += ["--model", request.model]
+        # --allowedTools takes a list of values up to the next option, so it comes last but extra_args.
+        tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
+        argv += ["--allowedTools", *tools]
         argv += request.extra_args
         return LaunchSpec(argv=tuple(argv))
 

@@ -114,7 +114,8 @@ class FakeAnthropic:
     requests: list[Request] = attrs.field(factory=list)
 
     def agent_requests(self) -> list[Request]:
-        return [r for r in self.requests if r.path.startswith("/v1/messages") and r.agent_turn]
+        """The agent loop's turns (``POST /v1/messages`` offering tools), in order."""
+        return [r for r in self.requests if r.path.rstrip("/") == "/v1/messages" and r.agent_turn]
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":

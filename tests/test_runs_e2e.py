@@ -1,0 +1,245 @@
+"""`memactors run` as a user types it: the daemon as a process, the CLI as a subprocess, real agents.
+
+The real Claude Code CLI (installed by `make agents` into .cache/agents, pinned) runs headless against
+a loopback fake of the Anthropic Messages API (memactors.testing.fake_anthropic) that plays a scripted
+session: recall through the gateway, Write a file, Bash the project's failing test, a final answer.
+A missing binary fails these tests: they never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
+from support import write_config
+from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+CLAUDE = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
+FENCE = re.compile(r'<untrusted-data source="harness-memory" field="briefing" nonce="([^"]+)">')
+
+
+def claude_binary() -> Path:
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: run `make agents` (make test does) to install the pinned Claude Code")
+    return CLAUDE
+
+
+@contextmanager
+def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`memactors serve` as a process, its stderr (the log) to a file; stopped with SIGTERM."""
+    (state / "daemon.json").unlink(missing_ok=True)
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        for _ in range(600):
+            if (state / "daemon.json").exists():
+                break
+            if proc.poll() is not None:
+                raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
+            subprocess.run(["sleep", "0.05"], check=True)
+        else:
+            raise AssertionError("daemon did not start")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI as a subprocess, awaited in trio so loopback fakes in this test keep serving."""
+    return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, capture_stdout=True,
+                                  capture_stderr=True, check=False)
+
+
+def base_env(tmp_path: Path, config: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(home), "MEMACTORS_LOG_LEVEL": "DEBUG"}
+
+
+def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def files_under(path: Path) -> Iterator[Path]:
+    return (p for p in path.rglob("*") if p.is_file())
+
+
+async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    config = write_config(tmp_path, command_harness("fixer", workdir=repo, mode="write", out=out)
+                          + command_harness("failing", workdir=repo, mode="fail", out=out))
+    env = base_env(tmp_path, config)
+    with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
+        done = await cli(env, "run", "fixer", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert set(result) == {"run_id", "harness", "outcome", "episode_id"}
+        assert (result["harness"], result["outcome"]) == ("fixer", "succeeded")
+        shown = await cli(env, "memory", "episodes", result["episode_id"], "--json")
+        episode = json.loads(shown.stdout)["episode"]
+        assert (episode["run_id"], episode["files_touched"], episode["repo"]) == (
+            result["run_id"], ["notes.txt"], REPO_KEY)
+        failed = await cli(env, "run", "failing", "--wait")
+        assert failed.returncode == 1
+        assert b": failed (exit_nonzero)" in failed.stdout
+        started = await cli(env, "run", "fixer", "--prompt", "just start")
+        assert started.returncode == 0 and started.stdout.startswith(b"run r")
+        unknown = await cli(env, "run", "nope")
+        assert unknown.returncode == 2 and b"unknown harness nope" in unknown.stderr
+
+
+async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    prompt_file = tmp_path / "prompt.md"
+    prompt_file.write_text("from a file\n", encoding="utf-8")
+    config = write_config(tmp_path, '[model_api]\nbase_url = "http://127.0.0.1:9"\napi_key_env = "UTILITY_KEY"\n'
+                          + command_harness("probe", workdir=repo, mode="env", out=out))
+    env = {**base_env(tmp_path, config), "UTILITY_KEY": "daemon-only-secret", "AGENT_API_KEY": "for-the-agent"}
+    state = tmp_path / "state"
+    with daemon(env, state, tmp_path / "daemon.log"):
+        done = await cli(env, "run", "probe", "--prompt-file", str(prompt_file), "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+        gateway = json.loads((state / "daemon.json").read_text(encoding="utf-8"))["gateway"]
+    facts = json.loads((out / "env.json").read_text(encoding="utf-8"))
+    assert "AGENT_API_KEY" in facts["names"] and "UTILITY_KEY" not in facts["names"]
+    assert {k: facts["memactors"].get(k) for k in ("MEMACTORS_HARNESS", "MEMACTORS_RUN_ID", "MEMACTORS_GATEWAY_URL")} \
+        == {"MEMACTORS_HARNESS": "probe", "MEMACTORS_RUN_ID": run_id, "MEMACTORS_GATEWAY_URL": gateway}
+    assert "MEMACTORS_RUN_TOKEN" in facts["names"]
+    assert facts["mcp"] == {"mode": "0o600", "type": "http", "url": gateway, "bearer_is_token": True}
+    assert Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).parent == state / "runs"
+    assert not await trio.Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).exists()  # removed when the run ended
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from a file\n"
+
+
+async def test_daemon_shutdown_mid_run_stops_the_agent_and_records_the_run(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    config = write_config(tmp_path, command_harness("long", workdir=repo, mode="sleep", out=out))
+    env = base_env(tmp_path, config)
+    state = tmp_path / "state"
+    with daemon(env, state, tmp_path / "daemon.log") as proc:
+        started = await cli(env, "run", "long", "--json")
+        run_id = json.loads(started.stdout)["run_id"]
+        pid = int(await wait_for_file(out / "pid"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    recorded = rows(state / "memactors.db", "SELECT run_id, outcome, reason FROM runs WHERE harness = 'long'")
+    assert recorded == [(run_id, "cancelled", "operator_cancel")]
+    episodes = rows(state / "memactors.db", "SELECT outcome FROM episodes WHERE run_id = ?", run_id)
+    assert episodes == [("cancelled",)]
+    assert not list((state / "runs").glob("*.json"))  # the per-run MCP config is gone
+
+
+def claude_env(tmp_path: Path, config: Path, base_url: str) -> dict[str, str]:
+    env = base_env(tmp_path, config)
+    env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-fake-for-tests", DISABLE_AUTOUPDATER="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
+    return env
+
+
+@pytest.mark.req15
+@pytest.mark.req16
+@pytest.mark.req17
+async def test_real_claude_code_run_is_recorded_and_the_next_run_gets_its_briefing(tmp_path: Path) -> None:
+    claude = claude_binary()
+    repo = make_repo(tmp_path / "api", failing_test=True)
+    pytest_cmd = f"{sys.executable} -m pytest -q"
+    script = Script((
+        # Claude Code defers MCP tools: a model loads the schema with ToolSearch before the first call.
+        ToolUse("ToolSearch", {"query": "select:mcp__memactors__recall"}),
+        ToolUse("mcp__memactors__recall", {"query": "ledger rounding"}),
+        ToolUse("Write", {"file_path": str(repo / "ledger.py"), "content": "def cents(x):\n    return round(x, 2)\n"}),
+        ToolUse("Bash", {"command": pytest_cmd, "description": "Run the tests"}),
+        Text("Added ledger.py; test_rounding still fails on 2.675 (binary floating point)."),
+    ))
+    config = write_config(tmp_path, f"""
+[harness.claude-fixer]
+harness = "claude-code"
+workdir = "{repo}"
+command = "{claude}"
+prompt = "Fix the ledger rounding test."
+allowed_tools = ["Edit", "Write", "Bash"]
+memory_briefing = true
+timeout = "5m"
+""")
+    state = tmp_path / "state"
+    log = tmp_path / "daemon.log"
+    async with run_fake_anthropic(script) as fake:
+        env = claude_env(tmp_path, config, fake.base_url)
+        with daemon(env, state, log):
+            added = await cli(env, "facts", "add", "Ledger amounts are rounded half-even.", "--scope",
+                              f"project:{REPO_KEY}", "--confidence", "0.9", "--id", "f_ledger")
+            assert added.returncode == 0, added.stderr
+            first = await cli(env, "run", "claude-fixer", "--wait", "--json")
+            assert first.returncode == 1, first.stderr  # the last test run failed: verify_failed
+            run1 = json.loads(first.stdout)
+            assert run1["outcome"] == "failed" and run1["episode_id"]
+            shown = await cli(env, "memory", "episodes", run1["episode_id"], "--json")
+            episode = json.loads(shown.stdout)["episode"]
+            assert episode["files_touched"] == ["ledger.py"]
+            assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
+            assert (episode["outcome"], episode["reason"], episode["adapter"]) == ("failed", "verify_failed",
+                                                                                  "claude-code")
+            assert episode["model"] == "claude-fake-1"  # the model the API served, as the stream reported it
+            assert "test_rounding still fails" in episode["result_excerpt"]
+
+            turns1 = fake.agent_requests()
+            assert "mcp__memactors__recall" in json.dumps(turns1[0].body)  # offered: the gateway is connected
+            recall_result = turns1[2].tool_results()[1]
+            assert recall_result["tool_use_id"] == "toolu_fake_01"
+            assert recall_result.get("is_error") is not True, recall_result  # the gateway answered the recall
+
+            second = await cli(env, "run", "claude-fixer", "--wait", "--json")
+            run2 = json.loads(second.stdout)
+            assert run2["run_id"] != run1["run_id"]
+        turns2 = [r for r in fake.agent_requests() if r not in turns1]
+        prompt2 = turns2[0].first_user_text()
+        fence = FENCE.search(prompt2)
+        assert fence is not None, "the second run's prompt carries REQ-16's fenced briefing"
+        assert f"run {run1['run_id']}" in prompt2
+        assert prompt2.rstrip().endswith("Fix the ledger rounding test.")
+        assert FENCE.search(turns1[0].first_user_text()) is not None  # first run: the fact, fenced too
+
+    db = state / "memactors.db"
+    callers = {c for (c,) in rows(db, "SELECT caller FROM call_log WHERE tool = 'memory_recall'")}
+    assert f"claude-fixer/{run1['run_id']}" in callers  # the recall reached the gateway as that run
+    exposures = rows(db, "SELECT run_id, surface, call_id IS NULL FROM exposures WHERE fact_id = 'f_ledger'")
+    assert (run1["run_id"], "briefing_prompt", 1) in exposures
+    assert (run1["run_id"], "recall", 0) in exposures
+    assert (run2["run_id"], "briefing_prompt", 1) in exposures
+
+    # REQ-16: the composed prompt is never persisted or logged — not its fence, not its whole text.
+    nonce = fence.group(1).encode()
+    composed = prompt2.encode()
+    for path in [*files_under(state), log]:
+        data = path.read_bytes()
+        assert nonce not in data, path
+        assert composed not in data, path
