@@ -17,12 +17,12 @@ from support_runs import REPO_KEY, make_repo
 pytestmark = pytest.mark.slow
 
 
-def codex_harness(name: str, *, codex: Path, workdir: Path, base_url: str) -> str:
+def codex_harness(name: str, *, codex: Path, workdir: Path, base_url: str, extra_keys: str = "") -> str:
     provider = f'{{name="fake",base_url="{base_url}",wire_api="responses",env_key="FAKE_KEY"}}'
     extra = ["-c", "model_provider=fake", "-c", f"model_providers.fake={provider}"]
     return (f'\n[harness.{name}]\nharness = "codex"\nworkdir = "{workdir}"\ncommand = "{codex}"\n'
             f'model = "{FAKE_MODEL}"\npermission_mode = "workspace-write"\nprompt = "Fix the ledger rounding test."\n'
-            f"extra_args = {json.dumps(extra)}\n")
+            f"extra_args = {json.dumps(extra)}\n{extra_keys}")
 
 
 async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_failed_test(tmp_path: Path) -> None:
@@ -68,3 +68,38 @@ async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_fa
     assert (repo / "NOTES.md").read_text(encoding="utf-8") == "rounding is binary floating point\n"
     # the prompt is never logged by the daemon
     assert "Fix the ledger rounding test." not in log
+
+
+@pytest.mark.req16
+async def test_the_next_codex_run_gets_the_briefing_naming_the_first_run_prepended_to_its_prompt(
+        tmp_path: Path) -> None:
+    codex = codex_bin()
+    repo = make_repo(tmp_path / "api", failing_test=True)
+    script = [
+        Turn([ShellCall(["bash", "-lc", "python -m pytest -q test_ledger.py"])]),
+        Turn([Message("test_rounding fails: 2.675 is not representable.")]),
+        Turn([Message("Nothing to add.")]),
+    ]
+    async with run_fake_openai(script) as fake:
+        harness = codex_harness("codex-fixer", codex=codex, workdir=repo, base_url=fake.base_url,
+                                extra_keys="memory_briefing = true\n")
+        with daemon_process(tmp_path, harness, env=codex_env(tmp_path / "codex-home")) as daemon:
+            runs = []
+            for _ in range(2):
+                done = await trio.run_process([*daemon.cli_argv(), "run", "codex-fixer", "--wait", "--json"],
+                                              env=daemon.env, stdin=b"", capture_stdout=True, capture_stderr=True,
+                                              check=False)
+                assert done.stdout, done.stderr
+                runs.append(json.loads(done.stdout))
+            log = daemon.log.read_text(encoding="utf-8")
+            stored = b"".join(p.read_bytes() for p in daemon.state.rglob("*") if p.is_file())
+    first, second = runs
+    assert (first["outcome"], second["outcome"]) == ("failed", "succeeded")
+    assert len(fake.model_calls) == 3
+    prompt = fake.first_user_text(2)  # the second run's first model call
+    assert prompt.index('<memory-data kind="briefing"') < prompt.index("Fix the ledger rounding test.")
+    assert first["run_id"] in prompt
+    # REQ-16: the composed prompt (briefing fence + the configured prompt) is never logged or stored
+    end = prompt.index("Fix the ledger rounding test.") + len("Fix the ledger rounding test.")
+    composed = prompt[prompt.index('<memory-data kind="briefing"'):end]
+    assert composed not in log and composed.encode() not in stored
