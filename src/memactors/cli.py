@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from .cli_agents import register as register_agent_commands
 from .config import Config, load_config
 from .daemon import read_daemon_file, serve_main
 from .doctor import Row, format_rows
@@ -440,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_briefing)
     _providers(sub, memory)
     _feeds(sub)
+    register_agent_commands(sub)  # token mint, mcp-config, hook claude-code session-end (cli_agents.py)
     return parser
 
 

@@ -16,6 +16,8 @@ trio worker in the daemon's nursery.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import mcp.types as t
@@ -31,7 +33,7 @@ from .actors.briefing import View
 from .errors import InvalidArgument, NotAttributed
 from .store import iso, log_call
 
-__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "Gateway", "serve_gateway"]
+__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "BearerGate", "Gateway", "serve_gateway"]
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -85,7 +87,9 @@ class Gateway:
         )
 
     async def _view(self, ctx: Any) -> View:
-        return await self._service.caller_view(_bearer(ctx))
+        scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+        caller = (scope.get("state") or {}).get(CALLER_STATE_KEY)  # resolved by BearerGate
+        return await self._service.caller_view(_bearer(ctx), caller=caller)
 
     async def _list_tools(self, ctx: Any, params: Any) -> t.ListToolsResult:
         return t.ListToolsResult(tools=[
@@ -154,13 +158,74 @@ class Gateway:
         self._log.bind(caller=caller, server=server, outcome="denied").warning("gateway call refused")
 
 
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+
+#: Where the gate leaves the resolved caller for the handlers (the ASGI scope's ``state``), so a
+#: request that carries a token costs one store lookup, not two.
+CALLER_STATE_KEY = "memactors_caller"
+
+
+class BearerGate:
+    """ASGI middleware in front of the gateway's MCP app: a bearer token must be a live run token.
+
+    No ``Authorization`` header at all passes through: the caller is unattributed, as SPEC-0030 says
+    (recall serves no episodes, a briefing is refused ``not_attributed``). A header that is present
+    but is not ``Bearer <live run token>`` (unknown, expired, revoked, another scheme, empty) is
+    refused with HTTP 401 before the MCP layer sees the request, so a misconfigured agent learns it at
+    connect time instead of silently running without its memory. The refusal is logged with the
+    path and client address, never the token.
+    """
+
+    def __init__(self, app: _App, service: Any) -> None:
+        self._app = app
+        self._service = service
+        self._log = logger.bind(component="gateway")
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"authorization"), None)
+        if header is None:
+            await self._app(scope, receive, send)
+            return
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            await self._refuse(scope, send, "malformed",
+                               "the Authorization header must be 'Bearer <run token>'")
+            return
+        caller = await self._service.resolve_caller(token)
+        if caller is None:
+            await self._refuse(scope, send, "not_live",
+                               "the bearer token is not a live run token (unknown, expired or revoked); "
+                               "mint one with `memactors token mint <harness>`")
+            return
+        scope["state"] = {**(scope.get("state") or {}), CALLER_STATE_KEY: caller}
+        await self._app(scope, receive, send)
+
+    async def _refuse(self, scope: _Scope, send: _Send, why: str, message: str) -> None:
+        client = scope.get("client") or ("?", 0)
+        self._log.bind(status=401, reason=why, path=scope.get("path", ""), client=client[0]).warning(
+            "gateway refused a request whose bearer token is not a live run token")
+        body = json.dumps({"error": "invalid_token", "message": message}).encode()
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b'Bearer realm="memactors", error="invalid_token"')]})
+        await send({"type": "http.response.body", "body": body})
+
+
 async def serve_gateway(
     service: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
     server = Gateway(service).server()
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve_mcp_http, server.streamable_http_app(host=host), host, port)
+        app = BearerGate(server.streamable_http_app(host=host), service)
+        url = await nursery.start(serve_mcp_http, app, host, port)
         logger.bind(url=url).info("gateway listening")
         task_status.started(url)
 

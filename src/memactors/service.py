@@ -99,6 +99,10 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
         yield streams
 
 
+#: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
+MAX_TOKEN_TTL_SECONDS = 366 * 86400
+
+
 class MemoryService:
     """Handlers shared by every surface. Operator calls see every scope."""
 
@@ -267,10 +271,16 @@ class MemoryService:
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
 
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
-    async def caller_view(self, token: str | None) -> View:
-        """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
+    async def resolve_caller(self, token: str) -> graph.Caller | None:
+        """The run a live bearer token belongs to; None for an unknown, expired or revoked one (one lookup)."""
         now = self.wall_clock()
-        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or "", now))
+        return await self.store.read(lambda db: graph.resolve_run_token(db, token, now))
+
+    async def caller_view(self, token: str | None, caller: graph.Caller | None = None) -> View:
+        """Resolve a gateway bearer token (or an already resolved `caller`) to the run's view (SPEC-0005);
+        unattributed without one."""
+        if caller is None and token:
+            caller = await self.resolve_caller(token)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
@@ -348,12 +358,20 @@ class MemoryService:
             db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
         return attrs.asdict(vote)
 
-    async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "") -> dict[str, Any]:
-        """Mint the bearer token a run presents to the gateway (SPEC-0005)."""
+    async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
+                             ttl_seconds: float | None = None) -> dict[str, Any]:
+        """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
+        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
+                                        or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
+            raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
+                                  field="ttl_seconds")
         now = self.wall_clock()
+        expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
         token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now))
-        return {"harness": harness, "run_id": run_id, "token": token}
+            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
+        return {"harness": harness, "run_id": run_id, "token": token,
+                "expires_at": None if expires is None else iso(expires)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -463,7 +481,7 @@ class MemoryService:
                 wait_seconds=float(p.get("wait_seconds", 30)))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
-                workdir=str(p.get("workdir") or ""))),
+                workdir=str(p.get("workdir") or ""), ttl_seconds=p.get("ttl_seconds"))),
         ]
 
 

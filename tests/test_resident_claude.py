@@ -1,0 +1,101 @@
+"""A resident Claude Code session, the way a user connects one: the real `claude` CLI against the loopback
+fake Anthropic API, with the `.mcp.json` that `memactors mcp-config` printed and the SessionEnd hook in
+its settings; the daemon as a process (issue 8, REQ-15)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
+from support_codex import REPO, daemon_process
+from support_runs import REPO_KEY, make_repo
+
+pytestmark = pytest.mark.slow
+
+CLAUDE_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
+HARNESS = '[harness.coder]\nharness = "claude-code"\n'
+
+
+def claude_bin() -> Path:
+    """The pinned Claude Code binary; a missing one fails the test loudly, never skips it."""
+    if not os.access(CLAUDE_BIN, os.X_OK):
+        raise AssertionError(f"Claude Code is not installed at {CLAUDE_BIN}: install the agent CLIs into .cache/agents")
+    return CLAUDE_BIN
+
+
+async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_its_session_end_hook(
+        tmp_path: Path) -> None:
+    claude = claude_bin()
+    repo = make_repo(tmp_path / "api", failing_test=True)
+    script = Script(turns=(
+        ToolUse("mcp__memactors__recall", {"query": "ledger rounding"}),
+        ToolUse("Write", {"file_path": str(repo / "NOTES.md"), "content": "rounding is binary floating point\n"}),
+        ToolUse("Bash", {"command": "python -m pytest -q test_ledger.py", "description": "run the ledger test"}),
+        Text("Left NOTES.md; test_rounding still fails."),
+    ))
+    home = tmp_path / "home"
+    home.mkdir()
+    async with run_fake_anthropic(script) as fake:
+        with daemon_process(tmp_path, HARNESS) as daemon:
+            fact = daemon.cli("facts", "add", "ledger amounts round with Decimal", "--scope", f"project:{REPO_KEY}",
+                              "--confidence", "0.9")
+            assert fact.returncode == 0, fact.stderr
+            # 1. the user pastes what mcp-config printed, and adds the hook to the project's settings
+            printed = daemon.cli("mcp-config", "coder", "--run", "resident-1", "--workdir", str(repo))
+            assert printed.returncode == 0, printed.stderr
+            (repo / ".mcp.json").write_text(printed.stdout, encoding="utf-8")
+            hook_log = tmp_path / "hook.log"
+            hook = (f"{sys.executable} -m memactors.cli hook claude-code session-end --harness coder"
+                    f" > {hook_log} 2>&1")
+            # SessionEnd hooks share a 1.5 s budget unless one declares a timeout (raised up to 60 s)
+            (repo / ".claude").mkdir()
+            (repo / ".claude" / "settings.json").write_text(json.dumps(
+                {"hooks": {"SessionEnd": [{"hooks": [{"type": "command", "command": hook, "timeout": 30}]}]}}),
+                encoding="utf-8")
+            # 2. the user runs claude in the repository (headless here, so it can run in a test)
+            env = {**daemon.env, "HOME": str(home), "ANTHROPIC_BASE_URL": fake.base_url,
+                   "ANTHROPIC_API_KEY": "sk-ant-fake", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+            done = await trio.run_process(
+                [str(claude), "-p", "Fix the ledger rounding test.", "--output-format", "stream-json", "--verbose",
+                 "--mcp-config", str(repo / ".mcp.json"),
+                 "--allowedTools", "mcp__memactors__recall", "Write", "Bash", "--permission-mode", "acceptEdits"],
+                cwd=repo, env=env, stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
+            out = done.stdout.decode(errors="replace")
+            assert done.returncode == 0, (out[-3000:], done.stderr.decode(errors="replace")[-3000:])
+            [init] = [json.loads(line) for line in out.splitlines()
+                      if line.startswith('{"type":"system","subtype":"init"')]
+            session_id = init["session_id"]
+            listed = daemon.cli("memory", "episodes", "--harness", "coder", "--json")
+            assert listed.returncode == 0, listed.stderr
+            [row] = json.loads(listed.stdout)["episodes"]
+            assert row["run_id"] == session_id, hook_log.read_text(encoding="utf-8")
+            shown = daemon.cli("memory", "episodes", row["episode_id"], "--json")
+            episode = json.loads(shown.stdout)["episode"]
+            db = sqlite3.connect(daemon.state / "memactors.db")
+            try:
+                calls = db.execute("SELECT caller, tool FROM call_log WHERE tool = 'memory_recall'").fetchall()
+                exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
+            finally:
+                db.close()
+    # the session's recall went through the gateway as the resident run its token was minted for
+    assert calls == [("coder/resident-1", "memory_recall")]
+    assert exposed == [("resident-1", "coder", "recall")]
+    [recalled] = fake.agent_requests()[1].tool_results()
+    assert "ledger amounts round with Decimal" in json.dumps(recalled)
+    # REQ-15: nothing was typed into the resident: its first message is the user's prompt (after Claude
+    # Code's own context), with no briefing fence and none of the facts the briefing would carry
+    first = fake.agent_requests()[0].first_user_text()
+    assert first.rstrip().endswith("Fix the ledger rounding test.")
+    assert "<memory-data" not in first and "Decimal" not in first
+    # and the SessionEnd hook recorded what the session really did
+    assert episode["adapter"] == "claude-code" and episode["repo"] == REPO_KEY and episode["branch"] == "main"
+    assert episode["files_touched"] == ["NOTES.md"]
+    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
+    assert episode["outcome"] == "failed" and "still fails" in episode["result_excerpt"]
