@@ -4,8 +4,10 @@ One file in the state directory, opened through sqlean-py (the stdlib sqlite3 he
 extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
 
 Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
-(`write()` is serialised by a capacity limiter of one), and read connections kept per worker thread
-(`read()`). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
+(`write()` is serialised by a capacity limiter of one), and a bounded pool of read connections
+(`read()`): at most as many as the read limiter admits at once, opened lazily, checked out for one
+call and handed back, closed by `close()`. Connections are never tied to worker threads, because trio
+retires idle worker threads and a per-thread connection would outlive its thread (an fd leak). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
 cancellation: a write either commits whole or rolls back whole.
 """
 
@@ -278,6 +280,10 @@ def _connect(path: Path) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+#: Read connections open at most at once (the read limiter's size).
+READ_CONNECTIONS = 4
+
+
 class Store:
     """The store's single writer and its readers. Open with `await Store.open(path)`."""
 
@@ -285,8 +291,8 @@ class Store:
         self.path = path
         self._writer = writer
         self._write_limiter = trio.CapacityLimiter(1)
-        self._read_limiter = trio.CapacityLimiter(4)
-        self._local = threading.local()
+        self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
+        self._idle_readers: list[sqlite_utils.Database] = []
         self._readers: list[sqlite_utils.Database] = []
         self._readers_lock = threading.Lock()
         self._closed = False
@@ -320,28 +326,59 @@ class Store:
         return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
 
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` on this worker thread's read connection, off the trio loop."""
+        """Run `fn(db)` on a pooled read connection, off the trio loop."""
         return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
 
+    @property
+    def read_connections(self) -> int:
+        """How many read connections are open (at most READ_CONNECTIONS)."""
+        with self._readers_lock:
+            return len(self._readers)
+
+    def _checkout(self) -> sqlite_utils.Database:
+        with self._readers_lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        # The read limiter admits at most READ_CONNECTIONS callers, so the pool never grows past it.
+        db = _connect(self.path)
+        with self._readers_lock:
+            self._readers.append(db)
+        return db
+
+    def _checkin(self, db: sqlite_utils.Database) -> None:
+        with self._readers_lock:
+            if self._closed:
+                db.conn.close()
+            else:
+                self._idle_readers.append(db)
+
     def _read_sync(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = _connect(self.path)
-            self._local.db = db
-            with self._readers_lock:
-                self._readers.append(db)
-        db.execute("BEGIN")
+        db = self._checkout()
         try:
-            return fn(db)
+            db.execute("BEGIN")
+            try:
+                return fn(db)
+            finally:
+                db.execute("COMMIT")
         finally:
-            db.execute("COMMIT")
+            if db.conn.in_transaction:
+                # BEGIN or COMMIT failed: a connection stuck in a transaction is closed, not reused.
+                with self._readers_lock:
+                    if db in self._readers:
+                        self._readers.remove(db)
+                db.conn.close()
+            else:
+                self._checkin(db)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         with self._readers_lock:
-            for db in self._readers:
+            for db in self._idle_readers:
                 db.conn.close()
+            self._idle_readers.clear()
             self._readers.clear()
         self._writer.conn.close()
