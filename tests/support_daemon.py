@@ -80,7 +80,7 @@ def _limit(nofile: int | None) -> Any:
 
 
 def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: float = 0.0,
-                 extra_config: str = "", config: Path | None = None) -> Daemon:
+                 extra_config: str = "", config: Path | None = None, wait: bool = True) -> Daemon:
     """Start the daemon and wait (on its daemon.json) until it serves; its log goes to a file."""
     config = config or write_config(tmp_path, extra_config)
     state = tmp_path / "state"
@@ -92,6 +92,8 @@ def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: floa
         proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(thread_idle)], env=env, stdout=sink,
                                 stderr=subprocess.STDOUT, preexec_fn=_limit(nofile))  # noqa: PLW1509
     daemon = Daemon(proc=proc, state=state, info={}, log=log, env=env)
+    if not wait:
+        return daemon
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -523,7 +523,8 @@ async def open_memory_service(
     metrics = metrics or Metrics()
     store = await Store.open(store_path or config.store.path / DB_NAME)
     try:
-        async with AsyncExitStack() as stack, open_supervisor("memory", max_restarts=5, window=60.0) as sup:
+        async with AsyncExitStack() as stack, open_supervisor(
+                "memory", max_restarts=5, window=60.0, backoff=0.1, max_backoff=5.0, max_burst=6) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
                                     wall_clock=wall_clock)
             settings = model_api_settings(config.model_api)
