@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
 
-test: $(STAMP) lint
+# The metrics tests run the exposition through promtool (Debian's prometheus package); install it
+# only when missing (CI runs as root).
+promtool:
+	@command -v promtool >/dev/null || (apt-get update && apt-get install -y prometheus)
+
+test: $(STAMP) lint promtool
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

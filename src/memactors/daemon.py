@@ -12,8 +12,9 @@ import json
 import os
 import resource
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ async def run_daemon(
             op_host, op_port = await nursery.start(
                 serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
         with _listen_error("[metrics] listen", config.metrics.address):
-            m_host, m_port = await nursery.start(serve_metrics, metrics, config.metrics.host, config.metrics.port)
+            m_host, m_port = await nursery.start(partial(
+                serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
         with _listen_error("[gateway] listen", config.gateway.address):
             gateway_url = await memory.start_gateway(nursery)
         listening = Listening(
@@ -112,6 +114,20 @@ async def run_daemon(
         finally:
             # A stale daemon.json would send the CLI to a port nobody listens on.
             (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+
+
+def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
+    """/readyz: ready when the provider session is ready and its breaker closed; else a short reason."""
+
+    async def ready() -> str | None:
+        status = memory.session.status()
+        if status.state != "ready":
+            return f"provider {status.provider} is {status.state}"
+        if status.breaker != "closed":
+            return f"provider {status.provider} breaker is {status.breaker}"
+        return None
+
+    return ready
 
 
 @contextmanager

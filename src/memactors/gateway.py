@@ -16,17 +16,17 @@ trio worker in the daemon's nursery.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import mcp.types as t
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 from loguru import logger
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from . import contract
+from ._listen import serve_asgi
 from .actors.briefing import View
 from .errors import InvalidArgument, NotAttributed
 from .store import iso, log_call
@@ -168,15 +168,9 @@ async def serve_gateway(
 async def serve_mcp_http(
     app: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker; reports ``http://host:port/mcp``."""
-    config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-
-    async def run(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(app, config, task_status=task_status, mode="asgi")  # type: ignore[arg-type]
-
+    """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker on a capped listener (connection
+    cap, short head and body timeouts: see ``_listen``); reports ``http://host:port/mcp``."""
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(run)
-        task_status.started(binds[0] + "/mcp")
+        bound_host, bound_port = await nursery.start(partial(serve_asgi, app, host, port, name="gateway"))
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        task_status.started(f"http://{shown}:{bound_port}/mcp")
