@@ -258,13 +258,49 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+#: Longest caller-supplied string (tool name, caller, server) stored in the call log or written to a log.
+MAX_FIELD_CHARS = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def bound_field(value: object, limit: int = MAX_FIELD_CHARS) -> str:
+    """A caller-supplied string made safe to store or log: control characters replaced by '?', cut to
+    ``limit`` characters with a marker saying how long it was."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = f"{text[:limit - 24]}…[{len(text)} chars]"
+    return _CONTROL.sub("?", text)
+
+
+def call_log_row(*, at: str, caller: str, server: str, tool: str, arguments: Any, outcome: str,
+                 duration_ms: int) -> tuple[Any, ...]:
+    """One call-log row (ADR-0035, REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
+    the call log is never a second copy of episodes, queries or prompts."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+    return (at, bound_field(caller), bound_field(server), bound_field(tool), digest, bound_field(outcome, 32),
+            int(duration_ms))
+
+
+_INSERT_CALL = ("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
+                " VALUES (?,?,?,?,?,?,?)")
+
+
+def insert_call_log_rows(db: sqlite_utils.Database, rows: list[tuple[Any, ...]]) -> None:
+    db.conn.executemany(_INSERT_CALL, rows)
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
-    """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
-    log is never a second copy of episodes, queries or prompts."""
-    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
-    db.execute("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
-               " VALUES (?,?,?,?,?,?,?)", [at, caller, server, tool, digest, outcome, duration_ms])
+    """Write one bounded call-log row now (callers without a batching CallLog)."""
+    db.execute(_INSERT_CALL, list(call_log_row(at=at, caller=caller, server=server, tool=tool,
+                                               arguments=arguments, outcome=outcome, duration_ms=duration_ms)))
+
+
+def prune_call_log(db: sqlite_utils.Database, cutoff: str, batch: int = 10_000) -> int:
+    """Delete up to ``batch`` call-log rows older than ``cutoff`` (an `iso` time); returns how many."""
+    cursor = db.execute("DELETE FROM call_log WHERE id IN (SELECT id FROM call_log WHERE at < ? LIMIT ?)",
+                        [cutoff, batch])
+    return cursor.rowcount
 
 
 def _connect(path: Path) -> sqlite_utils.Database:
@@ -328,6 +364,16 @@ class Store:
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
         """Run `fn(db)` on a pooled read connection, off the trio loop."""
         return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
+
+    async def prune_call_log(self, cutoff: str) -> int:
+        """Delete call-log rows older than ``cutoff`` (an `iso` time), 10,000 per transaction so the
+        writer is never held long; returns how many."""
+        total = 0
+        while True:
+            n = await self.write(lambda db: prune_call_log(db, cutoff))
+            total += n
+            if n < 10_000:
+                return total
 
     @property
     def read_connections(self) -> int:

@@ -37,6 +37,7 @@ from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
 from ..store import Store, WallClock, iso, log_call, utc_now
 from .breaker import Breaker
+from .call_log import CallLog
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
@@ -93,6 +94,7 @@ class ProviderSession:
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
         on_ready: Callable[[], Awaitable[None]] | None = None,
+        call_log: CallLog | None = None,
     ) -> None:
         self.provider = provider
         self._target = target
@@ -104,6 +106,7 @@ class ProviderSession:
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
         self._on_ready = on_ready
+        self._calls = call_log
         self.address, self._mailbox = open_mailbox("provider_session", 64)
         self._client: mcp.Client | None = None
         self._state: SessionState = "connecting"
@@ -252,6 +255,10 @@ class ProviderSession:
 
     async def _call_log(self, tool: str, arguments: dict[str, Any], outcome: str, elapsed: float, caller: str) -> None:
         at = iso(self._wall_clock())
+        if self._calls is not None:  # batched, off the request path (the service always gives one)
+            self._calls.record(at=at, caller=caller, server=self.provider, tool=tool, arguments=arguments,
+                               outcome=outcome, duration_ms=int(elapsed * 1000))
+            return
 
         def write(db: Any) -> None:
             log_call(db, at=at, caller=caller, server=self.provider, tool=tool, arguments=arguments,
