@@ -115,6 +115,10 @@ class ProviderSession:
         self._last_error: str | None = None
         self._ever_checked = False
         self._lost = trio.Event()
+        #: connections made so far, and the last one whose loss was reported to the breaker: one crash
+        #: is one failure however many calls were in flight
+        self._generation = 0
+        self._failure_reported_for = -1
         self._log = logger.bind(actor="provider_session", provider=provider)
 
     @property
@@ -152,6 +156,7 @@ class ProviderSession:
                 with trio.CancelScope(deadline=trio.current_time() + connect_budget) as scope:
                     async with mcp.Client(self._target(), raise_exceptions=False) as client:
                         self._client = client
+                        self._generation += 1
                         await self._check(client)
                         scope.deadline = math.inf
                         backoff = 0.25
@@ -196,6 +201,8 @@ class ProviderSession:
             raise
         self._ever_checked = True
         was = self._state
+        if was != "ready":
+            self.breaker.probe_now()  # a new process that passed its contract check may close the breaker
         self._set_state("ready")
         if was != "ready" and self._on_ready is not None:
             # The provider is (back) in service: let retention retry what waited for it, now.
@@ -300,6 +307,7 @@ class ProviderSession:
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
         deadline = call.deadline
+        generation = self._generation
         if self.breaker.state == "half_open":  # the single probe runs under provider_timeout
             deadline = min(deadline, trio.current_time() + self._provider_timeout)
         verdict = "neutral"
@@ -311,7 +319,9 @@ class ProviderSession:
             verdict = "timeout" if scope.cancelled_caught else "neutral"
             raise ProviderUnavailable(f"{call.tool} timed out", provider=self.provider, tool=call.tool)
         except _ConnectionLost:
-            verdict = "failure"
+            # One dead connection is one failure, not one per call that was in flight on it.
+            verdict = "neutral" if self._failure_reported_for >= generation else "failure"
+            self._failure_reported_for = max(self._failure_reported_for, generation)
             raise ProviderUnavailable(f"connection to the provider closed during {call.tool}",
                                       provider=self.provider, tool=call.tool) from None
         except ProviderUnavailable:
