@@ -32,6 +32,7 @@ test: $(STAMP) lint promtool
 bench: $(STAMP)
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
+	$(BIN)/python bench/fault_injection.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
