@@ -8,10 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx2
 import pytest
+import trio
 
-from memactors.daemon import EXIT_GAVE_UP
+from memactors.config import load_config
+from memactors.daemon import EXIT_GAVE_UP, run_daemon
+from support import write_config
 from support_daemon import start_daemon
+from support_providers import FaultFiles, fault_toml, poll
 
 
 @pytest.mark.slow
@@ -47,3 +52,28 @@ def test_the_soft_fd_limit_is_raised_to_the_hard_limit() -> None:
               "from memactors.daemon import raise_nofile_limit; print(*raise_nofile_limit())")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert tuple(map(int, out.stdout.split())) == (hard, hard)
+
+
+async def test_readyz_follows_the_provider_and_healthz_stays_up(tmp_path: Path) -> None:
+    """/readyz is 200 with a ready provider and 503 naming the state with an incompatible one."""
+    for name, extra, expected in (
+        ("ready", "", (200, "ready\n")),
+        ("broken", fault_toml(FaultFiles(tmp_path / "fault"), "omit_contract"),
+         (503, "not ready: provider fault is incompatible\n")),
+    ):
+        (tmp_path / name).mkdir()
+        path = write_config(tmp_path / name, extra)
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(
+                lambda task_status, path=path: run_daemon(lambda: load_config(path), task_status=task_status))
+            base = listening.metrics.removesuffix("/metrics")
+            async with httpx2.AsyncClient() as http:
+                assert (await http.get(base + "/healthz")).status_code == 200
+
+                async def settled(http: httpx2.AsyncClient = http, base: str = base,
+                                  expected: tuple[int, str] = expected) -> bool:
+                    response = await http.get(base + "/readyz")
+                    return (response.status_code, response.text) == expected
+
+                await poll(settled, what=f"/readyz {expected}")
+            nursery.cancel_scope.cancel()

@@ -433,7 +433,7 @@ async def serve_rpc(
         await nursery.start(server.run)
         _log.bind(host=host, port=actual_port, methods=len(table), cap=listener.cap).info("rpc listening")
         task_status.started((host, actual_port))
-    raise AssertionError("serve_websocket returned")  # pragma: no cover
+    raise AssertionError("WebSocketServer.run returned")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------------- client
