@@ -11,7 +11,7 @@ CLAUDE_CODE_VERSION := 2.1.328
 CODEX_VERSION       := 0.169.0
 AGENTS_STAMP        := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
 
-.PHONY: run test lint bench clean agents
+.PHONY: run test lint bench clean agents promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,12 +38,18 @@ $(AGENTS_STAMP):
 
 agents: $(AGENTS_STAMP)
 
-test: $(STAMP) lint agents
+# The metrics tests run the exposition through promtool (Debian's prometheus package); install it
+# only when missing (CI runs as root).
+promtool:
+	@command -v promtool >/dev/null || (apt-get update && apt-get install -y prometheus)
+
+test: $(STAMP) lint agents promtool
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
+	$(BIN)/python bench/fault_injection.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)

@@ -130,6 +130,7 @@ async def test_req2_call_tool_cannot_reach_the_provider(
                 result = await client.call_tool(name, {"id": "ep_x"})
                 assert result.is_error and text_of(result).startswith("not_permitted")
         assert [c["tool"] for c in calls(tmp_path)[sent_before:]] == []  # the upstream received nothing
+        await service.call_log.flush()  # written in batches, off the request path
         denied = await service.store.read(lambda db: db.execute(
             "SELECT caller, server, tool FROM call_log WHERE outcome = 'denied' ORDER BY id").fetchall())
         assert denied == [("api-fixer/100", "zep", "zep__memory_forget"),

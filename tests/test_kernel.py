@@ -298,7 +298,9 @@ async def test_a_crashed_permanent_child_is_restarted_and_its_address_still_work
     assert actor.incarnations == 2
 
 
-async def test_a_transient_child_is_restarted_after_a_crash_but_not_after_a_normal_return() -> None:
+async def test_a_transient_child_is_restarted_after_a_crash_but_not_after_a_normal_return(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     incarnations = 0
 
     async def child(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -310,7 +312,7 @@ async def test_a_transient_child_is_restarted_after_a_crash_but_not_after_a_norm
 
     async with open_supervisor() as supervisor:
         await supervisor.start(ChildSpec("job", child, restart="transient"))
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(1)  # past the restart's backoff
         assert supervisor.running() == []
     assert incarnations == 2
 
@@ -401,7 +403,7 @@ async def test_the_supervisor_gives_up_past_its_restart_intensity(autojump_clock
             await supervisor.start(ChildSpec("crashing", child))
             await trio.sleep_forever()
     assert incarnations == 4  # the first run and three restarts; the fourth crash is one too many
-    assert trio.current_time() == 4.0
+    assert trio.current_time() == pytest.approx(4.3)  # four 1 s runs and three 0.1 s backoffs
     assert "'crashing' failed more than 3 times in 5 s" in str(failed.value)
     assert failed.value.context == {"supervisor": "root", "child": "crashing", "last_error": "Boom"}
     assert isinstance(failed.value.__cause__, Boom)
@@ -437,7 +439,108 @@ async def test_restarts_closer_than_the_window_do_count(autojump_clock: trio.abc
         async with open_supervisor(max_restarts=2, window=5.0) as supervisor:
             await supervisor.start(ChildSpec("flaky", child))
             await trio.sleep(60)
-    assert trio.current_time() == 6.0  # restarts at 2 and 4 fill the window; the crash at 6 is one too many
+    # Crashes at 2, 4.1 (after a 0.1 s backoff) and 6.2: the first two fill the window, the third is one too many.
+    assert trio.current_time() == pytest.approx(6.2)
+
+
+# --- supervisor: backoff, bursts and resource exhaustion ---------------------------------------
+
+
+def _crashing_child(starts: list[float], errors: list[BaseException]) -> Any:
+    """A child that crashes right after starting with the next error of ``errors``, then stays up."""
+
+    async def child(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        starts.append(trio.current_time())
+        task_status.started()
+        if errors:
+            raise errors.pop(0)
+        await trio.sleep_forever()
+
+    return child
+
+
+async def test_restarts_back_off_exponentially_up_to_the_cap(autojump_clock: trio.abc.Clock) -> None:
+    starts: list[float] = []
+    async with open_supervisor(max_restarts=1, window=60, backoff=0.1, max_backoff=1.0, max_burst=50) as sup:
+        await sup.start(ChildSpec("flaky", _crashing_child(starts, [Boom(str(i)) for i in range(7)])))
+        await trio.sleep(30)
+        assert len(starts) == 8
+        await sup.stop("flaky")
+    gaps = [round(b - a, 6) for a, b in zip(starts, starts[1:], strict=False)]
+    assert gaps == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+
+
+async def test_a_burst_of_instant_crashes_is_one_incident(autojump_clock: trio.abc.Clock) -> None:
+    """Five instant crashes in a row (as a child hitting one bad moment does) are one incident, so a
+    supervisor allowing one incident per minute keeps the child instead of giving up within 15 ms."""
+    starts: list[float] = []
+    async with open_supervisor(max_restarts=1, window=60, max_burst=8) as sup:
+        await sup.start(ChildSpec("bursty", _crashing_child(starts, [Boom(str(i)) for i in range(5)])))
+        await trio.sleep(10)
+        assert sup.running() == ["bursty"]
+        await sup.stop("bursty")
+    assert len(starts) == 6
+
+
+async def test_a_child_crashing_instantly_on_every_restart_is_given_up_after_its_burst(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    starts: list[float] = []
+    with pytest.raises(SupervisorFailed, match="crashed 4 times in a row") as failed:
+        async with open_supervisor("root", max_restarts=5, window=60, max_burst=3) as sup:
+            await sup.start(ChildSpec("doomed", _crashing_child(starts, [Boom(str(i)) for i in range(100)])))
+            await trio.sleep_forever()
+    assert len(starts) == 4
+    assert failed.value.context["child"] == "doomed"
+    assert isinstance(failed.value.__cause__, Boom)
+
+
+async def test_resource_exhaustion_is_retried_after_backoff_and_never_counted(autojump_clock: trio.abc.Clock) -> None:
+    """EMFILE, a full disk or SQLite unable to open its file are the machine's state, not the child's
+    logic: even a supervisor allowing no incident at all keeps retrying, at most max_backoff apart."""
+    import errno
+
+    import sqlean
+
+    exhaustion: list[BaseException] = [OSError(errno.EMFILE, "Too many open files") for _ in range(12)]
+    exhaustion += [sqlean.OperationalError("unable to open database file"), MemoryError()]
+    exhaustion.append(ActorFailed("wrapped", actor="x"))
+    exhaustion[-1].__cause__ = OSError(errno.ENFILE, "File table overflow")
+    starts: list[float] = []
+    async with open_supervisor(max_restarts=0, window=60, max_burst=1, backoff=0.1, max_backoff=2.0) as sup:
+        await sup.start(ChildSpec("starved", _crashing_child(starts, exhaustion)))
+        await trio.sleep(60)
+        assert sup.running() == ["starved"]
+        await sup.stop("starved")
+    assert len(starts) == 16
+    assert max(b - a for a, b in zip(starts, starts[1:], strict=False)) == pytest.approx(2.0)
+
+
+def test_resource_exhaustion_is_told_apart_from_logic_errors() -> None:
+    import errno
+
+    import sqlean
+
+    from memactors._kernel import is_resource_exhaustion
+
+    assert is_resource_exhaustion(OSError(errno.EMFILE, "Too many open files"))
+    assert is_resource_exhaustion(sqlean.OperationalError("database or disk is full"))
+    assert is_resource_exhaustion(ExceptionGroup("g", [ValueError("x"), OSError(errno.ENOMEM, "no memory")]))
+    assert not is_resource_exhaustion(OSError(errno.ECONNREFUSED, "refused"))
+    assert not is_resource_exhaustion(sqlean.OperationalError("no such table: episodes"))
+    assert not is_resource_exhaustion(Boom("logic"))
+
+
+async def test_stopping_a_child_waiting_out_its_backoff_stops_it_at_once(autojump_clock: trio.abc.Clock) -> None:
+    starts: list[float] = []
+    async with open_supervisor(max_restarts=5, window=60, backoff=30.0, max_backoff=30.0) as sup:
+        await sup.start(ChildSpec("slow-to-return", _crashing_child(starts, [Boom("once")])))
+        await trio.testing.wait_all_tasks_blocked()
+        before = trio.current_time()
+        await sup.stop("slow-to-return")
+        assert trio.current_time() == before
+        assert sup.running() == []
+    assert len(starts) == 1
 
 
 # --- supervisor: cancellation and graceful stop -------------------------------------------------

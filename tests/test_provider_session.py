@@ -234,6 +234,7 @@ async def test_provider_up_appears_only_after_the_first_contract_check_and_calls
         for op in ("contract", "record", "recall", "forget"):
             count = sample(metrics, "harness_memory_provider_duration_seconds_count", provider="fault", op=op)
             assert count is not None and count >= 1, op
+        await memory.call_log.flush()  # written in batches, off the request path
         rows = await memory.store.read(lambda db: db.execute(
             "SELECT caller, server, tool, args_sha256, outcome FROM call_log ORDER BY id").fetchall())
     received = {c["tool"]: c["arguments"] for c in files.read_calls()}

@@ -294,3 +294,46 @@ def test_tokens_resolve_tiers_and_hide_in_repr() -> None:
 def test_read_token_names_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="operator-control.token"):
         read_token(tmp_path, "control")
+
+
+# --- hardening: Origin, rate-limited lines for malformed input ----------------------------------
+
+
+@pytest.mark.parametrize("origin, status", [
+    ("https://evil.example", b"403"),
+    ("null", b"403"),
+    ("http://127.0.0.1:1", b"403"),  # same host, another port: another origin
+])
+async def test_a_foreign_browser_origin_is_refused_before_the_token_is_looked_at(
+    url: str, tokens: Tokens, origin: str, status: bytes,
+) -> None:
+    answer = await _raw_handshake(url, f"Origin: {origin}\r\nAuthorization: Bearer {tokens.control}\r\n")
+    assert answer == status
+
+
+async def test_the_daemons_own_origin_and_clients_without_an_origin_are_accepted(url: str, tokens: Tokens) -> None:
+    own = "http://" + url.removeprefix("ws://").split("/")[0]
+    for extra in (f"Origin: {own}\r\n", f"Origin: {own.replace('127.0.0.1', 'localhost')}\r\n", ""):
+        answer = await _raw_handshake(url, f"{extra}Authorization: Bearer {tokens.read}\r\n")
+        assert answer == b"101", extra
+
+
+async def test_ten_thousand_malformed_frames_give_a_handful_of_log_lines(url: str, tokens: Tokens) -> None:
+    import io
+
+    from memactors.logs import configure_logging
+
+    sink = io.StringIO()
+    configure_logging(sink=sink)
+    try:
+        async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {tokens.read}".encode())]) as ws:
+            for i in range(10_000):
+                await ws.send_message("{not json" + "x" * (i % 50))
+            for _ in range(10_000):
+                reply = json.loads(await ws.get_message())
+                assert reply["error"]["code"] == "INVALID_ARGUMENT"
+    finally:
+        configure_logging()
+    lines = [line for line in sink.getvalue().splitlines() if "malformed frame" in line]
+    assert 1 <= len(lines) <= 5, len(lines)
+    assert all(len(line) < 400 for line in sink.getvalue().splitlines())

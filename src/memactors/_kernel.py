@@ -27,15 +27,22 @@ The model, in plain sentences:
   still queued at the crash are served by it. Whoever owns the actor's lifetime closes the mailbox: the
   supervisor when the child ends for good, otherwise the code that started it (:meth:`Mailbox.close`).
 * A **supervisor** restarts crashed children one-for-one, as Erlang/OTP and triotp do: ``permanent``
-  children always, ``transient`` ones only after a crash, ``temporary`` ones never. More than
-  ``max_restarts`` restarts within ``window`` seconds (measured on ``trio.current_time()``) make the
-  supervisor give up with :class:`SupervisorFailed`, naming the child. Cancellation is never a crash:
-  a cancelled child is not restarted and not counted. Stopping a child closes its mailbox (its signal to
+  children always, ``transient`` ones only after a crash, ``temporary`` ones never. Every restart waits
+  an exponential **backoff** first (``backoff``, doubling per crash in a row, at most ``max_backoff``;
+  on ``trio.current_time()``). Crashes are counted as **incidents**: a crash within ``settle`` seconds
+  of the previous restart belongs to the same incident, so a burst of instant crashes is one incident
+  (given up after ``max_burst`` crashes in a row). More than ``max_restarts`` incidents within
+  ``window`` seconds make the supervisor give up with :class:`SupervisorFailed`, naming the child.
+  A **resource-exhaustion** error (``EMFILE``, ``ENFILE``, ``ENOMEM``, ``ENOSPC``, ``MemoryError``,
+  SQLite's "unable to open" / "database or disk is full") is not a crash of the child's logic: it is
+  retried after backoff and never counted. Cancellation is never a crash: a cancelled child is not
+  restarted and not counted. Stopping a child closes its mailbox (its signal to
   finish the request in hand and return), waits up to its ``shutdown_grace``, then cancels it.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -60,6 +67,7 @@ __all__ = [
     "Supervisor",
     "SupervisorFailed",
     "deadline",
+    "is_resource_exhaustion",
     "open_mailbox",
     "open_supervisor",
     "serve",
@@ -384,6 +392,39 @@ class ChildSpec:
             raise InvalidArgument("restart must be permanent, transient or temporary", child=self.name, restart=value)
 
 
+_EXHAUSTION_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC})
+_EXHAUSTION_SQLITE = ("unable to open", "database or disk is full", "out of memory")
+
+
+def is_resource_exhaustion(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it wraps: cause, context, group members) says the machine ran out of
+    file descriptors, memory or disk, rather than the code being wrong.
+
+    SQLite errors are recognised by their message, the only place sqlite3/sqlean put the reason.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, MemoryError):
+            return True
+        if isinstance(current, OSError) and current.errno in _EXHAUSTION_ERRNOS:
+            return True
+        if type(current).__name__ in ("OperationalError", "DatabaseError") and any(
+            marker in str(current).lower() for marker in _EXHAUSTION_SQLITE
+        ):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                todo.append(linked)
+    return False
+
+
 @attrs.define(eq=False)
 class _Child:
     """A running child: its spec, the cancel scope of its current incarnation and its address."""
@@ -393,16 +434,27 @@ class _Child:
     address: Address[Any] | None = None
     stopping: bool = False
     done: trio.Event = attrs.field(factory=trio.Event)
+    #: logic crashes in a row, each within ``settle`` of its restart (one incident)
+    burst: int = 0
+    #: resource-exhaustion crashes in a row (backoff only, never counted)
+    exhausted: int = 0
+    backoff_scope: trio.CancelScope | None = None
 
 
 class Supervisor:
     """Starts children, restarts them one-for-one, and stops them; made by :func:`open_supervisor`."""
 
-    def __init__(self, nursery: trio.Nursery, name: str, max_restarts: int, window: float) -> None:
+    def __init__(self, nursery: trio.Nursery, name: str, max_restarts: int, window: float, *,
+                 backoff: float = 0.1, max_backoff: float = 30.0, settle: float = 1.0,
+                 max_burst: int = 8) -> None:
         self._nursery = nursery
         self.name = name
         self.max_restarts = max_restarts
         self.window = window
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.settle = settle
+        self.max_burst = max_burst
         self._children: dict[str, _Child] = {}
         self._restarts: deque[float] = deque()
         self._closing = False
@@ -437,6 +489,8 @@ class Supervisor:
         if child is None:
             return
         child.stopping = True
+        if child.backoff_scope is not None:
+            child.backoff_scope.cancel()  # waiting to restart: nothing runs, nothing to finish
         if child.address is None:
             child.scope.cancel()
         else:
@@ -458,6 +512,7 @@ class Supervisor:
             while True:
                 error: BaseException | None = None
                 broken: SupervisorFailed | None = None
+                began = trio.current_time()
                 try:
                     async with trio.open_nursery() as incarnation:
                         child.scope = incarnation.cancel_scope
@@ -490,12 +545,16 @@ class Supervisor:
                 if error is None and spec.restart != "permanent":
                     log.bind(outcome="returned").info("child finished")
                     return
-                if error is not None:
+                if error is not None and spec.restart == "temporary":
                     log.bind(outcome="crashed", error=type(error).__name__).warning("child crashed")
-                    if spec.restart == "temporary":
-                        return
-                self._count_restart(spec.name, error)
-                log.bind(outcome="restarting", restarts=len(self._restarts)).info("restarting child")
+                    return
+                delay = self._after_crash(child, error, trio.current_time() - began, log)
+                with trio.CancelScope() as child.backoff_scope:
+                    await trio.sleep(delay)
+                child.backoff_scope = None
+                if child.stopping:
+                    log.bind(outcome="stopped").info("child stopped")
+                    return
         finally:
             if child.address is not None:
                 _close(child.address)
@@ -503,8 +562,44 @@ class Supervisor:
                 del self._children[spec.name]
             child.done.set()
 
+    def _after_crash(self, child: _Child, error: BaseException | None, lived: float, log: Any) -> float:
+        """Account for one crash (or return) of ``child``; return the backoff before its restart.
+
+        Raises SupervisorFailed when the child's burst or the supervisor's intensity is exceeded.
+        """
+        name = child.spec.name
+        if error is not None and is_resource_exhaustion(error):
+            child.exhausted += 1
+            delay = self._delay(child.exhausted)
+            log.bind(outcome="resource_exhausted", error=type(error).__name__, errno=getattr(error, "errno", None),
+                     retry_in_s=round(delay, 3), attempt=child.exhausted).warning(
+                "child ran out of a resource; retrying after backoff (not counted as a crash)")
+            return delay
+        child.exhausted = 0
+        if child.burst > 0 and lived < self.settle:
+            child.burst += 1  # crashed again right after its restart: the same incident
+            if child.burst > self.max_burst:
+                log.bind(crashes=child.burst).error("child keeps crashing right after restarts; supervisor gives up")
+                raise SupervisorFailed(
+                    f"child {name!r} crashed {child.burst} times in a row, each within {self.settle:g} s of its "
+                    "restart; giving up",
+                    supervisor=self.name, child=name,
+                    last_error=type(error).__name__ if error is not None else "returned",
+                ) from error
+        else:
+            child.burst = 1
+            self._count_restart(name, error)
+        delay = self._delay(child.burst)
+        log.bind(outcome="crashed" if error is not None else "returned",
+                 error=type(error).__name__ if error is not None else None, incidents=len(self._restarts),
+                 burst=child.burst, retry_in_s=round(delay, 3)).warning("child crashed; restarting after backoff")
+        return delay
+
+    def _delay(self, attempt: int) -> float:
+        return min(self.backoff * 2 ** min(attempt - 1, 30), self.max_backoff)
+
     def _count_restart(self, name: str, error: BaseException | None) -> None:
-        """Record one restart now, or raise SupervisorFailed when it would exceed the intensity."""
+        """Record one incident now, or raise SupervisorFailed when it would exceed the intensity."""
         now = trio.current_time()
         while self._restarts and self._restarts[0] <= now - self.window:
             self._restarts.popleft()
@@ -534,20 +629,27 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 @asynccontextmanager
 async def open_supervisor(
-    name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0
+    name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0, backoff: float = 0.1,
+    max_backoff: float = 30.0, settle: float = 1.0, max_burst: int = 8,
 ) -> AsyncIterator[Supervisor]:
     """Open a one-for-one supervisor; leaving the block stops its children gracefully.
 
-    More than ``max_restarts`` restarts within ``window`` seconds make the block raise
-    SupervisorFailed naming the child. A single error out of the block is raised as it is rather than
+    Restarts wait ``backoff`` seconds, doubled per crash in a row up to ``max_backoff``. A crash within
+    ``settle`` seconds of a restart continues the same incident (at most ``max_burst`` crashes in a row);
+    more than ``max_restarts`` incidents within ``window`` seconds make the block raise SupervisorFailed
+    naming the child. Resource exhaustion is retried after backoff and never counted. A single error out of the block is raised as it is rather than
     inside an exception group, so callers can catch SupervisorFailed directly.
     """
     if max_restarts < 0 or not (window > 0 and math.isfinite(window)):
         raise InvalidArgument("restart intensity needs max_restarts >= 0 and a finite window > 0",
                               supervisor=name, max_restarts=max_restarts, window=window)
+    if not (0 <= backoff <= max_backoff and math.isfinite(max_backoff)) or settle < 0 or max_burst < 1:
+        raise InvalidArgument("backoff needs 0 <= backoff <= max_backoff (finite), settle >= 0, max_burst >= 1",
+                              supervisor=name, backoff=backoff, max_backoff=max_backoff)
     try:
         async with trio.open_nursery() as nursery:
-            supervisor = Supervisor(nursery, name, max_restarts, window)
+            supervisor = Supervisor(nursery, name, max_restarts, window, backoff=backoff,
+                                    max_backoff=max_backoff, settle=settle, max_burst=max_burst)
             yield supervisor
             await supervisor.aclose()
     except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import attrs
 import trio
 from loguru import logger
 
+from ._kernel import SupervisorFailed
 from .config import Config, ConfigHolder, load_config
 from .errors import ConfigError
 from .logs import configure_logging
@@ -29,6 +32,29 @@ from .service import open_memory_service
 
 DAEMON_FILE = "daemon.json"
 STOP_GRACE = 5.0
+#: Exit status when the memory service's supervisor gave up (EX_TEMPFAIL): the daemon cannot go on,
+#: but a fresh start may well work, so a service manager should restart it (docs/operations.md).
+EXIT_GAVE_UP = 75
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as far as the kernel allows); return (soft, hard).
+
+    Every connection costs a file descriptor; a low soft limit (often 1024) is reached long before the
+    machine is short of anything. Raising the soft limit to the hard one needs no privilege.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        for candidate in (target, 1 << 20, 1 << 16):
+            if candidate <= soft:
+                break
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (candidate, hard))
+                break
+            except (ValueError, OSError):
+                continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 @attrs.frozen
@@ -71,7 +97,8 @@ async def run_daemon(
             op_host, op_port = await nursery.start(
                 serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
         with _listen_error("[metrics] listen", config.metrics.address):
-            m_host, m_port = await nursery.start(serve_metrics, metrics, config.metrics.host, config.metrics.port)
+            m_host, m_port = await nursery.start(partial(
+                serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
         with _listen_error("[gateway] listen", config.gateway.address):
             gateway_url = await memory.start_gateway(nursery)
         listening = Listening(
@@ -87,6 +114,20 @@ async def run_daemon(
         finally:
             # A stale daemon.json would send the CLI to a port nobody listens on.
             (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+
+
+def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
+    """/readyz: ready when the provider session is ready and its breaker closed; else a short reason."""
+
+    async def ready() -> str | None:
+        status = memory.session.status()
+        if status.state != "ready":
+            return f"provider {status.provider} is {status.state}"
+        if status.breaker != "closed":
+            return f"provider {status.provider} breaker is {status.breaker}"
+        return None
+
+    return ready
 
 
 @contextmanager
@@ -148,11 +189,25 @@ def serve_main(config_path: Path | None) -> int:
         print("Ctrl-C stops it.", flush=True)
 
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "INFO"), json=bool(os.environ.get("MEMACTORS_LOG_JSON")))
+    soft, hard = raise_nofile_limit()
+    logger.bind(nofile_soft=soft, nofile_hard=hard).info("file descriptor limit")
     try:
         trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
+    except SupervisorFailed as exc:
+        return _gave_up(exc)
     except BaseExceptionGroup as group:  # ok: a start-up failure inside the nurseries, reported plainly
+        gave_up = _first(group, SupervisorFailed)
+        if isinstance(gave_up, SupervisorFailed):
+            return _gave_up(gave_up)
         leaf = _first(group, ConfigError)
         if leaf is None:
             raise
         raise leaf from None
     return 0
+
+
+def _gave_up(exc: SupervisorFailed) -> int:
+    """One clear line, no traceback: the service manager decides what happens next."""
+    logger.bind(exit_status=EXIT_GAVE_UP, child=exc.context.get("child")).critical(
+        f"memory service gave up: {exc}; exiting so a service manager can restart the daemon")
+    return EXIT_GAVE_UP

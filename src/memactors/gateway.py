@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any
 
 import mcp.types as t
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 from loguru import logger
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from . import contract
+from ._listen import RateLimitedLog, serve_asgi
 from .actors.briefing import View
 from .errors import InvalidArgument, NotAttributed
-from .store import iso, log_call
+from .store import bound_field, iso
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "BearerGate", "Gateway", "serve_gateway"]
 
@@ -75,6 +75,8 @@ class Gateway:
     def __init__(self, service: Any) -> None:
         self._service = service
         self._log = logger.bind(component="gateway")
+        #: refused calls are caller-caused: one line per caller per 10 s, with the count folded in
+        self._refusals = RateLimitedLog(interval=10.0)
 
     def server(self) -> Server[Any]:
         return Server(
@@ -111,7 +113,7 @@ class Gateway:
         call_id = None if ctx.request_id is None else str(ctx.request_id)
         if name not in GATEWAY_TOOLS:
             await self._deny(view, name, arguments)
-            return _error("not_permitted", f"tool {name} is not available to harnesses")
+            return _error("not_permitted", f"tool {bound_field(name)} is not available to harnesses")
         try:
             if name == "recall":
                 query = arguments.get("query")
@@ -148,14 +150,19 @@ class Gateway:
 
     async def _deny(self, view: View, name: str, arguments: dict[str, Any]) -> None:
         """REQ-2: a refused call is logged as the caller's row with outcome denied; nothing goes upstream."""
-        caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed"
+        caller = bound_field(f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed")
         provider = self._service.provider
-        server = name.split("__", 1)[0] if "__" in name else (provider if name in contract.TOOLS else "gateway")
+        server = bound_field(name.split("__", 1)[0] if "__" in name
+                             else (provider if name in contract.TOOLS else "gateway"))
         at = iso(self._service.wall_clock())
-        await self._service.store.write(lambda db: log_call(
-            db, at=at, caller=caller, server=server, tool=name, arguments=arguments, outcome="denied",
-            duration_ms=0))
-        self._log.bind(caller=caller, server=server, outcome="denied").warning("gateway call refused")
+        # Batched, bounded (128 chars per field), off the request path: a flood of refused calls with
+        # huge names costs neither disk nor a write per call.
+        self._service.call_log.record(at=at, caller=caller, server=server, tool=name, arguments=arguments,
+                                      outcome="denied", duration_ms=0)
+        suppressed = self._refusals.allow(caller)
+        if suppressed is not None:
+            self._log.bind(caller=caller, server=server, tool_chars=len(name), outcome="denied",
+                           suppressed=suppressed).warning("gateway call refused")
 
 
 _Scope = MutableMapping[str, Any]
@@ -233,15 +240,9 @@ async def serve_gateway(
 async def serve_mcp_http(
     app: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker; reports ``http://host:port/mcp``."""
-    config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-
-    async def run(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(app, config, task_status=task_status, mode="asgi")  # type: ignore[arg-type]
-
+    """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker on a capped listener (connection
+    cap, short head and body timeouts: see ``_listen``); reports ``http://host:port/mcp``."""
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(run)
-        task_status.started(binds[0] + "/mcp")
+        bound_host, bound_port = await nursery.start(partial(serve_asgi, app, host, port, name="gateway"))
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        task_status.started(f"http://{shown}:{bound_port}/mcp")

@@ -1,4 +1,4 @@
-"""Prometheus metrics: exactly SPEC-0030 REQ-21's families, and a tiny trio HTTP server for them.
+"""Prometheus metrics: exactly SPEC-0030 REQ-21's families, served with /healthz and /readyz on hypercorn.
 
 ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two daemons or two
 tests in one process do not share counters. Every family's ``# HELP``/``# TYPE`` lines appear in the
@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NoReturn
 
 import trio
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
+    make_asgi_app,
 )
 
+from ._listen import serve_asgi
 from .logs import get_logger
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "RECALL_OUTCOMES",
     "SUMMARY_OUTCOMES",
     "Metrics",
+    "metrics_app",
     "serve_metrics",
 ]
 
@@ -256,69 +258,77 @@ class Metrics:
         """Export the queue depth of these actors' mailboxes at every scrape (``statistics().queued``)."""
         self._mailboxes = addresses
 
-    def exposition(self) -> bytes:
-        """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+    def refresh(self) -> None:
+        """Bring scrape-time gauges (actor queue depths) up to date."""
         for address in self._mailboxes():
             stats = address.statistics()
             self.set_actor_queue_depth(stats.name, stats.queued)
+
+    def exposition(self) -> bytes:
+        """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+        self.refresh()
         return generate_latest(self.registry)
 
 
 # ------------------------------------------------------------------------------------ HTTP server
 
-_MAX_HEAD = 8192
-#: A client gets this long to send its request head; guards the listener against idle sockets.
-_HEAD_DEADLINE = 10.0
+#: The readiness probe: None when ready, else a short reason (e.g. "provider down").
+Readiness = Callable[[], Awaitable[str | None]]
 
 
-async def _read_head(stream: trio.SocketStream) -> bytes | None:
-    buf = bytearray()
-    while b"\r\n\r\n" not in buf and b"\n\n" not in buf:
-        if len(buf) > _MAX_HEAD:
-            return None
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+async def _always_ready() -> str | None:
+    return None
 
 
-def _response(status: str, body: bytes, content_type: str, *, head_only: bool = False) -> bytes:
-    head = (
-        f"HTTP/1.1 {status}\r\n"
-        f"Content-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode("ascii")
-    return head if head_only else head + body
+def metrics_app(metrics: Metrics, ready: Readiness = _always_ready) -> Any:
+    """The ASGI app of the metrics listener.
 
+    * ``GET /metrics``: prometheus_client's exposition (``make_asgi_app``), which negotiates OpenMetrics
+      (``Accept: application/openmetrics-text``) and gzip (``Accept-Encoding: gzip``);
+    * ``GET /healthz``: liveness, 200 whenever the daemon's loop answers;
+    * ``GET /readyz``: 200 when the memory provider is ready, 503 with a one-line reason otherwise;
+    * anything else 404, other methods 405.
+    """
+    exposition = make_asgi_app(registry=metrics.registry)
 
-async def _handle(metrics: Metrics, stream: trio.SocketStream) -> None:
-    try:
-        with trio.move_on_after(_HEAD_DEADLINE):
-            head = await _read_head(stream)
-            if head is None:
-                await stream.send_all(_response("400 Bad Request", b"bad request\n", "text/plain"))
-                return
-            request_line = head.split(b"\n", 1)[0].strip().decode("latin-1")
-            parts = request_line.split()
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                reply = _response("400 Bad Request", b"bad request\n", "text/plain")
-            elif parts[0] not in ("GET", "HEAD"):
-                reply = _response("405 Method Not Allowed", b"method not allowed\n", "text/plain")
-            elif parts[1].split("?", 1)[0] != "/metrics":
-                reply = _response("404 Not Found", b"not found; try /metrics\n", "text/plain")
+    async def plain(send: Any, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+        body = text.encode("utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode()), *(extra or [])]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path not in ("/metrics", "/healthz", "/readyz"):
+            await plain(send, 404, "not found; try /metrics, /healthz or /readyz\n")
+            return
+        if method not in ("GET", "HEAD"):
+            await plain(send, 405, "method not allowed\n", [(b"allow", b"GET, HEAD")])
+            return
+        if path == "/metrics":
+            metrics.refresh()
+            await exposition(scope, receive, send)
+        elif path == "/healthz":
+            await plain(send, 200, "ok\n")
+        else:
+            reason = await ready()
+            if reason is None:
+                await plain(send, 200, "ready\n")
             else:
-                reply = _response(
-                    "200 OK", metrics.exposition(), CONTENT_TYPE_LATEST, head_only=parts[0] == "HEAD"
-                )
-            await stream.send_all(reply)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass  # the scraper hung up; nothing to answer
-    finally:
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + 1
-            await stream.aclose()
+                await plain(send, 503, f"not ready: {reason}\n")
+
+    return app
 
 
 async def serve_metrics(
@@ -326,20 +336,14 @@ async def serve_metrics(
     host: str,
     port: int,
     *,
+    ready: Readiness = _always_ready,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve ``GET /metrics`` on ``host:port`` until cancelled; reports ``(host, actual_port)``.
-
-    A deliberately small HTTP/1.1 server: one request per connection, then close. Other paths get
-    404, other methods 405.
-    """
-
-    async def handler(stream: trio.SocketStream) -> None:
-        await _handle(metrics, stream)
-
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` with hypercorn until cancelled;
+    reports ``(host, actual_port)``. Keep-alive, HTTP/1.1 and h2c come from hypercorn; the listener is
+    capped like every other (see ``_listen``)."""
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, handler, port, host=host))
-        actual_port = listeners[0].socket.getsockname()[1]
-        _log.bind(host=host, port=actual_port).info("metrics listening")
-        task_status.started((host, actual_port))
-    raise AssertionError("serve_tcp returned")  # pragma: no cover
+        bound = await nursery.start(partial(serve_asgi, metrics_app(metrics, ready), host, port, name="metrics"))
+        _log.bind(host=bound[0], port=bound[1]).info("metrics listening")
+        task_status.started(bound)
+    raise AssertionError("serve_asgi returned")  # pragma: no cover

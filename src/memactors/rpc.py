@@ -32,7 +32,6 @@ import stat
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -44,10 +43,11 @@ from trio_websocket import (
     HandshakeError,
     WebSocketConnection,
     WebSocketRequest,
-    serve_websocket,
+    WebSocketServer,
     wrap_client_stream,
 )
 
+from ._listen import HANDSHAKE_TIMEOUT, RateLimitedLog, open_capped_listener
 from .errors import ConfigError, InvalidArgument, MemactorsError
 from .logs import get_logger
 
@@ -236,6 +236,22 @@ def _bearer(request: WebSocketRequest) -> bytes | None:
     return None
 
 
+def _origin(request: WebSocketRequest) -> str | None:
+    """The handshake's Origin header, lower-cased; None when absent (non-browser clients send none)."""
+    for name, value in request.headers:
+        if name.lower() == b"origin":
+            return value.decode("latin-1").strip().lower()
+    return None
+
+
+def _own_origins(host: str, port: int) -> frozenset[str]:
+    """The origins a page served by this daemon itself would send: its own scheme, host and port."""
+    hosts = {host.lower()}
+    if host in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::"):
+        hosts |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(f"{scheme}://{h}:{port}" for h in hosts for scheme in ("http", "ws"))
+
+
 def _error(req_id: str | int | None, code: str, message: str) -> dict[str, Any]:
     return {"id": req_id, "error": {"code": code, "message": message}}
 
@@ -302,8 +318,13 @@ def _encode(reply: dict[str, Any]) -> str:
         return json.dumps(_error(reply.get("id"), "INTERNAL", "internal error; see the daemon log"))
 
 
+def _peer_host(peer: str) -> str:
+    return peer.rsplit(":", 1)[0] if ":" in peer else peer
+
+
 async def _serve_one(
-    ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore
+    ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore,
+    peer: str = "unknown", lines: RateLimitedLog | None = None,
 ) -> None:
     try:
         parsed = _parse(frame)
@@ -320,7 +341,10 @@ async def _serve_one(
             ).debug("rpc call")
         else:
             reply = parsed
-            _log.bind(tier=tier, frame_bytes=len(frame)).info("rpc malformed frame")
+            suppressed = lines.allow(f"frame {_peer_host(peer)}") if lines is not None else 0
+            if suppressed is not None:
+                _log.bind(peer=peer, tier=tier, frame_bytes=len(frame), suppressed=suppressed).info(
+                    "rpc malformed frame")
         try:
             await ws.send_message(_encode(reply))
         except ConnectionClosed:
@@ -329,7 +353,8 @@ async def _serve_one(
         slots.release()
 
 
-async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier) -> None:
+async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier,
+                            peer: str = "unknown", lines: RateLimitedLog | None = None) -> None:
     slots = trio.Semaphore(MAX_IN_FLIGHT)
     async with trio.open_nursery() as nursery:
         while True:
@@ -338,7 +363,7 @@ async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], t
             except ConnectionClosed:
                 break
             await slots.acquire()  # backpressure: stop reading while the connection is saturated
-            nursery.start_soon(_serve_one, ws, frame, table, tier, slots)
+            nursery.start_soon(_serve_one, ws, frame, table, tier, slots, peer, lines)
         # The client is gone, so no reply can be delivered; stop work done on its behalf.
         nursery.cancel_scope.cancel()
 
@@ -362,20 +387,36 @@ async def serve_rpc(
             raise ValueError(f"duplicate RPC method {m.name!r}")
         table[m.name] = m
 
+    listener = await open_capped_listener(host, port, name="operator")
+    actual_port = listener.socket.getsockname()[1]
+    own_origins = _own_origins(host, actual_port)
+    # Lines a peer can cause at will (malformed frames, refused handshakes): one per peer per 10 s.
+    peer_lines = RateLimitedLog(interval=10.0)
+
     async def on_request(request: WebSocketRequest) -> None:
         peer = str(request.remote)
         try:
             if request.path.split("?", 1)[0] != ENDPOINT_PATH:
                 await request.reject(404, body=b"not found: MemoryService is served on /harness.v1\n")
                 return
+            origin = _origin(request)
+            if origin is not None and origin not in own_origins:
+                # A browser page on another origin (OWASP ASVS: check Origin on websocket handshakes).
+                suppressed = peer_lines.allow(f"origin {_peer_host(peer)}")
+                if suppressed is not None:
+                    _log.bind(peer=peer, suppressed=suppressed).warning("rpc handshake refused: foreign origin")
+                await request.reject(403, body=b"forbidden: cross-origin requests are not accepted\n")
+                return
             tier = tokens.tier_for(_bearer(request))
             if tier is None:
-                _log.bind(peer=peer).warning("rpc handshake refused: no or unknown token")
+                suppressed = peer_lines.allow(f"token {_peer_host(peer)}")
+                if suppressed is not None:
+                    _log.bind(peer=peer, suppressed=suppressed).warning("rpc handshake refused: no or unknown token")
                 await request.reject(401, body=b"unauthenticated: present Authorization: Bearer <token>\n")
                 return
             ws = await request.accept()
             _log.bind(peer=peer, tier=tier).info("rpc connection opened")
-            await _serve_connection(ws, table, tier)
+            await _serve_connection(ws, table, tier, peer, peer_lines)
             _log.bind(peer=peer, tier=tier).info("rpc connection closed")
         except ConnectionClosed:
             pass
@@ -383,22 +424,16 @@ async def serve_rpc(
             # A bug in one connection must not take the whole listener down.
             _log.bind(peer=peer, error_type=type(_unwrap(raw)).__name__).error("rpc connection failed")
 
+    server = WebSocketServer(
+        on_request, [listener],  # type: ignore[list-item]
+        max_message_size=MAX_MESSAGE_SIZE, message_queue_size=MAX_IN_FLIGHT,
+        # A handshake not finished within seconds is dropped, so half-open clients cannot hold slots.
+        connect_timeout=HANDSHAKE_TIMEOUT, disconnect_timeout=HANDSHAKE_TIMEOUT)
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(
-            partial(
-                serve_websocket,
-                on_request,
-                host,
-                port,
-                None,
-                max_message_size=MAX_MESSAGE_SIZE,
-                message_queue_size=MAX_IN_FLIGHT,
-            )
-        )
-        actual_port = server.port
-        _log.bind(host=host, port=actual_port, methods=len(table)).info("rpc listening")
+        await nursery.start(server.run)
+        _log.bind(host=host, port=actual_port, methods=len(table), cap=listener.cap).info("rpc listening")
         task_status.started((host, actual_port))
-    raise AssertionError("serve_websocket returned")  # pragma: no cover
+    raise AssertionError("WebSocketServer.run returned")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------------- client

@@ -42,6 +42,7 @@ from .actors.briefing import (
     latest_run_place,
     resolve_view,
 )
+from .actors.call_log import CallLog
 from .actors.index import (
     GetEpisode,
     Index,
@@ -115,6 +116,7 @@ class MemoryService:
         self.wall_clock = wall_clock
         self.provider = holder.current.memory.provider
         self.session: ProviderSession
+        self.call_log: CallLog
         self.index: Index
         self.assembler: Assembler
         self.retention: Retention
@@ -572,7 +574,8 @@ async def open_memory_service(
     metrics = metrics or Metrics()
     store = await Store.open(store_path or config.store.path / DB_NAME)
     try:
-        async with AsyncExitStack() as stack, open_supervisor("memory", max_restarts=5, window=60.0) as sup:
+        async with AsyncExitStack() as stack, open_supervisor(
+                "memory", max_restarts=5, window=60.0, backoff=0.1, max_backoff=5.0, max_burst=6) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
                                     wall_clock=wall_clock)
             settings = model_api_settings(config.model_api)
@@ -591,10 +594,13 @@ async def open_memory_service(
                 if retention is not None:
                     await retention.address.tell(RetryNow())
 
+            # Started first, so it stops last and writes the rows of everything stopped before it.
+            service.call_log = CallLog(store)
+            await sup.start(ChildSpec("call_log", service.call_log.run))
             service.session = ProviderSession(
                 provider=service.provider, target=provider_target(config, store, service.builtin), store=store,
                 metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
-                on_ready=session_ready)
+                on_ready=session_ready, call_log=service.call_log)
             await sup.start(ChildSpec("provider_session", service.session.run))
             service.index = Index(store, wall_clock=wall_clock)
             await sup.start(ChildSpec("index", service.index.run))

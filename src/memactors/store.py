@@ -4,8 +4,10 @@ One file in the state directory, opened through sqlean-py (the stdlib sqlite3 he
 extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
 
 Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
-(`write()` is serialised by a capacity limiter of one), and read connections kept per worker thread
-(`read()`). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
+(`write()` is serialised by a capacity limiter of one), and a bounded pool of read connections
+(`read()`): at most as many as the read limiter admits at once, opened lazily, checked out for one
+call and handed back, closed by `close()`. Connections are never tied to worker threads, because trio
+retires idle worker threads and a per-thread connection would outlive its thread (an fd leak). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
 cancellation: a write either commits whole or rolls back whole.
 """
 
@@ -260,15 +262,49 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
 def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
     """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
     db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+#: Longest caller-supplied string (tool name, caller, server) stored in the call log or written to a log.
+MAX_FIELD_CHARS = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def bound_field(value: object, limit: int = MAX_FIELD_CHARS) -> str:
+    """A caller-supplied string made safe to store or log: control characters replaced by '?', cut to
+    ``limit`` characters with a marker saying how long it was."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = f"{text[:limit - 24]}…[{len(text)} chars]"
+    return _CONTROL.sub("?", text)
+
+
+def call_log_row(*, at: str, caller: str, server: str, tool: str, arguments: Any, outcome: str,
+                 duration_ms: int) -> tuple[Any, ...]:
+    """One call-log row (ADR-0035, REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
+    the call log is never a second copy of episodes, queries or prompts."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+    return (at, bound_field(caller), bound_field(server), bound_field(tool), digest, bound_field(outcome, 32),
+            int(duration_ms))
+
+
+_INSERT_CALL = ("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
+                " VALUES (?,?,?,?,?,?,?)")
+
+
+def insert_call_log_rows(db: sqlite_utils.Database, rows: list[tuple[Any, ...]]) -> None:
+    db.conn.executemany(_INSERT_CALL, rows)
 
 
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
-    """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
-    log is never a second copy of episodes, queries or prompts."""
-    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
-    db.execute("INSERT INTO call_log (at, caller, server, tool, args_sha256, outcome, duration_ms)"
-               " VALUES (?,?,?,?,?,?,?)", [at, caller, server, tool, digest, outcome, duration_ms])
+    """Write one bounded call-log row now (callers without a batching CallLog)."""
+    db.execute(_INSERT_CALL, list(call_log_row(at=at, caller=caller, server=server, tool=tool,
+                                               arguments=arguments, outcome=outcome, duration_ms=duration_ms)))
+
+
+def prune_call_log(db: sqlite_utils.Database, cutoff: str, batch: int = 10_000) -> int:
+    """Delete up to ``batch`` call-log rows older than ``cutoff`` (an `iso` time); returns how many."""
+    cursor = db.execute("DELETE FROM call_log WHERE id IN (SELECT id FROM call_log WHERE at < ? LIMIT ?)",
+                        [cutoff, batch])
+    return cursor.rowcount
 
 
 def _connect(path: Path) -> sqlite_utils.Database:
@@ -284,6 +320,10 @@ def _connect(path: Path) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+#: Read connections open at most at once (the read limiter's size).
+READ_CONNECTIONS = 4
+
+
 class Store:
     """The store's single writer and its readers. Open with `await Store.open(path)`."""
 
@@ -291,8 +331,8 @@ class Store:
         self.path = path
         self._writer = writer
         self._write_limiter = trio.CapacityLimiter(1)
-        self._read_limiter = trio.CapacityLimiter(4)
-        self._local = threading.local()
+        self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
+        self._idle_readers: list[sqlite_utils.Database] = []
         self._readers: list[sqlite_utils.Database] = []
         self._readers_lock = threading.Lock()
         self._closed = False
@@ -326,28 +366,69 @@ class Store:
         return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
 
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` on this worker thread's read connection, off the trio loop."""
+        """Run `fn(db)` on a pooled read connection, off the trio loop."""
         return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
 
+    async def prune_call_log(self, cutoff: str) -> int:
+        """Delete call-log rows older than ``cutoff`` (an `iso` time), 10,000 per transaction so the
+        writer is never held long; returns how many."""
+        total = 0
+        while True:
+            n = await self.write(lambda db: prune_call_log(db, cutoff))
+            total += n
+            if n < 10_000:
+                return total
+
+    @property
+    def read_connections(self) -> int:
+        """How many read connections are open (at most READ_CONNECTIONS)."""
+        with self._readers_lock:
+            return len(self._readers)
+
+    def _checkout(self) -> sqlite_utils.Database:
+        with self._readers_lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        # The read limiter admits at most READ_CONNECTIONS callers, so the pool never grows past it.
+        db = _connect(self.path)
+        with self._readers_lock:
+            self._readers.append(db)
+        return db
+
+    def _checkin(self, db: sqlite_utils.Database) -> None:
+        with self._readers_lock:
+            if self._closed:
+                db.conn.close()
+            else:
+                self._idle_readers.append(db)
+
     def _read_sync(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = _connect(self.path)
-            self._local.db = db
-            with self._readers_lock:
-                self._readers.append(db)
-        db.execute("BEGIN")
+        db = self._checkout()
         try:
-            return fn(db)
+            db.execute("BEGIN")
+            try:
+                return fn(db)
+            finally:
+                db.execute("COMMIT")
         finally:
-            db.execute("COMMIT")
+            if db.conn.in_transaction:
+                # BEGIN or COMMIT failed: a connection stuck in a transaction is closed, not reused.
+                with self._readers_lock:
+                    if db in self._readers:
+                        self._readers.remove(db)
+                db.conn.close()
+            else:
+                self._checkin(db)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         with self._readers_lock:
-            for db in self._readers:
+            for db in self._idle_readers:
                 db.conn.close()
+            self._idle_readers.clear()
             self._readers.clear()
         self._writer.conn.close()

@@ -7,6 +7,14 @@ on MockClock.
 
 `Breaker` is the pure state machine; the provider session consults it before every call and reports
 every outcome. It is owned by the provider-session actor's task, so nothing else mutates it.
+
+Two rules keep one provider crash from looking like many failures (docs/contracts.md):
+
+* the session reports a dead connection once: of all calls in flight when a stdio provider dies, only
+  the first counts as a failure, the others are reported ``neutral``;
+* a new connection whose contract check passed may close an open breaker early: ``probe_now()`` makes
+  the next call the half-open probe at once instead of after the open time, so a respawned provider
+  is back in service with its first successful call.
 """
 
 from __future__ import annotations
@@ -62,6 +70,11 @@ class Breaker:
         self.consecutive_failures += 1
         if self.state == "closed" and self.consecutive_failures >= self.threshold:
             self._open()
+
+    def probe_now(self) -> None:
+        """A new provider process passed its contract check: let the next call be the probe now."""
+        if self.state == "open":
+            self.open_until = min(self.open_until, trio.current_time())
 
     def _open(self) -> None:
         self.state = "open"

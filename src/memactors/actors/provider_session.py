@@ -37,6 +37,7 @@ from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
 from ..store import Store, WallClock, iso, log_call, utc_now
 from .breaker import Breaker
+from .call_log import CallLog
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
@@ -93,6 +94,7 @@ class ProviderSession:
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
         on_ready: Callable[[], Awaitable[None]] | None = None,
+        call_log: CallLog | None = None,
     ) -> None:
         self.provider = provider
         self._target = target
@@ -104,6 +106,7 @@ class ProviderSession:
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
         self._on_ready = on_ready
+        self._calls = call_log
         self.address, self._mailbox = open_mailbox("provider_session", 64)
         self._client: mcp.Client | None = None
         self._state: SessionState = "connecting"
@@ -112,6 +115,10 @@ class ProviderSession:
         self._last_error: str | None = None
         self._ever_checked = False
         self._lost = trio.Event()
+        #: connections made so far, and the last one whose loss was reported to the breaker: one crash
+        #: is one failure however many calls were in flight
+        self._generation = 0
+        self._failure_reported_for = -1
         self._log = logger.bind(actor="provider_session", provider=provider)
 
     @property
@@ -149,6 +156,7 @@ class ProviderSession:
                 with trio.CancelScope(deadline=trio.current_time() + connect_budget) as scope:
                     async with mcp.Client(self._target(), raise_exceptions=False) as client:
                         self._client = client
+                        self._generation += 1
                         await self._check(client)
                         scope.deadline = math.inf
                         backoff = 0.25
@@ -193,6 +201,8 @@ class ProviderSession:
             raise
         self._ever_checked = True
         was = self._state
+        if was != "ready":
+            self.breaker.probe_now()  # a new process that passed its contract check may close the breaker
         self._set_state("ready")
         if was != "ready" and self._on_ready is not None:
             # The provider is (back) in service: let retention retry what waited for it, now.
@@ -252,6 +262,10 @@ class ProviderSession:
 
     async def _call_log(self, tool: str, arguments: dict[str, Any], outcome: str, elapsed: float, caller: str) -> None:
         at = iso(self._wall_clock())
+        if self._calls is not None:  # batched, off the request path (the service always gives one)
+            self._calls.record(at=at, caller=caller, server=self.provider, tool=tool, arguments=arguments,
+                               outcome=outcome, duration_ms=int(elapsed * 1000))
+            return
 
         def write(db: Any) -> None:
             log_call(db, at=at, caller=caller, server=self.provider, tool=tool, arguments=arguments,
@@ -293,6 +307,7 @@ class ProviderSession:
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
         deadline = call.deadline
+        generation = self._generation
         if self.breaker.state == "half_open":  # the single probe runs under provider_timeout
             deadline = min(deadline, trio.current_time() + self._provider_timeout)
         verdict = "neutral"
@@ -304,7 +319,9 @@ class ProviderSession:
             verdict = "timeout" if scope.cancelled_caught else "neutral"
             raise ProviderUnavailable(f"{call.tool} timed out", provider=self.provider, tool=call.tool)
         except _ConnectionLost:
-            verdict = "failure"
+            # One dead connection is one failure, not one per call that was in flight on it.
+            verdict = "neutral" if self._failure_reported_for >= generation else "failure"
+            self._failure_reported_for = max(self._failure_reported_for, generation)
             raise ProviderUnavailable(f"connection to the provider closed during {call.tool}",
                                       provider=self.provider, tool=call.tool) from None
         except ProviderUnavailable:

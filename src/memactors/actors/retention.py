@@ -267,6 +267,7 @@ class Retention:
             total += n
             if n < PRUNE_BATCH:
                 break
+        await self._store.prune_call_log(cutoff)  # the call log keeps the same window
         if total:
             self._log.bind(episodes=total, retention_s=retention).info("retention prune forgot episodes")
             self._wake.set()

@@ -1,0 +1,79 @@
+"""The daemon as a process under hostile conditions: giving up cleanly, fd limits, connection floods."""
+
+from __future__ import annotations
+
+import resource
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+
+from memactors.config import load_config
+from memactors.daemon import EXIT_GAVE_UP, run_daemon
+from support import write_config
+from support_daemon import start_daemon
+from support_providers import FaultFiles, fault_toml, poll
+
+
+@pytest.mark.slow
+def test_a_memory_service_that_gives_up_exits_with_one_line_and_a_distinct_status(tmp_path: Path) -> None:
+    """A child that crashes on every restart (here: the store lost a table its loop reads) is restarted
+    with backoff until its burst is spent; then the daemon logs one clear line and exits 75, so a
+    service manager restarts it, instead of logging a traceback every 0.1 s."""
+    first = start_daemon(tmp_path)
+    assert first.stop() == 0
+    db = sqlite3.connect(first.state / "memactors.db")
+    db.execute("DROP TABLE pending")
+    db.commit()
+    db.close()
+    daemon = start_daemon(tmp_path, wait=False)
+    try:
+        code = daemon.proc.wait(timeout=120)
+    finally:
+        daemon.stop()
+    log = daemon.log_text()
+    assert code == EXIT_GAVE_UP, log[-3000:]
+    assert "Traceback" not in log
+    gave_up = [line for line in log.splitlines() if "memory service gave up" in line]
+    assert len(gave_up) == 1, log[-3000:]
+    assert "child 'retention'" in gave_up[0] and "exit_status=75" in gave_up[0]
+    restarts = [line for line in log.splitlines() if "restarting after backoff" in line]
+    assert 1 <= len(restarts) <= 6  # one burst with backoff, not a storm
+    assert not (daemon.state / "daemon.json").exists()
+
+
+def test_the_soft_fd_limit_is_raised_to_the_hard_limit() -> None:
+    hard = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 4096)
+    script = (f"import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, {hard}));"
+              "from memactors.daemon import raise_nofile_limit; print(*raise_nofile_limit())")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert tuple(map(int, out.stdout.split())) == (hard, hard)
+
+
+async def test_readyz_follows_the_provider_and_healthz_stays_up(tmp_path: Path) -> None:
+    """/readyz is 200 with a ready provider and 503 naming the state with an incompatible one."""
+    for name, extra, expected in (
+        ("ready", "", (200, "ready\n")),
+        ("broken", fault_toml(FaultFiles(tmp_path / "fault"), "omit_contract"),
+         (503, "not ready: provider fault is incompatible\n")),
+    ):
+        (tmp_path / name).mkdir()
+        path = write_config(tmp_path / name, extra)
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(
+                lambda task_status, path=path: run_daemon(lambda: load_config(path), task_status=task_status))
+            base = listening.metrics.removesuffix("/metrics")
+            async with httpx2.AsyncClient() as http:
+                assert (await http.get(base + "/healthz")).status_code == 200
+
+                async def settled(http: httpx2.AsyncClient = http, base: str = base,
+                                  expected: tuple[int, str] = expected) -> bool:
+                    response = await http.get(base + "/readyz")
+                    return (response.status_code, response.text) == expected
+
+                await poll(settled, what=f"/readyz {expected}")
+            nursery.cancel_scope.cancel()
