@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import time
 import tomllib
-
-import attrs
 from importlib import resources
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -39,7 +39,7 @@ __all__ = [
     "STATS",
     "RedactionRule",
     "Redactor",
-    "default",
+    "default",  # noqa: F822 - provided lazily by the module __getattr__
     "load_rules",
     "redact",
     "redact_obj",
