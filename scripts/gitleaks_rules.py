@@ -12,6 +12,10 @@ Translation (RE2 -> Python `re`), every step widening rather than narrowing what
   * gitleaks' end-of-secret group (a quote, whitespace, `;`, an escaped newline or the end) also accepts
     ordinary punctuation (`. , : ! ? ) ] } > | & < ( /`), so "paid with sk_live_....", a key at the end
     of a sentence, is redacted too;
+  * the lazy `[\\w.-]{0,50}?` prefix of keyword-assignment rules is dropped (it only widens the reported
+    match, and costs a backtracking engine ~1000 steps per character; the secret group is unchanged);
+  * an unbounded `.*` (the curl rules) is bounded to `.{0,256}`: a backtracking engine would rescan
+    the rest of a long line at every occurrence of the keyword;
   * gitleaks' rule allowlists and `path` conditions are dropped (a redactor errs towards redacting; the
     `path` condition has no meaning for agent text); rules without a regex (file-name-only) are skipped;
   * rules whose id names a hand-written rule of ours are skipped (ours replace them), as is
@@ -63,9 +67,15 @@ GITLEAKS_END = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
 WIDER_END = r"""(?:[\x60'"\s;.,:!?)\]}>|&<(/]|\\[nr]|$)"""
 
 
+LAZY_PREFIX = r"[\w.-]{0,50}?"
+
+
 def to_python(pattern: str) -> str:
     """Translate one gitleaks (RE2) pattern to Python `re` syntax."""
     pattern = pattern.replace(GITLEAKS_END, WIDER_END)
+    # gitleaks' keyword-assignment rules open with a lazy identifier prefix that only widens the
+    # reported match; in a backtracking engine it costs ~1000 steps per character of text holding the
+    # keyword. The secret is a later group, so the match starts at the keyword instead.
     pattern = re.sub(r"\[:(\w+):\]", lambda m: POSIX[m.group(1)], pattern)
     pattern = pattern.replace(r"\z", r"\Z")
     while True:
@@ -74,6 +84,16 @@ def to_python(pattern: str) -> str:
             break
         end = _group_end(pattern, at + 4)
         pattern = pattern[:at] + "(?i:" + pattern[at + 4 : end] + ")" + pattern[end:]
+    # An unbounded `.*` after a keyword rescans the rest of the line at every keyword occurrence
+    # (quadratic in a long line holding the keyword many times); 256 characters bound it.
+    pattern = re.sub(r"(?<!\\)\.\*(\??)", r".{0,256}\1", pattern)
+    stripped = True
+    while stripped:
+        stripped = False
+        for head in ("", "(?i)", "(?i:"):
+            if pattern.startswith(head + LAZY_PREFIX):
+                pattern = head + pattern[len(head + LAZY_PREFIX) :]
+                stripped = True
     return pattern
 
 

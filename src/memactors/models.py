@@ -17,7 +17,7 @@ Reason = Literal[
 ]
 TrustClass = Literal["standard", "untrusted_input"]
 CostSource = Literal["reported", "estimated", "unknown"]
-TriggerSource = Literal["manual", "schedule", "api", "webhook", "channel"]
+TriggerSource = Literal["manual", "schedule", "api", "webhook", "channel", "operator"]
 EventKind = Literal["edit", "verify", "tool_call", "message"]
 
 
