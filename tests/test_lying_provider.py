@@ -55,8 +55,8 @@ async def test_req9_a_text_swapping_provider_serves_no_foreign_text_over_many_re
     async with daemon(tmp_path, fault_toml(tmp_path)) as listening:
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             with trio.fail_after(30):  # the provider subprocess connects after the daemon starts serving
-                while (await rpc.call(f"{SERVICE}/Status"))["state"] != "ready":
-                    await trio.sleep(0.05)  # noqa: ASYNC110 -- polls the daemon over its RPC; no event crosses
+                while (await rpc.call(f"{SERVICE}/Status"))["state"] != "ready":  # noqa: ASYNC110 -- polls the daemon over RPC
+                    await trio.sleep(0.05)
             for name in ("run-42-api-fixer.json", "run-7-billing-bot.json"):
                 result = await rpc.call(f"{SERVICE}/IngestRun", {"record": example(name)})
                 assert result["outcome"] == "recorded", result
