@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -153,14 +154,14 @@ def test_a_summary_over_280_characters_is_dropped_not_cut() -> None:
 
 def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     rec = record(result_text="line one\nline two\r\n\u2028back\\slash", trace_id="t\u2029x",
-                 events=[edit("dir/new\nline.go"), verify("a\nb")])
+                 events=[edit("dir/new\\line.go"), verify("a\nb")])
     ep = assemble(rec, fixed(rec), excerpt_chars=600, pull_request="https://forge.example/acme/api/pull/7")
     lines = render_text(ep).splitlines()
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
     assert FIELD_ORDER[:4] == ("episode_id", "harness", "adapter", "run_id")
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
     assert "result_excerpt: line one\\nline two\\n\\u2028back\\\\slash" in lines  # \r is a control character
-    assert "files_touched: dir/new\\nline.go" in lines and "verify_failures: a\\nb: 1" in lines
+    assert "files_touched: dir/new\\\\line.go" in lines and "verify_failures: a\\nb: 1" in lines
     assert "pull_request: https://forge.example/acme/api/pull/7" in lines
     assert "summary: " in lines and "cost_usd: " in lines
 
@@ -193,9 +194,15 @@ _texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_si
     [GHP, f"token {GHP}", "é" * 140, "a\nb\r\u2028c\\d", "\x00\x1f\x7f\x85", "password = Xk9#mP2$vL8qR4nT"])
 
 
+# harness, adapter, run_id, branch and paths are one line (issue 9: the boundary rejects control characters
+# and line breaks in them); other fields may carry any text.
+_ONE_LINE = re.compile("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
+_lines = _texts.map(lambda s: _ONE_LINE.sub("", s))
+
+
 @st.composite
 def run_records(draw: st.DrawFn) -> dict[str, Any]:
-    sessions = [{"session_id": "s0", "cwd": "/srv/api", "repo": API, "git_branch": draw(_texts)}]
+    sessions = [{"session_id": "s0", "cwd": "/srv/api", "repo": API, "git_branch": draw(_lines)}]
     for i in range(draw(st.integers(0, 2))):
         sessions.append({"session_id": f"s{i + 1}", "cwd": draw(st.sampled_from(["/srv/api/sub", "/srv/other"])),
                          "subagent": True, "repo": draw(st.sampled_from([API, "forge.example/acme/billing"]))})
@@ -203,12 +210,12 @@ def run_records(draw: st.DrawFn) -> dict[str, Any]:
         "kind": st.sampled_from(["edit", "verify", "tool_call", "message"]),
         "session_id": st.sampled_from([s["session_id"] for s in sessions] + ["ghost"]),
         "at": st.just("2026-11-28T09:01:00Z"),
-        "path": st.none() | _texts | st.sampled_from(["a.go", "/srv/api/b.go", "../c.go", "/srv/api/sub/d.go"]),
+        "path": st.none() | _lines | st.sampled_from(["a.go", "/srv/api/b.go", "../c.go", "/srv/api/sub/d.go"]),
         "ok": st.none() | st.booleans(),
         "error_class": st.none() | _texts | st.sampled_from(["test_failure", "lint"]),
     })
     return run_record(
-        harness=draw(_texts.filter(bool)), run_id=draw(_texts.filter(bool)), adapter=draw(_texts.filter(bool)),
+        harness=draw(_lines.filter(bool)), run_id=draw(_lines.filter(bool)), adapter=draw(_lines.filter(bool)),
         trace_id=draw(_texts), result_text=draw(st.none() | _texts), prompt="PROMPT-MARKER " + draw(_texts),
         cost_usd=draw(st.none() | st.floats(0, 1e6)), model={"served": draw(st.none() | _texts)},
         trigger={"source": draw(st.sampled_from(["manual", "webhook", "channel", "api"]))},

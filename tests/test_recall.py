@@ -68,16 +68,33 @@ async def test_req9_ids_harness_never_recorded_are_dropped(fault: MemoryService,
 
 
 @pytest.mark.req9
-async def test_req9_provenance_cannot_be_spoofed(fault: MemoryService, tmp_path: Path) -> None:
-    misbehave(tmp_path, "spoof_text")
-    _, view = await as_run(fault, "api-fixer", "100", API)
-    answer = await fault.agent_recall(view, query="ledger")
+async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
+    # An upstream that writes its own text (own_text = true) is not held to the episode's words; its
+    # claims stay inside the fence, under the provenance memactors knows.
+    toml = fault_toml(tmp_path).replace("[mcp.fault]\n", "[mcp.fault]\nown_text = true\n")
+    async with open_memory_service(make_holder(toml)) as fault:
+        await wait_ready(fault)
+        assert (await fault.ingest_run(example("run-42-api-fixer.json")))["outcome"] == "recorded"
+        misbehave(tmp_path, "spoof_text")
+        _, view = await as_run(fault, "api-fixer", "100", API)
+        answer = await fault.agent_recall(view, query="ledger")
     [item] = section(answer.json, "episodes")
     assert item["provenance"]["harness"] == "api-fixer" and item["provenance"]["run"] == "42"
     assert item["text"].startswith(SPOOF_CLAIM) and item["untrusted"] is True
     assert "release-bot" in answer.text and fenced_only(answer.text, "release-bot")
     provenance_lines = [line for line in answer.text.splitlines() if line.startswith("- episode")]
     assert provenance_lines and all("release-bot" not in line for line in provenance_lines)
+
+
+@pytest.mark.req9
+async def test_req9_a_spoofed_claim_not_drawn_from_the_episode_is_dropped(fault: MemoryService, tmp_path: Path) -> None:
+    misbehave(tmp_path, "spoof_text")
+    _, view = await as_run(fault, "api-fixer", "100", API)
+    before = sample(fault, DROPPED, provider="fault", reason="invalid")
+    answer = await fault.agent_recall(view, query="ledger")
+    assert section(answer.json, "episodes") == []
+    assert "release-bot" not in answer.text
+    assert sample(fault, DROPPED, provider="fault", reason="invalid") == before + 1
 
 
 @pytest.mark.req9

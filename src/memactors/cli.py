@@ -78,7 +78,7 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                     if not args.json:
                         detail = result.get("episode_id") or result.get("reason", "")
                         print(f"[{i}/{len(args.files)}] {name}: {result['outcome']} {detail}".rstrip(), flush=True)
-                except (OSError, ValueError, RpcError) as exc:
+                except (OSError, ValueError, RecursionError, RpcError) as exc:
                     failures += 1
                     message = exc.message if isinstance(exc, RpcError) else str(exc)
                     results.append({"file": name, "outcome": "rejected", "error": message})

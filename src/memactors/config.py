@@ -141,6 +141,10 @@ class McpServerConfig:
     url: str | None = None
     headers: Mapping[str, str] = _EMPTY
     shared: bool = True
+    #: ``own_text``: the upstream writes its own item text (a summary, a rewrite) rather than drawing it
+    #: from the episode memactors gave it, so REQ-9's text check is skipped for it (issue 9; see README
+    #: "What a lying provider can and cannot do"). Default false: item text must come from the episode.
+    own_text: bool = False
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -834,6 +838,7 @@ def _build_mcp(
             url=url,
             headers=headers,
             shared=s.bool_("shared", True),
+            own_text=s.bool_("own_text", False),
         )
         s.finish()
     return servers, defaults

@@ -7,6 +7,12 @@ repository keys with git, which `resolve_sessions` does off the trio loop before
 The daemon keeps the run record as `stored_record` makes it (prompt dropped, every string redacted) and
 assembles from exactly that, so assembling the stored record again — after a restart, say — gives the
 same bytes.
+
+Redact once, before any cut (issue 9, issue 11): `stored_record` is the boundary. It redacts every string
+of the record once and remembers the result (by identity); `assemble` reuses those strings instead of
+redacting them again, and only a string it has to cut is checked once more, because a cut can in
+principle make a new match at its edge. A full string is always redacted before it is cut, so an
+excerpt never carries the head of a secret whose tail the cut removed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import os
 import posixpath
 import re
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -71,6 +78,13 @@ def _bounded(text: str | None) -> str:
     return _fit(text or "", cut_utf8)
 
 
+def _cut_clean(text: str | None, cut: Callable[[str], str] = cut_utf8) -> str:
+    """Bound an already-clean string: untouched when it fits, else cut and the cut edge re-checked."""
+    text = text or ""
+    out = cut(text)
+    return out if out == text else _fit(out, cut)
+
+
 def episode_id_for(harness: str, run_id: str, started_at: str) -> str:
     """`ep_` + 20 hex digits of SHA-256 over harness, run id and started_at as stored (NUL-separated)."""
     digest = hashlib.sha256(f"{harness}\0{run_id}\0{started_at}".encode(errors="surrogatepass")).hexdigest()
@@ -89,10 +103,26 @@ def _clean_tree(value: Any) -> Any:
             return value
 
 
+# Records `stored_record` produced, by identity: their strings are clean and are not redacted again.
+_STORED: weakref.WeakValueDictionary[int, RunRecord] = weakref.WeakValueDictionary()
+
+
+def is_stored(record: RunRecord) -> bool:
+    """Whether `record` is `stored_record`'s own output (so every string in it is already clean)."""
+    return _STORED.get(id(record)) is record
+
+
 def stored_record(record: RunRecord) -> RunRecord:
-    """The run record as the daemon keeps it: no prompt, every string cleaned (REQ-6). Idempotent."""
+    """The run record as the daemon keeps it: no prompt, every string cleaned (REQ-6). Idempotent.
+
+    Each string is redacted here once; a record this function returned comes back as it is.
+    """
+    if is_stored(record):
+        return record
     raw = converter.unstructure(attrs.evolve(record, prompt=None))
-    return converter.structure(_clean_tree(raw), RunRecord)
+    stored = converter.structure(_clean_tree(raw), RunRecord)
+    _STORED[id(stored)] = stored
+    return stored
 
 
 # -- repositories (ARCHITECTURE.md "Repository key") --------------------------------------------------
@@ -215,7 +245,9 @@ def repo_files(record: RunRecord, repos: Mapping[str, SessionRepo]) -> tuple[str
         if event.kind == "edit" and event.path:
             rel = repo_relative(event.path, repos[event.session_id])
             if rel is not None:
-                files.add(_bounded(rel))
+                # A path of the stored record is clean, and `rel` is that path with a root removed at a
+                # '/' boundary: only a cut needs another look.
+                files.add(_cut_clean(rel) if is_stored(record) else _bounded(rel))
     return tuple(sorted(files))
 
 
@@ -223,7 +255,7 @@ def _verify_failures(record: RunRecord, repos: Mapping[str, SessionRepo], key: s
     failures: Counter[str] = Counter()
     for event in _in_repo_events(record, repos, key):
         if event.kind == "verify" and event.ok is False:
-            failures[_bounded(event.error_class or "unknown")] += 1
+            failures[_cut_clean(event.error_class or "unknown")] += 1
     ranked = sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_VERIFY_CLASSES]
     return tuple(VerifyFailure(cls, n) for cls, n in ranked)
 
@@ -248,30 +280,33 @@ def assemble(
     """Build REQ-5's episode from a stored run record. Call `skip_reason` first; raises ValueError when ineligible.
 
     Every string is cleaned and bounded here, whatever the caller passed; a summary longer than 280
-    characters after cleaning is dropped, never cut.
+    characters after cleaning is dropped, never cut. The record's own strings are redacted once (by
+    `stored_record`, a no-op for a record that already is one) and only re-checked where they are cut;
+    the repository key, pull request and summary come from elsewhere and are cleaned here.
     """
+    record = stored_record(record)
     found = primary_repo(record, repos)
     if found is None:
         raise ValueError("run has no primary session in a repository")
     primary, where = found
     repo_key = where.key or ""
-    excerpt = _fit(record.result_text or "", lambda s: s[: max(excerpt_chars, 0)])
+    excerpt = _cut_clean(record.result_text, lambda s: s[: max(excerpt_chars, 0)])
     if summary is not None:
         summary = clean(summary)
         if not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
             summary = None
     return Episode(
         episode_id=episode_id_for(record.harness, record.run_id, record.started_at),
-        harness=_bounded(record.harness),
-        adapter=_bounded(record.adapter),
-        run_id=_bounded(record.run_id),
-        trace_id=_bounded(record.trace_id),
-        model=_bounded(record.model.effective),
+        harness=_cut_clean(record.harness),
+        adapter=_cut_clean(record.adapter),
+        run_id=_cut_clean(record.run_id),
+        trace_id=_cut_clean(record.trace_id),
+        model=_cut_clean(record.model.effective),
         repo=_bounded(repo_key),
-        branch=_bounded(primary.git_branch),
+        branch=_cut_clean(primary.git_branch),
         outcome=record.outcome,
         reason=record.reason,
-        started_at=_bounded(record.started_at),
+        started_at=_cut_clean(record.started_at),
         duration_ms=record.duration_ms,
         cost_usd=record.cost_usd,
         cost_source=record.cost_source,

@@ -32,9 +32,17 @@ class ConfigError(MemactorsError):
 
 
 class InvalidArgument(MemactorsError):
-    """Raised when a request or record is malformed; the message names the offending field."""
+    """Raised when a request or record is malformed; the message names the offending field.
+
+    The rejected value itself is never part of the message (it may be a secret or megabytes long): a
+    ``value=`` context is accepted for callers' convenience and dropped.
+    """
 
     code = "INVALID_ARGUMENT"
+
+    def __init__(self, message: str = "", **context: object) -> None:
+        context.pop("value", None)
+        super().__init__(message, **context)
 
 
 class ProviderUnavailable(MemactorsError):

@@ -2,7 +2,7 @@
 
 SPEC-0030 REQ-6 requires one redactor (ADR-0033's) with control characters stripped. The patterns are
 data, not code: ``memactors/data/redaction_rules.toml``, derived from gitleaks' MIT-licensed default rule
-set (see ``memactors/data/README.md``). They are compiled once, at import, into the module-level
+set (see ``memactors/data/README.md``). They are compiled once, on first use, into the module-level
 :data:`default` instance that :func:`redact` and :func:`redact_obj` use.
 
 Three properties the rest of the daemon relies on:
@@ -21,6 +21,7 @@ Three properties the rest of the daemon relies on:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import tomllib
@@ -35,9 +36,10 @@ from .errors import ConfigError
 
 __all__ = [
     "REDACTED",
+    "STATS",
     "RedactionRule",
     "Redactor",
-    "default",
+    "default",  # noqa: F822 - provided lazily by the module __getattr__
     "load_rules",
     "redact",
     "redact_obj",
@@ -48,6 +50,10 @@ __all__ = [
 
 #: The literal that replaces every secret.
 REDACTED = "[REDACTED]"
+
+#: Counters of :meth:`Redactor.redact` calls and the characters they scanned since import: tests and
+#: benchmarks read them to check that each string is redacted once (issue 11's ingest profile).
+STATS: dict[str, int] = {"calls": 0, "chars": 0}
 
 # C0 controls except \t (0x09) and \n (0x0a), DEL, and C1 controls.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
@@ -81,6 +87,13 @@ class RedactionRule:
     entropy: float | None = None
     #: A secret that fully matches one of these is left alone (placeholders, code identifiers).
     allowlist: tuple[re.Pattern[str], ...] = ()
+    #: Lower-case literals, one of which every match contains: the rule runs only on text holding one
+    #: (gitleaks' keyword prefilter). Empty means the rule always runs.
+    keywords: tuple[str, ...] = ()
+    #: gitleaks' secretGroup: the numbered group that is the secret; 0 means the first group that took
+    #: part in the match and is not empty (gitleaks' default), the whole match when there is none.
+    #: None (hand-written rules) means the named-group convention below.
+    secret_group: int | None = None
 
     def is_secret(self, value: str) -> bool:
         """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
@@ -97,9 +110,18 @@ class RedactionRule:
         (this keeps every rule linear without relying on backtracking).
         """
         groups = self.pattern.groupindex
-        if "reject" in groups and match.start("reject") >= 0:
+        if self.secret_group is not None:
+            start, end = match.span()
+            if self.secret_group > 0 and match.start(self.secret_group) >= 0:
+                start, end = match.span(self.secret_group)
+            elif self.secret_group == 0:
+                for index in range(1, (self.pattern.groups or 0) + 1):
+                    if match.start(index) >= 0 and match.end(index) > match.start(index):
+                        start, end = match.span(index)
+                        break
+        elif "reject" in groups and match.start("reject") >= 0:
             return None
-        if "secret" in groups and match.start("secret") >= 0:
+        elif "secret" in groups and match.start("secret") >= 0:
             start, end = match.span("secret")
         else:
             start, end = match.span()
@@ -132,12 +154,20 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
     entropy = raw.get("entropy")
     if entropy is not None and not isinstance(entropy, int | float):
         raise ConfigError("entropy must be a number", file=source, key=f"rules.{rule_id}.entropy")
+    keywords = raw.get("keywords", [])
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
+        raise ConfigError("keywords must be a list of strings", file=source, key=f"rules.{rule_id}.keywords")
+    group = raw.get("secret_group")
+    if group is not None and (not isinstance(group, int) or not 0 <= group <= pattern.groups):
+        raise ConfigError("secret_group must name a group", file=source, key=f"rules.{rule_id}.secret_group")
     rule = RedactionRule(
         id=rule_id,
         description=str(raw.get("description", "")),
         pattern=pattern,
         entropy=None if entropy is None else float(entropy),
         allowlist=allowlist,
+        keywords=tuple(sorted({k.lower() for k in keywords})),
+        secret_group=group,
     )
     if _matches_marker(rule):
         raise ConfigError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
@@ -173,16 +203,34 @@ def load_rules(data: bytes | None = None, *, source: str = "memactors.data/redac
 
 @attrs.frozen
 class Redactor:
-    """Strips control characters and replaces every secret its rules find with ``[REDACTED]``."""
+    """Strips control characters and replaces every secret its rules find with ``[REDACTED]``.
+
+    Keywords first, as gitleaks does: each distinct keyword is looked up once in the lower-cased text
+    (a C substring search), and a rule's pattern runs only when one of its keywords occurs. Ordinary
+    text runs a handful of patterns, not all of them.
+    """
 
     rules: tuple[RedactionRule, ...] = attrs.field(factory=load_rules)
+    _keywords: tuple[str, ...] = attrs.field(init=False)
+
+    @_keywords.default
+    def _all_keywords(self) -> tuple[str, ...]:
+        return tuple(sorted({k for rule in self.rules for k in rule.keywords}))
+
+    def candidates(self, text: str) -> list[RedactionRule]:
+        """The rules whose keywords occur in ``text`` (case-insensitively), plus those without keywords."""
+        lowered = text.lower()
+        present = {k for k in self._keywords if k in lowered}
+        return [rule for rule in self.rules if not rule.keywords or not present.isdisjoint(rule.keywords)]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
+        STATS["calls"] += 1
+        STATS["chars"] += len(text)
         current = strip_control(text)
         for _ in range(_MAX_ROUNDS):
             result = current
-            for rule in self.rules:
+            for rule in self.candidates(current):
                 result = rule.apply(result)
             if result == current:
                 return result
@@ -211,20 +259,29 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
             return value
 
 
-#: The redactor the whole daemon shares, compiled once at import.
-default = Redactor()
+@functools.cache
+def _shared() -> Redactor:
+    return Redactor()
+
+
+def __getattr__(name: str) -> Any:
+    # ``default`` is compiled on first use, not at import: the rule set is a few hundred patterns and a
+    # CLI command that never redacts should not pay for them.
+    if name == "default":
+        return _shared()
+    raise AttributeError(name)
 
 
 def redact(text: str) -> str:
     """Redact ``text`` with the shared rule set (see :class:`Redactor`)."""
-    return default.redact(text)
+    return _shared().redact(text)
 
 
 def redact_obj(value: Any) -> Any:
     """Redact every string inside a nested dict/list/tuple with the shared rule set."""
-    return default.redact_obj(value)
+    return _shared().redact_obj(value)
 
 
 def rule_ids(rules: Iterable[RedactionRule] | None = None) -> list[str]:
     """The ids of the given (default: shared) rules, in the order they are applied."""
-    return [rule.id for rule in (default.rules if rules is None else rules)]
+    return [rule.id for rule in (_shared().rules if rules is None else rules)]

@@ -263,16 +263,40 @@ class _Request:
     params: dict[str, Any]
 
 
+#: Deepest JSON nesting a request may have (a run record needs about 6); deeper frames are refused with
+#: INVALID_ARGUMENT before any handler, schema check or json.dumps could recurse on them.
+MAX_DEPTH = 64
+
+
+def _depth_exceeds(doc: Any, limit: int) -> bool:
+    """Whether `doc` nests dicts/lists more than `limit` levels (iterative: no recursion of our own)."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, dict | list))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, dict | list))
+    return False
+
+
 def _parse(frame: str | bytes) -> _Request | dict[str, Any]:
     """Parse a frame into a request, or return the INVALID_ARGUMENT reply it deserves."""
     if isinstance(frame, bytes):
         return _error(None, "INVALID_ARGUMENT", "binary frames are not accepted; send JSON text")
     try:
         doc = json.loads(frame)
+    except RecursionError:  # nested deeper than the parser's stack: an answer, not a dropped connection
+        return _error(None, "INVALID_ARGUMENT", f"frame nests deeper than {MAX_DEPTH} levels")
     except ValueError:
         return _error(None, "INVALID_ARGUMENT", "frame is not valid JSON")
     if not isinstance(doc, dict):
         return _error(None, "INVALID_ARGUMENT", "frame must be a JSON object")
+    if _depth_exceeds(doc, MAX_DEPTH):
+        req_id = doc.get("id") if isinstance(doc.get("id"), str | int) and not isinstance(doc.get("id"), bool) else None
+        return _error(req_id, "INVALID_ARGUMENT", f"frame nests deeper than {MAX_DEPTH} levels")
     req_id = doc.get("id")
     if isinstance(req_id, bool) or not isinstance(req_id, str | int):
         return _error(None, "INVALID_ARGUMENT", "id must be a string or an integer")
@@ -466,7 +490,10 @@ class RpcClient:
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
         self._pending[req_id] = send
         try:
-            frame = json.dumps({"id": req_id, "method": method, "params": params or {}}, allow_nan=False)
+            try:
+                frame = json.dumps({"id": req_id, "method": method, "params": params or {}}, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:  # NaN, Infinity, too deep: never sent
+                raise RpcError("INVALID_ARGUMENT", f"params cannot be sent as JSON ({type(exc).__name__})") from None
             try:
                 await self._ws.send_message(frame)
             except ConnectionClosed:

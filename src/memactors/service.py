@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -244,7 +245,7 @@ class MemoryService:
         if repo is None:
             harness = self.config.harness.get(str(as_harness))
             if harness is None:
-                raise InvalidArgument(f"unknown harness {as_harness}", field="as")
+                raise InvalidArgument("params.as names no configured harness", field="params.as")
             repo = await self.harness_repo(harness.name)
         view = View("operator", harness=as_harness, repo=repo, branch=branch)
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
@@ -258,7 +259,7 @@ class MemoryService:
         fresh; it is neither cached nor counted as exposure (REQ-17)."""
         cfg = self.config.harness.get(harness)
         if cfg is None:
-            raise InvalidArgument(f"unknown harness {harness}", field="harness")
+            raise InvalidArgument("params.harness names no configured harness", field="params.harness")
         view = await resolve_view(self.store, self.config, harness=harness, run_id=None)
         if view.repo is None:
             place = await self.store.read(lambda db: latest_run_place(db, harness))
@@ -447,43 +448,48 @@ class MemoryService:
             return Method(f"{SERVICE}/{name}", tier, handler)  # type: ignore[arg-type]
 
         async def ingest(p: dict[str, Any]) -> Any:
-            return await self.ingest_run(_param(p, "record", dict), source=str(p.get("source", "record")))
+            record = _param(p, "record", dict)
+            return await self.ingest_run(record, source=_opt(p, "source", max_bytes=_ID_BYTES) or "record")
 
+        # Every parameter is typed and bounded here (issue 9 "Poison input"): a wrong type, a control
+        # character in an id or an oversized value is INVALID_ARGUMENT naming params.<field>, never INTERNAL,
+        # and the message never repeats the value.
         return [
             m("Status", "read", lambda p: self.status()),
             m("Doctor", "read", lambda p: self.doctor()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
-                harness=_opt(p, "harness"), repo=_opt(p, "repo"), since=_opt(p, "since"),
-                limit=int(p.get("limit", 100)))),
-            m("GetEpisode", "read", lambda p: self.get_episode(_param(p, "episode_id", str))),
+                harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
+                limit=_int(p, "limit", 100, 0, 10_000))),
+            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id"))),
             m("Recall", "read", lambda p: self.recall(
-                query=_param(p, "query", str), repo=_opt(p, "repo"), as_harness=_opt(p, "as"),
-                paths=tuple(p.get("paths") or ()), limit=int(p.get("limit", 8)))),
+                query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
+                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100))),
             m("IngestRun", "control", ingest),
-            m("Forget", "control", lambda p: self.forget(_param(p, "episode_id", str))),
-            m("CheckProvider", "control", lambda p: self.check_provider(_opt(p, "provider"))),
-            m("GetBriefing", "read", lambda p: self.get_briefing(_param(p, "harness", str))),
+            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
+            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
+            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
             m("AddFact", "control", lambda p: self.add_fact(
-                scope=_param(p, "scope", str), text=_param(p, "text", str),
-                confidence=p.get("confidence"),  # type: ignore[arg-type] -- add_fact checks it status=str(p.get("status", "live")),
-                fact_id=_opt(p, "id"))),
+                scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
+                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id"))),
             m("LinkPullRequest", "control", lambda p: self.link_pull_request(
-                repo=_param(p, "repo", str), branch=_param(p, "branch", str), url=_param(p, "url", str))),
+                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES))),
             m("ReportPresence", "control", lambda p: self.report_presence(
-                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
-                session_id=_param(p, "session_id", str), repo=_param(p, "repo", str), branch=_opt(p, "branch"),
-                paths=tuple(p.get("paths") or ()), ttl_seconds=int(p.get("ttl_seconds", 300)))),
+                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
+                session_id=_id(p, "session_id"), repo=_id(p, "repo"), branch=_opt_id(p, "branch"),
+                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400))),
             m("CastVote", "control", lambda p: self.cast_vote(
-                fact_id=_param(p, "fact_id", str), run_id=_param(p, "run_id", str),
-                harness=_param(p, "harness", str), stance=_param(p, "stance", str))),
+                fact_id=_id(p, "fact_id"), run_id=_id(p, "run_id"),
+                harness=_id(p, "harness"), stance=_id(p, "stance"))),
             m("StartRun", "control", lambda p: self.start_run(
-                harness=_param(p, "harness", str), prompt=_opt(p, "prompt"), run_id=_opt(p, "run_id"))),
+                harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
+                run_id=_opt_id(p, "run_id"))),
             m("WaitRun", "read", lambda p: self.wait_run(
-                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
-                wait_seconds=float(p.get("wait_seconds", 30)))),
+                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
+                wait_seconds=_opt_number(p, "wait_seconds", 30.0))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
-                harness=_param(p, "harness", str), run_id=_param(p, "run_id", str),
-                workdir=str(p.get("workdir") or ""), ttl_seconds=p.get("ttl_seconds"))),
+                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
+                workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
+                ttl_seconds=_opt_number(p, "ttl_seconds", None))),
         ]
 
 
@@ -514,9 +520,94 @@ async def _close_quietly(client: ModelApiClient) -> None:
 
 def _param(params: dict[str, Any], name: str, kind: type) -> Any:
     value = params.get(name)
-    if not isinstance(value, kind):
-        raise InvalidArgument(f"params.{name} must be a {kind.__name__}", field=name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InvalidArgument(f"params.{name} must be a {_KIND_NAMES.get(kind, kind.__name__)}", field=f"params.{name}")
     return value
+
+
+_KIND_NAMES = {str: "string", dict: "JSON object", list: "list", int: "integer"}
+#: Bounds of RPC parameters (UTF-8 bytes): ids and keys as REQ-5's fields, URLs, paths, free text.
+_ID_BYTES = 256
+_URL_BYTES = 2048
+_PATH_BYTES = 4096
+_TEXT_BYTES = 16_384
+_PROMPT_BYTES = 1024 * 1024  # an operator prompt for StartRun (the composed one never travels)
+_MAX_PATHS = 100
+# C0/C1 controls, DEL and the line separators: never inside an id, a key or a path.
+_LINE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TEXT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _check_str(value: str, field: str, *, max_bytes: int, single_line: bool) -> str:
+    if len(value) > max_bytes or len(value.encode("utf-8", errors="surrogatepass")) > max_bytes:
+        raise InvalidArgument(f"{field} is longer than {max_bytes} bytes", field=field)
+    if (_LINE_CONTROL if single_line else _TEXT_CONTROL).search(value):
+        raise InvalidArgument(f"{field} must not contain control characters", field=field)
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise InvalidArgument(f"{field} must be valid UTF-8 text", field=field)
+    return value
+
+
+def _opt(params: dict[str, Any], name: str, *, max_bytes: int = _ID_BYTES, single_line: bool = True) -> str | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
+    return _check_str(value, f"params.{name}", max_bytes=max_bytes, single_line=single_line)
+
+
+def _opt_id(params: dict[str, Any], name: str) -> str | None:
+    return _opt(params, name)
+
+
+def _id(params: dict[str, Any], name: str, *, max_bytes: int = _ID_BYTES) -> str:
+    value = _opt(params, name, max_bytes=max_bytes)
+    if value is None:
+        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
+    return value
+
+
+def _text(params: dict[str, Any], name: str) -> str:
+    value = _opt(params, name, max_bytes=_TEXT_BYTES, single_line=False)
+    if value is None:
+        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
+    return value
+
+
+def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"params.{name} must be an integer from {low} to {high}", field=f"params.{name}")
+    return value
+
+
+def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
+    """An optional finite number (``default`` when absent or null)."""
+    return default if params.get(name) is None else _number(params, name)
+
+
+def _number(params: dict[str, Any], name: str) -> float:
+    value = params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"params.{name} must be a finite number", field=f"params.{name}")
+    return float(value)
+
+
+def _paths(params: dict[str, Any], name: str) -> tuple[str, ...]:
+    value = params.get(name)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > _MAX_PATHS:
+        raise InvalidArgument(f"params.{name} must be a list of at most {_MAX_PATHS} strings", field=f"params.{name}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidArgument(f"params.{name}[{i}] must be a string", field=f"params.{name}[{i}]")
+        out.append(_check_str(item, f"params.{name}[{i}]", max_bytes=_PATH_BYTES, single_line=True))
+    return tuple(out)
 
 
 def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -533,15 +624,6 @@ def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _opt(params: dict[str, Any], name: str) -> str | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgument(f"params.{name} must be a string", field=name)
-    return value
-
-
 def parse_since(text: str, now: datetime) -> str:
     """`--since`: a duration back from now ("7d", "12h") or an RFC 3339 time."""
     try:
@@ -551,7 +633,7 @@ def parse_since(text: str, now: datetime) -> str:
     try:
         return iso(parse_time(text))
     except ValueError:
-        raise InvalidArgument(f"--since {text!r} is neither a duration (7d, 12h) nor an RFC 3339 time",
+        raise InvalidArgument("--since is neither a duration (7d, 12h) nor an RFC 3339 time",
                               field="since") from None
 
 

@@ -462,7 +462,7 @@ class Briefing:
                 valid, invalid = contract.split_items(payload)
                 filtered: Filtered = await self._index.ask(FilterItems(
                     provider=self.provider, items=tuple(valid), invalid=invalid,
-                    visible_scopes=frozenset(scopes), limit=limit))
+                    visible_scopes=frozenset(scopes), limit=limit, check_text=self._check_text()))
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except (MemactorsError, trio.TooSlowError) as exc:
@@ -530,6 +530,11 @@ class Briefing:
         return doc, n, False
 
     # -- briefings (REQ-14, REQ-15, REQ-17) --------------------------------------------------------
+
+    def _check_text(self) -> bool:
+        """REQ-9's text check applies unless the provider is an upstream configured ``own_text = true``."""
+        server = self._config().mcp.get(self.provider)
+        return not (server is not None and server.own_text)
 
     def _harness_config(self, harness: str | None) -> HarnessConfig | None:
         return self._config().harness.get(harness) if harness else None

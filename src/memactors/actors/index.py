@@ -9,6 +9,7 @@ is rebuilt from the daemon's own episode row. Only text and score come from the 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -220,12 +221,41 @@ def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo
     return [_row(db, r, with_index=False) for r in db.query(sql, [*params, limit])]
 
 
+# Ellipses and highlight markers a snippet may add (FTS5 snippet() with "[", "]" and "…"); not words.
+_WORD = re.compile(r"\w+")
+_ESCAPES = re.compile(r"\\(?:u2028|u2029|[nr\\])")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.casefold()))
+
+
+def text_belongs(item_text: str, stored_text: str) -> bool:
+    """REQ-9 (issue 9 "a lying provider"): whether a provider's item text is drawn from the episode's text.
+
+    The rule: every word of the item text — a run of Unicode letters, digits or "_", compared
+    case-folded — occurs in the episode's stored rendering (episodes.text: every REQ-5 field, the
+    result excerpt and the summary; its escaped line breaks count as spaces too). Punctuation,
+    whitespace, ellipses ("…", "...") and highlight markers ("[", "]") are not words, so a headline
+    built from the episode's fields plus an FTS5 snippet() of its text passes, however it is cut or
+    marked. A text carrying any word the episode does not have — another repository's memory — fails.
+    An empty item text (no words) passes: it carries nothing.
+    """
+    words = _words(item_text)
+    if not words:
+        return True
+    stored = _words(stored_text) | _words(_ESCAPES.sub(" ", stored_text))
+    return words <= stored
+
+
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
-                 visible_scopes: Iterable[str], limit: int) -> Filtered:
+                 visible_scopes: Iterable[str], limit: int, check_text: bool = True) -> Filtered:
     """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
 
     `invalid` is the count of items the contract layer already dropped for breaking REQ-3's bounds.
-    Provenance comes from the episode row; the item's text and score are the provider's.
+    Provenance comes from the episode row; the item's text and score are the provider's. With
+    `check_text` (every provider but one configured ``own_text = true``) an item whose text is not drawn
+    from the episode it names (`text_belongs`) is dropped as ``invalid``.
     """
     visible = set(visible_scopes)
     dropped: Counter[str] = Counter()
@@ -236,19 +266,23 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
     for item in items:
         row = db.execute(
             "SELECT i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch, e.outcome,"
-            " e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
+            " e.started_at, e.body, e.forgotten_at, e.trust_class, e.text FROM memory_index i"
             " JOIN episodes e ON e.episode_id = i.episode_id WHERE i.provider = ? AND i.provider_id = ?",
             [provider, item.id],
         ).fetchone()
         if row is None:
             dropped["unknown_id"] += 1
             continue
-        scope, idx_forgotten, eid, run_id, harness, repo, branch, outcome, started_at, body, ep_forgotten, trust = row
+        (scope, idx_forgotten, eid, run_id, harness, repo, branch, outcome, started_at, body, ep_forgotten, trust,
+         stored_text) = row
         if idx_forgotten or ep_forgotten or body is None:
             dropped["forgotten"] += 1
             continue
         if scope not in visible:
             dropped["scope"] += 1
+            continue
+        if check_text and not text_belongs(item.text, stored_text or ""):
+            dropped["invalid"] += 1
             continue
         if eid in seen or len(kept) >= limit:
             continue  # several provider ids of one episode: serve it once
@@ -325,6 +359,7 @@ class FilterItems:
     invalid: int
     visible_scopes: frozenset[str]
     limit: int
+    check_text: bool = True
 
 
 @attrs.frozen
@@ -376,7 +411,7 @@ class Index:
                 f = message
                 return await self._store.read(lambda db: filter_items(
                     db, provider=f.provider, items=f.items, invalid=f.invalid,
-                    visible_scopes=f.visible_scopes, limit=f.limit))
+                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text))
             case GetEpisode(episode_id=episode_id):
                 return await self._store.read(lambda db: get_episode(db, episode_id))
             case ListEpisodes():
