@@ -261,7 +261,21 @@ class Metrics:
         for address in self._mailboxes():
             stats = address.statistics()
             self.set_actor_queue_depth(stats.name, stats.queued)
-        return generate_latest(self.registry)
+        return generate_latest(_WithoutCreated(self.registry))  # type: ignore[arg-type]
+
+
+class _WithoutCreated:
+    """The registry as the exposition sees it, minus the ``*_created`` samples prometheus_client adds to
+    counters and histograms: the exported families are exactly REQ-21's (and the queue depth), and a
+    per-registry filter leaves the process-global ``disable_created_metrics()`` switch to the host."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Any]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
 
 
 # ------------------------------------------------------------------------------------ HTTP server

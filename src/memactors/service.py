@@ -419,7 +419,8 @@ class MemoryService:
             m("GetBriefing", "read", lambda p: self.get_briefing(_param(p, "harness", str))),
             m("AddFact", "control", lambda p: self.add_fact(
                 scope=_param(p, "scope", str), text=_param(p, "text", str),
-                confidence=p.get("confidence"),  # type: ignore[arg-type] -- add_fact checks it status=str(p.get("status", "live")),
+                confidence=p.get("confidence"),  # type: ignore[arg-type] -- add_fact checks it
+                status=_param(p, "status", str) if "status" in p else "live",
                 fact_id=_opt(p, "id"))),
             m("LinkPullRequest", "control", lambda p: self.link_pull_request(
                 repo=_param(p, "repo", str), branch=_param(p, "branch", str), url=_param(p, "url", str))),
