@@ -287,12 +287,16 @@ class Retention:
 
         while True:
             self._wake = trio.Event()
-            due = await self._due()
+            due = [a for a in await self._due() if _key(a) not in self._inflight]
             async with trio.open_nursery() as nursery:
                 for attempt in due:
                     nursery.start_soon(one, attempt)
             await self.counts()
-            with trio.move_on_after(0.5 if due else await self._until_next_due()):
+            if due:
+                continue  # a backlog drains as fast as the provider answers
+            # Sleep until the earliest row is due; a new or rescheduled row, a finished attempt or RetryNow
+            # wakes the loop sooner.
+            with trio.move_on_after(await self._until_next_due()):
                 await self._wake.wait()
 
     async def _until_next_due(self) -> float:
@@ -325,7 +329,7 @@ class Retention:
             [now, self._provider, now]))
 
     async def _attempt(self, attempt: Attempt) -> str:
-        key = (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
+        key = _key(attempt)
         if key in self._inflight:
             return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
@@ -335,6 +339,7 @@ class Retention:
             return await self._forget(attempt)
         finally:
             self._inflight.discard(key)
+            self._wake.set()  # a row the loop skipped while this attempt was in flight may be due
 
     async def _record(self, episode_id: str) -> str:
         row = await self._store.read(lambda db: db.execute(
@@ -355,7 +360,6 @@ class Retention:
             ids = tuple(str(i) for i in payload["ids"])
             await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
-            self._metrics.episode_recorded(self._provider, "error")
             self._failing = True
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
@@ -429,9 +433,18 @@ class Retention:
                 [attempts, next_at, state, message, kind, provider, episode_id, provider_id])
             if expired and kind == "forget":
                 delete_body_if_done(db, episode_id)
+            if kind == "record" and attempts == 1:
+                # REQ-21 counts episodes: an episode's failed record counts once, however often it is retried.
+                self._metrics.episode_recorded(provider, "error")
             return "failed" if expired else "queued"
 
-        return await self._store.write(write)
+        state = await self._store.write(write)
+        self._wake.set()  # the row's next_at changed: the loop sleeps until the earliest one again
+        return state
+
+
+def _key(attempt: Attempt) -> tuple[str, str, str, str]:
+    return (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
 
 
 def _retombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
