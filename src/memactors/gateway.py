@@ -54,8 +54,23 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
 
 
 def _error(code: str, message: str) -> t.CallToolResult:
-    return t.CallToolResult(content=[t.TextContent(type="text", text=f"{code}: {message}")],
-                            structured_content={"error": code, "message": message}, is_error=True)
+    return t.CallToolResult(content=[t.TextContent(type="text", text=f"{code}: {message}")], is_error=True)
+
+
+def _document(text: str) -> t.CallToolResult:
+    """A memory document as the tool's only content: the SPEC-0027 wrapper text with its nonce fences.
+
+    No structuredContent: a client that prefers it (Claude Code puts it in the model's context) would
+    show the agent an unfenced second form. The JSON form stays on the operator RPC and ``--json``.
+    """
+    return t.CallToolResult(content=[t.TextContent(type="text", text=text)])
+
+
+def _check_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> None:
+    """The schema's ``additionalProperties: false``, enforced: an unknown argument is refused by name."""
+    for name in arguments:
+        if name not in schema["properties"]:
+            raise InvalidArgument(f"{tool} takes no argument {name[:64]!r}", field=name[:64])
 
 
 def _bearer(ctx: Any) -> str | None:
@@ -110,6 +125,7 @@ class Gateway:
             return _error("not_permitted", f"tool {name} is not available to harnesses")
         try:
             if name == "recall":
+                _check_arguments("recall", arguments, _RECALL_SCHEMA)
                 query = arguments.get("query")
                 paths = arguments.get("paths") or []
                 limit = arguments.get("limit", 8)
@@ -117,14 +133,13 @@ class Gateway:
                     raise InvalidArgument("recall takes {query: string, paths?: [string], limit?: int}")
                 answer = await self._service.agent_recall(view, query=query, paths=tuple(paths), limit=limit,
                                                           call_id=call_id)
-                return t.CallToolResult(content=[t.TextContent(type="text", text=answer.text)],
-                                        structured_content=answer.json)
+                return _document(answer.text)
+            _check_arguments("briefing", arguments, _BRIEFING_SCHEMA)
             refresh = arguments.get("refresh", False)
             if not isinstance(refresh, bool):
                 raise InvalidArgument("refresh must be a boolean", field="refresh")
             briefing = await self._service.agent_briefing(view, delivery="tool", refresh=refresh, call_id=call_id)
-            return t.CallToolResult(content=[t.TextContent(type="text", text=briefing.text)],
-                                    structured_content=briefing.json)
+            return _document(briefing.text)
         except NotAttributed as exc:
             return _error("not_attributed", str(exc))
         except InvalidArgument as exc:

@@ -332,7 +332,7 @@ def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
         for s in doc.sections
     )
     if doc.kind == "recall":
-        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce)
+        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce, wire=True)
     layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
     return fit_briefing(
         [(s, layout[s.name][0], layout[s.name][1]) for s in sections],
@@ -505,7 +505,7 @@ class Briefing:
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(_run_item(r) for r in runs)),
         )
-        doc = fit_recall(sections, degraded=degraded)
+        doc = fit_recall(sections, degraded=degraded, wire=True)  # REQ-12 bounds the tool response
         doc, exposed, withheld = await self._expose(doc, view, "recall", req.call_id, now)
         outcome: Literal["ok", "degraded"] = "degraded" if degraded else "ok"
         self._metrics.recall(self.provider, outcome)
