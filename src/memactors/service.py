@@ -52,7 +52,7 @@ from .actors.index import (
     Stored,
     episode_view,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
 from .actors.summary import Summarize, SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
@@ -79,6 +79,13 @@ def provider_target(config: Config, store: Store, builtin: BuiltinProvider | Non
         server = (builtin or BuiltinProvider(store)).server()
         return lambda: server
     return lambda: upstream_target(upstream)
+
+
+def provider_endpoint(upstream: McpServerConfig | None) -> str:
+    """What a connection error names: the stdio command's path, the HTTP upstream's URL, or the built-in."""
+    if upstream is None:
+        return "built-in provider"
+    return str(upstream.command) if upstream.command is not None else str(upstream.url)
 
 
 def upstream_target(upstream: McpServerConfig) -> Any:
@@ -355,7 +362,9 @@ class MemoryService:
                 raise InvalidArgument(f"--provider {name}: no [mcp.{name}] in the global file or a drop-in",
                                       field="provider")
             target = upstream_target(upstream)
-        report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout)
+        endpoint = provider_endpoint(None if name == "builtin" else cfg.mcp.get(name))
+        report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout,
+                                    endpoint=endpoint)
         return {**attrs.asdict(report), "ok": report.ok}
 
     async def harness_repo(self, harness: str) -> str | None:
@@ -437,7 +446,8 @@ class MemoryService:
         ]
 
 
-async def check_target(target: Any, *, provider: str, provider_timeout: float) -> ConformanceReport:
+async def check_target(target: Any, *, provider: str, provider_timeout: float,
+                       endpoint: str = "") -> ConformanceReport:
     """Connect a separate MCP client to `target` and run the conformance suite over it.
 
     A provider that cannot be reached (no such command, a refused connection, no initialize answer
@@ -451,7 +461,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float) -
                 scope.deadline = math.inf  # connected: the suite bounds each of its own calls
                 return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
     except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
-        reason = f"cannot connect: {type(exc).__name__}"
+        reason = describe_failure(exc, endpoint or provider)
     checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
     checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
     return ConformanceReport(provider=provider, checks=tuple(checks))
@@ -546,7 +556,7 @@ async def open_memory_service(
             service.session = ProviderSession(
                 provider=service.provider, target=provider_target(config, store, service.builtin), store=store,
                 metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
-                on_ready=session_ready)
+                on_ready=session_ready, endpoint=provider_endpoint(config.provider_upstream))
             await sup.start(ChildSpec("provider_session", service.session.run))
             service.index = Index(store, wall_clock=wall_clock)
             await sup.start(ChildSpec("index", service.index.run))

@@ -39,6 +39,11 @@ from ..store import Store, WallClock, iso, log_call, utc_now
 from .breaker import Breaker
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
+#: Seconds between idle `memory_contract` checks (module-level so a real-time test can shorten it).
+HEARTBEAT_SECONDS = 15.0
+#: Consecutive heartbeat timeouts after which the connection is dropped and opened afresh (a hung stdio
+#: provider is then replaced by a new process; an HTTP upstream gets a new connection).
+HEARTBEAT_MISSES_TO_RECONNECT = 3
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
        "memory_contract": "contract"}
 
@@ -88,7 +93,8 @@ class ProviderSession:
         store: Store,
         metrics: Metrics,
         provider_timeout: float,
-        heartbeat: float = 15.0,
+        heartbeat: float | None = None,
+        endpoint: str = "",
         max_backoff: float = 30.0,
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
@@ -99,7 +105,9 @@ class ProviderSession:
         self._store = store
         self._metrics = metrics
         self._provider_timeout = provider_timeout
-        self._heartbeat = heartbeat
+        self._heartbeat = HEARTBEAT_SECONDS if heartbeat is None else heartbeat
+        self._endpoint = endpoint or provider  # what an error names: the command's path or the URL
+        self._attempted = False  # a connection attempt or contract check has failed at least once
         self._max_backoff = max_backoff
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
@@ -136,7 +144,9 @@ class ProviderSession:
         self._update_up()
 
     def _update_up(self) -> None:
-        if self._ever_checked:
+        # Absent before the first contract check (REQ-21) — but a failed connection attempt counts as a
+        # failed check, so an alert on provider_up == 0 fires for a provider that never came up.
+        if self._ever_checked or self._attempted:
             up = self._state == "ready" and not self.breaker.is_open
             self._metrics.set_provider_up(self.provider, up)
 
@@ -157,11 +167,15 @@ class ProviderSession:
                             await self._lost.wait()
                             inner.cancel_scope.cancel()
                 if scope.cancelled_caught:
-                    self._set_state("down", "timed out connecting or checking the contract")
+                    self._attempted = True
+                    self._set_state("down", f"{self._endpoint}: no answer to initialize or memory_contract "
+                                            f"within {connect_budget:g} s")
             except (MemactorsError, MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                     RuntimeError, ExceptionGroup) as exc:
-                self._set_state("down", f"{type(exc).__name__}: {str(exc)[:200]}")
-                self._log.bind(error=type(exc).__name__).warning("provider connection failed")
+                self._attempted = True
+                reason = describe_failure(exc, self._endpoint)
+                self._set_state("down", reason)
+                self._log.bind(error=type(_leaf(exc)).__name__).warning("provider connection failed")
             finally:
                 self._client = None
             if self._state == "ready":
@@ -185,7 +199,7 @@ class ProviderSession:
             return
         except trio.TooSlowError:
             self._ever_checked = True
-            self._set_state("down", "memory_contract timed out")
+            self._set_state("down", f"{self._endpoint}: memory_contract timed out")
             raise ProviderUnavailable("memory_contract timed out", provider=self.provider) from None
         except ProviderUnavailable as exc:
             self._ever_checked = True
@@ -203,23 +217,40 @@ class ProviderSession:
                     self._log.bind(error=type(exc).__name__).warning("ready notification failed")
 
     async def _heartbeat_loop(self, client: mcp.Client) -> None:
+        """An idle `memory_contract` every heartbeat. A check that times out or fails takes the session
+        out of `ready` (calls are refused at once, provider_up drops to 0, doctor warns and, after five
+        minutes, fails); the next one that passes puts it back. After a few timeouts in a row the
+        connection is opened afresh."""
+        misses = 0
         while True:
             await trio.sleep(self._heartbeat)
-            if self._state == "incompatible":
+            if self._state in ("incompatible", "down"):
                 try:
                     await self._check(client)  # "until a later check succeeds"
+                    misses = 0
                 except ProviderUnavailable:
-                    self._lost.set()
-                    return
+                    misses += 1
+                    if misses >= HEARTBEAT_MISSES_TO_RECONNECT or self._lost.is_set():
+                        self._lost.set()
+                        return
                 continue
-            with trio.move_on_after(max(self._provider_timeout, 1.0)):
+            budget = max(self._provider_timeout, 1.0)
+            with trio.move_on_after(budget) as scope:
                 try:
                     await self._raw_call(client, "memory_contract", {})
+                    misses = 0
+                    continue
                 except _ConnectionLost:
                     self._lost.set()
                     return
-                except MemactorsError:
-                    pass
+                except MemactorsError as exc:
+                    self._ever_checked = True
+                    self._set_state("down", f"{self._endpoint}: memory_contract failed: {str(exc)[:200]}")
+            if scope.cancelled_caught:
+                self._ever_checked = True
+                self._set_state("down", f"{self._endpoint}: memory_contract timed out after {budget:g} s")
+                self._log.bind(timeout_s=budget).warning("provider heartbeat timed out")
+            misses += 1
 
     async def _raw_call(self, client: mcp.Client, tool: str, arguments: dict[str, Any],
                         caller: str = "daemon") -> dict[str, Any]:
@@ -319,3 +350,24 @@ class ProviderSession:
 async def provider_call(address: Any, tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:
     """Ask the provider session to call `tool` under the current task's effective deadline."""
     return await address.ask(ProviderCall(tool, arguments, trio.current_effective_deadline(), caller))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) groups: what actually went wrong."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_failure(exc: BaseException, endpoint: str) -> str:
+    """A connection failure in words that name what could not be reached: the command's path that could
+    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, OSError) and leaf.filename:
+        return f"cannot start {leaf.filename}: {leaf.strerror or type(leaf).__name__}"
+    if isinstance(leaf, OSError) and leaf.strerror:
+        return f"cannot reach {endpoint}: {leaf.strerror}"
+    detail = str(leaf)[:200] or type(leaf).__name__
+    if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
+        return f"cannot connect to {endpoint}: {detail}"
+    return f"{endpoint}: {type(leaf).__name__}: {detail}"
