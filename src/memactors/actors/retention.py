@@ -149,7 +149,23 @@ def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
         return False
     db.execute("UPDATE episodes SET body = NULL, text = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
                [episode_id])
+    scrub_run(db, episode_id)
     return True
+
+
+def scrub_run(db: sqlite_utils.Database, episode_id: str) -> None:
+    """Remove the agent-written text a forgotten episode came from, wherever the daemon keeps a copy:
+    the stored run record's `result_text` and events (the run row itself, its ids, times, outcome and
+    paths stay: they are what the graph knows, not what the agent wrote), and every cached briefing
+    that showed the episode."""
+    row = db.execute("SELECT harness, run_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
+                     [episode_id]).fetchone()
+    if row is None:
+        return
+    db.execute("UPDATE runs SET record = json_set(json_remove(record, '$.events'), '$.result_text', json('null'))"
+               " WHERE harness = ? AND run_id = ?", list(row))
+    db.execute("DELETE FROM briefings WHERE instr(document, ?) > 0 OR instr(doc_json, ?) > 0",
+               [episode_id, episode_id])
 
 
 class Retention:
@@ -246,6 +262,8 @@ class Retention:
                         nursery.start_soon(self._attempt, attempt)
             self._wake.set()  # whatever is still pending is the loop's now
         outcome = await self._store.read(lambda db: _forget_outcome(db, episode_id))
+        if outcome.body_deleted:
+            await self._store.checkpoint()  # no page image of the deleted text left in the WAL
         log.bind(ids=outcome.ids, pending=outcome.pending, failed=outcome.failed, first=first).info("episode forgotten")
         await self.counts()
         return outcome
@@ -396,12 +414,13 @@ class Retention:
             log.bind(error=type(exc).__name__, state=state).warning("forget failed")
             return state
 
-        def done(db: sqlite_utils.Database) -> None:
+        def done(db: sqlite_utils.Database) -> bool:
             db.execute("DELETE FROM pending WHERE kind = 'forget' AND provider = ? AND episode_id = ?"
                        " AND provider_id = ?", [attempt.provider, attempt.episode_id, attempt.provider_id])
-            delete_body_if_done(db, attempt.episode_id)
+            return delete_body_if_done(db, attempt.episode_id)
 
-        await self._store.write(done)
+        if await self._store.write(done):
+            await self._store.checkpoint()  # the body is gone: no page image of it left in the WAL
         log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
         return "forgotten"
 
