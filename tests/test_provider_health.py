@@ -163,3 +163,38 @@ async def test_a_refused_http_upstream_names_its_url(
             await trio.sleep(0.1)
         error = (await memory.status())["last_error"]
         assert url in error and "ExceptionGroup" not in error
+
+
+@pytest.mark.req6
+@pytest.mark.slow
+def test_a_stdio_providers_stderr_is_logged_redacted_and_tagged_never_inherited(tmp_path: Path) -> None:
+    """A provider whose traceback prints a GitHub token: the daemon's own stderr (its log) shows the
+    line redacted, as a structured line tagged with the provider, and never the token."""
+    import json
+    import subprocess
+    import time
+
+    secret = "ghp_" + "a1B2c3D4e5" * 3 + "abcdef"
+    script = (f"import sys; sys.stderr.write('Traceback (most recent call last):\\n  auth={secret}\\n');"
+              " sys.stderr.flush(); from memactors.testing.fault_provider import main; main([])")
+    extra = (f'[memory]\nprovider = "noisy"\n[mcp.noisy]\ncommand = {json.dumps(sys.executable)}\n'
+             f'args = {json.dumps(["-c", script])}\n')
+    config = write_config(tmp_path, extra)
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+    log = tmp_path / "daemon.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            for _ in range(600):
+                if "provider stderr" in log.read_text() and "auth=" in log.read_text():
+                    break
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+    text = log.read_text()
+    assert secret not in text
+    lines = [line for line in text.splitlines() if "provider stderr" in line]
+    assert any("auth=[REDACTED]" in line and "provider=noisy" in line for line in lines), lines

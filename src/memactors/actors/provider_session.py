@@ -21,6 +21,7 @@ the rest of the daemon only sees `ProviderUnavailable` meanwhile.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -29,12 +30,14 @@ import mcp
 import mcp.types as mt
 import trio
 from loguru import logger
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
+from ..redact import redact
 from ..store import Store, WallClock, iso, log_call, utc_now
 from .breaker import Breaker
 
@@ -44,6 +47,11 @@ HEARTBEAT_SECONDS = 15.0
 #: Consecutive heartbeat timeouts after which the connection is dropped and opened afresh (a hung stdio
 #: provider is then replaced by a new process; an HTTP upstream gets a new connection).
 HEARTBEAT_MISSES_TO_RECONNECT = 3
+#: A stdio provider's stderr: each line cut to this many characters, at most STDERR_LINES_PER_WINDOW
+#: lines logged per STDERR_WINDOW seconds (the rest counted in one "suppressed" line).
+STDERR_LINE_CHARS = 1000
+STDERR_LINES_PER_WINDOW = 50
+STDERR_WINDOW = 10.0
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
        "memory_contract": "contract"}
 
@@ -128,11 +136,49 @@ class ProviderSession:
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         self._since = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._connection_loop)
-            task_status.started(self.address)
-            await serve(self._mailbox, self._handle, concurrency=32)
-            nursery.cancel_scope.cancel()
+        # One pipe for the session's life: every stdio provider process it starts writes its stderr
+        # there, and a task logs it redacted, cut and rate-limited (never inherited by the daemon's own
+        # stderr, where a provider's traceback could print a secret as is).
+        read_fd, write_fd = os.pipe()
+        self._errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stderr_loop, read_fd)
+                nursery.start_soon(self._connection_loop)
+                task_status.started(self.address)
+                await serve(self._mailbox, self._handle, concurrency=32)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._errlog.close()
+
+    async def _stderr_loop(self, read_fd: int) -> None:
+        log = self._log.bind(source="provider_stderr")
+        stream = trio.lowlevel.FdStream(read_fd)  # owns read_fd and closes it
+        async with stream:
+            buffer = b""
+            window_end, logged, suppressed = 0.0, 0, 0
+            while True:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
+                    lines.append(buffer)
+                    buffer = b""
+                for raw in lines:
+                    now = trio.current_time()
+                    if now >= window_end:
+                        if suppressed:
+                            log.bind(suppressed=suppressed).warning("provider stderr lines suppressed")
+                        window_end, logged, suppressed = now + STDERR_WINDOW, 0, 0
+                    if logged >= STDERR_LINES_PER_WINDOW:
+                        suppressed += 1
+                        continue
+                    text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
+                    if text.strip():
+                        logged += 1
+                        log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
 
     # -- connection ---------------------------------------------------------------------------------
     def _set_state(self, state: SessionState, error: str | None = None) -> None:
@@ -157,7 +203,7 @@ class ProviderSession:
             connect_budget = max(self._provider_timeout * 5, 10.0)
             try:
                 with trio.CancelScope(deadline=trio.current_time() + connect_budget) as scope:
-                    async with mcp.Client(self._target(), raise_exceptions=False) as client:
+                    async with mcp.Client(self._transport(), raise_exceptions=False) as client:
                         self._client = client
                         await self._check(client)
                         scope.deadline = math.inf
@@ -182,6 +228,12 @@ class ProviderSession:
                 self._set_state("down", self._last_error or "connection lost")
             await trio.sleep(backoff)
             backoff = min(backoff * 2, self._max_backoff)
+
+    def _transport(self) -> Target:
+        target = self._target()
+        if isinstance(target, mcp.StdioServerParameters):
+            return stdio_client(target, errlog=self._errlog)
+        return target
 
     async def _check(self, client: mcp.Client) -> None:
         """memory_contract on open and after every reconnect: tools present, version supported."""
