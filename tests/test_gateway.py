@@ -226,3 +226,20 @@ async def test_req12_the_whole_recall_response_on_the_wire_is_at_most_16_kib(
     [body] = [b for b in recording.bodies[before:] if b'"content"' in b]
     assert len(body) <= 16384, len(body)
     assert len(body) > 12000  # and the document was cut near the cap, not far below it
+
+
+@pytest.mark.req18
+async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_call_log_rows(
+        tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
+    async with open_memory_service(make_holder(fault_toml(tmp_path))) as service, \
+            trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        await service.ingest_run(example("run-42-api-fixer.json"))
+        token, _ = await as_run(service, "api-fixer", "100", API)
+        async with gateway_client(url, token) as client:
+            assert not (await client.call_tool("recall", {"query": "flaky ledger"})).is_error
+        rows = await service.store.read(lambda db: db.execute(
+            "SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall())
+        assert rows == [("daemon",)]
+        nursery.cancel_scope.cancel()

@@ -180,6 +180,8 @@ class HarnessConfig:
     prompt_template_file: str | None = None
     template_text: str | None = None
     args: tuple[str, ...] = ()
+    #: REQ-18: this harness consents to exporting its memory spans (ids, provider, outcome, sizes only).
+    export_telemetry: bool = False
 
     @property
     def records_episodes(self) -> bool:
@@ -845,6 +847,7 @@ _HARNESS_KEYS_READ = (
     "prompt_template",
     "prompt_template_file",
     "args",
+    "export_telemetry",
 )
 _PROMPT_KEYS = ("prompt", "prompt_file", "prompt_template", "prompt_template_file")
 
@@ -917,6 +920,7 @@ def _build_harnesses(
             prompt_template_file=prompts["prompt_template_file"],
             template_text=template,
             args=h.str_list("args"),
+            export_telemetry=h.bool_("export_telemetry", False),
         )
         h.finish()
     return harnesses

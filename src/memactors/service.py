@@ -158,7 +158,9 @@ class MemoryService:
             return {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
                     "reason": assembled.skipped}
         outcome = "recorded"
-        with memory_span("memory.episode.record", enabled=self.config.telemetry.export_all,
+        harness_cfg = self.config.harness.get(record.harness)
+        consent = self.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
+        with memory_span("memory.episode.record", enabled=consent,
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len((assembled.text or "").encode())) as span:
             if new:
@@ -556,7 +558,8 @@ async def open_memory_service(
             service.session = ProviderSession(
                 provider=service.provider, target=provider_target(config, store, service.builtin), store=store,
                 metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
-                on_ready=session_ready, endpoint=provider_endpoint(config.provider_upstream))
+                on_ready=session_ready, endpoint=provider_endpoint(config.provider_upstream),
+                export_spans=lambda: holder.current.telemetry.export_all)
             await sup.start(ChildSpec("provider_session", service.session.run))
             service.index = Index(store, wall_clock=wall_clock)
             await sup.start(ChildSpec("index", service.index.run))

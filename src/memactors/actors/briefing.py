@@ -455,7 +455,7 @@ class Briefing:
             arguments["paths"] = list(paths)
         contract.check_request("memory_recall", arguments)
         timeout = self._config().episodes.provider_timeout
-        caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "daemon"
+        caller = "daemon"  # REQ-18: the daemon's calls to the provider are its own rows, whoever it serves
         try:
             with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)

@@ -39,6 +39,7 @@ from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Store, WallClock, iso, log_call, utc_now
+from ..telemetry import guard_sdk_spans
 from .breaker import Breaker
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
@@ -107,6 +108,7 @@ class ProviderSession:
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
         on_ready: Callable[[], Awaitable[None]] | None = None,
+        export_spans: Callable[[], bool] = lambda: False,
     ) -> None:
         self.provider = provider
         self._target = target
@@ -120,6 +122,7 @@ class ProviderSession:
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
         self._on_ready = on_ready
+        self._export_spans = export_spans
         self.address, self._mailbox = open_mailbox("provider_session", 64)
         self._client: mcp.Client | None = None
         self._state: SessionState = "connecting"
@@ -136,6 +139,9 @@ class ProviderSession:
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         self._since = trio.current_time()
+        # The mcp SDK's own spans (one per request it sends) for this session's connection follow the
+        # same consent as memory spans: every task started below inherits this context (REQ-18).
+        guard_sdk_spans(self._export_spans)
         # One pipe for the session's life: every stdio provider process it starts writes its stderr
         # there, and a task logs it redacted, cut and rate-limited (never inherited by the daemon's own
         # stderr, where a provider's traceback could print a secret as is).
