@@ -195,3 +195,15 @@ def test_read_commands_reach_the_daemon_with_an_invalid_config_file_and_warn(tmp
         assert forget.returncode == 2 and "retention" in forget.stderr
     finally:
         _stop(proc)
+
+
+async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_one(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[harness.loose]\nharness = "claude-code"\n')
+    async with trio.open_nursery() as nursery:
+        listening = await _daemon(nursery, path)
+        async with connect_rpc(listening.operator, read_token(tmp_path / "state", "read")) as rpc:
+            with pytest.raises(RpcError) as refused:
+                await rpc.call(f"{SERVICE}/Recall", {"query": "ledger", "as": "loose"})
+        assert refused.value.code == "FAILED_PRECONDITION"
+        assert "harness loose has no repository" in refused.value.message
+        nursery.cancel_scope.cancel()

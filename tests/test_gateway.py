@@ -243,3 +243,17 @@ async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_ca
             "SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall())
         assert rows == [("daemon",)]
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.req2
+async def test_req2_a_provider_tool_is_refused_as_provider_reserved(served: tuple[MemoryService, str]) -> None:
+    from memactors.errors import ProviderReserved
+
+    service, url = served
+    token, _ = await as_run(service, "api-fixer", "100", API)
+    async with gateway_client(url, token) as client:
+        reserved = await client.call_tool("memory_forget", {"id": "ep_x"})
+        other = await client.call_tool("shell__exec", {})
+    assert reserved.is_error and text_of(reserved).startswith(f"{ProviderReserved.mcp_code}: ")
+    assert "reserved to the daemon" in text_of(reserved) and "provider=builtin" in text_of(reserved)
+    assert other.is_error and text_of(other).startswith("not_permitted: ") and "shell__exec" in text_of(other)

@@ -16,7 +16,7 @@ trio worker in the daemon's nursery.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import mcp.types as t
 import trio
@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import contract
 from .actors.briefing import View
-from .errors import InvalidArgument, NotAttributed
+from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import iso, log_call
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "Gateway", "serve_gateway"]
@@ -120,10 +120,9 @@ class Gateway:
         view = await self._view(ctx)
         name, arguments = params.name, dict(params.arguments or {})
         call_id = None if ctx.request_id is None else str(ctx.request_id)
-        if name not in GATEWAY_TOOLS:
-            await self._deny(view, name, arguments)
-            return _error("not_permitted", f"tool {name} is not available to harnesses")
         try:
+            if name not in GATEWAY_TOOLS:
+                await self._deny(view, name, arguments)
             if name == "recall":
                 _check_arguments("recall", arguments, _RECALL_SCHEMA)
                 query = arguments.get("query")
@@ -140,10 +139,8 @@ class Gateway:
                 raise InvalidArgument("refresh must be a boolean", field="refresh")
             briefing = await self._service.agent_briefing(view, delivery="tool", refresh=refresh, call_id=call_id)
             return _document(briefing.text)
-        except NotAttributed as exc:
-            return _error("not_attributed", str(exc))
-        except InvalidArgument as exc:
-            return _error("invalid_argument", str(exc))
+        except (NotAttributed, InvalidArgument, ProviderReserved, NoRepository) as exc:
+            return _error(exc.mcp_code, str(exc))
 
     async def _read_resource(self, ctx: Any, params: t.ReadResourceRequestParams) -> t.ReadResourceResult:
         if str(params.uri) != BRIEFING_URI:
@@ -157,7 +154,7 @@ class Gateway:
         return t.ReadResourceResult(contents=[
             t.TextResourceContents(uri=BRIEFING_URI, text=briefing.text, mime_type="text/plain")])
 
-    async def _deny(self, view: View, name: str, arguments: dict[str, Any]) -> None:
+    async def _deny(self, view: View, name: str, arguments: dict[str, Any]) -> NoReturn:
         """REQ-2: a refused call is logged as the caller's row with outcome denied; nothing goes upstream."""
         caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed"
         provider = self._service.provider
@@ -167,6 +164,10 @@ class Gateway:
             db, at=at, caller=caller, server=server, tool=name, arguments=arguments, outcome="denied",
             duration_ms=0))
         self._log.bind(caller=caller, server=server, outcome="denied").warning("gateway call refused")
+        if server == provider:
+            raise ProviderReserved(f"tool {name[:100]} is the memory provider's, reserved to the daemon",
+                                   provider=provider)
+        raise ProviderReserved(f"tool {name[:100]} is not available to harnesses")
 
 
 async def serve_gateway(

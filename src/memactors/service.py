@@ -60,7 +60,7 @@ from .config import Config, ConfigHolder, McpServerConfig, parse_duration
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
-from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
+from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .repo import resolve_repo, scope_for
@@ -242,6 +242,9 @@ class MemoryService:
             if harness is None:
                 raise InvalidArgument(f"unknown harness {as_harness}", field="as")
             repo = await self.harness_repo(harness.name)
+            if repo is None:
+                raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
+                                   "a git repository), so it has no episode scope", harness=harness.name)
         view = View("operator", harness=as_harness, repo=repo, branch=branch)
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
