@@ -207,3 +207,30 @@ async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_o
         assert refused.value.code == "FAILED_PRECONDITION"
         assert "harness loose has no repository" in refused.value.message
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.req6
+async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(tmp_path: Path) -> None:
+    """Single-line fields keep no TAB, LF or CR; multi-line result text keeps LF only (TAB a space, CRLF
+    LF); the rendered text keeps every field on its own line."""
+    from memactors.episode import FIELD_ORDER
+
+    path = write_config(tmp_path)
+    record = example("run-42-api-fixer.json")
+    record["result_text"] = "line one\r\n\tindented\x07 bell\x1b[31m\nline three"
+    record["trace_id"] = "t\t1\n2"
+    record["sessions"][0]["git_branch"] = "fix/\tflaky\r\nbranch"
+    async with trio.open_nursery() as nursery:
+        listening = await _daemon(nursery, path)
+        control = read_token(tmp_path / "state", "control")
+        async with connect_rpc(listening.operator, control) as rpc:
+            eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": record}))["episode_id"]
+            view = await rpc.call(f"{SERVICE}/GetEpisode", {"episode_id": eid})
+        nursery.cancel_scope.cancel()
+    episode = view["episode"]
+    assert episode["branch"] == "fix/flakybranch" and episode["trace_id"] == "t12"
+    assert episode["result_excerpt"] == "line one\n indented bell[31m\nline three"
+    for name, value in episode.items():
+        if isinstance(value, str) and name not in ("result_excerpt", "summary"):
+            assert not set(value) & set("\t\n\r\x07\x1b"), name
+    assert [line.split(": ", 1)[0] for line in view["text"].splitlines()] == list(FIELD_ORDER)
