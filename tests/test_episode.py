@@ -160,8 +160,10 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
     assert FIELD_ORDER[:4] == ("episode_id", "harness", "adapter", "run_id")
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
-    assert "result_excerpt: line one\\nline two\\n\\u2028back\\\\slash" in lines  # \r is a control character
-    assert "files_touched: dir/new\\\\line.go" in lines and "verify_failures: a\\nb: 1" in lines
+    # Multi-line text keeps LF as its only break (CRLF and U+2028 become LF), escaped on its line.
+    assert "result_excerpt: line one\\nline two\\n\\nback\\\\slash" in lines
+    # Single-line fields lose every line break (REQ-6, the control-character rule).
+    assert "files_touched: dir/newline.go" in lines and "verify_failures: ab: 1" in lines
     assert "pull_request: https://forge.example/acme/api/pull/7" in lines
     assert "summary: " in lines and "cost_usd: " in lines
 

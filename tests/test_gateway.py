@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import httpx2
+import mcp
 import mcp.types as t
 import pytest
 import trio
+import trio.lowlevel
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from memactors.config import ConfigHolder, load_config
@@ -51,7 +56,7 @@ async def test_req15_the_resource_matches_the_tool(served: tuple[MemoryService, 
         tool = await client.call_tool("briefing", {})
         assert not tool.is_error
         assert text_of(tool) == content.text != ""
-        assert tool.structured_content is not None and tool.structured_content["kind"] == "briefing"
+        assert tool.structured_content is None and text_of(tool).startswith('<memory-data kind="briefing"')
     surfaces = await service.store.read(lambda db: [r[0] for r in db.execute(
         "SELECT surface FROM exposures WHERE run_id = '100' ORDER BY id").fetchall()])
     assert surfaces == ["briefing_resource", "briefing_tool"]
@@ -87,13 +92,13 @@ async def test_req15_unattributed_callers_get_not_attributed_and_no_episodes(
                 await client.read_resource(BRIEFING_URI)
             recall = await client.call_tool("recall", {"query": "flaky ledger"})
             assert not recall.is_error
-            episodes = next(s for s in recall.structured_content["sections"] if s["name"] == "episodes")
-            assert episodes["items"] == [] and "api-fixer" not in text_of(recall)
+            assert recall.structured_content is None
+            assert "[episode " not in text_of(recall) and "api-fixer" not in text_of(recall)
     assert await count(service, "SELECT count(*) FROM exposures") == 0
 
 
 @pytest.mark.req12
-async def test_req12_recall_over_the_gateway_is_wrapped_with_structured_content(
+async def test_req12_recall_over_the_gateway_is_the_fenced_wrapper_text_only(
         served: tuple[MemoryService, str]) -> None:
     service, url = served
     await seed(service)
@@ -106,8 +111,13 @@ async def test_req12_recall_over_the_gateway_is_wrapped_with_structured_content(
         bad = await client.call_tool("recall", {"query": "q", "limit": 50})
     text = text_of(result)
     assert text.startswith('<memory-data kind="recall"')
-    assert [s["name"] for s in result.structured_content["sections"]] == ["facts", "episodes", "recent_runs"]
-    assert [len(s["items"]) for s in result.structured_content["sections"]] == [1, 1, 1]
+    # The agent receives the SPEC-0027 document and nothing else: no second, unfenced JSON form.
+    assert result.structured_content is None and len(result.content) == 1
+    nonce = re.match(r'<memory-data kind="recall" nonce="([0-9a-f]{16})"', text).group(1)  # type: ignore[union-attr]
+    assert text.endswith(f'</memory-data nonce="{nonce}">')
+    assert text.count(f'<item nonce="{nonce}"') == text.count(f'</item nonce="{nonce}">') == 2  # fact, episode
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## facts", "## episodes", "## recent_runs"]
     assert bad.is_error and text_of(bad).startswith("invalid_argument")
     rows = await service.store.read(lambda db: db.execute(
         "SELECT surface, call_id FROM exposures WHERE run_id = '100'").fetchall())
@@ -151,3 +161,100 @@ async def test_the_daemon_serves_the_gateway_and_reports_its_url(tmp_path: Path)
             resources = await client.list_resources()
             assert [str(r.uri) for r in resources.resources] == [BRIEFING_URI]
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.req12
+async def test_req12_recall_refuses_an_unknown_argument_naming_it(served: tuple[MemoryService, str]) -> None:
+    service, url = served
+    token, _ = await as_run(service, "api-fixer", "100", API)
+    async with gateway_client(url, token) as client:
+        result = await client.call_tool("recall", {"query": "ledger", "scope": "project:forge.example/acme/billing"})
+        briefing = await client.call_tool("briefing", {"everything": True})
+    assert result.is_error and text_of(result).startswith("invalid_argument") and "'scope'" in text_of(result)
+    assert briefing.is_error and "'everything'" in text_of(briefing)
+    assert await count(service, "SELECT count(*) FROM exposures") == 0
+
+
+class _Recording(httpx2.AsyncBaseTransport):
+    """An HTTP transport that keeps every response body exactly as it came over the socket."""
+
+    def __init__(self) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self.bodies: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        bodies, inner = self.bodies, response.stream
+
+        class Stream(httpx2.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                body = bytearray()
+                async for chunk in inner:  # type: ignore[union-attr]
+                    body += chunk
+                    yield chunk
+                bodies.append(bytes(body))
+
+            async def aclose(self) -> None:
+                await inner.aclose()  # type: ignore[union-attr]
+
+        return httpx2.Response(response.status_code, headers=response.headers, stream=Stream(),
+                               extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@pytest.mark.req12
+async def test_req12_the_whole_recall_response_on_the_wire_is_at_most_16_kib(
+        served: tuple[MemoryService, str]) -> None:
+    """Facts full of quotes and line breaks (each escaped to two bytes in JSON) far over the cap: the
+    HTTP body carrying the tool result — envelope, escaping and all — stays within 16 KiB."""
+    service, url = served
+    await seed(service)
+    for n in range(20):
+        text = f'ledger fact {n}: ' + '"quoted" \\ path\n' * 60
+        await service.add_fact(scope=f"project:{API}", text=text, confidence=0.5)
+    token, _ = await as_run(service, "api-fixer", "100", API)
+    recording = _Recording()
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=None,
+                                  transport=recording) as http, \
+            mcp.Client(streamable_http_client(url, http_client=http)) as client:
+        before = len(recording.bodies)
+        result = await client.call_tool("recall", {"query": "ledger", "limit": 20})
+        await trio.lowlevel.checkpoint()
+    text = text_of(result)
+    assert 'truncated="' in text.splitlines()[0]  # the cap did bite
+    [body] = [b for b in recording.bodies[before:] if b'"content"' in b]
+    assert len(body) <= 16384, len(body)
+    assert len(body) > 12000  # and the document was cut near the cap, not far below it
+
+
+@pytest.mark.req18
+async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_call_log_rows(
+        tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
+    async with open_memory_service(make_holder(fault_toml(tmp_path))) as service, \
+            trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        await service.ingest_run(example("run-42-api-fixer.json"))
+        token, _ = await as_run(service, "api-fixer", "100", API)
+        async with gateway_client(url, token) as client:
+            assert not (await client.call_tool("recall", {"query": "flaky ledger"})).is_error
+        rows = await service.store.read(lambda db: db.execute(
+            "SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall())
+        assert rows == [("daemon",)]
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.req2
+async def test_req2_a_provider_tool_is_refused_as_provider_reserved(served: tuple[MemoryService, str]) -> None:
+    from memactors.errors import ProviderReserved
+
+    service, url = served
+    token, _ = await as_run(service, "api-fixer", "100", API)
+    async with gateway_client(url, token) as client:
+        reserved = await client.call_tool("memory_forget", {"id": "ep_x"})
+        other = await client.call_tool("shell__exec", {})
+    assert reserved.is_error and text_of(reserved).startswith(f"{ProviderReserved.mcp_code}: ")
+    assert "reserved to the daemon" in text_of(reserved) and "provider=builtin" in text_of(reserved)
+    assert other.is_error and text_of(other).startswith("not_permitted: ") and "shell__exec" in text_of(other)

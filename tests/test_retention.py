@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -258,3 +259,66 @@ async def test_the_first_success_after_failures_makes_the_backlog_due(
 
         await poll(all_recorded, seconds=15, what="the backlog recorded after the first success")
         assert (await _pending(memory))["records"] == 0
+
+
+async def _attempt_times(memory: MemoryService) -> tuple[int, Any]:
+    """(attempts, wall time of the last failed attempt) of the one pending record row, from its next_at."""
+    from memactors._wire import parse_time
+
+    row = await memory.store.read(lambda db: db.execute(
+        "SELECT attempts, next_at FROM pending WHERE kind = 'record'").fetchone())
+    attempts, next_at = row
+    return attempts, parse_time(next_at) - timedelta(seconds=retention_module.backoff_seconds(attempts))
+
+
+@pytest.mark.req13
+async def test_a_failed_record_is_retried_when_its_row_is_due_not_a_minute_later(
+        make_holder: Callable[[str], ConfigHolder], mock_clock: trio.testing.MockClock) -> None:
+    """The retry loop sleeps until the earliest next_at and is woken when a row is added or rescheduled:
+    the second attempt of a record that failed comes ~5 s (FIRST_BACKOFF) after the first, not after the
+    loop's idle minute. Trio time only moves when the test jumps it (autojump would leap over timers
+    while SQLite works in a thread), in 0.1 s steps."""
+    clock = ShiftableClock()
+    metrics = Metrics()
+    async with open_memory_service(make_holder(UNREACHABLE), wall_clock=clock, metrics=metrics) as memory:
+        assert (await memory.ingest_run(_run(1)))["outcome"] == "queued"
+        attempts, first = await _attempt_times(memory)
+        assert attempts == 1
+        jumped = 0.0
+        while attempts < 2 and jumped < 30:
+            mock_clock.jump(0.1)
+            jumped += 0.1
+            await trio.to_thread.run_sync(time.sleep, 0.01)
+            attempts, second = await _attempt_times(memory)
+        assert attempts == 2, f"no retry within {jumped:.1f} s of trio time"
+        assert timedelta(seconds=4.9) <= second - first < timedelta(seconds=6)
+        for _ in range(200):  # and a third, ~10 s later
+            mock_clock.jump(0.1)
+            await trio.to_thread.run_sync(time.sleep, 0.01)
+            if (await _attempt_times(memory))[0] == 3:
+                break
+        assert (await _attempt_times(memory))[0] == 3
+        # REQ-21 counts episodes: one queued episode attempted three times is one error.
+        assert sample(metrics, "harness_memory_episodes_recorded_total", provider="fault", outcome="error") == 1
+
+
+@pytest.mark.req13
+@pytest.mark.slow
+async def test_a_record_backlog_drains_without_pausing_between_batches(
+        make_holder: Callable[[str], ConfigHolder], mock_clock: trio.testing.MockClock) -> None:
+    """More due rows than one batch (100) drain while trio time stands still: the loop goes straight on
+    to the next batch instead of waiting 0.5 s after each."""
+    async with open_memory_service(make_holder("")) as memory:
+        for n in range(110):
+            record = run_record(run_id=f"b{n}", trace_id=f"tb-{n}", result_text=f"fixed ledger rounding {n}")
+            assert (await memory.ingest_run(record))["outcome"] == "recorded"
+        now = "2000-01-01T00:00:00.000000Z"
+        await memory.store.write(lambda db: db.execute(
+            "INSERT INTO pending (kind, provider, episode_id, first_at, next_at)"
+            " SELECT 'record', 'builtin', episode_id, ?, ? FROM episodes", [now, now]))
+        await memory.retention.address.tell(retention_module.Kick())
+
+        async def drained() -> bool:
+            return (await _pending(memory))["records"] == 0
+
+        await poll(drained, seconds=60, what="the 110-row backlog drained with trio time frozen")

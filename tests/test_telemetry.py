@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from memactors.service import open_memory_service
 from memactors.telemetry import memory_span
 from support import example, wait_ready
+from support_providers import FaultFiles, fault_toml
 
 _exporter = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -52,3 +53,39 @@ async def test_no_span_without_consent(make_holder) -> None:  # type: ignore[no-
 def test_a_body_attribute_is_refused_even_when_export_is_off() -> None:
     with pytest.raises(ValueError, match="not allowed"), memory_span("memory.x", enabled=False, text="body"):
         pass
+
+
+def _sdk_spans() -> list[str]:
+    return [s.name for s in _exporter.get_finished_spans() if not s.name.startswith("memory.")]
+
+
+@pytest.mark.req18
+@pytest.mark.slow
+@pytest.mark.parametrize("export_all", [False, True])
+async def test_req18_the_mcp_sdks_provider_call_spans_follow_telemetry_consent(
+        make_holder, tmp_path, export_all: bool) -> None:  # type: ignore[no-untyped-def]
+    """With a tracer provider installed by the host, the SDK's own spans for the provider session's calls
+    (`MCP send tools/call memory_record_episode` …) are exported only under `export_all`."""
+    files = FaultFiles(tmp_path / "fault")
+    extra = fault_toml(files) + f"[telemetry]\nexport_all = {'true' if export_all else 'false'}\n"
+    async with open_memory_service(make_holder(extra)) as memory:
+        await wait_ready(memory)
+        assert (await memory.ingest_run(example("run-42-api-fixer.json")))["outcome"] == "recorded"
+        await memory.recall(query="ledger", repo="forge.example/acme/api")
+    names = _sdk_spans()
+    if export_all:
+        assert any("tools/call memory_record_episode" in n for n in names), names
+    else:
+        assert names == []
+
+
+@pytest.mark.req18
+async def test_req18_a_harness_export_telemetry_key_is_accepted_and_consents_for_its_runs(make_holder) -> None:  # type: ignore[no-untyped-def]
+    extra = '[harness.api-fixer]\nharness = "claude-code"\nexport_telemetry = true\n'
+    async with open_memory_service(make_holder(extra)) as memory:
+        assert memory.config.harness["api-fixer"].export_telemetry
+        await wait_ready(memory)
+        await memory.ingest_run(example("run-42-api-fixer.json"))  # harness api-fixer: consented
+        await memory.ingest_run(example("run-7-billing-bot.json"))  # another harness: not
+    spans = [s for s in _exporter.get_finished_spans() if s.name == "memory.episode.record"]
+    assert [dict(s.attributes or {})["memory.harness"] for s in spans] == ["api-fixer"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from .cli_agents import register as register_agent_commands
@@ -41,10 +42,36 @@ def _operator_url(config: Config) -> str:
 
 
 async def _call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
-    config = _config(args)
+    try:
+        config = _config(args)
+    except ConfigError as exc:
+        if tier != "read":
+            raise
+        # The daemon runs on its last good configuration; a read command needs only the state directory
+        # (daemon.json, the token) to ask it what is wrong.
+        config = _config_despite(args, exc)
     token = read_token(config.store.path, tier)  # type: ignore[arg-type]
     async with connect_rpc(_operator_url(config), token) as client:
         return await client.call(f"{SERVICE}/{method}", params)
+
+
+def _config_despite(args: argparse.Namespace, error: ConfigError) -> Config:
+    """Defaults plus the file's `[store] path` if that much can be read; warns naming the config error."""
+    import tomllib
+
+    from .config import StoreConfig, default_config_path
+
+    print(f"memactors: warning: {error}; using the state directory only", file=sys.stderr)
+    path = Path(args.config) if args.config else default_config_path()
+    try:
+        store = tomllib.loads(path.read_text(encoding="utf-8")).get("store", {}).get("path")
+    except (OSError, ValueError, AttributeError):
+        store = None
+    config = Config()
+    if isinstance(store, str):
+        state = Path(store).expanduser()
+        config = attrs.evolve(config, store=StoreConfig(state if state.is_absolute() else path.parent / state))
+    return config
 
 
 def call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
@@ -127,13 +154,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         if state.get("error"):
             print(f"memactors: the agent could not be started: {state['error']}", file=sys.stderr)
     return exit_status(state["outcome"]) if args.wait else 0
+#: `memory status` exit codes (docs/operations.md): the daemon answered, but its provider is down / incompatible.
+EXIT_PROVIDER_DOWN = 3
+EXIT_PROVIDER_INCOMPATIBLE = 4
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     st = call(args, "Status", {})
+    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
     if args.json:
         _print_json(st)
-        return 0
+        return code
     info = st.get("provider_info") or {}
     print(f"provider   {st['provider']} ({st['transport']})  {info.get('name', '')} {info.get('version', '')}".rstrip())
     print(f"state      {st['state']}  contract {st['contract']}  breaker {st['breaker']}")
@@ -144,7 +175,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     p = st["pending"]
     print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
           f"{p['forget_failed']} forgets")
-    return 0
+    if code:
+        print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
+              f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
+    return code
 
 
 def cmd_episodes(args: argparse.Namespace) -> int:

@@ -202,6 +202,8 @@ class HarnessConfig:
     timeout: float = 1800.0
     timeout_text: str = "30m"
     verify_patterns: tuple[str, ...] = DEFAULT_VERIFY_PATTERNS
+    #: REQ-18: this harness consents to exporting its memory spans (ids, provider, outcome, sizes only).
+    export_telemetry: bool = False
 
     @property
     def records_episodes(self) -> bool:
@@ -878,6 +880,7 @@ _HARNESS_KEYS_READ = (
     "extra_args",
     "timeout",
     "verify_patterns",
+    "export_telemetry",
 )
 _PROMPT_KEYS = ("prompt", "prompt_file", "prompt_template", "prompt_template_file")
 
@@ -951,6 +954,7 @@ def _build_harnesses(
             template_text=template,
             args=h.str_list("args"),
             **_run_keys(h),
+            export_telemetry=h.bool_("export_telemetry", False),
         )
         h.finish()
     return harnesses

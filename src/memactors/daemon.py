@@ -8,6 +8,7 @@ the CLI finds the daemon (and its tokens) without flags. SIGINT and SIGTERM stop
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -29,8 +30,10 @@ from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc import ensure_tokens, serve_rpc
 from .service import open_memory_service
+from .store import private_dir
 
 DAEMON_FILE = "daemon.json"
+LOCK_FILE = "daemon.lock"
 STOP_GRACE = 5.0
 #: Exit status when the memory service's supervisor gave up (EX_TEMPFAIL): the daemon cannot go on,
 #: but a fresh start may well work, so a service manager should restart it (docs/operations.md).
@@ -69,8 +72,32 @@ class Listening:
 def write_daemon_file(state_dir: Path, listening: Listening) -> None:
     path = state_dir / DAEMON_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(attrs.asdict(listening), indent=2) + "\n", encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(attrs.asdict(listening), indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Take the state directory for this process: an exclusive `flock` on `daemon.lock`, held (by the
+    returned descriptor) until the process exits. A second daemon on the same directory fails at once,
+    naming the directory and the pid holding it, before it touches anything there (daemon.json
+    included). Blocking file I/O: call it through a thread from async code."""
+    private_dir(state_dir)
+    path = state_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(f"state directory {state_dir} is in use by another memactors daemon (pid {holder})",
+                          key="[store] path", value=str(state_dir)) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def read_daemon_file(state_dir: Path) -> dict[str, Any] | None:
@@ -90,6 +117,16 @@ async def run_daemon(
     holder = await trio.to_thread.run_sync(ConfigHolder, loader)
     config = holder.current
     state_dir = config.store.path
+    lock = await trio.to_thread.run_sync(lock_state_dir, state_dir)
+    try:
+        await _serve(holder, state_dir, announce, task_status)
+    finally:
+        os.close(lock)  # releases the flock
+
+
+async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[Listening], None],
+                 task_status: trio.TaskStatus[Listening]) -> None:
+    config = holder.current
     tokens = await trio.to_thread.run_sync(ensure_tokens, state_dir)
     metrics = Metrics()
     async with open_memory_service(holder, metrics=metrics) as memory, trio.open_nursery() as nursery:
@@ -188,6 +225,9 @@ def serve_main(config_path: Path | None) -> int:
         print(f"  metrics       {listening.metrics}", flush=True)
         print("Ctrl-C stops it.", flush=True)
 
+    # Whatever else lands in the state directory (logs, a future file) is private too; the known files
+    # set their modes explicitly as well.
+    os.umask(0o077)
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "INFO"), json=bool(os.environ.get("MEMACTORS_LOG_JSON")))
     soft, hard = raise_nofile_limit()
     logger.bind(nofile_soft=soft, nofile_hard=hard).info("file descriptor limit")

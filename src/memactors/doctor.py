@@ -41,17 +41,23 @@ def doctor_rows(
     provider = status["provider"]
     state = status["state"]
     contract = status.get("contract")
-    rows.append(Row("pass" if state == "ready" else "info", "memory provider",
-                    f"{provider} ({status.get('transport')}), contract {contract if contract is not None else 'unknown'}, "
-                    f"state {state}, breaker {status.get('breaker')}"))
     down_for = float(status.get("state_for_seconds") or 0.0)
+    error = status.get("last_error")
+    # ready: pass. connecting (no attempt has failed yet): info. Down — a failed connection attempt, a
+    # contract check that failed or timed out — warns with the reason from the first failure on, and
+    # fails once it has lasted five minutes (REQ-19). Incompatible fails at once.
+    first: Status = {"ready": "pass", "connecting": "info"}.get(state, "warn")  # type: ignore[assignment]
+    rows.append(Row(first, "memory provider",
+                    f"{provider} ({status.get('transport')}), contract {contract if contract is not None else 'unknown'}, "
+                    f"state {state}, breaker {status.get('breaker')}"
+                    + (f": {error}" if error and state not in ("ready", "incompatible") else "")))
     if state == "incompatible":
         rows.append(Row("fail", "memory provider compatibility",
-                        f"{provider} is incompatible: {status.get('last_error') or 'unsupported contract'}"))
-    elif state != "ready" and down_for > UNREACHABLE_FAIL_SECONDS:
+                        f"{provider} is incompatible: {error or 'unsupported contract'}"))
+    elif state == "down" and down_for > UNREACHABLE_FAIL_SECONDS:
         rows.append(Row("fail", "memory provider reachability",
                         f"{provider} has been unreachable for {int(down_for // 60)} minutes"
-                        f"{': ' + status['last_error'] if status.get('last_error') else ''}; "
+                        f"{': ' + error if error else ''}; "
                         "recall is degraded and records are queued, harnesses are unaffected"))
     pending = status.get("pending", {})
     for kind in ("record", "forget"):

@@ -74,8 +74,28 @@ def cut_utf8(text: str, limit: int = MAX_FIELD_BYTES) -> str:
     return data[:limit].decode("utf-8", errors="ignore")
 
 
+# The control-character rule (REQ-6, docs/contracts.md "Control characters"): the redactor strips every
+# C0/C1 control but TAB and LF. Single-line fields (ids, names, repo, branch, paths, error classes) lose
+# those too, and CR and the Unicode line/paragraph separators: a value never spans lines. Multi-line
+# text (result_excerpt, summary) keeps LF as its only line break (CRLF and CR become LF, U+2028/U+2029
+# LF) and TAB becomes a space; every renderer escapes or fences LF (render_text escapes it, the wrapper
+# fences item text, JSON escapes it).
+_NOT_ONE_LINE = re.compile("[\t\n\r\u2028\u2029]")
+_LINE_ENDS = re.compile("\r\n?|[\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """A single-line field: TAB, LF, CR and the Unicode line separators removed (REQ-6)."""
+    return _NOT_ONE_LINE.sub("", text)
+
+
+def multi_line(text: str) -> str:
+    """Multi-line text: LF the only line break, TAB a space (REQ-6)."""
+    return _LINE_ENDS.sub("\n", text).replace("\t", " ")
+
+
 def _bounded(text: str | None) -> str:
-    return _fit(text or "", cut_utf8)
+    return one_line(_fit(text or "", cut_utf8))
 
 
 def _cut_clean(text: str | None, cut: Callable[[str], str] = cut_utf8) -> str:
@@ -290,9 +310,9 @@ def assemble(
         raise ValueError("run has no primary session in a repository")
     primary, where = found
     repo_key = where.key or ""
-    excerpt = _cut_clean(record.result_text, lambda s: s[: max(excerpt_chars, 0)])
+    excerpt = multi_line(_cut_clean(record.result_text, lambda s: s[: max(excerpt_chars, 0)]))
     if summary is not None:
-        summary = clean(summary)
+        summary = multi_line(clean(summary))
         if not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
             summary = None
     return Episode(

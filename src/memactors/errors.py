@@ -12,6 +12,8 @@ class MemactorsError(Exception):
 
     #: gRPC code name used when this error crosses the operator RPC.
     code = "INTERNAL"
+    #: Code word an MCP tool error of the gateway starts with (``<mcp_code>: <message>``, isError).
+    mcp_code = "internal"
 
     def __init__(self, message: str = "", **context: object) -> None:
         self.message = message or (self.__doc__ or self.__class__.__name__).strip().splitlines()[0]
@@ -39,6 +41,7 @@ class InvalidArgument(MemactorsError):
     """
 
     code = "INVALID_ARGUMENT"
+    mcp_code = "invalid_argument"
 
     def __init__(self, message: str = "", **context: object) -> None:
         context.pop("value", None)
@@ -49,6 +52,7 @@ class ProviderUnavailable(MemactorsError):
     """Raised when the memory provider times out, errors, or its breaker is open."""
 
     code = "UNAVAILABLE"
+    mcp_code = "unavailable"
 
 
 class ProviderIncompatible(ProviderUnavailable):
@@ -61,6 +65,7 @@ class ProviderReserved(MemactorsError):
     """Raised when anything but the daemon's memory code tries to reach the provider upstream (REQ-2)."""
 
     code = "PERMISSION_DENIED"
+    mcp_code = "not_permitted"
 
 
 class UnknownEpisode(MemactorsError):
@@ -79,12 +84,14 @@ class NotAttributed(MemactorsError):
     """Raised when a caller presents no (or an unknown) run token and the surface needs one."""
 
     code = "UNAUTHENTICATED"
+    mcp_code = "not_attributed"
 
 
 class NoRepository(MemactorsError):
     """Raised when a run or harness has no repository key, so it has no episode scope."""
 
     code = "FAILED_PRECONDITION"
+    mcp_code = "no_repository"
 
 
 class PermissionDenied(MemactorsError):

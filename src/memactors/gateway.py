@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import mcp.types as t
 import trio
@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from . import contract
 from ._listen import RateLimitedLog, serve_asgi
 from .actors.briefing import View
-from .errors import InvalidArgument, NotAttributed
+from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import bound_field, iso
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "BearerGate", "Gateway", "serve_gateway"]
@@ -56,8 +56,23 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
 
 
 def _error(code: str, message: str) -> t.CallToolResult:
-    return t.CallToolResult(content=[t.TextContent(type="text", text=f"{code}: {message}")],
-                            structured_content={"error": code, "message": message}, is_error=True)
+    return t.CallToolResult(content=[t.TextContent(type="text", text=f"{code}: {message}")], is_error=True)
+
+
+def _document(text: str) -> t.CallToolResult:
+    """A memory document as the tool's only content: the SPEC-0027 wrapper text with its nonce fences.
+
+    No structuredContent: a client that prefers it (Claude Code puts it in the model's context) would
+    show the agent an unfenced second form. The JSON form stays on the operator RPC and ``--json``.
+    """
+    return t.CallToolResult(content=[t.TextContent(type="text", text=text)])
+
+
+def _check_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> None:
+    """The schema's ``additionalProperties: false``, enforced: an unknown argument is refused by name."""
+    for name in arguments:
+        if name not in schema["properties"]:
+            raise InvalidArgument(f"{tool} takes no argument {name[:64]!r}", field=name[:64])
 
 
 def _bearer(ctx: Any) -> str | None:
@@ -111,11 +126,11 @@ class Gateway:
         view = await self._view(ctx)
         name, arguments = params.name, dict(params.arguments or {})
         call_id = None if ctx.request_id is None else str(ctx.request_id)
-        if name not in GATEWAY_TOOLS:
-            await self._deny(view, name, arguments)
-            return _error("not_permitted", f"tool {bound_field(name)} is not available to harnesses")
         try:
+            if name not in GATEWAY_TOOLS:
+                await self._deny(view, name, arguments)
             if name == "recall":
+                _check_arguments("recall", arguments, _RECALL_SCHEMA)
                 query = arguments.get("query")
                 paths = arguments.get("paths") or []
                 limit = arguments.get("limit", 8)
@@ -123,18 +138,15 @@ class Gateway:
                     raise InvalidArgument("recall takes {query: string, paths?: [string], limit?: int}")
                 answer = await self._service.agent_recall(view, query=query, paths=tuple(paths), limit=limit,
                                                           call_id=call_id)
-                return t.CallToolResult(content=[t.TextContent(type="text", text=answer.text)],
-                                        structured_content=answer.json)
+                return _document(answer.text)
+            _check_arguments("briefing", arguments, _BRIEFING_SCHEMA)
             refresh = arguments.get("refresh", False)
             if not isinstance(refresh, bool):
                 raise InvalidArgument("refresh must be a boolean", field="refresh")
             briefing = await self._service.agent_briefing(view, delivery="tool", refresh=refresh, call_id=call_id)
-            return t.CallToolResult(content=[t.TextContent(type="text", text=briefing.text)],
-                                    structured_content=briefing.json)
-        except NotAttributed as exc:
-            return _error("not_attributed", str(exc))
-        except InvalidArgument as exc:
-            return _error("invalid_argument", str(exc))
+            return _document(briefing.text)
+        except (NotAttributed, InvalidArgument, ProviderReserved, NoRepository) as exc:
+            return _error(exc.mcp_code, str(exc))
 
     async def _read_resource(self, ctx: Any, params: t.ReadResourceRequestParams) -> t.ReadResourceResult:
         if str(params.uri) != BRIEFING_URI:
@@ -148,7 +160,7 @@ class Gateway:
         return t.ReadResourceResult(contents=[
             t.TextResourceContents(uri=BRIEFING_URI, text=briefing.text, mime_type="text/plain")])
 
-    async def _deny(self, view: View, name: str, arguments: dict[str, Any]) -> None:
+    async def _deny(self, view: View, name: str, arguments: dict[str, Any]) -> NoReturn:
         """REQ-2: a refused call is logged as the caller's row with outcome denied; nothing goes upstream."""
         caller = bound_field(f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed")
         provider = self._service.provider
@@ -163,6 +175,10 @@ class Gateway:
         if suppressed is not None:
             self._log.bind(caller=caller, server=server, tool_chars=len(name), outcome="denied",
                            suppressed=suppressed).warning("gateway call refused")
+        if server == provider:
+            raise ProviderReserved(f"tool {bound_field(name)} is the memory provider's, reserved to the daemon",
+                                   provider=provider)
+        raise ProviderReserved(f"tool {bound_field(name)} is not available to harnesses")
 
 
 _Scope = MutableMapping[str, Any]

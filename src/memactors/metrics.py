@@ -265,9 +265,32 @@ class Metrics:
             self.set_actor_queue_depth(stats.name, stats.queued)
 
     def exposition(self) -> bytes:
-        """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+        """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``), without ``*_created``."""
         self.refresh()
-        return generate_latest(self.registry)
+        return generate_latest(self.exported)  # type: ignore[arg-type]
+
+    @property
+    def exported(self) -> _WithoutCreated:
+        """The registry as scrapes see it (what ``/metrics`` serves)."""
+        return _WithoutCreated(self.registry)
+
+
+class _WithoutCreated:
+    """The registry as the exposition sees it, minus the ``*_created`` samples prometheus_client adds to
+    counters and histograms: the exported families are exactly REQ-21's (and the queue depth), and a
+    per-registry filter leaves the process-global ``disable_created_metrics()`` switch to the host."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Any]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+    def restricted_registry(self, names: Iterable[str]) -> _WithoutCreated:
+        """``/metrics?name[]=…`` (prometheus_client's ASGI app asks for this)."""
+        return _WithoutCreated(self._registry.restricted_registry(names))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ HTTP server
@@ -289,7 +312,7 @@ def metrics_app(metrics: Metrics, ready: Readiness = _always_ready) -> Any:
     * ``GET /readyz``: 200 when the memory provider is ready, 503 with a one-line reason otherwise;
     * anything else 404, other methods 405.
     """
-    exposition = make_asgi_app(registry=metrics.registry)
+    exposition = make_asgi_app(registry=metrics.exported)
 
     async def plain(send: Any, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
         body = text.encode("utf-8")

@@ -54,7 +54,7 @@ from .actors.index import (
     Stored,
     episode_view,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
 from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import Summarize, SummaryActor, model_api_settings
@@ -63,7 +63,7 @@ from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
-from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
+from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .repo import resolve_repo, scope_for
@@ -82,6 +82,13 @@ def provider_target(config: Config, store: Store, builtin: BuiltinProvider | Non
         server = (builtin or BuiltinProvider(store)).server()
         return lambda: server
     return lambda: upstream_target(upstream)
+
+
+def provider_endpoint(upstream: McpServerConfig | None) -> str:
+    """What a connection error names: the stdio command's path, the HTTP upstream's URL, or the built-in."""
+    if upstream is None:
+        return "built-in provider"
+    return str(upstream.command) if upstream.command is not None else str(upstream.url)
 
 
 def upstream_target(upstream: McpServerConfig) -> Any:
@@ -165,7 +172,9 @@ class MemoryService:
             return {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
                     "reason": assembled.skipped}
         outcome = "recorded"
-        with memory_span("memory.episode.record", enabled=self.config.telemetry.export_all,
+        harness_cfg = self.config.harness.get(record.harness)
+        consent = self.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
+        with memory_span("memory.episode.record", enabled=consent,
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len((assembled.text or "").encode())) as span:
             if new:
@@ -247,6 +256,9 @@ class MemoryService:
             if harness is None:
                 raise InvalidArgument("params.as names no configured harness", field="params.as")
             repo = await self.harness_repo(harness.name)
+            if repo is None:
+                raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
+                                   "a git repository), so it has no episode scope", harness=harness.name)
         view = View("operator", harness=as_harness, repo=repo, branch=branch)
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
@@ -402,7 +414,9 @@ class MemoryService:
                 raise InvalidArgument(f"--provider {name}: no [mcp.{name}] in the global file or a drop-in",
                                       field="provider")
             target = upstream_target(upstream)
-        report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout)
+        endpoint = provider_endpoint(None if name == "builtin" else cfg.mcp.get(name))
+        report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout,
+                                    endpoint=endpoint)
         return {**attrs.asdict(report), "ok": report.ok}
 
     async def harness_repo(self, harness: str) -> str | None:
@@ -493,7 +507,8 @@ class MemoryService:
         ]
 
 
-async def check_target(target: Any, *, provider: str, provider_timeout: float) -> ConformanceReport:
+async def check_target(target: Any, *, provider: str, provider_timeout: float,
+                       endpoint: str = "") -> ConformanceReport:
     """Connect a separate MCP client to `target` and run the conformance suite over it.
 
     A provider that cannot be reached (no such command, a refused connection, no initialize answer
@@ -507,7 +522,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float) -
                 scope.deadline = math.inf  # connected: the suite bounds each of its own calls
                 return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
     except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
-        reason = f"cannot connect: {type(exc).__name__}"
+        reason = describe_failure(exc, endpoint or provider)
     checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
     checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
     return ConformanceReport(provider=provider, checks=tuple(checks))
@@ -682,7 +697,9 @@ async def open_memory_service(
             service.session = ProviderSession(
                 provider=service.provider, target=provider_target(config, store, service.builtin), store=store,
                 metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
-                on_ready=session_ready, call_log=service.call_log)
+                on_ready=session_ready, call_log=service.call_log,
+                endpoint=provider_endpoint(config.provider_upstream),
+                export_spans=lambda: holder.current.telemetry.export_all)
             await sup.start(ChildSpec("provider_session", service.session.run))
             service.index = Index(store, wall_clock=wall_clock)
             await sup.start(ChildSpec("index", service.index.run))

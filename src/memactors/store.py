@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -307,12 +308,36 @@ def prune_call_log(db: sqlite_utils.Database, cutoff: str, batch: int = 10_000) 
     return cursor.rowcount
 
 
+def private_dir(path: Path) -> None:
+    """Create `path` (and parents) if missing and make it 0700, whatever the umask: the state directory
+    holds every episode and the operator tokens."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def private_file(path: Path) -> None:
+    """Create `path` if missing and make it 0600, whatever the umask."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+
+
+def _fts_secure_delete(db: sqlite_utils.Database) -> None:
+    """FTS5's secure-delete: a deleted document's terms leave the full-text index at once instead of
+    waiting for a segment merge (the built-in provider's index holds episode text)."""
+    for table in ("builtin_fts",):
+        if db[table].exists():
+            db.execute(f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', 1)")
+
+
 def _connect(path: Path) -> sqlite_utils.Database:
     conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
     # sqlite-vec on every connection: the built-in provider's vec0 table lives in this file (REQ-11).
     conn.enable_load_extension(True)
     sqlite_vec.load(conn)
     conn.enable_load_extension(False)
+    # Deleted rows (a forgotten episode, its run record's text) are overwritten with zeros rather than
+    # left readable in free pages and freed cells (REQ-10: forget removes every copy).
+    conn.execute("PRAGMA secure_delete = ON")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA busy_timeout = 5000")
@@ -342,9 +367,11 @@ class Store:
         """Create the state directory and database if missing and apply pending migrations."""
 
         def setup() -> sqlite_utils.Database:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
+            private_file(path)  # SQLite creates -wal and -shm with the database file's mode
             db = _connect(path)
             migrations.apply(db)
+            _fts_secure_delete(db)
             return db
 
         return cls(path, await trio.to_thread.run_sync(setup))
@@ -362,6 +389,16 @@ class Store:
                 raise
             db.execute("COMMIT")
             return result
+
+        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the database and truncate it to zero bytes, so page images holding deleted
+        rows do not linger in `-wal` (after a forget). False when a reader kept it from completing."""
+
+        def run() -> bool:
+            busy = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            return not busy
 
         return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
 

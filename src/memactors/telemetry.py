@@ -8,8 +8,9 @@ cannot attach a body, a query or a prompt by accident.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -56,3 +57,44 @@ class _Checked:
     def set_attribute(self, key: str, value: Any) -> None:
         _check(key)
         self._span.set_attribute(key, value)
+
+
+# -- the mcp SDK's own spans ------------------------------------------------------------------------------
+#
+# The mcp SDK opens a span for every request it sends ("MCP send tools/call memory_recall") on its own
+# module tracer. A host that installs a tracer provider would export those for the provider session's
+# calls whatever `[telemetry] export_all` says. The guard below wraps that tracer once: in a context where
+# `guard_sdk_spans` set a consent function, a span is started only while it answers True; elsewhere (the
+# host's own MCP use, in an embedding process) the SDK behaves as shipped.
+
+_sdk_consent: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "memactors_sdk_span_consent", default=None)
+
+
+class _GuardedTracer:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        consent = _sdk_consent.get()
+        if consent is not None and not consent():
+            return nullcontext(trace.INVALID_SPAN)
+        return self._inner.start_as_current_span(*args, **kwargs)
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Any:
+        consent = _sdk_consent.get()
+        if consent is not None and not consent():
+            return trace.INVALID_SPAN
+        return self._inner.start_span(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def guard_sdk_spans(consent: Callable[[], bool]) -> None:
+    """From here on in this task (and the tasks it starts), the mcp SDK's spans need `consent()`."""
+    from mcp.shared import _otel
+
+    if not isinstance(_otel._tracer, _GuardedTracer):
+        _otel._tracer = _GuardedTracer(_otel._tracer)
+    _sdk_consent.set(consent)

@@ -14,6 +14,7 @@ for agent and provider authors in ``docs/wrapper.md``.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import unicodedata
@@ -46,6 +47,11 @@ __all__ = [
 NONCE_BYTES = 8
 #: REQ-12: a recall response is at most 16 KiB.
 RECALL_MAX_BYTES = 16384
+#: What a tool response adds around the document on the wire: the JSON-RPC envelope
+#: (``{"jsonrpc":"2.0","id":…,"result":{"content":[{"type":"text","text":"…"}],"isError":false}}``) and
+#: the server-sent-event framing of streamable HTTP. Generous on purpose: REQ-12's bound is the whole
+#: response, and the document inside it is JSON-escaped.
+WIRE_ENVELOPE_BYTES = 512
 #: REQ-14: a briefing is at most 4096 bytes whatever briefing_max_chars says.
 BRIEFING_MAX_BYTES = 4096
 #: REQ-12's sections, in order.
@@ -329,12 +335,18 @@ def _nbytes(s: str) -> int:
     return len(s.encode("utf-8", "surrogatepass"))
 
 
+def _wire_nbytes(s: str) -> int:
+    """Bytes `s` takes inside a JSON string on the wire (quotes, backslashes, LF and controls escaped)."""
+    return len(json.dumps(s, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
 def fit_recall(
     sections: Sequence[Section],
     max_bytes: int = RECALL_MAX_BYTES,
     *,
     degraded: str | None = None,
     nonce: str | None = None,
+    wire: bool = False,
 ) -> Document:
     """REQ-12's recall document: ``facts``, ``episodes``, ``recent_runs`` in that order, never
     interleaved or re-scored, at most ``max_bytes`` UTF-8 bytes of :func:`render_text` output.
@@ -344,7 +356,14 @@ def fit_recall(
     the measure (the JSON form escapes quotes and control characters and can be slightly larger).
     Each item's size is computed once, so this is linear in the input. Raises InvalidArgument when
     the sections are not REQ-12's or even the empty document exceeds the cap.
+
+    With ``wire``, the measure is the whole tool response as the gateway sends it: the text JSON-escaped
+    (every LF two bytes, quotes and controls escaped) plus WIRE_ENVELOPE_BYTES, within ``max_bytes``.
     """
+    size = _wire_nbytes if wire else _nbytes
+    joint = 2 if wire else 1  # the "\n" between blocks, escaped on the wire
+    if wire:
+        max_bytes -= WIRE_ENVELOPE_BYTES
     names = tuple(s.name for s in sections)
     if names != RECALL_SECTIONS:
         raise InvalidArgument(
@@ -358,21 +377,21 @@ def fit_recall(
         _check_nonce(nonce, strings)
 
     # Every block costs its bytes plus one for the "\n" joining it to the next; the last has none.
-    costs = {s.name: [_nbytes(_item_block(it, nonce)) + 1 for it in s.items] for s in sections}
+    costs = {s.name: [size(_item_block(it, nonce)) + joint for it in s.items] for s in sections}
     kept = {s.name: len(s.items) for s in sections}
     base_dropped = {s.name: s.dropped for s in sections}
     removed = dict.fromkeys(kept, 0)
-    fixed = sum(_nbytes(_heading(s)) + 1 for s in sections) + _nbytes(_footer(nonce))
+    fixed = sum(size(_heading(s)) + joint for s in sections) + size(_footer(nonce))
     items_total = sum(sum(c) for c in costs.values())
 
     def total() -> int:
         truncated = sum(removed.values())
-        size = fixed + items_total + _nbytes(_header("recall", nonce, degraded, truncated)) + 1
+        n = fixed + items_total + size(_header("recall", nonce, degraded, truncated)) + joint
         for name in kept:
             dropped = base_dropped[name] + removed[name]
             if dropped:
-                size += _nbytes(_dropped_line(dropped, None)) + 1
-        return size
+                n += size(_dropped_line(dropped, None)) + joint
+        return n
 
     for name in _RECALL_DROP_ORDER:
         while kept[name] and total() > max_bytes:

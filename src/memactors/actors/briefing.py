@@ -332,7 +332,7 @@ def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
         for s in doc.sections
     )
     if doc.kind == "recall":
-        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce)
+        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce, wire=True)
     layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
     return fit_briefing(
         [(s, layout[s.name][0], layout[s.name][1]) for s in sections],
@@ -455,7 +455,7 @@ class Briefing:
             arguments["paths"] = list(paths)
         contract.check_request("memory_recall", arguments)
         timeout = self._config().episodes.provider_timeout
-        caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "daemon"
+        caller = "daemon"  # REQ-18: the daemon's calls to the provider are its own rows, whoever it serves
         try:
             with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)
@@ -505,7 +505,7 @@ class Briefing:
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(_run_item(r) for r in runs)),
         )
-        doc = fit_recall(sections, degraded=degraded)
+        doc = fit_recall(sections, degraded=degraded, wire=True)  # REQ-12 bounds the tool response
         doc, exposed, withheld = await self._expose(doc, view, "recall", req.call_id, now)
         outcome: Literal["ok", "degraded"] = "degraded" if degraded else "ok"
         self._metrics.recall(self.provider, outcome)

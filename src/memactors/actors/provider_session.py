@@ -21,6 +21,7 @@ the rest of the daemon only sees `ProviderUnavailable` meanwhile.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -29,17 +30,30 @@ import mcp
 import mcp.types as mt
 import trio
 from loguru import logger
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
+from ..redact import redact
 from ..store import Store, WallClock, iso, log_call, utc_now
+from ..telemetry import guard_sdk_spans
 from .breaker import Breaker
 from .call_log import CallLog
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
+#: Seconds between idle `memory_contract` checks (module-level so a real-time test can shorten it).
+HEARTBEAT_SECONDS = 15.0
+#: Consecutive heartbeat timeouts after which the connection is dropped and opened afresh (a hung stdio
+#: provider is then replaced by a new process; an HTTP upstream gets a new connection).
+HEARTBEAT_MISSES_TO_RECONNECT = 3
+#: A stdio provider's stderr: each line cut to this many characters, at most STDERR_LINES_PER_WINDOW
+#: lines logged per STDERR_WINDOW seconds (the rest counted in one "suppressed" line).
+STDERR_LINE_CHARS = 1000
+STDERR_LINES_PER_WINDOW = 50
+STDERR_WINDOW = 10.0
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
        "memory_contract": "contract"}
 
@@ -89,24 +103,29 @@ class ProviderSession:
         store: Store,
         metrics: Metrics,
         provider_timeout: float,
-        heartbeat: float = 15.0,
+        heartbeat: float | None = None,
+        endpoint: str = "",
         max_backoff: float = 30.0,
         wall_clock: WallClock = utc_now,
         breaker: Breaker | None = None,
         on_ready: Callable[[], Awaitable[None]] | None = None,
         call_log: CallLog | None = None,
+        export_spans: Callable[[], bool] = lambda: False,
     ) -> None:
         self.provider = provider
         self._target = target
         self._store = store
         self._metrics = metrics
         self._provider_timeout = provider_timeout
-        self._heartbeat = heartbeat
+        self._heartbeat = HEARTBEAT_SECONDS if heartbeat is None else heartbeat
+        self._endpoint = endpoint or provider  # what an error names: the command's path or the URL
+        self._attempted = False  # a connection attempt or contract check has failed at least once
         self._max_backoff = max_backoff
         self._wall_clock = wall_clock
         self.breaker = breaker or Breaker()
         self._on_ready = on_ready
         self._calls = call_log
+        self._export_spans = export_spans
         self.address, self._mailbox = open_mailbox("provider_session", 64)
         self._client: mcp.Client | None = None
         self._state: SessionState = "connecting"
@@ -127,11 +146,52 @@ class ProviderSession:
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         self._since = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._connection_loop)
-            task_status.started(self.address)
-            await serve(self._mailbox, self._handle, concurrency=32)
-            nursery.cancel_scope.cancel()
+        # The mcp SDK's own spans (one per request it sends) for this session's connection follow the
+        # same consent as memory spans: every task started below inherits this context (REQ-18).
+        guard_sdk_spans(self._export_spans)
+        # One pipe for the session's life: every stdio provider process it starts writes its stderr
+        # there, and a task logs it redacted, cut and rate-limited (never inherited by the daemon's own
+        # stderr, where a provider's traceback could print a secret as is).
+        read_fd, write_fd = os.pipe()
+        self._errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stderr_loop, read_fd)
+                nursery.start_soon(self._connection_loop)
+                task_status.started(self.address)
+                await serve(self._mailbox, self._handle, concurrency=32)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._errlog.close()
+
+    async def _stderr_loop(self, read_fd: int) -> None:
+        log = self._log.bind(source="provider_stderr")
+        stream = trio.lowlevel.FdStream(read_fd)  # owns read_fd and closes it
+        async with stream:
+            buffer = b""
+            window_end, logged, suppressed = 0.0, 0, 0
+            while True:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
+                    lines.append(buffer)
+                    buffer = b""
+                for raw in lines:
+                    now = trio.current_time()
+                    if now >= window_end:
+                        if suppressed:
+                            log.bind(suppressed=suppressed).warning("provider stderr lines suppressed")
+                        window_end, logged, suppressed = now + STDERR_WINDOW, 0, 0
+                    if logged >= STDERR_LINES_PER_WINDOW:
+                        suppressed += 1
+                        continue
+                    text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
+                    if text.strip():
+                        logged += 1
+                        log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
 
     # -- connection ---------------------------------------------------------------------------------
     def _set_state(self, state: SessionState, error: str | None = None) -> None:
@@ -143,7 +203,9 @@ class ProviderSession:
         self._update_up()
 
     def _update_up(self) -> None:
-        if self._ever_checked:
+        # Absent before the first contract check (REQ-21) — but a failed connection attempt counts as a
+        # failed check, so an alert on provider_up == 0 fires for a provider that never came up.
+        if self._ever_checked or self._attempted:
             up = self._state == "ready" and not self.breaker.is_open
             self._metrics.set_provider_up(self.provider, up)
 
@@ -154,7 +216,7 @@ class ProviderSession:
             connect_budget = max(self._provider_timeout * 5, 10.0)
             try:
                 with trio.CancelScope(deadline=trio.current_time() + connect_budget) as scope:
-                    async with mcp.Client(self._target(), raise_exceptions=False) as client:
+                    async with mcp.Client(self._transport(), raise_exceptions=False) as client:
                         self._client = client
                         self._generation += 1
                         await self._check(client)
@@ -165,17 +227,27 @@ class ProviderSession:
                             await self._lost.wait()
                             inner.cancel_scope.cancel()
                 if scope.cancelled_caught:
-                    self._set_state("down", "timed out connecting or checking the contract")
+                    self._attempted = True
+                    self._set_state("down", f"{self._endpoint}: no answer to initialize or memory_contract "
+                                            f"within {connect_budget:g} s")
             except (MemactorsError, MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                     RuntimeError, ExceptionGroup) as exc:
-                self._set_state("down", f"{type(exc).__name__}: {str(exc)[:200]}")
-                self._log.bind(error=type(exc).__name__).warning("provider connection failed")
+                self._attempted = True
+                reason = describe_failure(exc, self._endpoint)
+                self._set_state("down", reason)
+                self._log.bind(error=type(_leaf(exc)).__name__).warning("provider connection failed")
             finally:
                 self._client = None
             if self._state == "ready":
                 self._set_state("down", self._last_error or "connection lost")
             await trio.sleep(backoff)
             backoff = min(backoff * 2, self._max_backoff)
+
+    def _transport(self) -> Target:
+        target = self._target()
+        if isinstance(target, mcp.StdioServerParameters):
+            return stdio_client(target, errlog=self._errlog)
+        return target
 
     async def _check(self, client: mcp.Client) -> None:
         """memory_contract on open and after every reconnect: tools present, version supported."""
@@ -193,7 +265,7 @@ class ProviderSession:
             return
         except trio.TooSlowError:
             self._ever_checked = True
-            self._set_state("down", "memory_contract timed out")
+            self._set_state("down", f"{self._endpoint}: memory_contract timed out")
             raise ProviderUnavailable("memory_contract timed out", provider=self.provider) from None
         except ProviderUnavailable as exc:
             self._ever_checked = True
@@ -213,23 +285,40 @@ class ProviderSession:
                     self._log.bind(error=type(exc).__name__).warning("ready notification failed")
 
     async def _heartbeat_loop(self, client: mcp.Client) -> None:
+        """An idle `memory_contract` every heartbeat. A check that times out or fails takes the session
+        out of `ready` (calls are refused at once, provider_up drops to 0, doctor warns and, after five
+        minutes, fails); the next one that passes puts it back. After a few timeouts in a row the
+        connection is opened afresh."""
+        misses = 0
         while True:
             await trio.sleep(self._heartbeat)
-            if self._state == "incompatible":
+            if self._state in ("incompatible", "down"):
                 try:
                     await self._check(client)  # "until a later check succeeds"
+                    misses = 0
                 except ProviderUnavailable:
-                    self._lost.set()
-                    return
+                    misses += 1
+                    if misses >= HEARTBEAT_MISSES_TO_RECONNECT or self._lost.is_set():
+                        self._lost.set()
+                        return
                 continue
-            with trio.move_on_after(max(self._provider_timeout, 1.0)):
+            budget = max(self._provider_timeout, 1.0)
+            with trio.move_on_after(budget) as scope:
                 try:
                     await self._raw_call(client, "memory_contract", {})
+                    misses = 0
+                    continue
                 except _ConnectionLost:
                     self._lost.set()
                     return
-                except MemactorsError:
-                    pass
+                except MemactorsError as exc:
+                    self._ever_checked = True
+                    self._set_state("down", f"{self._endpoint}: memory_contract failed: {str(exc)[:200]}")
+            if scope.cancelled_caught:
+                self._ever_checked = True
+                self._set_state("down", f"{self._endpoint}: memory_contract timed out after {budget:g} s")
+                self._log.bind(timeout_s=budget).warning("provider heartbeat timed out")
+            misses += 1
 
     async def _raw_call(self, client: mcp.Client, tool: str, arguments: dict[str, Any],
                         caller: str = "daemon") -> dict[str, Any]:
@@ -336,3 +425,24 @@ class ProviderSession:
 async def provider_call(address: Any, tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:
     """Ask the provider session to call `tool` under the current task's effective deadline."""
     return await address.ask(ProviderCall(tool, arguments, trio.current_effective_deadline(), caller))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) groups: what actually went wrong."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_failure(exc: BaseException, endpoint: str) -> str:
+    """A connection failure in words that name what could not be reached: the command's path that could
+    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, OSError) and leaf.filename:
+        return f"cannot start {leaf.filename}: {leaf.strerror or type(leaf).__name__}"
+    if isinstance(leaf, OSError) and leaf.strerror:
+        return f"cannot reach {endpoint}: {leaf.strerror}"
+    detail = str(leaf)[:200] or type(leaf).__name__
+    if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
+        return f"cannot connect to {endpoint}: {detail}"
+    return f"{endpoint}: {type(leaf).__name__}: {detail}"

@@ -149,7 +149,23 @@ def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
         return False
     db.execute("UPDATE episodes SET body = NULL, text = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
                [episode_id])
+    scrub_run(db, episode_id)
     return True
+
+
+def scrub_run(db: sqlite_utils.Database, episode_id: str) -> None:
+    """Remove the agent-written text a forgotten episode came from, wherever the daemon keeps a copy:
+    the stored run record's `result_text` and events (the run row itself, its ids, times, outcome and
+    paths stay: they are what the graph knows, not what the agent wrote), and every cached briefing
+    that showed the episode."""
+    row = db.execute("SELECT harness, run_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
+                     [episode_id]).fetchone()
+    if row is None:
+        return
+    db.execute("UPDATE runs SET record = json_set(json_remove(record, '$.events'), '$.result_text', json('null'))"
+               " WHERE harness = ? AND run_id = ?", list(row))
+    db.execute("DELETE FROM briefings WHERE instr(document, ?) > 0 OR instr(doc_json, ?) > 0",
+               [episode_id, episode_id])
 
 
 class Retention:
@@ -246,6 +262,8 @@ class Retention:
                         nursery.start_soon(self._attempt, attempt)
             self._wake.set()  # whatever is still pending is the loop's now
         outcome = await self._store.read(lambda db: _forget_outcome(db, episode_id))
+        if outcome.body_deleted:
+            await self._store.checkpoint()  # no page image of the deleted text left in the WAL
         log.bind(ids=outcome.ids, pending=outcome.pending, failed=outcome.failed, first=first).info("episode forgotten")
         await self.counts()
         return outcome
@@ -288,12 +306,16 @@ class Retention:
 
         while True:
             self._wake = trio.Event()
-            due = await self._due()
+            due = [a for a in await self._due() if _key(a) not in self._inflight]
             async with trio.open_nursery() as nursery:
                 for attempt in due:
                     nursery.start_soon(one, attempt)
             await self.counts()
-            with trio.move_on_after(0.5 if due else await self._until_next_due()):
+            if due:
+                continue  # a backlog drains as fast as the provider answers
+            # Sleep until the earliest row is due; a new or rescheduled row, a finished attempt or RetryNow
+            # wakes the loop sooner.
+            with trio.move_on_after(await self._until_next_due()):
                 await self._wake.wait()
 
     async def _until_next_due(self) -> float:
@@ -326,7 +348,7 @@ class Retention:
             [now, self._provider, now]))
 
     async def _attempt(self, attempt: Attempt) -> str:
-        key = (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
+        key = _key(attempt)
         if key in self._inflight:
             return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
@@ -336,6 +358,7 @@ class Retention:
             return await self._forget(attempt)
         finally:
             self._inflight.discard(key)
+            self._wake.set()  # a row the loop skipped while this attempt was in flight may be due
 
     async def _record(self, episode_id: str) -> str:
         row = await self._store.read(lambda db: db.execute(
@@ -356,7 +379,6 @@ class Retention:
             ids = tuple(str(i) for i in payload["ids"])
             await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
-            self._metrics.episode_recorded(self._provider, "error")
             self._failing = True
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
@@ -393,12 +415,13 @@ class Retention:
             log.bind(error=type(exc).__name__, state=state).warning("forget failed")
             return state
 
-        def done(db: sqlite_utils.Database) -> None:
+        def done(db: sqlite_utils.Database) -> bool:
             db.execute("DELETE FROM pending WHERE kind = 'forget' AND provider = ? AND episode_id = ?"
                        " AND provider_id = ?", [attempt.provider, attempt.episode_id, attempt.provider_id])
-            delete_body_if_done(db, attempt.episode_id)
+            return delete_body_if_done(db, attempt.episode_id)
 
-        await self._store.write(done)
+        if await self._store.write(done):
+            await self._store.checkpoint()  # the body is gone: no page image of it left in the WAL
         log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
         return "forgotten"
 
@@ -430,9 +453,18 @@ class Retention:
                 [attempts, next_at, state, message, kind, provider, episode_id, provider_id])
             if expired and kind == "forget":
                 delete_body_if_done(db, episode_id)
+            if kind == "record" and attempts == 1:
+                # REQ-21 counts episodes: an episode's failed record counts once, however often it is retried.
+                self._metrics.episode_recorded(provider, "error")
             return "failed" if expired else "queued"
 
-        return await self._store.write(write)
+        state = await self._store.write(write)
+        self._wake.set()  # the row's next_at changed: the loop sleeps until the earliest one again
+        return state
+
+
+def _key(attempt: Attempt) -> tuple[str, str, str, str]:
+    return (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
 
 
 def _retombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
