@@ -256,6 +256,51 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+def scope_key(scope: str) -> str:
+    """The one FTS5 token a scope is indexed under in `builtin_fts.scope_key` (digits only, so no
+    tokenizer or stemmer changes it): the first 60 bits of the scope's SHA-256, in decimal."""
+    return str(int(hashlib.sha256(scope.encode()).hexdigest()[:15], 16))
+
+
+@migrations(name="0006_builtin_scope_in_fts")
+def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
+    """The built-in provider's FTS5 index becomes external-content over `builtin_docs` (the text is
+    stored once, in builtin_docs) with a `scope_key` column, so a recall restricts its match to the
+    caller's scopes inside FTS5 and its cost follows the caller's repository, not the store.
+
+    Triggers keep the index in step with builtin_docs on insert, update and delete. `rank` is BM25 with
+    weight 0 on the scope column, so scores are the text/summary BM25 they were before. Existing
+    databases are upgraded in place: the old (contentful) table is dropped and the index rebuilt.
+    """
+    db.execute("ALTER TABLE builtin_docs ADD COLUMN scope_key TEXT NOT NULL DEFAULT ''")
+    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs").fetchall():
+        db.execute("UPDATE builtin_docs SET scope_key = ? WHERE doc_id = ?", [scope_key(scope), doc_id])
+    db.executescript(
+        """
+        DROP TABLE IF EXISTS builtin_fts;
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+            scope_key, text, summary,
+            content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+        CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_update AFTER UPDATE OF scope_key, text, summary ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+        INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', 'bm25(0.0, 1.0, 1.0)');
+        """
+    )
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
