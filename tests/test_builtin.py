@@ -332,3 +332,24 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
         assert sorted(await _ids(p, "ledger")) == ["ep_a", "ep_c"]
     finally:
         s.close()
+
+
+@pytest.mark.slow
+async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(tmp_path: Path) -> None:
+    """Issue 10: over stdio any MCP client may call it, so it checks its advertised input schema."""
+    import mcp
+
+    params = mcp.StdioServerParameters(command=sys.executable, args=[
+        "-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", str(tmp_path / "up.db")])
+    async with mcp.Client(params) as client:
+        bad = (({"query": "q", "scope": [A], "limit": 50}, "limit"),
+               ({"query": "q" * 600, "scope": [A], "limit": 5}, "query"),
+               ({"query": "q", "scope": [A, B, "project:c"], "limit": 5}, "scope"),
+               ({"query": "q", "scope": [A], "limit": 5, "extra": 1}, "extra"))
+        for arguments, field in bad:
+            result = await client.call_tool("memory_recall", arguments)
+            assert result.is_error, arguments
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert "INVALID_ARGUMENT" in text and field in text, text
+        ok = await client.call_tool("memory_recall", {"query": "q", "scope": [A], "limit": 5})
+        assert not ok.is_error and ok.structured_content == {"items": []}

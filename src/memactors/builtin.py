@@ -66,8 +66,9 @@ from loguru import logger
 from mcp.server import Server
 
 from . import __version__
+from . import contract
 from .contract import load_schemas
-from .errors import MemactorsError
+from .errors import InvalidArgument, MemactorsError
 from .store import _WORD, Store, scope_key
 
 CONTRACT_VERSION = 1
@@ -464,8 +465,13 @@ class BuiltinProvider:
         return {"contract": CONTRACT_VERSION, "provider": {"name": self.name, "version": __version__}}
 
     # -- MCP ------------------------------------------------------------------------------------
-    def server(self) -> Server[Any]:
-        """The MCP server exposing the four contract tools."""
+    def server(self, *, validate_requests: bool = False) -> Server[Any]:
+        """The MCP server exposing the four contract tools.
+
+        With `validate_requests` every call is checked against the shipped input schema (and REQ-3's
+        bounds) first and refused as a tool error naming the field: what `serve-builtin --stdio` does,
+        since any MCP client may call it. In-process the daemon has already checked the same schema.
+        """
         tools = _tools()
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
@@ -473,6 +479,11 @@ class BuiltinProvider:
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             args = dict(params.arguments or {})
+            if validate_requests and params.name in contract.TOOLS:
+                try:
+                    contract.check_request(params.name, args)
+                except InvalidArgument as exc:
+                    return _error(f"{params.name}: INVALID_ARGUMENT: {exc}")
             try:
                 match params.name:
                     case "memory_contract":
@@ -534,7 +545,8 @@ async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None
 
     store = await Store.open(db_path)
     try:
-        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server()
+        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
+            validate_requests=True)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
