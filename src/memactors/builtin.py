@@ -65,8 +65,7 @@ import trio
 from loguru import logger
 from mcp.server import Server
 
-from . import __version__
-from . import contract
+from . import __version__, contract
 from .contract import load_schemas
 from .errors import InvalidArgument, MemactorsError
 from .store import _WORD, Store, scope_key
