@@ -41,6 +41,7 @@ from .actors.briefing import (
     View,
     latest_run_place,
     resolve_view,
+    run_place,
 )
 from .actors.index import (
     GetEpisode,
@@ -288,11 +289,15 @@ class MemoryService:
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
         """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
-        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or ""))
+        def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:  # one hop: the token and its run's place
+            caller = graph.resolve_run_token(db, token or "")
+            return caller, None if caller is None else run_place(db, caller.harness, caller.run_id)
+
+        caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
-                                  workdir=caller.workdir or None)
+                                  workdir=caller.workdir or None, place=place)
 
     async def agent_recall(self, view: View, *, query: str, paths: tuple[str, ...] = (), limit: int = 8,
                            call_id: str | None = None) -> RecallAnswer:

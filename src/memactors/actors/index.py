@@ -233,13 +233,9 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
         dropped["invalid"] += invalid
     kept: list[KeptItem] = []
     seen: set[str] = set()
+    rows = _index_rows(db, provider, [item.id for item in items])
     for item in items:
-        row = db.execute(
-            "SELECT i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch, e.outcome,"
-            " e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
-            " JOIN episodes e ON e.episode_id = i.episode_id WHERE i.provider = ? AND i.provider_id = ?",
-            [provider, item.id],
-        ).fetchone()
+        row = rows.get(item.id)
         if row is None:
             dropped["unknown_id"] += 1
             continue
@@ -263,6 +259,23 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
             ),
         ))
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
+
+
+def _index_rows(db: sqlite_utils.Database, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """The index and episode rows of every provider id in one query (REQ-9's re-check, not one per item)."""
+    wanted = list(dict.fromkeys(ids))
+    out: dict[str, tuple[Any, ...]] = {}
+    for start in range(0, len(wanted), 500):  # well under SQLite's bound on host parameters
+        chunk = wanted[start:start + 500]
+        for row in db.execute(
+            "SELECT i.provider_id, i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch,"
+            " e.outcome, e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
+            " JOIN episodes e ON e.episode_id = i.episode_id"
+            f" WHERE i.provider = ? AND i.provider_id IN ({','.join('?' * len(chunk))})",
+            [provider, *chunk],
+        ).fetchall():
+            out[row[0]] = tuple(row[1:])
+    return out
 
 
 def episode_view(row: EpisodeRow) -> dict[str, Any]:
