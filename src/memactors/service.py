@@ -12,6 +12,7 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import AsyncIterator, Callable
@@ -64,6 +65,7 @@ from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
+from .models import RunRecord
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -73,6 +75,29 @@ SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500
+#: Records of one IngestRuns call ingested at once (their writes share group-commit transactions).
+BATCH_CONCURRENCY = 16
+#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+def record_size(data: Any) -> int:
+    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
+
+
+def prepare_record(data: Any, source: str) -> RunRecord:
+    """Bound, validate and clean a run record (CPU work: run in a worker thread, not on the trio loop).
+
+    Raises InvalidArgument naming the size and the limit for a record over MAX_RECORD_BYTES, and
+    naming the field for an invalid one. The prompt is dropped and every string redacted (REQ-6).
+    """
+    size = record_size(data)
+    if size > MAX_RECORD_BYTES:
+        raise InvalidArgument(
+            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
+            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+    return stored_record(parse_run_record(data, source=source))
 
 
 def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
@@ -131,8 +156,9 @@ class MemoryService:
         Returns once the run (and its episode with a pending record) is committed — from then on
         nothing is lost — and after one record attempt bounded by provider_timeout.
         """
-        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
-        record = stored_record(parse_run_record(data, source=source))
+        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6). Bounded,
+        # parsed and redacted in a worker thread: a big record never stalls other callers.
+        record = await trio.to_thread.run_sync(prepare_record, data, source)
         log = logger.bind(harness=record.harness, run=record.run_id)
         known: KnownRun | None = await self.index.address.ask(LookupRun(record.harness, record.run_id))
         if known is not None:  # a closed run is recorded once; the first record wins (scope never changes)
@@ -177,19 +203,37 @@ class MemoryService:
         if len(entries) > MAX_BATCH:
             raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
                                   field="records")
-        results: list[dict[str, Any]] = []
-        for n, entry in enumerate(entries):
+        results: list[dict[str, Any]] = [{} for _ in entries]
+        limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
+        # The same run twice in one batch: the first (in order) is ingested, the later ones wait for it
+        # and answer "duplicate", exactly as if the records had come in one after the other.
+        first_of: dict[tuple[str, str], trio.Event] = {}
+
+        async def one(n: int, entry: Any) -> None:
             if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                results.append(_rejected(str(entry.get("source", f"records[{n}]")) if isinstance(entry, dict)
-                                         else f"records[{n}]",
-                                         InvalidArgument(f"records[{n}].record must be an object",
-                                                         field=f"records[{n}].record")))
-                continue
+                source = str(entry.get("source") or f"records[{n}]") if isinstance(entry, dict) else f"records[{n}]"
+                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
+                                                               field=f"records[{n}].record"))
+                return
             source = str(entry.get("source") or f"records[{n}]")
+            record = entry["record"]
+            key = (str(record.get("harness")), str(record.get("run_id")))
+            earlier = first_of.get(key)
+            mine = trio.Event()
+            first_of[key] = mine
             try:
-                results.append(await self.ingest_run(entry["record"], source=source))
+                if earlier is not None:
+                    await earlier.wait()
+                async with limiter:
+                    results[n] = await self.ingest_run(record, source=source)
             except MemactorsError as exc:
-                results.append(_rejected(source, exc))
+                results[n] = _rejected(source, exc)
+            finally:
+                mine.set()
+
+        async with trio.open_nursery() as nursery:
+            for n, entry in enumerate(entries):
+                nursery.start_soon(one, n, entry)
         return {"results": results}
 
     async def summarize(self, text: str) -> SummaryResult:

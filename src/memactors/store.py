@@ -3,10 +3,16 @@
 One file in the state directory, opened through sqlean-py (the stdlib sqlite3 here cannot load
 extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
 
-Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
-(`write()` is serialised by a capacity limiter of one), and read connections kept per worker thread
-(`read()`). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
-cancellation: a write either commits whole or rolls back whole.
+Concurrency follows datasette: exactly one write connection, used by one worker thread at a time,
+and read connections kept per worker thread (`read()`). Nothing touches SQLite on the trio loop itself.
+
+Group commit: `write()` calls that arrive while a transaction is running queue up, and the next
+transaction runs all of them (at most GROUP_COMMIT_MAX), each inside its own SAVEPOINT. Each write
+still commits whole or rolls back whole: a call that raises has its savepoint rolled back and gets its
+exception, the others in the transaction commit; every caller returns only after the COMMIT. So
+concurrent ingests cost one transaction (and one thread hop) between them instead of one each. Write
+calls are never abandoned on cancellation: a caller cancelled while queued is taken out of the queue
+(its write never runs); once its transaction has started it waits for the COMMIT, then is cancelled.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import trio
 from sqlite_utils.migrations import Migrations
 
 T = TypeVar("T")
+
+#: The most write() calls one group-commit transaction runs.
+GROUP_COMMIT_MAX = 64
 
 WallClock = Callable[[], datetime]
 
@@ -323,13 +332,29 @@ def _connect(path: Path) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+class _WriteJob:
+    """One queued write() call: its function, then its result or exception."""
+
+    __slots__ = ("done", "error", "fn", "result", "state")
+
+    def __init__(self, fn: Callable[[sqlite_utils.Database], Any]) -> None:
+        self.fn = fn
+        self.state = "queued"  # queued -> taken -> done
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+
+
 class Store:
     """The store's single writer and its readers. Open with `await Store.open(path)`."""
 
     def __init__(self, path: Path, writer: sqlite_utils.Database) -> None:
         self.path = path
         self._writer = writer
-        self._write_limiter = trio.CapacityLimiter(1)
+        self._write_lock = trio.Lock()
+        self._write_queue: list[_WriteJob] = []
+        #: Write transactions run so far (each holds one or more write() calls).
+        self.transactions = 0
         self._read_limiter = trio.CapacityLimiter(4)
         self._local = threading.local()
         self._readers: list[sqlite_utils.Database] = []
@@ -349,20 +374,62 @@ class Store:
         return cls(path, await trio.to_thread.run_sync(setup))
 
     async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` in one transaction on the write connection, off the trio loop."""
+        """Run `fn(db)` in a transaction on the write connection, off the trio loop; commits whole or
+        not at all. Concurrent calls share one transaction (group commit, see the module docstring)."""
+        job = _WriteJob(fn)
+        self._write_queue.append(job)
+        try:
+            async with self._write_lock:
+                if job.state == "queued":  # nobody took it while we waited: lead a transaction
+                    batch = self._write_queue[:GROUP_COMMIT_MAX]
+                    del self._write_queue[:GROUP_COMMIT_MAX]
+                    for j in batch:
+                        j.state = "taken"
+                    try:
+                        await trio.to_thread.run_sync(self._write_batch, batch)  # never abandoned
+                    finally:
+                        for j in batch:
+                            j.state = "done"
+                            j.done.set()
+        except trio.Cancelled:
+            if job.state == "queued":
+                self._write_queue.remove(job)
+            else:  # in a transaction already: it commits whole or not at all; wait for it
+                with trio.CancelScope(shield=True):
+                    await job.done.wait()
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[no-any-return]
 
-        def run() -> T:
-            db = self._writer
+    def _write_batch(self, batch: list[_WriteJob]) -> None:
+        db = self._writer
+        self.transactions += 1
+        try:
             db.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(db)
-            except BaseException:  # ok: roll back, then re-raise (a write commits whole or not at all)
-                db.execute("ROLLBACK")
-                raise
+            if len(batch) == 1:
+                job = batch[0]
+                try:
+                    job.result = job.fn(db)
+                except BaseException as exc:  # ok: roll back, then hand the error to its caller
+                    job.error = exc
+                    db.execute("ROLLBACK")
+                    return
+            else:
+                for job in batch:
+                    db.execute("SAVEPOINT w")
+                    try:
+                        job.result = job.fn(db)
+                    except BaseException as exc:  # ok: this call's writes roll back; the others stay
+                        job.error = exc
+                        db.execute("ROLLBACK TO w")
+                    db.execute("RELEASE w")
             db.execute("COMMIT")
-            return result
-
-        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+        except BaseException as exc:  # ok: BEGIN or COMMIT failed: nothing of the batch is kept
+            if db.conn.in_transaction:
+                db.execute("ROLLBACK")
+            for job in batch:
+                job.error = job.error or exc
 
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
         """Run `fn(db)` on this worker thread's read connection, off the trio loop."""

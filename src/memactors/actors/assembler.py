@@ -63,6 +63,12 @@ class Assembled:
         return self.skipped != "record_trace_off"
 
 
+def _assembled(record: RunRecord, repos: Any, options: dict[str, Any]) -> tuple[Episode, str]:
+    """The episode and its text (CPU work: excerpt cutting, redaction; run in a worker thread)."""
+    episode = assemble(record, repos, **options)
+    return episode, render_text(episode)
+
+
 class Assembler:
     def __init__(
         self,
@@ -86,7 +92,8 @@ class Assembler:
     async def _handle(self, message: object) -> Assembled:
         match message:
             case Assemble(record=record):
-                return await self._assemble(stored_record(record))
+                # Redaction is CPU work: in a worker thread, never on the trio loop.
+                return await self._assemble(await trio.to_thread.run_sync(stored_record, record))
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
@@ -113,14 +120,13 @@ class Assembler:
             untrusted_inline=harness.untrusted_inline if harness else False,
             pull_request=pull_request,
         )
-        episode = assemble(record, repos, **options)
-        text = render_text(episode)
+        episode, text = await trio.to_thread.run_sync(lambda: _assembled(record, repos, options))
         summary: SummaryResult | None = None
         if config.episodes.summary:
             summary = await self._summary(text)
             if summary.summary:
-                episode = assemble(record, repos, summary=summary.summary, **options)
-                text = render_text(episode)
+                episode, text = await trio.to_thread.run_sync(
+                    lambda: _assembled(record, repos, {**options, "summary": summary.summary}))
         return Assembled(episode, text, None, repo, branch, paths, summary)
 
     async def _summary(self, text: str) -> SummaryResult:

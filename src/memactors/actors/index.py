@@ -153,15 +153,16 @@ def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, 
 
 
 def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str, ids: Sequence[str],
-                   scope: str, now: str) -> None:
+                   scope: str, now: str) -> bool:
     """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record.
 
     `scope` is ignored: the stored episode's scope is the only one trusted. Ids of an episode forgotten
-    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10).
+    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10):
+    returns True when it queued such forgets (the retry loop has work), else False.
     """
     row = db.execute("SELECT scope, forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
-        return
+        return False
     stored_scope, forgotten_at = row
     for pid in ids:
         db.execute(
@@ -172,6 +173,7 @@ def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str,
         if forgotten_at is not None:
             queue(db, "forget", provider, episode_id, provider_id=pid, now=now)
     db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?", [provider, episode_id])
+    return forgotten_at is not None and bool(ids)
 
 
 def is_indexed(db: sqlite_utils.Database, provider: str, episode_id: str) -> bool:

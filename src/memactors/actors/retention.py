@@ -353,7 +353,9 @@ class Retention:
             with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
                 payload = await provider_call(self._provider_address, "memory_record_episode", arguments)
             ids = tuple(str(i) for i in payload["ids"])
-            await self._index.ask(IndexIds(self._provider, episode_id, ids))
+            # Index rows and the pending row's removal in one transaction; ids of an episode forgotten
+            # while its record was in flight are tombstoned and queued for forget in it too.
+            forgets_queued = await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
             self._metrics.episode_recorded(self._provider, "error")
             self._failing = True
@@ -370,9 +372,7 @@ class Retention:
             self._failing = False
             await self._make_due()
             self._wake.set()
-        # Forgotten while the record was in flight: the new ids must be tombstoned and forgotten too.
-        now = iso(self._clock())
-        if await self._store.write(lambda db: _retombstone(db, episode_id, now)):
+        if forgets_queued:
             self._wake.set()
         log.bind(ids=len(ids)).info("episode recorded")
         return "recorded"
@@ -432,23 +432,6 @@ class Retention:
             return "failed" if expired else "queued"
 
         return await self._store.write(write)
-
-
-def _retombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
-    """After a record: if the episode was forgotten meanwhile, tombstone and queue its new ids."""
-    row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    if row is None or row[0] is None:
-        return False
-    fresh = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ? AND forgotten_at IS NULL",
-                       [episode_id]).fetchall()
-    if not fresh:
-        return False
-    db.execute("UPDATE memory_index SET forgotten_at = ? WHERE episode_id = ? AND forgotten_at IS NULL", [now, episode_id])
-    for provider, provider_id in fresh:
-        db.execute(
-            "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
-            " VALUES ('forget', ?, ?, ?, ?, ?)", [provider, episode_id, provider_id, now, now])
-    return True
 
 
 def _forget_outcome(db: sqlite_utils.Database, episode_id: str) -> ForgetOutcome:
