@@ -166,13 +166,13 @@ class MemoryService:
             duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
             return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
         # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record))
+        assembled: Assembled = await self.assembler.address.ask(Assemble(record, clean=True))
         episode = assembled.episode
         new = False
         if assembled.keep_run:
             stored: Stored = await self.index.address.ask(RecordRun(
                 record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
-                episode=episode, text=assembled.text, provider=self.provider))
+                episode=episode, text=assembled.text, provider=self.provider, clean=True))
             new = stored.episode_new
         if episode is None:
             self.metrics.episode_recorded(self.provider, "skipped")

@@ -37,9 +37,14 @@ _SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5
 
 @attrs.frozen
 class Assemble:
-    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so)."""
+    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so).
+
+    `clean` says the sender already made it so (the ingest path does, once, in a worker thread): it is
+    not redacted a second time.
+    """
 
     record: RunRecord
+    clean: bool = False
 
 
 @attrs.frozen
@@ -91,6 +96,8 @@ class Assembler:
 
     async def _handle(self, message: object) -> Assembled:
         match message:
+            case Assemble(record=record, clean=True):
+                return await self._assemble(record)
             case Assemble(record=record):
                 # Redaction is CPU work: in a worker thread, never on the trio loop.
                 return await self._assemble(await trio.to_thread.run_sync(stored_record, record))

@@ -93,7 +93,7 @@ class Stored:
 
 
 def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None, branch: str | None,
-              paths: Iterable[str], now: str) -> bool:
+              paths: Iterable[str], now: str, clean: bool = False) -> bool:
     """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
 
     A closed run is kept once: the first record stored for (harness, run_id) wins and a later one is
@@ -101,7 +101,7 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     """
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
-    safe = redact_obj(raw)
+    safe = raw if clean else redact_obj(raw)  # `clean`: the caller already redacted every string (REQ-6)
     cur = db.execute(
         "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -316,6 +316,7 @@ class RecordRun:
     episode: Episode | None
     text: str | None
     provider: str
+    clean: bool = False  # the record is already `stored_record`-clean: not redacted again
 
 
 @attrs.frozen
@@ -374,7 +375,8 @@ class Index:
                 m = message
 
                 def write(db: sqlite_utils.Database) -> Stored:
-                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now):
+                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now,
+                                     clean=m.clean):
                         return Stored(run_new=False, episode_new=False)
                     if m.episode is None or m.text is None:
                         return Stored(run_new=True, episode_new=False)
