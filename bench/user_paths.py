@@ -55,6 +55,7 @@ import httpx2
 import mcp
 import sqlean
 import trio
+from loguru import logger
 from mcp.client.streamable_http import streamable_http_client
 
 from memactors.builtin import query_words, scoped_match, write_doc
@@ -508,6 +509,7 @@ def main() -> None:
     parser.add_argument("--tmp", default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    logger.remove()  # the embedded service's log lines would be timed too (the daemon logs to its file)
     if args.sizes is None:
         args.sizes = [1000, 10000] + ([100000] if args.full else [])
     report = trio.run(main_async, args)

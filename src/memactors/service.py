@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
-from ._wire import parse_run_record, parse_time
+from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assemble, Assembled, Assembler
 from .actors.briefing import (
     UNATTRIBUTED,
@@ -186,7 +186,8 @@ class MemoryService:
             if new:
                 outcome = "queued"
                 with trio.move_on_after(self.config.episodes.provider_timeout):
-                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id))
+                    stored_copy = (episode_to_dict(episode), assembled.text or "", episode.scope, episode.trust_class)
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
             else:
                 outcome = "duplicate"
             span.set_attribute("memory.outcome", outcome)

@@ -65,9 +65,14 @@ def backoff_seconds(attempts: int) -> float:
 
 @attrs.frozen
 class RecordNow:
-    """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome."""
+    """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome.
+
+    `stored` is what the sender has just committed — (episode object, text, scope, trust class) — so the
+    attempt need not read it back; without it the stored copy is read.
+    """
 
     episode_id: str
+    stored: tuple[dict[str, Any], str, str, str] | None = None
 
 
 @attrs.frozen
@@ -195,8 +200,8 @@ class Retention:
 
     async def _handle(self, message: object) -> object:
         match message:
-            case RecordNow(episode_id=episode_id):
-                return await self._attempt(Attempt("record", episode_id, "", self._provider))
+            case RecordNow(episode_id=episode_id, stored=stored):
+                return await self._attempt(Attempt("record", episode_id, "", self._provider), stored)
             case Kick():
                 self._wake.set()
                 return None
@@ -324,31 +329,34 @@ class Retention:
             "UPDATE pending SET next_at = ? WHERE provider = ? AND state = 'pending' AND next_at > ?",
             [now, self._provider, now]))
 
-    async def _attempt(self, attempt: Attempt) -> str:
+    async def _attempt(self, attempt: Attempt, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         key = (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
         if key in self._inflight:
             return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
         try:
             if attempt.kind == "record":
-                return await self._record(attempt.episode_id)
+                return await self._record(attempt.episode_id, stored)
             return await self._forget(attempt)
         finally:
             self._inflight.discard(key)
 
-    async def _record(self, episode_id: str) -> str:
-        row = await self._store.read(lambda db: db.execute(
-            "SELECT body, text, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
-            [episode_id]).fetchone())
-        if row is None or row[0] is None or row[4] is not None:
-            await self._store.write(lambda db: db.execute(
-                "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
-                [self._provider, episode_id]))
-            return "gone"
-        body, text, scope, trust_class, _ = row
+    async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
+        if stored is None:
+            row = await self._store.read(lambda db: db.execute(
+                "SELECT body, text, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
+                [episode_id]).fetchone())
+            if row is None or row[0] is None or row[4] is not None:
+                await self._store.write(lambda db: db.execute(
+                    "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
+                    [self._provider, episode_id]))
+                return "gone"
+            stored = (json.loads(row[0]), row[1], row[2], row[3])
+        # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
+        episode, text, scope, trust_class = stored
         log = self._log.bind(episode=episode_id)
         arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
-                     "episode": json.loads(body), "text": text}
+                     "episode": episode, "text": text}
         try:
             with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
                 payload = await provider_call(self._provider_address, "memory_record_episode", arguments)
