@@ -25,6 +25,7 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
+	$(BIN)/python bench/user_paths.py
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
 

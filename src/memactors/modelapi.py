@@ -408,8 +408,7 @@ async def summarize_episode(
     if client is None or not client.settings.utility_model:
         log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(episode_text))
         return fallback("unconfigured")  # nothing is sent: no need to redact (CPU) on the ingest path
-    # Redaction is CPU work: in a worker thread, never on the trio loop.
-    text = await trio.to_thread.run_sync(lambda: cap_to_tokens(redact(episode_text), SUMMARY_MAX_INPUT_TOKENS))
+    text = cap_to_tokens(redact(episode_text), SUMMARY_MAX_INPUT_TOKENS)
     log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(text))
     answer: dict[str, Any] | None = None
     with trio.move_on_after(SUMMARY_DEADLINE):
