@@ -314,7 +314,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
         """
         DROP TRIGGER builtin_docs_fts_insert; DROP TRIGGER builtin_docs_fts_delete;
         DROP TRIGGER builtin_docs_fts_update; DROP TABLE builtin_fts;
-        ALTER TABLE builtin_docs DROP COLUMN scope_key;
+        ALTER TABLE builtin_docs DROP COLUMN scope_key; DROP TABLE builtin_scopes;
         CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
         DELETE FROM _sqlite_migrations WHERE name = '0006_builtin_scope_in_fts';
         """)
@@ -330,6 +330,9 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
         assert await _ids(p, "ledger", [B]) == ["ep_b"]
         await p.record(_args("ep_c", "ledger"))
         assert sorted(await _ids(p, "ledger")) == ["ep_a", "ep_c"]
+        # Renumbered into per-scope doc-id ranges: A's documents share one range, B's another.
+        ids = dict(await s.read(lambda db: db.execute("SELECT episode_id, doc_id >> 32 FROM builtin_docs").fetchall()))
+        assert ids["ep_a"] == ids["ep_c"] != ids["ep_b"]
     finally:
         s.close()
 

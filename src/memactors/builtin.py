@@ -68,7 +68,7 @@ from mcp.server import Server
 from . import __version__, contract
 from .contract import load_schemas
 from .errors import InvalidArgument, MemactorsError
-from .store import _WORD, Store, scope_key
+from .store import _WORD, Store, scope_doc_id, scope_key, scope_range
 
 CONTRACT_VERSION = 1
 RRF_K = 60
@@ -138,23 +138,34 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
                     limit: int) -> tuple[list[Hit], str]:
     """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
 
-    Returns the hits (best first: rank, then recency, then id) and the OR expression (for snippets).
+    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
+    its scope token, and the joined row's scope is checked once more. Returns the hits (best first:
+    rank, then recency, then id) and the OR expression (for snippets).
     """
-    marks = ",".join("?" * len(scopes))
+    ranges = []
+    for scope in dict.fromkeys(scopes):
+        row = db.execute("SELECT num FROM builtin_scopes WHERE scope = ?", [scope]).fetchone()
+        if row is not None:
+            ranges.append((scope, *scope_range(int(row[0]))))
     any_word = scoped_match(words, scopes, "OR")
     plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
     for match in plans:
-        rows = db.execute(
-            f"SELECT d.episode_id, d.doc_id, d.started_at"
-            f" FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-            f" WHERE builtin_fts MATCH ? AND d.scope IN ({marks})"
-            f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
-            [match, *scopes],
-        ).fetchall()
+        rows = []
+        for scope, low, high in ranges:
+            rows += db.execute(
+                f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
+                f" FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+                f" WHERE builtin_fts MATCH ? AND builtin_fts.rowid BETWEEN ? AND ? AND d.scope = ?"
+                f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
+                [match, low, high, scope],
+            ).fetchall()
+        if len(ranges) > 1:
+            rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
+            rows = rows[:CANDIDATES]
         if len(rows) >= limit:
             break
-    return [Hit(r[0], int(r[1]), r[2]) for r in rows], any_word
+    return [Hit(r[2], int(r[3]), r[1]) for r in rows], any_word
 
 
 def _cut(text: str, width: int) -> str:
@@ -228,12 +239,13 @@ def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: s
         return int(row[0]), digest, False  # recording the same episode twice changes nothing
     if row is not None:
         _delete_doc(db, int(row[0]))
-    cur = db.execute(  # builtin_fts follows by trigger (external content: the text is stored once)
-        "INSERT INTO builtin_docs (episode_id, scope, scope_key, text, summary, files, started_at, content_hash)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [episode_id, scope, scope_key(scope), text, summary, json.dumps(list(files)), started_at, digest],
+    doc_id = scope_doc_id(db, scope)  # in the scope's own rowid range
+    db.execute(  # builtin_fts follows by trigger (external content: the text is stored once)
+        "INSERT INTO builtin_docs (doc_id, episode_id, scope, scope_key, text, summary, files, started_at,"
+        " content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [doc_id, episode_id, scope, scope_key(scope), text, summary, json.dumps(list(files)), started_at, digest],
     )
-    return int(cur.lastrowid or 0), digest, True
+    return doc_id, digest, True
 
 
 def _delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:

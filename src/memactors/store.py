@@ -265,6 +265,23 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+def scope_range(num: int) -> tuple[int, int]:
+    """The first and last doc id of scope number `num`."""
+    return num << 32, ((num + 1) << 32) - 1
+
+
+def scope_doc_id(db: sqlite_utils.Database, scope: str) -> int:
+    """The next built-in doc id in `scope`'s own range, numbering the scope on first use (write txn)."""
+    row = db.execute("SELECT num, next_seq FROM builtin_scopes WHERE scope = ?", [scope]).fetchone()
+    if row is None:
+        num = int(db.execute("SELECT coalesce(max(num), 0) + 1 FROM builtin_scopes").fetchone()[0])
+        db.execute("INSERT INTO builtin_scopes (scope, num, next_seq) VALUES (?, ?, 1)", [scope, num])
+        row = (num, 1)
+    num, seq = int(row[0]), int(row[1])
+    db.execute("UPDATE builtin_scopes SET next_seq = ? WHERE scope = ?", [seq + 1, scope])
+    return (num << 32) | seq
+
+
 def scope_key(scope: str) -> str:
     """The one FTS5 token a scope is indexed under in `builtin_fts.scope_key` (digits only, so no
     tokenizer or stemmer changes it): the first 60 bits of the scope's SHA-256, in decimal."""
@@ -282,11 +299,26 @@ def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
     databases are upgraded in place: the old (contentful) table is dropped and the index rebuilt.
     """
     db.execute("ALTER TABLE builtin_docs ADD COLUMN scope_key TEXT NOT NULL DEFAULT ''")
-    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs").fetchall():
-        db.execute("UPDATE builtin_docs SET scope_key = ? WHERE doc_id = ?", [scope_key(scope), doc_id])
+    db.execute("CREATE TABLE builtin_scopes (scope TEXT PRIMARY KEY, num INTEGER NOT NULL UNIQUE,"
+               " next_seq INTEGER NOT NULL)")
+    # Every scope's documents get doc ids in their own range (scope number << 32 | sequence), so a
+    # recall's FTS5 match is bounded by rowid to the caller's repository. Existing ids are renumbered
+    # (and their vectors moved with them).
+    vec = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+    vectors = {}
+    if vec:
+        vectors = {int(d): (s, bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")}
+        db.execute("DELETE FROM builtin_vec")
+    db.execute("DROP TABLE IF EXISTS builtin_fts")  # rebuilt below, external content
+    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs ORDER BY doc_id").fetchall():
+        new_id = scope_doc_id(db, scope)
+        db.execute("UPDATE builtin_docs SET doc_id = ?, scope_key = ? WHERE doc_id = ?",
+                   [new_id, scope_key(scope), doc_id])
+        if doc_id in vectors:
+            vscope, blob = vectors[doc_id]
+            db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [new_id, vscope, blob])
     db.executescript(
         """
-        DROP TABLE IF EXISTS builtin_fts;
         CREATE VIRTUAL TABLE builtin_fts USING fts5 (
             scope_key, text, summary,
             content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
