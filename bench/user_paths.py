@@ -21,7 +21,8 @@ limit 8), interleaved query by query, it times:
 * **embedded**: `MemoryService.recall` in this process (the library path, same store file);
 * **anchors**: raw FTS5 in this process on the same words and scope, the floor any path stands on:
   `or+col` (words OR-ed, scope as a joined column filter), `or+tok` (words OR-ed, scope as an indexed
-  FTS5 token), `and+tok` (words AND-ed, scope token). Each is `ORDER BY rank LIMIT 8`.
+  FTS5 token), `and+tok` (words AND-ed, scope token), `or+range` / `and+range` (the scope's doc-id
+  range as a rowid bound, no token). Each is `ORDER BY rank LIMIT 8`.
 
 Plus: 8 concurrent gateway clients against 1 (queries per second), ingest over the RPC (IngestRun one
 by one, and IngestRuns in batches of 500) into a fresh daemon with the built-in provider, the backlog
@@ -64,7 +65,7 @@ from memactors.episode import episode_id_for
 from memactors.repo import scope_for
 from memactors.rpc import connect_rpc, read_token
 from memactors.service import open_memory_service
-from memactors.store import Store, _connect
+from memactors.store import Store, _connect, scope_range
 
 SERVICE = "harness.v1.MemoryService"
 REPOS = 50
@@ -233,8 +234,17 @@ def summary(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
-def anchor_sql(kind: str, words: list[str], scope: str) -> tuple[str, list[Any]]:
+ANCHORS = ("or+col", "or+tok", "and+tok", "or+range", "and+range")
+
+
+def anchor_sql(kind: str, words: list[str], scope: str, num: int) -> tuple[str, list[Any]]:
     terms_or = " OR ".join(f'"{w}"' for w in words)
+    if kind.endswith("+range"):
+        low, high = scope_range(num)
+        op = "OR" if kind.startswith("or") else "AND"
+        return ("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?"
+                " ORDER BY rank LIMIT 8", [f"{{text summary}} : ({f' {op} '.join(chr(34) + w + chr(34) for w in words)})",
+                                           low, high])
     if kind == "or+col":
         return ("SELECT d.episode_id FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
                 " WHERE builtin_fts MATCH ? AND d.scope = ? ORDER BY builtin_fts.rank LIMIT 8",
@@ -274,7 +284,8 @@ async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any
         embedded = await stack.enter_async_context(open_memory_service(holder))
         raw = _connect(state / "memactors.db")
         stack.callback(raw.conn.close)
-        times: dict[str, list[float]] = {k: [] for k in ("gateway", "rpc", "embedded", "or+col", "or+tok", "and+tok")}
+        times: dict[str, list[float]] = {k: [] for k in ("gateway", "rpc", "embedded", *ANCHORS)}
+        nums = dict(raw.execute("SELECT scope, num FROM builtin_scopes").fetchall())
         found = {"gateway": 0, "rpc": 0}
         for z, _ in queries[:10]:  # warm-up: open every client used, touch every path
             await (await client_for(z)).call_tool("recall", {"query": "warm up", "limit": LIMIT})
@@ -293,13 +304,13 @@ async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any
             t = time.perf_counter()
             await embedded.recall(query=q, repo=repo(z), limit=LIMIT)
             times["embedded"].append(time.perf_counter() - t)
-            for kind in ("or+col", "or+tok", "and+tok"):
-                sql, params = anchor_sql(kind, words, scope)
+            for kind in ANCHORS:
+                sql, params = anchor_sql(kind, words, scope, nums.get(scope, 0))
                 t = time.perf_counter()
                 raw.execute(sql, params).fetchall()
                 times[kind].append(time.perf_counter() - t)
         out["paths"] = {k: summary(v) for k, v in times.items()}
-        best = min(("or+col", "or+tok", "and+tok"), key=lambda k: out["paths"][k]["p50_ms"])
+        best = min(ANCHORS, key=lambda k: out["paths"][k]["p50_ms"])
         out["best_anchor"] = best
         for k in ("gateway", "rpc", "embedded"):
             out["paths"][k]["x_anchor"] = round(out["paths"][k]["p50_ms"] / max(out["paths"][best]["p50_ms"], 1e-6), 1)

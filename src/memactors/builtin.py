@@ -155,7 +155,8 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
         for scope, low, high in ranges:
             rows += db.execute(
                 f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
-                f" FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+                # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
+                f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
                 f" WHERE builtin_fts MATCH ? AND builtin_fts.rowid BETWEEN ? AND ? AND d.scope = ?"
                 f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
                 [match, low, high, scope],
