@@ -16,8 +16,9 @@ re-recording or re-embedding the same content never calls the model API again.
 
 Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
 
-* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 (`scope_key : (...)`), so the work
-  follows the caller's repository, not the store. The plan: the AND of every query word first; only
+* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
+  (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
+  the work follows the caller's repository, not the store. The plan: the AND of every query word first; only
   when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND matches). Best
   200 candidates by `rank` (BM25 over text and summary; the scope column weighs 0, so scores are those
   of text and summary alone).
