@@ -47,6 +47,7 @@ test: $(STAMP) lint agents promtool
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
+	$(BIN)/python bench/user_paths.py
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
 	$(BIN)/python bench/fault_injection.py --quick

@@ -12,6 +12,7 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -30,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
-from ._wire import parse_run_record, parse_time
+from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assemble, Assembled, Assembler
 from .actors.briefing import (
     UNATTRIBUTED,
@@ -42,6 +43,7 @@ from .actors.briefing import (
     View,
     latest_run_place,
     resolve_view,
+    run_place,
 )
 from .actors.call_log import CallLog
 from .actors.index import (
@@ -66,6 +68,7 @@ from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
+from .models import RunRecord
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -73,6 +76,31 @@ from .telemetry import memory_span
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
+#: IngestRuns takes at most this many records per call (the shared contract).
+MAX_BATCH = 500
+#: Records of one IngestRuns call ingested at once (their writes share group-commit transactions).
+BATCH_CONCURRENCY = 16
+#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+def record_size(data: Any) -> int:
+    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
+
+
+def prepare_record(data: Any, source: str) -> RunRecord:
+    """Bound, validate and clean a run record (CPU work: run in a worker thread, not on the trio loop).
+
+    Raises InvalidArgument naming the size and the limit for a record over MAX_RECORD_BYTES, and
+    naming the field for an invalid one. The prompt is dropped and every string redacted (REQ-6).
+    """
+    size = record_size(data)
+    if size > MAX_RECORD_BYTES:
+        raise InvalidArgument(
+            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
+            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+    return stored_record(parse_run_record(data, source=source))
 
 
 def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
@@ -149,8 +177,9 @@ class MemoryService:
         is the harness as the run saw it (a run started by the daemon, with its project file merged),
         for REQ-8's eligibility; by default the global configuration's.
         """
-        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
-        record = stored_record(parse_run_record(data, source=source))
+        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6). Bounded,
+        # parsed and redacted in a worker thread: a big record never stalls other callers.
+        record = await trio.to_thread.run_sync(prepare_record, data, source)
         log = logger.bind(harness=record.harness, run=record.run_id)
         known: KnownRun | None = await self.index.address.ask(LookupRun(record.harness, record.run_id))
         if known is not None:  # a closed run is recorded once; the first record wins (scope never changes)
@@ -158,13 +187,13 @@ class MemoryService:
             duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
             return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
         # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record, harness_config))
+        assembled: Assembled = await self.assembler.address.ask(Assemble(record, harness_config, clean=True))
         episode = assembled.episode
         new = False
         if assembled.keep_run:
             stored: Stored = await self.index.address.ask(RecordRun(
                 record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
-                episode=episode, text=assembled.text, provider=self.provider))
+                episode=episode, text=assembled.text, provider=self.provider, clean=True))
             new = stored.episode_new
         if episode is None:
             self.metrics.episode_recorded(self.provider, "skipped")
@@ -180,13 +209,56 @@ class MemoryService:
             if new:
                 outcome = "queued"
                 with trio.move_on_after(self.config.episodes.provider_timeout):
-                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id))
+                    stored_copy = (episode_to_dict(episode), assembled.text or "", episode.scope, episode.trust_class)
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
             else:
                 outcome = "duplicate"
             span.set_attribute("memory.outcome", outcome)
         log.bind(episode=episode.episode_id, outcome=outcome, bytes=len(assembled.text or "")).info("run ingested")
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
+
+    async def ingest_runs(self, entries: list[Any]) -> dict[str, Any]:
+        """IngestRuns: many closed run records in one call, a result per record in the same order.
+
+        Each result is IngestRun's, or `{"source", "outcome": "rejected", "error": {code, message}}` for a
+        record that was refused; one bad record never stops the rest of the batch.
+        """
+        if len(entries) > MAX_BATCH:
+            raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
+                                  field="records")
+        results: list[dict[str, Any]] = [{} for _ in entries]
+        limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
+        # The same run twice in one batch: the first (in order) is ingested, the later ones wait for it
+        # and answer "duplicate", exactly as if the records had come in one after the other.
+        first_of: dict[tuple[str, str], trio.Event] = {}
+
+        async def one(n: int, entry: Any) -> None:
+            if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+                source = str(entry.get("source") or f"records[{n}]")[:256] if isinstance(entry, dict) else f"records[{n}]"
+                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
+                                                               field=f"records[{n}].record"))
+                return
+            source = str(entry.get("source") or f"records[{n}]")[:256]
+            record = entry["record"]
+            key = (str(record.get("harness")), str(record.get("run_id")))
+            earlier = first_of.get(key)
+            mine = trio.Event()
+            first_of[key] = mine
+            try:
+                if earlier is not None:
+                    await earlier.wait()
+                async with limiter:
+                    results[n] = await self.ingest_run(record, source=source)
+            except MemactorsError as exc:
+                results[n] = _rejected(source, exc)
+            finally:
+                mine.set()
+
+        async with trio.open_nursery() as nursery:
+            for n, entry in enumerate(entries):
+                nursery.start_soon(one, n, entry)
+        return {"results": results}
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.address.ask(Summarize(text))
@@ -293,13 +365,18 @@ class MemoryService:
 
     async def caller_view(self, token: str | None, caller: graph.Caller | None = None) -> View:
         """Resolve a gateway bearer token (or an already resolved `caller`) to the run's view (SPEC-0005);
-        unattributed without one."""
-        if caller is None and token:
-            caller = await self.resolve_caller(token)
+        unattributed without one. One read hop: the token and its run's place together."""
+        now = self.wall_clock()
+
+        def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:
+            found = caller if caller is not None else graph.resolve_run_token(db, token or "", now)
+            return found, None if found is None else run_place(db, found.harness, found.run_id)
+
+        caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
-                                  workdir=caller.workdir or None)
+                                  workdir=caller.workdir or None, place=place)
 
     async def agent_recall(self, view: View, *, query: str, paths: tuple[str, ...] = (), limit: int = 8,
                            call_id: str | None = None) -> RecallAnswer:
@@ -479,6 +556,7 @@ class MemoryService:
                 query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
                 paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100))),
             m("IngestRun", "control", ingest),
+            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p))),
             m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
             m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
             m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
@@ -531,6 +609,10 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
 async def _close_quietly(client: ModelApiClient) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(2):
         await client.aclose()
+
+
+def _rejected(source: str, exc: MemactorsError) -> dict[str, Any]:
+    return {"source": source, "outcome": "rejected", "error": {"code": exc.code, "message": str(exc)}}
 
 
 def _param(params: dict[str, Any], name: str, kind: type) -> Any:
@@ -602,6 +684,13 @@ def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -
 def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
     """An optional finite number (``default`` when absent or null)."""
     return default if params.get(name) is None else _number(params, name)
+
+
+def _records(params: dict[str, Any]) -> list[Any]:
+    value = params.get("records")
+    if not isinstance(value, list):
+        raise InvalidArgument("params.records must be a list of {record, source} objects", field="params.records")
+    return value
 
 
 def _number(params: dict[str, Any], name: str) -> float:

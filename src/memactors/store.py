@@ -3,12 +3,19 @@
 One file in the state directory, opened through sqlean-py (the stdlib sqlite3 here cannot load
 extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
 
-Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
-(`write()` is serialised by a capacity limiter of one), and a bounded pool of read connections
-(`read()`): at most as many as the read limiter admits at once, opened lazily, checked out for one
-call and handed back, closed by `close()`. Connections are never tied to worker threads, because trio
-retires idle worker threads and a per-thread connection would outlive its thread (an fd leak). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
-cancellation: a write either commits whole or rolls back whole.
+Concurrency follows datasette: exactly one write connection, used by one worker thread at a time,
+and a bounded pool of read connections (`read()`): at most as many as the read limiter admits at once,
+opened lazily, checked out for one call and handed back, closed by `close()`. Connections are never
+tied to worker threads, because trio retires idle worker threads and a per-thread connection would
+outlive its thread (an fd leak). Nothing touches SQLite on the trio loop itself.
+
+Group commit: `write()` calls that arrive while a transaction is running queue up, and the next
+transaction runs all of them (at most GROUP_COMMIT_MAX), each inside its own SAVEPOINT. Each write
+still commits whole or rolls back whole: a call that raises has its savepoint rolled back and gets its
+exception, the others in the transaction commit; every caller returns only after the COMMIT. So
+concurrent ingests cost one transaction (and one thread hop) between them instead of one each. Write
+calls are never abandoned on cancellation: a caller cancelled while queued is taken out of the queue
+(its write never runs); once its transaction has started it waits for the COMMIT, then is cancelled.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ import trio
 from sqlite_utils.migrations import Migrations
 
 T = TypeVar("T")
+
+#: The most write() calls one group-commit transaction runs.
+GROUP_COMMIT_MAX = 64
 
 WallClock = Callable[[], datetime]
 
@@ -263,6 +273,8 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
 def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
     """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
     db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+
+
 #: Longest caller-supplied string (tool name, caller, server) stored in the call log or written to a log.
 MAX_FIELD_CHARS = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -292,6 +304,83 @@ _INSERT_CALL = ("INSERT INTO call_log (at, caller, server, tool, args_sha256, ou
 
 def insert_call_log_rows(db: sqlite_utils.Database, rows: list[tuple[Any, ...]]) -> None:
     db.conn.executemany(_INSERT_CALL, rows)
+
+
+def scope_range(num: int) -> tuple[int, int]:
+    """The first and last doc id of scope number `num`."""
+    return num << 32, ((num + 1) << 32) - 1
+
+
+def scope_doc_id(db: sqlite_utils.Database, scope: str) -> int:
+    """The next built-in doc id in `scope`'s own range, numbering the scope on first use (write txn)."""
+    row = db.execute("SELECT num, next_seq FROM builtin_scopes WHERE scope = ?", [scope]).fetchone()
+    if row is None:
+        num = int(db.execute("SELECT coalesce(max(num), 0) + 1 FROM builtin_scopes").fetchone()[0])
+        db.execute("INSERT INTO builtin_scopes (scope, num, next_seq) VALUES (?, ?, 1)", [scope, num])
+        row = (num, 1)
+    num, seq = int(row[0]), int(row[1])
+    db.execute("UPDATE builtin_scopes SET next_seq = ? WHERE scope = ?", [seq + 1, scope])
+    return (num << 32) | seq
+
+
+def scope_key(scope: str) -> str:
+    """The one FTS5 token a scope is indexed under in `builtin_fts.scope_key` (digits only, so no
+    tokenizer or stemmer changes it): the first 60 bits of the scope's SHA-256, in decimal."""
+    return str(int(hashlib.sha256(scope.encode()).hexdigest()[:15], 16))
+
+
+@migrations(name="0006_builtin_scope_in_fts")
+def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
+    """The built-in provider's FTS5 index becomes external-content over `builtin_docs` (the text is
+    stored once, in builtin_docs) with a `scope_key` column, so a recall restricts its match to the
+    caller's scopes inside FTS5 and its cost follows the caller's repository, not the store.
+
+    Triggers keep the index in step with builtin_docs on insert, update and delete. `rank` is BM25 with
+    weight 0 on the scope column, so scores are the text/summary BM25 they were before. Existing
+    databases are upgraded in place: the old (contentful) table is dropped and the index rebuilt.
+    """
+    db.execute("ALTER TABLE builtin_docs ADD COLUMN scope_key TEXT NOT NULL DEFAULT ''")
+    db.execute("CREATE TABLE builtin_scopes (scope TEXT PRIMARY KEY, num INTEGER NOT NULL UNIQUE,"
+               " next_seq INTEGER NOT NULL)")
+    # Every scope's documents get doc ids in their own range (scope number << 32 | sequence), so a
+    # recall's FTS5 match is bounded by rowid to the caller's repository. Existing ids are renumbered
+    # (and their vectors moved with them).
+    vec = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+    vectors = {}
+    if vec:
+        vectors = {int(d): (s, bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")}
+        db.execute("DELETE FROM builtin_vec")
+    db.execute("DROP TABLE IF EXISTS builtin_fts")  # rebuilt below, external content
+    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs ORDER BY doc_id").fetchall():
+        new_id = scope_doc_id(db, scope)
+        db.execute("UPDATE builtin_docs SET doc_id = ?, scope_key = ? WHERE doc_id = ?",
+                   [new_id, scope_key(scope), doc_id])
+        if doc_id in vectors:
+            vscope, blob = vectors[doc_id]
+            db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [new_id, vscope, blob])
+    db.executescript(
+        """
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+            scope_key, text, summary,
+            content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+        CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_update AFTER UPDATE OF scope_key, text, summary ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+        INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', 'bm25(0.0, 1.0, 1.0)');
+        """
+    )
 
 
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
@@ -349,13 +438,29 @@ def _connect(path: Path) -> sqlite_utils.Database:
 READ_CONNECTIONS = 4
 
 
+class _WriteJob:
+    """One queued write() call: its function, then its result or exception."""
+
+    __slots__ = ("done", "error", "fn", "result", "state")
+
+    def __init__(self, fn: Callable[[sqlite_utils.Database], Any]) -> None:
+        self.fn = fn
+        self.state = "queued"  # queued -> taken -> done
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+
+
 class Store:
     """The store's single writer and its readers. Open with `await Store.open(path)`."""
 
     def __init__(self, path: Path, writer: sqlite_utils.Database) -> None:
         self.path = path
         self._writer = writer
-        self._write_limiter = trio.CapacityLimiter(1)
+        self._write_lock = trio.Lock()
+        self._write_queue: list[_WriteJob] = []
+        #: Write transactions run so far (each holds one or more write() calls).
+        self.transactions = 0
         self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
         self._idle_readers: list[sqlite_utils.Database] = []
         self._readers: list[sqlite_utils.Database] = []
@@ -377,20 +482,62 @@ class Store:
         return cls(path, await trio.to_thread.run_sync(setup))
 
     async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` in one transaction on the write connection, off the trio loop."""
+        """Run `fn(db)` in a transaction on the write connection, off the trio loop; commits whole or
+        not at all. Concurrent calls share one transaction (group commit, see the module docstring)."""
+        job = _WriteJob(fn)
+        self._write_queue.append(job)
+        try:
+            async with self._write_lock:
+                if job.state == "queued":  # nobody took it while we waited: lead a transaction
+                    batch = self._write_queue[:GROUP_COMMIT_MAX]
+                    del self._write_queue[:GROUP_COMMIT_MAX]
+                    for j in batch:
+                        j.state = "taken"
+                    try:
+                        await trio.to_thread.run_sync(self._write_batch, batch)  # never abandoned
+                    finally:
+                        for j in batch:
+                            j.state = "done"
+                            j.done.set()
+        except trio.Cancelled:
+            if job.state == "queued":
+                self._write_queue.remove(job)
+            else:  # in a transaction already: it commits whole or not at all; wait for it
+                with trio.CancelScope(shield=True):
+                    await job.done.wait()
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[no-any-return]
 
-        def run() -> T:
-            db = self._writer
+    def _write_batch(self, batch: list[_WriteJob]) -> None:
+        db = self._writer
+        self.transactions += 1
+        try:
             db.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(db)
-            except BaseException:  # ok: roll back, then re-raise (a write commits whole or not at all)
-                db.execute("ROLLBACK")
-                raise
+            if len(batch) == 1:
+                job = batch[0]
+                try:
+                    job.result = job.fn(db)
+                except BaseException as exc:  # ok: roll back, then hand the error to its caller
+                    job.error = exc
+                    db.execute("ROLLBACK")
+                    return
+            else:
+                for job in batch:
+                    db.execute("SAVEPOINT w")
+                    try:
+                        job.result = job.fn(db)
+                    except BaseException as exc:  # ok: this call's writes roll back; the others stay
+                        job.error = exc
+                        db.execute("ROLLBACK TO w")
+                    db.execute("RELEASE w")
             db.execute("COMMIT")
-            return result
-
-        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+        except BaseException as exc:  # ok: BEGIN or COMMIT failed: nothing of the batch is kept
+            if db.conn.in_transaction:
+                db.execute("ROLLBACK")
+            for job in batch:
+                job.error = job.error or exc
 
     async def checkpoint(self) -> bool:
         """Copy the WAL into the database and truncate it to zero bytes, so page images holding deleted
@@ -400,7 +547,8 @@ class Store:
             busy = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             return not busy
 
-        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+        async with self._write_lock:
+            return await trio.to_thread.run_sync(run)
 
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
         """Run `fn(db)` on a pooled read connection, off the trio loop."""

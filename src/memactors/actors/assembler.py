@@ -40,10 +40,14 @@ class Assemble:
     """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so).
 
     `harness` is the harness as the run saw it (a daemon-started run with its project file merged), for
-    REQ-8's `memory_record`; None reads it from the global configuration."""
+    REQ-8's `memory_record`; None reads it from the global configuration. `clean` says the sender
+    already made the record `stored_record`-clean (the ingest path does, once, in a worker thread): it is
+    not redacted a second time.
+    """
 
     record: RunRecord
     harness: HarnessConfig | None = None
+    clean: bool = False
 
 
 @attrs.frozen
@@ -65,6 +69,12 @@ class Assembled:
     @property
     def keep_run(self) -> bool:
         return self.skipped != "record_trace_off"
+
+
+def _assembled(record: RunRecord, repos: Any, options: dict[str, Any]) -> tuple[Episode, str]:
+    """The episode and its text (CPU work: excerpt cutting, redaction; run in a worker thread)."""
+    episode = assemble(record, repos, **options)
+    return episode, render_text(episode)
 
 
 class Assembler:
@@ -89,8 +99,11 @@ class Assembler:
 
     async def _handle(self, message: object) -> Assembled:
         match message:
+            case Assemble(record=record, harness=harness, clean=True):
+                return await self._assemble(record, harness)
             case Assemble(record=record, harness=harness):
-                return await self._assemble(stored_record(record), harness)
+                # Redaction is CPU work: in a worker thread, never on the trio loop.
+                return await self._assemble(await trio.to_thread.run_sync(stored_record, record), harness)
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
@@ -117,14 +130,13 @@ class Assembler:
             untrusted_inline=harness.untrusted_inline if harness else False,
             pull_request=pull_request,
         )
-        episode = assemble(record, repos, **options)
-        text = render_text(episode)
+        episode, text = await trio.to_thread.run_sync(lambda: _assembled(record, repos, options))
         summary: SummaryResult | None = None
         if config.episodes.summary:
             summary = await self._summary(text)
             if summary.summary:
-                episode = assemble(record, repos, summary=summary.summary, **options)
-                text = render_text(episode)
+                episode, text = await trio.to_thread.run_sync(
+                    lambda: _assembled(record, repos, {**options, "summary": summary.summary}))
         return Assembled(episode, text, None, repo, branch, paths, summary)
 
     async def _summary(self, text: str) -> SummaryResult:
