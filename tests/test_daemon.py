@@ -107,7 +107,7 @@ def test_cli_walkthrough_signals_and_restart(tmp_path: Path, signum: int) -> Non
         files = sorted(str(p) for p in EXAMPLES.glob("*.json"))
         ingest = _cli(env, "runs", "ingest", *files)
         assert ingest.returncode == 0, ingest.stderr
-        assert ingest.stdout.count("recorded") == len(files)
+        assert ingest.stdout.strip() == f"{len(files)} record(s): {len(files)} recorded, 0 duplicate, 0 skipped, 0 rejected"
         hit = _cli(env, "memory", "recall", "flaky ledger", "--repo", "forge.example/acme/api", "--json")
         assert hit.returncode == 0, hit.stderr
         assert "api-fixer" in {i["harness"] for i in json.loads(hit.stdout)["episodes"]}

@@ -142,12 +142,12 @@ async def test_req10_memory_forget_and_status_through_the_cli(tmp_path: Path, ca
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": run_record()}))["episode_id"]
         capsys.readouterr()
-        assert await run_cli(config, "memory", "forget", eid) == 0
+        assert await run_cli(config, "memory", "forget", eid, "--yes") == 0
         assert f"forgotten {eid}" in capsys.readouterr().out
         assert await run_cli(config, "memory", "status") == 0
         status = capsys.readouterr().out
         assert "0 live, 1 forgotten" in status and "pending    0 records, 0 forgets" in status
-        assert await run_cli(config, "memory", "forget", "ep_00000000000000000000") != 0
+        assert await run_cli(config, "memory", "forget", "ep_00000000000000000000", "--yes") == 4  # not found
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "read")) as rpc:
             hit = await rpc.call(f"{SERVICE}/Recall", {"query": "ledger", "repo": "forge.example/acme/api"})
             assert hit["episodes"] == []

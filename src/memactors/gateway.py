@@ -126,6 +126,7 @@ class Gateway:
             return t.CallToolResult(content=[t.TextContent(type="text", text=briefing.text)],
                                     structured_content=briefing.json)
         except NotAttributed as exc:
+            self._log.bind(tool=name, code=exc.code).info("gateway call not attributed")
             return _error("not_attributed", str(exc))
         except InvalidArgument as exc:
             return _error("invalid_argument", str(exc))
@@ -138,6 +139,7 @@ class Gateway:
         try:
             briefing = await self._service.agent_briefing(view, delivery="resource", call_id=call_id)
         except NotAttributed as exc:
+            self._log.bind(resource="briefing", code=exc.code).info("gateway read not attributed")
             raise MCPError(t.INVALID_REQUEST, f"not_attributed: {exc}") from None
         return t.ReadResourceResult(contents=[
             t.TextResourceContents(uri=BRIEFING_URI, text=briefing.text, mime_type="text/plain")])
