@@ -16,7 +16,7 @@ import trio
 from memactors.config import load_config
 from memactors.daemon import run_daemon
 from memactors.rpc import RpcError, connect_rpc, read_token
-from support import EXAMPLES, example, write_config
+from support import EXAMPLES, example, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
 REQ21_FAMILIES = [
@@ -142,4 +142,35 @@ async def test_a_port_in_use_is_a_config_error_naming_the_key(tmp_path: Path) ->
                                                      f'[operator]\nlisten = "127.0.0.1:{port}"'))
         with pytest.raises(ConfigError, match=rf"\[operator\] listen = \"127.0.0.1:{port}\": cannot listen"):
             await run_daemon(lambda: load_config(second))
+        nursery.cancel_scope.cancel()
+
+
+async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_ones_by_name(tmp_path: Path) -> None:
+    """IngestRuns: one call, a result per record in order; a bad record is rejected and the rest go on."""
+    path = write_config(tmp_path)
+    bad = run_record(run_id="2", started_at="yesterday")
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+        control = read_token(tmp_path / "state", "control")
+        async with connect_rpc(listening.operator, control) as rpc:
+            out = await rpc.call(f"{SERVICE}/IngestRuns", {"records": [
+                {"record": run_record(run_id="1"), "source": "one.json"},
+                {"record": bad, "source": "two.json"},
+                {"record": run_record(run_id="3", result_text="flaky ledger retry"), "source": "three.json"},
+                {"record": run_record(run_id="1"), "source": "again.json"},
+                {"source": "four.json"},
+            ]})
+            results = out["results"]
+            assert [r["outcome"] for r in results] == ["recorded", "rejected", "recorded", "duplicate", "rejected"]
+            assert results[1]["source"] == "two.json"
+            assert results[1]["error"]["code"] == "INVALID_ARGUMENT"
+            assert "started_at" in results[1]["error"]["message"]
+            assert results[4]["error"]["code"] == "INVALID_ARGUMENT"
+            assert results[3]["episode_id"] == results[0]["episode_id"]
+            listed = await rpc.call(f"{SERVICE}/ListEpisodes", {})
+            assert sorted(e["run_id"] for e in listed["episodes"]) == ["1", "3"]
+            with pytest.raises(RpcError) as too_many:
+                await rpc.call(f"{SERVICE}/IngestRuns", {"records": [{"record": run_record()}] * 501})
+            assert too_many.value.code == "INVALID_ARGUMENT"
+            assert "500" in str(too_many.value)
         nursery.cancel_scope.cancel()

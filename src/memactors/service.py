@@ -75,6 +75,8 @@ SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
 #: Most episodes one ListEpisodes page returns.
 MAX_PAGE = 1000
+#: IngestRuns takes at most this many records per call (the shared contract).
+MAX_BATCH = 500
 
 
 def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
@@ -169,6 +171,30 @@ class MemoryService:
         log.bind(episode=episode.episode_id, outcome=outcome, bytes=len(assembled.text or "")).info("run ingested")
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
+
+    async def ingest_runs(self, entries: list[Any]) -> dict[str, Any]:
+        """IngestRuns: many closed run records in one call, a result per record in the same order.
+
+        Each result is IngestRun's, or `{"source", "outcome": "rejected", "error": {code, message}}` for a
+        record that was refused; one bad record never stops the rest of the batch.
+        """
+        if len(entries) > MAX_BATCH:
+            raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
+                                  field="records")
+        results: list[dict[str, Any]] = []
+        for n, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+                results.append(_rejected(str(entry.get("source", f"records[{n}]")) if isinstance(entry, dict)
+                                         else f"records[{n}]",
+                                         InvalidArgument(f"records[{n}].record must be an object",
+                                                         field=f"records[{n}].record")))
+                continue
+            source = str(entry.get("source") or f"records[{n}]")
+            try:
+                results.append(await self.ingest_run(entry["record"], source=source))
+            except MemactorsError as exc:
+                results.append(_rejected(source, exc))
+        return {"results": results}
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.address.ask(Summarize(text))
@@ -445,6 +471,7 @@ class MemoryService:
                 query=_param(p, "query", str), repo=_opt(p, "repo"), as_harness=_opt(p, "as"),
                 paths=tuple(p.get("paths") or ()), limit=int(p.get("limit", 8)))),
             m("IngestRun", "control", ingest),
+            m("IngestRuns", "control", lambda p: self.ingest_runs(_param(p, "records", list))),
             m("Forget", "control", lambda p: self.forget(_param(p, "episode_id", str))),
             m("CheckProvider", "control", lambda p: self.check_provider(_opt(p, "provider"))),
             m("GetBriefing", "read", lambda p: self.get_briefing(_param(p, "harness", str))),
@@ -490,6 +517,10 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float) -
 async def _close_quietly(client: ModelApiClient) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(2):
         await client.aclose()
+
+
+def _rejected(source: str, exc: MemactorsError) -> dict[str, Any]:
+    return {"source": source, "outcome": "rejected", "error": {"code": exc.code, "message": str(exc)}}
 
 
 def _param(params: dict[str, Any], name: str, kind: type) -> Any:
