@@ -89,29 +89,32 @@ def _operator_url(config: Config) -> str:
 
 
 def _token(config: Config, tier: str) -> str:
-    from .errors import ConfigError
-    from .rpc import read_token
-
+    """The operator token of `tier` from the state directory (the files rpc.ensure_tokens writes),
+    read here so a command does not import the trio RPC client just to find it."""
+    path = config.store.path / f"operator-{tier}.token"
     try:
-        return read_token(config.store.path, tier)  # type: ignore[arg-type]
-    except ConfigError:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
         raise CliError("UNAVAILABLE", f"no daemon has run with state directory {config.store.path} (no operator "
                                       "token file there); start one with `memactors serve`") from None
-
-
-async def _call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
-    from .rpc import connect_rpc
-
-    config = _config(args)
-    token = _token(config, tier)
-    async with connect_rpc(_operator_url(config), token) as client:
-        return await client.call(f"{SERVICE}/{method}", params)
+    except OSError as exc:
+        raise CliError("PERMISSION_DENIED", f"cannot read {path}: {exc.strerror}") from None
+    if not token:
+        raise CliError("INVALID_ARGUMENT", f"operator token file {path} is empty")
+    return token
 
 
 def call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
-    import trio
+    """One RPC call over the standard-library websocket client (see _wsclient: the trio client's
+    imports alone cost more than a read command's start-up budget)."""
+    from ._wsclient import WsRpcError, call_once
 
-    return trio.run(_call, args, method, params, tier)
+    config = _config(args)
+    token = _token(config, tier)
+    try:
+        return call_once(_operator_url(config), token, f"{SERVICE}/{method}", params)
+    except WsRpcError as exc:
+        raise CliError(exc.code, f"{exc.code}: {exc.message}") from None
 
 
 def _print_json(value: Any) -> None:
@@ -617,11 +620,10 @@ def _feeds(sub: Any) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import Row, format_rows
-    from .rpc import RpcError
 
     try:
         result = call(args, "Doctor", {})
-    except (RpcError, CliError) as exc:
+    except CliError as exc:
         if exc.code != "UNAVAILABLE":
             raise
         result = {"ok": False, "rows": [{"status": "fail", "name": "daemon", "message": exc.message}]}

@@ -26,7 +26,6 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 import attrs
-from loguru import logger
 
 from .errors import ConfigError
 
@@ -998,6 +997,8 @@ class ConfigHolder:
     """
 
     def __init__(self, loader: Callable[[], Config]) -> None:
+        from loguru import logger  # here, not at the top: the CLI loads configs without logging
+
         self._loader = loader
         self._current = loader()
         logger.bind(files=len(self._current.source), outcome="loaded").info("configuration loaded")
@@ -1012,6 +1013,8 @@ class ConfigHolder:
 
         Raises ConfigError when the new files do not load, and keeps ``current`` unchanged.
         """
+        from loguru import logger
+
         try:
             config = self._loader()
         except ConfigError as exc:
