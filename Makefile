@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,15 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
 
+# Parallel (pytest-xdist): every test uses its own tmp dir and port 0. Slow end-to-end tests
+# (marked `slow`) run too; `make test-fast` skips them while you iterate.
+PYTEST_WORKERS ?= 4
+
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/recall_latency.py

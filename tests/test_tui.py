@@ -6,7 +6,7 @@ import pytest
 
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HarnessEntry, TuiApp
-from support import example
+from support import example, wait_ready
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
 
@@ -17,6 +17,9 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
     sections and marks episodes provider_unavailable."""
     down = '[memory]\nprovider = "gone"\n[mcp.gone]\ncommand = "/nonexistent/memory-provider"\n'
     async with open_memory_service(make_holder(down + HARNESS)) as memory:
+        # The session starts "connecting" and turns "down" once its spawn fails: wait for the state the
+        # overlay is asserted to show (this raced under load when it read the status straight away).
+        await wait_ready(memory, "down")
         await memory.ingest_run(example("run-42-api-fixer.json"))
         await memory.add_fact(scope="project:forge.example/acme/api", text="ledger tests need -race",
                               confidence=0.9)
