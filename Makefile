@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run test test-fast test-tools lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,12 @@ lint: $(STAMP)
 # (marked `slow`) run too; `make test-fast` skips them while you iterate.
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) lint
+test: $(STAMP) lint test-tools
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+
+# The TUI is tested in a real terminal under tmux: install it when missing (CI runs as root).
+test-tools:
+	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"

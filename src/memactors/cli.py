@@ -639,11 +639,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     config = _config(args)
     entries = [HarnessEntry(name, h.harness, h.memory_briefing) for name, h in sorted(config.harness.items())]
-
-    def load(harness: str) -> tuple[Any, Any]:
-        return call(args, "GetBriefing", {"harness": harness}), call(args, "Status", {})
-
-    run_tui(entries, load)
+    run_tui(entries, _operator_url(config), _token(config, "read"))
     return 0
 
 
