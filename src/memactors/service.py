@@ -302,7 +302,7 @@ class MemoryService:
         fresh; it is neither cached nor counted as exposure (REQ-17)."""
         cfg = self.config.harness.get(harness)
         if cfg is None:
-            raise InvalidArgument(f"unknown harness {harness}", field="harness")
+            raise InvalidArgument(_no_harness_table(harness, "briefing"), field="harness")
         view = await resolve_view(self.store, self.config, harness=harness, run_id=None)
         if view.repo is None:
             place = await self.store.read(lambda db: latest_run_place(db, harness))
@@ -551,13 +551,15 @@ def _int(params: dict[str, Any], name: str, default: int) -> int:
     return value
 
 
-def _no_harness_table(name: str) -> str:
-    """The error for `--as NAME` without a `[harness.NAME]` table: episodes may well list the harness
-    (runs record their harness name), but only a configured table says what it sees."""
-    return (f"--as {name} needs a [harness.{name}] table in the global harness.toml (episodes may list "
-            f"{name}, but only a configured harness has a view to recall as); for example:\n"
-            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"\n"
-            f"or recall as the repository: --repo forge.example/acme/api")
+def _no_harness_table(name: str, what: str = "--as") -> str:
+    """The error for `--as NAME` (or a briefing preview of NAME) without a `[harness.NAME]` table:
+    episodes may well list the harness (runs record their harness name), but only a configured table
+    says what it sees."""
+    subject = f"--as {name}" if what == "--as" else f"a briefing for {name}"
+    hint = "\nor recall as the repository: --repo forge.example/acme/api" if what == "--as" else ""
+    return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
+            f"{name}, but only a configured harness has a view); for example:\n"
+            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
 
 
 def _opt(params: dict[str, Any], name: str) -> str | None:
