@@ -54,7 +54,7 @@ def run_record(**overrides: Any) -> dict[str, Any]:
 
 
 async def wait_ready(service: MemoryService, state: str = "ready") -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(60):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
             await trio.sleep(0.01)
 

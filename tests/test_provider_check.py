@@ -158,7 +158,7 @@ async def test_req3_memory_status_shows_an_incompatible_provider(tmp_path: Path,
     files = FaultFiles(tmp_path / "fault")
     async with daemon(tmp_path, fault_toml(files, "contract_v2")) as (config, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "read")) as rpc:
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "incompatible":  # noqa: ASYNC110
                     await trio.sleep(0.02)
         capsys.readouterr()
