@@ -38,6 +38,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
+	$(BIN)/python bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

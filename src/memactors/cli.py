@@ -104,6 +104,15 @@ def _token(config: Config, tier: str) -> str:
     return token
 
 
+async def _call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
+    """One RPC call from inside a trio program (commands that run their own loop); imports the trio client."""
+    from .rpc import connect_rpc
+
+    config = _config(args)
+    async with connect_rpc(_operator_url(config), _token(config, tier)) as client:
+        return await client.call(f"{SERVICE}/{method}", params)
+
+
 def call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
     """One RPC call over the standard-library websocket client (see _wsclient: the trio client's
     imports alone cost more than a read command's start-up budget)."""
