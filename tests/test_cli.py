@@ -234,6 +234,9 @@ def test_stdin_parses_one_record_json_lines_or_records_back_to_back() -> None:
     assert cli.split_json_stream('{\n  "a": 1\n}\n', final=True) == ([{"a": 1}], "", [])
     assert cli.split_json_stream('{"a": 1}\n{"a": 2}\n{"a"', final=False) == ([{"a": 1}, {"a": 2}], '{"a"', [])
     assert cli.split_json_stream('{"a": 1}\nnot json\n{"b"', final=True) == ([{"a": 1}], "", ["not json", '{"b"'])
+    deep = "[" * 100_000 + "]" * 100_000
+    values, rest, bad = cli.split_json_stream(deep + '\n{"a": 2}\n', final=True)
+    assert values == [cli._TOO_DEEP, {"a": 2}] and rest == "" and bad == []
 
 
 @pytest.mark.slow
@@ -244,6 +247,7 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
         target = records / ("nested" if i % 2 else "") / f"run-{i}.json"
         target.write_text(json.dumps(run_record(run_id=str(i))))
     (records / "broken.json").write_text("{not json")
+    (records / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (records / "bad-time.json").write_text(json.dumps(run_record(run_id="9", started_at="yesterday")))
     lines = "\n".join(json.dumps(run_record(run_id=str(i))) for i in (3, 10, 11)) + "\n"
     async with daemon(tmp_path) as (config, _):
@@ -251,10 +255,11 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
                               "-", str(tmp_path / "missing.json"), stdin=lines)
         assert done.returncode == 1, done.stderr
         assert done.stdout.splitlines() == [
-            "11 record(s): 7 recorded, 1 duplicate, 0 skipped, 3 rejected"]
+            "12 record(s): 7 recorded, 1 duplicate, 0 skipped, 4 rejected"]
         rejected = [line for line in done.stderr.splitlines() if line.startswith("rejected ")]
-        assert len(rejected) == 3
+        assert len(rejected) == 4
         assert any("broken.json: not valid JSON" in line for line in rejected)
+        assert any("deep.json: JSON nested too deeply" in line for line in rejected)
         assert any("bad-time.json" in line and "started_at" in line for line in rejected)
         assert any("missing.json" in line and "No such file" in line for line in rejected)
         assert "\r" not in done.stderr  # no progress bar when stderr is not a terminal

@@ -167,6 +167,10 @@ def ingest_sources(paths: Sequence[str]) -> Iterator[str]:
             yield name
 
 
+#: Stands for a JSON value nested too deeply to parse (rejected by name like any bad record).
+_TOO_DEEP = object()
+
+
 def split_json_stream(buffer: str, *, final: bool) -> tuple[list[Any], str, list[str]]:
     """Parse the complete JSON values at the front of `buffer` (one record, JSON lines, or records one
     after another). Returns (values, the unparsed rest, rejected fragments); at EOF (`final`) an
@@ -181,6 +185,12 @@ def split_json_stream(buffer: str, *, final: bool) -> tuple[list[Any], str, list
             return values, "", []
         try:
             value, pos = decoder.raw_decode(buffer, pos)
+        except RecursionError:  # nested deeper than Python's parser goes: reject this line, keep going
+            end = buffer.find("\n", pos)
+            end = len(buffer) if end < 0 else end + 1
+            values.append(_TOO_DEEP)
+            pos = end
+            continue
         except ValueError:
             if not final:
                 return values, buffer[pos:], []
@@ -310,7 +320,10 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                 if source == "-":
                     async for chunk in stdin_chunks():
                         for label, record, error in chunk:
-                            if error is not None:
+                            if record is _TOO_DEEP:
+                                rejected(label, "JSON nested too deeply")
+                                progress.done += 1
+                            elif error is not None:
                                 rejected(label, error)
                                 progress.done += 1
                             elif not isinstance(record, dict):
@@ -328,6 +341,10 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                     continue
                 except OSError as exc:
                     rejected(source, exc.strerror or type(exc).__name__)
+                    progress.done += 1
+                    continue
+                except RecursionError:
+                    rejected(source, "JSON nested too deeply")
                     progress.done += 1
                     continue
                 except ValueError as exc:
