@@ -36,6 +36,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"
 
 bench: $(STAMP)
+	$(BIN)/python bench/user_paths.py
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
 	$(BIN)/python bench/cli_startup.py

@@ -177,3 +177,19 @@ async def test_req17_facts_are_withheld_when_exposure_cannot_be_written(fixed: M
     # The cached briefing still holds the facts; a later read that can write exposure serves them.
     await fixed.store.write(lambda db: db.execute("DROP TRIGGER no_exposure"))
     assert "fact number" in (await fixed.agent_briefing(view, delivery="tool")).text
+
+
+@pytest.mark.req14
+async def test_req14_a_default_briefing_over_a_repository_with_matching_episodes_shows_episodes(
+        fixed: MemoryService) -> None:
+    """At the default briefing_max_chars = 2000 the built-in provider's compact items fit the episodes
+    share (issue 10): episodes are shown, each whole, not only counted as not shown."""
+    await populate(fixed, facts=2, others=1)
+    _, view = await as_run(fixed, "api-fixer", "100", API)
+    answer = await fixed.agent_briefing(view, delivery="tool")
+    shown = items(answer.json, "episodes")
+    assert shown, answer.text
+    assert len(answer.text) <= 2000
+    for it in shown:
+        assert it["text"] in answer.text  # whole, never cut
+        assert it["text"].startswith("outcome: succeeded; harness: api-fixer; branch: main")

@@ -207,3 +207,149 @@ async def test_the_builtin_provider_serves_stdio_as_an_upstream(
         assert await upstream.read(lambda d: d.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == 0
     finally:
         upstream.close()
+
+
+# -- scope inside the index, the AND-then-OR plan, compact item text (issue 11, issue 10) ---------------
+
+def _episode_text(*, outcome: str = "failed", branch: str = "main", files: str = "src/ledger.py",
+                  failures: str = "test_failure: 2", excerpt: str = "") -> str:
+    """A REQ-5 style rendering: one `name: value` line per field."""
+    return "".join(f"{k}: {v}\n" for k, v in (
+        ("episode_id", "ep_1"), ("harness", "api-fixer"), ("run_id", "42"), ("repo", "forge.example/acme/api"),
+        ("branch", branch), ("outcome", outcome), ("files_touched", files), ("verify_failures", failures),
+        ("result_excerpt", excerpt), ("summary", ""), ("scope", A)))
+
+
+async def test_the_match_is_restricted_to_the_callers_scope_inside_fts5(store: Store) -> None:
+    """The FTS5 expression itself carries the scope: a match in another scope is never even a candidate."""
+    from memactors.builtin import bm25_candidates
+
+    p = BuiltinProvider(store)
+    for n in range(30):
+        await p.record(_args(f"ep_b{n:02d}", "ledger rounding ledger", scope=B))
+    await p.record(_args("ep_a", "ledger rounding", scope=A))
+    hits, any_word = await store.read(lambda db: bm25_candidates(db, ["ledger"], [A], 8))
+    assert [h.episode_id for h in hits] == ["ep_a"]
+    assert "scope_key" in any_word
+    # The index itself holds scope tokens: matching on the token alone finds only that scope's docs.
+    from memactors.store import scope_key
+    n_in_b = await store.read(lambda db: db.execute(
+        "SELECT count(*) FROM builtin_fts WHERE builtin_fts MATCH ?", [f'scope_key : "{scope_key(B)}"']).fetchone()[0])
+    assert n_in_b == 30
+
+
+async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_fewer_than_limit(store: Store) -> None:
+    p = BuiltinProvider(store)
+    await p.record(_args("ep_both1", "ledger rounding fixed"))
+    await p.record(_args("ep_both2", "rounding in the ledger"))
+    await p.record(_args("ep_one", "ledger ledger ledger ledger only"))
+    # limit 2: the AND finds two, so the OR-only episode is not a candidate (even with more "ledger").
+    out = await p.recall({"query": "ledger rounding", "scope": [A], "limit": 2})
+    assert sorted(i["id"] for i in out["items"]) == ["ep_both1", "ep_both2"]
+    # limit 3: the AND finds fewer than 3, so every word is OR-ed and the third comes back too.
+    out = await p.recall({"query": "ledger rounding", "scope": [A], "limit": 3})
+    assert {i["id"] for i in out["items"]} == {"ep_both1", "ep_both2", "ep_one"}
+
+
+async def test_item_text_is_a_headline_plus_a_snippet_of_stored_words_when_there_is_no_summary(store: Store) -> None:
+    p = BuiltinProvider(store)
+    filler = " ".join(f"word{n}" for n in range(300))
+    text = _episode_text(excerpt=f"{filler} the flaky ledger rounding was fixed {filler}")
+    await p.record(_args("ep_1", text))
+    out = await p.recall({"query": "ledger rounding", "scope": [A], "limit": 5})
+    item = out["items"][0]["text"]
+    head, snippet = item.split("\n")
+    assert head == ("outcome: failed; harness: api-fixer; branch: main; files_touched: src/ledger.py;"
+                    " verify_failures: test_failure: 2")
+    assert "ledger rounding" in snippet and snippet.startswith("…") and snippet.endswith("…")
+    for piece in snippet.split("…"):  # only stored words, with … where text was left out
+        assert piece.strip() in text
+    assert len(item) <= 320
+    # A path-only hit (no word matched) still gets its headline and the start of its excerpt.
+    await p.record(_args("ep_2", _episode_text(excerpt="renamed the module"), files=("src/x.py",)))
+    out = await p.recall({"query": "zzz", "scope": [A], "limit": 5, "paths": ["src/x.py"]})
+    assert out["items"][0]["text"].endswith("result_excerpt: renamed the module")
+
+
+async def test_item_text_of_a_long_episode_stays_bounded(store: Store) -> None:
+    p = BuiltinProvider(store)
+    files = ", ".join(f"src/pkg{n}/module_{n}.py" for n in range(50))
+    await p.record(_args("ep_1", _episode_text(files=files, excerpt="ledger " * 500)))
+    await p.record(_args("ep_2", "x", summary="s" * 280 + " ledger"))
+    out = await p.recall({"query": "ledger", "scope": [A], "limit": 5})
+    assert len(out["items"]) == 2
+    for item in out["items"]:
+        assert len(item["text"]) <= 320
+    assert any("files_touched: src/pkg0/module_0.py" in i["text"] and "…" in i["text"] for i in out["items"])
+
+
+async def test_the_text_is_stored_once_and_the_index_follows_updates_and_deletes(store: Store) -> None:
+    """External-content FTS5: no second copy of the body; triggers keep the index in step."""
+    p = BuiltinProvider(store)
+    await p.record(_args("ep_1", "ledger rounding"))
+    sql = await store.read(lambda db: db.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'builtin_fts'").fetchone()[0])
+    assert "content = 'builtin_docs'" in sql or "content='builtin_docs'" in sql
+    assert await store.read(lambda db: db.execute(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'builtin_fts_content'").fetchone()[0]) == 0
+    await p.record(_args("ep_1", "billing refactor"))  # new content for the same episode
+    assert await _ids(p, "ledger") == []
+    assert await _ids(p, "billing") == ["ep_1"]
+    await p.forget({"id": "ep_1"})
+    assert await _ids(p, "billing") == []
+    check = await store.read(lambda db: db.execute(
+        "INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('integrity-check', 1)").fetchall())
+    assert check == []
+
+
+async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) -> None:
+    """Migration 0006 on a store written by the previous schema: the index is rebuilt with scope tokens."""
+    import sqlean
+
+    path = tmp_path / "old.db"
+    s = await Store.open(path)
+    s.close()
+    db = sqlean.connect(str(path), isolation_level=None)
+    db.executescript(
+        """
+        DROP TRIGGER builtin_docs_fts_insert; DROP TRIGGER builtin_docs_fts_delete;
+        DROP TRIGGER builtin_docs_fts_update; DROP TABLE builtin_fts;
+        ALTER TABLE builtin_docs DROP COLUMN scope_key;
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
+        DELETE FROM _sqlite_migrations WHERE name = '0006_builtin_scope_in_fts';
+        """)
+    for n, (eid, scope) in enumerate((("ep_a", A), ("ep_b", B)), start=1):
+        db.execute("INSERT INTO builtin_docs (doc_id, episode_id, scope, text, summary, files, started_at,"
+                   " content_hash) VALUES (?, ?, ?, 'ledger rounding', '', '[]', '2026-11-28', 'h')", [n, eid, scope])
+        db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, 'ledger rounding', '')", [n])
+    db.close()
+    s = await Store.open(path)
+    try:
+        p = BuiltinProvider(s)
+        assert await _ids(p, "ledger") == ["ep_a"]
+        assert await _ids(p, "ledger", [B]) == ["ep_b"]
+        await p.record(_args("ep_c", "ledger"))
+        assert sorted(await _ids(p, "ledger")) == ["ep_a", "ep_c"]
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(tmp_path: Path) -> None:
+    """Issue 10: over stdio any MCP client may call it, so it checks its advertised input schema."""
+    import mcp
+
+    params = mcp.StdioServerParameters(command=sys.executable, args=[
+        "-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", str(tmp_path / "up.db")])
+    async with mcp.Client(params) as client:
+        bad = (({"query": "q", "scope": [A], "limit": 50}, "limit"),
+               ({"query": "q" * 600, "scope": [A], "limit": 5}, "query"),
+               ({"query": "q", "scope": [A, B, "project:c"], "limit": 5}, "scope"),
+               ({"query": "q", "scope": [A], "limit": 5, "extra": 1}, "extra"))
+        for arguments, field in bad:
+            result = await client.call_tool("memory_recall", arguments)
+            assert result.is_error, arguments
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert "INVALID_ARGUMENT" in text and field in text, text
+        ok = await client.call_tool("memory_recall", {"query": "q", "scope": [A], "limit": 5})
+        assert not ok.is_error and ok.structured_content == {"items": []}

@@ -174,3 +174,50 @@ async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_on
             assert too_many.value.code == "INVALID_ARGUMENT"
             assert "500" in str(too_many.value)
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_a_maximum_size_record_is_accepted_and_a_bigger_one_refused_while_other_callers_get_answers(
+        tmp_path: Path) -> None:
+    """Issue 9: a record at the 1 MiB bound is ingested, one over it is refused naming its size and the
+    limit; meanwhile another caller's requests keep being answered (timings belong to bench/)."""
+    from memactors.service import MAX_RECORD_BYTES, record_size
+
+    path = write_config(tmp_path)
+    words = " ".join(f"ledger{n % 97} rounding fix" for n in range(60000))
+    big = run_record(run_id="big", result_text=words[: MAX_RECORD_BYTES - 2000])
+    assert MAX_RECORD_BYTES - 4000 < record_size(big) <= MAX_RECORD_BYTES
+    over = run_record(run_id="over", result_text=words[: MAX_RECORD_BYTES + 10])
+    answered = 0  # Status answers received while the big record was in flight
+    in_flight = False
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+        control = read_token(tmp_path / "state", "control")
+
+        async def canary() -> None:
+            nonlocal answered
+            async with connect_rpc(listening.operator, control) as rpc:
+                while not done.is_set():
+                    await rpc.call(f"{SERVICE}/Status", {})
+                    answered += in_flight
+
+        nursery.start_soon(canary)
+        async with connect_rpc(listening.operator, control) as rpc:
+            in_flight = True
+            accepted = await rpc.call(f"{SERVICE}/IngestRun", {"record": big, "source": "big.json"})
+            in_flight = False
+            with pytest.raises(RpcError) as refused:
+                await rpc.call(f"{SERVICE}/IngestRun", {"record": over, "source": "over.json"})
+            batch = await rpc.call(f"{SERVICE}/IngestRuns", {"records": [
+                {"record": over, "source": "over.json"}, {"record": run_record(run_id="small"), "source": "s.json"}]})
+        done.set()
+        assert accepted["outcome"] == "recorded"
+        assert refused.value.code == "INVALID_ARGUMENT"
+        size = record_size(over)
+        assert f"{size} bytes" in str(refused.value) and f"{MAX_RECORD_BYTES} bytes" in str(refused.value)
+        assert "over.json" in str(refused.value)
+        assert [r["outcome"] for r in batch["results"]] == ["rejected", "recorded"]
+        assert f"{size} bytes" in batch["results"][0]["error"]["message"]
+        assert answered >= 1
+        nursery.cancel_scope.cancel()

@@ -222,3 +222,21 @@ def test_req9_an_unattributed_view_never_asks_the_provider(db_path: Path) -> Non
     payload = _payload([("pid-0-0", "hello", 1.0)])
     result, seen = trio.run(_through_the_choke_point, db_path, payload, View("unattributed"))
     assert seen == [] and "MARK000Z" not in result.text
+
+
+@pytest.mark.req9
+def test_req9_recheck_is_one_query_whatever_the_number_of_items(db_path: Path) -> None:
+    """Issue 11: the re-check reads the index once per answer, not once per item."""
+    items = [contract.RecallItem(id=e["provider_id"], text="t") for e in EPISODES] + [
+        contract.RecallItem(id=u, text="t") for u in UNKNOWN]
+    db = sqlite_utils.Database(str(db_path))
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+    try:
+        result = filter_items(db, provider=PROVIDER, items=items, invalid=0,
+                              visible_scopes=[f"project:{CALLER}"], limit=20)
+    finally:
+        db.conn.close()
+    assert [k.provider_id for k in result.kept] == ["pid-0-0", "pid-0-1"]
+    assert dict(result.dropped) == {"forgotten": 3, "scope": 4, "unknown_id": 3}
+    assert sum("memory_index" in s for s in statements) == 1

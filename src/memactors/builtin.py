@@ -5,9 +5,10 @@ by the provider session, so conformance checks and scope enforcement exercise it
 upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio so it
 can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
 
-Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, text, summary,
-files_touched, started_at, content hash), `builtin_fts` (FTS5, `porter unicode61`, over text and
-summary), and — only when an embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
+Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, its FTS5 scope
+token `scope_key`, text, summary, files_touched, started_at, content hash), `builtin_fts` (FTS5,
+`porter unicode61`, external-content over builtin_docs — the text is stored once — with the columns
+scope_key, text and summary, kept in step by triggers; migration `0006_builtin_scope_in_fts`), and — only when an embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
 one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
 model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
 cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
@@ -15,7 +16,11 @@ re-recording or re-embedding the same content never calls the model API again.
 
 Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
 
-* **BM25** over FTS5: every query word, quoted, OR-ed; best 200 candidates in the caller's scopes.
+* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 (`scope_key : (...)`), so the work
+  follows the caller's repository, not the store. The plan: the AND of every query word first; only
+  when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND matches). Best
+  200 candidates by `rank` (BM25 over text and summary; the scope column weighs 0, so scores are those
+  of text and summary alone).
 * **Cosine** (hybrid only): the query's embedding against `builtin_vec`, best 200 in the caller's scopes.
 * **Path boost**: when the request carries `paths`, the episodes whose `files_touched` contains one of
   them exactly (repository-relative), newest first, best 200, form a third ranking. An episode that
@@ -32,6 +37,13 @@ Embedding happens at record time, after the text is committed, under its own dea
 (`memactors doctor` counts such episodes). The query is embedded under the recall's embedding deadline,
 concurrently with the BM25 search; a query that cannot be embedded is answered from FTS5 with
 `degraded: "embeddings_unavailable"` — never an error.
+
+Item text is compact, so briefings at the default cap have room for episodes (REQ-14 drops an item
+whole, never cuts it): the episode's summary (`summary: ...`) when it has one, else a headline made of
+the episode's own stored lines for outcome, harness, branch, files_touched and verify_failures (joined
+by "; ") and, on the next line, FTS5's `snippet()` of the text around the match — only stored words,
+with `…` where text was left out. At most MAX_ITEM_TEXT characters; the whole episode is one
+`memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
 unknown id answers `{forgotten: false}`.
@@ -53,14 +65,19 @@ import trio
 from loguru import logger
 from mcp.server import Server
 
-from . import __version__
+from . import __version__, contract
 from .contract import load_schemas
-from .errors import MemactorsError
-from .store import Store, fts_match
+from .errors import InvalidArgument, MemactorsError
+from .store import _WORD, Store, scope_key
 
 CONTRACT_VERSION = 1
 RRF_K = 60
-MAX_ITEM_TEXT = 2000
+#: Bound on one item's text (summary, or headline + snippet): well under a briefing's 500-char episodes share.
+MAX_ITEM_TEXT = 320
+#: Headline fields, as stored lines of the episode text, and the widest each may be.
+HEADLINE_FIELDS = (("outcome", 40), ("harness", 60), ("branch", 60), ("files_touched", 90), ("verify_failures", 70))
+#: Tokens around the match in an item's snippet.
+SNIPPET_TOKENS = 16
 CANDIDATES = 200
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
@@ -98,9 +115,89 @@ def embed_input(text: str, summary: str) -> str:
 @attrs.frozen
 class Hit:
     episode_id: str
-    text: str
-    summary: str
+    doc_id: int
     started_at: str
+
+
+def query_words(query: str) -> list[str]:
+    """The distinct words of a query, lower-cased, in order."""
+    return list(dict.fromkeys(_WORD.findall(query.lower())))
+
+
+def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
+    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in text or summary.
+
+    Every word is double-quoted, so FTS5 operators in user text stay inert.
+    """
+    keys = " OR ".join(f'"{scope_key(s)}"' for s in scopes)
+    terms = f" {op} ".join(f'"{w}"' for w in words)
+    return f"scope_key : ({keys}) AND {{text summary}} : ({terms})"
+
+
+def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
+                    limit: int) -> tuple[list[Hit], str]:
+    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
+
+    Returns the hits (best first: rank, then recency, then id) and the OR expression (for snippets).
+    """
+    marks = ",".join("?" * len(scopes))
+    any_word = scoped_match(words, scopes, "OR")
+    plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
+    rows: list[Any] = []
+    for match in plans:
+        rows = db.execute(
+            f"SELECT d.episode_id, d.doc_id, d.started_at"
+            f" FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+            f" WHERE builtin_fts MATCH ? AND d.scope IN ({marks})"
+            f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
+            [match, *scopes],
+        ).fetchall()
+        if len(rows) >= limit:
+            break
+    return [Hit(r[0], int(r[1]), r[2]) for r in rows], any_word
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` if it fits in `width`, else its longest prefix ending at a space, plus '…'."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > width // 2 else head).rstrip() + "…"
+
+
+def headline(text: str) -> str:
+    """The episode's own stored lines for outcome, harness, branch, files and failures, on one line."""
+    lines = dict(line.split(": ", 1) for line in text.split("\n") if ": " in line)
+    parts = [_cut(f"{name}: {lines[name]}", width) for name, width in HEADLINE_FIELDS if lines.get(name)]
+    return "; ".join(parts)
+
+
+def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
+    """Compact item text per hit: the summary, else headline + FTS5 snippet around the match."""
+    out: dict[str, str] = {}
+    for hit in hits:
+        row = db.execute("SELECT text, summary FROM builtin_docs WHERE doc_id = ?", [hit.doc_id]).fetchone()
+        if row is None:
+            continue
+        text, summary = row
+        if summary:
+            out[hit.episode_id] = _cut(f"summary: {summary}", MAX_ITEM_TEXT)
+            continue
+        snippet = None
+        if match is not None:
+            found = db.execute(
+                f"SELECT snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
+                f" WHERE builtin_fts MATCH ? AND rowid = ?", [match, hit.doc_id]).fetchone()
+            snippet = found[0].strip() if found and found[0] else None
+        if not snippet:  # a path-only hit: the start of the result excerpt
+            excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
+            snippet = _cut(excerpt, 160) if excerpt else ""
+        head = headline(text)
+        room = MAX_ITEM_TEXT - len(head) - 1
+        body = _cut(snippet, room) if room > 20 else ""
+        out[hit.episode_id] = "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
+    return out
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
@@ -131,19 +228,16 @@ def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: s
         return int(row[0]), digest, False  # recording the same episode twice changes nothing
     if row is not None:
         _delete_doc(db, int(row[0]))
-    cur = db.execute(
-        "INSERT INTO builtin_docs (episode_id, scope, text, summary, files, started_at, content_hash)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [episode_id, scope, text, summary, json.dumps(list(files)), started_at, digest],
+    cur = db.execute(  # builtin_fts follows by trigger (external content: the text is stored once)
+        "INSERT INTO builtin_docs (episode_id, scope, scope_key, text, summary, files, started_at, content_hash)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [episode_id, scope, scope_key(scope), text, summary, json.dumps(list(files)), started_at, digest],
     )
-    doc_id = int(cur.lastrowid or 0)
-    db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, ?, ?)", [doc_id, text, summary])
-    return doc_id, digest, True
+    return int(cur.lastrowid or 0), digest, True
 
 
 def _delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
-    db.execute("DELETE FROM builtin_fts WHERE rowid = ?", [doc_id])
-    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])
+    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # builtin_fts follows by trigger
     if _vec_exists(db):
         db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
 
@@ -271,64 +365,72 @@ class BuiltinProvider:
         limit = max(1, min(20, int(args.get("limit", 8))))
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
-        match = fts_match(query)
+        words = query_words(query)
         marks = ",".join("?" * len(scopes))
+        hybrid = self.embedder is not None and bool(query.strip())
 
-        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
+        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit], str | None]:
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
-            if match is not None:
-                rows = db.execute(
-                    f"SELECT d.episode_id, d.text, d.summary, d.started_at, bm25(builtin_fts) AS s"
-                    f" FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-                    f" WHERE builtin_fts MATCH ? AND d.scope IN ({marks})"
-                    f" ORDER BY s, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
-                    [match, *scopes],
-                ).fetchall()
-                for eid, text, summary, started, _score in rows:
-                    hits[eid] = Hit(eid, text, summary, started)
-                    bm25_rank.append(eid)
+            match: str | None = None
+            if words:
+                found, match = bm25_candidates(db, words, scopes, limit)
+                for hit in found:
+                    hits[hit.episode_id] = hit
+                    bm25_rank.append(hit.episode_id)
             path_rank: list[str] = []
             if paths:
                 conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
                 rows = db.execute(
-                    f"SELECT d.episode_id, d.text, d.summary, d.started_at FROM builtin_docs d"
+                    f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
                     f" WHERE d.scope IN ({marks}) AND ({conds})"
                     f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
                     [*scopes, *paths],
                 ).fetchall()
-                for eid, text, summary, started in rows:
-                    hits.setdefault(eid, Hit(eid, text, summary, started))
+                for eid, doc_id, started in rows:
+                    hits.setdefault(eid, Hit(eid, int(doc_id), started))
                     path_rank.append(eid)
-            return bm25_rank, path_rank, hits
+            return bm25_rank, path_rank, hits, match
+
+        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str], path_rank: list[str],
+                 hits: dict[str, Hit], match: str | None) -> list[tuple[str, str, float]]:
+            fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
+            order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
+            texts = item_texts(db, [hits[eid] for eid in order], match)
+            return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
+
+        def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
+            bm25_rank, path_rank, hits, match = text_rankings(db)
+            return fuse(db, bm25_rank, [], path_rank, hits, match)
 
         degraded: str | None = None
-        cosine_rank: list[str] = []
-        cosine_hits: dict[str, Hit] = {}
-        results: dict[str, Any] = {}
+        if not hybrid:  # one read transaction, one worker-thread hop
+            ranked = await self.store.read(text_only)
+        else:
+            cosine_rank: list[str] = []
+            cosine_hits: dict[str, Hit] = {}
+            results: dict[str, Any] = {}
 
-        async def text_side() -> None:
-            results["text"] = await self.store.read(text_rankings)
+            async def text_side() -> None:
+                results["text"] = await self.store.read(text_rankings)
 
-        async def vector_side() -> None:
-            nonlocal degraded, cosine_rank, cosine_hits
-            vector = await self._embed_query(query)
-            if vector is None:
-                degraded = "embeddings_unavailable"
-                return
-            cosine_rank, cosine_hits = await self.store.read(lambda db: _knn(db, vector, scopes))
+            async def vector_side() -> None:
+                nonlocal degraded, cosine_rank, cosine_hits
+                vector = await self._embed_query(query)
+                if vector is None:
+                    degraded = "embeddings_unavailable"
+                    return
+                cosine_rank, cosine_hits = await self.store.read(lambda db: _knn(db, vector, scopes))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(text_side)
-            if self.embedder is not None and query.strip():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-        bm25_rank, path_rank, hits = results["text"]
-        for eid, hit in cosine_hits.items():
-            hits.setdefault(eid, hit)
-        fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
-        order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
-        out: dict[str, Any] = {"items": [{"id": eid, "text": _item_text(hits[eid]), "score": round(fused[eid], 9)}
-                                         for eid in order]}
+            bm25_rank, path_rank, hits, match = results["text"]
+            for eid, hit in cosine_hits.items():
+                hits.setdefault(eid, hit)
+            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, path_rank, hits, match))
+        out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
+                                         for eid, text, score in ranked]}
         if degraded:
             out["degraded"] = degraded
         return out
@@ -362,8 +464,13 @@ class BuiltinProvider:
         return {"contract": CONTRACT_VERSION, "provider": {"name": self.name, "version": __version__}}
 
     # -- MCP ------------------------------------------------------------------------------------
-    def server(self) -> Server[Any]:
-        """The MCP server exposing the four contract tools."""
+    def server(self, *, validate_requests: bool = False) -> Server[Any]:
+        """The MCP server exposing the four contract tools.
+
+        With `validate_requests` every call is checked against the shipped input schema (and REQ-3's
+        bounds) first and refused as a tool error naming the field: what `serve-builtin --stdio` does,
+        since any MCP client may call it. In-process the daemon has already checked the same schema.
+        """
         tools = _tools()
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
@@ -371,6 +478,11 @@ class BuiltinProvider:
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             args = dict(params.arguments or {})
+            if validate_requests and params.name in contract.TOOLS:
+                try:
+                    contract.check_request(params.name, args)
+                except InvalidArgument as exc:
+                    return _error(f"{params.name}: INVALID_ARGUMENT: {exc}")
             try:
                 match params.name:
                     case "memory_contract":
@@ -398,18 +510,18 @@ def _knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[st
     if dim is None or int(dim[0]) != len(vector):
         return [], {}
     blob = sqlite_vec.serialize_float32(list(vector))
-    found: list[tuple[float, str, str, str, str]] = []
+    found: list[tuple[float, str, int, str]] = []
     for scope in scopes:
         rows = db.execute(
-            f"SELECT v.distance, d.episode_id, d.text, d.summary, d.started_at FROM"
+            f"SELECT v.distance, d.episode_id, d.doc_id, d.started_at FROM"
             f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH ? AND k = {CANDIDATES}"
             f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
             [blob, scope],
         ).fetchall()
-        found.extend((float(r[0]), r[1], r[2], r[3], r[4]) for r in rows)
-    found.sort(key=lambda r: (r[0], _desc(r[4]), r[1]))
+        found.extend((float(r[0]), r[1], int(r[2]), r[3]) for r in rows)
+    found.sort(key=lambda r: (r[0], _desc(r[3]), r[1]))
     found = found[:CANDIDATES]
-    return [r[1] for r in found], {r[1]: Hit(r[1], r[2], r[3], r[4]) for r in found}
+    return [r[1] for r in found], {r[1]: Hit(r[1], r[2], r[3]) for r in found}
 
 
 def _desc(started_at: str) -> tuple[int, ...]:
@@ -419,11 +531,6 @@ def _desc(started_at: str) -> tuple[int, ...]:
 
 def _error(message: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
-
-
-def _item_text(hit: Hit) -> str:
-    text = hit.text if not hit.summary else f"summary: {hit.summary}\n{hit.text}"
-    return text[:MAX_ITEM_TEXT]
 
 
 async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None,
@@ -437,7 +544,8 @@ async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None
 
     store = await Store.open(db_path)
     try:
-        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server()
+        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
+            validate_requests=True)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:

@@ -401,15 +401,15 @@ async def summarize_episode(
     over-long answer, or no answer within ``SUMMARY_DEADLINE`` — is a fallback with summary None. The
     caller's own cancellation still propagates.
     """
-    text = cap_to_tokens(redact(episode_text), SUMMARY_MAX_INPUT_TOKENS)
-    log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(text))
-
     def fallback(reason: str) -> SummaryResult:
         log.bind(outcome="fallback", reason=reason).info("episode summary")
         return SummaryResult(None, "fallback", reason)
 
     if client is None or not client.settings.utility_model:
-        return fallback("unconfigured")
+        log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(episode_text))
+        return fallback("unconfigured")  # nothing is sent: no need to redact (CPU) on the ingest path
+    text = cap_to_tokens(redact(episode_text), SUMMARY_MAX_INPUT_TOKENS)
+    log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(text))
     answer: dict[str, Any] | None = None
     with trio.move_on_after(SUMMARY_DEADLINE):
         try:

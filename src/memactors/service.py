@@ -12,6 +12,7 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import AsyncIterator, Callable
@@ -29,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
-from ._wire import parse_run_record, parse_time
+from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assemble, Assembled, Assembler
 from .actors.briefing import (
     UNATTRIBUTED,
@@ -41,6 +42,7 @@ from .actors.briefing import (
     View,
     latest_run_place,
     resolve_view,
+    run_place,
 )
 from .actors.index import (
     EpisodePage,
@@ -66,6 +68,7 @@ from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
+from .models import RunRecord
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -77,6 +80,29 @@ DB_NAME = "memactors.db"
 MAX_PAGE = 1000
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500
+#: Records of one IngestRuns call ingested at once (their writes share group-commit transactions).
+BATCH_CONCURRENCY = 16
+#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+def record_size(data: Any) -> int:
+    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
+
+
+def prepare_record(data: Any, source: str) -> RunRecord:
+    """Bound, validate and clean a run record (CPU work: run in a worker thread, not on the trio loop).
+
+    Raises InvalidArgument naming the size and the limit for a record over MAX_RECORD_BYTES, and
+    naming the field for an invalid one. The prompt is dropped and every string redacted (REQ-6).
+    """
+    size = record_size(data)
+    if size > MAX_RECORD_BYTES:
+        raise InvalidArgument(
+            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
+            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+    return stored_record(parse_run_record(data, source=source))
 
 
 def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
@@ -135,8 +161,9 @@ class MemoryService:
         Returns once the run (and its episode with a pending record) is committed — from then on
         nothing is lost — and after one record attempt bounded by provider_timeout.
         """
-        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6).
-        record = stored_record(parse_run_record(data, source=source))
+        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6). Bounded,
+        # parsed and redacted in a worker thread: a big record never stalls other callers.
+        record = await trio.to_thread.run_sync(prepare_record, data, source)
         log = logger.bind(harness=record.harness, run=record.run_id)
         known: KnownRun | None = await self.index.address.ask(LookupRun(record.harness, record.run_id))
         if known is not None:  # a closed run is recorded once; the first record wins (scope never changes)
@@ -144,13 +171,13 @@ class MemoryService:
             duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
             return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
         # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record))
+        assembled: Assembled = await self.assembler.address.ask(Assemble(record, clean=True))
         episode = assembled.episode
         new = False
         if assembled.keep_run:
             stored: Stored = await self.index.address.ask(RecordRun(
                 record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
-                episode=episode, text=assembled.text, provider=self.provider))
+                episode=episode, text=assembled.text, provider=self.provider, clean=True))
             new = stored.episode_new
         if episode is None:
             self.metrics.episode_recorded(self.provider, "skipped")
@@ -164,7 +191,8 @@ class MemoryService:
             if new:
                 outcome = "queued"
                 with trio.move_on_after(self.config.episodes.provider_timeout):
-                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id))
+                    stored_copy = (episode_to_dict(episode), assembled.text or "", episode.scope, episode.trust_class)
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
             else:
                 outcome = "duplicate"
             span.set_attribute("memory.outcome", outcome)
@@ -181,19 +209,37 @@ class MemoryService:
         if len(entries) > MAX_BATCH:
             raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
                                   field="records")
-        results: list[dict[str, Any]] = []
-        for n, entry in enumerate(entries):
+        results: list[dict[str, Any]] = [{} for _ in entries]
+        limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
+        # The same run twice in one batch: the first (in order) is ingested, the later ones wait for it
+        # and answer "duplicate", exactly as if the records had come in one after the other.
+        first_of: dict[tuple[str, str], trio.Event] = {}
+
+        async def one(n: int, entry: Any) -> None:
             if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                results.append(_rejected(str(entry.get("source", f"records[{n}]")) if isinstance(entry, dict)
-                                         else f"records[{n}]",
-                                         InvalidArgument(f"records[{n}].record must be an object",
-                                                         field=f"records[{n}].record")))
-                continue
+                source = str(entry.get("source") or f"records[{n}]") if isinstance(entry, dict) else f"records[{n}]"
+                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
+                                                               field=f"records[{n}].record"))
+                return
             source = str(entry.get("source") or f"records[{n}]")
+            record = entry["record"]
+            key = (str(record.get("harness")), str(record.get("run_id")))
+            earlier = first_of.get(key)
+            mine = trio.Event()
+            first_of[key] = mine
             try:
-                results.append(await self.ingest_run(entry["record"], source=source))
+                if earlier is not None:
+                    await earlier.wait()
+                async with limiter:
+                    results[n] = await self.ingest_run(record, source=source)
             except MemactorsError as exc:
-                results.append(_rejected(source, exc))
+                results[n] = _rejected(source, exc)
+            finally:
+                mine.set()
+
+        async with trio.open_nursery() as nursery:
+            for n, entry in enumerate(entries):
+                nursery.start_soon(one, n, entry)
         return {"results": results}
 
     async def summarize(self, text: str) -> SummaryResult:
@@ -319,11 +365,15 @@ class MemoryService:
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
         """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without one."""
-        caller = await self.store.read(lambda db: graph.resolve_run_token(db, token or ""))
+        def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:  # one hop: the token and its run's place
+            caller = graph.resolve_run_token(db, token or "")
+            return caller, None if caller is None else run_place(db, caller.harness, caller.run_id)
+
+        caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
-                                  workdir=caller.workdir or None)
+                                  workdir=caller.workdir or None, place=place)
 
     async def agent_recall(self, view: View, *, query: str, paths: tuple[str, ...] = (), limit: int = 8,
                            call_id: str | None = None) -> RecallAnswer:

@@ -3,10 +3,16 @@
 One file in the state directory, opened through sqlean-py (the stdlib sqlite3 here cannot load
 extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
 
-Concurrency follows datasette: exactly one write connection, used by one worker thread at a time
-(`write()` is serialised by a capacity limiter of one), and read connections kept per worker thread
-(`read()`). Nothing touches SQLite on the trio loop itself. Write calls are never abandoned on
-cancellation: a write either commits whole or rolls back whole.
+Concurrency follows datasette: exactly one write connection, used by one worker thread at a time,
+and read connections kept per worker thread (`read()`). Nothing touches SQLite on the trio loop itself.
+
+Group commit: `write()` calls that arrive while a transaction is running queue up, and the next
+transaction runs all of them (at most GROUP_COMMIT_MAX), each inside its own SAVEPOINT. Each write
+still commits whole or rolls back whole: a call that raises has its savepoint rolled back and gets its
+exception, the others in the transaction commit; every caller returns only after the COMMIT. So
+concurrent ingests cost one transaction (and one thread hop) between them instead of one each. Write
+calls are never abandoned on cancellation: a caller cancelled while queued is taken out of the queue
+(its write never runs); once its transaction has started it waits for the COMMIT, then is cancelled.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import trio
 from sqlite_utils.migrations import Migrations
 
 T = TypeVar("T")
+
+#: The most write() calls one group-commit transaction runs.
+GROUP_COMMIT_MAX = 64
 
 WallClock = Callable[[], datetime]
 
@@ -256,6 +265,51 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     )
 
 
+def scope_key(scope: str) -> str:
+    """The one FTS5 token a scope is indexed under in `builtin_fts.scope_key` (digits only, so no
+    tokenizer or stemmer changes it): the first 60 bits of the scope's SHA-256, in decimal."""
+    return str(int(hashlib.sha256(scope.encode()).hexdigest()[:15], 16))
+
+
+@migrations(name="0006_builtin_scope_in_fts")
+def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
+    """The built-in provider's FTS5 index becomes external-content over `builtin_docs` (the text is
+    stored once, in builtin_docs) with a `scope_key` column, so a recall restricts its match to the
+    caller's scopes inside FTS5 and its cost follows the caller's repository, not the store.
+
+    Triggers keep the index in step with builtin_docs on insert, update and delete. `rank` is BM25 with
+    weight 0 on the scope column, so scores are the text/summary BM25 they were before. Existing
+    databases are upgraded in place: the old (contentful) table is dropped and the index rebuilt.
+    """
+    db.execute("ALTER TABLE builtin_docs ADD COLUMN scope_key TEXT NOT NULL DEFAULT ''")
+    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs").fetchall():
+        db.execute("UPDATE builtin_docs SET scope_key = ? WHERE doc_id = ?", [scope_key(scope), doc_id])
+    db.executescript(
+        """
+        DROP TABLE IF EXISTS builtin_fts;
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+            scope_key, text, summary,
+            content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+        CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_update AFTER UPDATE OF scope_key, text, summary ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+        INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', 'bm25(0.0, 1.0, 1.0)');
+        """
+    )
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """One call-log row (ADR-0035, REQ-18). Arguments are only ever stored as their SHA-256, so the call
@@ -278,13 +332,29 @@ def _connect(path: Path) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+class _WriteJob:
+    """One queued write() call: its function, then its result or exception."""
+
+    __slots__ = ("done", "error", "fn", "result", "state")
+
+    def __init__(self, fn: Callable[[sqlite_utils.Database], Any]) -> None:
+        self.fn = fn
+        self.state = "queued"  # queued -> taken -> done
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+
+
 class Store:
     """The store's single writer and its readers. Open with `await Store.open(path)`."""
 
     def __init__(self, path: Path, writer: sqlite_utils.Database) -> None:
         self.path = path
         self._writer = writer
-        self._write_limiter = trio.CapacityLimiter(1)
+        self._write_lock = trio.Lock()
+        self._write_queue: list[_WriteJob] = []
+        #: Write transactions run so far (each holds one or more write() calls).
+        self.transactions = 0
         self._read_limiter = trio.CapacityLimiter(4)
         self._local = threading.local()
         self._readers: list[sqlite_utils.Database] = []
@@ -304,20 +374,62 @@ class Store:
         return cls(path, await trio.to_thread.run_sync(setup))
 
     async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` in one transaction on the write connection, off the trio loop."""
+        """Run `fn(db)` in a transaction on the write connection, off the trio loop; commits whole or
+        not at all. Concurrent calls share one transaction (group commit, see the module docstring)."""
+        job = _WriteJob(fn)
+        self._write_queue.append(job)
+        try:
+            async with self._write_lock:
+                if job.state == "queued":  # nobody took it while we waited: lead a transaction
+                    batch = self._write_queue[:GROUP_COMMIT_MAX]
+                    del self._write_queue[:GROUP_COMMIT_MAX]
+                    for j in batch:
+                        j.state = "taken"
+                    try:
+                        await trio.to_thread.run_sync(self._write_batch, batch)  # never abandoned
+                    finally:
+                        for j in batch:
+                            j.state = "done"
+                            j.done.set()
+        except trio.Cancelled:
+            if job.state == "queued":
+                self._write_queue.remove(job)
+            else:  # in a transaction already: it commits whole or not at all; wait for it
+                with trio.CancelScope(shield=True):
+                    await job.done.wait()
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[no-any-return]
 
-        def run() -> T:
-            db = self._writer
+    def _write_batch(self, batch: list[_WriteJob]) -> None:
+        db = self._writer
+        self.transactions += 1
+        try:
             db.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(db)
-            except BaseException:  # ok: roll back, then re-raise (a write commits whole or not at all)
-                db.execute("ROLLBACK")
-                raise
+            if len(batch) == 1:
+                job = batch[0]
+                try:
+                    job.result = job.fn(db)
+                except BaseException as exc:  # ok: roll back, then hand the error to its caller
+                    job.error = exc
+                    db.execute("ROLLBACK")
+                    return
+            else:
+                for job in batch:
+                    db.execute("SAVEPOINT w")
+                    try:
+                        job.result = job.fn(db)
+                    except BaseException as exc:  # ok: this call's writes roll back; the others stay
+                        job.error = exc
+                        db.execute("ROLLBACK TO w")
+                    db.execute("RELEASE w")
             db.execute("COMMIT")
-            return result
-
-        return await trio.to_thread.run_sync(run, limiter=self._write_limiter)
+        except BaseException as exc:  # ok: BEGIN or COMMIT failed: nothing of the batch is kept
+            if db.conn.in_transaction:
+                db.execute("ROLLBACK")
+            for job in batch:
+                job.error = job.error or exc
 
     async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
         """Run `fn(db)` on this worker thread's read connection, off the trio loop."""

@@ -67,8 +67,11 @@ _MAX_NONCE_ATTEMPTS = 64
 def _single_line(value: object) -> str:
     """Make a provenance value safe for one line: no control, format or line-separator characters,
     whitespace runs collapsed, and no field separator, so nothing can forge a line or a field."""
+    text = str(value)
+    if text.isascii() and text.isprintable() and "  " not in text and text == text.strip():
+        return text  # printable ASCII, single-spaced: already one safe line (the common case, no per-char scan)
     out: list[str] = []
-    for ch in str(value):
+    for ch in text:
         if ch == "·":
             out.append(".")
         elif ch.isspace() or unicodedata.category(ch)[0] in ("C", "Z"):

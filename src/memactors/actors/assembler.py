@@ -37,9 +37,14 @@ _SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5
 
 @attrs.frozen
 class Assemble:
-    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so)."""
+    """Assemble the episode of a closed run record (already `stored_record`-clean, or it is made so).
+
+    `clean` says the sender already made it so (the ingest path does, once, in a worker thread): it is
+    not redacted a second time.
+    """
 
     record: RunRecord
+    clean: bool = False
 
 
 @attrs.frozen
@@ -61,6 +66,12 @@ class Assembled:
     @property
     def keep_run(self) -> bool:
         return self.skipped != "record_trace_off"
+
+
+def _assembled(record: RunRecord, repos: Any, options: dict[str, Any]) -> tuple[Episode, str]:
+    """The episode and its text (CPU work: excerpt cutting, redaction; run in a worker thread)."""
+    episode = assemble(record, repos, **options)
+    return episode, render_text(episode)
 
 
 class Assembler:
@@ -85,8 +96,11 @@ class Assembler:
 
     async def _handle(self, message: object) -> Assembled:
         match message:
+            case Assemble(record=record, clean=True):
+                return await self._assemble(record)
             case Assemble(record=record):
-                return await self._assemble(stored_record(record))
+                # Redaction is CPU work: in a worker thread, never on the trio loop.
+                return await self._assemble(await trio.to_thread.run_sync(stored_record, record))
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
@@ -113,14 +127,13 @@ class Assembler:
             untrusted_inline=harness.untrusted_inline if harness else False,
             pull_request=pull_request,
         )
-        episode = assemble(record, repos, **options)
-        text = render_text(episode)
+        episode, text = await trio.to_thread.run_sync(lambda: _assembled(record, repos, options))
         summary: SummaryResult | None = None
         if config.episodes.summary:
             summary = await self._summary(text)
             if summary.summary:
-                episode = assemble(record, repos, summary=summary.summary, **options)
-                text = render_text(episode)
+                episode, text = await trio.to_thread.run_sync(
+                    lambda: _assembled(record, repos, {**options, "summary": summary.summary}))
         return Assembled(episode, text, None, repo, branch, paths, summary)
 
     async def _summary(self, text: str) -> SummaryResult:

@@ -2,7 +2,8 @@
 
 Every read path goes through this actor, and every episode it serves goes through one function,
 :meth:`Briefing.episodes`, the REQ-9 choke point: it passes the caller's visible scopes to the provider
-under ``provider_timeout``, sends what comes back through the index's ``filter_items`` (unknown ids,
+under ``provider_timeout``, sends what comes back through the index's ``filter_items`` — one query, in the
+same read transaction and worker-thread hop as the request's own reads (facts, runs) — (unknown ids,
 forgotten episodes, foreign scopes and invalid items dropped and counted), and degrades to an empty
 episodes section with ``provider_unavailable`` when the provider times out, errors, is incompatible or
 its breaker is open. Recall, briefings (tool, resource, prompt, operator preview) and operator recall
@@ -34,7 +35,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 import sqlite_utils
@@ -59,7 +60,7 @@ from ..wrapper import (
     render_json,
     render_text,
 )
-from .index import Filtered, FilterItems, KeptItem
+from .index import Filtered, KeptItem, filter_items
 from .provider_session import provider_call
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "document_from_json",
     "latest_run_place",
     "resolve_view",
+    "run_place",
     "withhold_facts",
 ]
 
@@ -90,6 +92,13 @@ RECALL_RUNS = 5
 BRIEFING_EPISODES = 3
 PROVIDER_UNAVAILABLE = "provider_unavailable"
 RECALL_POINTER = "use the recall tool for more"
+
+T = TypeVar("T")
+
+
+def _nothing(db: sqlite_utils.Database) -> None:
+    return None
+
 
 Delivery = Literal["tool", "resource", "prompt", "preview", "spawn"]
 _SURFACE: Mapping[str, graph.Surface] = {
@@ -149,26 +158,32 @@ def _git_branch_sync(workdir: str) -> str | None:
     return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
 
 
+def run_place(db: sqlite_utils.Database, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
+    """(repo, branch) a run works in as the graph records it: live presence, else the ingested run."""
+    if run_id:
+        row = db.execute(
+            "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
+            " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
+        if row is None:
+            row = db.execute(
+                "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
+                [harness, run_id]).fetchone()
+        if row is not None:
+            return str(row[0]), None if row[1] is None else str(row[1])
+    return None
+
+
+_UNREAD: Any = object()
+
+
 async def resolve_view(store: Store, config: Config, *, harness: str, run_id: str | None,
-                       workdir: str | None = None) -> View:
+                       workdir: str | None = None, place: tuple[str, str | None] | None = _UNREAD) -> View:
     """A harness run's view (REQ-9): the repository its run works in now, as the graph records it
     (live presence, else the ingested run), else its workdir's (the token's, else the configured one)
-    before the run's first session. A run outside any repository sees no episodes."""
+    before the run's first session. A run outside any repository sees no episodes.
 
-    def rows(db: sqlite_utils.Database) -> tuple[str | None, str | None] | None:
-        if run_id:
-            row = db.execute(
-                "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
-                " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
-            if row is None:
-                row = db.execute(
-                    "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
-                    [harness, run_id]).fetchone()
-            if row is not None:
-                return str(row[0]), None if row[1] is None else str(row[1])
-        return None
-
-    found = await store.read(rows)
+    ``place`` is :func:`run_place`'s answer when the caller already read it (in its own hop)."""
+    found = await store.read(lambda db: run_place(db, harness, run_id)) if place is _UNREAD else place
     if found is not None:
         return View("run", harness, run_id, found[0], found[1])
     cfg = config.harness.get(harness)
@@ -446,9 +461,21 @@ class Briefing:
         failure: it degrades with ``provider_unavailable``. An unattributed or repository-less view
         gets no episodes and the provider is not asked.
         """
+        eps, _ = await self.episodes_with(view, query=query, limit=limit, paths=paths, deadline=deadline,
+                                          local=_nothing)
+        return eps
+
+    async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
+                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T]
+                            ) -> tuple[Episodes, T]:
+        """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
+
+        One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
+        of its items (one query) and the caller's local reads (facts, runs, ...) share one snapshot.
+        """
         scopes = list(view.episode_scopes)
         if not scopes:
-            return Episodes((), None, False)
+            return Episodes((), None, False), await self._local_only(local)
         arguments: dict[str, Any] = {"query": query[: contract.MAX_QUERY_CHARS] or "*", "scope": scopes,
                                      "limit": limit}
         if paths:
@@ -456,22 +483,32 @@ class Briefing:
         contract.check_request("memory_recall", arguments)
         timeout = self._config().episodes.provider_timeout
         caller = f"{view.harness}/{view.run_id}" if view.exposed_run else "daemon"
+        visible = frozenset(scopes)
+
+        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
+            filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
+                                    visible_scopes=visible, limit=limit)
+            return filtered, local(db)
+
         try:
             with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)
                 valid, invalid = contract.split_items(payload)
-                filtered: Filtered = await self._index.ask(FilterItems(
-                    provider=self.provider, items=tuple(valid), invalid=invalid,
-                    visible_scopes=frozenset(scopes), limit=limit))
+                filtered, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except (MemactorsError, trio.TooSlowError) as exc:
             self._log.bind(error=type(exc).__name__).warning("episodes degraded: provider unavailable")
-            return Episodes((), PROVIDER_UNAVAILABLE, True)
+            return Episodes((), PROVIDER_UNAVAILABLE, True), await self._local_only(local)
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
         reported = payload.get("degraded")
-        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False)
+        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False), mine
+
+    async def _local_only(self, local: Callable[[sqlite_utils.Database], T]) -> T:
+        if local is _nothing:
+            return None  # type: ignore[return-value] -- _nothing's result; no hop for nothing
+        return await self._store.read(local)
 
     # -- recall (REQ-12, REQ-13, REQ-17) -----------------------------------------------------------
 
@@ -496,8 +533,8 @@ class Briefing:
                 repo and req.paths) else []
             return facts, runs
 
-        facts, runs = await self._store.read(local)
-        eps = await self.episodes(view, query=query, limit=limit, paths=req.paths, deadline=req.deadline)
+        eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
+                                                      deadline=req.deadline, local=local)
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(_fact_item(f) for f in facts)),
@@ -558,9 +595,9 @@ class Briefing:
             total = graph.count_facts(db, scopes=scopes)
             return clashes, runs, facts, total
 
-        clashes, runs, facts, total = await self._store.read(local)
         query = " ".join(p for p in (repo, branch, harness) if p)
-        eps = await self.episodes(view, query=query, limit=BRIEFING_EPISODES, deadline=deadline)
+        eps, (clashes, runs, facts, total) = await self.episodes_with(
+            view, query=query, limit=BRIEFING_EPISODES, deadline=deadline, local=local)
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("collisions", tuple(_collision_item(c) for c in clashes)),

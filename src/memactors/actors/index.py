@@ -98,7 +98,7 @@ class Stored:
 
 
 def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None, branch: str | None,
-              paths: Iterable[str], now: str) -> bool:
+              paths: Iterable[str], now: str, clean: bool = False) -> bool:
     """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
 
     A closed run is kept once: the first record stored for (harness, run_id) wins and a later one is
@@ -106,7 +106,7 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     """
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
-    safe = redact_obj(raw)
+    safe = raw if clean else redact_obj(raw)  # `clean`: the caller already redacted every string (REQ-6)
     cur = db.execute(
         "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -158,15 +158,16 @@ def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, 
 
 
 def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str, ids: Sequence[str],
-                   scope: str, now: str) -> None:
+                   scope: str, now: str) -> bool:
     """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record.
 
     `scope` is ignored: the stored episode's scope is the only one trusted. Ids of an episode forgotten
-    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10).
+    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10):
+    returns True when it queued such forgets (the retry loop has work), else False.
     """
     row = db.execute("SELECT scope, forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
-        return
+        return False
     stored_scope, forgotten_at = row
     for pid in ids:
         db.execute(
@@ -177,6 +178,7 @@ def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str,
         if forgotten_at is not None:
             queue(db, "forget", provider, episode_id, provider_id=pid, now=now)
     db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?", [provider, episode_id])
+    return forgotten_at is not None and bool(ids)
 
 
 def is_indexed(db: sqlite_utils.Database, provider: str, episode_id: str) -> bool:
@@ -305,13 +307,9 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
         dropped["invalid"] += invalid
     kept: list[KeptItem] = []
     seen: set[str] = set()
+    rows = _index_rows(db, provider, [item.id for item in items])
     for item in items:
-        row = db.execute(
-            "SELECT i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch, e.outcome,"
-            " e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
-            " JOIN episodes e ON e.episode_id = i.episode_id WHERE i.provider = ? AND i.provider_id = ?",
-            [provider, item.id],
-        ).fetchone()
+        row = rows.get(item.id)
         if row is None:
             dropped["unknown_id"] += 1
             continue
@@ -335,6 +333,23 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
             ),
         ))
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
+
+
+def _index_rows(db: sqlite_utils.Database, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """The index and episode rows of every provider id in one query (REQ-9's re-check, not one per item)."""
+    wanted = list(dict.fromkeys(ids))
+    out: dict[str, tuple[Any, ...]] = {}
+    for start in range(0, len(wanted), 500):  # well under SQLite's bound on host parameters
+        chunk = wanted[start:start + 500]
+        for row in db.execute(
+            "SELECT i.provider_id, i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch,"
+            " e.outcome, e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
+            " JOIN episodes e ON e.episode_id = i.episode_id"
+            f" WHERE i.provider = ? AND i.provider_id IN ({','.join('?' * len(chunk))})",
+            [provider, *chunk],
+        ).fetchall():
+            out[row[0]] = tuple(row[1:])
+    return out
 
 
 def episode_view(row: EpisodeRow) -> dict[str, Any]:
@@ -373,6 +388,7 @@ class RecordRun:
     episode: Episode | None
     text: str | None
     provider: str
+    clean: bool = False  # the record is already `stored_record`-clean: not redacted again
 
 
 @attrs.frozen
@@ -432,7 +448,8 @@ class Index:
                 m = message
 
                 def write(db: sqlite_utils.Database) -> Stored:
-                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now):
+                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now,
+                                     clean=m.clean):
                         return Stored(run_new=False, episode_new=False)
                     if m.episode is None or m.text is None:
                         return Stored(run_new=True, episode_new=False)

@@ -65,9 +65,14 @@ def backoff_seconds(attempts: int) -> float:
 
 @attrs.frozen
 class RecordNow:
-    """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome."""
+    """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome.
+
+    `stored` is what the sender has just committed — (episode object, text, scope, trust class) — so the
+    attempt need not read it back; without it the stored copy is read.
+    """
 
     episode_id: str
+    stored: tuple[dict[str, Any], str, str, str] | None = None
 
 
 @attrs.frozen
@@ -195,8 +200,8 @@ class Retention:
 
     async def _handle(self, message: object) -> object:
         match message:
-            case RecordNow(episode_id=episode_id):
-                return await self._attempt(Attempt("record", episode_id, "", self._provider))
+            case RecordNow(episode_id=episode_id, stored=stored):
+                return await self._attempt(Attempt("record", episode_id, "", self._provider), stored)
             case Kick():
                 self._wake.set()
                 return None
@@ -324,36 +329,41 @@ class Retention:
             "UPDATE pending SET next_at = ? WHERE provider = ? AND state = 'pending' AND next_at > ?",
             [now, self._provider, now]))
 
-    async def _attempt(self, attempt: Attempt) -> str:
+    async def _attempt(self, attempt: Attempt, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         key = (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
         if key in self._inflight:
             return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
         try:
             if attempt.kind == "record":
-                return await self._record(attempt.episode_id)
+                return await self._record(attempt.episode_id, stored)
             return await self._forget(attempt)
         finally:
             self._inflight.discard(key)
 
-    async def _record(self, episode_id: str) -> str:
-        row = await self._store.read(lambda db: db.execute(
-            "SELECT body, text, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
-            [episode_id]).fetchone())
-        if row is None or row[0] is None or row[4] is not None:
-            await self._store.write(lambda db: db.execute(
-                "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
-                [self._provider, episode_id]))
-            return "gone"
-        body, text, scope, trust_class, _ = row
+    async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
+        if stored is None:
+            row = await self._store.read(lambda db: db.execute(
+                "SELECT body, text, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
+                [episode_id]).fetchone())
+            if row is None or row[0] is None or row[4] is not None:
+                await self._store.write(lambda db: db.execute(
+                    "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
+                    [self._provider, episode_id]))
+                return "gone"
+            stored = (json.loads(row[0]), row[1], row[2], row[3])
+        # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
+        episode, text, scope, trust_class = stored
         log = self._log.bind(episode=episode_id)
         arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
-                     "episode": json.loads(body), "text": text}
+                     "episode": episode, "text": text}
         try:
             with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
                 payload = await provider_call(self._provider_address, "memory_record_episode", arguments)
             ids = tuple(str(i) for i in payload["ids"])
-            await self._index.ask(IndexIds(self._provider, episode_id, ids))
+            # Index rows and the pending row's removal in one transaction; ids of an episode forgotten
+            # while its record was in flight are tombstoned and queued for forget in it too.
+            forgets_queued = await self._index.ask(IndexIds(self._provider, episode_id, ids))
         except (MemactorsError, trio.TooSlowError) as exc:
             self._metrics.episode_recorded(self._provider, "error")
             self._failing = True
@@ -370,9 +380,7 @@ class Retention:
             self._failing = False
             await self._make_due()
             self._wake.set()
-        # Forgotten while the record was in flight: the new ids must be tombstoned and forgotten too.
-        now = iso(self._clock())
-        if await self._store.write(lambda db: _retombstone(db, episode_id, now)):
+        if forgets_queued:
             self._wake.set()
         log.bind(ids=len(ids)).info("episode recorded")
         return "recorded"
@@ -432,23 +440,6 @@ class Retention:
             return "failed" if expired else "queued"
 
         return await self._store.write(write)
-
-
-def _retombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
-    """After a record: if the episode was forgotten meanwhile, tombstone and queue its new ids."""
-    row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    if row is None or row[0] is None:
-        return False
-    fresh = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ? AND forgotten_at IS NULL",
-                       [episode_id]).fetchall()
-    if not fresh:
-        return False
-    db.execute("UPDATE memory_index SET forgotten_at = ? WHERE episode_id = ? AND forgotten_at IS NULL", [now, episode_id])
-    for provider, provider_id in fresh:
-        db.execute(
-            "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
-            " VALUES ('forget', ?, ?, ?, ?, ?)", [provider, episode_id, provider_id, now, now])
-    return True
 
 
 def _forget_outcome(db: sqlite_utils.Database, episode_id: str) -> ForgetOutcome:

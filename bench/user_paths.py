@@ -1,0 +1,521 @@
+"""What users hit, timed side by side on one generated corpus (issue 11).
+
+    .venv/bin/python bench/user_paths.py                  # 1k and 10k episodes, 200 queries each
+    .venv/bin/python bench/user_paths.py --full           # adds 100k
+    .venv/bin/python bench/user_paths.py --sizes 1000000  # 1M, when asked for
+    .venv/bin/python bench/user_paths.py --sizes 1000 --queries 50 --skip-ingest   # a quick look
+
+Corpus: Zipf-distributed prose over a 3,000-word vocabulary (40-120 words of result text per episode,
+rendered as REQ-5's `name: value` lines), spread uniformly over 50 repositories, one harness per
+repository. It is bulk-loaded into a fresh state directory (runs, episodes, memory_index and the
+built-in provider's documents, with the provider's own `write_doc`), because the point here is to time
+the read paths over a given store, not to wait for the build; ingest is timed separately below.
+
+Then a real daemon is started as a subprocess (`memactors serve`) on that state directory, and for the
+same queries (2-3 words taken from an episode of the asking repository, asked in that repository,
+limit 8), interleaved query by query, it times:
+
+* **gateway**: the agent path — MCP `tools/call recall` over streamable HTTP with the run's bearer token
+  (`mcp.Client`), through the daemon's gateway, choke point and in-process built-in provider;
+* **rpc**: the operator RPC `Recall` (websocket) with `repo`;
+* **embedded**: `MemoryService.recall` in this process (the library path, same store file);
+* **anchors**: raw FTS5 in this process on the same words and scope, the floor any path stands on:
+  `or+col` (words OR-ed, scope as a joined column filter), `or+tok` (words OR-ed, scope as an indexed
+  FTS5 token), `and+tok` (words AND-ed, scope token). Each is `ORDER BY rank LIMIT 8`.
+
+Plus: 8 concurrent gateway clients against 1 (queries per second), ingest over the RPC (IngestRun one
+by one, and IngestRuns in batches of 500) into a fresh daemon with the built-in provider, the backlog
+drain from the built-in provider served over stdio after an outage (the records are queued while the
+upstream's command does not exist; the daemon is then restarted with a working one and the time to an
+empty backlog is measured), the daemon's RSS, and bytes per episode on disk after the ingest.
+
+It prints the machine first (CPU count, load average: other work on the machine shows up in every
+figure), then medians, p99s and the ratio of each path's median to the best anchor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp
+import sqlean
+import trio
+from loguru import logger
+from mcp.client.streamable_http import streamable_http_client
+
+from memactors.builtin import query_words, scoped_match, write_doc
+from memactors.config import ConfigHolder, load_config
+from memactors.episode import episode_id_for
+from memactors.repo import scope_for
+from memactors.rpc import connect_rpc, read_token
+from memactors.service import open_memory_service
+from memactors.store import Store, _connect
+
+SERVICE = "harness.v1.MemoryService"
+REPOS = 50
+VOCABULARY = 3000
+BATCH = 5000
+LIMIT = 8
+
+
+# -- corpus ----------------------------------------------------------------------------------------
+
+def vocabulary(rng: random.Random) -> list[str]:
+    syllables = ["ba", "ko", "ri", "len", "dar", "mo", "te", "sul", "gri", "pha", "ne", "vo", "xi", "qua", "ty"]
+    words: set[str] = set()
+    while len(words) < VOCABULARY:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))))
+    out = sorted(words)
+    rng.shuffle(out)
+    return out
+
+
+def zipf(rng: random.Random, words: list[str]) -> str:
+    return words[min(int(rng.paretovariate(1.1)) - 1, len(words) - 1)]
+
+
+def repo(z: int) -> str:
+    return f"forge.example/bench/r{z:02d}"
+
+
+def episode_text(fields: dict[str, Any]) -> str:
+    return "".join(f"{k}: {v}\n" for k, v in fields.items())
+
+
+def build_corpus(state: Path, n: int, seed: int = 7) -> dict[int, list[str]]:
+    """Bulk-load n episodes; returns a few texts per repository for drawing queries."""
+    rng = random.Random(seed)
+    words = vocabulary(rng)
+    samples: dict[int, list[str]] = {z: [] for z in range(REPOS)}
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "memactors.db"
+
+    async def init() -> None:
+        (await Store.open(path)).close()
+
+    trio.run(init)
+    db = _connect(path)
+    now = "2026-11-30T00:00:00.000000Z"
+    try:
+        for start in range(0, n, BATCH):
+            db.execute("BEGIN")
+            for i in range(start, min(n, start + BATCH)):
+                z = rng.randrange(REPOS)
+                harness, run_id = f"h{z:02d}", f"r{i}"
+                day = 1 + i % 28
+                started = f"2026-10-{day:02d}T{i % 24:02d}:00:00Z"
+                eid = episode_id_for(harness, run_id, started)
+                body = " ".join(zipf(rng, words) for _ in range(rng.randint(40, 120)))
+                files = [f"src/{rng.choice(words[:200])}.py" for _ in range(rng.randint(1, 4))]
+                outcome = rng.choice(("succeeded", "succeeded", "failed"))
+                fields = {"episode_id": eid, "harness": harness, "adapter": "claude-code", "run_id": run_id,
+                          "trace_id": f"t{i}", "model": "bench-model", "repo": repo(z), "branch": "main",
+                          "outcome": outcome, "reason": "completed", "started_at": started, "duration_ms": 60000,
+                          "cost_usd": "", "cost_source": "unknown", "files_touched": ", ".join(files),
+                          "pull_request": "", "verify_failures": "", "result_excerpt": body, "summary": "",
+                          "trust_class": "standard", "scope": scope_for(repo(z))}
+                text = episode_text(fields)
+                if len(samples[z]) < 20:
+                    samples[z].append(body)
+                db.execute(
+                    "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+                    " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [harness, run_id, "claude-code", started, started, outcome, "completed", 60000, repo(z), "main",
+                     "{}", now])
+                db.execute(
+                    "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
+                    " started_at, recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [eid, harness, run_id, repo(z), "main", scope_for(repo(z)), "standard", outcome, started,
+                     now, json.dumps({"adapter": "claude-code", "model": "bench-model"}), text])
+                db.execute(
+                    "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
+                    " VALUES ('builtin', ?, ?, ?, ?)", [eid, eid, scope_for(repo(z)), now])
+                write_doc(db, episode_id=eid, scope=scope_for(repo(z)), text=text, summary="", files=files,
+                          started_at=started)
+            db.execute("COMMIT")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        db.conn.close()
+    return samples
+
+
+def make_queries(samples: dict[int, list[str]], count: int, seed: int = 11) -> list[tuple[int, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        z = rng.randrange(REPOS)
+        text = rng.choice(samples[z]).split()
+        start = rng.randrange(max(len(text) - 3, 1))
+        out.append((z, " ".join(text[start:start + rng.choice((2, 3))])))
+    return out
+
+
+# -- daemon ----------------------------------------------------------------------------------------
+
+def write_config(root: Path, state: Path, extra: str = "") -> Path:
+    path = root / "harness.toml"
+    path.write_text(f'[store]\npath = "{state}"\n[operator]\nlisten = "127.0.0.1:0"\n'
+                    '[gateway]\nlisten = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n' + extra,
+                    encoding="utf-8")
+    return path
+
+
+@asynccontextmanager
+async def daemon(root: Path, config: Path, state: Path) -> AsyncIterator[dict[str, Any]]:
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(root)}
+    (state / "daemon.json").unlink(missing_ok=True)
+    log = (root / "daemon.log").open("ab")
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "memactors.cli", "serve"], env=env,
+                                            stdout=log, stderr=log)
+    try:
+        with trio.fail_after(120):
+            while not (state / "daemon.json").exists():  # noqa: ASYNC110 -- a bench, polling the file
+                if proc.poll() is not None:
+                    raise SystemExit(f"daemon exited; see {root / 'daemon.log'}")
+                await trio.sleep(0.05)
+        info = json.loads((state / "daemon.json").read_text())
+        info["proc"] = proc
+        info["control"] = read_token(state, "control")
+        info["read"] = read_token(state, "read")
+        async with connect_rpc(info["operator"], info["control"]) as rpc:
+            with trio.fail_after(60):
+                while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "ready":  # noqa: ASYNC110 -- a bench polling the daemon
+                    await trio.sleep(0.05)
+        yield info
+    finally:
+        proc.send_signal(2)
+        with trio.move_on_after(20):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        log.close()
+
+
+@asynccontextmanager
+async def gateway_client(url: str, token: str) -> AsyncIterator[mcp.Client]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=None) as http, \
+            mcp.Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- timing helpers --------------------------------------------------------------------------------
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(values) * 1000, 3), "p99_ms": round(pct(values, 99) * 1000, 3),
+            "n": len(values)}
+
+
+def anchor_sql(kind: str, words: list[str], scope: str) -> tuple[str, list[Any]]:
+    terms_or = " OR ".join(f'"{w}"' for w in words)
+    if kind == "or+col":
+        return ("SELECT d.episode_id FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+                " WHERE builtin_fts MATCH ? AND d.scope = ? ORDER BY builtin_fts.rank LIMIT 8",
+                [f"{{text summary}} : ({terms_or})", scope])
+    op = "OR" if kind == "or+tok" else "AND"
+    return ("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? ORDER BY rank LIMIT 8",
+            [scoped_match(words, [scope], op)])
+
+
+# -- the measurements ------------------------------------------------------------------------------
+
+async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any]:
+    state = root / f"state-{size}"
+    t0 = time.perf_counter()
+    samples = await trio.to_thread.run_sync(build_corpus, state, size)
+    build_s = time.perf_counter() - t0
+    queries = make_queries(samples, n_queries)
+    config = write_config(root, state)
+    out: dict[str, Any] = {"episodes": size, "build_s": round(build_s, 1)}
+    async with daemon(root, config, state) as d, AsyncExitStack() as stack:
+        rpc = await stack.enter_async_context(connect_rpc(d["operator"], d["read"]))
+        control = await stack.enter_async_context(connect_rpc(d["operator"], d["control"]))
+        tokens = {}
+        for z in range(REPOS):
+            minted = await control.call(f"{SERVICE}/MintRunToken", {"harness": f"h{z:02d}", "run_id": f"live{z}"})
+            tokens[z] = minted["token"]
+            # the run's place: an ingested run of that harness in the repository
+        await trio.to_thread.run_sync(_seed_live_runs, state)
+        clients: dict[int, mcp.Client] = {}
+
+        async def client_for(z: int) -> mcp.Client:
+            if z not in clients:
+                clients[z] = await stack.enter_async_context(gateway_client(d["gateway"], tokens[z]))
+            return clients[z]
+
+        holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
+        embedded = await stack.enter_async_context(open_memory_service(holder))
+        raw = _connect(state / "memactors.db")
+        stack.callback(raw.conn.close)
+        times: dict[str, list[float]] = {k: [] for k in ("gateway", "rpc", "embedded", "or+col", "or+tok", "and+tok")}
+        found = {"gateway": 0, "rpc": 0}
+        for z, _ in queries[:10]:  # warm-up: open every client used, touch every path
+            await (await client_for(z)).call_tool("recall", {"query": "warm up", "limit": LIMIT})
+        for z, q in queries:
+            client = await client_for(z)
+            scope = scope_for(repo(z))
+            words = query_words(q)
+            t = time.perf_counter()
+            res = await client.call_tool("recall", {"query": q, "limit": LIMIT})
+            times["gateway"].append(time.perf_counter() - t)
+            found["gateway"] += "episode ·" in "".join(getattr(c, "text", "") for c in res.content)
+            t = time.perf_counter()
+            ans = await rpc.call(f"{SERVICE}/Recall", {"query": q, "repo": repo(z), "limit": LIMIT})
+            times["rpc"].append(time.perf_counter() - t)
+            found["rpc"] += bool(ans["episodes"])
+            t = time.perf_counter()
+            await embedded.recall(query=q, repo=repo(z), limit=LIMIT)
+            times["embedded"].append(time.perf_counter() - t)
+            for kind in ("or+col", "or+tok", "and+tok"):
+                sql, params = anchor_sql(kind, words, scope)
+                t = time.perf_counter()
+                raw.execute(sql, params).fetchall()
+                times[kind].append(time.perf_counter() - t)
+        out["paths"] = {k: summary(v) for k, v in times.items()}
+        best = min(("or+col", "or+tok", "and+tok"), key=lambda k: out["paths"][k]["p50_ms"])
+        out["best_anchor"] = best
+        for k in ("gateway", "rpc", "embedded"):
+            out["paths"][k]["x_anchor"] = round(out["paths"][k]["p50_ms"] / max(out["paths"][best]["p50_ms"], 1e-6), 1)
+        out["queries_with_episodes"] = found
+        out["concurrency"] = await measure_concurrency(client_for, queries)
+        out["daemon_rss_mb"] = round(rss_mb(d["pid"]), 1)
+    return out
+
+
+def _seed_live_runs(state: Path) -> None:
+    """Each minted run (h<z>/live<z>) works in its repository: a run row the view resolves from."""
+    db = _connect(state / "memactors.db")
+    try:
+        db.execute("BEGIN")
+        for z in range(REPOS):
+            db.execute("INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason,"
+                       " duration_ms, repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                       [f"h{z:02d}", f"live{z}", "claude-code", "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z",
+                        "succeeded", "completed", 1, repo(z), "main", "{}", "2026-11-30T00:00:00Z"])
+        db.execute("COMMIT")
+    finally:
+        db.conn.close()
+
+
+async def measure_concurrency(client_for: Callable[[int], Any], queries: list[tuple[int, str]]) -> dict[str, Any]:
+    """Queries per second through the gateway: one client alone, then 8 clients at once (same queries)."""
+    async def run(clients: int) -> float:
+        per = [queries[i::clients] for i in range(clients)]
+        t = time.perf_counter()
+
+        async def worker(mine: list[tuple[int, str]]) -> None:
+            for z, q in mine:
+                await (await client_for(z)).call_tool("recall", {"query": q, "limit": LIMIT})
+
+        async with trio.open_nursery() as nursery:
+            for mine in per:
+                nursery.start_soon(worker, mine)
+        return len(queries) / (time.perf_counter() - t)
+
+    one = await run(1)
+    eight = await run(8)
+    return {"qps_1": round(one, 1), "qps_8": round(eight, 1), "ratio": round(eight / one, 2)}
+
+
+def run_record(i: int, rng: random.Random, words: list[str]) -> dict[str, Any]:
+    z = i % REPOS
+    body = " ".join(zipf(rng, words) for _ in range(rng.randint(40, 120)))
+    return {"harness": f"h{z:02d}", "adapter": "claude-code", "run_id": f"i{i}", "trace_id": f"t{i}",
+            "started_at": "2026-11-28T09:00:00Z", "ended_at": "2026-11-28T09:10:00Z", "duration_ms": 600000,
+            "outcome": "succeeded", "reason": "completed", "result_text": body, "spawned_process": True,
+            "sessions": [{"session_id": "s1", "cwd": f"/srv/r{z}", "repo": repo(z), "git_branch": "main"}],
+            "events": []}
+
+
+def db_bytes(state: Path) -> int:
+    return sum(p.stat().st_size for p in state.glob("memactors.db*"))
+
+
+async def measure_ingest(root: Path, single: int, batch: int) -> dict[str, Any]:
+    rng = random.Random(5)
+    words = vocabulary(random.Random(7))
+    state = root / "state-ingest"
+    config = write_config(root, state)
+    out: dict[str, Any] = {}
+    async with daemon(root, config, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
+        records = [run_record(i, rng, words) for i in range(single + batch)]
+        t = time.perf_counter()
+        for r in records[:single]:
+            await rpc.call(f"{SERVICE}/IngestRun", {"record": r})
+        out["single_rpc_per_s"] = round(single / (time.perf_counter() - t), 1)
+        t = time.perf_counter()
+        outcomes: dict[str, int] = {}
+        for start in range(single, single + batch, 500):
+            chunk = [{"record": r, "source": f"r{start + k}"} for k, r in enumerate(records[start:start + 500])]
+            res = await rpc.call(f"{SERVICE}/IngestRuns", {"records": chunk})
+            for item in res["results"]:
+                outcomes[item["outcome"]] = outcomes.get(item["outcome"], 0) + 1
+        out["batch_rpc_per_s"] = round(batch / (time.perf_counter() - t), 1)
+        out["batch_outcomes"] = outcomes
+        out["daemon_rss_mb"] = round(rss_mb(d["pid"]), 1)
+    n = single + batch
+    db = sqlean.connect(str(state / "memactors.db"))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    out["episodes"] = n
+    out["bytes_per_episode"] = round(db_bytes(state) / n)
+    return out
+
+
+async def measure_drain(root: Path, n: int) -> dict[str, Any]:
+    """Queue n records while the stdio provider's command does not exist, then time the drain."""
+    rng = random.Random(9)
+    words = vocabulary(random.Random(7))
+    state = root / "state-drain"
+    upstream_db = root / "upstream.db"
+    broken = write_config(root, state, '[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "/nonexistent/provider"\n')
+    out: dict[str, Any] = {"episodes": n}
+    # The provider is down for this daemon's life: every record is acknowledged and queued.
+    async with daemon_down(root, broken, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
+        for start in range(0, n, 500):
+            chunk = [{"record": run_record(10_000_000 + start + k, rng, words)} for k in range(min(500, n - start))]
+            await rpc.call(f"{SERVICE}/IngestRuns", {"records": chunk})
+        pending = (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"]
+    out["queued"] = pending
+    working = write_config(root, state, '[memory]\nprovider = "bi"\n[mcp.bi]\n'
+                           f'command = "{sys.executable}"\n'
+                           f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream_db}"]\n')
+    t = time.perf_counter()
+    async with daemon(root, working, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
+        ready = time.perf_counter()
+        at_ready = (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"]
+        with trio.move_on_after(600):
+            while (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"] > 0:  # noqa: ASYNC110 -- polls the daemon
+                await trio.sleep(0.05)
+        done = time.perf_counter()
+        left = (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"]
+    out["start_to_ready_s"] = round(ready - t, 2)
+    out["drain_s"] = round(done - ready, 2)
+    out["left"] = left
+    out["pending_at_ready"] = at_ready
+    out["drain_per_s"] = round((at_ready - left) / max(done - ready, 1e-6), 1)
+    return out
+
+
+@asynccontextmanager
+async def daemon_down(root: Path, config: Path, state: Path) -> AsyncIterator[dict[str, Any]]:
+    """A daemon whose provider never becomes ready (it does not wait for 'ready')."""
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(root)}
+    (state / "daemon.json").unlink(missing_ok=True)
+    log = (root / "daemon.log").open("ab")
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "memactors.cli", "serve"], env=env,
+                                            stdout=log, stderr=log)
+    try:
+        with trio.fail_after(120):
+            while not (state / "daemon.json").exists():  # noqa: ASYNC110 -- a bench, polling the file
+                await trio.sleep(0.05)
+        info = json.loads((state / "daemon.json").read_text())
+        info["control"] = read_token(state, "control")
+        yield info
+    finally:
+        proc.send_signal(2)
+        with trio.move_on_after(20):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        log.close()
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs,"
+            f" load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, Python {platform.python_version()},"
+            f" SQLite {sqlean.sqlite_version}")
+
+
+def cold_cli(root: Path) -> dict[str, float]:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "memactors.cli", "--help"], capture_output=True, check=False,
+                   env={**os.environ, "HOME": str(root)})
+    return {"help_s": round(time.perf_counter() - t, 2)}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="memactors-bench-", dir=args.tmp))
+    report: dict[str, Any] = {"machine": machine(), "recall": []}
+    print(report["machine"], flush=True)
+    try:
+        for size in args.sizes:
+            r = await measure_recall(root, size, args.queries)
+            report["recall"].append(r)
+            print_recall(r)
+        if not args.skip_ingest:
+            report["ingest"] = await measure_ingest(root, args.single, args.batch)
+            print("ingest:", json.dumps(report["ingest"]), flush=True)
+            report["drain"] = await measure_drain(root, args.drain)
+            print("drain:", json.dumps(report["drain"]), flush=True)
+        report["cli"] = cold_cli(root)
+        print("cli:", json.dumps(report["cli"]), flush=True)
+        report["machine_after"] = machine()
+        print(report["machine_after"], flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+def print_recall(r: dict[str, Any]) -> None:
+    print(f"\n{r['episodes']:,} episodes, {REPOS} repositories (bulk build {r['build_s']} s)")
+    print(f"  {'path':<10} {'p50 ms':>8} {'p99 ms':>8} {'x best anchor':>14}")
+    for k, v in r["paths"].items():
+        print(f"  {k:<10} {v['p50_ms']:>8.2f} {v['p99_ms']:>8.2f} {v.get('x_anchor', ''):>14}")
+    print(f"  best anchor: {r['best_anchor']}; queries with episodes: {r['queries_with_episodes']}")
+    c = r["concurrency"]
+    print(f"  gateway: 1 client {c['qps_1']} q/s, 8 clients {c['qps_8']} q/s ({c['ratio']}x);"
+          f" daemon RSS {r['daemon_rss_mb']} MB", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=None)
+    parser.add_argument("--full", action="store_true", help="add 100k episodes")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--single", type=int, default=300, help="records ingested one by one over the RPC")
+    parser.add_argument("--batch", type=int, default=2000, help="records ingested through IngestRuns")
+    parser.add_argument("--drain", type=int, default=2000, help="records queued, then drained")
+    parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--tmp", default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    logger.remove()  # the embedded service's log lines would be timed too (the daemon logs to its file)
+    if args.sizes is None:
+        args.sizes = [1000, 10000] + ([100000] if args.full else [])
+    report = trio.run(main_async, args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
