@@ -11,7 +11,7 @@ CLAUDE_CODE_VERSION := 2.1.328
 CODEX_VERSION       := 0.169.0
 AGENTS_STAMP        := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
 
-.PHONY: run test lint bench clean agents promtool
+.PHONY: run test test-fast test-tools lint bench clean agents promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,14 +43,26 @@ agents: $(AGENTS_STAMP)
 promtool:
 	@command -v promtool >/dev/null || (apt-get update && apt-get install -y prometheus)
 
-test: $(STAMP) lint agents promtool
-	$(BIN)/python -m pytest -q
+# Parallel (pytest-xdist): every test uses its own tmp dir and port 0. Slow end-to-end tests
+# (marked `slow`) run too; `make test-fast` skips them while you iterate.
+PYTEST_WORKERS ?= 4
+
+test: $(STAMP) lint agents promtool test-tools
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+
+# The TUI is tested in a real terminal under tmux: install it when missing (CI runs as root).
+test-tools:
+	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/user_paths.py
 	$(BIN)/python bench/recall_latency.py
 	$(BIN)/python bench/read_side_faults.py
 	$(BIN)/python bench/fault_injection.py --quick
+	$(BIN)/python bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)

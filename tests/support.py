@@ -54,6 +54,55 @@ def run_record(**overrides: Any) -> dict[str, Any]:
 
 
 async def wait_ready(service: MemoryService, state: str = "ready") -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(60):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
             await trio.sleep(0.01)
+
+
+class LogRecords:
+    """Every loguru record while in use (`with LogRecords() as logs:`), for tests that assert on log
+    lines or wait for one (the daemon's signal task logs from a worker thread: a lock guards the list)."""
+
+    def __init__(self, level: str = "DEBUG") -> None:
+        import threading
+
+        self.level = level
+        self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._id: int | None = None
+
+    def __enter__(self) -> LogRecords:
+        from loguru import logger
+
+        def sink(message: Any) -> None:
+            record = message.record
+            with self._lock:
+                self.records.append({"level": record["level"].name, "message": record["message"],
+                                     "extra": dict(record["extra"])})
+
+        self._id = logger.add(sink, level=self.level)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from loguru import logger
+
+        if self._id is not None:
+            logger.remove(self._id)
+
+    def matching(self, message: str, level: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self.records if r["message"] == message and (level is None or r["level"] == level)]
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.records)
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.records[mark:])
+
+    async def wait_for(self, message: str, count: int = 1) -> None:
+        """Wait until `message` has been logged `count` times: the state, polled, under a deadline."""
+        with trio.fail_after(30):
+            while len(self.matching(message)) < count:  # noqa: ASYNC110 -- the records come from any thread
+                await trio.sleep(0.01)

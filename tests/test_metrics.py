@@ -184,7 +184,7 @@ async def test_garbage_request_gets_400_and_server_survives(base_url: str) -> No
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
         await stream.send_all(b"NONSENSE\r\n\r\n")
-        with trio.fail_after(5):
+        with trio.fail_after(60):
             data = await stream.receive_some(4096)
     assert data.startswith(b"HTTP/1.1 400")
     assert "harness_memory_pending" in await scrape(base_url)

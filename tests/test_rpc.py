@@ -107,7 +107,7 @@ async def _raw_handshake(url: str, extra: str = "") -> bytes:
         )
         await stream.send_all(request.encode())
         data = b""
-        with trio.fail_after(5):
+        with trio.fail_after(60):
             while b"\r\n" not in data:
                 chunk = await stream.receive_some(4096)
                 if not chunk:
@@ -238,7 +238,7 @@ async def test_a_slow_call_does_not_block_a_fast_one(url: str, tokens: Tokens, c
             nursery.start_soon(slow)
             # Wait until the server is really inside the slow handler.
             await calls.slow_entered.wait()
-            with trio.fail_after(5):
+            with trio.fail_after(60):
                 results = [await client.call(SVC + "Fast", {"n": i}) for i in range(3)]
             assert results == [0, 1, 2]
             assert not slow_done.is_set()

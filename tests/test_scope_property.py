@@ -179,7 +179,7 @@ async def _through_the_choke_point(db_path: Path, payload: dict[str, Any], view:
             briefing = Briefing(store=store, metrics=metrics, provider=PROVIDER, session_address=session.address,
                                 index_address=index.address, config=Config, wall_clock=fixed_clock)
             await nursery.start(briefing.run)
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 while session.status().state != "ready":  # noqa: ASYNC110 -- the session's own state
                     await trio.sleep(0.005)
             answer = await briefing.recall(RecallRequest(view=view, query="anything", limit=20))

@@ -1,14 +1,27 @@
-"""REQ-19's TUI overlay: B opens GetBriefing read-only, r recomputes, esc closes."""
+"""The TUI (issue 12, REQ-19): its state machine without a terminal, and the real program in a real
+terminal under tmux against a running daemon (send-keys / capture-pane)."""
 
 from __future__ import annotations
 
-import pytest
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
+import pytest
+import trio
+
+from memactors.config import load_config
+from memactors.daemon import run_daemon
+from memactors.rpc import connect_rpc, read_token
 from memactors.service import open_memory_service
-from memactors.tui import ESC, HarnessEntry, TuiApp
-from support import example
+from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
+from support import example, run_record, wait_ready, write_config
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
+SERVICE = "harness.v1.MemoryService"
 
 
 @pytest.mark.req19
@@ -17,13 +30,16 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
     sections and marks episodes provider_unavailable."""
     down = '[memory]\nprovider = "gone"\n[mcp.gone]\ncommand = "/nonexistent/memory-provider"\n'
     async with open_memory_service(make_holder(down + HARNESS)) as memory:
+        # The session starts "connecting" and turns "down" once its spawn fails: wait for the state the
+        # overlay is asserted to show (this raced under load when it read the status straight away).
+        await wait_ready(memory, "down")
         await memory.ingest_run(example("run-42-api-fixer.json"))
         await memory.add_fact(scope="project:forge.example/acme/api", text="ledger tests need -race",
                               confidence=0.9)
-        app = TuiApp([HarnessEntry("api-fixer", "claude-code", True)])
+        app = TuiState([HarnessEntry("api-fixer", "claude-code", True)])
         wanted = app.key("B")
-        assert wanted == "api-fixer"
-        app.loaded(await memory.get_briefing(wanted), await memory.status())
+        assert wanted == Load("api-fixer")
+        app.loaded(await memory.get_briefing("api-fixer"), await memory.status())
         text = "\n".join(app.lines())
         assert "provider gone: down" in text
         assert "provider_unavailable" in text
@@ -31,22 +47,140 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
         for section in ("collisions", "recent_runs", "facts", "episodes"):
             assert section in text
         assert "ledger tests need -race" in text  # the deterministic facts section is there
-        assert app.key("r") == "api-fixer"  # recompute asks for a fresh GetBriefing
+        assert app.key("r") == Load("api-fixer")  # recompute asks for a fresh GetBriefing
         app.key(ESC)
-        assert app.overlay is None
+        assert app.overlay is None and app.loading is None
         assert "> api-fixer" in "\n".join(app.lines())
 
 
-def test_navigation_and_quit() -> None:
-    app = TuiApp([HarnessEntry("a", "codex", False), HarnessEntry("b", "claude-code", True)])
-    app.key("j")
+def test_navigation_help_line_and_quit() -> None:
+    app = TuiState([HarnessEntry("a", "codex", False), HarnessEntry("b", "claude-code", True)])
+    assert app.help_line() == HELP_MAIN
+    app.key("down")
     assert app.selected == 1
     app.key("j")
     assert app.selected == 1
-    app.key("k")
+    app.key("up")
     assert app.selected == 0
+    assert app.key("r") == Load()  # refresh the lists
+    assert app.key("B") == Load("a")
+    assert app.help_line() == HELP_OVERLAY and app.lines()[0] == "loading the briefing for a…"
     app.failed("daemon not reachable")
     assert app.lines()[0] == "error: daemon not reachable"
     app.key(ESC)
+    assert not app.in_overlay
     app.key("q")
     assert app.quit
+
+
+def test_an_answer_arriving_after_esc_does_not_reopen_the_overlay() -> None:
+    app = TuiState([HarnessEntry("a", "codex", False)])
+    app.key("B")
+    app.key(ESC)
+    app.loaded({"harness": "a", "document": "x"}, {"state": "ready"})
+    assert not app.in_overlay
+
+
+def test_without_harness_tables_the_list_shows_harnesses_seen_in_episodes() -> None:
+    app = TuiState([])
+    assert app.harness_lines()[0].startswith("(no [harness.*] configured")
+    app.refreshed({"state": "ready", "provider": "builtin", "pending": {"records": 2, "forgets": 0}},
+                  {"episodes": [{"harness": "billing-bot", "run_id": "7"}, {"harness": "api-fixer", "run_id": "42"}],
+                   "total": 2})
+    assert [h.name for h in app.harnesses] == ["api-fixer", "billing-bot"]
+    lines = app.harness_lines()
+    assert lines[0] == "> api-fixer  (seen)" and "[harness.<name>] table" in "\n".join(lines)
+    assert "pending 2 records, 0 forgets" in app.header()
+    assert app.key("B") == Load("api-fixer")  # the daemon's answer then says a table is needed
+
+
+def test_the_header_shows_provider_state_and_pending_work_or_the_daemon_error() -> None:
+    app = TuiState([])
+    assert "connecting" in app.header()
+    app.refreshed({"provider": "mem0", "state": "degraded", "breaker": "open",
+                   "pending": {"records": 3, "forgets": 1, "record_failed": 1, "forget_failed": 0}}, None)
+    assert app.header() == ("memactors · provider mem0: degraded · breaker open · pending 3 records, 1 forgets"
+                            " · failed 1/0")
+    app.unreachable("daemon not reachable at ws://127.0.0.1:1/harness.v1 (OSError)")
+    assert "daemon not reachable" in app.header()
+
+
+# -- the real program in a real terminal ------------------------------------------------------------------------
+
+@asynccontextmanager
+async def tmux(tmp_path: Path, command: list[str], env: dict[str, str]) -> AsyncIterator[list[str]]:
+    """A tmux server of our own (its own socket, so parallel tests never share one) running `command`
+    in an 80×20 window; yields the tmux argv prefix for send-keys / capture-pane."""
+    base = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+    await trio.run_process([*base, "new-session", "-d", "-x", "80", "-y", "20", *env_args, *command])
+    try:
+        yield base
+    finally:
+        await trio.run_process([*base, "kill-server"], check=False)
+
+
+async def screen(base: list[str]) -> str:
+    done = await trio.run_process([*base, "capture-pane", "-p"], capture_stdout=True)
+    return done.stdout.decode()
+
+
+def unwrap(shown: str) -> str:
+    """The overlay's text with the box, the scroll bar and the line breaks taken out."""
+    rows = [line.strip("│█ ").strip() for line in shown.splitlines()]
+    return " ".join(" ".join(rows).split())
+
+
+async def wait_for(base: list[str], text: str, *, present: bool = True) -> str:
+    """Wait until `text` is (or is no longer) on the screen: the state, not a delay."""
+    with trio.fail_after(60):
+        while True:
+            shown = await screen(base)
+            if (text in shown) == present:
+                return shown
+            await trio.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.req19
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: `make test` installs it")
+async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_briefing(tmp_path: Path) -> None:
+    config = write_config(tmp_path, HARNESS)
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(config),
+                                                                       task_status=task_status))
+        async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
+            await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
+            await rpc.call(f"{SERVICE}/IngestRun", {"record": run_record(run_id="7", harness="billing-bot")})
+            for i in range(6):  # a briefing taller than the terminal, with lines wider than it
+                await rpc.call(f"{SERVICE}/AddFact", {
+                    "scope": "project:forge.example/acme/api", "confidence": 0.9,
+                    "text": f"fact {i}: the ledger reconciliation tests need the race detector and a fixed clock "
+                            f"because rounding differs across time zones ({i})"})
+        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "TERM": "xterm-256color"}
+        command = [sys.executable, "-m", "memactors.cli", "tui", "--config", str(config)]
+        async with tmux(tmp_path, command, env) as base:
+            main = await wait_for(base, "billing-bot")
+            assert "> api-fixer" in main and "provider builtin: ready" in main
+            assert main.rstrip().splitlines()[-1].startswith("↑/↓ select  B briefing")
+            await trio.run_process([*base, "send-keys", "B"])
+            top = await wait_for(base, "Briefing preview: api-fixer")
+            assert "memory_briefing: yes" in top
+            assert "</memory-data" not in top  # too long for 20 rows: the end is below
+            await trio.run_process([*base, "send-keys", "End"])
+            end = await wait_for(base, "</memory-data")
+            assert "Briefing preview: api-fixer" not in end  # scrolled
+            for shown in (top, end):
+                assert all(len(line) <= 80 for line in shown.splitlines())
+            # A fact wider than the terminal is wrapped onto the next rows, not cut.
+            assert "the race detector and a fixed clock because rounding differs across time zones" in unwrap(end)
+            await trio.run_process([*base, "send-keys", "Home"])
+            await wait_for(base, "Briefing preview: api-fixer")
+            await trio.run_process([*base, "send-keys", "Escape"])
+            await wait_for(base, "Briefing preview", present=False)
+            await trio.run_process([*base, "send-keys", "q"])
+            with trio.fail_after(60):
+                while (await trio.run_process([*base, "has-session"], check=False,  # noqa: ASYNC110
+                                              capture_stderr=True)).returncode == 0:
+                    await trio.sleep(0.1)  # the session ends when the TUI exits
+        nursery.cancel_scope.cancel()

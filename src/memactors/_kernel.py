@@ -55,6 +55,10 @@ from loguru import logger
 
 from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError
 
+#: Codes of errors that answer a requester's mistake; not worth a warning (see rpc.CLIENT_CODES).
+_CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "UNAUTHENTICATED",
+                           "FAILED_PRECONDITION", "OUT_OF_RANGE"})
+
 __all__ = [
     "Actor",
     "ActorFailed",
@@ -353,7 +357,13 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
     try:
         result = await handler(request.message)
     except Exception as exc:
-        log.bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
+        code = getattr(exc, "code", None) if isinstance(exc, MemactorsError) else None
+        if code in _CLIENT_CODES:
+            # The requester's mistake (or a missing thing), answered to it; the edge that received
+            # the request (RPC, gateway) logs it once with its code.
+            log.bind(error=type(exc).__name__, code=code).debug("request refused")
+        else:
+            log.bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
         request.fail(exc)
     else:
         request.respond(result)

@@ -26,7 +26,6 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 import attrs
-from loguru import logger
 
 from .errors import ConfigError
 
@@ -44,6 +43,7 @@ __all__ = [
     "StoreConfig",
     "TelemetryConfig",
     "default_config_path",
+    "default_state_path",
     "load_config",
     "parse_duration",
 ]
@@ -310,12 +310,32 @@ def parse_duration(text: str) -> float:
 
 
 def default_config_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$HARNESS_CONFIG`` if set, else ``~/.config/harness/harness.toml`` (``HOME`` from ``env``)."""
+    """``$HARNESS_CONFIG`` if set, else ``$XDG_CONFIG_HOME/harness/harness.toml``, else
+    ``~/.config/harness/harness.toml`` (``HOME`` from ``env``)."""
     env = os.environ if env is None else env
     named = env.get("HARNESS_CONFIG")
     if named:
         return _expand_user(named, env)
-    return _home(env) / ".config" / "harness" / "harness.toml"
+    return _xdg(env, "XDG_CONFIG_HOME", ".config") / "harness" / "harness.toml"
+
+
+def default_state_path(env: Mapping[str, str] | None = None) -> str:
+    """The default ``[store] path``: ``$XDG_STATE_HOME/harness`` when XDG_STATE_HOME is set, else
+    ``~/.local/share/harness`` (where state lived before; kept so existing installations find theirs)."""
+    env = os.environ if env is None else env
+    state_home = env.get("XDG_STATE_HOME", "")
+    if state_home and Path(state_home).is_absolute():
+        return str(Path(state_home) / "harness")
+    return "~/.local/share/harness"
+
+
+def _xdg(env: Mapping[str, str], name: str, fallback: str) -> Path:
+    """An XDG base directory: the variable when it holds an absolute path (relative ones are ignored,
+    as the XDG spec says), else ``~/<fallback>``."""
+    value = env.get(name, "")
+    if value and Path(value).is_absolute():
+        return Path(value)
+    return _home(env) / fallback
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -726,7 +746,7 @@ def _build(
     harnesses = _build_harnesses(root, origins, env)
 
     store_t = root.sub("store")
-    store_text = store_t.str_("path", "~/.local/share/harness")
+    store_text = store_t.str_("path", default_state_path(env))
     assert store_text is not None
     if not store_text:
         raise store_t.error("path", store_text, "must not be empty")
@@ -1046,6 +1066,8 @@ class ConfigHolder:
     """
 
     def __init__(self, loader: Callable[[], Config]) -> None:
+        from loguru import logger  # here, not at the top: the CLI loads configs without logging
+
         self._loader = loader
         self._current = loader()
         logger.bind(files=len(self._current.source), outcome="loaded").info("configuration loaded")
@@ -1060,6 +1082,8 @@ class ConfigHolder:
 
         Raises ConfigError when the new files do not load, and keeps ``current`` unchanged.
         """
+        from loguru import logger
+
         try:
             config = self._loader()
         except ConfigError as exc:

@@ -201,8 +201,7 @@ async def _signals(holder: ConfigHolder, scope: trio.CancelScope) -> None:
         async for signum in signals:
             if signum == signal.SIGHUP:
                 try:
-                    await trio.to_thread.run_sync(holder.reload)
-                    logger.info("configuration reloaded")
+                    await trio.to_thread.run_sync(holder.reload)  # logs "configuration reloaded" once
                 except ConfigError as exc:
                     logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
                 continue

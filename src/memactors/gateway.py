@@ -145,7 +145,10 @@ class Gateway:
                 raise InvalidArgument("refresh must be a boolean", field="refresh")
             briefing = await self._service.agent_briefing(view, delivery="tool", refresh=refresh, call_id=call_id)
             return _document(briefing.text)
-        except (NotAttributed, InvalidArgument, ProviderReserved, NoRepository) as exc:
+        except NotAttributed as exc:
+            self._log.bind(tool=name, code=exc.code).info("gateway call not attributed")
+            return _error(exc.mcp_code, str(exc))
+        except (InvalidArgument, ProviderReserved, NoRepository) as exc:
             return _error(exc.mcp_code, str(exc))
 
     async def _read_resource(self, ctx: Any, params: t.ReadResourceRequestParams) -> t.ReadResourceResult:
@@ -156,6 +159,7 @@ class Gateway:
         try:
             briefing = await self._service.agent_briefing(view, delivery="resource", call_id=call_id)
         except NotAttributed as exc:
+            self._log.bind(resource="briefing", code=exc.code).info("gateway read not attributed")
             raise MCPError(t.INVALID_REQUEST, f"not_attributed: {exc}") from None
         return t.ReadResourceResult(contents=[
             t.TextResourceContents(uri=BRIEFING_URI, text=briefing.text, mime_type="text/plain")])

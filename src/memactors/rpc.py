@@ -346,15 +346,41 @@ def _peer_host(peer: str) -> str:
     return peer.rsplit(":", 1)[0] if ":" in peer else peer
 
 
+#: Error codes that answer a caller's mistake (or a missing thing), not a daemon fault: logged at INFO
+#: with their code in the connection's summary line, never as warnings.
+CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "UNAUTHENTICATED",
+                          "FAILED_PRECONDITION", "OUT_OF_RANGE", "ALREADY_EXISTS", "UNIMPLEMENTED"})
+
+
+def peer_text(remote: object) -> str:
+    """A peer as ``host:port`` (``[v6]:port``), not a library repr."""
+    address, port = getattr(remote, "address", None), getattr(remote, "port", None)
+    if address is None or port is None:
+        return str(remote)
+    host = str(address)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@attrs.define
+class _ConnectionStats:
+    calls: int = 0
+    errors: dict[str, int] = attrs.Factory(dict)
+
+
 async def _serve_one(
     ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore,
-    peer: str = "unknown", lines: RateLimitedLog | None = None,
+    peer: str = "unknown", lines: RateLimitedLog | None = None, stats: _ConnectionStats | None = None,
 ) -> None:
     try:
         parsed = _parse(frame)
         if isinstance(parsed, _Request):
             started = trio.current_time()
             reply = await _dispatch(parsed, table, tier)
+            if stats is not None:
+                stats.calls += 1
+                if "error" in reply:
+                    code = reply["error"]["code"]
+                    stats.errors[code] = stats.errors.get(code, 0) + 1
             _log.bind(
                 # A client-chosen unknown name is not logged: it could be any text.
                 method=parsed.method if parsed.method in table else "<unknown>",
@@ -378,7 +404,8 @@ async def _serve_one(
 
 
 async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier,
-                            peer: str = "unknown", lines: RateLimitedLog | None = None) -> None:
+                            peer: str = "unknown", lines: RateLimitedLog | None = None,
+                            stats: _ConnectionStats | None = None) -> None:
     slots = trio.Semaphore(MAX_IN_FLIGHT)
     async with trio.open_nursery() as nursery:
         while True:
@@ -387,7 +414,7 @@ async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], t
             except ConnectionClosed:
                 break
             await slots.acquire()  # backpressure: stop reading while the connection is saturated
-            nursery.start_soon(_serve_one, ws, frame, table, tier, slots, peer, lines)
+            nursery.start_soon(_serve_one, ws, frame, table, tier, slots, peer, lines, stats)
         # The client is gone, so no reply can be delivered; stop work done on its behalf.
         nursery.cancel_scope.cancel()
 
@@ -418,7 +445,7 @@ async def serve_rpc(
     peer_lines = RateLimitedLog(interval=10.0)
 
     async def on_request(request: WebSocketRequest) -> None:
-        peer = str(request.remote)
+        peer = peer_text(request.remote)
         try:
             if request.path.split("?", 1)[0] != ENDPOINT_PATH:
                 await request.reject(404, body=b"not found: MemoryService is served on /harness.v1\n")
@@ -439,9 +466,19 @@ async def serve_rpc(
                 await request.reject(401, body=b"unauthenticated: present Authorization: Bearer <token>\n")
                 return
             ws = await request.accept()
-            _log.bind(peer=peer, tier=tier).info("rpc connection opened")
-            await _serve_connection(ws, table, tier, peer, peer_lines)
-            _log.bind(peer=peer, tier=tier).info("rpc connection closed")
+            _log.bind(peer=peer, tier=tier).debug("rpc connection opened")
+            stats = _ConnectionStats()
+            opened = trio.current_time()
+            try:
+                await _serve_connection(ws, table, tier, peer, peer_lines, stats)
+            finally:
+                # One INFO line per connection (a CLI call is one connection): its calls and the code of
+                # every error answered, so an expected client error shows once, with its code.
+                line = _log.bind(peer=peer, tier=tier, calls=stats.calls,
+                                 duration_ms=round((trio.current_time() - opened) * 1000, 1))
+                if stats.errors:
+                    line = line.bind(errors=",".join(f"{c}:{n}" for c, n in sorted(stats.errors.items())))
+                line.info("rpc connection closed")
         except ConnectionClosed:
             pass
         except Exception as raw:

@@ -47,6 +47,7 @@ from .actors.briefing import (
 )
 from .actors.call_log import CallLog
 from .actors.index import (
+    EpisodePage,
     GetEpisode,
     Index,
     KnownRun,
@@ -55,6 +56,8 @@ from .actors.index import (
     RecordRun,
     Stored,
     episode_view,
+    known_repos,
+    match_repo,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
@@ -76,6 +79,8 @@ from .telemetry import memory_span
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
+#: Most episodes one ListEpisodes page returns.
+MAX_PAGE = 1000
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500
 #: Records of one IngestRuns call ingested at once (their writes share group-commit transactions).
@@ -301,10 +306,29 @@ class MemoryService:
         }
 
     async def list_episodes(self, *, harness: str | None = None, repo: str | None = None,
-                            since: str | None = None, limit: int = 100) -> dict[str, Any]:
+                            since: str | None = None, limit: int = 100, after: str | None = None) -> dict[str, Any]:
+        """One page of episodes, newest first: ``{episodes, total, next_cursor}`` (and ``repo_match``
+        when a repository was given: what it was read as). Pass ``next_cursor`` back as ``after`` for
+        the next page; it is None on the last one."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be 1..{MAX_PAGE}, got {limit}", field="limit")
         since_iso = parse_since(since, self.wall_clock()) if since else None
-        rows = await self.index.address.ask(ListEpisodes(harness=harness, repo=repo, since=since_iso, limit=limit))
-        return {"episodes": [_summary_line(r) for r in rows]}
+        repo_match = await self.match_repo(repo) if repo else None
+        if repo_match is not None:
+            repo = repo_match["key"]
+        page: EpisodePage = await self.index.address.ask(ListEpisodes(
+            harness=harness, repo=repo, since=since_iso, limit=limit, after=after))
+        result: dict[str, Any] = {"episodes": [_summary_line(r) for r in page.rows], "total": page.total,
+                                  "next_cursor": page.next_cursor}
+        if repo_match is not None:
+            result["repo_match"] = repo_match
+        return result
+
+    async def match_repo(self, given: str) -> dict[str, Any]:
+        """Read what an operator typed for a repository (key, remote URL, owner/name) as the repository
+        key episodes are stored under; see ``actors.index.match_repo``."""
+        known = await self.store.read(known_repos)
+        return match_repo(given, known)
 
     async def get_episode(self, episode_id: str) -> dict[str, Any]:
         row = await self.index.address.ask(GetEpisode(episode_id))
@@ -323,10 +347,14 @@ class MemoryService:
         if repo is None and as_harness is None:
             raise InvalidArgument("recall needs --repo or --as", field="repo")
         branch = None
-        if repo is None:
+        repo_match = None
+        if repo is not None:
+            repo_match = await self.match_repo(repo)
+            repo = repo_match["key"]
+        else:
             harness = self.config.harness.get(str(as_harness))
             if harness is None:
-                raise InvalidArgument("params.as names no configured harness", field="params.as")
+                raise InvalidArgument(_no_harness_table(str(as_harness)), field="params.as")
             repo = await self.harness_repo(harness.name)
             if repo is None:
                 raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
@@ -334,16 +362,19 @@ class MemoryService:
         view = View("operator", harness=as_harness, repo=repo, branch=branch)
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
-        return {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
-                "truncated": answer.document.truncated, "document": answer.text, "structured": answer.json,
-                **_flat_sections(answer.json)}
+        result = {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
+                  "truncated": answer.document.truncated, "document": answer.text, "structured": answer.json,
+                  **_flat_sections(answer.json)}
+        if repo_match is not None:
+            result["repo_match"] = repo_match
+        return result
 
     async def get_briefing(self, harness: str) -> dict[str, Any]:
         """Operator preview (REQ-19 GetBriefing): the document the harness would receive now, computed
         fresh; it is neither cached nor counted as exposure (REQ-17)."""
         cfg = self.config.harness.get(harness)
         if cfg is None:
-            raise InvalidArgument("params.harness names no configured harness", field="params.harness")
+            raise InvalidArgument(_no_harness_table(harness, "briefing"), field="params.harness")
         view = await resolve_view(self.store, self.config, harness=harness, run_id=None)
         if view.repo is None:
             place = await self.store.read(lambda db: latest_run_place(db, harness))
@@ -550,7 +581,7 @@ class MemoryService:
             m("Doctor", "read", lambda p: self.doctor()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
                 harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-                limit=_int(p, "limit", 100, 0, 10_000))),
+                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024))),
             m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id"))),
             m("Recall", "read", lambda p: self.recall(
                 query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
@@ -726,6 +757,17 @@ def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             rows.append(row)
         out[section["name"]] = rows
     return out
+
+
+def _no_harness_table(name: str, what: str = "--as") -> str:
+    """The error for `--as NAME` (or a briefing preview of NAME) without a `[harness.NAME]` table:
+    episodes may well list the harness (runs record their harness name), but only a configured table
+    says what it sees."""
+    subject = f"--as {name}" if what == "--as" else f"a briefing for {name}"
+    hint = "\nor recall as the repository: --repo forge.example/acme/api" if what == "--as" else ""
+    return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
+            f"{name}, but only a configured harness has a view); for example:\n"
+            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
 
 
 def parse_since(text: str, now: datetime) -> str:

@@ -1,22 +1,32 @@
-"""`memactors tui`: harnesses on the left, B opens REQ-19's read-only briefing overlay.
+"""`memactors tui`: harnesses, recent episodes, provider state and pending work; B opens REQ-19's
+read-only briefing overlay.
 
 The overlay shows exactly what MemoryService.GetBriefing returns — each section with its item count,
 the bytes and characters used against `briefing_max_chars`, dropped counts, the provider state and
-whether `memory_briefing` is set — then the document itself. `r` recomputes, `esc` closes, `q` quits.
+whether `memory_briefing` is set — then the document itself, wrapped to the terminal and scrollable
+(↑/↓, PgUp/PgDn, Home/End). `r` recomputes, `esc` closes, `q` quits.
 
-`TuiApp` is the whole behaviour as plain state (keys in, lines out), so it is tested without a terminal;
-`run_tui` only draws its lines with curses and performs the loads it asks for through the RPC.
+Two layers:
+
+* `TuiState` is the whole behaviour as plain state: keys in, actions out (which RPC to make), answers
+  in, lines out. It is tested without a terminal.
+* `run_tui` draws it with urwid on urwid's trio event loop, in its own process, and performs the
+  actions over the operator RPC (`rpc.connect_rpc`): the TUI has no private path into the daemon.
+  docs/dependencies.md says why urwid.
 """
 
 from __future__ import annotations
 
-import curses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-ESC = 27
+ESC = "esc"
+HELP_MAIN = "↑/↓ select  B briefing  r refresh  q quit"
+HELP_OVERLAY = "↑/↓ PgUp/PgDn scroll  r recompute  esc close  q quit"
+#: Recent episodes shown (one ListEpisodes page).
+RECENT = 50
 
 
 @attrs.frozen
@@ -24,60 +34,143 @@ class HarnessEntry:
     name: str
     adapter: str
     memory_briefing: bool
+    configured: bool = True
+
+
+@attrs.frozen
+class Load:
+    """An action for the driver: fetch a briefing (`harness`) or refresh the lists (`harness` None)."""
+
+    harness: str | None = None
 
 
 @attrs.define
-class TuiApp:
-    harnesses: Sequence[HarnessEntry]
+class TuiState:
+    configured: Sequence[HarnessEntry]
     selected: int = 0
-    overlay: Mapping[str, Any] | None = None
+    episodes: Sequence[Mapping[str, Any]] = ()
+    total: int | None = None
     status: Mapping[str, Any] | None = None
+    overlay: Mapping[str, Any] | None = None
+    loading: str | None = None
     error: str | None = None
+    daemon_error: str | None = None
     quit: bool = False
 
-    def key(self, key: int | str) -> str | None:
-        """Handle one key; returns the name of the harness whose briefing must be (re)loaded, if any."""
-        k = key if isinstance(key, str) else (chr(key) if 0 <= key < 256 else "")
-        if self.overlay is not None or self.error is not None:
-            if key == ESC or k == "\x1b":
-                self.overlay = self.error = None
-            elif k == "r" and self.harnesses:
-                return self.harnesses[self.selected].name
-            elif k == "q":
-                self.quit = True
-            return None
-        if k == "q":
+    @property
+    def harnesses(self) -> list[HarnessEntry]:
+        """The configured harnesses; with none configured, the harnesses seen in recent episodes (they
+        can be listed, but a briefing needs a `[harness.<name>]` table)."""
+        if self.configured:
+            return list(self.configured)
+        seen = sorted({str(e["harness"]) for e in self.episodes if e.get("harness")})
+        return [HarnessEntry(name, "", False, configured=False) for name in seen]
+
+    @property
+    def in_overlay(self) -> bool:
+        return self.overlay is not None or self.error is not None or self.loading is not None
+
+    def key(self, key: str) -> Load | None:
+        """Handle one key (urwid's names: "up", "esc", "B"); returns the load to perform, if any."""
+        harnesses = self.harnesses
+        if key in ("q", "Q"):
             self.quit = True
-        elif k in ("j",) or key == curses.KEY_DOWN:
-            self.selected = min(self.selected + 1, max(len(self.harnesses) - 1, 0))
-        elif k in ("k",) or key == curses.KEY_UP:
+            return None
+        if self.in_overlay:
+            if key == ESC:
+                self.overlay = self.error = self.loading = None
+            elif key == "r" and harnesses:
+                self.loading = harnesses[self.selected].name
+                return Load(self.loading)
+            return None
+        if key in ("down", "j"):
+            self.selected = min(self.selected + 1, max(len(harnesses) - 1, 0))
+        elif key in ("up", "k"):
             self.selected = max(self.selected - 1, 0)
-        elif k in ("B", "b") and self.harnesses:
-            return self.harnesses[self.selected].name
+        elif key in ("B", "b", "enter") and harnesses:
+            self.loading = harnesses[self.selected].name
+            return Load(self.loading)
+        elif key == "r":
+            return Load()
         return None
 
+    # -- answers from the driver --------------------------------------------------------------------------
+    def refreshed(self, status: Mapping[str, Any] | None, listing: Mapping[str, Any] | None) -> None:
+        self.status, self.daemon_error = status, None
+        if listing is not None:
+            self.episodes, self.total = list(listing.get("episodes") or ()), listing.get("total")
+        self.selected = min(self.selected, max(len(self.harnesses) - 1, 0))
+
+    def unreachable(self, message: str) -> None:
+        self.daemon_error = message
+
     def loaded(self, briefing: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-        self.overlay, self.status, self.error = briefing, status, None
+        if self.loading is None and self.overlay is None:
+            return  # closed while it was loading
+        self.overlay, self.status, self.error, self.loading = briefing, status, None, None
 
     def failed(self, message: str) -> None:
-        self.overlay, self.error = None, message
+        if self.loading is None and self.overlay is None:
+            return
+        self.overlay, self.error, self.loading = None, message, None
 
-    def lines(self, width: int = 100) -> list[str]:
-        if self.error is not None:
-            return [f"error: {self.error}", "", "[esc] close"]
-        if self.overlay is not None:
-            return overlay_lines(self.overlay, self.status or {}, width=width)
-        out = ["memactors — harnesses   [↑/↓] select  [B] briefing preview  [q] quit", ""]
-        for i, h in enumerate(self.harnesses):
+    # -- what is drawn ---------------------------------------------------------------------------------------
+    def header(self) -> str:
+        if self.daemon_error:
+            return f"memactors · daemon: {self.daemon_error}"
+        st = self.status
+        if st is None:
+            return "memactors · connecting to the daemon…"
+        p = st.get("pending") or {}
+        return (f"memactors · provider {st.get('provider')}: {st.get('state')} · breaker {st.get('breaker')} · "
+                f"pending {p.get('records', 0)} records, {p.get('forgets', 0)} forgets"
+                + (f" · failed {p.get('record_failed', 0)}/{p.get('forget_failed', 0)}"
+                   if p.get("record_failed") or p.get("forget_failed") else ""))
+
+    def harness_lines(self) -> list[str]:
+        harnesses = self.harnesses
+        if not harnesses:
+            return ["(no [harness.*] configured", " and no episodes yet)"]
+        out = []
+        for i, h in enumerate(harnesses):
             mark = ">" if i == self.selected else " "
-            out.append(f"{mark} {h.name:<24} {h.adapter:<14} memory_briefing={'yes' if h.memory_briefing else 'no'}")
-        if not self.harnesses:
-            out.append("  (no [harness.*] in the configuration)")
+            if h.configured:
+                out.append(f"{mark} {h.name}  {h.adapter}{'  +brief' if h.memory_briefing else ''}")
+            else:
+                out.append(f"{mark} {h.name}  (seen)")
+        if not self.configured:
+            out += ["", "seen in episodes; add a", "[harness.<name>] table", "to preview briefings"]
         return out
 
+    def episode_lines(self) -> list[str]:
+        if not self.episodes:
+            return ["no episodes yet"]
+        lines = [f"{str(e.get('started_at', ''))[:16].replace('T', ' ')}  {e.get('harness', '')}  run {e.get('run_id')}"
+                 f"  {e.get('outcome', '')}  {e.get('repo', '')}@{e.get('branch', '')}" for e in self.episodes]
+        if self.total is not None and self.total > len(self.episodes):
+            lines.append(f"… {self.total - len(self.episodes)} older (memactors memory episodes)")
+        return lines
 
-def overlay_lines(briefing: Mapping[str, Any], status: Mapping[str, Any], *, width: int = 100) -> list[str]:
-    """The read-only overlay of one GetBriefing answer (REQ-19)."""
+    def overlay_lines(self) -> list[str]:
+        if self.error is not None:
+            return [f"error: {self.error}"]
+        if self.overlay is None:
+            return [f"loading the briefing for {self.loading}…"]
+        return overlay_lines(self.overlay, self.status or {})
+
+    def help_line(self) -> str:
+        return HELP_OVERLAY if self.in_overlay else HELP_MAIN
+
+    def lines(self) -> list[str]:
+        """Everything as plain lines (what a test reads): the overlay when open, else the main view."""
+        if self.in_overlay:
+            return [*self.overlay_lines(), "", self.help_line()]
+        return [self.header(), "", "Harnesses", *self.harness_lines(), "", "Recent episodes",
+                *self.episode_lines(), "", self.help_line()]
+
+
+def overlay_lines(briefing: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
+    """The read-only overlay of one GetBriefing answer (REQ-19); long lines are wrapped by the view."""
     structured = briefing.get("structured") or {}
     provider_state = status.get("state", "unknown")
     lines = [
@@ -96,32 +189,122 @@ def overlay_lines(briefing: Mapping[str, Any], status: Mapping[str, Any], *, wid
         lines.append(f"{section['name']:<14}{len(section.get('items') or []):>6}{section.get('dropped', 0):>9}  {note}")
     if not sections:
         lines.append("(empty briefing)")
-    lines += ["", "[r] recompute   [esc] close", "-" * min(width, 80)]
-    lines += [line[:width] for line in (briefing.get("document") or "").splitlines()]
+    lines += ["", "─" * 40]
+    lines += (briefing.get("document") or "").splitlines()
     return lines
 
 
-def run_tui(
-    harnesses: Sequence[HarnessEntry],
-    load: Callable[[str], tuple[Mapping[str, Any], Mapping[str, Any]]],
-) -> None:
-    """Draw `TuiApp` with curses; `load(harness)` returns (GetBriefing answer, Status answer)."""
-    app = TuiApp(harnesses)
+# -- the terminal driver ---------------------------------------------------------------------------------------
 
-    def main(screen: Any) -> None:
-        curses.curs_set(0)
-        screen.keypad(True)
-        while not app.quit:
-            height, width = screen.getmaxyx()
-            screen.erase()
-            for y, line in enumerate(app.lines(width - 1)[: height - 1]):
-                screen.addnstr(y, 0, line, width - 1)
-            screen.refresh()
-            wanted = app.key(screen.getch())
-            if wanted is not None:
+def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_seconds: float = 5.0) -> None:
+    """Draw `TuiState` with urwid on its trio event loop; loads go over the operator RPC at `url`."""
+    import trio
+    import urwid
+
+    from .rpc import RpcError, connect_rpc
+
+    service = "harness.v1.MemoryService"
+    state = TuiState(harnesses)
+    palette = [("header", "black", "light gray"), ("help", "black", "light gray"), ("title", "bold", ""),
+               ("selected", "standout", "")]
+
+    class Keys(urwid.WidgetWrap):
+        """The main view: takes focus so every key reaches `on_key`, handles none itself."""
+
+        def selectable(self) -> bool:
+            return True
+
+        def keypress(self, size: Any, key: str) -> str | None:
+            return key
+
+    def box(title: str, lines: list[str], highlight: int | None = None) -> Any:
+        items = [urwid.AttrMap(urwid.Text(line, wrap="ellipsis"), "selected" if i == highlight else None)
+                 for i, line in enumerate(lines)]
+        return urwid.LineBox(urwid.ListBox(urwid.SimpleFocusListWalker(items)), title=title, title_align="left")
+
+    def main_view() -> Any:
+        selected = state.selected if state.harnesses else None
+        columns = urwid.Columns([(30, box("Harnesses", state.harness_lines(), selected)),
+                                 box("Recent episodes", state.episode_lines())])
+        return urwid.Frame(Keys(columns), header=urwid.AttrMap(urwid.Text(state.header(), wrap="ellipsis"), "header"),
+                           footer=urwid.AttrMap(urwid.Text(state.help_line()), "help"))
+
+    def overlay_view(base: Any) -> Any:
+        body = urwid.Pile([urwid.Text(line) for line in state.overlay_lines()])  # Text wraps to the width
+        scroller = urwid.ScrollBar(urwid.Scrollable(body))
+        title = "Briefing preview" if state.error is None else "Error"
+        framed = urwid.LineBox(scroller, title=title, title_align="left")
+        # The base's last row (the help line) stays visible below the overlay.
+        return urwid.Overlay(framed, base, align="center", width=("relative", 100), valign="top",
+                             height=("relative", 94), min_width=20, min_height=5)
+
+    async def main() -> None:
+        event_loop = urwid.TrioEventLoop()
+        loop = urwid.MainLoop(main_view(), palette, event_loop=event_loop, handle_mouse=False)
+
+        def redraw() -> None:
+            view = main_view()
+            loop.widget = overlay_view(view) if state.in_overlay else view
+            loop.draw_screen()
+
+        async with trio.open_nursery() as nursery:
+            client: Any = None
+
+            async def rpc(method: str, params: dict[str, Any]) -> Any:
+                nonlocal client
+                if client is None:
+                    raise RpcError("UNAVAILABLE", "not connected")
+                return await client.call(f"{service}/{method}", params)
+
+            async def refresh() -> None:
                 try:
-                    app.loaded(*load(wanted))
-                except Exception as exc:  # shown to the operator, never fatal to the TUI
-                    app.failed(str(exc))
+                    status = await rpc("Status", {})
+                    listing = await rpc("ListEpisodes", {"limit": RECENT})
+                    state.refreshed(status, listing)
+                except RpcError as exc:
+                    state.unreachable(exc.message)
+                redraw()
 
-    curses.wrapper(main)
+            async def brief(harness: str) -> None:
+                try:
+                    briefing = await rpc("GetBriefing", {"harness": harness})
+                    status = await rpc("Status", {})
+                    state.loaded(briefing, status)
+                except RpcError as exc:
+                    state.failed(exc.message)
+                redraw()
+
+            def on_key(key: Any) -> bool:
+                if not isinstance(key, str):
+                    return False
+                action = state.key(key)
+                if state.quit:
+                    raise urwid.ExitMainLoop()
+                if action is not None:
+                    nursery.start_soon(brief if action.harness else refresh, *([action.harness] if action.harness else []))
+                redraw()
+                return True
+
+            loop.unhandled_input = on_key
+
+            async def connection() -> None:
+                nonlocal client
+                while True:
+                    try:
+                        async with connect_rpc(url, token) as c:
+                            client = c
+                            while True:
+                                await refresh()
+                                await trio.sleep(refresh_seconds)
+                    except RpcError as exc:
+                        client = None
+                        state.unreachable(exc.message)
+                        redraw()
+                    await trio.sleep(refresh_seconds)
+
+            nursery.start_soon(connection)
+            with loop.start():
+                await event_loop.run_async()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

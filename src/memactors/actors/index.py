@@ -8,6 +8,9 @@ is rebuilt from the daemon's own episode row. Only text and score come from the 
 
 from __future__ import annotations
 
+import base64
+import binascii
+import difflib
 import json
 import re
 from collections import Counter
@@ -22,8 +25,10 @@ from .._kernel import open_mailbox, serve
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
 from ..contract import RecallItem
 from ..episode import episode_id_for
+from ..errors import InvalidArgument
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
+from ..repo import normalise_remote
 from ..store import Store, WallClock, iso
 
 DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
@@ -204,8 +209,37 @@ def get_episode(db: sqlite_utils.Database, episode_id: str) -> EpisodeRow | None
     return _row(db, rows[0], with_index=True) if rows else None
 
 
+def encode_cursor(started_at: str, episode_id: str) -> str:
+    """The opaque next-page cursor of ListEpisodes: the last row's (started_at, episode_id)."""
+    raw = json.dumps([started_at, episode_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    """Raises InvalidArgument naming `after` for a cursor ListEpisodes did not hand out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        started_at, episode_id = json.loads(raw)
+        if not isinstance(started_at, str) or not isinstance(episode_id, str):
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidArgument("after is not a cursor printed by memory episodes", field="after") from None
+    return started_at, episode_id
+
+
+@attrs.frozen
+class EpisodePage:
+    rows: tuple[EpisodeRow, ...]
+    total: int
+    next_cursor: str | None
+
+
 def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo: str | None = None,
-                  since: str | None = None, limit: int = 100, include_forgotten: bool = False) -> list[EpisodeRow]:
+                  since: str | None = None, limit: int = 100, after: str | None = None,
+                  include_forgotten: bool = False) -> EpisodePage:
+    """One page, newest first, keyset-paged on (started_at DESC, episode_id): `after` is the cursor of
+    the previous page's last row, so pages stay stable while episodes are added. `total` counts every
+    row the filters match (all pages)."""
     where, params = [], []
     if harness:
         where.append("harness = ?")
@@ -218,9 +252,47 @@ def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo
         params.append(since)
     if not include_forgotten:
         where.append("forgotten_at IS NULL")
-    sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
+    filters = " WHERE " + " AND ".join(where) if where else ""
+    total = int(db.execute("SELECT count(*) FROM episodes" + filters, params).fetchone()[0])
+    page_where, page_params = list(where), list(params)
+    if after:
+        started_at, episode_id = decode_cursor(after)
+        page_where.append("(started_at < ? OR (started_at = ? AND episode_id > ?))")
+        page_params += [started_at, started_at, episode_id]
+    sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(page_where) if page_where else "")
     sql += " ORDER BY started_at DESC, episode_id LIMIT ?"
-    return [_row(db, r, with_index=False) for r in db.query(sql, [*params, limit])]
+    rows = [_row(db, r, with_index=False) for r in db.query(sql, [*page_params, limit + 1])]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = encode_cursor(rows[-1].started_at, rows[-1].episode_id) if more and rows else None
+    return EpisodePage(rows=tuple(rows), total=total, next_cursor=cursor)
+
+
+def known_repos(db: sqlite_utils.Database) -> list[str]:
+    """Every repository key that has an episode (live or forgotten), sorted."""
+    return [r[0] for r in db.execute("SELECT DISTINCT repo FROM episodes WHERE repo IS NOT NULL ORDER BY repo")]
+
+
+def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
+    """What a user typed for `--repo`, read as a repository key.
+
+    A remote URL (``https://forge.example/acme/api``, ``….git``, ``git@forge.example:acme/api.git``)
+    becomes its key (repo.py's normaliser, the one runs are recorded with); a key that is known is used
+    as is; ``acme/api`` matches the one known key ending in ``/acme/api``. Otherwise the status is
+    ``unknown`` and ``close`` lists known keys that look alike, so the CLI can say so instead of
+    answering an empty list.
+    """
+    key = normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
+    if key in known:
+        return {"given": given, "key": key, "status": "known"}
+    tails = [k for k in known if k.endswith("/" + key.lstrip("/"))]
+    if len(tails) == 1:
+        return {"given": given, "key": tails[0], "status": "suffix"}
+    close = list(dict.fromkeys([*tails, *difflib.get_close_matches(key, known, n=5, cutoff=0.6)]))
+    if not close:  # compare owner/name tails too: a typo in the name of a long key
+        by_tail = {k.split("/", 1)[-1]: k for k in known if "/" in k}
+        close = [by_tail[t] for t in difflib.get_close_matches(key.split("/", 1)[-1], list(by_tail), n=5, cutoff=0.6)]
+    return {"given": given, "key": key, "status": "unknown", "close": close[:5]}
 
 
 # Ellipses and highlight markers a snippet may add (FTS5 snippet() with "[", "]" and "…"); not words.
@@ -389,6 +461,7 @@ class ListEpisodes:
     repo: str | None = None
     since: str | None = None
     limit: int = 100
+    after: str | None = None
 
 
 class Index:
@@ -434,6 +507,6 @@ class Index:
             case ListEpisodes():
                 q = message
                 return await self._store.read(lambda db: list_episodes(
-                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit))
+                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after))
             case _:
                 raise TypeError(f"index cannot handle {type(message).__name__}")

@@ -65,7 +65,7 @@ MAX_LINE = 8 * 1024 * 1024
 #: The agent's final answer as recorded is cut to this many characters.
 MAX_RESULT_CHARS = 16_000
 #: ``memactors run --wait`` exit statuses, by outcome.
-EXIT_STATUS = {"succeeded": 0, "failed": 1, "timed_out": 3, "cancelled": 4, "crashed": 5}
+EXIT_STATUS = {"succeeded": 0, "failed": 1, "timed_out": 12, "cancelled": 13, "crashed": 14}
 
 StopReason = Literal["deadline", "operator_cancel"]
 

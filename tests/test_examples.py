@@ -1,0 +1,45 @@
+"""What docs/ and examples/ promise an outsider: the commented example configuration loads, and the
+minimal provider in examples/ passes `memactors memory provider check` over stdio."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from memactors.config import load_config
+from memactors.daemon import run_daemon
+from support import EXAMPLES, write_config
+
+
+def test_the_example_configuration_loads_with_its_harnesses_and_ports(tmp_path: Path) -> None:
+    config = load_config(EXAMPLES / "harness.toml", env={"HOME": str(tmp_path)})
+    assert sorted(config.harness) == ["api-fixer", "billing-bot"]
+    assert config.harness["api-fixer"].memory_briefing
+    assert not config.harness["billing-bot"].records_episodes
+    assert (config.operator.port, config.gateway.port, config.metrics.port) == (7377, 7378, 9477)
+    assert config.store.path == tmp_path / ".local/share/harness"
+    assert "mini" in config.mcp and config.memory.provider == "builtin"
+
+
+@pytest.mark.slow
+@pytest.mark.req4
+async def test_req4_the_minimal_example_provider_passes_the_check_over_stdio(tmp_path: Path) -> None:
+    provider = EXAMPLES / "minimal_provider.py"
+    assert len(provider.read_text().splitlines()) <= 60  # "a provider in about fifty lines"
+    config = write_config(tmp_path, f'[mcp.mini]\ncommand = {json.dumps(sys.executable)}\n'
+                                    f'args = [{json.dumps(str(provider))}]\n')
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: run_daemon(lambda: load_config(config), task_status=task_status))
+        done = await trio.to_thread.run_sync(lambda: subprocess.run(
+            [sys.executable, "-m", "memactors.cli", "memory", "provider", "check", "--provider", "mini", "--json",
+             "--config", str(config)], capture_output=True, text=True, timeout=120, check=False))
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["provider_name"] == "minimal"
+    assert [c["status"] for c in report["checks"]] == ["pass"] * 7, report["checks"]
