@@ -72,7 +72,7 @@ async def test_a_sigstopped_stdio_provider_is_down_with_provider_up_0_doctor_war
                 env = {**os.environ, "HARNESS_CONFIG": str(path), "HOME": str(tmp_path)}
                 cli = await trio.run_process([sys.executable, "-m", "memactors.cli", "memory", "status"], env=env,
                                              capture_stdout=True, capture_stderr=True, check=False)
-                assert cli.returncode == 3, cli.stderr
+                assert cli.returncode == 10, cli.stderr
                 assert b"is down" in cli.stderr and b"timed out" in cli.stderr
             finally:
                 os.kill(pid, signal.SIGCONT)
