@@ -12,6 +12,7 @@ import re
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import trio
 
 from memactors import graph
 from memactors.config import ConfigHolder
-from memactors.errors import InvalidArgument, UnknownRun
+from memactors.errors import ConfigError, InvalidArgument, UnknownRun
 from memactors.service import MemoryService, open_memory_service
 from support import wait_ready
 from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
@@ -156,15 +157,34 @@ async def test_a_project_file_turning_memory_record_off_is_honoured_for_a_run(tm
     assert (state["ingest"], state["episode_id"]) == ("skipped", None)
 
 
-@pytest.mark.req16
-async def test_a_project_file_cannot_turn_on_memory_briefing_for_a_run(tmp_path: Path, make_holder: Any) -> None:
+@pytest.mark.parametrize(("project", "named"), [
+    pytest.param("[harness.fixer]\nmemory_briefing = true\n", "[harness.fixer] memory_briefing",
+                 marks=pytest.mark.req16, id="memory_briefing"),
+    pytest.param('[memory]\nprovider = "mem0"\n', "[memory]", marks=pytest.mark.req1, id="memory_provider"),
+])
+async def test_a_project_file_cannot_widen_a_run(tmp_path: Path, make_holder: Any, project: str, named: str) -> None:
+    """REQ-16 (memory_briefing) and REQ-1 ([memory] provider): global-only, refused in the repository's
+    project file when the run loads it; nothing is spawned."""
     repo = make_repo(tmp_path / "api")
-    (repo / "harness.toml").write_text("[harness.fixer]\nmemory_briefing = true\n", encoding="utf-8")
+    (repo / "harness.toml").write_text(project, encoding="utf-8")
     async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o")) as memory:
-        with pytest.raises(Exception) as refused:
+        with pytest.raises(ConfigError) as refused:
             await memory.start_run(harness="fixer")
-    assert "memory_briefing" in str(refused.value) and "global-only" in str(refused.value)
+    assert refused.value.context["key"] == named
+    assert "global-only" in str(refused.value) and str(repo / "harness.toml") in str(refused.value)
     assert not (tmp_path / "o").exists()  # nothing was spawned
+
+
+async def test_a_project_file_sets_run_keys_and_may_add_its_own_upstream(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    (repo / "harness.toml").write_text(
+        '[mcp.local-docs]\ncommand = "docs-server"\n[harness.fixer]\nprompt = "from the project file"\n',
+        encoding="utf-8")
+    out = tmp_path / "o"
+    async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=out)) as memory:
+        state = await run_to_end(memory, "fixer")
+    assert state["outcome"] == "succeeded"
+    assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from the project file"
 
 
 @pytest.mark.req16
@@ -219,6 +239,7 @@ async def test_a_missing_agent_binary_is_recorded_as_a_spawn_error(tmp_path: Pat
     async with service(make_holder, extra) as memory:
         state = await run_to_end(memory, "ghost")
     assert (state["outcome"], state["reason"], state["ingest"]) == ("crashed", "spawn_error", "skipped")
+    assert state["error"] == "FileNotFoundError: /nonexistent/agent"
 
 
 @pytest.mark.req15
@@ -266,3 +287,12 @@ async def test_an_oversized_prompt_still_runs_with_the_prompt_alone(tmp_path: Pa
     assert state["outcome"] == "succeeded"
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == prompt
     assert skipped == 1
+
+
+async def test_an_expired_run_token_resolves_to_nobody(memory: MemoryService) -> None:
+    now = memory.wall_clock()
+    live, ended = [await memory.store.write(lambda db, ttl=ttl: graph.mint_run_token(
+        db, harness="h", run_id=f"r{ttl}", workdir="", now=now, expires_at=now + timedelta(seconds=ttl)))
+        for ttl in (60, -1)]
+    assert (await memory.caller_view(live)).run_id == "r60"
+    assert (await memory.caller_view(ended)).run_id is None  # unattributed, like an unknown token

@@ -87,11 +87,15 @@ def files_under(path: Path) -> Iterator[Path]:
     return (p for p in path.rglob("*") if p.is_file())
 
 
+@pytest.mark.req16
 async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
+    project = make_repo(tmp_path / "project")
+    (project / "harness.toml").write_text("[harness.proj]\nmemory_briefing = true\n", encoding="utf-8")
     config = write_config(tmp_path, command_harness("fixer", workdir=repo, mode="write", out=out)
-                          + command_harness("failing", workdir=repo, mode="fail", out=out))
+                          + command_harness("failing", workdir=repo, mode="fail", out=out)
+                          + command_harness("proj", workdir=project, mode="write", out=tmp_path / "proj-out"))
     env = base_env(tmp_path, config)
     with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
         done = await cli(env, "run", "fixer", "--wait", "--json")
@@ -110,6 +114,11 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         assert started.returncode == 0 and started.stdout.startswith(b"run r")
         unknown = await cli(env, "run", "nope")
         assert unknown.returncode == 2 and b"unknown harness nope" in unknown.stderr
+        refused = await cli(env, "run", "proj", "--wait")  # REQ-16: a project file cannot turn it on
+        assert refused.returncode == 2
+        assert b"memory_briefing" in refused.stderr and b"global-only" in refused.stderr
+        assert str(project / "harness.toml").encode() in refused.stderr
+        assert not (tmp_path / "proj-out").exists()
 
 
 async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:
@@ -135,6 +144,32 @@ async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret
     assert Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).parent == state / "runs"
     assert not await trio.Path(facts["memactors"]["MEMACTORS_MCP_CONFIG"]).exists()  # removed when the run ended
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "from a file\n"
+
+
+@pytest.mark.req15
+@pytest.mark.req17
+async def test_a_runs_briefing_tool_serves_the_briefing_prepended_at_spawn(tmp_path: Path) -> None:
+    """REQ-15: computed once at spawn, then served unchanged to the run through the gateway as itself."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    config = write_config(tmp_path, command_harness("reader", workdir=repo, mode="briefing", out=out,
+                                                    extra="memory_briefing = true"))
+    env = base_env(tmp_path, config)
+    state = tmp_path / "state"
+    with daemon(env, state, tmp_path / "daemon.log"):
+        added = await cli(env, "facts", "add", "Ledger amounts are rounded half-even.", "--scope",
+                          f"project:{REPO_KEY}", "--confidence", "0.9", "--id", "f_ledger")
+        assert added.returncode == 0, added.stderr
+        done = await cli(env, "run", "reader", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+    served = (out / "briefing.txt").read_text(encoding="utf-8")
+    prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
+    assert "Ledger amounts are rounded half-even." in served
+    assert f"\n{served}\n</untrusted-data nonce=" in prompt  # the same document, fenced, in the prompt
+    surfaces = rows(state / "memactors.db", "SELECT surface, call_id IS NULL FROM exposures WHERE run_id = ?"
+                    " ORDER BY id", run_id)
+    assert surfaces == [("briefing_prompt", 1), ("briefing_tool", 0)]
 
 
 async def test_daemon_shutdown_mid_run_stops_the_agent_and_records_the_run(tmp_path: Path) -> None:
@@ -236,10 +271,12 @@ timeout = "5m"
     assert (run1["run_id"], "recall", 0) in exposures
     assert (run2["run_id"], "briefing_prompt", 1) in exposures
 
-    # REQ-16: the composed prompt is never persisted or logged — not its fence, not its whole text.
-    nonce = fence.group(1).encode()
-    composed = prompt2.encode()
+    # REQ-16: a composed prompt is never persisted or logged — not its fence's nonce, not its whole text.
+    prompt1 = turns1[0].first_user_text()
+    secrets = [p.encode() for p in (prompt1, prompt2)]
+    secrets += [m.group(1).encode() for m in (FENCE.search(prompt1), fence) if m is not None]
+    assert len(secrets) == 4
     for path in [*files_under(state), log]:
         data = path.read_bytes()
-        assert nonce not in data, path
-        assert composed not in data, path
+        for secret in secrets:
+            assert secret not in data, path

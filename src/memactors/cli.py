@@ -124,6 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif state["state"] == "ended":
         episode = state.get("episode_id") or f"no episode ({state.get('ingest')})"
         print(f"run {state['run_id']}: {state['outcome']} ({state['reason']}), {episode}")
+        if state.get("error"):
+            print(f"memactors: the agent could not be started: {state['error']}", file=sys.stderr)
     return exit_status(state["outcome"]) if args.wait else 0
 
 

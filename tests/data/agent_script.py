@@ -1,7 +1,9 @@
 """A tiny stand-in agent for the ``command`` adapter tests: ``agent_script.py MODE OUT PROMPT``.
 
 MODE: ``write`` writes notes.txt in the cwd and says so; ``env`` writes OUT/env.json (what reached it:
-variable names, the MEMACTORS_* values but the token, the MCP config file's mode and shape); ``fail`` exits 3; ``sleep`` writes its pid to
+variable names, the MEMACTORS_* values but the token, the MCP config file's mode and shape); ``briefing``
+calls the gateway's briefing tool with the daemon's MCP config file and writes OUT/briefing.txt;
+``fail`` exits 3; ``sleep`` writes its pid to
 OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM. Every mode first saves the prompt it
 was given to OUT/prompt-<n>.txt (outside the daemon's state directory) so a test can read it.
 """
@@ -33,6 +35,23 @@ elif mode == "env":
                         "url": server["url"], "bearer_is_token": server["headers"]["Authorization"]
                         == f"Bearer {os.environ.get('MEMACTORS_RUN_TOKEN')}"}
     (out / "env.json").write_text(json.dumps(facts), encoding="utf-8")
+elif mode == "briefing":
+    # Call the gateway's briefing tool as this run, with the MCP config file the daemon wrote.
+    import httpx2
+    import mcp
+    import trio
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = json.loads(Path(os.environ["MEMACTORS_MCP_CONFIG"]).read_text(encoding="utf-8"))["mcpServers"]["memactors"]
+
+    async def fetch() -> str:
+        async with httpx2.AsyncClient(headers=server["headers"], timeout=None) as http, \
+                mcp.Client(streamable_http_client(server["url"], http_client=http)) as client:
+            result = await client.call_tool("briefing", {})
+            return "".join(getattr(c, "text", "") for c in result.content)
+
+    (out / "briefing.txt").write_text(trio.run(fetch), encoding="utf-8")
+    print("read my briefing", flush=True)
 elif mode == "fail":
     print("cannot do it", flush=True)
     sys.exit(3)

@@ -108,6 +108,8 @@ class RunState:
     episode_id: str | None = None
     ingest: str | None = None
     exit_code: int | None = None
+    #: Why the agent could not be started (e.g. "FileNotFoundError: claude"); None otherwise.
+    error: str | None = None
     done: trio.Event = attrs.field(factory=trio.Event)
     scope: trio.CancelScope | None = None
     stop_reason: StopReason | None = None
@@ -122,7 +124,8 @@ class RunState:
     def view(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "harness": self.harness, "adapter": self.adapter, "state": self.state,
                 "started_at": self.started_at, "outcome": self.outcome, "reason": self.reason,
-                "episode_id": self.episode_id, "ingest": self.ingest, "exit_code": self.exit_code}
+                "episode_id": self.episode_id, "ingest": self.ingest, "exit_code": self.exit_code,
+                "error": self.error}
 
 
 @attrs.frozen
@@ -165,6 +168,7 @@ class Runs:
         self.kill_grace = kill_grace
         self.token_grace = token_grace
         self._active: dict[tuple[str, str], RunState] = {}
+        self._starting: set[tuple[str, str]] = set()
         self._finished: OrderedDict[tuple[str, str], RunState] = OrderedDict()
         self._nursery: trio.Nursery | None = None
         self._log = logger.bind(actor="runs")
@@ -232,8 +236,18 @@ class Runs:
         adapter = get_adapter(cfg.harness)
         run_id = message.run_id or _new_run_id(service.wall_clock())
         key = (name, run_id)
-        if key in self._active:
+        if key in self._active or key in self._starting:
             raise InvalidArgument(f"run {run_id} of harness {name} is already running", field="run_id")
+        self._starting.add(key)
+        try:
+            return await self._spawn(config, cfg, adapter, key, workdir, repo)
+        finally:
+            self._starting.discard(key)
+
+    async def _spawn(self, config: Config, cfg: HarnessConfig, adapter: Adapter, key: tuple[str, str],
+                     workdir: str, repo: Any) -> RunState:
+        service = self._service
+        name, run_id = key
         git = await trio.to_thread.run_sync(_git_start, workdir) if repo is not None else (None, None, frozenset())
         branch, start_commit, dirty = git
 
@@ -302,6 +316,7 @@ class Runs:
                 stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             spawn_error = type(exc).__name__
+            state.error = f"{spawn_error}: {run.argv[0] if run.argv else ''}"
             proc = None
         task_status.started()
         try:
