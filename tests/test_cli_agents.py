@@ -51,7 +51,7 @@ async def call_briefing(config: dict[str, object]) -> t.CallToolResult:
 @pytest.mark.req15
 async def test_mcp_config_prints_a_claude_code_mcp_json_whose_token_the_gateway_attributes_to_the_run(
         daemon: Daemon, tmp_path: Path) -> None:
-    done = daemon.cli("mcp-config", "coder", "--run", "resident-1", "--ttl", "2h", "--workdir", str(tmp_path))
+    done = await daemon.acli("mcp-config", "coder", "--run", "resident-1", "--ttl", "2h", "--workdir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     config = json.loads(done.stdout)
     server = config["mcpServers"]["memactors"]
