@@ -50,6 +50,15 @@ async def run_codex(argv: list[str], *, cwd: Path, env: dict[str, str]) -> trio.
 # -- the daemon as a process, and the CLI as a subprocess ----------------------------------------------
 
 @attrs.frozen
+class Completed:
+    """A finished CLI call: exit status and decoded output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@attrs.frozen
 class Daemon:
     """A running ``memactors serve``: its environment (HARNESS_CONFIG set), URLs, and its log file."""
 
@@ -64,9 +73,15 @@ class Daemon:
         return [sys.executable, "-m", "memactors.cli"]
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run ``memactors <args>`` against this daemon as a user would."""
+        """Run ``memactors <args>`` against this daemon as a user would (from a synchronous test)."""
         return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=self.env, input=stdin,
                               capture_output=True, text=True, timeout=120, check=False)
+
+    async def acli(self, *args: str) -> Completed:
+        """The same from an async test, without blocking its loop (a fake API may be serving in it)."""
+        done = await trio.run_process([*self.cli_argv(), *args], env=self.env, stdin=b"", capture_stdout=True,
+                                      capture_stderr=True, check=False)
+        return Completed(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 
 
 @contextmanager

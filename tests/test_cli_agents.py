@@ -51,7 +51,7 @@ async def call_briefing(config: dict[str, object]) -> t.CallToolResult:
 @pytest.mark.req15
 async def test_mcp_config_prints_a_claude_code_mcp_json_whose_token_the_gateway_attributes_to_the_run(
         daemon: Daemon, tmp_path: Path) -> None:
-    done = daemon.cli("mcp-config", "coder", "--run", "resident-1", "--ttl", "2h", "--workdir", str(tmp_path))
+    done = await daemon.acli("mcp-config", "coder", "--run", "resident-1", "--ttl", "2h", "--workdir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     config = json.loads(done.stdout)
     server = config["mcpServers"]["memactors"]
@@ -60,7 +60,13 @@ async def test_mcp_config_prints_a_claude_code_mcp_json_whose_token_the_gateway_
     result = await call_briefing(config)
     assert not result.is_error  # an unattributed caller is refused not_attributed
     token = server["headers"]["Authorization"].removeprefix("Bearer ")
-    assert token not in daemon.log.read_text(encoding="utf-8")
+    # the daemon's gateway refuses a token that is not a live run token, before MCP, with 401
+    async with httpx2.AsyncClient(timeout=None) as http:
+        refused = await http.post(server["url"], json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={
+            "authorization": f"Bearer {token[:-4]}xxxx", "accept": "application/json, text/event-stream"})
+    assert refused.status_code == 401 and refused.json()["error"] == "invalid_token"
+    log = daemon.log.read_text(encoding="utf-8")
+    assert "gateway refused" in log and token not in log and token[:-4] not in log
 
 
 @pytest.mark.slow

@@ -44,11 +44,11 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
     home.mkdir()
     async with run_fake_anthropic(script) as fake:
         with daemon_process(tmp_path, HARNESS) as daemon:
-            fact = daemon.cli("facts", "add", "ledger amounts round with Decimal", "--scope", f"project:{REPO_KEY}",
+            fact = await daemon.acli("facts", "add", "ledger amounts round with Decimal", "--scope", f"project:{REPO_KEY}",
                               "--confidence", "0.9")
             assert fact.returncode == 0, fact.stderr
             # 1. the user pastes what mcp-config printed, and adds the hook to the project's settings
-            printed = daemon.cli("mcp-config", "coder", "--run", "resident-1", "--workdir", str(repo))
+            printed = await daemon.acli("mcp-config", "coder", "--run", "resident-1", "--workdir", str(repo))
             assert printed.returncode == 0, printed.stderr
             (repo / ".mcp.json").write_text(printed.stdout, encoding="utf-8")
             hook_log = tmp_path / "hook.log"
@@ -72,11 +72,11 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
             [init] = [json.loads(line) for line in out.splitlines()
                       if line.startswith('{"type":"system","subtype":"init"')]
             session_id = init["session_id"]
-            listed = daemon.cli("memory", "episodes", "--harness", "coder", "--json")
+            listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
             assert listed.returncode == 0, listed.stderr
             [row] = json.loads(listed.stdout)["episodes"]
             assert row["run_id"] == session_id, hook_log.read_text(encoding="utf-8")
-            shown = daemon.cli("memory", "episodes", row["episode_id"], "--json")
+            shown = await daemon.acli("memory", "episodes", row["episode_id"], "--json")
             episode = json.loads(shown.stdout)["episode"]
             db = sqlite3.connect(daemon.state / "memactors.db")
             try:

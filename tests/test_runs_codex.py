@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import trio
 
 from memactors.testing.fake_openai import FunctionCall, Message, PatchCall, ShellCall, Turn, run_fake_openai
 from support_codex import FAKE_MODEL, codex_bin, codex_env, daemon_process
@@ -40,16 +39,14 @@ async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_fa
         env = codex_env(tmp_path / "codex-home")
         with daemon_process(tmp_path, codex_harness("codex-fixer", codex=codex, workdir=repo, base_url=fake.base_url),
                             env=env) as daemon:
-            fact = daemon.cli("facts", "add", "ledger amounts round with Decimal, never float",
+            fact = await daemon.acli("facts", "add", "ledger amounts round with Decimal, never float",
                               "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
             assert fact.returncode == 0, fact.stderr
-            done = await trio.run_process(
-                [*daemon.cli_argv(), "run", "codex-fixer", "--wait", "--json"], env=daemon.env, stdin=b"",
-                capture_stdout=True, capture_stderr=True, check=False)
+            done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
             assert done.returncode == 1, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
             run = json.loads(done.stdout)
             assert (run["harness"], run["outcome"]) == ("codex-fixer", "failed")
-            shown = daemon.cli("memory", "episodes", run["episode_id"], "--json")
+            shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
             assert shown.returncode == 0, shown.stderr
             episode = json.loads(shown.stdout)["episode"]
             log = daemon.log.read_text(encoding="utf-8")
@@ -86,9 +83,7 @@ async def test_the_next_codex_run_gets_the_briefing_naming_the_first_run_prepend
         with daemon_process(tmp_path, harness, env=codex_env(tmp_path / "codex-home")) as daemon:
             runs = []
             for _ in range(2):
-                done = await trio.run_process([*daemon.cli_argv(), "run", "codex-fixer", "--wait", "--json"],
-                                              env=daemon.env, stdin=b"", capture_stdout=True, capture_stderr=True,
-                                              check=False)
+                done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
                 assert done.stdout, done.stderr
                 runs.append(json.loads(done.stdout))
             log = daemon.log.read_text(encoding="utf-8")
