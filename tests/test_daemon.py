@@ -79,13 +79,15 @@ def _start(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
     (state / "daemon.json").unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    for _ in range(300):
+    for _ in range(1200):  # a hang guard of 60 s: a loaded machine takes seconds to start a daemon
         if (state / "daemon.json").exists():
             return proc
         if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read() if proc.stderr else "daemon exited")
+            _, err = proc.communicate()
+            raise AssertionError(err or "daemon exited")
         subprocess.run(["sleep", "0.05"], check=True)
     proc.kill()
+    proc.communicate()  # closes the pipes, so a failed start does not leak them into the next test
     raise AssertionError("daemon did not start")
 
 
