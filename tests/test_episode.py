@@ -154,7 +154,7 @@ def test_a_summary_over_280_characters_is_dropped_not_cut() -> None:
 
 def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     rec = record(result_text="line one\nline two\r\n\u2028back\\slash", trace_id="t\u2029x",
-                 events=[edit("dir/new\\line.go"), verify("a\nb")])
+                 events=[edit("dir/new\nline.go"), verify("a\nb")])
     ep = assemble(rec, fixed(rec), excerpt_chars=600, pull_request="https://forge.example/acme/api/pull/7")
     lines = render_text(ep).splitlines()
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)

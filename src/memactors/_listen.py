@@ -24,12 +24,6 @@ from functools import partial
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio.lifespan import Lifespan
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import wrap_app
 
 from .logs import get_logger
 
@@ -189,8 +183,13 @@ async def open_capped_listener(host: str, port: int, *, name: str, cap: int | No
     return CappedListener(listeners[0], cap if cap is not None else connection_cap(), name)
 
 
-def hypercorn_config() -> HypercornConfig:
-    """hypercorn settings for the daemon's HTTP listeners: quiet, short timeouts, bounded heads."""
+def hypercorn_config() -> Any:
+    """hypercorn settings for the daemon's HTTP listeners: quiet, short timeouts, bounded heads.
+
+    hypercorn is imported here, not at the top: the CLI imports this module (through the RPC client)
+    and must not pay for the HTTP server it never runs."""
+    from hypercorn.config import Config as HypercornConfig
+
     config = HypercornConfig()
     config.accesslog = None
     config.errorlog = None
@@ -210,6 +209,12 @@ async def serve_asgi(
     This is hypercorn's ``worker_serve`` with our listener in place of the plain socket listener it
     builds (hypercorn has no connection cap of its own). Reports ``(host, actual_port)``.
     """
+    from hypercorn.trio.lifespan import Lifespan
+    from hypercorn.trio.tcp_server import TCPServer
+    from hypercorn.trio.worker_context import WorkerContext
+    from hypercorn.typing import ConnectionState
+    from hypercorn.utils import wrap_app
+
     config = hypercorn_config()
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     lifespan_state: dict[str, Any] = {}

@@ -267,7 +267,7 @@ def repo_files(record: RunRecord, repos: Mapping[str, SessionRepo]) -> tuple[str
             if rel is not None:
                 # A path of the stored record is clean, and `rel` is that path with a root removed at a
                 # '/' boundary: only a cut needs another look.
-                files.add(_cut_clean(rel) if is_stored(record) else _bounded(rel))
+                files.add(one_line(_cut_clean(rel)) if is_stored(record) else _bounded(rel))
     return tuple(sorted(files))
 
 
@@ -275,7 +275,7 @@ def _verify_failures(record: RunRecord, repos: Mapping[str, SessionRepo], key: s
     failures: Counter[str] = Counter()
     for event in _in_repo_events(record, repos, key):
         if event.kind == "verify" and event.ok is False:
-            failures[_cut_clean(event.error_class or "unknown")] += 1
+            failures[one_line(_cut_clean(event.error_class or "unknown"))] += 1
     ranked = sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_VERIFY_CLASSES]
     return tuple(VerifyFailure(cls, n) for cls, n in ranked)
 
@@ -317,16 +317,16 @@ def assemble(
             summary = None
     return Episode(
         episode_id=episode_id_for(record.harness, record.run_id, record.started_at),
-        harness=_cut_clean(record.harness),
-        adapter=_cut_clean(record.adapter),
-        run_id=_cut_clean(record.run_id),
-        trace_id=_cut_clean(record.trace_id),
-        model=_cut_clean(record.model.effective),
+        harness=one_line(_cut_clean(record.harness)),
+        adapter=one_line(_cut_clean(record.adapter)),
+        run_id=one_line(_cut_clean(record.run_id)),
+        trace_id=one_line(_cut_clean(record.trace_id)),
+        model=one_line(_cut_clean(record.model.effective)),
         repo=_bounded(repo_key),
-        branch=_cut_clean(primary.git_branch),
+        branch=one_line(_cut_clean(primary.git_branch)),
         outcome=record.outcome,
         reason=record.reason,
-        started_at=_cut_clean(record.started_at),
+        started_at=one_line(_cut_clean(record.started_at)),
         duration_ms=record.duration_ms,
         cost_usd=record.cost_usd,
         cost_source=record.cost_source,
