@@ -21,7 +21,7 @@ import trio
 from .._kernel import open_mailbox, serve
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
 from ..contract import RecallItem
-from ..episode import episode_id_for
+from ..episode import episode_id_for, is_stored
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..store import Store, WallClock, iso
@@ -102,7 +102,8 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     """
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
-    safe = redact_obj(raw)
+    # A record `stored_record` made is clean already: redact each string once, at the boundary (issue 11).
+    safe = raw if is_stored(record) else redact_obj(raw)
     cur = db.execute(
         "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
