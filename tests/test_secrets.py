@@ -259,3 +259,19 @@ async def test_issue11_each_string_of_a_record_is_redacted_once_at_the_boundary(
     assert once_chars < 1.2 * len(big)  # the result text is scanned once, plus short fields and lines
     assert again_chars > 2 * len(big)  # the measurement can tell the difference
     assert once_calls < again_calls
+
+
+@pytest.mark.req6
+@pytest.mark.parametrize("offset", [2, 8, 12, 20, 30])
+def test_issue9_a_secret_straddling_the_excerpt_cut_is_redacted_before_the_cut(offset: int) -> None:
+    from memactors._wire import parse_run_record
+    from memactors.episode import SessionRepo, assemble, stored_record
+
+    stripe = "sk" + "_live_" + "63BOHhbRv1uScBxw" + "S38IWJ654E9Vnc8O"
+    text = "x" * (600 - offset) + " " + stripe + " rest of the result"
+    record = stored_record(parse_run_record(run_record(result_text=text)))
+    repos = {s.session_id: SessionRepo(key=s.repo, cwd=s.cwd) for s in record.sessions}
+    excerpt = assemble(record, repos, excerpt_chars=600).result_excerpt
+    assert len(excerpt) <= 600
+    assert "sk_live" not in excerpt and "63BOH" not in excerpt
+    assert excerpt.startswith("x" * (600 - offset))

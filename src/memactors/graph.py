@@ -289,7 +289,7 @@ def set_fact_status(db: sqlite_utils.Database, fact_id: str, status: FactStatus,
         "UPDATE facts SET status = ?, updated_at = ? WHERE id = ?", [status, _at(now), fact_id]
     )
     if cur.rowcount == 0:
-        raise UnknownFact(fact=fact_id)
+        raise UnknownFact(fact=_clean(fact_id)[:64])
     fact = get_fact(db, fact_id)
     assert fact is not None
     return fact

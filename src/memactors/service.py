@@ -64,6 +64,7 @@ from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
+from .redact import redact
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -215,7 +216,8 @@ class MemoryService:
     async def get_episode(self, episode_id: str) -> dict[str, Any]:
         row = await self.index.address.ask(GetEpisode(episode_id))
         if row is None:
-            raise UnknownEpisode(f"no episode {episode_id}", episode=episode_id)
+            shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
+            raise UnknownEpisode(f"no episode {shown}", episode=shown)
         return episode_view(row)
 
     async def recall(self, *, query: str, repo: str | None = None, as_harness: str | None = None,
