@@ -48,6 +48,7 @@ __all__ = [
     "redact",
     "redact_obj",
     "rule_ids",
+    "shared",
     "shannon_entropy",
     "strip_control",
 ]
@@ -266,6 +267,11 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
 @functools.cache
 def _shared() -> Redactor:
     return Redactor()
+
+
+def shared() -> Redactor:
+    """The daemon's shared redactor, compiling the rules on the first call (call it off the event loop)."""
+    return _shared()
 
 
 def __getattr__(name: str) -> Any:

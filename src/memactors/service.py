@@ -65,6 +65,7 @@ from .errors import ConfigError, InvalidArgument, MemactorsError, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .redact import redact
+from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -598,6 +599,9 @@ async def open_memory_service(
     config = holder.current
     metrics = metrics or Metrics()
     store = await Store.open(store_path or config.store.path / DB_NAME)
+    # The redaction rules (~230 patterns) compile on first use; do it here, off the trio thread, so the
+    # first redaction on the loop (a provider error, an ingest) does not stall every other caller.
+    await trio.to_thread.run_sync(shared_redactor)
     try:
         async with AsyncExitStack() as stack, open_supervisor("memory", max_restarts=5, window=60.0) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
