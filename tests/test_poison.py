@@ -280,3 +280,31 @@ async def test_property_rpc_frames_never_yield_internal_or_a_dropped_connection(
             error = reply.get("error")
             assert not error or error["code"] != "INTERNAL", (f[:300], reply)
         assert "result" in await raw_call(ws, f'{{"id": 2, "method": "{SERVICE}/Status"}}')
+
+
+@pytest.mark.slow
+async def test_the_cli_reports_poison_files_and_goes_on_without_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from memactors import cli
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    infinite = tmp_path / "infinite.json"
+    infinite.write_text(json.dumps(run_record(cost_usd=1.0)).replace("1.0", "Infinity"))
+    nested = tmp_path / "nested.json"
+    inner: Any = {}
+    for _ in range(200):
+        inner = {"x": inner}
+    nested.write_text(json.dumps(run_record(model=inner)))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(run_record()))
+    async with daemon(tmp_path) as _:
+        argv = ["--config", str(tmp_path / "harness.toml"), "runs", "ingest",
+                str(deep), str(infinite), str(nested), str(good)]
+        code = await trio.to_thread.run_sync(cli.main, argv)
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert "Traceback" not in out + err
+    assert f"{deep}: rejected" in err and f"{infinite}: rejected" in err and f"{nested}: rejected" in err
+    assert "cannot be sent as JSON" in err  # the client refuses Infinity before it reaches the wire
+    assert f"{good}: " in out

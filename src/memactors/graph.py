@@ -26,6 +26,7 @@ import attrs
 import sqlite_utils
 
 from .errors import InvalidArgument, MemactorsError
+from .redact import redact
 from .store import fts_match, iso
 
 FactStatus = Literal["live", "suspect", "retired"]
@@ -182,6 +183,19 @@ def _like_prefix(path: str) -> str:
     return escaped + "/%"
 
 
+def _clean(value: str) -> str:
+    """An operator-fed string as it is stored (issue 9): secrets redacted, control characters stripped.
+
+    Every feed below (facts, pull requests, presence, run tokens, votes, exposures) stores only cleaned
+    strings and looks rows up by the cleaned form, so a credential pasted into a feed is never kept.
+    """
+    return redact(value)
+
+
+def _clean_opt(value: str | None) -> str | None:
+    return None if value is None else _clean(value)
+
+
 def _fact(row: Any) -> Fact:
     fid, scope, text, confidence, status, created_at, updated_at = row
     return Fact(str(fid), str(scope), str(text), float(confidence), status, str(created_at), str(updated_at))
@@ -237,6 +251,7 @@ def add_fact(
     ):
         raise InvalidArgument("confidence must be a number from 0 to 1", field="confidence", value=confidence)
     _check_status(status)
+    scope, text = _clean(scope), _clean(text)
     fid = fact_id if fact_id is not None else fact_id_for(scope, text)
     if not _FACT_ID.match(fid):
         raise InvalidArgument("id must be f_ followed by letters, digits or _", field="id", value=fid)
@@ -274,7 +289,7 @@ def set_fact_status(db: sqlite_utils.Database, fact_id: str, status: FactStatus,
         "UPDATE facts SET status = ?, updated_at = ? WHERE id = ?", [status, _at(now), fact_id]
     )
     if cur.rowcount == 0:
-        raise UnknownFact(fact=fact_id)
+        raise UnknownFact(fact=_clean(fact_id)[:64])
     fact = get_fact(db, fact_id)
     assert fact is not None
     return fact
@@ -368,6 +383,7 @@ def record_exposure(
         )
     if not run_id or not harness:
         raise InvalidArgument("run_id and harness are required", field="run_id" if not run_id else "harness")
+    run_id, harness = _clean(run_id), _clean(harness)
     at = _at(now)
     ids = list(dict.fromkeys(fact_ids))
     db.conn.executemany(
@@ -398,7 +414,8 @@ def cast_vote(
     if stance not in _STANCES:
         raise InvalidArgument("stance must be support or oppose", field="stance", value=stance)
     if get_fact(db, fact_id) is None:
-        raise UnknownFact(fact=fact_id)
+        raise UnknownFact(fact=_clean(fact_id)[:64])
+    run_id, harness = _clean(run_id), _clean(harness)
     counted = not was_exposed(db, run_id, fact_id)
     at = _at(now)
     cur = db.execute(
@@ -430,6 +447,7 @@ def link_pull_request(db: sqlite_utils.Database, *, repo: str, branch: str, url:
     for field, value in (("repo", repo), ("branch", branch), ("url", url)):
         if not value:
             raise InvalidArgument(f"{field} is required", field=field)
+    repo, branch, url = _clean(repo), _clean(branch), _clean(url)
     db.execute(
         "INSERT INTO pull_requests (repo, branch, url, linked_at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (repo, branch, url) DO UPDATE SET linked_at = excluded.linked_at",
@@ -439,6 +457,7 @@ def link_pull_request(db: sqlite_utils.Database, *, repo: str, branch: str, url:
 
 def pull_request_for(db: sqlite_utils.Database, repo: str, branch: str | None) -> str | None:
     """The most recently linked pull request url for (repo, branch), or None."""
+    repo, branch = _clean(repo), _clean_opt(branch)
     row = db.execute(
         "SELECT url FROM pull_requests WHERE repo = ? AND branch IS ? ORDER BY linked_at DESC, url DESC LIMIT 1",
         [repo, branch],
@@ -524,7 +543,9 @@ def report_presence(
             raise InvalidArgument(f"{field} is required", field=field)
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds <= 0:
         raise InvalidArgument("ttl_seconds must be a positive integer", field="ttl_seconds", value=ttl_seconds)
-    clean = tuple(sorted({p for p in (_normalise_path(p) for p in paths) if p}))
+    harness, run_id, session_id, repo = _clean(harness), _clean(run_id), _clean(session_id), _clean(repo)
+    branch = _clean_opt(branch)
+    clean = tuple(sorted({p for p in (_normalise_path(_clean(p)) for p in paths) if p}))
     reported, expires = _at(now), _at(now + timedelta(seconds=ttl_seconds))
     db.execute(
         "INSERT INTO presence (harness, run_id, session_id, repo, branch, paths, reported_at, expires_at)"
@@ -539,7 +560,7 @@ def report_presence(
 
 def clear_presence(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:
     """Remove every session of a run (it ended); returns how many were removed."""
-    cur = db.execute("DELETE FROM presence WHERE harness = ? AND run_id = ?", [harness, run_id])
+    cur = db.execute("DELETE FROM presence WHERE harness = ? AND run_id = ?", [_clean(harness), _clean(run_id)])
     return int(cur.rowcount)
 
 
@@ -639,6 +660,7 @@ def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, work
     for field, value in (("harness", harness), ("run_id", run_id)):
         if not value:
             raise InvalidArgument(f"{field} is required", field=field)
+    harness, run_id, workdir = _clean(harness), _clean(run_id), _clean(workdir)
     token = secrets.token_urlsafe(32)
     db.execute(
         "INSERT INTO run_callers (token_sha256, harness, run_id, workdir, created_at, expires_at)"
@@ -669,7 +691,7 @@ def expire_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str, a
 
 def revoke_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:
     """Forget every token of a run (it ended); returns how many were revoked."""
-    cur = db.execute("DELETE FROM run_callers WHERE harness = ? AND run_id = ?", [harness, run_id])
+    cur = db.execute("DELETE FROM run_callers WHERE harness = ? AND run_id = ?", [_clean(harness), _clean(run_id)])
     return int(cur.rowcount)
 
 

@@ -14,9 +14,13 @@ Three properties the rest of the daemon relies on:
   rules are re-applied until nothing changes. Each extra round runs only when the previous one replaced
   something, and each replacement removes characters that are not part of a marker, so the loop ends;
   ordinary text costs exactly one round.
-* Linear time: every pattern starts at a literal or a rare character and uses possessive quantifiers
-  (a failed candidate run is consumed, via a ``reject`` group, rather than rescanned), and each rule
-  makes one ``re.sub`` pass over the text per round. tests/test_redact.py times adversarial inputs.
+* Linear time: the hand-written patterns start at a literal or a rare character and use possessive
+  quantifiers (a failed candidate run is consumed, via a ``reject`` group, rather than rescanned); the
+  gitleaks-derived ones are bounded repetitions (their lazy prefixes dropped, ``.*`` bounded when they
+  were translated), and each rule makes one ``re.sub`` pass over the text per round.
+  tests/test_redact.py times adversarial inputs.
+* Keywords first, as gitleaks does: a rule runs only on text holding one of its keywords, so ordinary
+  text costs a handful of patterns, not ~230.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "redact",
     "redact_obj",
     "rule_ids",
+    "shared",
     "shannon_entropy",
     "strip_control",
 ]
@@ -262,6 +267,11 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
 @functools.cache
 def _shared() -> Redactor:
     return Redactor()
+
+
+def shared() -> Redactor:
+    """The daemon's shared redactor, compiling the rules on the first call (call it off the event loop)."""
+    return _shared()
 
 
 def __getattr__(name: str) -> Any:

@@ -268,6 +268,15 @@ class _Request:
 MAX_DEPTH = 64
 
 
+def _loggable_id(req_id: Any) -> Any:
+    """A request id as a log field: integers as they are, a client's string redacted and cut (issue 9)."""
+    if isinstance(req_id, str):
+        from .redact import redact  # the rule set compiles on first use; most ids are integers
+
+        return redact(req_id[:128])[:64]
+    return req_id
+
+
 def _depth_exceeds(doc: Any, limit: int) -> bool:
     """Whether `doc` nests dicts/lists more than `limit` levels (iterative: no recursion of our own)."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
@@ -315,7 +324,7 @@ async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> 
     """Run one request and build its reply; the tier is checked before the handler runs."""
     method = table.get(request.method)
     if method is None:
-        return _error(request.id, "UNIMPLEMENTED", f"unknown method {request.method!r}")
+        return _error(request.id, "UNIMPLEMENTED", "unknown method")  # the client's text is not echoed
     if method.tier == "control" and tier != "control":
         return _error(request.id, "PERMISSION_DENIED", f"{method.name} needs the control tier")
     try:
@@ -325,7 +334,7 @@ async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> 
         if isinstance(exc, MemactorsError):
             code = exc.code if exc.code in CODES else "INTERNAL"
             return _error(request.id, code, str(exc))
-        _log.bind(method=method.name, request_id=request.id, error_type=type(exc).__name__).error(
+        _log.bind(method=method.name, request_id=_loggable_id(request.id), error_type=type(exc).__name__).error(
             "rpc handler failed"
         )
         return _error(request.id, "INTERNAL", "internal error; see the daemon log")
@@ -384,7 +393,7 @@ async def _serve_one(
             _log.bind(
                 # A client-chosen unknown name is not logged: it could be any text.
                 method=parsed.method if parsed.method in table else "<unknown>",
-                request_id=parsed.id,
+                request_id=_loggable_id(parsed.id),
                 tier=tier,
                 outcome=reply["error"]["code"] if "error" in reply else "ok",
                 duration_ms=round((trio.current_time() - started) * 1000, 1),

@@ -72,6 +72,8 @@ from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, 
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .models import RunRecord
+from .redact import redact
+from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
@@ -341,7 +343,8 @@ class MemoryService:
     async def get_episode(self, episode_id: str) -> dict[str, Any]:
         row = await self.index.address.ask(GetEpisode(episode_id))
         if row is None:
-            raise UnknownEpisode(f"no episode {episode_id}", episode=episode_id)
+            shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
+            raise UnknownEpisode(f"no episode {shown}", episode=shown)
         return episode_view(row)
 
     async def recall(self, *, query: str, repo: str | None = None, as_harness: str | None = None,
@@ -809,6 +812,9 @@ async def open_memory_service(
     config = holder.current
     metrics = metrics or Metrics()
     store = await Store.open(store_path or config.store.path / DB_NAME)
+    # The redaction rules (~230 patterns) compile on first use; do it here, off the trio thread, so the
+    # first redaction on the loop (a provider error, an ingest) does not stall every other caller.
+    await trio.to_thread.run_sync(shared_redactor)
     try:
         async with AsyncExitStack() as stack, open_supervisor(
                 "memory", max_restarts=5, window=60.0, backoff=0.1, max_backoff=5.0, max_burst=6) as sup:

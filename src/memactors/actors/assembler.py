@@ -20,6 +20,7 @@ from ..config import Config, HarnessConfig
 from ..episode import (
     MAX_GRAPH_PATHS,
     assemble,
+    clean,
     render_text,
     repo_files,
     resolve_sessions,
@@ -113,7 +114,7 @@ class Assembler:
         repos = await resolve_sessions(record)
         primary = record.primary_session
         where = repos.get(primary.session_id) if primary else None
-        repo = where.key if where else None
+        repo = clean(where.key) if where and where.key else None  # a key from git is not from the record
         branch = primary.git_branch if primary else None
         paths = repo_files(record, repos)[:MAX_GRAPH_PATHS]
         reason = skip_reason(

@@ -24,7 +24,7 @@ import trio
 from .._kernel import open_mailbox, serve
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
 from ..contract import RecallItem
-from ..episode import episode_id_for
+from ..episode import episode_id_for, is_stored
 from ..errors import InvalidArgument
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
@@ -107,7 +107,9 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     """
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
-    safe = raw if clean else redact_obj(raw)  # `clean`: the caller already redacted every string (REQ-6)
+    # Clean already (the ingest path's `stored_record`, or a caller that says so): redact each string once,
+    # at the boundary (issue 11).
+    safe = raw if clean or is_stored(record) else redact_obj(raw)
     cur = db.execute(
         "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -130,7 +130,8 @@ def tombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
     """
     row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
-        raise UnknownEpisode(f"no episode {episode_id}", episode=episode_id)
+        shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
+        raise UnknownEpisode(f"no episode {shown}", episode=shown)
     if row[0] is not None:
         return False
     db.execute("UPDATE episodes SET forgotten_at = ? WHERE episode_id = ?", [now, episode_id])
