@@ -154,7 +154,7 @@ def test_a_summary_over_280_characters_is_dropped_not_cut() -> None:
 
 def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     rec = record(result_text="line one\nline two\r\n\u2028back\\slash", trace_id="t\u2029x",
-                 events=[edit("dir/new\nline.go"), verify("a\nb")])
+                 events=[edit("dir/new\\line.go"), verify("a\nb")])
     ep = assemble(rec, fixed(rec), excerpt_chars=600, pull_request="https://forge.example/acme/api/pull/7")
     lines = render_text(ep).splitlines()
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
@@ -162,8 +162,9 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
     # Multi-line text keeps LF as its only break (CRLF and U+2028 become LF), escaped on its line.
     assert "result_excerpt: line one\\nline two\\n\\nback\\\\slash" in lines
-    # Single-line fields lose every line break (REQ-6, the control-character rule).
-    assert "files_touched: dir/newline.go" in lines and "verify_failures: ab: 1" in lines
+    # Single-line fields lose every line break (REQ-6, the control-character rule); a path with a line
+    # break is refused at the boundary, and a backslash is escaped in the rendering.
+    assert "files_touched: dir/new\\\\line.go" in lines and "verify_failures: ab: 1" in lines
     assert "pull_request: https://forge.example/acme/api/pull/7" in lines
     assert "summary: " in lines and "cost_usd: " in lines
 
