@@ -140,11 +140,15 @@ def test_a_daemon_that_is_not_listening_exits_3(tmp_path: Path) -> None:
 
 
 def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
+    """A control command needs a valid configuration; a read command falls back to the state directory
+    (issue 10: an operator can still ask the running daemon), warning with the same error."""
     config = tmp_path / "harness.toml"
     config.write_text('[store]\npath = ""\n')
-    done = run_cli(config, "memory", "status")
+    done = run_cli(config, "memory", "forget", "ep_0", "--yes")
     assert done.returncode == cli.EXIT_INVALID == 5
     assert "[store] path" in done.stderr
+    read = run_cli(config, "memory", "status")
+    assert "[store] path" in read.stderr and read.returncode == cli.EXIT_UNAVAILABLE
 
 
 @pytest.mark.parametrize(("code", "status"), [

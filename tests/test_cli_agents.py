@@ -86,11 +86,11 @@ def test_token_mint_prints_the_token_alone_and_json_names_run_expiry_and_gateway
 @pytest.mark.slow
 def test_token_mint_refuses_an_unconfigured_harness_and_a_bad_ttl_naming_them(daemon: Daemon) -> None:
     unknown = daemon.cli("token", "mint", "nobody")
-    assert unknown.returncode == 2 and "harness.nobody" in unknown.stderr and "coder" in unknown.stderr
+    assert unknown.returncode == 5 and "harness.nobody" in unknown.stderr and "coder" in unknown.stderr
     bad = daemon.cli("mcp-config", "coder", "--ttl", "soon")
-    assert bad.returncode == 2 and '"soon"' in bad.stderr and bad.stdout == ""
+    assert bad.returncode == 5 and '"soon"' in bad.stderr and bad.stdout == ""
     too_long = daemon.cli("token", "mint", "coder", "--ttl", "400d")
-    assert too_long.returncode == 2 and "ttl_seconds" in too_long.stderr
+    assert too_long.returncode == 5 and "ttl_seconds" in too_long.stderr
 
 
 def test_client_config_formats_for_claude_code_cursor_and_plain_json() -> None:
@@ -167,14 +167,14 @@ def test_session_end_hook_ingests_the_resident_session_as_an_episode(daemon: Dae
 @pytest.mark.slow
 def test_session_end_hook_names_what_is_missing(daemon: Daemon, tmp_path: Path) -> None:
     no_harness = daemon.cli("hook", "claude-code", "session-end", stdin="{}")
-    assert no_harness.returncode == 2 and "--harness" in no_harness.stderr
+    assert no_harness.returncode == 5 and "--harness" in no_harness.stderr
     unknown = daemon.cli("hook", "claude-code", "session-end", "--harness", "nobody", stdin="{}")
-    assert unknown.returncode == 2 and "harness.nobody" in unknown.stderr
+    assert unknown.returncode == 5 and "harness.nobody" in unknown.stderr
     not_json = daemon.cli("hook", "claude-code", "session-end", "--harness", "coder", stdin="session please")
-    assert not_json.returncode == 2 and "not JSON" in not_json.stderr
+    assert not_json.returncode == 5 and "not JSON" in not_json.stderr
     no_path = daemon.cli("hook", "claude-code", "session-end", "--harness", "coder",
                          stdin=json.dumps({"session_id": "s"}))
-    assert no_path.returncode == 2 and "transcript_path" in no_path.stderr
+    assert no_path.returncode == 5 and "transcript_path" in no_path.stderr
     gone = daemon.cli("hook", "claude-code", "session-end", "--harness", "coder",
                       stdin=json.dumps({"session_id": "s", "transcript_path": str(tmp_path / "nope.jsonl")}))
-    assert gone.returncode == 2 and "transcript_path" in gone.stderr
+    assert gone.returncode == 5 and "transcript_path" in gone.stderr

@@ -191,8 +191,8 @@ def test_read_commands_reach_the_daemon_with_an_invalid_config_file_and_warn(tmp
         assert "warning" in status.stderr and "retention" in status.stderr
         doctor = _cli(env, "doctor")
         assert "memory provider" in doctor.stdout and "retention" in doctor.stderr
-        forget = _cli(env, "memory", "forget", "ep_00000000000000000000")  # control: still refused
-        assert forget.returncode == 2 and "retention" in forget.stderr
+        forget = _cli(env, "memory", "forget", "ep_00000000000000000000", "--yes")  # control: still refused
+        assert forget.returncode == 5 and "retention" in forget.stderr
     finally:
         _stop(proc)
 
@@ -212,23 +212,28 @@ async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_o
 @pytest.mark.req6
 async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(tmp_path: Path) -> None:
     """Single-line fields keep no TAB, LF or CR; multi-line result text keeps LF only (TAB a space, CRLF
-    LF); the rendered text keeps every field on its own line."""
+    LF); the rendered text keeps every field on its own line. A line break in an identity field (repo,
+    branch, harness, paths) is refused at the boundary instead (issue 9: it could escape a fence)."""
     from memactors.episode import FIELD_ORDER
 
     path = write_config(tmp_path)
     record = example("run-42-api-fixer.json")
     record["result_text"] = "line one\r\n\tindented\x07 bell\x1b[31m\nline three"
     record["trace_id"] = "t\t1\n2"
-    record["sessions"][0]["git_branch"] = "fix/\tflaky\r\nbranch"
+    broken = json.loads(json.dumps(record))
+    broken["sessions"][0]["git_branch"] = "fix/\tflaky\r\nbranch"
     async with trio.open_nursery() as nursery:
         listening = await _daemon(nursery, path)
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
+            with pytest.raises(RpcError) as refused:
+                await rpc.call(f"{SERVICE}/IngestRun", {"record": broken})
+            assert refused.value.code == "INVALID_ARGUMENT" and "sessions[0].git_branch" in refused.value.message
             eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": record}))["episode_id"]
             view = await rpc.call(f"{SERVICE}/GetEpisode", {"episode_id": eid})
         nursery.cancel_scope.cancel()
     episode = view["episode"]
-    assert episode["branch"] == "fix/flakybranch" and episode["trace_id"] == "t12"
+    assert episode["branch"] == "fix/flaky" and episode["trace_id"] == "t12"
     assert episode["result_excerpt"] == "line one\n indented bell[31m\nline three"
     for name, value in episode.items():
         if isinstance(value, str) and name not in ("result_excerpt", "summary"):

@@ -240,6 +240,7 @@ async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_ca
         token, _ = await as_run(service, "api-fixer", "100", API)
         async with gateway_client(url, token) as client:
             assert not (await client.call_tool("recall", {"query": "flaky ledger"})).is_error
+        await service.call_log.flush()  # rows are written in batches off the request path
         rows = await service.store.read(lambda db: db.execute(
             "SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall())
         assert rows == [("daemon",)]

@@ -163,7 +163,7 @@ async def test_req3_memory_status_shows_an_incompatible_provider(tmp_path: Path,
                 while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "incompatible":  # noqa: ASYNC110
                     await trio.sleep(0.02)
         capsys.readouterr()
-        assert await run_cli(config, "memory", "status") == 4  # documented: the provider is incompatible
+        assert await run_cli(config, "memory", "status") == 11  # documented: the provider is incompatible
     out, err = capsys.readouterr()
     assert "state      incompatible" in out and "is incompatible" in err
 

@@ -113,9 +113,9 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         started = await cli(env, "run", "fixer", "--prompt", "just start")
         assert started.returncode == 0 and started.stdout.startswith(b"run r")
         unknown = await cli(env, "run", "nope")
-        assert unknown.returncode == 2 and b"unknown harness nope" in unknown.stderr
+        assert unknown.returncode == 5 and b"unknown harness nope" in unknown.stderr
         refused = await cli(env, "run", "proj", "--wait")  # REQ-16: a project file cannot turn it on
-        assert refused.returncode == 2
+        assert refused.returncode == 5
         assert b"memory_briefing" in refused.stderr and b"global-only" in refused.stderr
         assert str(project / "harness.toml").encode() in refused.stderr
         assert not (tmp_path / "proj-out").exists()

@@ -266,6 +266,19 @@ def _summary(counts: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
+def _record_problem(record: Any) -> str | None:
+    """Why a parsed record cannot be sent at all (so it is rejected by name, not the whole batch)."""
+    if not isinstance(record, dict):
+        return "a run record must be a JSON object"
+    try:
+        json.dumps(record, allow_nan=False)
+    except ValueError:
+        return "not sendable as JSON: it holds Infinity or NaN"
+    except RecursionError:
+        return "JSON nested too deeply"
+    return None
+
+
 def cmd_runs_ingest(args: argparse.Namespace) -> int:
     import codecs
     import signal
@@ -306,9 +319,11 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
         try:
             answer = await client.call(f"{SERVICE}/IngestRuns", {"records": items})
         except RpcError as exc:
-            if exc.code != "UNIMPLEMENTED":
+            if exc.code not in ("UNIMPLEMENTED", "INVALID_ARGUMENT"):
                 raise
-            answer = None  # a daemon without the batch RPC: one IngestRun per record
+            # A daemon without the batch RPC, or a batch refused whole (say, one record nested past the
+            # frame's depth limit): one IngestRun per record, so each is judged on its own.
+            answer = None
         if answer is not None:
             for (source, _), result in zip(batch, answer["results"], strict=True):
                 tally(source, result)
@@ -360,8 +375,8 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                             elif error is not None:
                                 rejected(label, error)
                                 progress.done += 1
-                            elif not isinstance(record, dict):
-                                rejected(label, "a run record must be a JSON object")
+                            elif (problem := _record_problem(record)) is not None:
+                                rejected(label, problem)
                                 progress.done += 1
                             else:
                                 batch.append((label, record))
@@ -385,8 +400,8 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                     rejected(source, f"not valid JSON ({exc})")
                     progress.done += 1
                     continue
-                if not isinstance(record, dict):
-                    rejected(source, "a run record must be a JSON object")
+                if (problem := _record_problem(record)) is not None:
+                    rejected(source, problem)
                     progress.done += 1
                     continue
                 batch.append((source, record))
@@ -524,6 +539,18 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_harness_table(name: str, what: str = "--as") -> str:
+    """The error for `--as NAME` (or a briefing preview of NAME) without a `[harness.NAME]` table:
+    episodes may well list the harness (runs record their harness name), but only a configured table
+    says what it sees."""
+    subject = f"--as {name}" if what == "--as" else f"a briefing for {name}"
+    hint = "\nor recall as the repository: --repo forge.example/acme/api" if what == "--as" else ""
+    return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
+            f"{name}, but only a configured harness has a view); for example:\n"
+            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
+
+
+
 def cmd_recall(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"query": args.query, "limit": args.limit}
     if args.repo:
@@ -532,7 +559,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
         params["as"] = args.as_harness
     if args.paths:
         params["paths"] = args.paths
-    result = call(args, "Recall", params)
+    try:
+        result = call(args, "Recall", params)
+    except CliError as exc:
+        if exc.code == "INVALID_ARGUMENT" and args.as_harness and "params.as names no configured" in exc.message:
+            raise CliError(exc.code, _no_harness_table(args.as_harness)) from None
+        raise
     _notice(result)
     if args.json:
         _print_json(result)
@@ -554,7 +586,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 def cmd_briefing(args: argparse.Namespace) -> int:
     """`memory briefing H`: the operator preview (GetBriefing) — no cache, no exposure."""
-    result = call(args, "GetBriefing", {"harness": args.harness})
+    try:
+        result = call(args, "GetBriefing", {"harness": args.harness})
+    except CliError as exc:
+        if exc.code == "INVALID_ARGUMENT" and "params.harness names no configured" in exc.message:
+            raise CliError(exc.code, _no_harness_table(args.harness, "briefing")) from None
+        raise
     if args.json:
         _print_json(result)
         return 0
@@ -914,4 +951,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m memactors.cli`: run the imported module's main, not this `__main__` copy, so errors
+    # raised by modules that import memactors.cli (cli_agents) are the classes main() catches.
+    from memactors.cli import main as _main
+
+    sys.exit(_main())

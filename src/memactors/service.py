@@ -365,7 +365,7 @@ class MemoryService:
         else:
             harness = self.config.harness.get(str(as_harness))
             if harness is None:
-                raise InvalidArgument(_no_harness_table(str(as_harness)), field="params.as")
+                raise InvalidArgument(f"params.as {NO_HARNESS_TABLE}", field="params.as")
             repo = await self.harness_repo(harness.name)
             if repo is None:
                 raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
@@ -385,7 +385,7 @@ class MemoryService:
         fresh; it is neither cached nor counted as exposure (REQ-17)."""
         cfg = self.config.harness.get(harness)
         if cfg is None:
-            raise InvalidArgument(_no_harness_table(harness, "briefing"), field="params.harness")
+            raise InvalidArgument(f"params.harness {NO_HARNESS_TABLE}", field="params.harness")
         view = await resolve_view(self.store, self.config, harness=harness, run_id=None)
         if view.repo is None:
             place = await self.store.read(lambda db: latest_run_place(db, harness))
@@ -770,15 +770,11 @@ def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _no_harness_table(name: str, what: str = "--as") -> str:
-    """The error for `--as NAME` (or a briefing preview of NAME) without a `[harness.NAME]` table:
-    episodes may well list the harness (runs record their harness name), but only a configured table
-    says what it sees."""
-    subject = f"--as {name}" if what == "--as" else f"a briefing for {name}"
-    hint = "\nor recall as the repository: --repo forge.example/acme/api" if what == "--as" else ""
-    return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
-            f"{name}, but only a configured harness has a view); for example:\n"
-            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
+#: The refusal of `--as` / a briefing preview for a name with no `[harness.<name>]` table. The name is
+#: not repeated (a rejected value is never echoed); the CLI, which knows what its user typed, shows the
+#: table to add with the name filled in.
+NO_HARNESS_TABLE = ("names no configured harness: it needs a [harness.<name>] table in the global "
+                    "harness.toml (episodes may list a harness, but only a configured one has a view)")
 
 
 def parse_since(text: str, now: datetime) -> str:

@@ -298,7 +298,7 @@ def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
 
 
 # Ellipses and highlight markers a snippet may add (FTS5 snippet() with "[", "]" and "…"); not words.
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits: "_" separates, as in FTS5's unicode61 tokenizer
 _ESCAPES = re.compile(r"\\(?:u2028|u2029|[nr\\])")
 
 
@@ -309,7 +309,8 @@ def _words(text: str) -> set[str]:
 def text_belongs(item_text: str, stored_text: str) -> bool:
     """REQ-9 (issue 9 "a lying provider"): whether a provider's item text is drawn from the episode's text.
 
-    The rule: every word of the item text — a run of Unicode letters, digits or "_", compared
+    The rule: every word of the item text — a run of Unicode letters or digits ("_" separates words,
+    as in FTS5's unicode61 tokenizer, so a snippet() cut inside `verify_failures` still passes), compared
     case-folded — occurs in the episode's stored rendering (episodes.text: every REQ-5 field, the
     result excerpt and the summary; its escaped line breaks count as spaces too). Punctuation,
     whitespace, ellipses ("…", "...") and highlight markers ("[", "]") are not words, so a headline
