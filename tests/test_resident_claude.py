@@ -80,12 +80,14 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
             episode = json.loads(shown.stdout)["episode"]
             db = sqlite3.connect(daemon.state / "memactors.db")
             try:
-                calls = db.execute("SELECT caller, tool FROM call_log WHERE tool = 'memory_recall'").fetchall()
+                calls = db.execute("SELECT caller, tool FROM call_log WHERE server = 'gateway'").fetchall()
+                provider_calls = db.execute("SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall()
                 exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
             finally:
                 db.close()
     # the session's recall went through the gateway as the resident run its token was minted for
-    assert calls == [("coder/resident-1", "memory_recall")]
+    assert calls == [("coder/resident-1", "recall")]
+    assert provider_calls == [("daemon",)]  # REQ-18: the provider call serving it is the daemon's own row
     assert exposed == [("resident-1", "coder", "recall")]
     [recalled] = fake.agent_requests()[1].tool_results()
     assert "ledger amounts round with Decimal" in json.dumps(recalled)

@@ -264,8 +264,10 @@ timeout = "5m"
         assert FENCE.search(turns1[0].first_user_text()) is not None  # first run: the fact, fenced too
 
     db = state / "memactors.db"
-    callers = {c for (c,) in rows(db, "SELECT caller FROM call_log WHERE tool = 'memory_recall'")}
+    callers = {c for (c,) in rows(db, "SELECT caller FROM call_log WHERE server = 'gateway' AND tool = 'recall'")}
     assert f"claude-fixer/{run1['run_id']}" in callers  # the recall reached the gateway as that run
+    # ... and the provider call made to serve it is the daemon's own row (REQ-18)
+    assert {c for (c,) in rows(db, "SELECT caller FROM call_log WHERE tool = 'memory_recall'")} == {"daemon"}
     exposures = rows(db, "SELECT run_id, surface, call_id IS NULL FROM exposures WHERE fact_id = 'f_ledger'")
     assert (run1["run_id"], "briefing_prompt", 1) in exposures
     assert (run1["run_id"], "recall", 0) in exposures

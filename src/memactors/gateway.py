@@ -123,9 +123,23 @@ class Gateway:
         ])
 
     async def _call_tool(self, ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
+        """Serve one tool call. A served call (recall, briefing) is the caller's own call-log row on server
+        ``gateway`` (ADR-0035: a harness's calls are its rows; the provider calls made to serve it are
+        the daemon's, REQ-18); a refused one is logged by ``_deny``."""
         view = await self._view(ctx)
         name, arguments = params.name, dict(params.arguments or {})
-        call_id = None if ctx.request_id is None else str(ctx.request_id)
+        started = trio.current_time()
+        result = await self._serve_tool(view, name, arguments, None if ctx.request_id is None else str(ctx.request_id))
+        if name in GATEWAY_TOOLS:
+            caller = bound_field(f"{view.harness}/{view.run_id}" if view.exposed_run else "unattributed")
+            self._service.call_log.record(
+                at=iso(self._service.wall_clock()), caller=caller, server="gateway", tool=name,
+                arguments=arguments, outcome="error" if result.is_error else "ok",
+                duration_ms=round((trio.current_time() - started) * 1000))
+        return result
+
+    async def _serve_tool(self, view: View, name: str, arguments: dict[str, Any],
+                          call_id: str | None) -> t.CallToolResult:
         try:
             if name not in GATEWAY_TOOLS:
                 await self._deny(view, name, arguments)
