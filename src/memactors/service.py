@@ -27,6 +27,7 @@ import httpx2
 import mcp
 import trio
 from loguru import logger
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from . import graph
@@ -59,7 +60,7 @@ from .actors.index import (
     known_repos,
     match_repo,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
 from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import Summarize, SummaryActor, model_api_settings
@@ -635,14 +636,33 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
     within the connect budget) fails check 1 with the reason; the others are skipped.
     """
     budget = max(provider_timeout * 5, 10.0)
-    reason = f"no answer to initialize within {budget:g} s"
+    read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
+    errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+    if isinstance(target, mcp.StdioServerParameters):
+        target = stdio_client(target, errlog=errlog)
+
+    async def attempt() -> ConformanceReport | str:
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + budget) as scope:
+                async with mcp.Client(target, raise_exceptions=False) as client:
+                    scope.deadline = math.inf  # connected: the suite bounds each of its own calls
+                    return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
+        except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
+            return describe_failure(exc, endpoint or provider)
+        return f"no answer to initialize within {budget:g} s"
+
     try:
-        with trio.CancelScope(deadline=trio.current_time() + budget) as scope:
-            async with mcp.Client(target, raise_exceptions=False) as client:
-                scope.deadline = math.inf  # connected: the suite bounds each of its own calls
-                return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
-    except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
-        reason = describe_failure(exc, endpoint or provider)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider))
+            try:
+                outcome = await attempt()
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        errlog.close()
+    if isinstance(outcome, ConformanceReport):
+        return outcome
+    reason = outcome
     checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
     checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
     return ConformanceReport(provider=provider, checks=tuple(checks))

@@ -165,33 +165,7 @@ class ProviderSession:
             self._errlog.close()
 
     async def _stderr_loop(self, read_fd: int) -> None:
-        log = self._log.bind(source="provider_stderr")
-        stream = trio.lowlevel.FdStream(read_fd)  # owns read_fd and closes it
-        async with stream:
-            buffer = b""
-            window_end, logged, suppressed = 0.0, 0, 0
-            while True:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
-                    lines.append(buffer)
-                    buffer = b""
-                for raw in lines:
-                    now = trio.current_time()
-                    if now >= window_end:
-                        if suppressed:
-                            log.bind(suppressed=suppressed).warning("provider stderr lines suppressed")
-                        window_end, logged, suppressed = now + STDERR_WINDOW, 0, 0
-                    if logged >= STDERR_LINES_PER_WINDOW:
-                        suppressed += 1
-                        continue
-                    text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
-                    if text.strip():
-                        logged += 1
-                        log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
+        await log_stderr(read_fd, self._log)
 
     # -- connection ---------------------------------------------------------------------------------
     def _set_state(self, state: SessionState, error: str | None = None) -> None:
@@ -446,3 +420,35 @@ def describe_failure(exc: BaseException, endpoint: str) -> str:
     if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
         return f"cannot connect to {endpoint}: {detail}"
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
+
+
+async def log_stderr(read_fd: int, logger_: Any) -> None:
+    """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
+    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`."""
+    log = logger_.bind(source="provider_stderr")
+    stream = trio.lowlevel.FdStream(read_fd)
+    async with stream:
+        buffer = b""
+        window_end, logged, suppressed = 0.0, 0, 0
+        while True:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
+                lines.append(buffer)
+                buffer = b""
+            for raw in lines:
+                now = trio.current_time()
+                if now >= window_end:
+                    if suppressed:
+                        log.bind(suppressed=suppressed).warning("provider stderr lines suppressed")
+                    window_end, logged, suppressed = now + STDERR_WINDOW, 0, 0
+                if logged >= STDERR_LINES_PER_WINDOW:
+                    suppressed += 1
+                    continue
+                text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
+                if text.strip():
+                    logged += 1
+                    log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
