@@ -166,6 +166,7 @@ class ProviderSession:
                             inner.cancel_scope.cancel()
                 if scope.cancelled_caught:
                     self._set_state("down", "timed out connecting or checking the contract")
+                    self._log.bind(budget_s=connect_budget).warning("provider connection attempt timed out")
             except (MemactorsError, MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                     RuntimeError, ExceptionGroup) as exc:
                 self._set_state("down", f"{type(exc).__name__}: {str(exc)[:200]}")
