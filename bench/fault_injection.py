@@ -182,7 +182,7 @@ def _pid(root: Path) -> int | None:
         return None
 
 
-async def provider_phase(cycles: int, clients: int) -> dict[str, Any]:
+async def provider_phase(cycles: int, clients: int, pace: float) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="memactors-fault-"))
     config = _provider_config(root)
     holder = await trio.to_thread.run_sync(ConfigHolder, lambda: load_config(config, env={"HOME": str(root)}))
@@ -202,6 +202,7 @@ async def provider_phase(cycles: int, clients: int) -> dict[str, Any]:
                 result = await memory.ingest_run(record(n, harness="bench-p"))
                 if result.get("outcome") in ("recorded", "queued"):
                     acknowledged.add(result["episode_id"])
+                await trio.sleep(pace)
 
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
@@ -243,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--daemon-cycles", type=int, default=40)
     parser.add_argument("--provider-cycles", type=int, default=15)
     parser.add_argument("--clients", type=int, default=4, help="concurrent ingest clients")
+    parser.add_argument("--pace", type=float, default=0.05,
+                        help="seconds each provider-phase client waits between runs (0 saturates the loop)")
     args = parser.parse_args(argv)
     if args.quick:
         args.daemon_cycles, args.provider_cycles = 5, 3
-    configure_logging("ERROR")
+    configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "ERROR"))
 
     async def run() -> tuple[dict[str, Any], dict[str, Any]]:
         return (await daemon_phase(args.daemon_cycles, args.clients),
-                await provider_phase(args.provider_cycles, args.clients))
+                await provider_phase(args.provider_cycles, args.clients, args.pace))
 
     daemon, provider = trio.run(run)
     print(machine())

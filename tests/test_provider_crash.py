@@ -74,7 +74,8 @@ async def test_a_respawned_provider_that_passes_its_contract_check_closes_an_ope
     breaker = Breaker(threshold=1, base_open=300.0)
     session = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=5.0, breaker=breaker,
-        target=lambda: fault_provider_params("hang_recall", pid_file=files.pid, control_file=files.control))
+        target=lambda: fault_provider_params("hang_recall", pid_file=files.pid, control_file=files.control,
+                                             calls_file=files.calls))
     args = {"query": "ledger", "scope": [f"project:{REPO}"], "limit": 5}
     try:
         async with trio.open_nursery() as nursery:
@@ -88,7 +89,7 @@ async def test_a_respawned_provider_that_passes_its_contract_check_closes_an_ope
 
             async with trio.open_nursery() as calls:
                 calls.start_soon(doomed)
-                await trio.sleep(0.5)  # noqa: ASYNC251 -- the call is in flight (it hangs in the provider)
+                await poll(lambda: "memory_recall" in files.tools(), what="the recall in flight")
                 files.set_modes()
                 assert first is not None
                 os.kill(first, signal.SIGKILL)

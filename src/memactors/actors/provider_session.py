@@ -204,6 +204,7 @@ class ProviderSession:
                     self._attempted = True
                     self._set_state("down", f"{self._endpoint}: no answer to initialize or memory_contract "
                                             f"within {connect_budget:g} s")
+                    self._log.bind(budget_s=connect_budget).warning("provider connection attempt timed out")
             except (MemactorsError, MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                     RuntimeError, ExceptionGroup) as exc:
                 self._attempted = True
