@@ -207,30 +207,37 @@ class MemoryService:
         results: list[dict[str, Any]] = [{} for _ in entries]
         limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
         # The same run twice in one batch: the first (in order) is ingested, the later ones wait for it
-        # and answer "duplicate", exactly as if the records had come in one after the other.
-        first_of: dict[tuple[str, str], trio.Event] = {}
+        # and answer "duplicate", exactly as if the records had come in one after the other. The order
+        # is fixed here, before any task starts (trio does not run tasks in the order they are started).
+        done = [trio.Event() for _ in entries]
+        after: list[trio.Event | None] = []
+        last_of: dict[tuple[str, str], int] = {}
+        for n, entry in enumerate(entries):
+            record = entry.get("record") if isinstance(entry, dict) else None
+            key = (str(record.get("harness")), str(record.get("run_id"))) if isinstance(record, dict) else None
+            before = last_of.get(key) if key is not None else None
+            after.append(done[before] if before is not None else None)
+            if key is not None:
+                last_of[key] = n
 
         async def one(n: int, entry: Any) -> None:
-            if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                source = str(entry.get("source") or f"records[{n}]") if isinstance(entry, dict) else f"records[{n}]"
-                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
-                                                               field=f"records[{n}].record"))
-                return
-            source = str(entry.get("source") or f"records[{n}]")
-            record = entry["record"]
-            key = (str(record.get("harness")), str(record.get("run_id")))
-            earlier = first_of.get(key)
-            mine = trio.Event()
-            first_of[key] = mine
             try:
+                if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+                    source = (str(entry.get("source") or f"records[{n}]") if isinstance(entry, dict)
+                              else f"records[{n}]")
+                    results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
+                                                                   field=f"records[{n}].record"))
+                    return
+                source = str(entry.get("source") or f"records[{n}]")
+                earlier = after[n]
                 if earlier is not None:
                     await earlier.wait()
                 async with limiter:
-                    results[n] = await self.ingest_run(record, source=source)
+                    results[n] = await self.ingest_run(entry["record"], source=source)
             except MemactorsError as exc:
                 results[n] = _rejected(source, exc)
             finally:
-                mine.set()
+                done[n].set()
 
         async with trio.open_nursery() as nursery:
             for n, entry in enumerate(entries):
