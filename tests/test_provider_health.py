@@ -41,7 +41,7 @@ def _row(rows: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
 @pytest.mark.req19
 @pytest.mark.req21
 @pytest.mark.slow
-async def test_a_sigstopped_stdio_provider_is_down_with_provider_up_0_doctor_warn_and_status_exit_3(
+async def test_a_sigstopped_stdio_provider_is_down_with_provider_up_0_doctor_warn_and_status_exit_10(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real stdio provider stopped with SIGSTOP: every heartbeat check times out, so the session leaves
     `ready` (the heartbeat does not swallow its own timeout); SIGCONT brings it back."""
