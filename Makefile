@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/read_side_faults.py
 	$(BIN)/python bench/fault_injection.py --quick
 	$(BIN)/python bench/cli_startup.py
+	$(BIN)/python bench/redact_adversarial.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)

@@ -224,6 +224,8 @@ class BearerGate:
         self._app = app
         self._service = service
         self._log = logger.bind(component="gateway")
+        # Anyone who can open a socket can send bad tokens: one line per client per 10 s, with a count.
+        self._refusals = RateLimitedLog(interval=10.0)
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -250,8 +252,11 @@ class BearerGate:
 
     async def _refuse(self, scope: _Scope, send: _Send, why: str, message: str) -> None:
         client = scope.get("client") or ("?", 0)
-        self._log.bind(status=401, reason=why, path=scope.get("path", ""), client=client[0]).warning(
-            "gateway refused a request whose bearer token is not a live run token")
+        suppressed = self._refusals.allow(str(client[0]))
+        if suppressed is not None:
+            self._log.bind(status=401, reason=why, path=bound_field(scope.get("path", "")), client=client[0],
+                           suppressed=suppressed).warning(
+                "gateway refused a request whose bearer token is not a live run token")
         body = json.dumps({"error": "invalid_token", "message": message}).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
