@@ -35,6 +35,7 @@ from prometheus_client import (
     make_asgi_app,
 )
 
+from ._asgi import serve_lifespan
 from ._listen import serve_asgi
 from .logs import get_logger
 
@@ -323,13 +324,8 @@ def metrics_app(metrics: Metrics, ready: Readiness = _always_ready) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]

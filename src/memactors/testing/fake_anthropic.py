@@ -31,6 +31,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from .._asgi import header_map, read_json_body, serve_lifespan
+
 __all__ = ["FakeAnthropic", "Request", "Script", "Text", "ToolUse", "run_fake_anthropic"]
 
 _Scope = MutableMapping[str, Any]
@@ -119,28 +121,14 @@ class FakeAnthropic:
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
-        raw = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            raw += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        connected, body = await read_json_body(receive)
+        if not connected:
+            return
+        headers = header_map(scope)
         request = Request(scope["method"], scope["path"], body, headers)
         self.requests.append(request)
         path = scope["path"].rstrip("/")
