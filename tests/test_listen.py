@@ -9,19 +9,15 @@ from typing import Any
 import pytest
 import trio
 
+from memactors._asgi import serve_lifespan
 from memactors._listen import FD_RESERVE, RateLimitedLog, serve_asgi
 
 
 async def _echo_body(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """A tiny ASGI app that reads the whole request body, then answers with its size."""
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await serve_lifespan(receive, send)
+        return
     size = 0
     while True:
         message = await receive()

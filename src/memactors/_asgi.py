@@ -42,6 +42,19 @@ async def read_json_body(receive: Receive) -> tuple[bool, Any]:
         return True, None
 
 
+async def http_request(scope: MutableMapping[str, Any], receive: Receive,
+                       send: Send) -> tuple[Any, dict[str, str]] | None:
+    """The JSON body and headers of an HTTP request; None when there is nothing to answer (the lifespan
+    protocol, served here; another scope type; a client that went away before its body ended)."""
+    if scope["type"] == "lifespan":
+        await serve_lifespan(receive, send)
+        return None
+    if scope["type"] != "http":
+        return None
+    connected, body = await read_json_body(receive)
+    return (body, header_map(scope)) if connected else None
+
+
 def header_map(scope: MutableMapping[str, Any]) -> dict[str, str]:
     """The request's headers, names lower-cased (the last of repeated ones wins)."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -31,7 +31,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from .._asgi import header_map, read_json_body, serve_lifespan
+from .._asgi import http_request
 
 __all__ = ["FakeAnthropic", "Request", "Script", "Text", "ToolUse", "run_fake_anthropic"]
 
@@ -120,15 +120,10 @@ class FakeAnthropic:
         return [r for r in self.requests if r.path.rstrip("/") == "/v1/messages" and r.agent_turn]
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
+        got = await http_request(scope, receive, send)
+        if got is None:
             return
-        if scope["type"] != "http":
-            return
-        connected, body = await read_json_body(receive)
-        if not connected:
-            return
-        headers = header_map(scope)
+        body, headers = got
         request = Request(scope["method"], scope["path"], body, headers)
         self.requests.append(request)
         path = scope["path"].rstrip("/")

@@ -40,7 +40,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from .._asgi import header_map, read_json_body, serve_lifespan
+from .._asgi import http_request
 
 __all__ = [
     "FakeBehaviour",
@@ -100,15 +100,10 @@ class FakeModelApi:
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         """The ASGI application: lifespan plus the two OpenAI-compatible endpoints."""
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
+        got = await http_request(scope, receive, send)
+        if got is None:
             return
-        if scope["type"] != "http":
-            return
-        connected, body = await read_json_body(receive)
-        if not connected:
-            return
-        headers = header_map(scope)
+        body, headers = got
         path = scope["path"]
         self.requests.append(RecordedRequest(path, body, headers.get("authorization")))
         b = self.behaviour

@@ -43,7 +43,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from .._asgi import header_map, read_json_body, serve_lifespan
+from .._asgi import http_request
 
 __all__ = [
     "FakeOpenAI",
@@ -152,15 +152,10 @@ class FakeOpenAI:
         return f"{prefix}_{next(self._ids):04d}"
 
     async def _app(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
+        got = await http_request(scope, receive, send)
+        if got is None:
             return
-        if scope["type"] != "http":
-            return
-        connected, body = await read_json_body(receive)
-        if not connected:
-            return
-        headers = header_map(scope)
+        body, headers = got
         path = scope["path"]
         self.requests.append(RecordedRequest(scope["method"], path, body, headers.get("authorization")))
         if scope["method"] == "GET" and path.endswith("/models"):
