@@ -321,8 +321,10 @@ def text_belongs(item_text: str, stored_text: str) -> bool:
     words = _words(item_text)
     if not words:
         return True
-    stored = _words(stored_text) | _words(_ESCAPES.sub(" ", stored_text))
-    return words <= stored
+    stored = _words(stored_text)
+    if words <= stored:  # the common case: one pass over the stored text
+        return True
+    return words <= stored | _words(_ESCAPES.sub(" ", stored_text))
 
 
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
