@@ -3,6 +3,7 @@
     .venv/bin/python bench/user_paths.py                  # 1k and 10k episodes, 200 queries each
     .venv/bin/python bench/user_paths.py --full           # adds 100k
     .venv/bin/python bench/user_paths.py --sizes 1000000  # 1M, when asked for
+    .venv/bin/python bench/user_paths.py --quick          # 1k and 10k, 100 queries, smaller ingest/drain
     .venv/bin/python bench/user_paths.py --sizes 1000 --queries 50 --skip-ingest   # a quick look
 
 Corpus: Zipf-distributed prose over a 3,000-word vocabulary (40-120 words of result text per episode,
@@ -519,7 +520,11 @@ def main() -> None:
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--tmp", default=None)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="1k and 10k, 100 queries, 200 single + 1,000 batched ingests, 500 drained (~3 min)")
     args = parser.parse_args()
+    if args.quick:
+        args.queries, args.single, args.batch, args.drain = 100, 200, 1000, 500
     logger.remove()  # the embedded service's log lines would be timed too (the daemon logs to its file)
     if args.sizes is None:
         args.sizes = [1000, 10000] + ([100000] if args.full else [])

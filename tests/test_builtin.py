@@ -222,15 +222,16 @@ def _episode_text(*, outcome: str = "failed", branch: str = "main", files: str =
 
 async def test_the_match_is_restricted_to_the_callers_scope_inside_fts5(store: Store) -> None:
     """The FTS5 expression itself carries the scope: a match in another scope is never even a candidate."""
-    from memactors.builtin import bm25_candidates
+    from memactors.builtin import bm25_candidates, scoped_match
 
     p = BuiltinProvider(store)
     for n in range(30):
         await p.record(_args(f"ep_b{n:02d}", "ledger rounding ledger", scope=B))
     await p.record(_args("ep_a", "ledger rounding", scope=A))
-    hits, any_word = await store.read(lambda db: bm25_candidates(db, ["ledger"], [A], 8))
+    hits, snippet_match = await store.read(lambda db: bm25_candidates(db, ["ledger"], [A], 8))
     assert [h.episode_id for h in hits] == ["ep_a"]
-    assert "scope_key" in any_word
+    assert "scope_key" in scoped_match(["ledger"], [A], "OR")  # the search expression carries the scope
+    assert "scope_key" not in snippet_match  # the snippets' one needs the words only (same snippet, cheaper)
     # The index itself holds scope tokens: matching on the token alone finds only that scope's docs.
     from memactors.store import scope_key
     n_in_b = await store.read(lambda db: db.execute(

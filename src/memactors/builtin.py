@@ -141,7 +141,9 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
 
     Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
     its scope token, and the joined row's scope is checked once more. Returns the hits (best first:
-    rank, then recency, then id) and the OR expression (for snippets).
+    rank, then recency, then id) and the words' OR expression without the scope clause, for snippets:
+    the scope tokens have no instances in the text column, so the snippet is the same, and each
+    per-hit MATCH then loads the words' doclists only, not the scope token's (a fifth of the cost).
     """
     ranges = []
     for scope in dict.fromkeys(scopes):
@@ -167,7 +169,8 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
             rows = rows[:CANDIDATES]
         if len(rows) >= limit:
             break
-    return [Hit(r[2], int(r[3]), r[1]) for r in rows], any_word
+    words_only = "{text summary} : (" + " OR ".join(f'"{w}"' for w in words) + ")"
+    return [Hit(r[2], int(r[3]), r[1]) for r in rows], words_only
 
 
 def _cut(text: str, width: int) -> str:

@@ -54,6 +54,9 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+#: The schemas ``tools/list`` advertises, by tool name (None for any other name: nothing to check).
+_TOOL_SCHEMAS: dict[str, dict[str, Any]] = {"recall": _RECALL_SCHEMA, "briefing": _BRIEFING_SCHEMA}
+
 
 def _error(code: str, message: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=f"{code}: {message}")], is_error=True)
@@ -101,6 +104,9 @@ class Gateway:
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
+            # Without this the SDK answers each HTTP tools/call's Mcp-Param header check by running a
+            # whole tools/list through its dispatcher first (a second request's worth of work per call).
+            get_tool_input_schema=_TOOL_SCHEMAS.get,
         )
 
     async def _view(self, ctx: Any) -> View:

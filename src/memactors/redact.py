@@ -217,16 +217,32 @@ class Redactor:
 
     rules: tuple[RedactionRule, ...] = attrs.field(factory=load_rules)
     _keywords: tuple[str, ...] = attrs.field(init=False)
+    #: keyword -> positions of the rules that name it; the rules without keywords always run.
+    _by_keyword: dict[str, tuple[int, ...]] = attrs.field(init=False)
+    _always: frozenset[int] = attrs.field(init=False)
 
     @_keywords.default
     def _all_keywords(self) -> tuple[str, ...]:
         return tuple(sorted({k for rule in self.rules for k in rule.keywords}))
 
+    @_by_keyword.default
+    def _rules_by_keyword(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(i for i, rule in enumerate(self.rules) if k in rule.keywords) for k in self._keywords}
+
+    @_always.default
+    def _keywordless(self) -> frozenset[int]:
+        return frozenset(i for i, rule in enumerate(self.rules) if not rule.keywords)
+
     def candidates(self, text: str) -> list[RedactionRule]:
-        """The rules whose keywords occur in ``text`` (case-insensitively), plus those without keywords."""
+        """The rules whose keywords occur in ``text`` (case-insensitively), plus those without keywords,
+        in rule order. Most strings hold no keyword: they cost one pass over the keywords, none over
+        the rules."""
         lowered = text.lower()
-        present = {k for k in self._keywords if k in lowered}
-        return [rule for rule in self.rules if not rule.keywords or not present.isdisjoint(rule.keywords)]
+        chosen = set(self._always)
+        for k in self._keywords:
+            if k in lowered:
+                chosen.update(self._by_keyword[k])
+        return [self.rules[i] for i in sorted(chosen)]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""

@@ -57,8 +57,10 @@ from .actors.index import (
     RecordRun,
     Stored,
     episode_view,
+    is_known_repo,
     known_repos,
     match_repo,
+    repo_key,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
@@ -338,8 +340,15 @@ class MemoryService:
     async def match_repo(self, given: str) -> dict[str, Any]:
         """Read what an operator typed for a repository (key, remote URL, owner/name) as the repository
         key episodes are stored under; see ``actors.index.match_repo``."""
-        known = await self.store.read(known_repos)
-        return match_repo(given, known)
+        def read(db: Any) -> dict[str, Any]:
+            # The usual case, a key that is stored, is one index seek; only a URL, a suffix or a typo
+            # needs the list of every repository (a scan of the episodes).
+            key = repo_key(given)
+            if is_known_repo(db, key):
+                return {"given": given, "key": key, "status": "known"}
+            return match_repo(given, known_repos(db))
+
+        return await self.store.read(read)
 
     async def get_episode(self, episode_id: str) -> dict[str, Any]:
         row = await self.index.address.ask(GetEpisode(episode_id))

@@ -28,7 +28,7 @@ from ..episode import episode_id_for, is_stored
 from ..errors import InvalidArgument
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
-from ..repo import normalise_remote
+from ..repo import normalise_remote, scope_for
 from ..store import Store, WallClock, iso
 
 DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
@@ -275,6 +275,18 @@ def known_repos(db: sqlite_utils.Database) -> list[str]:
     return [r[0] for r in db.execute("SELECT DISTINCT repo FROM episodes WHERE repo IS NOT NULL ORDER BY repo")]
 
 
+def repo_key(given: str) -> str:
+    """What a user typed for `--repo`, as the key it names when that key is known (see `match_repo`)."""
+    return normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
+
+
+def is_known_repo(db: sqlite_utils.Database, key: str) -> bool:
+    """Whether an episode (live or forgotten) is stored under repository `key`: one index seek (a
+    repository's scope is derived from its key), where `known_repos` reads every episode."""
+    return db.execute("SELECT 1 FROM episodes WHERE scope = ? AND repo = ? LIMIT 1",
+                      [scope_for(key), key]).fetchone() is not None
+
+
 def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
     """What a user typed for `--repo`, read as a repository key.
 
@@ -284,7 +296,7 @@ def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
     ``unknown`` and ``close`` lists known keys that look alike, so the CLI can say so instead of
     answering an empty list.
     """
-    key = normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
+    key = repo_key(given)
     if key in known:
         return {"given": given, "key": key, "status": "known"}
     tails = [k for k in known if k.endswith("/" + key.lstrip("/"))]
@@ -321,8 +333,10 @@ def text_belongs(item_text: str, stored_text: str) -> bool:
     words = _words(item_text)
     if not words:
         return True
-    stored = _words(stored_text) | _words(_ESCAPES.sub(" ", stored_text))
-    return words <= stored
+    stored = _words(stored_text)
+    if words <= stored:  # the common case: one pass over the stored text
+        return True
+    return words <= stored | _words(_ESCAPES.sub(" ", stored_text))
 
 
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
