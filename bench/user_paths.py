@@ -178,7 +178,10 @@ def write_config(root: Path, state: Path, extra: str = "") -> Path:
 
 
 @asynccontextmanager
-async def daemon(root: Path, config: Path, state: Path) -> AsyncIterator[dict[str, Any]]:
+async def daemon(root: Path, config: Path, state: Path, *,
+                 wait_ready: bool = True) -> AsyncIterator[dict[str, Any]]:
+    """A `memactors serve` subprocess on `config`; waits for its provider to be ready unless told not
+    to (a daemon whose provider never becomes ready, for the drain measurement)."""
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(root)}
     (state / "daemon.json").unlink(missing_ok=True)
     log = (root / "daemon.log").open("ab")
@@ -194,10 +197,11 @@ async def daemon(root: Path, config: Path, state: Path) -> AsyncIterator[dict[st
         info["proc"] = proc
         info["control"] = read_token(state, "control")
         info["read"] = read_token(state, "read")
-        async with connect_rpc(info["operator"], info["control"]) as rpc:
-            with trio.fail_after(60):
-                while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "ready":  # noqa: ASYNC110 -- a bench polling the daemon
-                    await trio.sleep(0.05)
+        if wait_ready:
+            async with connect_rpc(info["operator"], info["control"]) as rpc:
+                with trio.fail_after(60):
+                    while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "ready":  # noqa: ASYNC110 -- a bench polling the daemon
+                        await trio.sleep(0.05)
         yield info
     finally:
         proc.send_signal(2)
@@ -410,7 +414,7 @@ async def measure_drain(root: Path, n: int) -> dict[str, Any]:
     broken = write_config(root, state, '[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "/nonexistent/provider"\n')
     out: dict[str, Any] = {"episodes": n}
     # The provider is down for this daemon's life: every record is acknowledged and queued.
-    async with daemon_down(root, broken, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
+    async with daemon(root, broken, state, wait_ready=False) as d, connect_rpc(d["operator"], d["control"]) as rpc:
         for start in range(0, n, 500):
             chunk = [{"record": run_record(10_000_000 + start + k, rng, words)} for k in range(min(500, n - start))]
             await rpc.call(f"{SERVICE}/IngestRuns", {"records": chunk})
@@ -434,31 +438,6 @@ async def measure_drain(root: Path, n: int) -> dict[str, Any]:
     out["pending_at_ready"] = at_ready
     out["drain_per_s"] = round((at_ready - left) / max(done - ready, 1e-6), 1)
     return out
-
-
-@asynccontextmanager
-async def daemon_down(root: Path, config: Path, state: Path) -> AsyncIterator[dict[str, Any]]:
-    """A daemon whose provider never becomes ready (it does not wait for 'ready')."""
-    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(root)}
-    (state / "daemon.json").unlink(missing_ok=True)
-    log = (root / "daemon.log").open("ab")
-    proc = await trio.lowlevel.open_process([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                            stdout=log, stderr=log)
-    try:
-        with trio.fail_after(120):
-            while not (state / "daemon.json").exists():  # noqa: ASYNC110 -- a bench, polling the file
-                await trio.sleep(0.05)
-        info = json.loads((state / "daemon.json").read_text())
-        info["control"] = read_token(state, "control")
-        yield info
-    finally:
-        proc.send_signal(2)
-        with trio.move_on_after(20):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        log.close()
 
 
 def machine() -> str:
