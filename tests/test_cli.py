@@ -29,7 +29,7 @@ from memactors import cli
 from memactors.config import load_config
 from memactors.daemon import Listening, run_daemon
 from memactors.rpc import connect_rpc, read_token
-from support import EXAMPLES, run_record, write_config
+from support import EXAMPLES, acknowledged, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
@@ -258,7 +258,7 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
         done = await arun_cli(config, "runs", "ingest", str(records), str(EXAMPLES / "run-42-api-fixer.json"),
                               "-", str(tmp_path / "missing.json"), stdin=lines)
         assert done.returncode == 1, done.stderr
-        assert done.stdout.splitlines() == [
+        assert acknowledged(done.stdout.splitlines()) == [
             "12 record(s): 7 recorded, 1 duplicate, 0 skipped, 4 rejected"]
         rejected = [line for line in done.stderr.splitlines() if line.startswith("rejected ")]
         assert len(rejected) == 4
@@ -299,7 +299,9 @@ async def test_runs_ingest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) ->
         code, out, err = await trio.to_thread.run_sync(on_a_terminal)
     assert code == 0, err
     assert "3/3" in err and "[" in err and "#" in err
-    assert out.strip() == "3 record(s): 3 recorded, 0 duplicate, 0 skipped, 0 rejected"
+    # recorded, or queued when the provider was slower than provider_timeout (a loaded machine): either
+    # way acknowledged; nothing duplicate, skipped or rejected
+    assert out.startswith("3 record(s): ") and out.strip().endswith("0 duplicate, 0 skipped, 0 rejected"), out
 
 
 @pytest.mark.slow
@@ -336,7 +338,7 @@ async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_p
         code, err = await trio.to_thread.run_sync(interrupt_mid_ingest)
     assert code == 130
     after_bar = err.rsplit("\x1b[K", 1)[-1].replace("\r", "").strip()  # what is left once the bar is cleared
-    assert after_bar.splitlines() == [
+    assert acknowledged(after_bar.splitlines()) == [
         "memactors: interrupted after 2 record(s): 2 recorded, 0 duplicate, 0 skipped, 0 rejected"]
     assert "Traceback" not in err
 
