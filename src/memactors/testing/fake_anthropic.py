@@ -27,11 +27,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
-import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from .._asgi import http_request
+from ._serve import serve_on_loopback
 
 __all__ = ["FakeAnthropic", "Request", "Script", "Text", "ToolUse", "run_fake_anthropic"]
 
@@ -210,20 +208,7 @@ async def _stream(send: _Send, model: str, blocks: Sequence[dict[str, Any]], sto
 @asynccontextmanager
 async def run_fake_anthropic(script: Script) -> AsyncIterator[FakeAnthropic]:
     """Serve the fake on 127.0.0.1 (kernel-picked port) for the duration of the block."""
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
     fake = FakeAnthropic(base_url="", script=script)
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(_serve, fake, config)
-        fake.base_url = binds[0]
-        try:
-            yield fake
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def _serve(fake: FakeAnthropic, config: Config, *,
-                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    await serve(fake._app, config, task_status=task_status, mode="asgi")  # type: ignore[arg-type]
+    async with serve_on_loopback(fake._app) as url:
+        fake.base_url = url
+        yield fake

@@ -37,10 +37,9 @@ from typing import Any, Literal
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from .._asgi import http_request
+from ._serve import serve_on_loopback
 
 __all__ = [
     "FakeBehaviour",
@@ -212,24 +211,10 @@ async def run_fake_model_api(*, behaviour: FakeBehaviour | None = None) -> Async
     The server runs in a nursery inside the caller's trio run and is cancelled on exit, so in-flight
     slow answers never outlive the test.
     """
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
     fake = FakeModelApi(base_url="", behaviour=behaviour if behaviour is not None else FakeBehaviour())
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(_serve, fake, config)
-        fake.base_url = binds[0]
-        try:
-            yield fake
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def _serve(
-    fake: FakeModelApi, config: Config, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
-) -> None:
-    await serve(fake._app, config, task_status=task_status, mode="asgi")  # type: ignore[arg-type]
+    async with serve_on_loopback(fake._app) as url:
+        fake.base_url = url
+        yield fake
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -245,14 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     async def run() -> None:
-        config = Config()
-        config.bind = [f"127.0.0.1:{args.port}"]
-        config.accesslog = None
-        config.errorlog = None
         fake = FakeModelApi(base_url="", behaviour=behaviour)
-        async with trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(_serve, fake, config)
-            print(binds[0], flush=True)
+        async with serve_on_loopback(fake._app, args.port) as url:
+            print(url, flush=True)
+            await trio.sleep_forever()
 
     try:
         trio.run(run)

@@ -40,10 +40,9 @@ from typing import Any
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from .._asgi import http_request
+from ._serve import serve_on_loopback
 
 __all__ = [
     "FakeOpenAI",
@@ -267,30 +266,13 @@ async def _json(send: _Send, status: int, payload: object) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def _config(port: int) -> Config:
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    return config
-
-
-async def _serve(fake: FakeOpenAI, config: Config, *,
-                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    await serve(fake._app, config, task_status=task_status, mode="asgi")  # type: ignore[arg-type]
-
-
 @asynccontextmanager
 async def run_fake_openai(script: Sequence[Turn] = (), *, port: int = 0) -> AsyncIterator[FakeOpenAI]:
     """Serve the fake on 127.0.0.1 for the duration of the block; ``base_url`` ends in ``/v1``."""
     fake = FakeOpenAI(base_url="", script=list(script))
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(_serve, fake, _config(port))
-        fake.base_url = binds[0] + "/v1"
-        try:
-            yield fake
-        finally:
-            nursery.cancel_scope.cancel()
+    async with serve_on_loopback(fake._app, port) as url:
+        fake.base_url = url + "/v1"
+        yield fake
 
 
 def main(argv: list[str] | None = None) -> None:
