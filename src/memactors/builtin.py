@@ -190,22 +190,31 @@ def headline(text: str) -> str:
 
 
 def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
-    """Compact item text per hit: the summary, else headline + FTS5 snippet around the match."""
+    """Compact item text per hit: the summary, else headline + FTS5 snippet around the match.
+
+    Two statements for all the hits, not two per hit: the texts in one `IN`, and the snippets in one
+    MATCH per scope (see `snippets`).
+    """
+    if not hits:
+        return {}
+    ids = list(dict.fromkeys(hit.doc_id for hit in hits))
+    rows: dict[int, tuple[str, str]] = {}
+    for chunk in _chunks(ids):
+        rows.update((int(r[0]), (r[1], r[2])) for r in db.execute(
+            f"SELECT doc_id, text, summary FROM builtin_docs WHERE doc_id IN ({','.join('?' * len(chunk))})",
+            chunk).fetchall())
+    found = snippets(db, [i for i in ids if i in rows and not rows[i][1]], match) if match is not None else {}
     out: dict[str, str] = {}
     for hit in hits:
-        row = db.execute("SELECT text, summary FROM builtin_docs WHERE doc_id = ?", [hit.doc_id]).fetchone()
+        row = rows.get(hit.doc_id)
         if row is None:
             continue
         text, summary = row
         if summary:
             out[hit.episode_id] = _cut(f"summary: {summary}", MAX_ITEM_TEXT)
             continue
-        snippet = None
-        if match is not None:
-            found = db.execute(
-                f"SELECT snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
-                f" WHERE builtin_fts MATCH ? AND rowid = ?", [match, hit.doc_id]).fetchone()
-            snippet = found[0].strip() if found and found[0] else None
+        snippet = found.get(hit.doc_id)
+        snippet = snippet.strip() if snippet else None
         if not snippet:  # a path-only hit: the start of the result excerpt
             excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
             snippet = _cut(excerpt, 160) if excerpt else ""
@@ -214,6 +223,35 @@ def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None
         body = _cut(snippet, room) if room > 20 else ""
         out[hit.episode_id] = "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
     return out
+
+
+def snippets(db: sqlite_utils.Database, doc_ids: Sequence[int], match: str) -> dict[int, str]:
+    """FTS5's `snippet()` of the text around `match` for each of `doc_ids` that matches it.
+
+    One MATCH per scope (doc ids are numbered per scope, `num << 32 | sequence`), bounded to the
+    requested ids' rowid range — which FTS5 seeks to — so each term's doclist is loaded once for all
+    the hits instead of once per hit (`MATCH ? AND rowid = ?` per hit). `+rowid IN (...)` is checked
+    by SQLite on each row FTS5 returns (the `+` keeps it from being handed to FTS5 as one `rowid =`
+    lookup per id), before the snippet is computed, so only the requested rows pay for a snippet. The
+    snippet of a row depends on the row and the expression only, not on how the row was reached.
+    """
+    groups: dict[int, list[int]] = {}
+    for doc_id in doc_ids:
+        groups.setdefault(doc_id >> 32, []).append(doc_id)
+    out: dict[int, str] = {}
+    for group in groups.values():
+        for chunk in _chunks(group):
+            rows = db.execute(
+                f"SELECT rowid, snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
+                f" WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? AND +rowid IN ({','.join('?' * len(chunk))})",
+                [match, min(chunk), max(chunk), *chunk]).fetchall()
+            out.update((int(r[0]), r[1]) for r in rows)
+    return out
+
+
+def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+    """`ids` in slices small enough for one statement's bound parameters."""
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:

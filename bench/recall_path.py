@@ -1,0 +1,123 @@
+"""The read path below the gateway, layer by layer, on bench/user_paths.py's corpus (issue 11).
+
+    .venv/bin/python bench/recall_path.py                      # 1k and 10k episodes, 200 queries
+    .venv/bin/python bench/recall_path.py --sizes 1000 --queries 100 --keep /tmp/corpora
+
+For the same queries (2-3 words of an episode of the asking repository, limit 8), interleaved query by
+query, in this process (no daemon, no HTTP), it times:
+
+* **agent**: what the gateway's recall tool does below HTTP — `caller_view(token)` then `agent_recall`
+  (provider over in-process MCP, the REQ-9 re-check, facts, wrapper);
+* **embedded**: `MemoryService.recall` (operator recall, the library path);
+* **provider**: `BuiltinProvider.recall` alone (its SQL and item texts, no MCP);
+* **anchor**: raw FTS5, words AND-ed with the scope token, `ORDER BY rank LIMIT 8` (the floor).
+
+It prints the machine's load first, then medians and p99s and each path's ratio to the anchor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+from user_paths import (  # noqa: E402 -- bench/ is not a package
+    REPOS,
+    _seed_live_runs,
+    anchor_sql,
+    build_corpus,
+    make_queries,
+    pct,
+    repo,
+    write_config,
+)
+
+from memactors.builtin import query_words  # noqa: E402
+from memactors.config import ConfigHolder, load_config  # noqa: E402
+from memactors.repo import scope_for  # noqa: E402
+from memactors.service import open_memory_service  # noqa: E402
+from memactors.store import _connect  # noqa: E402
+
+LIMIT = 8
+PATHS = ("agent", "embedded", "provider", "anchor")
+
+
+def corpus(root: Path, size: int) -> tuple[Path, list[tuple[int, str]], int]:
+    state = root / f"state-{size}"
+    marker = state / "queries.txt"
+    if not marker.exists():
+        samples = build_corpus(state, size)
+        _seed_live_runs(state)
+        marker.write_text("\n".join(f"{z}\t{' '.join(s.split()[:200])}" for z, ss in samples.items() for s in ss))
+    samples: dict[int, list[str]] = {z: [] for z in range(REPOS)}
+    for line in marker.read_text().splitlines():
+        z, text = line.split("\t", 1)
+        samples[int(z)].append(text)
+    return state, make_queries(samples, 10_000), size
+
+
+async def measure(root: Path, state: Path, queries: list[tuple[int, str]]) -> dict[str, dict[str, float]]:
+    config = write_config(root, state)
+    holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
+    times: dict[str, list[float]] = {k: [] for k in PATHS}
+    async with open_memory_service(holder) as svc:
+        tokens = {z: (await svc.mint_run_token(harness=f"h{z:02d}", run_id=f"live{z}"))["token"]
+                  for z in range(REPOS)}
+        raw = _connect(state / "memactors.db")
+        nums = dict(raw.execute("SELECT scope, num FROM builtin_scopes").fetchall())
+        for z, q in queries[:10]:  # warm-up
+            await svc.recall(query=q, repo=repo(z), limit=LIMIT)
+        for z, q in queries:
+            scope = scope_for(repo(z))
+            t = time.perf_counter()
+            view = await svc.caller_view(tokens[z])
+            await svc.agent_recall(view, query=q, limit=LIMIT, call_id="bench")
+            times["agent"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await svc.recall(query=q, repo=repo(z), limit=LIMIT)
+            times["embedded"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await svc.builtin.recall({"query": q, "scope": [scope], "limit": LIMIT})
+            times["provider"].append(time.perf_counter() - t)
+            sql, params = anchor_sql("and+tok", query_words(q), scope, nums.get(scope, 0))
+            t = time.perf_counter()
+            raw.execute(sql, params).fetchall()
+            times["anchor"].append(time.perf_counter() - t)
+        raw.conn.close()
+    out = {k: {"p50_ms": round(statistics.median(v) * 1000, 3), "p99_ms": round(pct(v, 99) * 1000, 3)}
+           for k, v in times.items()}
+    for k in PATHS:
+        out[k]["x_anchor"] = round(out[k]["p50_ms"] / max(out["anchor"]["p50_ms"], 1e-6), 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpora in")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs, load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        for size in args.sizes:
+            state, queries, _ = corpus(root, size)
+            res = trio.run(measure, root, state, queries[:args.queries])
+            print(f"{size:>7} episodes", flush=True)
+            for k in PATHS:
+                r = res[k]
+                print(f"    {k:<9} p50 {r['p50_ms']:>8.3f} ms   p99 {r['p99_ms']:>8.3f} ms   {r['x_anchor']:>5}x anchor",
+                      flush=True)
+    print(f"load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

