@@ -97,7 +97,8 @@ async def test_batched_snippets_give_the_same_item_texts_as_one_match_per_hit(st
         words = query_words(" ".join(rng.sample(WORDS, rng.choice((1, 2, 3)))))
         limit = rng.choice((3, 8, 20))
 
-        def both(db: sqlite_utils.Database) -> tuple[dict[str, str], dict[str, str], list[Hit]]:
+        def both(db: sqlite_utils.Database, words: list[str] = words, scopes: list[str] = scopes,
+                 limit: int = limit) -> tuple[dict[str, str], dict[str, str], list[Hit]]:
             hits, match = bm25_candidates(db, words, scopes, limit)
             # path-only hits (no word of the query in them) ride along, as the path boost adds them
             extra = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
@@ -142,7 +143,8 @@ async def test_recall_answers_are_unchanged_through_the_provider(store: Store) -
         out = await provider.recall(args)
         words = query_words(args["query"])
 
-        def recompute(db: sqlite_utils.Database, out: dict[str, Any] = out) -> dict[str, str]:
+        def recompute(db: sqlite_utils.Database, out: dict[str, Any] = out, words: list[str] = words,
+                      scopes: list[str] = scopes) -> dict[str, str]:
             _, match = bm25_candidates(db, words, scopes, 8)
             hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
                 f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE episode_id IN"
