@@ -153,3 +153,65 @@ async def test_recall_answers_are_unchanged_through_the_provider(store: Store) -
 
         expected = await store.read(recompute)
         assert {i["id"]: i["text"] for i in out["items"]} == expected
+
+
+# -- schema checks: the compiled fast path gives jsonschema's verdict and message ----------------------
+
+_ITEM = {"id": "ep_1", "text": "t", "score": 0.5}
+SCHEMA_CASES: list[tuple[str, Any]] = [
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"], "limit": 8}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a", "project:b"], "limit": 20, "paths": ["src/a.py"]}),
+    ("memory_recall.input", {"query": "q", "scope": ("project:a",), "limit": 8}),  # a tuple is not an array
+    ("memory_recall.input", {"query": "q", "scope": [], "limit": 8}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"], "limit": 8.0}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"], "limit": True}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"], "limit": 2**70}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"]}),
+    ("memory_recall.input", {"query": "q", "scope": ["project:a"], "limit": 8, "extra": 1}),
+    ("memory_recall.input", {"query": "😀" * 400, "scope": ["project:a"], "limit": 8}),
+    ("memory_recall.input", {"query": "x" * 513, "scope": ["project:a"], "limit": 8}),
+    ("memory_recall.input", {"query": "q", "scope": [""], "limit": 8}),
+    ("memory_recall.output", {"items": [_ITEM] * 8}),
+    ("memory_recall.output", {"items": [_ITEM], "degraded": "embeddings_unavailable"}),
+    ("memory_recall.output", {"items": [{**_ITEM, "score": float("nan")}]}),  # valid for the schema
+    ("memory_recall.output", {"items": [{**_ITEM, "score": float("inf")}]}),
+    ("memory_recall.output", {"items": [{**_ITEM, "score": None}]}),
+    ("memory_recall.output", {"items": [{**_ITEM, "score": "high"}]}),
+    ("memory_recall.output", {"items": ({"id": "a", "text": "b"},)}),
+    ("memory_recall.output", {"items": [{"id": 1, "text": "b"}]}),
+    ("memory_recall.output", {"items": [{"text": "b"}]}),
+    ("memory_recall.output", {"items": [{"id": "a", "text": "b", 3: "x"}]}),
+    ("memory_recall.output", {"degraded": 3}),
+    ("memory_contract.output", {"contract": 1, "provider": {"name": "p", "version": "1"}}),
+    ("memory_contract.output", {"contract": "1", "provider": {"name": "p", "version": "1"}}),
+    ("memory_record_episode.output", {"ids": ["a"]}),
+    ("memory_record_episode.output", {"ids": "a"}),
+    ("memory_forget.output", {"forgotten": True}),
+    ("memory_forget.output", {"forgotten": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "instance"), SCHEMA_CASES)
+def test_the_fast_schema_check_gives_jsonschemas_verdict_and_error(name: str, instance: Any) -> None:
+    from memactors import contract
+
+    expected = contract._first_error(contract._validator(name), instance)
+    got = contract._schema_error(name, instance)
+    assert (got is None) == (expected is None)
+    if expected is not None:
+        assert got is not None
+        assert (contract._field_path(got), got.validator) == (contract._field_path(expected), expected.validator)
+
+
+def test_check_request_and_validate_response_still_name_the_field() -> None:
+    from memactors import contract
+    from memactors.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"memory_recall request is invalid at scope \(type\)"):
+        contract.check_request("memory_recall", {"query": "q", "scope": ("project:a",), "limit": 8})
+    with pytest.raises(InvalidArgument, match=r"memory_recall request is invalid at extra \(additionalProperties\)"):
+        contract.check_request("memory_recall", {"query": "q", "scope": ["project:a"], "limit": 8, "extra": 1})
+    with pytest.raises(contract.ProviderSchemaError, match=r"fails its schema at items\[0\]\.id \(type\)"):
+        contract.validate_response("memory_recall", {"items": [{"id": 1, "text": "b"}]}, provider="p")
+    nan = {"items": [{"id": "a", "text": "b", "score": float("nan")}]}
+    assert contract.validate_response("memory_recall", nan, provider="p") is nan  # dropped per item, later
