@@ -136,7 +136,7 @@ def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
 
 
 def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
-                    limit: int) -> tuple[list[Hit], str]:
+                    limit: int, candidates: int = CANDIDATES) -> tuple[list[Hit], str]:
     """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
 
     Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
@@ -144,12 +144,14 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
     rank, then recency, then id) and the words' OR expression without the scope clause, for snippets:
     the scope tokens have no instances in the text column, so the snippet is the same, and each
     per-hit MATCH then loads the words' doclists only, not the scope token's (a fifth of the cost).
+
+    At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
+    number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
     """
-    ranges = []
-    for scope in dict.fromkeys(scopes):
-        row = db.execute("SELECT num FROM builtin_scopes WHERE scope = ?", [scope]).fetchone()
-        if row is not None:
-            ranges.append((scope, *scope_range(int(row[0]))))
+    wanted = list(dict.fromkeys(scopes))
+    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    ranges = [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
     any_word = scoped_match(words, scopes, "OR")
     plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
@@ -161,12 +163,12 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
                 # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
                 f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
                 f" WHERE builtin_fts MATCH ? AND builtin_fts.rowid BETWEEN ? AND ? AND d.scope = ?"
-                f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
+                f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
                 [match, low, high, scope],
             ).fetchall()
         if len(ranges) > 1:
             rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
-            rows = rows[:CANDIDATES]
+            rows = rows[:candidates]
         if len(rows) >= limit:
             break
     words_only = "{text summary} : (" + " OR ".join(f'"{w}"' for w in words) + ")"
@@ -429,7 +431,9 @@ class BuiltinProvider:
             bm25_rank: list[str] = []
             match: str | None = None
             if words:
-                found, match = bm25_candidates(db, words, scopes, limit)
+                # BM25 alone (no path boost, no cosine): the answer is BM25's first `limit`, so ask for those.
+                found, match = bm25_candidates(db, words, scopes, limit,
+                                               CANDIDATES if paths or hybrid else limit)
                 for hit in found:
                     hits[hit.episode_id] = hit
                     bm25_rank.append(hit.episode_id)
