@@ -215,3 +215,53 @@ def test_check_request_and_validate_response_still_name_the_field() -> None:
         contract.validate_response("memory_recall", {"items": [{"id": 1, "text": "b"}]}, provider="p")
     nan = {"items": [{"id": "a", "text": "b", "score": float("nan")}]}
     assert contract.validate_response("memory_recall", nan, provider="p") is nan  # dropped per item, later
+
+
+# -- BM25 alone asks for `limit` candidates: the same answer as 200 -----------------------------------
+
+async def test_bm25_candidates_for_limit_are_the_prefix_of_the_200(store: Store) -> None:
+    rng = random.Random(17)
+    await _fill(BuiltinProvider(store), rng, 160)
+    for _ in range(40):
+        scopes = rng.sample(SCOPES, rng.choice((1, 2)))
+        words = query_words(" ".join(rng.sample(WORDS, rng.choice((1, 2, 3)))))
+        limit = rng.choice((1, 3, 8, 20))
+
+        def both(db: sqlite_utils.Database, words: list[str] = words, scopes: list[str] = scopes,
+                 limit: int = limit) -> tuple[list[Hit], list[Hit]]:
+            return bm25_candidates(db, words, scopes, limit)[0], bm25_candidates(db, words, scopes, limit, limit)[0]
+
+        full, short = await store.read(both)
+        assert short == full[:limit] and short
+
+
+# -- the gateway's caller: its view needs no second read ---------------------------------------------
+
+async def test_the_view_of_a_resolved_caller_needs_no_read_and_is_the_same_view(
+        memory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memactors import graph
+    from support import example
+
+    await memory.ingest_run(example("run-42-api-fixer.json"))  # run 42 of api-fixer worked in its repository
+    placed = (await memory.mint_run_token(harness="api-fixer", run_id="42"))["token"]
+    nowhere = (await memory.mint_run_token(harness="api-fixer", run_id="no-such-run"))["token"]
+    for token in (placed, nowhere):
+        caller = await memory.resolve_caller(token)
+        assert isinstance(caller, graph.PlacedCaller)
+        reads = 0
+        real_read = memory.store.read
+
+        async def counting_read(fn: Any, real_read: Any = real_read) -> Any:
+            nonlocal reads
+            reads += 1
+            return await real_read(fn)
+
+        monkeypatch.setattr(memory.store, "read", counting_read)
+        view = await memory.caller_view(token, caller=caller)
+        from_caller_reads = reads
+        monkeypatch.setattr(memory.store, "read", real_read)
+        assert view == await memory.caller_view(token)  # the token resolved again, in its own read
+        if token == placed:
+            assert from_caller_reads == 0
+            assert (view.harness, view.run_id, view.repo) == ("api-fixer", "42", "forge.example/acme/api")
+    assert await memory.resolve_caller("not-a-token") is None
