@@ -265,3 +265,26 @@ async def test_the_view_of_a_resolved_caller_needs_no_read_and_is_the_same_view(
             assert from_caller_reads == 0
             assert (view.harness, view.run_id, view.repo) == ("api-fixer", "42", "forge.example/acme/api")
     assert await memory.resolve_caller("not-a-token") is None
+
+
+# -- the wrapper's cheaper measures: the same sizes and nonce verdicts ------------------------------
+
+@pytest.mark.req12
+@pytest.mark.parametrize("text", ['plain', 'quote " back \\ slash', "line\nfeed\ttab\x01", "é 😀 \u2028", "\ud800 lone", ""])
+def test_wire_size_is_json_dumps_size(text: str) -> None:
+    import json
+
+    from memactors.wrapper import _wire_nbytes
+
+    assert _wire_nbytes(text) == len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
+@pytest.mark.req12
+def test_a_nonce_found_in_any_one_string_is_refused_and_none_spans_two() -> None:
+    from memactors.errors import InvalidArgument
+    from memactors.wrapper import _check_nonce
+
+    nonce = "0123456789abcdef"
+    _check_nonce(nonce, ["01234567", "89abcdef"])  # the halves in two strings are not an occurrence
+    with pytest.raises(InvalidArgument, match="nonce occurs"):
+        _check_nonce(nonce, ["x", f"text {nonce} text"])

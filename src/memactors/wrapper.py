@@ -66,6 +66,8 @@ _SEP = " · "
 Label = Literal["fact", "episode", "run", "collision"]
 Kind = Literal["recall", "briefing"]
 
+#: What json.dumps(s, ensure_ascii=False) does to a str, without its per-call set-up.
+_encode_json_string = json.encoder.encode_basestring
 _NONCE_RE = re.compile(r"^[0-9A-Za-z_-]{16,64}$")
 _MAX_NONCE_ATTEMPTS = 64
 
@@ -73,9 +75,11 @@ _MAX_NONCE_ATTEMPTS = 64
 def _single_line(value: object) -> str:
     """Make a provenance value safe for one line: no control, format or line-separator characters,
     whitespace runs collapsed, and no field separator, so nothing can forge a line or a field."""
-    text = str(value)
-    if text.isascii() and text.isprintable() and "  " not in text and text == text.strip():
-        return text  # printable ASCII, single-spaced: already one safe line (the common case, no per-char scan)
+    text = value if type(value) is str else str(value)
+    # Printable ASCII has one whitespace character, the space: no run of two and none at either end
+    # means the text is already one safe line (the common case, no per-character scan, no copy).
+    if text.isascii() and text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
     out: list[str] = []
     for ch in text:
         if ch == "·":
@@ -92,13 +96,23 @@ def _key(value: object) -> str:
     return _single_line(value).replace(" ", "_")
 
 
+#: Cleaned provenance keys by the key as given: the keys are a small fixed set (the daemon's own
+#: column names), cleaned once each instead of once per item of every document.
+_KEYS: dict[str, str] = {}
+
+
 def _clean_fields(fields: Iterable[tuple[object, object]]) -> tuple[tuple[str, str], ...]:
     """Convert provenance pairs to single-line strings; pairs whose value is empty are omitted."""
     cleaned: list[tuple[str, str]] = []
     for key, value in fields:
         if value is None:
             continue
-        k, v = _key(key), _single_line(value)
+        k = _KEYS.get(key) if type(key) is str else None
+        if k is None:
+            k = _key(key)
+            if type(key) is str and len(_KEYS) < 1024:
+                _KEYS[key] = k
+        v = _single_line(value)
         if not k:
             raise InvalidArgument("provenance key is empty", field="provenance")
         if v:
@@ -107,6 +121,8 @@ def _clean_fields(fields: Iterable[tuple[object, object]]) -> tuple[tuple[str, s
 
 
 def _unique_keys(_inst: Any, _attr: Any, fields: tuple[tuple[str, str], ...]) -> None:
+    if len({k for k, _ in fields}) == len(fields):
+        return
     keys = [k for k, _ in fields]
     if len(keys) != len(set(keys)):
         raise InvalidArgument("provenance keys must be unique", field="provenance", keys=",".join(keys))
@@ -212,18 +228,24 @@ def new_nonce(texts: Iterable[str]) -> str:
     """A fresh nonce (``NONCE_BYTES`` random bytes from :mod:`secrets`, as hex) found in none of
     ``texts``; regenerated until so. The nonce is what makes a fence unforgeable: text that does not
     contain it cannot close its fence."""
-    pool = list(texts)
+    pool = _joined(texts)
     for _ in range(_MAX_NONCE_ATTEMPTS):
         nonce = secrets.token_hex(NONCE_BYTES)
-        if not any(nonce in t for t in pool):
+        if nonce not in pool:
             return nonce
     raise MemactorsError("no fresh nonce after repeated attempts; the random source is broken")
+
+
+def _joined(strings: Iterable[str]) -> str:
+    """The strings joined by NUL, for one substring search instead of one per string: a nonce has no
+    NUL ([0-9A-Za-z_-] only), so it occurs in the joined text exactly when it occurs in one of them."""
+    return "\0".join(strings)
 
 
 def _check_nonce(nonce: str, strings: Iterable[str]) -> None:
     if not _NONCE_RE.match(nonce):
         raise InvalidArgument("nonce must be 16 to 64 characters of [0-9A-Za-z_-]", field="nonce")
-    if any(nonce in s for s in strings):
+    if nonce in _joined(strings):
         raise InvalidArgument("nonce occurs in the document's content", field="nonce")
 
 
@@ -340,7 +362,7 @@ def _nbytes(s: str) -> int:
 
 def _wire_nbytes(s: str) -> int:
     """Bytes `s` takes inside a JSON string on the wire (quotes, backslashes, LF and controls escaped)."""
-    return len(json.dumps(s, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+    return len(_encode_json_string(s).encode("utf-8", "surrogatepass")) - 2
 
 
 def fit_recall(
@@ -396,6 +418,8 @@ def fit_recall(
                 n += size(_dropped_line(dropped, None)) + joint
         return n
 
+    if total() <= max_bytes:  # the common case: everything fits, the sections stand as given
+        return Document("recall", sections, nonce, degraded, 0)
     for name in _RECALL_DROP_ORDER:
         while kept[name] and total() > max_bytes:
             kept[name] -= 1
