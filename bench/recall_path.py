@@ -6,13 +6,17 @@
 For the same queries (2-3 words of an episode of the asking repository, limit 8), interleaved query by
 query, in this process (no daemon, no HTTP), it times:
 
-* **agent**: what the gateway's recall tool does below HTTP — `caller_view(token)` then `agent_recall`
+* **agent**: what the gateway's recall tool does below HTTP — `resolve_caller(token)` (its bearer
+  check), `caller_view(token, caller)`, then `agent_recall`
   (provider over in-process MCP, the REQ-9 re-check, facts, wrapper);
 * **embedded**: `MemoryService.recall` (operator recall, the library path);
+* **session**: `provider_call` to the provider session (schema checks, in-process MCP, the provider);
 * **provider**: `BuiltinProvider.recall` alone (its SQL and item texts, no MCP);
 * **anchor**: raw FTS5, words AND-ed with the scope token, `ORDER BY rank LIMIT 8` (the floor).
 
-It prints the machine's load first, then medians and p99s and each path's ratio to the anchor.
+It prints the machine's load first, then medians and p99s and each path's ratio to the anchor, and
+the process CPU time per call (all threads, mean): on a loaded machine the wall-clock figures are
+mostly waiting for a core at each thread hop, while the CPU time is what the path itself costs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 
 import trio
+from loguru import logger
 
 sys.path.insert(0, str(Path(__file__).parent))
 from user_paths import (  # noqa: E402 -- bench/ is not a package
@@ -39,14 +44,16 @@ from user_paths import (  # noqa: E402 -- bench/ is not a package
     write_config,
 )
 
+from memactors.actors.provider_session import provider_call  # noqa: E402
 from memactors.builtin import query_words  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
+from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
 from memactors.store import _connect  # noqa: E402
 
 LIMIT = 8
-PATHS = ("agent", "embedded", "provider", "anchor")
+PATHS = ("agent", "embedded", "session", "provider", "anchor")
 
 
 def corpus(root: Path, size: int) -> tuple[Path, list[tuple[int, str]], int]:
@@ -66,7 +73,10 @@ def corpus(root: Path, size: int) -> tuple[Path, list[tuple[int, str]], int]:
 async def measure(root: Path, state: Path, queries: list[tuple[int, str]]) -> dict[str, dict[str, float]]:
     config = write_config(root, state)
     holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
+    log = (root / "bench.log").open("a", encoding="utf-8")  # logged as the daemon logs: INFO, text, to a file
+    configure_logging("INFO", sink=log)
     times: dict[str, list[float]] = {k: [] for k in PATHS}
+    cpu: dict[str, list[float]] = {k: [] for k in PATHS}
     async with open_memory_service(holder) as svc:
         tokens = {z: (await svc.mint_run_token(harness=f"h{z:02d}", run_id=f"live{z}"))["token"]
                   for z in range(REPOS)}
@@ -76,23 +86,34 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]]) -> di
             await svc.recall(query=q, repo=repo(z), limit=LIMIT)
         for z, q in queries:
             scope = scope_for(repo(z))
-            t = time.perf_counter()
-            view = await svc.caller_view(tokens[z])
+            t, c = time.perf_counter(), time.process_time()
+            caller = await svc.resolve_caller(tokens[z])  # what the gateway's bearer check does
+            view = await svc.caller_view(tokens[z], caller=caller)
             await svc.agent_recall(view, query=q, limit=LIMIT, call_id="bench")
             times["agent"].append(time.perf_counter() - t)
-            t = time.perf_counter()
+            cpu["agent"].append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
             await svc.recall(query=q, repo=repo(z), limit=LIMIT)
             times["embedded"].append(time.perf_counter() - t)
-            t = time.perf_counter()
+            cpu["embedded"].append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
+            await provider_call(svc.session.address, "memory_recall", {"query": q, "scope": [scope], "limit": LIMIT})
+            times["session"].append(time.perf_counter() - t)
+            cpu["session"].append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
             await svc.builtin.recall({"query": q, "scope": [scope], "limit": LIMIT})
             times["provider"].append(time.perf_counter() - t)
+            cpu["provider"].append(time.process_time() - c)
             sql, params = anchor_sql("and+tok", query_words(q), scope, nums.get(scope, 0))
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             raw.execute(sql, params).fetchall()
             times["anchor"].append(time.perf_counter() - t)
+            cpu["anchor"].append(time.process_time() - c)
         raw.conn.close()
-    out = {k: {"p50_ms": round(statistics.median(v) * 1000, 3), "p99_ms": round(pct(v, 99) * 1000, 3)}
-           for k, v in times.items()}
+    logger.remove()
+    log.close()
+    out = {k: {"p50_ms": round(statistics.median(v) * 1000, 3), "p99_ms": round(pct(v, 99) * 1000, 3),
+               "cpu_ms": round(statistics.mean(cpu[k]) * 1000, 3)} for k, v in times.items()}
     for k in PATHS:
         out[k]["x_anchor"] = round(out[k]["p50_ms"] / max(out["anchor"]["p50_ms"], 1e-6), 1)
     return out
@@ -114,8 +135,8 @@ def main() -> None:
             print(f"{size:>7} episodes", flush=True)
             for k in PATHS:
                 r = res[k]
-                print(f"    {k:<9} p50 {r['p50_ms']:>8.3f} ms   p99 {r['p99_ms']:>8.3f} ms   {r['x_anchor']:>5}x anchor",
-                      flush=True)
+                print(f"    {k:<9} p50 {r['p50_ms']:>8.3f} ms   p99 {r['p99_ms']:>8.3f} ms   {r['x_anchor']:>5}x anchor"
+                      f"   cpu {r['cpu_ms']:>7.3f} ms", flush=True)
     print(f"load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
 
