@@ -280,7 +280,10 @@ async def serve_gateway(
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
     server = Gateway(service).server()
     async with trio.open_nursery() as nursery:
-        app = BearerGate(server.streamable_http_app(host=host), service)
+        # JSON responses, not SSE streams: the gateway's handlers send no notifications or server-to-client
+        # requests, so one JSON body per POST is the whole answer. The SDK then serves a request in its
+        # ASGI task instead of a second task fed through a memory stream plus a disconnect watcher.
+        app = BearerGate(server.streamable_http_app(host=host, json_response=True), service)
         url = await nursery.start(serve_mcp_http, app, host, port)
         logger.bind(url=url).info("gateway listening")
         task_status.started(url)
