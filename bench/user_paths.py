@@ -18,14 +18,18 @@ limit 8), interleaved query by query, it times:
 
 * **gateway**: the agent path — MCP `tools/call recall` over streamable HTTP with the run's bearer token
   (`mcp.Client`), through the daemon's gateway, choke point and in-process built-in provider;
+* **wire**: the same `tools/call recall` POST, byte for byte what `mcp.Client` sends, from a minimal
+  keep-alive HTTP/1.1 client (a raw socket): the gateway path without the Python MCP client's own cost;
 * **rpc**: the operator RPC `Recall` (websocket) with `repo`;
 * **embedded**: `MemoryService.recall` in this process (the library path, same store file);
+* **agent**: `MemoryService.agent_recall` in this process with the run's view (what the gateway's
+  handler calls: the agent path below the HTTP front, facts and exposure included);
 * **anchors**: raw FTS5 in this process on the same words and scope, the floor any path stands on:
   `or+col` (words OR-ed, scope as a joined column filter), `or+tok` (words OR-ed, scope as an indexed
   FTS5 token), `and+tok` (words AND-ed, scope token), `or+range` / `and+range` (the scope's doc-id
   range as a rowid bound, no token). Each is `ORDER BY rank LIMIT 8`.
 
-Plus: 8 concurrent gateway clients against 1 (queries per second), ingest over the RPC (IngestRun one
+Plus: 8 concurrent gateway clients against 1 (queries per second; `mcp.Client`, and the raw wire client), ingest over the RPC (IngestRun one
 by one, and IngestRuns in batches of 500) into a fresh daemon with the built-in provider, the backlog
 drain from the built-in provider served over stdio after an outage (the records are queued while the
 upstream's command does not exist; the daemon is then restarted with a working one and the time to an
@@ -220,6 +224,70 @@ async def gateway_client(url: str, token: str) -> AsyncIterator[mcp.Client]:
         yield client
 
 
+class WireClient:
+    """A minimal keep-alive HTTP/1.1 client that POSTs the exact `tools/call recall` request `mcp.Client`
+    sends (protocol 2026-07-28 headers and `_meta`): times the gateway without the MCP client's Python.
+    Reconnects when the server closed the idle connection (hypercorn's keep-alive timeout)."""
+
+    META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "0.1.0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+
+    def __init__(self, url: str, token: str) -> None:
+        authority = url.split("//", 1)[1].split("/", 1)[0]
+        self.host, port = authority.rsplit(":", 1)
+        self.port = int(port)
+        self.token = token
+        self.next_id = 0
+        self.stream: trio.SocketStream | None = None
+        self.buf = b""
+
+    async def call(self, query: str) -> dict[str, Any]:
+        self.next_id += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {
+            "name": "recall", "arguments": {"query": query, "limit": LIMIT}, "_meta": self.META}}).encode()
+        request = (f"POST /mcp HTTP/1.1\r\nhost: {self.host}:{self.port}\r\nauthorization: Bearer {self.token}\r\n"
+                   "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
+                   "mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: recall\r\n"
+                   f"content-length: {len(body)}\r\n\r\n").encode() + body
+        for _attempt in range(2):
+            if self.stream is None:
+                self.stream, self.buf = await trio.open_tcp_stream(self.host, self.port), b""
+            try:
+                await self.stream.send_all(request)
+                return json.loads(await self._response())
+            except (trio.BrokenResourceError, EOFError):
+                await self.stream.aclose()
+                self.stream = None
+        raise SystemExit("the gateway closed the connection twice in a row")
+
+    async def _response(self) -> bytes:
+        assert self.stream is not None
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += await self._more()
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        status = head.split(b"\r\n", 1)[0]
+        if b" 200" not in status:
+            raise SystemExit(f"gateway answered {status!r}")
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(rest) < length:
+            rest += await self._more()
+        self.buf = rest[length:]
+        return rest[:length]
+
+    async def _more(self) -> bytes:
+        assert self.stream is not None
+        got = await self.stream.receive_some(65536)
+        if not got:
+            raise EOFError
+        return bytes(got)
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -279,21 +347,30 @@ async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any
             # the run's place: an ingested run of that harness in the repository
         await trio.to_thread.run_sync(_seed_live_runs, state)
         clients: dict[int, mcp.Client] = {}
+        wires: dict[int, WireClient] = {}
 
         async def client_for(z: int) -> mcp.Client:
             if z not in clients:
                 clients[z] = await stack.enter_async_context(gateway_client(d["gateway"], tokens[z]))
             return clients[z]
 
+        def wire_for(z: int) -> WireClient:
+            if z not in wires:
+                wires[z] = WireClient(d["gateway"], tokens[z])
+                stack.push_async_callback(wires[z].aclose)
+            return wires[z]
+
         holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
         embedded = await stack.enter_async_context(open_memory_service(holder))
         raw = _connect(state / "memactors.db")
         stack.callback(raw.conn.close)
-        times: dict[str, list[float]] = {k: [] for k in ("gateway", "rpc", "embedded", *ANCHORS)}
+        views = {z: await embedded.caller_view(tokens[z]) for z in range(REPOS)}
+        times: dict[str, list[float]] = {k: [] for k in ("gateway", "wire", "rpc", "embedded", "agent", *ANCHORS)}
         nums = dict(raw.execute("SELECT scope, num FROM builtin_scopes").fetchall())
-        found = {"gateway": 0, "rpc": 0}
+        found = {"gateway": 0, "wire": 0, "rpc": 0}
         for z, _ in queries[:10]:  # warm-up: open every client used, touch every path
             await (await client_for(z)).call_tool("recall", {"query": "warm up", "limit": LIMIT})
+            await wire_for(z).call("warm up")
         for z, q in queries:
             client = await client_for(z)
             scope = scope_for(repo(z))
@@ -303,12 +380,19 @@ async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any
             times["gateway"].append(time.perf_counter() - t)
             found["gateway"] += "episode ·" in "".join(getattr(c, "text", "") for c in res.content)
             t = time.perf_counter()
+            reply = await wire_for(z).call(q)
+            times["wire"].append(time.perf_counter() - t)
+            found["wire"] += "episode ·" in reply["result"]["content"][0]["text"]
+            t = time.perf_counter()
             ans = await rpc.call(f"{SERVICE}/Recall", {"query": q, "repo": repo(z), "limit": LIMIT})
             times["rpc"].append(time.perf_counter() - t)
             found["rpc"] += bool(ans["episodes"])
             t = time.perf_counter()
             await embedded.recall(query=q, repo=repo(z), limit=LIMIT)
             times["embedded"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await embedded.agent_recall(views[z], query=q, limit=LIMIT)
+            times["agent"].append(time.perf_counter() - t)
             for kind in ANCHORS:
                 sql, params = anchor_sql(kind, words, scope, nums.get(scope, 0))
                 t = time.perf_counter()
@@ -317,10 +401,11 @@ async def measure_recall(root: Path, size: int, n_queries: int) -> dict[str, Any
         out["paths"] = {k: summary(v) for k, v in times.items()}
         best = min(ANCHORS, key=lambda k: out["paths"][k]["p50_ms"])
         out["best_anchor"] = best
-        for k in ("gateway", "rpc", "embedded"):
+        for k in ("gateway", "wire", "rpc", "embedded", "agent"):
             out["paths"][k]["x_anchor"] = round(out["paths"][k]["p50_ms"] / max(out["paths"][best]["p50_ms"], 1e-6), 1)
         out["queries_with_episodes"] = found
         out["concurrency"] = await measure_concurrency(client_for, queries)
+        out["concurrency_wire"] = await measure_wire_concurrency(d["gateway"], tokens, queries)
         out["daemon_rss_mb"] = round(rss_mb(d["pid"]), 1)
     return out
 
@@ -354,6 +439,38 @@ async def measure_concurrency(client_for: Callable[[int], Any], queries: list[tu
             for mine in per:
                 nursery.start_soon(worker, mine)
         return len(queries) / (time.perf_counter() - t)
+
+    one = await run(1)
+    eight = await run(8)
+    return {"qps_1": round(one, 1), "qps_8": round(eight, 1), "ratio": round(eight / one, 2)}
+
+
+async def measure_wire_concurrency(url: str, tokens: dict[int, str],
+                                   queries: list[tuple[int, str]]) -> dict[str, Any]:
+    """As measure_concurrency, with the raw wire client: the daemon's scaling without 8 MCP clients'
+    Python competing for the same 2 cores (each worker opens its own connections)."""
+    async def run(clients: int) -> float:
+        per = [queries[i::clients] for i in range(clients)]
+        conns: list[dict[int, WireClient]] = [{} for _ in range(clients)]
+
+        async def worker(mine: list[tuple[int, str]], own: dict[int, WireClient]) -> None:
+            for z, q in mine:
+                await own.setdefault(z, WireClient(url, tokens[z])).call(q)
+
+        for mine, own in zip(per, conns, strict=True):  # connect first: time the calls, not the handshakes
+            for z, _ in mine:
+                if z not in own:
+                    own[z] = WireClient(url, tokens[z])
+                    await own[z].call("warm up")
+        t = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for mine, own in zip(per, conns, strict=True):
+                nursery.start_soon(worker, mine, own)
+        elapsed = time.perf_counter() - t
+        for own in conns:
+            for c in own.values():
+                await c.aclose()
+        return len(queries) / elapsed
 
     one = await run(1)
     eight = await run(8)
@@ -484,7 +601,9 @@ def print_recall(r: dict[str, Any]) -> None:
         print(f"  {k:<10} {v['p50_ms']:>8.2f} {v['p99_ms']:>8.2f} {v.get('x_anchor', ''):>14}")
     print(f"  best anchor: {r['best_anchor']}; queries with episodes: {r['queries_with_episodes']}")
     c = r["concurrency"]
-    print(f"  gateway: 1 client {c['qps_1']} q/s, 8 clients {c['qps_8']} q/s ({c['ratio']}x);"
+    w = r["concurrency_wire"]
+    print(f"  gateway (mcp.Client): 1 client {c['qps_1']} q/s, 8 clients {c['qps_8']} q/s ({c['ratio']}x);"
+          f" wire: 1 client {w['qps_1']} q/s, 8 clients {w['qps_8']} q/s ({w['ratio']}x);"
           f" daemon RSS {r['daemon_rss_mb']} MB", flush=True)
 
 

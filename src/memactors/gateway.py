@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import contract
 from ._listen import RateLimitedLog, serve_asgi
-from .actors.briefing import View
+from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import bound_field, iso
 
@@ -111,8 +111,12 @@ class Gateway:
 
     async def _view(self, ctx: Any) -> View:
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
-        caller = (scope.get("state") or {}).get(CALLER_STATE_KEY)  # resolved by BearerGate
-        return await self._service.caller_view(_bearer(ctx), caller=caller)
+        view = (scope.get("state") or {}).get(VIEW_STATE_KEY)  # resolved by BearerGate, in one read hop
+        if view is not None:
+            return view  # type: ignore[no-any-return]
+        token = _bearer(ctx)
+        # Without a bearer token the caller is unattributed: nothing to read.
+        return UNATTRIBUTED if token is None else await self._service.caller_view(token)
 
     async def _list_tools(self, ctx: Any, params: Any) -> t.ListToolsResult:
         return t.ListToolsResult(tools=[
@@ -210,9 +214,9 @@ _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
-#: Where the gate leaves the resolved caller for the handlers (the ASGI scope's ``state``), so a
-#: request that carries a token costs one store lookup, not two.
-CALLER_STATE_KEY = "memactors_caller"
+#: Where the gate leaves the caller's resolved view for the handlers (the ASGI scope's ``state``), so a
+#: request that carries a token costs one store read hop (token and the run's place together), not two.
+VIEW_STATE_KEY = "memactors_view"
 
 
 class BearerGate:
@@ -247,13 +251,13 @@ class BearerGate:
             await self._refuse(scope, send, "malformed",
                                "the Authorization header must be 'Bearer <run token>'")
             return
-        caller = await self._service.resolve_caller(token)
-        if caller is None:
+        view = await self._service.caller_view(token)
+        if view.kind == "unattributed":  # the token resolved to no live run
             await self._refuse(scope, send, "not_live",
                                "the bearer token is not a live run token (unknown, expired or revoked); "
                                "mint one with `memactors token mint <harness>`")
             return
-        scope["state"] = {**(scope.get("state") or {}), CALLER_STATE_KEY: caller}
+        scope["state"] = {**(scope.get("state") or {}), VIEW_STATE_KEY: view}
         await self._app(scope, receive, send)
 
     async def _refuse(self, scope: _Scope, send: _Send, why: str, message: str) -> None:
@@ -276,7 +280,10 @@ async def serve_gateway(
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
     server = Gateway(service).server()
     async with trio.open_nursery() as nursery:
-        app = BearerGate(server.streamable_http_app(host=host), service)
+        # JSON responses, not SSE streams: the gateway's handlers send no notifications or server-to-client
+        # requests, so one JSON body per POST is the whole answer. The SDK then serves a request in its
+        # ASGI task instead of a second task fed through a memory stream plus a disconnect watcher.
+        app = BearerGate(server.streamable_http_app(host=host, json_response=True), service)
         url = await nursery.start(serve_mcp_http, app, host, port)
         logger.bind(url=url).info("gateway listening")
         task_status.started(url)
