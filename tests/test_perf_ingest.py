@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from memactors._wire import _fast_valid, _run_record_validator, parse_run_record
 from memactors.errors import InvalidArgument
-from support import run_record
+from memactors.service import MemoryService
+from support import run_record, wait_ready
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -113,3 +115,113 @@ def test_issue11_the_keyword_automaton_picks_the_rules_the_keyword_scan_picks() 
         assert [r.id for r in redactor.candidates(text)] == expected, text
         picked_some += len(expected) > len(redactor._always)
     assert picked_some > 100  # the texts did exercise keyword rules
+
+
+# -- the batch: one write transaction, a result per record --------------------------------------------
+
+async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_record_rolls_back_alone(
+        memory: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """IngestRuns writes every run, episode and pending record of the batch in one `record_runs` call
+    (one transaction); a record refused at parse time and one whose write fails get their own results
+    and leave nothing behind, the others are committed, listed and recallable."""
+    from memactors.actors import index
+
+    calls: list[int] = []
+    real_runs, real_episode = index.record_runs, index.store_episode
+
+    def counting(db: Any, runs: Any, now: str) -> Any:
+        calls.append(len(runs))
+        return real_runs(db, runs, now)
+
+    def failing(db: Any, episode: Any, text: str, **kw: Any) -> bool:
+        if episode.run_id == "w":
+            raise InvalidArgument("the store refused this episode", field="episode")
+        return real_episode(db, episode, text, **kw)
+
+    monkeypatch.setattr(index, "record_runs", counting)
+    monkeypatch.setattr(index, "store_episode", failing)
+    out = await memory.ingest_runs([
+        {"record": run_record(run_id="a", result_text="ledger rounding fixed"), "source": "a.json"},
+        {"record": run_record(run_id="b", started_at="yesterday"), "source": "b.json"},
+        {"record": run_record(run_id="w", result_text="ledger write refused"), "source": "w.json"},
+        {"record": run_record(run_id="c", result_text="ledger rounding again"), "source": "c.json"},
+        {"record": run_record(run_id="a"), "source": "a-again.json"},
+    ])
+    results = out["results"]
+    assert [r["outcome"] for r in results][1:3] == ["rejected", "rejected"]
+    assert {results[0]["outcome"], results[3]["outcome"]} <= {"recorded", "queued"}
+    assert results[4]["outcome"] == "duplicate" and results[4]["episode_id"] == results[0]["episode_id"]
+    assert "started_at" in results[1]["error"]["message"] and results[1]["source"] == "b.json"
+    assert results[2]["source"] == "w.json" and "refused" in results[2]["error"]["message"]
+    assert calls == [3]  # a, w and c: one write for the batch (b was refused before it)
+    runs = await memory.store.read(lambda db: sorted(r for (r,) in db.execute("SELECT run_id FROM runs")))
+    assert runs == ["a", "c"]  # w's run row rolled back with its episode
+    listed = await memory.list_episodes()
+    assert sorted(e["run_id"] for e in listed["episodes"]) == ["a", "c"]
+
+
+async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attempt(memory: MemoryService) -> None:
+    """The pending record row of an ingested episode is first due after the ingest's own attempt
+    (`record_after`): the loop does not race it (which made one of the two answer "queued")."""
+    from memactors.actors.assembler import AssembleMany
+    from memactors.actors.index import RecordRun, RecordRuns
+    from memactors.service import prepare_record
+
+    record = prepare_record(run_record(run_id="p", result_text="ledger"), "p.json")
+    (assembled,) = await memory.assembler.address.ask(AssembleMany(((record, None),)))
+    later = "2999-01-01T00:00:00.000000Z"
+    before = memory.store.transactions
+    (stored,) = await memory.index.address.ask(RecordRuns((RecordRun(
+        record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
+        episode=assembled.episode, text=assembled.text, provider=memory.provider, clean=True,
+        record_after=later),)))
+    assert stored.run_new and stored.episode_new and memory.store.transactions == before + 1
+    row = await memory.store.read(lambda db: db.execute(
+        "SELECT first_at < next_at, next_at FROM pending WHERE kind = 'record' AND episode_id = ?",
+        [assembled.episode.episode_id]).fetchone())
+    assert row == (1, later)
+
+
+# -- storage ----------------------------------------------------------------------------------------
+
+def test_issue11_the_stored_run_record_is_compact_and_loads_back_the_same() -> None:
+    from memactors._wire import converter, load_run_record
+    from memactors.actors.index import record_json
+    from memactors.episode import stored_record
+
+    for data in [*_examples(), run_record()]:
+        record = stored_record(parse_run_record(data))
+        raw = converter.unstructure(record)
+        raw.pop("prompt", None)
+        text = record_json(raw)
+        assert "null" not in text and ": " not in text.replace('": "', "")
+        again = load_run_record(text)
+        assert again == attrs.evolve(record, prompt=None)
+
+
+async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_working(
+        tmp_path: Path, make_holder: Any) -> None:
+    import sqlean
+
+    from memactors.service import open_memory_service
+    from memactors.store import PAGE_SIZE, Store
+
+    fresh = await Store.open(tmp_path / "new" / "memactors.db")
+    try:
+        assert fresh._writer.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 8192
+    finally:
+        fresh.close()
+    # A store created with 4 KiB pages (before this change) keeps them and ingests as before.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    old = sqlean.connect(str(state / "memactors.db"), isolation_level=None)
+    old.execute("PRAGMA journal_mode = WAL")
+    old.execute("CREATE TABLE before_8k (x)")
+    old.close()
+    async with open_memory_service(make_holder("")) as svc:
+        await wait_ready(svc)
+        assert await svc.store.read(lambda db: db.execute("PRAGMA page_size").fetchone()[0]) == 4096
+        result = await svc.ingest_run(run_record(run_id="old", result_text="ledger on an old store"))
+        assert result["outcome"] in {"recorded", "queued"}
+        found = await svc.recall(query="ledger", repo="forge.example/acme/api", limit=5)
+        assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
