@@ -52,7 +52,6 @@ from .actors.index import (
     GetEpisode,
     Index,
     ListEpisodes,
-    LookupRuns,
     RecordRun,
     RecordRuns,
     Stored,
@@ -61,6 +60,7 @@ from .actors.index import (
     known_repos,
     match_repo,
     repo_key,
+    stored_runs,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
@@ -255,20 +255,26 @@ class MemoryService:
         "duplicate", exactly as if the records had come in one after the other.
         """
         results: list[dict[str, Any] | MemactorsError | None] = [None] * len(items)
-        # Prepared in a worker thread: a big record never stalls other callers.
-        prepared = await trio.to_thread.run_sync(_prepare_all, [(data, source) for data, source, _ in items])
         first_of: dict[tuple[str, str], int] = {}
         later: list[int] = []
+
+        def prepare_and_look_up(db: Any) -> tuple[list[RunRecord | MemactorsError], dict[tuple[str, str], str | None]]:
+            # Bounded, parsed and redacted off the trio loop (a big record never stalls other callers),
+            # and the runs the store already holds looked up, in one worker-thread hop.
+            prepared = _prepare_all([(data, source) for data, source, _ in items])
+            for n, record in enumerate(prepared):
+                if not isinstance(record, MemactorsError):
+                    key = (record.harness, record.run_id)
+                    if key in first_of:
+                        later.append(n)
+                    else:
+                        first_of[key] = n
+            return prepared, stored_runs(db, list(first_of))
+
+        prepared, known = await self.store.read(prepare_and_look_up)
         for n, record in enumerate(prepared):
             if isinstance(record, MemactorsError):
                 results[n] = record
-                continue
-            key = (record.harness, record.run_id)
-            if key in first_of:
-                later.append(n)
-            else:
-                first_of[key] = n
-        known: dict[tuple[str, str], str | None] = await self.index.address.ask(LookupRuns(tuple(first_of)))
         todo: list[tuple[int, RunRecord]] = []
         for key, n in first_of.items():
             record = prepared[n]
@@ -376,11 +382,6 @@ class MemoryService:
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
         return await self.store.read(lambda db: graph.pull_request_for(db, repo, branch))
-
-    async def pull_requests_for(
-            self, pairs: list[tuple[str, str | None]]) -> dict[tuple[str, str | None], str | None]:
-        """`pull_request_for` for many (repo, branch) pairs in one read (a batch's assembly)."""
-        return await self.store.read(lambda db: {(r, b): graph.pull_request_for(db, r, b) for r, b in pairs})
 
     # -- MemoryService handlers ----------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
@@ -975,7 +976,7 @@ async def open_memory_service(
             await sup.start(ChildSpec("summary", service.summary.run))
             service.assembler = Assembler(config=lambda: holder.current, summarize=service.summarize,
                                           pull_request_for=service.pull_request_for, metrics=metrics,
-                                          pull_requests_for=service.pull_requests_for)
+                                          read=store.read)
             await sup.start(ChildSpec("assembler", service.assembler.run))
             service.retention = Retention(
                 store=store, provider=service.provider, provider_address=service.session.address,

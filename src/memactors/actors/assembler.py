@@ -15,6 +15,7 @@ import attrs
 import trio
 from loguru import logger
 
+from .. import graph
 from .._kernel import open_mailbox, serve
 from ..config import Config, HarnessConfig
 from ..episode import (
@@ -92,7 +93,8 @@ def _assembled(record: RunRecord, repos: Any, options: dict[str, Any]) -> tuple[
     return episode, render_text(episode)
 
 
-PullRequests = Callable[[Sequence[tuple[str, str | None]]], Awaitable[dict[tuple[str, str | None], str | None]]]
+#: Runs a function on a read connection off the trio loop (`Store.read`).
+Read = Callable[[Callable[[Any], Any]], Awaitable[Any]]
 
 
 class Assembler:
@@ -103,12 +105,12 @@ class Assembler:
         summarize: Callable[[str], Awaitable[SummaryResult]],
         pull_request_for: Callable[[str, str | None], Awaitable[str | None]],
         metrics: Metrics | None = None,
-        pull_requests_for: PullRequests | None = None,
+        read: Read | None = None,
     ) -> None:
         self._config = config
         self._summarize = summarize
         self._pull_request_for = pull_request_for
-        self._pull_requests_for = pull_requests_for
+        self._read = read
         self._metrics = metrics
         self._log = logger.bind(actor="assembler")
         self.address, self._mailbox = open_mailbox("assembler", 16)
@@ -162,12 +164,7 @@ class Assembler:
         return Assembled(episode, text, None, repo, branch, paths, summary)
 
     async def _pull_requests(self, pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], str | None]:
-        wanted = list(dict.fromkeys(pairs))
-        if not wanted:
-            return {}
-        if self._pull_requests_for is not None:
-            return await self._pull_requests_for(wanted)
-        return {pair: await self._pull_request_for(*pair) for pair in wanted}
+        return {pair: await self._pull_request_for(*pair) for pair in dict.fromkeys(pairs)}
 
     async def _assemble_many(
             self, items: Sequence[tuple[RunRecord, HarnessConfig | None]]) -> tuple[Assembled | MemactorsError, ...]:
@@ -198,9 +195,11 @@ class Assembler:
             options: dict[str, Any] = dict(excerpt_chars=config.episodes.excerpt_chars,
                                            untrusted_inline=harness.untrusted_inline if harness else False)
             todo.append((n, record, repos, options, (repo, branch, paths)))
-        prs = await self._pull_requests((where[0], where[1]) for *_, where in todo if where[0] is not None)
-        for _, _, _, options, (repo, branch, _) in todo:
-            options["pull_request"] = prs.get((repo, branch)) if repo is not None else None
+        pairs = [(where[0], where[1]) for *_, where in todo if where[0] is not None]
+
+        def with_pull_requests(prs: dict[tuple[str, str | None], str | None]) -> None:
+            for _, _, _, options, (repo, branch, _) in todo:
+                options["pull_request"] = prs.get((repo, branch)) if repo is not None else None
 
         def assemble_all(rows: Sequence[Any], summaries: dict[int, str]) -> list[tuple[Episode, str] | MemactorsError]:
             done: list[tuple[Episode, str] | MemactorsError] = []
@@ -212,7 +211,17 @@ class Assembler:
                     done.append(exc)
             return done
 
-        built = await trio.to_thread.run_sync(assemble_all, todo, {}) if todo else []
+        built: list[tuple[Episode, str] | MemactorsError] = []
+        if todo and self._read is not None:
+            # The pull requests read and the assembly in one worker-thread hop (a read connection).
+            def look_up_and_assemble(db: Any) -> list[tuple[Episode, str] | MemactorsError]:
+                with_pull_requests({pair: graph.pull_request_for(db, *pair) for pair in dict.fromkeys(pairs)})
+                return assemble_all(todo, {})
+
+            built = await self._read(look_up_and_assemble)
+        elif todo:
+            with_pull_requests(await self._pull_requests(pairs))
+            built = await trio.to_thread.run_sync(assemble_all, todo, {})
         summaries: dict[int, SummaryResult] = {}
         if config.episodes.summary and todo:
             async def summarise(n: int, text: str) -> None:
