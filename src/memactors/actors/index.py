@@ -511,14 +511,6 @@ class RecordRuns:
 
 
 @attrs.frozen
-class LookupRuns:
-    """Which of these (harness, run_id) the store already holds, in one read: answers
-    {(harness, run_id): episode id or None} for the runs it holds (absent keys: not held)."""
-
-    keys: tuple[tuple[str, str], ...]
-
-
-@attrs.frozen
 class LookupRun:
     """What the store holds of (harness, run_id): a KnownRun, or None."""
 
@@ -577,8 +569,6 @@ class Index:
                 return await self._store.write(lambda db: record_run(db, m, now))
             case RecordRuns(runs=runs):
                 return await self._store.write(lambda db: record_runs(db, runs, now))
-            case LookupRuns(keys=keys):
-                return await self._store.read(lambda db: stored_runs(db, keys))
             case LookupRun(harness=harness, run_id=run_id):
                 return await self._store.read(lambda db: stored_run(db, harness, run_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
