@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from memactors._wire import _fast_valid, _run_record_validator, parse_run_record
 from memactors.errors import InvalidArgument
@@ -225,3 +226,41 @@ async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_workin
         assert result["outcome"] in {"recorded", "queued"}
         found = await svc.recall(query="ledger", repo="forge.example/acme/api", limit=5)
         assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
+
+
+async def test_issue11_sessions_resolved_for_a_batch_are_those_resolved_one_by_one(tmp_path: Path) -> None:
+    """`resolve_sessions_many` (git for all distinct cwds in one hop) answers what `resolve_sessions`
+    answers for each record: a checkout with a remote, one reached through a symlink, a subdirectory, a
+    missing directory, an explicit repository key, a session id used twice."""
+    import os
+    import subprocess
+
+    from memactors.episode import resolve_sessions, resolve_sessions_many
+    from memactors.repo import clear_cache
+
+    top = tmp_path / "api"
+
+    def checkout() -> None:
+        (top / "pkg").mkdir(parents=True)
+        subprocess.run(["git", "-C", str(top), "init", "-q"], check=True)
+        subprocess.run(["git", "-C", str(top), "remote", "add", "origin", "git@forge.example:acme/api.git"],
+                       check=True)
+        os.symlink(top, tmp_path / "link")
+
+    await trio.to_thread.run_sync(checkout)
+    sessions = [
+        [{"session_id": "s1", "cwd": str(top / "pkg"), "git_branch": "main"}],
+        [{"session_id": "s1", "cwd": str(tmp_path / "link" / "pkg")},
+         {"session_id": "s2", "cwd": str(top), "subagent": True}],
+        [{"session_id": "s1", "cwd": str(tmp_path / "missing"), "repo": "forge.example/acme/other"}],
+        [{"session_id": "s1", "cwd": str(tmp_path / "missing")},
+         {"session_id": "s1", "cwd": str(top)}],
+    ]
+    records = [parse_run_record(run_record(run_id=str(n), sessions=s)) for n, s in enumerate(sessions)]
+    clear_cache()
+    together = await resolve_sessions_many(records)
+    clear_cache()
+    one_by_one = [await resolve_sessions(r) for r in records]
+    assert together == one_by_one
+    assert together[0]["s1"].key == "forge.example/acme/api" and together[3]["s1"].key is None
+    assert len(together[1]["s1"].roots) == 2  # the toplevel and its spelling through the symlink
