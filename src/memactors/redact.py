@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Any
 
+import ahocorasick_rs
 import attrs
 
 from .errors import ConfigError
@@ -220,6 +221,8 @@ class Redactor:
     #: keyword -> positions of the rules that name it; the rules without keywords always run.
     _by_keyword: dict[str, tuple[int, ...]] = attrs.field(init=False)
     _always: frozenset[int] = attrs.field(init=False)
+    #: Every keyword in one Aho-Corasick automaton: one pass over the text finds all that occur.
+    _automaton: Any = attrs.field(init=False)
 
     @_keywords.default
     def _all_keywords(self) -> tuple[str, ...]:
@@ -233,15 +236,22 @@ class Redactor:
     def _keywordless(self) -> frozenset[int]:
         return frozenset(i for i, rule in enumerate(self.rules) if not rule.keywords)
 
+    @_automaton.default
+    def _keyword_automaton(self) -> Any:
+        return ahocorasick_rs.AhoCorasick(self._keywords, matchkind=ahocorasick_rs.MATCHKIND_STANDARD,
+                                          implementation=ahocorasick_rs.Implementation.DFA)
+
     def candidates(self, text: str) -> list[RedactionRule]:
         """The rules whose keywords occur in ``text`` (case-insensitively), plus those without keywords,
-        in rule order. Most strings hold no keyword: they cost one pass over the keywords, none over
-        the rules."""
-        lowered = text.lower()
+        in rule order. One pass of an Aho-Corasick automaton over the lower-cased text finds every
+        keyword that occurs (overlapping ones too), as gitleaks does; testing each of the ~250 keywords
+        with `in` cost 40 % of an ingest's CPU. Most strings hold no keyword: they run no pattern but
+        the keyword-less ones."""
         chosen = set(self._always)
-        for k in self._keywords:
-            if k in lowered:
-                chosen.update(self._by_keyword[k])
+        if self._keywords:
+            keywords = self._keywords
+            for index in {m[0] for m in self._automaton.find_matches_as_indexes(text.lower(), overlapping=True)}:
+                chosen.update(self._by_keyword[keywords[index]])
         return [self.rules[i] for i in sorted(chosen)]
 
     def redact(self, text: str) -> str:

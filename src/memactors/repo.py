@@ -17,6 +17,7 @@ import posixpath
 import re
 import subprocess
 from collections import OrderedDict
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import attrs
@@ -229,6 +230,39 @@ class RepoResolver:
                 self._cache.popitem(last=False)
         return info
 
+    async def resolve_many(self, cwds: Sequence[str]) -> dict[str, RepoInfo | None | GitUnavailable]:
+        """`resolve` for many cwds: cached ones at once, the others together in one worker thread (a
+        batch of run records costs one thread hop, not one per session). A cwd git cannot be run for
+        maps to its GitUnavailable instead of raising."""
+        out: dict[str, RepoInfo | None | GitUnavailable] = {}
+        todo: list[str] = []
+        for cwd in dict.fromkeys(cwds):
+            if not cwd or not os.path.isabs(cwd):
+                out[cwd] = None
+            elif (cached := self._cache.get(cwd)) is not None:
+                self._cache.move_to_end(cwd)
+                out[cwd] = cached
+            else:
+                todo.append(cwd)
+        if todo:
+            def run() -> list[RepoInfo | None | GitUnavailable]:
+                found: list[RepoInfo | None | GitUnavailable] = []
+                for cwd in todo:
+                    try:
+                        found.append(_resolve_sync(cwd))
+                    except GitUnavailable as exc:
+                        found.append(exc)
+                return found
+
+            for cwd, info in zip(todo, await trio.to_thread.run_sync(run, abandon_on_cancel=True), strict=True):
+                out[cwd] = info
+                if isinstance(info, RepoInfo):
+                    self._cache[cwd] = info
+            while len(self._cache) > self._max_entries:
+                self._cache.popitem(last=False)
+            _log.debug("repositories resolved", cwds=len(todo), cached=len(self._cache))
+        return out
+
     def clear(self) -> None:
         """Forget every cached resolution."""
         self._cache.clear()
@@ -240,6 +274,11 @@ _default_resolver = RepoResolver()
 async def resolve_repo(cwd: str) -> RepoInfo | None:
     """Resolve ``cwd`` with the shared resolver (see :meth:`RepoResolver.resolve`)."""
     return await _default_resolver.resolve(cwd)
+
+
+async def resolve_repos(cwds: Sequence[str]) -> dict[str, RepoInfo | None | GitUnavailable]:
+    """Resolve many cwds with the shared resolver (see :meth:`RepoResolver.resolve_many`)."""
+    return await _default_resolver.resolve_many(cwds)
 
 
 def clear_cache() -> None:

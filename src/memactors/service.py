@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
 from ._wire import episode_to_dict, parse_run_record, parse_time
-from .actors.assembler import Assemble, Assembled, Assembler
+from .actors.assembler import Assembled, AssembleMany, Assembler
 from .actors.briefing import (
     UNATTRIBUTED,
     Briefing,
@@ -51,16 +51,16 @@ from .actors.index import (
     EpisodePage,
     GetEpisode,
     Index,
-    KnownRun,
     ListEpisodes,
-    LookupRun,
     RecordRun,
+    RecordRuns,
     Stored,
     episode_view,
     is_known_repo,
     known_repos,
     match_repo,
     repo_key,
+    stored_runs,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
 from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
@@ -88,8 +88,9 @@ DB_NAME = "memactors.db"
 MAX_PAGE = 1000
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500
-#: Records of one IngestRuns call ingested at once (their writes share group-commit transactions).
-BATCH_CONCURRENCY = 16
+#: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
+#: time: more would only wait in its mailbox while their provider_timeout runs).
+RECORD_CONCURRENCY = 8
 #: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
 MAX_RECORD_BYTES = 1024 * 1024
 
@@ -120,6 +121,23 @@ def _placed_caller(db: Any, token: str, now: datetime) -> graph.PlacedCaller | N
         return None
     return graph.PlacedCaller(found.harness, found.run_id, found.workdir,
                               place=run_place(db, found.harness, found.run_id))
+
+
+def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
+    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread)."""
+    out: list[RunRecord | MemactorsError] = []
+    for data, source in items:
+        try:
+            out.append(prepare_record(data, source))
+        except MemactorsError as exc:
+            out.append(exc)
+    return out
+
+
+def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
+    """IngestRun's answer for a run already ingested (with its episode id when it has an episode)."""
+    duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
+    return duplicate | ({"episode_id": episode_id} if episode_id else {})
 
 
 def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
@@ -196,96 +214,176 @@ class MemoryService:
         is the harness as the run saw it (a run started by the daemon, with its project file merged),
         for REQ-8's eligibility; by default the global configuration's.
         """
-        # Kept and assembled only as stored: prompt dropped, every string redacted (REQ-6). Bounded,
-        # parsed and redacted in a worker thread: a big record never stalls other callers.
-        record = await trio.to_thread.run_sync(prepare_record, data, source)
-        log = logger.bind(harness=record.harness, run=record.run_id)
-        known: KnownRun | None = await self.index.address.ask(LookupRun(record.harness, record.run_id))
-        if known is not None:  # a closed run is recorded once; the first record wins (scope never changes)
-            log.bind(outcome="duplicate").info("run already ingested")
-            duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
-            return duplicate | ({"episode_id": known.episode_id} if known.episode_id else {})
-        # Assembly happens before anything is written: a failed assembly writes nothing.
-        assembled: Assembled = await self.assembler.address.ask(Assemble(record, harness_config, clean=True))
-        episode = assembled.episode
-        new = False
-        if assembled.keep_run:
-            stored: Stored = await self.index.address.ask(RecordRun(
-                record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
-                episode=episode, text=assembled.text, provider=self.provider, clean=True))
-            new = stored.episode_new
-        if episode is None:
-            self.metrics.episode_recorded(self.provider, "skipped")
-            log.bind(reason=assembled.skipped).info("no episode for run")
-            return {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
-                    "reason": assembled.skipped}
-        outcome = "recorded"
-        harness_cfg = self.config.harness.get(record.harness)
-        consent = self.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
-        with memory_span("memory.episode.record", enabled=consent,
-                         episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
-                         run_id=record.run_id, bytes=len((assembled.text or "").encode())) as span:
-            if new:
-                outcome = "queued"
-                with trio.move_on_after(self.config.episodes.provider_timeout):
-                    stored_copy = (episode_to_dict(episode), assembled.text or "", episode.scope, episode.trust_class)
-                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-            else:
-                outcome = "duplicate"
-            span.set_attribute("memory.outcome", outcome)
-        log.bind(episode=episode.episode_id, outcome=outcome, bytes=len(assembled.text or "")).info("run ingested")
-        return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
-                "outcome": outcome}
+        (result,) = await self._ingest([(data, source, harness_config)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     async def ingest_runs(self, entries: list[Any]) -> dict[str, Any]:
         """IngestRuns: many closed run records in one call, a result per record in the same order.
 
         Each result is IngestRun's, or `{"source", "outcome": "rejected", "error": {code, message}}` for a
-        record that was refused; one bad record never stops the rest of the batch.
+        record that was refused; one bad record never stops the rest of the batch. The batch is prepared,
+        assembled and stored together — a thread hop per stage and one write transaction for all its
+        runs and episodes (each record in its own savepoint), committed before any is answered — then
+        its episodes are recorded to the provider concurrently.
         """
         if len(entries) > MAX_BATCH:
             raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
                                   field="records")
         results: list[dict[str, Any]] = [{} for _ in entries]
-        limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
-        # The same run twice in one batch: the first (in order) is ingested, the later ones wait for it
-        # and answer "duplicate", exactly as if the records had come in one after the other. Who waits
-        # for whom is decided here, in order: trio does not run tasks in the order they were started.
-        done = [trio.Event() for _ in entries]
-        wait_for: list[int | None] = []
-        last_of: dict[tuple[str, str], int] = {}
+        work: list[tuple[Any, str, HarnessConfig | None]] = []
+        where: list[int] = []
         for n, entry in enumerate(entries):
-            record = entry.get("record") if isinstance(entry, dict) else None
-            if not isinstance(record, dict):
-                wait_for.append(None)
+            if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+                source = (str(entry.get("source") or f"records[{n}]")[:256] if isinstance(entry, dict)
+                          else f"records[{n}]")
+                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
+                                                               field=f"records[{n}].record"))
                 continue
-            key = (str(record.get("harness")), str(record.get("run_id")))
-            wait_for.append(last_of.get(key))
-            last_of[key] = n
-
-        async def one(n: int, entry: Any) -> None:
-            try:
-                if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                    source = (str(entry.get("source") or f"records[{n}]")[:256] if isinstance(entry, dict)
-                              else f"records[{n}]")
-                    results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
-                                                                   field=f"records[{n}].record"))
-                    return
-                source = str(entry.get("source") or f"records[{n}]")[:256]
-                earlier = wait_for[n]
-                if earlier is not None:
-                    await done[earlier].wait()
-                async with limiter:
-                    results[n] = await self.ingest_run(entry["record"], source=source)
-            except MemactorsError as exc:
-                results[n] = _rejected(source, exc)
-            finally:
-                done[n].set()
-
-        async with trio.open_nursery() as nursery:
-            for n, entry in enumerate(entries):
-                nursery.start_soon(one, n, entry)
+            work.append((entry["record"], str(entry.get("source") or f"records[{n}]")[:256], None))
+            where.append(n)
+        outcomes: dict[str, int] = {}
+        for n, (_, source, _), result in zip(where, work, await self._ingest(work), strict=True):
+            results[n] = _rejected(source, result) if isinstance(result, MemactorsError) else result
+            outcomes[results[n]["outcome"]] = outcomes.get(results[n]["outcome"], 0) + 1
+        logger.bind(records=len(entries), **outcomes).info("runs ingested")
         return {"results": results}
+
+    async def _ingest(self, items: list[tuple[Any, str, HarnessConfig | None]]) -> list[dict[str, Any] | MemactorsError]:
+        """The ingest path for one record or a batch: (data, source, harness config) in, IngestRun's result
+        (or the MemactorsError refusing that record) out, in order.
+
+        Stages, each one thread hop or message for the whole batch: bound, parse and redact every record
+        (REQ-6: prompt dropped, every string redacted, once, at the boundary); look up which runs the store
+        already holds (a closed run is recorded once: the first record wins, its scope never changes);
+        assemble the episodes (a failed assembly writes nothing); store every run, episode and pending
+        record in one transaction; then record the new episodes to the provider, concurrently, each
+        attempt bounded by provider_timeout (past it the record stays queued: it was committed).
+        The same run twice in one batch: the first (in order) is ingested, the later ones answer
+        "duplicate", exactly as if the records had come in one after the other.
+        """
+        results: list[dict[str, Any] | MemactorsError | None] = [None] * len(items)
+        first_of: dict[tuple[str, str], int] = {}
+        later: list[int] = []
+
+        def prepare_and_look_up(db: Any) -> tuple[list[RunRecord | MemactorsError], dict[tuple[str, str], str | None]]:
+            # Bounded, parsed and redacted off the trio loop (a big record never stalls other callers),
+            # and the runs the store already holds looked up, in one worker-thread hop.
+            prepared = _prepare_all([(data, source) for data, source, _ in items])
+            for n, record in enumerate(prepared):
+                if not isinstance(record, MemactorsError):
+                    key = (record.harness, record.run_id)
+                    if key in first_of:
+                        later.append(n)
+                    else:
+                        first_of[key] = n
+            return prepared, stored_runs(db, list(first_of))
+
+        prepared, known = await self.store.read(prepare_and_look_up)
+        for n, record in enumerate(prepared):
+            if isinstance(record, MemactorsError):
+                results[n] = record
+        todo: list[tuple[int, RunRecord]] = []
+        for key, n in first_of.items():
+            record = prepared[n]
+            assert isinstance(record, RunRecord)
+            if key in known:
+                results[n] = _duplicate(record, known[key])
+            else:
+                todo.append((n, record))
+        assembled: tuple[Assembled | MemactorsError, ...] = ()
+        if todo:
+            assembled = await self.assembler.address.ask(
+                AssembleMany(tuple((record, items[n][2]) for n, record in todo)))
+        writes = [(n, record, a) for (n, record), a in zip(todo, assembled, strict=True)
+                  if not isinstance(a, MemactorsError) and a.keep_run]
+        stored: tuple[Stored | Exception, ...] = ()
+        if writes:
+            # The retry loop leaves these records to this call's own attempts (below) until they are over.
+            grace = max(self.config.episodes.provider_timeout * 5, 5.0) * 2
+            record_after = iso(self.wall_clock() + timedelta(seconds=grace))
+            stored = await self.index.address.ask(RecordRuns(tuple(
+                RecordRun(record=record, repo=a.repo, branch=a.branch, paths=a.paths, episode=a.episode,
+                          text=a.text, provider=self.provider, clean=True, record_after=record_after)
+                for _, record, a in writes)))
+        new_of = {n: s for (n, _, _), s in zip(writes, stored, strict=True)}
+        to_record: list[tuple[int, RunRecord, Assembled]] = []
+        for (n, record), a in zip(todo, assembled, strict=True):
+            if isinstance(a, MemactorsError):
+                results[n] = a
+                continue
+            s = new_of.get(n)
+            if isinstance(s, MemactorsError):
+                results[n] = s
+                continue
+            if isinstance(s, Exception):
+                raise s
+            episode = a.episode
+            if episode is None:
+                self.metrics.episode_recorded(self.provider, "skipped")
+                results[n] = {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
+                              "reason": a.skipped}
+            elif s is not None and s.episode_new:
+                to_record.append((n, record, a))
+            else:
+                results[n] = {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
+                              "outcome": "duplicate"}
+        if to_record:
+            limiter = trio.CapacityLimiter(RECORD_CONCURRENCY)
+
+            async def record_one(n: int, record: RunRecord, a: Assembled) -> None:
+                async with limiter:
+                    results[n] = await self._record_episode(record, a)
+
+            async with trio.open_nursery() as nursery:
+                for n, record, a in to_record:
+                    nursery.start_soon(record_one, n, record, a)
+        again: list[int] = []
+        if later:
+            # Later records of a run met earlier in this batch: "duplicate" of what the first stored; a
+            # run whose first record stored nothing (refused, or a harness keeping no trace) is ingested
+            # afresh from its next record, as if the first had never come.
+            for n in later:
+                record = prepared[n]
+                assert isinstance(record, RunRecord)
+                first = results[first_of[(record.harness, record.run_id)]]
+                if isinstance(first, dict) and first.get("reason") != "record_trace_off":
+                    results[n] = _duplicate(record, first.get("episode_id"))
+                else:
+                    again.append(n)
+            if again:
+                for n, result in zip(again, await self._ingest([items[n] for n in again]), strict=True):
+                    results[n] = result
+        single, logged_inside = len(items) == 1, set(again)
+        for n, result in enumerate(results):
+            if isinstance(result, dict) and n not in logged_inside:
+                log = logger.bind(harness=result.get("harness"), run=result.get("run_id"),
+                                  episode=result.get("episode_id"), outcome=result["outcome"])
+                if single:
+                    log.info("run ingested")
+                else:
+                    log.debug("run ingested")
+        assert all(r is not None for r in results)
+        return [r for r in results if r is not None]
+
+    async def _record_episode(self, record: RunRecord, assembled: Assembled) -> dict[str, Any]:
+        """One attempt to record a just-stored episode to the provider, bounded by provider_timeout."""
+        episode = assembled.episode
+        assert episode is not None
+        text = assembled.text or ""
+        harness_cfg = self.config.harness.get(record.harness)
+        consent = self.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
+        with memory_span("memory.episode.record", enabled=consent,
+                         episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
+                         run_id=record.run_id, bytes=len(text.encode())) as span:
+            outcome = "queued"
+            with trio.move_on_after(self.config.episodes.provider_timeout):
+                stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
+                outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
+            span.set_attribute("memory.outcome", outcome)
+        return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
+                "outcome": outcome}
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.address.ask(Summarize(text))
@@ -893,7 +991,8 @@ async def open_memory_service(
                                            budget=budget, metrics=metrics)
             await sup.start(ChildSpec("summary", service.summary.run))
             service.assembler = Assembler(config=lambda: holder.current, summarize=service.summarize,
-                                          pull_request_for=service.pull_request_for, metrics=metrics)
+                                          pull_request_for=service.pull_request_for, metrics=metrics,
+                                          read=store.read)
             await sup.start(ChildSpec("assembler", service.assembler.run))
             service.retention = Retention(
                 store=store, provider=service.provider, provider_address=service.session.address,

@@ -8,13 +8,14 @@ transaction with the run, so a failed assembly leaves no trace and a stored run 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 import trio
 from loguru import logger
 
+from .. import graph
 from .._kernel import open_mailbox, serve
 from ..config import Config, HarnessConfig
 from ..episode import (
@@ -24,6 +25,7 @@ from ..episode import (
     render_text,
     repo_files,
     resolve_sessions,
+    resolve_sessions_many,
     skip_reason,
     stored_record,
 )
@@ -49,6 +51,19 @@ class Assemble:
     record: RunRecord
     harness: HarnessConfig | None = None
     clean: bool = False
+
+
+@attrs.frozen
+class AssembleMany:
+    """Assemble many closed, already `stored_record`-clean run records at once (the ingest path, for one
+    record or a whole IngestRuns batch): git for all their sessions in one worker thread, their pull
+    requests in one read, every episode cut, redacted and rendered in one more worker thread.
+
+    Each item is (record, harness as the run saw it or None). Answers a tuple in the same order, one
+    `Assembled` or the `MemactorsError` that record's assembly raised (the others are unaffected).
+    """
+
+    items: tuple[tuple[RunRecord, HarnessConfig | None], ...]
 
 
 @attrs.frozen
@@ -78,6 +93,10 @@ def _assembled(record: RunRecord, repos: Any, options: dict[str, Any]) -> tuple[
     return episode, render_text(episode)
 
 
+#: Runs a function on a read connection off the trio loop (`Store.read`).
+Read = Callable[[Callable[[Any], Any]], Awaitable[Any]]
+
+
 class Assembler:
     def __init__(
         self,
@@ -86,10 +105,12 @@ class Assembler:
         summarize: Callable[[str], Awaitable[SummaryResult]],
         pull_request_for: Callable[[str, str | None], Awaitable[str | None]],
         metrics: Metrics | None = None,
+        read: Read | None = None,
     ) -> None:
         self._config = config
         self._summarize = summarize
         self._pull_request_for = pull_request_for
+        self._read = read
         self._metrics = metrics
         self._log = logger.bind(actor="assembler")
         self.address, self._mailbox = open_mailbox("assembler", 16)
@@ -98,13 +119,15 @@ class Assembler:
         task_status.started(self.address)
         await serve(self._mailbox, self._handle, concurrency=4)
 
-    async def _handle(self, message: object) -> Assembled:
+    async def _handle(self, message: object) -> Assembled | tuple[Assembled | MemactorsError, ...]:
         match message:
             case Assemble(record=record, harness=harness, clean=True):
                 return await self._assemble(record, harness)
             case Assemble(record=record, harness=harness):
                 # Redaction is CPU work: in a worker thread, never on the trio loop.
                 return await self._assemble(await trio.to_thread.run_sync(stored_record, record), harness)
+            case AssembleMany(items=items):
+                return await self._assemble_many(items)
             case _:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
@@ -139,6 +162,88 @@ class Assembler:
                 episode, text = await trio.to_thread.run_sync(
                     lambda: _assembled(record, repos, {**options, "summary": summary.summary}))
         return Assembled(episode, text, None, repo, branch, paths, summary)
+
+    async def _pull_requests(self, pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], str | None]:
+        return {pair: await self._pull_request_for(*pair) for pair in dict.fromkeys(pairs)}
+
+    async def _assemble_many(
+            self, items: Sequence[tuple[RunRecord, HarnessConfig | None]]) -> tuple[Assembled | MemactorsError, ...]:
+        """`_assemble` for many records, with a thread hop per stage instead of per record (same answers)."""
+        config = self._config()
+        out: list[Assembled | MemactorsError | None] = [None] * len(items)
+        repos_of = await resolve_sessions_many(record for record, _ in items)
+        todo: list[tuple[int, RunRecord, Any, dict[str, Any], tuple[str | None, str | None, tuple[str, ...]]]] = []
+        for n, ((record, harness), repos) in enumerate(zip(items, repos_of, strict=True)):
+            if isinstance(repos, MemactorsError):
+                out[n] = repos
+                continue
+            harness = harness or config.harness.get(record.harness)
+            primary = record.primary_session
+            where = repos.get(primary.session_id) if primary else None
+            repo = clean(where.key) if where and where.key else None  # a key from git is not from the record
+            branch = primary.git_branch if primary else None
+            paths = repo_files(record, repos)[:MAX_GRAPH_PATHS]
+            reason = skip_reason(
+                record, repos,
+                memory_record=harness.memory_record if harness else True,
+                record_trace=harness.record_trace if harness else True,
+            )
+            if reason is not None:
+                out[n] = Assembled(None, None, reason, repo, branch, paths)
+                continue
+            assert repo is not None  # skip_reason guarantees a primary repository
+            options: dict[str, Any] = dict(excerpt_chars=config.episodes.excerpt_chars,
+                                           untrusted_inline=harness.untrusted_inline if harness else False)
+            todo.append((n, record, repos, options, (repo, branch, paths)))
+        pairs = [(where[0], where[1]) for *_, where in todo if where[0] is not None]
+
+        def with_pull_requests(prs: dict[tuple[str, str | None], str | None]) -> None:
+            for _, _, _, options, (repo, branch, _) in todo:
+                options["pull_request"] = prs.get((repo, branch)) if repo is not None else None
+
+        def assemble_all(rows: Sequence[Any], summaries: dict[int, str]) -> list[tuple[Episode, str] | MemactorsError]:
+            done: list[tuple[Episode, str] | MemactorsError] = []
+            for n, record, repos, options, _ in rows:
+                try:
+                    extra = {"summary": summaries[n]} if n in summaries else {}
+                    done.append(_assembled(record, repos, {**options, **extra}))
+                except MemactorsError as exc:
+                    done.append(exc)
+            return done
+
+        built: list[tuple[Episode, str] | MemactorsError] = []
+        if todo and self._read is not None:
+            # The pull requests read and the assembly in one worker-thread hop (a read connection).
+            def look_up_and_assemble(db: Any) -> list[tuple[Episode, str] | MemactorsError]:
+                with_pull_requests({pair: graph.pull_request_for(db, *pair) for pair in dict.fromkeys(pairs)})
+                return assemble_all(todo, {})
+
+            built = await self._read(look_up_and_assemble)
+        elif todo:
+            with_pull_requests(await self._pull_requests(pairs))
+            built = await trio.to_thread.run_sync(assemble_all, todo, {})
+        summaries: dict[int, SummaryResult] = {}
+        if config.episodes.summary and todo:
+            async def summarise(n: int, text: str) -> None:
+                summaries[n] = await self._summary(text)
+
+            async with trio.open_nursery() as nursery:
+                for (n, *_), result in zip(todo, built, strict=True):
+                    if not isinstance(result, MemactorsError):
+                        nursery.start_soon(summarise, n, result[1])
+            wanted = {n: s.summary for n, s in summaries.items() if s.summary}
+            if wanted:
+                rows = [row for row in todo if row[0] in wanted]
+                again = dict(zip((row[0] for row in rows),
+                                 await trio.to_thread.run_sync(assemble_all, rows, wanted), strict=True))
+                built = [again.get(row[0], b) for row, b in zip(todo, built, strict=True)]
+        for (n, _, _, _, (repo, branch, paths)), result in zip(todo, built, strict=True):
+            if isinstance(result, MemactorsError):
+                out[n] = result
+            else:
+                out[n] = Assembled(result[0], result[1], None, repo, branch, paths, summaries.get(n))
+        assert all(a is not None for a in out)
+        return tuple(a for a in out if a is not None)
 
     async def _summary(self, text: str) -> SummaryResult:
         """REQ-7: the summary actor's answer, or a fallback; never fails the recording, never waits past 10 s."""

@@ -114,7 +114,7 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
         "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
         " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
-         record.reason, record.duration_ms, repo, branch, json.dumps(safe, sort_keys=True), now],
+         record.reason, record.duration_ms, repo, branch, record_json(safe), now],
     )
     if cur.rowcount == 0:
         return False
@@ -123,6 +123,20 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
             db.execute("INSERT OR IGNORE INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?)",
                        [record.harness, record.run_id, repo, path])
     return True
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def record_json(raw: dict[str, Any]) -> str:
+    """The stored form of a (redacted) run record: compact JSON without its null fields (each has a
+    default in the model, so `load_run_record` gives back the same record) — ~15 % of runs.record."""
+    return json.dumps(_without_nulls(raw), sort_keys=True, separators=(",", ":"))
 
 
 def stored_run(db: sqlite_utils.Database, harness: str, run_id: str) -> KnownRun | None:
@@ -136,8 +150,48 @@ def stored_run(db: sqlite_utils.Database, harness: str, run_id: str) -> KnownRun
     return KnownRun(record=load_run_record(row[1]), episode_id=episode_id if known else None)
 
 
-def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, provider: str, now: str) -> bool:
-    """Store the episode copy and queue its record to `provider`. Idempotent: False if it was already stored."""
+def record_run(db: sqlite_utils.Database, m: RecordRun, now: str) -> Stored:
+    """`RecordRun`'s writes (in the caller's transaction)."""
+    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now, clean=m.clean):
+        return Stored(run_new=False, episode_new=False)
+    if m.episode is None or m.text is None:
+        return Stored(run_new=True, episode_new=False)
+    return Stored(run_new=True, episode_new=store_episode(db, m.episode, m.text, provider=m.provider, now=now,
+                                                          due=m.record_after))
+
+
+def record_runs(db: sqlite_utils.Database, runs: Sequence[RecordRun], now: str) -> tuple[Stored | Exception, ...]:
+    """Many `record_run`s in the caller's transaction, each in its own savepoint (a failure rolls back
+    that run alone and is returned in its place)."""
+    out: list[Stored | Exception] = []
+    for m in runs:
+        db.execute("SAVEPOINT record_run")
+        try:
+            out.append(record_run(db, m, now))
+        except Exception as exc:  # ok: this run's writes roll back; the others stay
+            db.execute("ROLLBACK TO record_run")
+            out.append(exc)
+        db.execute("RELEASE record_run")
+    return tuple(out)
+
+
+def stored_runs(db: sqlite_utils.Database, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """The runs of `keys` the store holds: {(harness, run_id): its episode id, or None without one}."""
+    out: dict[tuple[str, str], str | None] = {}
+    for harness, run_id in dict.fromkeys(keys):
+        row = db.execute("SELECT started_at FROM runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
+        if row is None:
+            continue
+        episode_id = episode_id_for(harness, run_id, row[0])
+        known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+        out[(harness, run_id)] = episode_id if known else None
+    return out
+
+
+def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, provider: str, now: str,
+                  due: str | None = None) -> bool:
+    """Store the episode copy and queue its record to `provider` (first due at `due`, default now).
+    Idempotent: False if it was already stored."""
     existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
     if existing is not None:
         return False
@@ -147,16 +201,17 @@ def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, pro
         [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
          episode.trust_class, episode.outcome, episode.started_at, now, episode_json(episode), text],
     )
-    queue(db, "record", provider, episode.episode_id, now=now)
+    queue(db, "record", provider, episode.episode_id, now=now, due=due)
     return True
 
 
 def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
-          now: str) -> None:
+          now: str, due: str | None = None) -> None:
+    """Queue a pending record or forget, first due at `due` (default: now)."""
     db.execute(
         "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
         " VALUES (?,?,?,?,?,?)",
-        [kind, provider, episode_id, provider_id, now, now],
+        [kind, provider, episode_id, provider_id, now, due or now],
     )
 
 
@@ -440,6 +495,19 @@ class RecordRun:
     text: str | None
     provider: str
     clean: bool = False  # the record is already `stored_record`-clean: not redacted again
+    #: When the retry loop may first try the pending record (an `iso` time; None: at once). The ingest
+    #: path records the episode itself right after the commit, so it sets this past its own attempt:
+    #: the loop trying the same row meanwhile would only make one of the two answer "queued" and call
+    #: the provider twice. A restart or a provider that becomes ready makes every pending row due anyway.
+    record_after: str | None = None
+
+
+@attrs.frozen
+class RecordRuns:
+    """Many `RecordRun`s in one write transaction (the ingest path), each inside its own savepoint: one
+    that raises rolls back alone. Answers a tuple in the same order, one `Stored` or the exception."""
+
+    runs: tuple[RecordRun, ...]
 
 
 @attrs.frozen
@@ -498,17 +566,9 @@ class Index:
         match message:
             case RecordRun():
                 m = message
-
-                def write(db: sqlite_utils.Database) -> Stored:
-                    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now,
-                                     clean=m.clean):
-                        return Stored(run_new=False, episode_new=False)
-                    if m.episode is None or m.text is None:
-                        return Stored(run_new=True, episode_new=False)
-                    new = store_episode(db, m.episode, m.text, provider=m.provider, now=now)
-                    return Stored(run_new=True, episode_new=new)
-
-                return await self._store.write(write)
+                return await self._store.write(lambda db: record_run(db, m, now))
+            case RecordRuns(runs=runs):
+                return await self._store.write(lambda db: record_runs(db, runs, now))
             case LookupRun(harness=harness, run_id=run_id):
                 return await self._store.read(lambda db: stored_run(db, harness, run_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
