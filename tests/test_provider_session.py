@@ -245,3 +245,37 @@ async def test_provider_up_appears_only_after_the_first_contract_check_and_calls
         assert logged[tool] == hashlib.sha256(canonical).hexdigest(), tool
     dump = json.dumps(rows)
     assert "ledger" not in dump, "no episode text or query in the call log"
+
+
+async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flight_together(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    """Issue 11's drain path: records queued while the upstream could not be started are recorded by
+    `memactors provider serve-builtin --stdio` once it can, several in flight at once over the one pipe
+    (the provider reads many JSON-RPC lines per pipe read), every one indexed, none left pending."""
+    import sys
+
+    from memactors.actors import retention as retention_module
+
+    upstream = tmp_path / "upstream.db"
+    n = 3 * retention_module.CONCURRENT_ATTEMPTS + 5
+    async with open_memory_service(make_holder(
+            '[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "/nonexistent/provider"\n')) as memory:
+        for i in range(n):
+            record = run_record(run_id=f"d{i}", trace_id=f"td-{i}", result_text=f"fixed ledger rounding number {i}")
+            assert (await memory.ingest_run(record))["outcome"] == "queued"
+    working = (f'[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "{sys.executable}"\n'
+               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n')
+    async with open_memory_service(make_holder(working)) as memory:
+        await wait_ready(memory)
+
+        async def drained() -> bool:
+            return (await memory.status())["pending"]["records"] == 0
+
+        await poll(drained, seconds=120, what="the backlog recorded through serve-builtin --stdio")
+        assert await _indexed(memory) == n
+        assert (await memory.status())["pending"]["record_failed"] == 0
+    store = await Store.open(upstream)
+    try:
+        assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == n
+    finally:
+        store.close()
