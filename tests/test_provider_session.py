@@ -279,3 +279,85 @@ async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flig
         assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == n
     finally:
         store.close()
+
+
+def _fault_session(tmp_path: Path, store: Store, files: FaultFiles) -> ProviderSession:
+    return ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+
+
+def _spare_pid(session: ProviderSession) -> int | None:
+    spare = session._standby
+    return spare[0].pid if spare is not None else None
+
+
+async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advance(tmp_path: Path) -> None:
+    """Issue 9's 6-8 s: the new process spent them importing its code. Once a connection is ready the
+    session starts a spare process; after a kill -9 the next connection uses that very process (its pid
+    is the one that answers), and a new spare is started for the next time."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                       seconds=60, what="ready, with a spare process")
+            first, spare = files.read_pid(), _spare_pid(session)
+            assert first is not None and spare is not None and spare != first
+            os.kill(first, signal.SIGKILL)
+            await poll(lambda: files.read_pid() == spare and session.status().state == "ready",
+                       seconds=60, what="the spare process serving")
+            with trio.fail_after(60):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            assert list(files.stored()) == [_record_args()["episode_id"]]
+            await poll(lambda: _spare_pid(session) not in (None, spare), seconds=60, what="a new spare")
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_reconnects(tmp_path: Path) -> None:
+    """A provider that cannot run twice (a lock taken at start, say) loses its spare: the session notices
+    at the next connection, starts a fresh process as before and keeps no spare from then on."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                       seconds=60, what="ready, with a spare process")
+            first, spare = files.read_pid(), _spare_pid(session)
+            assert first is not None and spare is not None
+            os.kill(spare, signal.SIGKILL)
+            os.kill(first, signal.SIGKILL)
+            await poll(lambda: files.read_pid() not in (None, first, spare) and session.status().state == "ready",
+                       seconds=60, what="a fresh process serving")
+            assert session._standby is None and not session._standby_ok
+            with trio.fail_after(60):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_the_spare_process_is_stopped_with_the_session(tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: _spare_pid(session) is not None, seconds=60, what="a spare process")
+            assert session._standby is not None
+            spare = session._standby[0]
+            nursery.cancel_scope.cancel()
+        assert spare.returncode is not None, "the spare was stopped and reaped"
+        assert session._standby is None
+    finally:
+        store.close()
