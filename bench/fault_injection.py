@@ -250,10 +250,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds from a provider's recovery to the next kill (default: random 0.3-1.0); a"
                              " gap longer than the provider's start-up lets the spare process warm up")
     parser.add_argument("--provider-only", action="store_true", help="skip the daemon kill -9 phase")
+    parser.add_argument("--no-spare", action="store_true",
+                        help="no spare stdio provider process started in advance (how it was before issue 11):"
+                             " the replacement is started when the old one is found dead")
     args = parser.parse_args(argv)
     if args.quick:
         args.daemon_cycles, args.provider_cycles = 5, 3
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "ERROR"))
+    if args.no_spare:
+        from memactors.actors import provider_session
+
+        provider_session.STANDBY = False
 
     async def run() -> tuple[dict[str, Any], dict[str, Any]]:
         daemon = ({"cycles": 0, "attempted": 0, "acknowledged": 0, "lost": 0, "integrity_failures": 0,

@@ -361,3 +361,33 @@ async def test_the_spare_process_is_stopped_with_the_session(tmp_path: Path) -> 
         assert session._standby is None
     finally:
         store.close()
+
+
+async def test_a_stdio_provider_that_dies_while_idle_is_replaced_without_waiting_for_a_heartbeat(
+        tmp_path: Path) -> None:
+    """The closed pipe is the news: with no call in flight and the heartbeat an hour away, a killed
+    provider is still noticed and replaced (the session goes down, then ready on a new process)."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=3600.0,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+    states: list[str] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
+            first = files.read_pid()
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+
+            def watch() -> bool:
+                states.append(session.status().state)
+                return files.read_pid() not in (None, first) and session.status().state == "ready"
+
+            await poll(watch, seconds=60, what="a new process, ready, with no call and no heartbeat")
+            assert "down" in states
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()

@@ -254,7 +254,8 @@ class ProviderSession:
         """The MCP transport to a stdio provider: the spare process when there is one for these
         parameters, else a new one."""
         process = await self._take_standby(params) or await self._spawn(params)
-        async with process_transport(process) as streams:
+        lost = self._lost  # this connection's: a late EOF must not end the next one
+        async with process_transport(process, on_eof=lost.set) as streams:
             yield streams
 
     async def _spawn(self, params: mcp.StdioServerParameters) -> trio.Process:
@@ -476,12 +477,15 @@ class ProviderSession:
 
 
 @asynccontextmanager
-async def process_transport(process: trio.Process) -> AsyncIterator[tuple[Any, Any]]:
+async def process_transport(process: trio.Process, *,
+                            on_eof: Callable[[], object] | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """An MCP transport (read stream, write stream) over a started stdio server process.
 
     Newline-delimited JSON-RPC over its stdin and stdout, read in chunks on trio's I/O loop. On exit the
     process is stopped (`stop_process`), whatever state it is in, shielded from cancellation. A closed
-    or broken pipe ends the read stream, so the client session sees the connection close.
+    or broken pipe ends the read stream, so the client session sees the connection close, and calls
+    `on_eof`: a provider that died while nothing was in flight is noticed at once, not at the next
+    heartbeat.
     """
     assert process.stdin is not None and process.stdout is not None
     stdin, stdout = process.stdin, process.stdout
@@ -506,7 +510,9 @@ async def process_transport(process: trio.Process) -> AsyncIterator[tuple[Any, A
                         await read_writer.send(message)
             except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.BrokenResourceError,
                     anyio.ClosedResourceError, OSError):
-                return
+                pass
+            if on_eof is not None:
+                on_eof()
 
     async def writer() -> None:
         try:
