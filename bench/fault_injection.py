@@ -182,7 +182,7 @@ def _pid(root: Path) -> int | None:
         return None
 
 
-async def provider_phase(cycles: int, clients: int, pace: float) -> dict[str, Any]:
+async def provider_phase(cycles: int, clients: int, pace: float, gap: float | None = None) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="memactors-fault-"))
     config = _provider_config(root)
     holder = await trio.to_thread.run_sync(ConfigHolder, lambda: load_config(config, env={"HOME": str(root)}))
@@ -209,7 +209,7 @@ async def provider_phase(cycles: int, clients: int, pace: float) -> dict[str, An
             for _ in range(clients):
                 nursery.start_soon(client, stop)
             for _ in range(cycles):
-                await trio.sleep(random.uniform(0.3, 1.0))
+                await trio.sleep(random.uniform(0.3, 1.0) if gap is None else gap)
                 pid = _pid(root)
                 if pid is None:
                     continue
@@ -246,14 +246,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent ingest clients")
     parser.add_argument("--pace", type=float, default=0.05,
                         help="seconds each provider-phase client waits between runs (0 saturates the loop)")
+    parser.add_argument("--gap", type=float, default=None,
+                        help="seconds from a provider's recovery to the next kill (default: random 0.3-1.0); a"
+                             " gap longer than the provider's start-up lets the spare process warm up")
+    parser.add_argument("--provider-only", action="store_true", help="skip the daemon kill -9 phase")
+    parser.add_argument("--no-spare", action="store_true",
+                        help="no spare stdio provider process started in advance (how it was before issue 11):"
+                             " the replacement is started when the old one is found dead")
     args = parser.parse_args(argv)
     if args.quick:
         args.daemon_cycles, args.provider_cycles = 5, 3
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "ERROR"))
+    if args.no_spare:
+        from memactors.actors import provider_session
+
+        provider_session.STANDBY = False
 
     async def run() -> tuple[dict[str, Any], dict[str, Any]]:
-        return (await daemon_phase(args.daemon_cycles, args.clients),
-                await provider_phase(args.provider_cycles, args.clients, args.pace))
+        daemon = ({"cycles": 0, "attempted": 0, "acknowledged": 0, "lost": 0, "integrity_failures": 0,
+                   "clean_exit": None} if args.provider_only else await daemon_phase(args.daemon_cycles, args.clients))
+        return daemon, await provider_phase(args.provider_cycles, args.clients, args.pace, args.gap)
 
     daemon, provider = trio.run(run)
     print(machine())

@@ -516,6 +516,74 @@ async def test_resource_exhaustion_is_retried_after_backoff_and_never_counted(au
     assert max(b - a for a, b in zip(starts, starts[1:], strict=False)) == pytest.approx(2.0)
 
 
+async def test_a_resource_exhaustion_that_lasts_is_alarmed_once_then_given_up(autojump_clock: trio.abc.Clock) -> None:
+    """Issue 9's leftover: retried, never counted as an incident, but not forever. While it lasts the
+    supervisor says so (`exhausted()`); after exhaustion_alarm seconds one CRITICAL line; after
+    exhaustion_limit seconds it gives up like any other give-up, naming the child and what ran out."""
+    import errno
+
+    from support import LogRecords
+
+    starts: list[float] = []
+    seen: list[dict[str, Any]] = []
+    with LogRecords("WARNING") as logs, pytest.raises(SupervisorFailed) as failed:
+        async with open_supervisor(max_restarts=0, window=60, max_burst=1, backoff=0.1, max_backoff=5.0,
+                                   exhaustion_alarm=60.0, exhaustion_limit=180.0) as sup:
+            errors: list[BaseException] = [OSError(errno.EMFILE, "Too many open files") for _ in range(1000)]
+            await sup.start(ChildSpec("starved", _crashing_child(starts, errors)))
+            await trio.sleep(30)
+            seen.append(sup.exhausted())
+            await trio.sleep_forever()
+    assert seen[0]["starved"]["error"] == "OSError EMFILE" and seen[0]["starved"]["attempts"] > 1
+    assert 25 <= seen[0]["starved"]["seconds"] <= 30
+    assert failed.value.context["child"] == "starved"
+    assert "EMFILE" in str(failed.value) and "180" in str(failed.value)
+    assert 180 <= starts[-1] - starts[0] <= 185  # trio time (MockClock): the limit, within one backoff
+    critical = [r for r in logs.records if r["level"] == "CRITICAL"]
+    assert len(critical) == 1 and critical[0]["extra"]["child"] == "starved"
+    assert 60 <= critical[0]["extra"]["seconds"] < 70
+
+
+async def test_a_child_that_recovers_between_exhaustions_starts_a_new_spell(autojump_clock: trio.abc.Clock) -> None:
+    """A child that ran longer than the longest backoff had recovered: the next exhaustion starts the
+    clock again, so short spells hours apart never add up to a give-up."""
+    import errno
+
+    from support import LogRecords
+
+    runs: list[float] = []
+
+    async def child(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        runs.append(trio.current_time())
+        task_status.started()
+        # Two quick EMFILE crashes, then 100 s of service, then EMFILE again, for 10 rounds (~1,000 s).
+        if len(runs) % 3 == 0:
+            await trio.sleep(100)
+        if len(runs) < 30:
+            raise OSError(errno.EMFILE, "Too many open files")
+        await trio.sleep_forever()
+
+    with LogRecords("WARNING") as logs:
+        async with open_supervisor(max_restarts=0, window=60, max_burst=1, backoff=0.1, max_backoff=5.0,
+                                   exhaustion_alarm=60.0, exhaustion_limit=180.0) as sup:
+            await sup.start(ChildSpec("recovering", child))
+            while len(runs) < 30:  # noqa: ASYNC110 -- MockClock autojump drives the child's crashes
+                await trio.sleep(1)
+            assert sup.running() == ["recovering"]
+            assert sup.exhausted()["recovering"]["attempts"] >= 1  # just restarted: the spell goes on
+            await trio.sleep(10)
+            assert sup.exhausted() == {}  # up longer than any backoff: recovered
+            await sup.stop("recovering")
+    assert runs[-1] - runs[0] > 180
+    assert not [r for r in logs.records if r["level"] in ("CRITICAL", "ERROR")]
+
+
+async def test_exhaustion_bounds_are_checked() -> None:
+    with pytest.raises(InvalidArgument, match="exhaustion_alarm"):
+        async with open_supervisor(exhaustion_alarm=600.0, exhaustion_limit=300.0):
+            pass
+
+
 def test_resource_exhaustion_is_told_apart_from_logic_errors() -> None:
     import errno
 

@@ -245,3 +245,149 @@ async def test_provider_up_appears_only_after_the_first_contract_check_and_calls
         assert logged[tool] == hashlib.sha256(canonical).hexdigest(), tool
     dump = json.dumps(rows)
     assert "ledger" not in dump, "no episode text or query in the call log"
+
+
+async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flight_together(
+        make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
+    """Issue 11's drain path: records queued while the upstream could not be started are recorded by
+    `memactors provider serve-builtin --stdio` once it can, several in flight at once over the one pipe
+    (the provider reads many JSON-RPC lines per pipe read), every one indexed, none left pending."""
+    import sys
+
+    from memactors.actors import retention as retention_module
+
+    upstream = tmp_path / "upstream.db"
+    n = 3 * retention_module.CONCURRENT_ATTEMPTS + 5
+    async with open_memory_service(make_holder(
+            '[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "/nonexistent/provider"\n')) as memory:
+        for i in range(n):
+            record = run_record(run_id=f"d{i}", trace_id=f"td-{i}", result_text=f"fixed ledger rounding number {i}")
+            assert (await memory.ingest_run(record))["outcome"] == "queued"
+    working = (f'[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "{sys.executable}"\n'
+               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n')
+    async with open_memory_service(make_holder(working)) as memory:
+        await wait_ready(memory)
+
+        async def drained() -> bool:
+            return (await memory.status())["pending"]["records"] == 0
+
+        await poll(drained, seconds=120, what="the backlog recorded through serve-builtin --stdio")
+        assert await _indexed(memory) == n
+        assert (await memory.status())["pending"]["record_failed"] == 0
+    store = await Store.open(upstream)
+    try:
+        assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == n
+    finally:
+        store.close()
+
+
+def _fault_session(tmp_path: Path, store: Store, files: FaultFiles) -> ProviderSession:
+    return ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+
+
+def _spare_pid(session: ProviderSession) -> int | None:
+    spare = session._standby
+    return spare[0].pid if spare is not None else None
+
+
+async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advance(tmp_path: Path) -> None:
+    """Issue 9's 6-8 s: the new process spent them importing its code. Once a connection is ready the
+    session starts a spare process; after a kill -9 the next connection uses that very process (its pid
+    is the one that answers), and a new spare is started for the next time."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                       seconds=60, what="ready, with a spare process")
+            first, spare = files.read_pid(), _spare_pid(session)
+            assert first is not None and spare is not None and spare != first
+            os.kill(first, signal.SIGKILL)
+            await poll(lambda: files.read_pid() == spare and session.status().state == "ready",
+                       seconds=60, what="the spare process serving")
+            with trio.fail_after(60):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            assert list(files.stored()) == [_record_args()["episode_id"]]
+            await poll(lambda: _spare_pid(session) not in (None, spare), seconds=60, what="a new spare")
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_reconnects(tmp_path: Path) -> None:
+    """A provider that cannot run twice (a lock taken at start, say) loses its spare: the session notices
+    at the next connection, starts a fresh process as before and keeps no spare from then on."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                       seconds=60, what="ready, with a spare process")
+            first, spare = files.read_pid(), _spare_pid(session)
+            assert first is not None and spare is not None
+            os.kill(spare, signal.SIGKILL)
+            os.kill(first, signal.SIGKILL)
+            await poll(lambda: files.read_pid() not in (None, first, spare) and session.status().state == "ready",
+                       seconds=60, what="a fresh process serving")
+            assert session._standby is None and not session._standby_ok
+            with trio.fail_after(60):
+                await provider_call(session.address, "memory_record_episode", _record_args())
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_the_spare_process_is_stopped_with_the_session(tmp_path: Path) -> None:
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = _fault_session(tmp_path, store, files)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: _spare_pid(session) is not None, seconds=60, what="a spare process")
+            assert session._standby is not None
+            spare = session._standby[0]
+            nursery.cancel_scope.cancel()
+        assert spare.returncode is not None, "the spare was stopped and reaped"
+        assert session._standby is None
+    finally:
+        store.close()
+
+
+async def test_a_stdio_provider_that_dies_while_idle_is_replaced_without_waiting_for_a_heartbeat(
+        tmp_path: Path) -> None:
+    """The closed pipe is the news: with no call in flight and the heartbeat an hour away, a killed
+    provider is still noticed and replaced (the session goes down, then ready on a new process)."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=3600.0,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+    states: list[str] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
+            first = files.read_pid()
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+
+            def watch() -> bool:
+                states.append(session.status().state)
+                return files.read_pid() not in (None, first) and session.status().state == "ready"
+
+            await poll(watch, seconds=60, what="a new process, ready, with no call and no heartbeat")
+            assert "down" in states
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()

@@ -35,7 +35,11 @@ The model, in plain sentences:
   ``window`` seconds make the supervisor give up with :class:`SupervisorFailed`, naming the child.
   A **resource-exhaustion** error (``EMFILE``, ``ENFILE``, ``ENOMEM``, ``ENOSPC``, ``MemoryError``,
   SQLite's "unable to open" / "database or disk is full") is not a crash of the child's logic: it is
-  retried after backoff and never counted. Cancellation is never a crash: a cancelled child is not
+  retried after backoff and never counted as an incident — but not forever. A child that has been out
+  of a resource for ``exhaustion_alarm`` seconds (no incarnation in between lived ``max_backoff``)
+  is reported once at CRITICAL, and after ``exhaustion_limit`` seconds the supervisor gives up with
+  :class:`SupervisorFailed` like any other give-up (the daemon then exits 75 for its service manager).
+  Cancellation is never a crash: a cancelled child is not
   restarted and not counted. Stopping a child closes its mailbox (its signal to
   finish the request in hand and return), waits up to its ``shutdown_grace``, then cancels it.
 """
@@ -412,6 +416,11 @@ def is_resource_exhaustion(exc: BaseException) -> bool:
 
     SQLite errors are recognised by their message, the only place sqlite3/sqlean put the reason.
     """
+    return _exhaustion_leaf(exc) is not None
+
+
+def _exhaustion_leaf(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc`` (itself, its cause or context, a group member) that says what ran out."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
     while todo:
@@ -420,19 +429,19 @@ def is_resource_exhaustion(exc: BaseException) -> bool:
             continue
         seen.add(id(current))
         if isinstance(current, MemoryError):
-            return True
+            return current
         if isinstance(current, OSError) and current.errno in _EXHAUSTION_ERRNOS:
-            return True
+            return current
         if type(current).__name__ in ("OperationalError", "DatabaseError") and any(
             marker in str(current).lower() for marker in _EXHAUSTION_SQLITE
         ):
-            return True
+            return current
         if isinstance(current, BaseExceptionGroup):
             todo.extend(current.exceptions)
         for linked in (current.__cause__, current.__context__):
             if linked is not None:
                 todo.append(linked)
-    return False
+    return None
 
 
 @attrs.define(eq=False)
@@ -446,8 +455,14 @@ class _Child:
     done: trio.Event = attrs.field(factory=trio.Event)
     #: logic crashes in a row, each within ``settle`` of its restart (one incident)
     burst: int = 0
-    #: resource-exhaustion crashes in a row (backoff only, never counted)
+    #: resource-exhaustion crashes in a row (backoff only, never counted as incidents)
     exhausted: int = 0
+    #: trio time of the first of them, and whether the CRITICAL alarm was logged for this spell
+    exhausted_since: float | None = None
+    alarmed: bool = False
+    last_exhaustion: str | None = None
+    #: trio time the running incarnation began (None while waiting out a backoff)
+    began: float | None = None
     backoff_scope: trio.CancelScope | None = None
 
 
@@ -456,7 +471,7 @@ class Supervisor:
 
     def __init__(self, nursery: trio.Nursery, name: str, max_restarts: int, window: float, *,
                  backoff: float = 0.1, max_backoff: float = 30.0, settle: float = 1.0,
-                 max_burst: int = 8) -> None:
+                 max_burst: int = 8, exhaustion_alarm: float = 300.0, exhaustion_limit: float = 1800.0) -> None:
         self._nursery = nursery
         self.name = name
         self.max_restarts = max_restarts
@@ -465,6 +480,8 @@ class Supervisor:
         self.max_backoff = max_backoff
         self.settle = settle
         self.max_burst = max_burst
+        self.exhaustion_alarm = exhaustion_alarm
+        self.exhaustion_limit = exhaustion_limit
         self._children: dict[str, _Child] = {}
         self._restarts: deque[float] = deque()
         self._closing = False
@@ -472,6 +489,16 @@ class Supervisor:
     def running(self) -> list[str]:
         """Names of the children currently supervised, in start order."""
         return list(self._children)
+
+    def exhausted(self) -> dict[str, dict[str, Any]]:
+        """Children retrying after running out of a resource: {name: {"seconds": how long this spell has
+        lasted, "attempts": crashes in it, "error": the last one's type and errno}}."""
+        now = trio.current_time()
+        return {name: {"seconds": now - child.exhausted_since, "attempts": child.exhausted,
+                       "error": child.last_exhaustion}
+                for name, child in self._children.items() if child.exhausted_since is not None
+                # an incarnation up longer than any backoff has recovered (its next crash starts anew)
+                and not (child.began is not None and now - child.began >= self.max_backoff)}
 
     async def start(self, spec: ChildSpec) -> Any:
         """Start a child and return what it reported with ``task_status.started()``.
@@ -522,7 +549,7 @@ class Supervisor:
             while True:
                 error: BaseException | None = None
                 broken: SupervisorFailed | None = None
-                began = trio.current_time()
+                began = child.began = trio.current_time()
                 try:
                     async with trio.open_nursery() as incarnation:
                         child.scope = incarnation.cancel_scope
@@ -543,6 +570,8 @@ class Supervisor:
                             incarnation.cancel_scope.cancel()
                 except Exception as exc:
                     error = _unwrap(exc)
+                finally:
+                    child.began = None
                 if broken is not None:
                     raise broken
                 if error is not None and not started:
@@ -579,13 +608,8 @@ class Supervisor:
         """
         name = child.spec.name
         if error is not None and is_resource_exhaustion(error):
-            child.exhausted += 1
-            delay = self._delay(child.exhausted)
-            log.bind(outcome="resource_exhausted", error=type(error).__name__, errno=getattr(error, "errno", None),
-                     retry_in_s=round(delay, 3), attempt=child.exhausted).warning(
-                "child ran out of a resource; retrying after backoff (not counted as a crash)")
-            return delay
-        child.exhausted = 0
+            return self._after_exhaustion(child, error, lived, log)
+        child.exhausted, child.exhausted_since, child.alarmed = 0, None, False
         if child.burst > 0 and lived < self.settle:
             child.burst += 1  # crashed again right after its restart: the same incident
             if child.burst > self.max_burst:
@@ -603,6 +627,39 @@ class Supervisor:
         log.bind(outcome="crashed" if error is not None else "returned",
                  error=type(error).__name__ if error is not None else None, incidents=len(self._restarts),
                  burst=child.burst, retry_in_s=round(delay, 3)).warning("child crashed; restarting after backoff")
+        return delay
+
+    def _after_exhaustion(self, child: _Child, error: BaseException, lived: float, log: Any) -> float:
+        """Retry a child that ran out of a resource after backoff; alarm, then give up, if it lasts."""
+        now = trio.current_time()
+        if child.exhausted_since is None or lived >= self.max_backoff:
+            # A new spell: the first one, or the child had run longer than any backoff since the last.
+            child.exhausted, child.exhausted_since, child.alarmed = 0, now, False
+        child.exhausted += 1
+        leaf = _exhaustion_leaf(error) or error
+        code = getattr(leaf, "errno", None)
+        child.last_exhaustion = type(leaf).__name__ + (
+            f" {errno.errorcode.get(code, code)}" if isinstance(code, int) else "")
+        spell = now - child.exhausted_since
+        name = child.spec.name
+        if spell >= self.exhaustion_limit:
+            log.bind(outcome="resource_exhausted", error=child.last_exhaustion, attempts=child.exhausted,
+                     seconds=round(spell)).error("child has been out of a resource too long; supervisor gives up")
+            raise SupervisorFailed(
+                f"child {name!r} has been out of a resource ({child.last_exhaustion}) for {spell:.0f} s"
+                f" ({child.exhausted} attempts); giving up after {self.exhaustion_limit:g} s",
+                supervisor=self.name, child=name, last_error=child.last_exhaustion,
+            ) from error
+        delay = self._delay(child.exhausted)
+        bound = log.bind(outcome="resource_exhausted", error=child.last_exhaustion, retry_in_s=round(delay, 3),
+                         attempt=child.exhausted, seconds=round(spell, 1))
+        if spell >= self.exhaustion_alarm and not child.alarmed:
+            child.alarmed = True
+            bound.bind(gives_up_in_s=round(self.exhaustion_limit - spell)).critical(
+                "child has been out of a resource for minutes; free descriptors, memory or disk, or the"
+                " supervisor gives up")
+        else:
+            bound.warning("child ran out of a resource; retrying after backoff (not counted as a crash)")
         return delay
 
     def _delay(self, attempt: int) -> float:
@@ -640,14 +697,16 @@ def _unwrap(exc: BaseException) -> BaseException:
 @asynccontextmanager
 async def open_supervisor(
     name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0, backoff: float = 0.1,
-    max_backoff: float = 30.0, settle: float = 1.0, max_burst: int = 8,
+    max_backoff: float = 30.0, settle: float = 1.0, max_burst: int = 8, exhaustion_alarm: float = 300.0,
+    exhaustion_limit: float = 1800.0,
 ) -> AsyncIterator[Supervisor]:
     """Open a one-for-one supervisor; leaving the block stops its children gracefully.
 
     Restarts wait ``backoff`` seconds, doubled per crash in a row up to ``max_backoff``. A crash within
     ``settle`` seconds of a restart continues the same incident (at most ``max_burst`` crashes in a row);
     more than ``max_restarts`` incidents within ``window`` seconds make the block raise SupervisorFailed
-    naming the child. Resource exhaustion is retried after backoff and never counted. A single error out of the block is raised as it is rather than
+    naming the child. Resource exhaustion is retried after backoff and never counted as an incident; a
+    spell of it logs CRITICAL after ``exhaustion_alarm`` seconds and gives up after ``exhaustion_limit``. A single error out of the block is raised as it is rather than
     inside an exception group, so callers can catch SupervisorFailed directly.
     """
     if max_restarts < 0 or not (window > 0 and math.isfinite(window)):
@@ -656,10 +715,14 @@ async def open_supervisor(
     if not (0 <= backoff <= max_backoff and math.isfinite(max_backoff)) or settle < 0 or max_burst < 1:
         raise InvalidArgument("backoff needs 0 <= backoff <= max_backoff (finite), settle >= 0, max_burst >= 1",
                               supervisor=name, backoff=backoff, max_backoff=max_backoff)
+    if not 0 < exhaustion_alarm <= exhaustion_limit:
+        raise InvalidArgument("resource exhaustion needs 0 < exhaustion_alarm <= exhaustion_limit",
+                              supervisor=name, exhaustion_alarm=exhaustion_alarm, exhaustion_limit=exhaustion_limit)
     try:
         async with trio.open_nursery() as nursery:
             supervisor = Supervisor(nursery, name, max_restarts, window, backoff=backoff,
-                                    max_backoff=max_backoff, settle=settle, max_burst=max_burst)
+                                    max_backoff=max_backoff, settle=settle, max_burst=max_burst,
+                                    exhaustion_alarm=exhaustion_alarm, exhaustion_limit=exhaustion_limit)
             yield supervisor
             await supervisor.aclose()
     except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed

@@ -16,22 +16,35 @@ forget / contract calls concurrently. Every call:
 A connection that closes (a subprocess that died) is noticed by the failing call or by the idle
 heartbeat (a `memory_contract` call every `heartbeat` seconds), and the session reconnects with backoff;
 the rest of the daemon only sees `ProviderUnavailable` meanwhile.
+
+A stdio provider's replacement is started in advance. Once a connection is ready, a spare process of
+the same command is started and left waiting at its stdin (an MCP server does nothing before
+`initialize`); when the connection is lost, the next one uses it. Without it a killed provider was
+back only after a new interpreter had imported its code: 3.5-4.5 s of the 4-6 s a `kill -9` cost on a
+loaded 2-core machine, measured from connection lost to initialized (docs/benchmarks.md, "fault
+injection"). A spare that exits on its own before use (a provider that takes an exclusive lock at
+start, say) is not replaced: the session then starts each process when it needs it, as before.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Awaitable, Callable
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import anyio
 import attrs
 import mcp
 import mcp.types as mt
 import trio
 from loguru import logger
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
@@ -54,6 +67,11 @@ HEARTBEAT_MISSES_TO_RECONNECT = 3
 STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_WINDOW = 50
 STDERR_WINDOW = 10.0
+#: A stdio provider that closed its stdin is given this long to exit before SIGTERM to its process group,
+#: and as long again before SIGKILL (the SDK's own stdio client waits the same).
+STOP_GRACE = 2.0
+#: Keep one spare stdio provider process started in advance (see `ProviderSession`).
+STANDBY = True
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
        "memory_contract": "contract"}
 
@@ -138,6 +156,9 @@ class ProviderSession:
         #: is one failure however many calls were in flight
         self._generation = 0
         self._failure_reported_for = -1
+        #: the spare stdio process and the parameters it was started with (STANDBY)
+        self._standby: tuple[trio.Process, mcp.StdioServerParameters] | None = None
+        self._standby_ok = STANDBY
         self._log = logger.bind(actor="provider_session", provider=provider)
 
     @property
@@ -162,6 +183,8 @@ class ProviderSession:
                 await serve(self._mailbox, self._handle, concurrency=32)
                 nursery.cancel_scope.cancel()
         finally:
+            with trio.CancelScope(shield=True):
+                await self._drop_standby()
             self._errlog.close()
 
     async def _stderr_loop(self, read_fd: int) -> None:
@@ -198,6 +221,8 @@ class ProviderSession:
                         backoff = 0.25
                         async with trio.open_nursery() as inner:
                             inner.start_soon(self._heartbeat_loop, client)
+                            if self._state == "ready":
+                                inner.start_soon(self._prepare_standby)
                             await self._lost.wait()
                             inner.cancel_scope.cancel()
                 if scope.cancelled_caught:
@@ -221,8 +246,62 @@ class ProviderSession:
     def _transport(self) -> Target:
         target = self._target()
         if isinstance(target, mcp.StdioServerParameters):
-            return stdio_client(target, errlog=self._errlog)
+            return self._stdio(target)
         return target
+
+    @asynccontextmanager
+    async def _stdio(self, params: mcp.StdioServerParameters) -> AsyncIterator[Any]:
+        """The MCP transport to a stdio provider: the spare process when there is one for these
+        parameters, else a new one."""
+        process = await self._take_standby(params) or await self._spawn(params)
+        lost = self._lost  # this connection's: a late EOF must not end the next one
+        async with process_transport(process, on_eof=lost.set) as streams:
+            yield streams
+
+    async def _spawn(self, params: mcp.StdioServerParameters) -> trio.Process:
+        # As the SDK's stdio client does: its own session (so the whole tree can be stopped), the default
+        # environment plus the configured one, stderr to the session's redacting log pipe.
+        return await trio.lowlevel.open_process(
+            [params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog,
+            env=get_default_environment() | (params.env or {}), cwd=params.cwd, start_new_session=True)
+
+    async def _take_standby(self, params: mcp.StdioServerParameters) -> trio.Process | None:
+        if self._standby is None:
+            return None
+        process, started_with = self._standby
+        self._standby = None
+        if process.poll() is not None:
+            # It exited before it was needed: this provider does not take a second process (a lock, a
+            # port); start each one when it is needed from now on.
+            self._standby_ok = False
+            self._log.bind(pid=process.pid, returncode=process.returncode).warning(
+                "spare provider process exited before use; no longer keeping one")
+            return None
+        if started_with != params:  # the configuration changed meanwhile
+            await stop_process(process)
+            return None
+        return process
+
+    async def _prepare_standby(self) -> None:
+        """Start the spare process for the next connection, once per ready connection."""
+        if not self._standby_ok or self._standby is not None:
+            return
+        target = self._target()
+        if not isinstance(target, mcp.StdioServerParameters):
+            return
+        try:
+            process = await self._spawn(target)
+        except OSError as exc:
+            self._log.bind(error=type(exc).__name__).warning("spare provider process not started")
+            return
+        self._standby = (process, target)
+        self._log.bind(pid=process.pid).debug("spare provider process started")
+
+    async def _drop_standby(self) -> None:
+        if self._standby is not None:
+            process, _ = self._standby
+            self._standby = None
+            await stop_process(process)
 
     async def _check(self, client: mcp.Client) -> None:
         """memory_contract on open and after every reconnect: tools present, version supported."""
@@ -395,6 +474,88 @@ class ProviderSession:
         finally:
             self.breaker.report(verdict)  # type: ignore[arg-type]
             self._update_up()
+
+
+@asynccontextmanager
+async def process_transport(process: trio.Process, *,
+                            on_eof: Callable[[], object] | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """An MCP transport (read stream, write stream) over a started stdio server process.
+
+    Newline-delimited JSON-RPC over its stdin and stdout, read in chunks on trio's I/O loop. On exit the
+    process is stopped (`stop_process`), whatever state it is in, shielded from cancellation. A closed
+    or broken pipe ends the read stream, so the client session sees the connection close, and calls
+    `on_eof`: a provider that died while nothing was in flight is noticed at once, not at the next
+    heartbeat.
+    """
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def reader() -> None:
+        async with read_writer:
+            buffer = b""
+            try:
+                while chunk := await stdout.receive_some(1 << 16):
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        message: SessionMessage | Exception
+                        try:
+                            message = SessionMessage(mt.jsonrpc_message_adapter.validate_json(line, by_name=False))
+                        except ValueError as exc:  # a line that is not JSON-RPC: the session reports it
+                            message = exc
+                        await read_writer.send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.BrokenResourceError,
+                    anyio.ClosedResourceError, OSError):
+                pass
+            if on_eof is not None:
+                on_eof()
+
+    async def writer() -> None:
+        try:
+            async with write_reader:
+                async for session_message in write_reader:
+                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await stdin.send_all(data.encode("utf-8"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await read_writer.aclose()  # the process is gone or going: end the session's reads too
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        nursery.start_soon(writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with trio.CancelScope(shield=True):
+                await stop_process(process)
+            nursery.cancel_scope.cancel()
+
+
+async def stop_process(process: trio.Process) -> None:
+    """Close a provider process's stdin (the MCP way to ask it to exit), give it STOP_GRACE seconds,
+    then SIGTERM its process group and, STOP_GRACE later, SIGKILL it; reap it. A process that is already
+    dead (killed) is reaped at once."""
+    with trio.CancelScope(shield=True):
+        if process.stdin is not None:
+            try:
+                await process.stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None and process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except OSError:  # no such group any more: the process itself has just exited
+                    pass
+            with trio.move_on_after(STOP_GRACE):
+                await process.wait()
+            if process.returncode is not None:
+                break
+        if process.stdout is not None:
+            await process.stdout.aclose()
 
 
 async def provider_call(address: Any, tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:

@@ -54,7 +54,13 @@ MAX_BACKOFF = 3600.0
 IDLE_POLL = 60.0
 PRUNE_EVERY = 3600.0
 PRUNE_BATCH = 500
-CONCURRENT_ATTEMPTS = 8
+#: Attempts in flight at once. MCP over stdio (or HTTP) carries concurrent requests, so a backlog is
+#: limited by the provider's answers, not by round trips one after another; 32 in flight lets both the
+#: provider's writes and the index rows written for its answers share group-commit transactions. It
+#: stays within the provider session's own concurrency (32) and mailbox (64).
+CONCURRENT_ATTEMPTS = 32
+#: Due rows fetched (with their stored episodes) per read.
+DUE_BATCH = 256
 KINDS = ("record", "forget")
 
 
@@ -120,6 +126,8 @@ class Attempt:
     episode_id: str
     provider_id: str
     provider: str
+    #: a record's stored copy (episode object, text, scope, trust class), read with the due row
+    stored: tuple[dict[str, Any], str, str, str] | None = attrs.field(default=None, eq=False)
 
 
 def tombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
@@ -308,7 +316,7 @@ class Retention:
 
         async def one(attempt: Attempt) -> None:
             async with limiter:
-                await self._attempt(attempt)
+                await self._attempt(attempt, attempt.stored)
 
         while True:
             self._wake = trio.Event()
@@ -337,15 +345,26 @@ class Retention:
         return min(max(wait, 0.05), IDLE_POLL)
 
     async def _due(self) -> list[Attempt]:
+        """The due rows, oldest next_at first, each record with its stored copy read in the same
+        transaction (one read for the batch, not one per record)."""
         now = iso(self._clock())
         reachable = self.reachable
         marks = ",".join("?" * len(reachable))
         rows = await self._store.read(lambda db: db.execute(
-            f"SELECT kind, episode_id, provider_id, provider FROM pending WHERE provider IN ({marks})"
-            f" AND state = 'pending' AND next_at <= ? AND (kind = 'forget' OR provider = ?)"
-            f" ORDER BY next_at LIMIT 100", [*reachable, now, self._provider]).fetchall())
+            f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, e.body, e.text, e.scope, e.trust_class,"
+            f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
+            f" ON p.kind = 'record' AND e.episode_id = p.episode_id"
+            f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
+            f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}",
+            [*reachable, now, self._provider]).fetchall())
         # (A record row for another provider — the configuration changed — is not ours to send.)
-        return [Attempt(k, e, p, prov) for k, e, p, prov in rows]
+        out = []
+        for k, e, p, prov, body, text, scope, trust_class, forgotten_at in rows:
+            stored = None
+            if k == "record" and body is not None and forgotten_at is None:
+                stored = (json.loads(body), text, scope, trust_class)
+            out.append(Attempt(k, e, p, prov, stored))  # a record without a live body: _record drops the row
+        return out
 
     async def _make_due(self) -> None:
         now = iso(self._clock())

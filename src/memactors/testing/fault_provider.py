@@ -36,7 +36,7 @@ keeps the store in a JSON file (loaded at start, rewritten after each change) so
 the provider holds; ``--control FILE``, when the file exists, replaces the modes with the
 comma-separated list it holds, re-read on every request (an empty file means "behave"), so a test can
 make a provider fail and come back without restarting it. ``--pid-file FILE`` writes the process id
-there at start, so a test can kill or stop the very process the daemon spawned.
+there at its first request (not at start: a spare process started in advance must not claim it), so a test can kill or stop the very process the daemon spawned.
 
 The process exits when its stdin closes, hanging calls included.
 """
@@ -110,6 +110,18 @@ class FaultProvider:
     pid_file: Path | None = None
     items: dict[str, dict[str, Any]] = attrs.Factory(dict)
     _save_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _started: bool = attrs.field(default=False, init=False)
+
+    async def start(self) -> None:
+        """Load the state file and write the pid file, on the first request rather than at process
+        start: the daemon keeps a spare provider process started in advance, which must neither claim
+        the pid file nor hold a copy of the state from before the live process's last records."""
+        if self._started:
+            return
+        self._started = True
+        await self.load_state()
+        if self.pid_file is not None:
+            await trio.Path(self.pid_file).write_text(str(os.getpid()), "utf-8")
 
     async def load_state(self) -> None:
         if self.state_file is not None and await trio.Path(self.state_file).exists():
@@ -144,6 +156,7 @@ class FaultProvider:
         return [name for name in TOOLS if name not in omitted]
 
     async def list_tools(self, ctx: Any, params: Any) -> t.ListToolsResult:
+        await self.start()
         modes = await self.current_modes()
         schemas = load_schemas()
         return t.ListToolsResult(
@@ -156,6 +169,7 @@ class FaultProvider:
         )
 
     async def call_tool(self, ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
+        await self.start()
         modes = await self.current_modes()
         name, arguments = params.name, dict(params.arguments or {})
         await self._log_call(name, arguments)
@@ -295,7 +309,7 @@ def _parse_args(argv: Sequence[str] | None) -> FaultProvider:
     parser.add_argument(
         "--control", type=Path, help="file whose comma-separated modes replace --mode while it exists"
     )
-    parser.add_argument("--pid-file", type=Path, help="write this process's id here at start")
+    parser.add_argument("--pid-file", type=Path, help="write this process's id here at its first request")
     ns = parser.parse_args(argv)
     try:
         modes = frozenset(ns.mode) | parse_modes(os.environ.get(ENV_MODES, ""))
@@ -309,9 +323,6 @@ def _parse_args(argv: Sequence[str] | None) -> FaultProvider:
 
 async def serve(provider: FaultProvider) -> None:
     """Serve ``provider`` over stdio until stdin closes; calls still hanging then are cancelled."""
-    await provider.load_state()
-    if provider.pid_file is not None:
-        await trio.Path(provider.pid_file).write_text(str(os.getpid()), "utf-8")
     server = Server(
         PROVIDER_NAME,
         version=PROVIDER_VERSION,
