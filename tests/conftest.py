@@ -17,6 +17,30 @@ from memactors.service import MemoryService, open_memory_service
 from support import wait_ready, write_config
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fault_provider_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One fork server per pytest process for the fault provider (memactors.testing._zygote): each
+    fault provider is still its own process on real stdio pipes, but forked from one that imported it
+    already, instead of paying ~1.3 s of CPU to import mcp's types: ~100 of them in a run."""
+    import subprocess
+    import sys
+
+    from memactors.testing import _zygote
+
+    path = str(tmp_path_factory.mktemp("zygote") / "s")
+    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE)
+    assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+    os.environ["MEMACTORS_FAULT_ZYGOTE"] = path
+    try:
+        yield
+    finally:
+        del os.environ["MEMACTORS_FAULT_ZYGOTE"]
+        server.terminate()
+        server.wait(timeout=30)
+        server.stdout.close()
+
+
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
     return write_config(tmp_path)
