@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
+import trio.testing
 
 from memactors.service import MemoryService
+
+T = TypeVar("T")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -126,3 +131,45 @@ def acknowledged(value: Any) -> Any:
     if isinstance(value, str):
         return _RECORDED_QUEUED.sub(lambda m: f"{int(m[1]) + int(m[2])} recorded", value)
     return value
+
+
+async def within(clock: trio.testing.MockClock, budget: float, call: Callable[[], Awaitable[T]]) -> tuple[T, float]:
+    """Await ``call()`` on trio time alone, showing it never waits on a deadline further off than
+    ``budget`` seconds; return its result and the trio seconds that passed.
+
+    For "answered within provider_timeout" without a wall-clock assertion. The clock (the ``trio_clock``
+    fixture: real time while the test sets up) is frozen for the call and moves only by jumps straight
+    to the next deadline, and only to one due within ``budget`` from then. A wait on a longer deadline
+    (or on none) never ends, so the call fails here (after 30 s of real time for its real work), however
+    loaded the machine. Real I/O (a subprocess's answer, a thread) costs no trio time at all; background
+    timers of the service (a flush interval) may be jumped too, so the seconds returned are at least
+    those the call waited.
+    """
+    clock.rate = 0.0
+    start = clock.current_time()
+    done: list[T] = []
+    failed: list[Exception] = []
+
+    async def run() -> None:
+        try:
+            done.append(await call())
+        except Exception as error:  # raised as is below, not wrapped in the nursery's group
+            failed.append(error)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            real_end = time.monotonic() + 30
+            while not done and not failed:
+                due = trio.lowlevel.current_statistics().seconds_to_next_deadline
+                if 0 < due <= budget + 1e-6:  # float sums: 0.04 + 0.3 - 0.04 may be 0.30000000000000004
+                    clock.jump(due)
+                elif time.monotonic() > real_end:
+                    raise AssertionError(f"no answer within {budget} s of trio time "
+                                         f"({clock.current_time() - start:g} s passed; next deadline in {due:g} s)")
+                await trio.to_thread.run_sync(time.sleep, 0.005)
+    finally:
+        clock.rate = 1.0
+    if failed:
+        raise failed[0]
+    return done[0], clock.current_time() - start

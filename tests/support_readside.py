@@ -4,7 +4,6 @@ subprocess configured through `[mcp.fault]`, run views through real run tokens, 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memactors.actors.briefing import View
 from memactors.service import MemoryService
+from memactors.testing import fault_provider_params
 
 API = "forge.example/acme/api"
 BILLING = "forge.example/acme/billing"
@@ -35,21 +35,13 @@ def fault_toml(tmp_path: Path, *modes: str, timeout: str = "2s", pidfile: Path |
     running provider misbehave); every call is appended to tmp_path/"calls.jsonl". With `pidfile`, the
     subprocess writes its pid there first, so a test can SIGKILL or SIGSTOP it.
     """
-    args = ["-m", "memactors.testing.fault_provider", "--calls", str(tmp_path / "calls.jsonl")]
-    if control:
-        args += ["--control", str(tmp_path / "control")]
-    for mode in modes:
-        args += ["--mode", mode]
-    if pidfile is not None:
-        fault_args = args[2:]
-        args = ["-c", (
-            "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid()));"
-            " from memactors.testing.fault_provider import main; main(sys.argv[2:])"
-        ), str(pidfile), *fault_args]
+    params = fault_provider_params(*modes, calls_file=tmp_path / "calls.jsonl",
+                                   control_file=tmp_path / "control" if control else None, pid_file=pidfile)
+    command, args = params.command, list(params.args)
     return (
         '[memory]\nprovider = "fault"\n'
         f'[memory.episodes]\nprovider_timeout = "{timeout}"\nsummary = false\n'
-        f"[mcp.fault]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n"
+        f"[mcp.fault]\ncommand = {json.dumps(command)}\nargs = {json.dumps(args)}\n"
     )
 
 

@@ -16,7 +16,7 @@ from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
-from support import run_record, wait_ready
+from support import run_record, wait_ready, within
 
 pytestmark = pytest.mark.req11
 
@@ -152,13 +152,11 @@ async def test_req11_hybrid_recall_falls_back_to_text(
 
 
 async def test_a_slow_embedding_model_does_not_hold_up_recall(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, fake: FakeModelApi, embed_client: ModelApiClient, trio_clock: trio.testing.MockClock) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", query_embed_deadline=0.2)
     await p.record(_args("ep_1", "ledger rounding fixed"))
     fake.behaviour.embed_delay = 30.0
-    started = trio.current_time()
-    out = await p.recall({"query": "ledger", "scope": [A], "limit": 5})
-    assert trio.current_time() - started < 5
+    out, _ = await within(trio_clock, 0.2, lambda: p.recall({"query": "ledger", "scope": [A], "limit": 5}))
     assert out["degraded"] == "embeddings_unavailable"
     assert [i["id"] for i in out["items"]] == ["ep_1"]
 

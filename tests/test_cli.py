@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import pty
+import select
 import signal
 import socket
 import subprocess
@@ -320,7 +321,12 @@ async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_p
                     proc.stdin.write((json.dumps(run_record(run_id=str(i))) + "\n").encode())
                 proc.stdin.flush()
                 err = b""
-                while b"recorded 2" not in err:  # the CLI has the daemon's answers: wait on its state
+                # The CLI has the daemon's answers for both ("2 records recorded 2", or "recorded 1 queued 1"
+                # when the provider was slow): wait on its state, under a deadline that fails, not hangs.
+                while b"2 records" not in err:
+                    if not select.select([main], [], [], 60)[0]:
+                        proc.kill()
+                        raise AssertionError(f"no progress line for 2 records within 60 s: {err!r}")
                     err += os.read(main, 4096)
                 proc.send_signal(signal.SIGINT)
                 while True:

@@ -23,9 +23,11 @@ SECRETS = ("SECRET-PROMPT", "SECRET-THINKING", "SECRET-QUERY", "SECRET-RECALL", 
            "SECRET-CONTENT", "SECRET-OUTPUT")
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    with daemon_process(tmp_path, HARNESS) as running:
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module (a daemon process costs ~2 s of CPU to start): no test here depends
+    on a fresh one; each mints its own tokens and ingests its own session."""
+    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
         yield running
 
 

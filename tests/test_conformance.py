@@ -33,7 +33,6 @@ class Run:
     report: ConformanceReport
     calls: list[dict[str, Any]]
     stored: dict[str, Any]
-    seconds: float
 
     def status(self, number: int) -> str:
         return self.report.checks[number - 1].status
@@ -48,16 +47,14 @@ async def _check(
     calls, state = tmp_path / "calls.jsonl", tmp_path / "state.json"
     params = fault_provider_params(*modes, calls_file=calls, state_file=state, delay=delay)
     async with Client(params) as client:
-        started = trio.current_time()
         report = await run_conformance(
             client, provider="fault", provider_timeout=provider_timeout, nonce=NONCE
         )
-        seconds = trio.current_time() - started
     recorded = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     stored = json.loads(state.read_text())["items"] if state.exists() else {}
     assert [c.number for c in report.checks] == list(range(1, 8))
     assert [c.name for c in report.checks] == [CHECK_NAMES[n] for n in range(1, 8)]
-    return Run(report, recorded, stored, seconds)
+    return Run(report, recorded, stored)
 
 
 def _assert_everything_recorded_was_forgotten(run: Run) -> None:
@@ -129,10 +126,10 @@ async def test_a_hanging_provider_fails_within_bounded_time_and_is_still_sent_a_
 ) -> None:
     run = await _check(tmp_path, "hang", provider_timeout=0.2)
     assert run.status(1) == "pass"  # memory_contract answers in hang mode
-    assert run.status(3) == "fail" and "did not answer" in run.report.checks[2].reason
+    # bounded by the per-call deadline (3 x provider_timeout, at least 1 s), not by the provider
+    assert run.status(3) == "fail" and "did not answer within 1s" in run.report.checks[2].reason
     assert {run.status(n) for n in (4, 5, 6)} == {"skip"}
     assert not run.report.ok
-    assert run.seconds < 6  # one record deadline plus one cleanup deadline, not forever
     assert run.tools_called()[-1] == "memory_forget"
     assert run.stored == {}
 

@@ -295,6 +295,10 @@ def fault_provider_params(
         args += ["--control", os.fspath(control_file)]
     if pid_file is not None:
         args += ["--pid-file", os.fspath(pid_file)]
+    zygote = os.environ.get("MEMACTORS_FAULT_ZYGOTE")
+    if zygote:  # a test suite's fork server (see _zygote.py): the same provider, without the import cost
+        launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
+        return StdioServerParameters(command=sys.executable, args=["-I", "-S", launcher, "launch", zygote, *args[2:]])
     return StdioServerParameters(command=sys.executable, args=args)
 
 
