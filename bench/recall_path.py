@@ -12,6 +12,8 @@ query, in this process (no daemon, no HTTP), it times:
 * **embedded**: `MemoryService.recall` (operator recall, the library path);
 * **session**: `provider_call` to the provider session (schema checks, in-process MCP, the provider);
 * **provider**: `BuiltinProvider.recall` alone (its SQL and item texts, no MCP);
+* **gateway** (with `--gateway`): MCP `tools/call recall` over streamable HTTP into a real daemon
+  (`memactors serve` on the same store), as bench/user_paths.py does, with the daemon's CPU per call;
 * **anchor**: raw FTS5, words AND-ed with the scope token, `ORDER BY rank LIMIT 8` (the floor).
 
 It prints the machine's load first, then medians and p99s and each path's ratio to the anchor, and
@@ -27,7 +29,9 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import trio
 from loguru import logger
@@ -35,9 +39,12 @@ from loguru import logger
 sys.path.insert(0, str(Path(__file__).parent))
 from user_paths import (  # noqa: E402 -- bench/ is not a package
     REPOS,
+    SERVICE,
     _seed_live_runs,
     anchor_sql,
     build_corpus,
+    daemon,
+    gateway_client,
     make_queries,
     pct,
     repo,
@@ -49,6 +56,7 @@ from memactors.builtin import query_words  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
+from memactors.rpc import connect_rpc  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
 from memactors.store import _connect  # noqa: E402
 
@@ -119,11 +127,43 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]]) -> di
     return out
 
 
+def daemon_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure_gateway(root: Path, state: Path, queries: list[tuple[int, str]]) -> dict[str, float]:
+    """The gateway recall into a real daemon (`memactors serve`): wall clock per call as the client sees
+    it, and the daemon's CPU per call (/proc, every thread, over the whole loop)."""
+    config = write_config(root, state)
+    async with daemon(root, config, state) as d, connect_rpc(d["operator"], d["control"]) as control:
+        tokens = {z: (await control.call(f"{SERVICE}/MintRunToken", {"harness": f"h{z:02d}", "run_id": f"live{z}"}))
+                  ["token"] for z in range(REPOS)}
+        clients: dict[int, Any] = {}
+        async with AsyncExitStack() as stack:
+            for z, q in queries[:10] + queries:  # open every client first (warm-up), then the timed loop
+                if z not in clients:
+                    clients[z] = await stack.enter_async_context(gateway_client(d["gateway"], tokens[z]))
+                await clients[z].call_tool("recall", {"query": q, "limit": LIMIT})
+            times = []
+            cpu0 = daemon_cpu_s(d["pid"])
+            for z, q in queries:
+                t = time.perf_counter()
+                await clients[z].call_tool("recall", {"query": q, "limit": LIMIT})
+                times.append(time.perf_counter() - t)
+            cpu = daemon_cpu_s(d["pid"]) - cpu0
+    return {"p50_ms": round(statistics.median(times) * 1000, 3), "p99_ms": round(pct(times, 99) * 1000, 3),
+            "daemon_cpu_ms": round(cpu / len(queries) * 1000, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpora in")
+    parser.add_argument("--gateway", action="store_true",
+                        help="also time the gateway recall into a real daemon, with the daemon's CPU per call")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,6 +177,10 @@ def main() -> None:
                 r = res[k]
                 print(f"    {k:<9} p50 {r['p50_ms']:>8.3f} ms   p99 {r['p99_ms']:>8.3f} ms   {r['x_anchor']:>5}x anchor"
                       f"   cpu {r['cpu_ms']:>7.3f} ms", flush=True)
+            if args.gateway:
+                g = trio.run(measure_gateway, root, state, queries[:args.queries])
+                print(f"    {'gateway':<9} p50 {g['p50_ms']:>8.3f} ms   p99 {g['p99_ms']:>8.3f} ms"
+                      f"   daemon cpu {g['daemon_cpu_ms']:>7.3f} ms per recall", flush=True)
     print(f"load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
 
