@@ -30,8 +30,18 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _launch(path: str, args: list[str]) -> None:
+    import time
+
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(path)
+    deadline = time.monotonic() + 60
+    while True:  # the server may still be importing (the suite starts it without waiting for it)
+        try:
+            conn.connect(path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                sys.exit(f"memactors fault provider: no fork server at {path} after 60 s")
+            time.sleep(0.01)
     payload = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     socket.send_fds(conn, [payload], [0, 1, 2])
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -98,15 +108,15 @@ def _serve(path: str) -> None:
     import memactors.testing.fault_provider  # noqa: F401 -- the point: imported once, before any fork
 
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".tmp")
     server.listen(64)
+    os.rename(path + ".tmp", path)  # launchers find the path only once it accepts
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     children: dict[int, socket.socket] = {}
-    print("ready", flush=True)
     while True:
         readable, _, _ = select.select([server, wake_r, *children.values()], [], [])
         for ready in readable:
