@@ -28,14 +28,16 @@ def _fault_provider_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Ite
     from memactors.testing import _zygote
 
     path = str(tmp_path_factory.mktemp("zygote") / "s")
-    # not waited for: it imports while the first tests run; a launcher waits for its socket
-    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.DEVNULL)
+    # not waited for: it imports while the first tests run; a launcher waits for its socket. It exits at
+    # EOF on its stdin, so it does not outlive a worker that dies without this teardown.
+    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.PIPE)
     os.environ["MEMACTORS_FAULT_ZYGOTE"] = path
     try:
         yield
     finally:
         del os.environ["MEMACTORS_FAULT_ZYGOTE"]
-        server.terminate()
+        assert server.stdin is not None
+        server.stdin.close()
         server.wait(timeout=30)
 
 

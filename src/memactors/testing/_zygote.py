@@ -70,8 +70,10 @@ def _launch(path: str, args: list[str]) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def _child(fds: list[int], request: dict[str, object]) -> None:
+def _child(fds: list[int], request: dict[str, object], inherited: list[int]) -> None:
     try:
+        for fd in inherited:  # the server's own: its wake-up pipe, other launchers' connections
+            os.close(fd)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -118,17 +120,21 @@ def _serve(path: str) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     children: dict[int, socket.socket] = {}
     while True:
-        readable, _, _ = select.select([server, wake_r, *children.values()], [], [])
+        readable, _, _ = select.select([server, wake_r, 0, *children.values()], [], [])
         for ready in readable:
-            if ready is server:
+            if ready == 0:  # stdin: the pytest process that started us is gone (EOF)
+                if not os.read(0, 4096):
+                    sys.exit(0)
+            elif ready is server:
                 conn, _ = server.accept()
                 message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
                 request = json.loads(message)
                 pid = os.fork()
                 if pid == 0:
+                    signal.set_wakeup_fd(-1)
                     server.close()
                     conn.close()
-                    _child(fds, request)
+                    _child(fds, request, [wake_r, wake_w, *(c.fileno() for c in children.values())])
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(f"{pid}\n".encode())
