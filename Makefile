@@ -44,7 +44,11 @@ promtool:
 	@command -v promtool >/dev/null || (apt-get update && apt-get install -y prometheus)
 
 # Parallel (pytest-xdist): every test uses its own tmp dir and port 0. Slow end-to-end tests
-# (marked `slow`) run too; `make test-fast` skips them while you iterate.
+# (marked `slow`) run too; `make test-fast` skips them while you iterate. More workers than cores:
+# the end-to-end tests spend much of their time waiting on real agents and daemons, which the other
+# workers' CPU-bound tests fill. To see where the CPU goes, per test (own + children) and wall:
+#   MEMACTORS_TEST_CPU=/tmp/cpu make test   # /tmp/cpu/<worker>.tsv: test id, own CPU s, children's CPU s, wall s
+# (fault providers fork from a per-worker server: their CPU shows in the worker's total, not per test).
 PYTEST_WORKERS ?= 4
 
 test: $(STAMP) lint agents promtool test-tools

@@ -28,17 +28,17 @@ def _fault_provider_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Ite
     from memactors.testing import _zygote
 
     path = str(tmp_path_factory.mktemp("zygote") / "s")
-    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE)
-    assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+    # not waited for: it imports while the first tests run; a launcher waits for its socket. It exits at
+    # EOF on its stdin, so it does not outlive a worker that dies without this teardown.
+    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.PIPE)
     os.environ["MEMACTORS_FAULT_ZYGOTE"] = path
     try:
         yield
     finally:
         del os.environ["MEMACTORS_FAULT_ZYGOTE"]
-        server.terminate()
+        assert server.stdin is not None
+        server.stdin.close()
         server.wait(timeout=30)
-        server.stdout.close()
 
 
 @pytest.fixture

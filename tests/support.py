@@ -133,17 +133,29 @@ def acknowledged(value: Any) -> Any:
     return value
 
 
+_PAUSE = "support.within: real-time pause"
+
+
+def _threads_at_work() -> bool:
+    """Whether a trio worker thread is running a job (named "<fn> from <task>"; idle ones are named
+    "Trio thread N"), other than `within`'s own pause."""
+    import threading
+
+    return any(" from " in t.name for t in threading.enumerate() if t.name != _PAUSE)
+
+
 async def within(clock: trio.testing.MockClock, budget: float, call: Callable[[], Awaitable[T]]) -> tuple[T, float]:
     """Await ``call()`` on trio time alone, showing it never waits on a deadline further off than
     ``budget`` seconds; return its result and the trio seconds that passed.
 
     For "answered within provider_timeout" without a wall-clock assertion. The clock (the ``trio_clock``
     fixture: real time while the test sets up) is frozen for the call and moves only by jumps straight
-    to the next deadline, and only to one due within ``budget`` from then. A wait on a longer deadline
-    (or on none) never ends, so the call fails here (after 30 s of real time for its real work), however
-    loaded the machine. Real I/O (a subprocess's answer, a thread) costs no trio time at all; background
-    timers of the service (a flush interval) may be jumped too, so the seconds returned are at least
-    those the call waited.
+    to the next deadline, and only to one due within ``budget`` from then, and only while everything
+    waits: no task runnable, no worker thread at work, the same next deadline on two looks 5 ms of real
+    time apart (so a deadline that guards local work, a store read, is never cut short however loaded
+    the machine). A wait on a longer deadline (or on none) never ends, so the call fails here (after
+    30 s of real time). Background timers of the service (a flush interval) may be jumped too, so the
+    seconds returned are at least those the call waited.
     """
     clock.rate = 0.0
     start = clock.current_time()
@@ -160,14 +172,22 @@ async def within(clock: trio.testing.MockClock, budget: float, call: Callable[[]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
             real_end = time.monotonic() + 30
+            seen: float | None = None
             while not done and not failed:
-                due = trio.lowlevel.current_statistics().seconds_to_next_deadline
-                if 0 < due <= budget + 1e-6:  # float sums: 0.04 + 0.3 - 0.04 may be 0.30000000000000004
+                stats = trio.lowlevel.current_statistics()
+                due = stats.seconds_to_next_deadline
+                waiting = stats.tasks_runnable == 0 and not _threads_at_work()
+                # float sums: 0.04 + 0.3 - 0.04 may be 0.30000000000000004
+                next_deadline = clock.current_time() + due if waiting and 0 < due <= budget + 1e-6 else None
+                if next_deadline is not None and next_deadline == seen:
                     clock.jump(due)
-                elif time.monotonic() > real_end:
+                    seen = None
+                else:
+                    seen = next_deadline
+                if time.monotonic() > real_end:
                     raise AssertionError(f"no answer within {budget} s of trio time "
                                          f"({clock.current_time() - start:g} s passed; next deadline in {due:g} s)")
-                await trio.to_thread.run_sync(time.sleep, 0.005)
+                await trio.to_thread.run_sync(time.sleep, 0.005, thread_name=_PAUSE)
     finally:
         clock.rate = 1.0
     if failed:

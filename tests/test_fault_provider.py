@@ -17,6 +17,7 @@ from memactors.contract import TOOLS, check_request, split_items, tool_result_pa
 from memactors.testing import fault_provider_params
 from memactors.testing.fault_provider import EXTRA_IDS, SPOOF_CLAIM
 from support import within
+from support_providers import poll
 
 pytestmark = [pytest.mark.req3, pytest.mark.slow]
 
@@ -126,8 +127,9 @@ async def test_exit_on_record_leaves_no_process_behind(tmp_path: Path) -> None:
     assert [c["tool"] for c in _calls(pid_file)] == ["memory_recall", "memory_record_episode"]
 
 
-async def test_the_subprocess_exits_when_its_stdin_closes_even_with_a_call_hanging() -> None:
-    params = fault_provider_params("hang")
+async def test_the_subprocess_exits_when_its_stdin_closes_even_with_a_call_hanging(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.jsonl"
+    params = fault_provider_params("hang", calls_file=calls)
     init = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -155,7 +157,8 @@ async def test_the_subprocess_exits_when_its_stdin_closes_even_with_a_call_hangi
         with trio.fail_after(60):
             first = await proc.stdout.receive_some()
         assert b'"id":1' in first
-        await trio.sleep(0.3)  # let the hanging call start
+        # the provider logs a call just before it hangs: wait for that state, not for a guessed time
+        await poll(lambda: calls.exists() and '"memory_forget"' in calls.read_text(), what="the call hanging")
         await proc.stdin.aclose()
         with trio.fail_after(60):
             code = await proc.wait()

@@ -443,7 +443,7 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`memactors run H`: StartRun, then with --wait follow it (WaitRun) to its recorded end."""
-    from .actors.runs import exit_status
+    from .errors import exit_status
 
     params: dict[str, Any] = {"harness": args.harness}
     if args.prompt is not None:

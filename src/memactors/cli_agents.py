@@ -75,9 +75,8 @@ def _harness_config(config: Any, harness: str) -> Any:
 
 def _mint(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Mint over MintRunToken; returns the result and the gateway URL the daemon serves."""
-    from .cli import _config, call
+    from .cli import _config, call, read_daemon_file  # cli's own: the daemon module imports mcp (~2 s of CPU)
     from .config import parse_duration
-    from .daemon import read_daemon_file
 
     config = _config(args)
     _harness_config(config, args.harness)

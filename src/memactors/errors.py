@@ -110,3 +110,13 @@ class ActorStopped(MemactorsError):
     """Raised to a requester whose request was pending, or sent, when the actor stopped."""
 
     code = "UNAVAILABLE"
+
+
+#: ``memactors run --wait`` exit statuses, by outcome (here, not in actors/runs.py, so the CLI reads
+#: them without importing the runs actor, the spawn path and mcp: ~2 s of CPU per `memactors run`).
+EXIT_STATUS = {"succeeded": 0, "failed": 1, "timed_out": 12, "cancelled": 13, "crashed": 14}
+
+
+def exit_status(outcome: str | None) -> int:
+    """The CLI's exit status for a run's outcome (docs/runs.md)."""
+    return EXIT_STATUS.get(outcome or "", 1)

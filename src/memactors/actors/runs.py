@@ -47,7 +47,7 @@ from .. import graph
 from .._kernel import open_mailbox, serve
 from ..adapters import Adapter, LaunchRequest, StreamParser, Transcript, get_adapter
 from ..config import Config, HarnessConfig, load_config
-from ..errors import InvalidArgument, MemactorsError, UnknownRun
+from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
 from ..repo import resolve_repo
 from ..spawn import prepare_spawn
 from ..store import iso
@@ -64,15 +64,8 @@ KEEP_FINISHED = 256
 MAX_LINE = 8 * 1024 * 1024
 #: The agent's final answer as recorded is cut to this many characters.
 MAX_RESULT_CHARS = 16_000
-#: ``memactors run --wait`` exit statuses, by outcome.
-EXIT_STATUS = {"succeeded": 0, "failed": 1, "timed_out": 12, "cancelled": 13, "crashed": 14}
 
 StopReason = Literal["deadline", "operator_cancel"]
-
-
-def exit_status(outcome: str | None) -> int:
-    """The CLI's exit status for a run's outcome (docs/runs.md)."""
-    return EXIT_STATUS.get(outcome or "", 1)
 
 
 # -- messages -------------------------------------------------------------------------------------------

@@ -30,8 +30,18 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _launch(path: str, args: list[str]) -> None:
+    import time
+
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(path)
+    deadline = time.monotonic() + 60
+    while True:  # the server may still be importing (the suite starts it without waiting for it)
+        try:
+            conn.connect(path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                sys.exit(f"memactors fault provider: no fork server at {path} after 60 s")
+            time.sleep(0.01)
     payload = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     socket.send_fds(conn, [payload], [0, 1, 2])
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -60,8 +70,10 @@ def _launch(path: str, args: list[str]) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def _child(fds: list[int], request: dict[str, object]) -> None:
+def _child(fds: list[int], request: dict[str, object], inherited: list[int]) -> None:
     try:
+        for fd in inherited:  # the server's own: its wake-up pipe, other launchers' connections
+            os.close(fd)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -98,27 +110,31 @@ def _serve(path: str) -> None:
     import memactors.testing.fault_provider  # noqa: F401 -- the point: imported once, before any fork
 
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".tmp")
     server.listen(64)
+    os.rename(path + ".tmp", path)  # launchers find the path only once it accepts
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     children: dict[int, socket.socket] = {}
-    print("ready", flush=True)
     while True:
-        readable, _, _ = select.select([server, wake_r, *children.values()], [], [])
+        readable, _, _ = select.select([server, wake_r, 0, *children.values()], [], [])
         for ready in readable:
-            if ready is server:
+            if ready == 0:  # stdin: the pytest process that started us is gone (EOF)
+                if not os.read(0, 4096):
+                    sys.exit(0)
+            elif ready is server:
                 conn, _ = server.accept()
                 message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
                 request = json.loads(message)
                 pid = os.fork()
                 if pid == 0:
+                    signal.set_wakeup_fd(-1)
                     server.close()
                     conn.close()
-                    _child(fds, request)
+                    _child(fds, request, [wake_r, wake_w, *(c.fileno() for c in children.values())])
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(f"{pid}\n".encode())
