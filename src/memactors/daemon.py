@@ -13,7 +13,7 @@ import json
 import os
 import resource
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -141,16 +141,19 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
             metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())
-        await trio.to_thread.run_sync(write_daemon_file, state_dir, listening)
-        logger.bind(operator=listening.operator, gateway=gateway_url, metrics=listening.metrics,
-                    provider=config.memory.provider).info("memactors serving")
-        announce(listening)
-        task_status.started(listening)
-        try:
-            await _signals(holder, nursery.cancel_scope)
-        finally:
-            # A stale daemon.json would send the CLI to a port nobody listens on.
-            (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+        # The handlers are in place before daemon.json tells anyone where we are: a SIGTERM sent as soon
+        # as the file appears stops the daemon gracefully instead of killing it with the default action.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            await trio.to_thread.run_sync(write_daemon_file, state_dir, listening)
+            logger.bind(operator=listening.operator, gateway=gateway_url, metrics=listening.metrics,
+                        provider=config.memory.provider).info("memactors serving")
+            announce(listening)
+            task_status.started(listening)
+            try:
+                await _signals(holder, signals, nursery.cancel_scope)
+            finally:
+                # A stale daemon.json would send the CLI to a port nobody listens on.
+                (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
 
 
 def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
@@ -196,18 +199,17 @@ def _cannot_listen(key: str, address: str, exc: BaseException) -> ConfigError:
                        key=key, value=address)
 
 
-async def _signals(holder: ConfigHolder, scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                try:
-                    await trio.to_thread.run_sync(holder.reload)  # logs "configuration reloaded" once
-                except ConfigError as exc:
-                    logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
-                continue
-            logger.bind(signal=signal.Signals(signum).name).info("stopping")
-            scope.cancel()
-            return
+async def _signals(holder: ConfigHolder, signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        if signum == signal.SIGHUP:
+            try:
+                await trio.to_thread.run_sync(holder.reload)  # logs "configuration reloaded" once
+            except ConfigError as exc:
+                logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
+            continue
+        logger.bind(signal=signal.Signals(signum).name).info("stopping")
+        scope.cancel()
+        return
 
 
 def serve_main(config_path: Path | None) -> int:
