@@ -6,8 +6,8 @@
 For the same queries (2-3 words of an episode of the asking repository, limit 8), interleaved query by
 query, in this process (no daemon, no HTTP), it times:
 
-* **agent**: what the gateway's recall tool does below HTTP — `resolve_caller(token)` (its bearer
-  check), `caller_view(token, caller)`, then `agent_recall`
+* **agent**: what the gateway's recall tool does below HTTP — `caller_view(token)` (its bearer
+  gate: the token and the run's place in one read), then `agent_recall`
   (provider over in-process MCP, the REQ-9 re-check, facts, wrapper);
 * **embedded**: `MemoryService.recall` (operator recall, the library path);
 * **session**: `provider_call` to the provider session (schema checks, in-process MCP, the provider);
@@ -95,8 +95,7 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]]) -> di
         for z, q in queries:
             scope = scope_for(repo(z))
             t, c = time.perf_counter(), time.process_time()
-            caller = await svc.resolve_caller(tokens[z])  # what the gateway's bearer check does
-            view = await svc.caller_view(tokens[z], caller=caller)
+            view = await svc.caller_view(tokens[z])  # what the gateway's bearer gate does
             await svc.agent_recall(view, query=q, limit=LIMIT, call_id="bench")
             times["agent"].append(time.perf_counter() - t)
             cpu["agent"].append(time.process_time() - c)

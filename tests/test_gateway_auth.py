@@ -134,22 +134,17 @@ async def test_a_live_token_reaches_the_tools_as_its_run(served: tuple[MemorySer
 async def test_a_tools_call_resolves_its_token_and_the_runs_place_once(
         served: tuple[MemoryService, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The gate reads the token and the run's place in one hop and hands the view to the handler: one
-    ``caller_view`` per HTTP request, no separate ``resolve_caller`` (issue 11: a read hop per request less)."""
+    ``caller_view`` per HTTP request, none again in the handler (issue 11: a read hop per request less)."""
     service, url = served
     token, view = await as_run(service, "api-fixer", "r-once", API)
     calls: list[str] = []
-    real_view, real_resolve = service.caller_view, service.resolve_caller
+    real_view = service.caller_view
 
     async def counted_view(*args: object, **kwargs: object) -> object:
         calls.append("caller_view")
         return await real_view(*args, **kwargs)  # type: ignore[arg-type]
 
-    async def counted_resolve(*args: object, **kwargs: object) -> object:
-        calls.append("resolve_caller")
-        return await real_resolve(*args, **kwargs)  # type: ignore[arg-type]
-
     monkeypatch.setattr(service, "caller_view", counted_view)
-    monkeypatch.setattr(service, "resolve_caller", counted_resolve)
     async with gateway_client(url, token) as client:
         await client.call_tool("recall", {"query": "ledger"})  # the first call may also list the tools
         calls.clear()

@@ -140,14 +140,6 @@ class Caller:
 
 
 @attrs.frozen
-class PlacedCaller(Caller):
-    """A :class:`Caller` with the (repo, branch) its run works in, read in the same transaction as the
-    token (``None``: the graph records no place for the run), so building its view needs no second read."""
-
-    place: tuple[str, str | None] | None = None
-
-
-@attrs.frozen
 class CachedBriefing:
     """A run's briefing as first computed, served unchanged until refreshed (REQ-15, REQ-16 respawn)."""
 

@@ -114,15 +114,6 @@ def prepare_record(data: Any, source: str) -> RunRecord:
     return stored_record(parse_run_record(data, source=source))
 
 
-def _placed_caller(db: Any, token: str, now: datetime) -> graph.PlacedCaller | None:
-    """`graph.resolve_run_token` plus the run's place (`run_place`), in one read transaction."""
-    found = graph.resolve_run_token(db, token, now)
-    if found is None:
-        return None
-    return graph.PlacedCaller(found.harness, found.run_id, found.workdir,
-                              place=run_place(db, found.harness, found.run_id))
-
-
 def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
     """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread)."""
     out: list[RunRecord | MemactorsError] = []
@@ -517,28 +508,18 @@ class MemoryService:
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
 
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
-    async def resolve_caller(self, token: str) -> graph.Caller | None:
-        """The run a live bearer token belongs to; None for an unknown, expired or revoked one.
+    async def caller_view(self, token: str | None) -> View:
+        """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without a live one.
 
-        One read hop for the token and its run's place together: the answer is a `graph.PlacedCaller`,
-        so `caller_view` of it (the gateway's next step) needs no read of its own."""
+        One read hop: the token and its run's place are read together (the gateway's bearer gate calls
+        this once per HTTP request and hands the view to the tool handlers)."""
         now = self.wall_clock()
-        return await self.store.read(lambda db: _placed_caller(db, token, now))
 
-    async def caller_view(self, token: str | None, caller: graph.Caller | None = None) -> View:
-        """Resolve a gateway bearer token (or an already resolved `caller`) to the run's view (SPEC-0005);
-        unattributed without one. At most one read hop: the token and its run's place together, none
-        for a caller `resolve_caller` answered (its place was read with it)."""
-        if isinstance(caller, graph.PlacedCaller):
-            place = caller.place
-        else:
-            now = self.wall_clock()
+        def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:
+            found = graph.resolve_run_token(db, token or "", now)
+            return found, None if found is None else run_place(db, found.harness, found.run_id)
 
-            def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:
-                found = caller if caller is not None else graph.resolve_run_token(db, token or "", now)
-                return found, None if found is None else run_place(db, found.harness, found.run_id)
-
-            caller, place = await self.store.read(read)
+        caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
