@@ -264,3 +264,39 @@ async def test_issue11_sessions_resolved_for_a_batch_are_those_resolved_one_by_o
     assert together == one_by_one
     assert together[0]["s1"].key == "forge.example/acme/api" and together[3]["s1"].key is None
     assert len(together[1]["s1"].roots) == 2  # the toplevel and its spelling through the symlink
+
+
+async def test_issue11_a_record_attempt_past_provider_timeout_hands_its_row_back_to_the_retry_loop(
+        make_holder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingest holds its pending row back from the retry loop only while its own attempt runs: an
+    attempt that outlives provider_timeout answers "queued" and leaves the row due at once (the old
+    behaviour), not after `record_after`; the episode is then recorded once the slow provider answers."""
+    from memactors.builtin import BuiltinProvider
+    from memactors.service import open_memory_service
+    from memactors.store import iso
+
+    release = trio.Event()
+    real = BuiltinProvider.record
+
+    async def slow(self: BuiltinProvider, args: dict[str, Any]) -> dict[str, Any]:
+        await release.wait()  # answers only once the ingest has given up on it
+        return await real(self, args)
+
+    monkeypatch.setattr(BuiltinProvider, "record", slow)
+    async with open_memory_service(make_holder('[memory.episodes]\nprovider_timeout = "200ms"\n')) as svc:
+        await wait_ready(svc)
+        result = await svc.ingest_run(run_record(run_id="slow", result_text="ledger slow provider"))
+        assert result["outcome"] == "queued"
+        now = iso(svc.wall_clock())
+        row = await svc.store.read(lambda db: db.execute(
+            "SELECT next_at FROM pending WHERE kind = 'record' AND episode_id = ?", [result["episode_id"]]).fetchone())
+        assert row is not None and row[0] <= now  # due now: the loop may take it over
+        release.set()
+
+        async def indexed() -> bool:
+            return await svc.store.read(lambda db: db.execute(
+                "SELECT count(*) FROM memory_index WHERE episode_id = ?", [result["episode_id"]]).fetchone()[0]) == 1
+
+        with trio.fail_after(60):
+            while not await indexed():  # noqa: ASYNC110 -- waits on the store's state
+                await trio.sleep(0.02)

@@ -63,7 +63,15 @@ from .actors.index import (
     stored_runs,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
-from .actors.retention import ForgetEpisode, ForgetOutcome, PendingCounts, RecordNow, Retention, RetryNow
+from .actors.retention import (
+    ForgetEpisode,
+    ForgetOutcome,
+    Kick,
+    PendingCounts,
+    RecordNow,
+    Retention,
+    RetryNow,
+)
 from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import Summarize, SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
@@ -369,12 +377,24 @@ class MemoryService:
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len(text.encode())) as span:
             outcome = "queued"
-            with trio.move_on_after(self.config.episodes.provider_timeout):
+            with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
                 stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
                 outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
+            if attempt.cancelled_caught:
+                await self._release_record(episode.episode_id)
             span.set_attribute("memory.outcome", outcome)
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
+
+    async def _release_record(self, episode_id: str) -> None:
+        """This call's record attempt ran out of provider_timeout: the pending row it held back from the
+        retry loop (`record_after`) is due now, and the loop is told to look (an attempt still running in
+        the retention actor is in its in-flight set: the loop does not start a second one)."""
+        now = iso(self.wall_clock())
+        await self.store.write(lambda db: db.execute(
+            "UPDATE pending SET next_at = ? WHERE kind = 'record' AND provider = ? AND episode_id = ?"
+            " AND state = 'pending' AND next_at > ?", [now, self.provider, episode_id, now]))
+        await self.retention.address.tell(Kick())
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.address.ask(Summarize(text))
