@@ -304,10 +304,10 @@ async def test_a_failed_record_is_retried_when_its_row_is_due_not_a_minute_later
 @pytest.mark.slow
 async def test_a_record_backlog_drains_without_pausing_between_batches(
         make_holder: Callable[[str], ConfigHolder], mock_clock: trio.testing.MockClock) -> None:
-    """More due rows than one batch (100) drain while trio time stands still: the loop goes straight on
-    to the next batch instead of waiting 0.5 s after each."""
+    """More due rows than one batch (DUE_BATCH) drain while trio time stands still: the loop goes
+    straight on to the next batch instead of waiting 0.5 s after each."""
     async with open_memory_service(make_holder("")) as memory:
-        for n in range(110):
+        for n in range(retention_module.DUE_BATCH + 10):
             record = run_record(run_id=f"b{n}", trace_id=f"tb-{n}", result_text=f"fixed ledger rounding {n}")
             assert (await memory.ingest_run(record))["outcome"] == "recorded"
         now = "2000-01-01T00:00:00.000000Z"
@@ -319,4 +319,4 @@ async def test_a_record_backlog_drains_without_pausing_between_batches(
         async def drained() -> bool:
             return (await _pending(memory))["records"] == 0
 
-        await poll(drained, seconds=60, what="the 110-row backlog drained with trio time frozen")
+        await poll(drained, seconds=60, what="a backlog of more than one batch drained with trio time frozen")
