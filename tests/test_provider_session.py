@@ -285,12 +285,20 @@ def _fault_session(tmp_path: Path, store: Store, files: FaultFiles) -> ProviderS
         target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
 
 
+@pytest.fixture
+def direct_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider run as its own interpreter, not forked from the suite's fork server: these tests
+    compare the spare's pid with the pid the serving provider writes, which must be the same process."""
+    monkeypatch.delenv("MEMACTORS_FAULT_ZYGOTE", raising=False)
+
+
 def _spare_pid(session: ProviderSession) -> int | None:
     spare = session._standby
     return spare[0].pid if spare is not None else None
 
 
-async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advance(tmp_path: Path) -> None:
+async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advance(
+        tmp_path: Path, direct_provider: None) -> None:
     """Issue 9's 6-8 s: the new process spent them importing its code. Once a connection is ready the
     session starts a spare process; after a kill -9 the next connection uses that very process (its pid
     is the one that answers), and a new spare is started for the next time."""
@@ -317,7 +325,8 @@ async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advan
         store.close()
 
 
-async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_reconnects(tmp_path: Path) -> None:
+async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_reconnects(
+        tmp_path: Path, direct_provider: None) -> None:
     """A provider that cannot run twice (a lock taken at start, say) loses its spare: the session notices
     at the next connection, starts a fresh process as before and keeps no spare from then on."""
     files = FaultFiles(tmp_path / "fault")
