@@ -61,8 +61,6 @@ PRUNE_BATCH = 500
 CONCURRENT_ATTEMPTS = 32
 #: Due rows fetched (with their stored episodes) per read.
 DUE_BATCH = 256
-#: Loop-made record outcomes remembered for a late RecordNow (see Retention._settled).
-SETTLED_KEPT = 1024
 KINDS = ("record", "forget")
 
 
@@ -208,9 +206,6 @@ class Retention:
         self._wake = trio.Event()
         self._failing = False  # the last record attempt failed: the next success makes the backlog due
         self._inflight: set[tuple[str, str, str, str]] = set()
-        #: outcomes of record attempts the loop made, for a RecordNow that arrives after the loop picked
-        #: up its (just committed) row and finished with it: answered, not attempted twice (bounded)
-        self._settled: dict[tuple[str, str, str, str], str] = {}
         self._builtin: Any = None
         self.address, self._mailbox = open_mailbox("retention", 32)
         self._log = logger.bind(actor="retention", provider=provider)
@@ -231,11 +226,9 @@ class Retention:
     async def _handle(self, message: object) -> object:
         match message:
             case RecordNow(episode_id=episode_id, stored=stored):
-                attempt = Attempt("record", episode_id, "", self._provider)
-                settled = self._settled.pop(_key(attempt), None)
-                if settled is not None:
-                    return settled
-                return await self._attempt(attempt, stored)
+                # The ingest committed the row not due before its own attempt is over (`record_after`),
+                # so the loop does not race this attempt for a fresh record.
+                return await self._attempt(Attempt("record", episode_id, "", self._provider), stored)
             case Kick():
                 self._wake.set()
                 return None
@@ -325,11 +318,7 @@ class Retention:
 
         async def one(attempt: Attempt) -> None:
             async with limiter:
-                outcome = await self._attempt(attempt, attempt.stored)
-            if attempt.kind == "record":
-                self._settled[_key(attempt)] = outcome
-                if len(self._settled) > SETTLED_KEPT:
-                    del self._settled[next(iter(self._settled))]
+                await self._attempt(attempt, attempt.stored)
 
         while True:
             self._wake = trio.Event()
