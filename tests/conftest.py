@@ -107,6 +107,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     own1, kids1 = cpu()
     out = Path(_CPU_DIR) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv"
+    out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8") as f:
         f.write(f"{item.nodeid}\t{own1 - own0:.3f}\t{kids1 - kids0:.3f}\t{time.monotonic() - wall0:.3f}\n")
 
