@@ -6,6 +6,7 @@ import io
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -17,10 +18,18 @@ from memactors.logs import configure_logging
 from memactors.service import DB_NAME, open_memory_service
 from memactors.store import MAX_FIELD_CHARS, Store, bound_field, iso
 from support import wait_ready
+from support_providers import poll
 
 
 def _db_bytes(state: Path) -> int:
     return sum(p.stat().st_size for p in state.iterdir() if p.name.startswith(DB_NAME))
+
+
+async def _checkpointed(service: Any) -> None:
+    """The WAL copied into the database and truncated, so the bytes on disk are the stored rows, not
+    how many write transactions the batching happened to make (each appends whole 8 KiB pages)."""
+    # A read by one of the service's own loops can keep a checkpoint from completing: try again.
+    await poll(service.store.checkpoint, what="a complete WAL checkpoint")
 
 
 def test_a_caller_supplied_string_is_bounded_and_loses_its_control_characters() -> None:
@@ -41,6 +50,7 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
             await wait_ready(service)
             url = await service.start_gateway(nursery)
             await service.call_log.flush()
+            await _checkpointed(service)
             before = _db_bytes(tmp_path / "state")
             # Raw JSON-RPC on a 2025-06-18 session, as an attacker's script would send it: the SDK client
             # mirrors the tool name into an Mcp-Name header, which hypercorn refuses past 16 KiB anyway.
@@ -63,6 +73,7 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
             await service.call_log.flush()
             rows = await service.store.read(lambda db: db.execute(
                 "SELECT caller, server, tool, outcome FROM call_log WHERE outcome = 'denied'").fetchall())
+            await _checkpointed(service)
             grown = _db_bytes(tmp_path / "state") - before
             nursery.cancel_scope.cancel()
     finally:
