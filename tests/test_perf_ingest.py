@@ -171,12 +171,13 @@ async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attemp
     record = prepare_record(run_record(run_id="p", result_text="ledger"), "p.json")
     (assembled,) = await memory.assembler.address.ask(AssembleMany(((record, None),)))
     later = "2999-01-01T00:00:00.000000Z"
-    before = memory.store.transactions
     (stored,) = await memory.index.address.ask(RecordRuns((RecordRun(
         record=record, repo=assembled.repo, branch=assembled.branch, paths=assembled.paths,
         episode=assembled.episode, text=assembled.text, provider=memory.provider, clean=True,
         record_after=later),)))
-    assert stored.run_new and stored.episode_new and memory.store.transactions == before + 1
+    # (one write for the batch is the test above's: the store's transaction counter also counts the
+    # service's own loops' writes, e.g. the call log's batches, so it is no measure here)
+    assert stored.run_new and stored.episode_new
     row = await memory.store.read(lambda db: db.execute(
         "SELECT first_at < next_at, next_at FROM pending WHERE kind = 'record' AND episode_id = ?",
         [assembled.episode.episode_id]).fetchone())
