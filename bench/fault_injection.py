@@ -161,7 +161,7 @@ async def daemon_phase(cycles: int, clients: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------- provider kill -9
 
 
-def _provider_config(root: Path) -> Path:
+def _provider_config(root: Path, *, spare: bool = True) -> Path:
     pidfile, state = root / "provider.pid", root / "provider-state.json"
     from memactors.testing import fault_provider_params
 
@@ -170,7 +170,8 @@ def _provider_config(root: Path) -> Path:
     path.write_text(
         f'[store]\npath = "{root / "state"}"\n'
         '[memory]\nprovider = "fault"\n[memory.episodes]\nprovider_timeout = "2s"\nsummary = false\n'
-        f"[mcp.fault]\ncommand = {json.dumps(params.command)}\nargs = {json.dumps(list(params.args))}\n",
+        f"[mcp.fault]\ncommand = {json.dumps(params.command)}\nargs = {json.dumps(list(params.args))}\n"
+        f"spare_process = {'true' if spare else 'false'}\n",
         encoding="utf-8")
     return path
 
@@ -182,9 +183,10 @@ def _pid(root: Path) -> int | None:
         return None
 
 
-async def provider_phase(cycles: int, clients: int, pace: float, gap: float | None = None) -> dict[str, Any]:
+async def provider_phase(cycles: int, clients: int, pace: float, gap: float | None = None,
+                         spare: bool = True) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="memactors-fault-"))
-    config = _provider_config(root)
+    config = _provider_config(root, spare=spare)
     holder = await trio.to_thread.run_sync(ConfigHolder, lambda: load_config(config, env={"HOME": str(root)}))
     acknowledged: set[str] = set()
     recoveries: list[float] = []
@@ -251,21 +253,18 @@ def main(argv: list[str] | None = None) -> int:
                              " gap longer than the provider's start-up lets the spare process warm up")
     parser.add_argument("--provider-only", action="store_true", help="skip the daemon kill -9 phase")
     parser.add_argument("--no-spare", action="store_true",
-                        help="no spare stdio provider process started in advance (how it was before issue 11):"
+                        help="`spare_process = false` for the provider (how it was before issue 11):"
                              " the replacement is started when the old one is found dead")
     args = parser.parse_args(argv)
     if args.quick:
         args.daemon_cycles, args.provider_cycles = 5, 3
     configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "ERROR"))
-    if args.no_spare:
-        from memactors.actors import provider_session
-
-        provider_session.STANDBY = False
 
     async def run() -> tuple[dict[str, Any], dict[str, Any]]:
         daemon = ({"cycles": 0, "attempted": 0, "acknowledged": 0, "lost": 0, "integrity_failures": 0,
                    "clean_exit": None} if args.provider_only else await daemon_phase(args.daemon_cycles, args.clients))
-        return daemon, await provider_phase(args.provider_cycles, args.clients, args.pace, args.gap)
+        return daemon, await provider_phase(args.provider_cycles, args.clients, args.pace, args.gap,
+                                              spare=not args.no_spare)
 
     daemon, provider = trio.run(run)
     print(machine())

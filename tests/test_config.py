@@ -295,6 +295,15 @@ def test_mcp_upstream_keys(cfg: Layout) -> None:
         stdio.env["TOKEN"] = "changed"  # type: ignore[index]
 
 
+def test_mcp_spare_process_defaults_on_and_a_bad_value_names_the_key(cfg: Layout) -> None:
+    cfg.write_global('[mcp.a]\ncommand = "srv"\n\n[mcp.b]\ncommand = "srv"\nspare_process = false\n')
+    config = cfg.load()
+    assert (config.mcp["a"].spare_process, config.mcp["b"].spare_process) == (True, False)
+    cfg.write_global('[mcp.b]\ncommand = "srv"\nspare_process = "no"\n')
+    err = fails(cfg)
+    assert "spare_process" in str(err) and "true or false" in str(err)
+
+
 @pytest.mark.parametrize("body", ["", 'command = "a"\nurl = "http://b"\n'])
 def test_mcp_needs_exactly_one_of_command_or_url(cfg: Layout, body: str) -> None:
     cfg.write_global(f"[mcp.bad]\n{body}")

@@ -352,6 +352,28 @@ async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_r
         store.close()
 
 
+@pytest.mark.parametrize("spare", [True, False], ids=["spare_process-true", "spare_process-false"])
+async def test_spare_process_false_keeps_no_spare(tmp_path: Path, spare: bool) -> None:
+    """`[mcp.<name>] spare_process = false`: for a provider that must not run twice or loads its state
+    only at start, no process is started in advance (the same call starts one when it is true)."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    session = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=3600.0,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid),
+        spare_process=lambda: spare)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
+            await session._prepare_standby()  # what the connection loop runs once the session is ready
+            assert (session._standby is not None) == spare
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
 async def test_the_spare_process_is_stopped_with_the_session(tmp_path: Path) -> None:
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()

@@ -145,6 +145,10 @@ class McpServerConfig:
     #: from the episode memactors gave it, so REQ-9's text check is skipped for it (issue 9; see README
     #: "What a lying provider can and cannot do"). Default false: item text must come from the episode.
     own_text: bool = False
+    #: ``spare_process``: keep one spare process of a stdio upstream started in advance, so a provider
+    #: that dies is replaced in well under a second instead of after a new interpreter's start-up. Set
+    #: it false for a provider that must not run twice at once or loads shared state only at start.
+    spare_process: bool = True
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -861,6 +865,7 @@ def _build_mcp(
             headers=headers,
             shared=s.bool_("shared", True),
             own_text=s.bool_("own_text", False),
+            spare_process=s.bool_("spare_process", True),
         )
         s.finish()
     return servers, defaults

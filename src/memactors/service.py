@@ -984,6 +984,8 @@ async def open_memory_service(
                 metrics=metrics, provider_timeout=config.episodes.provider_timeout, wall_clock=wall_clock,
                 on_ready=session_ready, call_log=service.call_log,
                 endpoint=provider_endpoint(config.provider_upstream),
+                spare_process=lambda: (holder.current.provider_upstream is None
+                                       or holder.current.provider_upstream.spare_process),
                 export_spans=lambda: holder.current.telemetry.export_all)
             await sup.start(ChildSpec("provider_session", service.session.run))
             service.index = Index(store, wall_clock=wall_clock)

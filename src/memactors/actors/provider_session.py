@@ -70,8 +70,6 @@ STDERR_WINDOW = 10.0
 #: A stdio provider that closed its stdin is given this long to exit before SIGTERM to its process group,
 #: and as long again before SIGKILL (the SDK's own stdio client waits the same).
 STOP_GRACE = 2.0
-#: Keep one spare stdio provider process started in advance (see `ProviderSession`).
-STANDBY = True
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
        "memory_contract": "contract"}
 
@@ -129,8 +127,10 @@ class ProviderSession:
         on_ready: Callable[[], Awaitable[None]] | None = None,
         call_log: CallLog | None = None,
         export_spans: Callable[[], bool] = lambda: False,
+        spare_process: Callable[[], bool] = lambda: True,
     ) -> None:
         self.provider = provider
+        self._spare_process = spare_process  # `[mcp.<name>] spare_process`, read when a spare would start
         self._target = target
         self._store = store
         self._metrics = metrics
@@ -156,9 +156,9 @@ class ProviderSession:
         #: is one failure however many calls were in flight
         self._generation = 0
         self._failure_reported_for = -1
-        #: the spare stdio process and the parameters it was started with (STANDBY)
+        #: the spare stdio process and the parameters it was started with (`spare_process`)
         self._standby: tuple[trio.Process, mcp.StdioServerParameters] | None = None
-        self._standby_ok = STANDBY
+        self._standby_ok = True  # false once a spare exited before use: this provider cannot run twice
         self._log = logger.bind(actor="provider_session", provider=provider)
 
     @property
@@ -284,7 +284,7 @@ class ProviderSession:
 
     async def _prepare_standby(self) -> None:
         """Start the spare process for the next connection, once per ready connection."""
-        if not self._standby_ok or self._standby is not None:
+        if not self._standby_ok or self._standby is not None or not self._spare_process():
             return
         target = self._target()
         if not isinstance(target, mcp.StdioServerParameters):
