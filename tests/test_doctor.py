@@ -40,6 +40,20 @@ def test_builtin_provider_is_healthy_and_stays_on_host(tmp_path: Path) -> None:
     assert all(r.status not in ("warn", "fail") for r in rows.values())
 
 
+def test_an_actor_out_of_a_resource_warns_then_fails_at_the_alarm(tmp_path: Path) -> None:
+    """Issue 9's resource exhaustion, surfaced: a spell under the alarm warns, one past it fails, and
+    the row says what ran out and when the daemon gives up."""
+    config = _config(tmp_path, "")
+    spells = {"index": {"seconds": 42.0, "attempts": 3, "error": "OSError EMFILE"},
+              "retention": {"seconds": 400.0, "attempts": 9, "error": "OSError ENOSPC"}}
+    rows = _rows(config, _status(), exhausted=spells, exhaustion_alarm=300.0, exhaustion_limit=1800.0)
+    assert rows["memory actor index"].status == "warn"
+    assert "EMFILE" in rows["memory actor index"].message and "3 restarts in 42 s" in rows["memory actor index"].message
+    assert rows["memory actor retention"].status == "fail"
+    assert "gives up (exit 75) after 30 minutes" in rows["memory actor retention"].message
+    assert not any(name.startswith("memory actor") for name in _rows(config, _status()))
+
+
 @pytest.mark.req18
 def test_req18_a_network_provider_is_visible(tmp_path: Path) -> None:
     config = _config(tmp_path, '[memory]\nprovider = "zep"\n[mcp.zep]\nurl = "https://zep.example.net/mcp"\n')

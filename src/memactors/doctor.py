@@ -35,8 +35,17 @@ def doctor_rows(
     oldest_pending_seconds: Mapping[str, float],
     degraded_recalls_24h: int,
     episodes_missing_vectors: int,
+    exhausted: Mapping[str, Mapping[str, Any]] | None = None,
+    exhaustion_alarm: float = 300.0,
+    exhaustion_limit: float = 1800.0,
 ) -> list[Row]:
-    """The memory rows of `harness doctor` (REQ-19) plus REQ-18's note about where episodes go."""
+    """The memory rows of `harness doctor` (REQ-19) plus REQ-18's note about where episodes go.
+
+    ``exhausted`` is the supervisor's `exhausted()`: actors restarting after running out of a resource
+    (file descriptors, memory, disk). Each warns, and fails once its spell has lasted
+    ``exhaustion_alarm`` seconds (when the daemon logs its CRITICAL line); at ``exhaustion_limit`` the
+    daemon gives up and exits 75.
+    """
     rows: list[Row] = []
     provider = status["provider"]
     state = status["state"]
@@ -69,6 +78,12 @@ def doctor_rows(
             count = int(pending.get(f"{kind}s", 0))
             rows.append(Row("warn", f"memory {kind}s pending",
                             f"{count} {kind}s pending, the oldest for {int(age // 3600)} h"))
+    for name, spell in sorted((exhausted or {}).items()):
+        seconds = float(spell.get("seconds") or 0.0)
+        rows.append(Row("fail" if seconds >= exhaustion_alarm else "warn", f"memory actor {name}",
+                        f"restarting after running out of a resource ({spell.get('error') or 'unknown'}): "
+                        f"{spell.get('attempts', 0)} restarts in {int(seconds)} s; the daemon gives up "
+                        f"(exit 75) after {int(exhaustion_limit // 60)} minutes of this"))
     if degraded_recalls_24h:
         rows.append(Row("warn", "memory recall degraded",
                         f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"))

@@ -690,7 +690,9 @@ class MemoryService:
         rows = doctor_rows(
             self.config, status, oldest_pending_seconds=await self.store.read(oldest),
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
-            episodes_missing_vectors=await self.episodes_missing_vectors())
+            episodes_missing_vectors=await self.episodes_missing_vectors(),
+            exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
+            exhaustion_limit=self.supervisor.exhaustion_limit)
         return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}
 
     async def episodes_missing_vectors(self) -> int:
