@@ -24,7 +24,6 @@ from ..episode import (
     clean,
     render_text,
     repo_files,
-    resolve_sessions,
     resolve_sessions_many,
     skip_reason,
     stored_record,
@@ -132,36 +131,11 @@ class Assembler:
                 raise TypeError(f"assembler cannot handle {type(message).__name__}")
 
     async def _assemble(self, record: RunRecord, harness: HarnessConfig | None = None) -> Assembled:
-        config = self._config()
-        harness = harness or config.harness.get(record.harness)
-        repos = await resolve_sessions(record)
-        primary = record.primary_session
-        where = repos.get(primary.session_id) if primary else None
-        repo = clean(where.key) if where and where.key else None  # a key from git is not from the record
-        branch = primary.git_branch if primary else None
-        paths = repo_files(record, repos)[:MAX_GRAPH_PATHS]
-        reason = skip_reason(
-            record, repos,
-            memory_record=harness.memory_record if harness else True,
-            record_trace=harness.record_trace if harness else True,
-        )
-        if reason is not None:
-            return Assembled(None, None, reason, repo, branch, paths)
-        assert repo is not None  # skip_reason guarantees a primary repository
-        pull_request = await self._pull_request_for(repo, branch)
-        options: dict[str, Any] = dict(
-            excerpt_chars=config.episodes.excerpt_chars,
-            untrusted_inline=harness.untrusted_inline if harness else False,
-            pull_request=pull_request,
-        )
-        episode, text = await trio.to_thread.run_sync(lambda: _assembled(record, repos, options))
-        summary: SummaryResult | None = None
-        if config.episodes.summary:
-            summary = await self._summary(text)
-            if summary.summary:
-                episode, text = await trio.to_thread.run_sync(
-                    lambda: _assembled(record, repos, {**options, "summary": summary.summary}))
-        return Assembled(episode, text, None, repo, branch, paths, summary)
+        """One record: `_assemble_many` of one, its refusal raised."""
+        (result,) = await self._assemble_many(((record, harness),))
+        if isinstance(result, MemactorsError):
+            raise result
+        return result
 
     async def _pull_requests(self, pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], str | None]:
         return {pair: await self._pull_request_for(*pair) for pair in dict.fromkeys(pairs)}
