@@ -41,7 +41,7 @@ def _launch(path: str, args: list[str]) -> None:
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() > deadline:
                 sys.exit(f"memactors fault provider: no fork server at {path} after 60 s")
-            time.sleep(0.01)
+            time.sleep(0.01)  # ok: the launcher is a plain synchronous process, no trio loop
     payload = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     socket.send_fds(conn, [payload], [0, 1, 2])
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -92,7 +92,7 @@ def _child(fds: list[int], request: dict[str, object], inherited: list[int]) -> 
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except BaseException:
+    except BaseException:  # ok: the forked child's last frame: report anything, exit 1 (no trio here)
         import traceback
 
         traceback.print_exc()
