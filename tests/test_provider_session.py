@@ -6,7 +6,8 @@ import hashlib
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -279,10 +280,23 @@ async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flig
         store.close()
 
 
-def _fault_session(tmp_path: Path, store: Store, files: FaultFiles) -> ProviderSession:
-    return ProviderSession(
-        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
-        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
+@asynccontextmanager
+async def _serving(tmp_path: Path, **session: Any) -> AsyncIterator[tuple[ProviderSession, FaultFiles]]:
+    """A running session to the stdio fault provider (heartbeat 0.2 s unless given); stopped on exit."""
+    files = FaultFiles(tmp_path / "fault")
+    files.root.mkdir()
+    store = await Store.open(tmp_path / "m.db")
+    running = ProviderSession(
+        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0,
+        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid),
+        **({"heartbeat": 0.2} | session))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(running.run)
+            yield running, files
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
 
 
 @pytest.fixture
@@ -302,121 +316,71 @@ async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advan
     """Issue 9's 6-8 s: the new process spent them importing its code. Once a connection is ready the
     session starts a spare process; after a kill -9 the next connection uses that very process (its pid
     is the one that answers), and a new spare is started for the next time."""
-    files = FaultFiles(tmp_path / "fault")
-    files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
-    session = _fault_session(tmp_path, store, files)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run)
-            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
-                       seconds=60, what="ready, with a spare process")
-            first, spare = files.read_pid(), _spare_pid(session)
-            assert first is not None and spare is not None and spare != first
-            os.kill(first, signal.SIGKILL)
-            await poll(lambda: files.read_pid() == spare and session.status().state == "ready",
-                       seconds=60, what="the spare process serving")
-            with trio.fail_after(60):
-                await provider_call(session.address, "memory_record_episode", _record_args())
-            assert list(files.stored()) == [_record_args()["episode_id"]]
-            await poll(lambda: _spare_pid(session) not in (None, spare), seconds=60, what="a new spare")
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+    async with _serving(tmp_path) as (session, files):
+        await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                   seconds=60, what="ready, with a spare process")
+        first, spare = files.read_pid(), _spare_pid(session)
+        assert first is not None and spare is not None and spare != first
+        os.kill(first, signal.SIGKILL)
+        await poll(lambda: files.read_pid() == spare and session.status().state == "ready",
+                   seconds=60, what="the spare process serving")
+        with trio.fail_after(60):
+            await provider_call(session.address, "memory_record_episode", _record_args())
+        assert list(files.stored()) == [_record_args()["episode_id"]]
+        await poll(lambda: _spare_pid(session) not in (None, spare), seconds=60, what="a new spare")
 
 
 async def test_a_spare_that_exits_before_use_is_not_kept_and_the_session_still_reconnects(
         tmp_path: Path, direct_provider: None) -> None:
     """A provider that cannot run twice (a lock taken at start, say) loses its spare: the session notices
     at the next connection, starts a fresh process as before and keeps no spare from then on."""
-    files = FaultFiles(tmp_path / "fault")
-    files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
-    session = _fault_session(tmp_path, store, files)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run)
-            await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
-                       seconds=60, what="ready, with a spare process")
-            first, spare = files.read_pid(), _spare_pid(session)
-            assert first is not None and spare is not None
-            os.kill(spare, signal.SIGKILL)
-            os.kill(first, signal.SIGKILL)
-            await poll(lambda: files.read_pid() not in (None, first, spare) and session.status().state == "ready",
-                       seconds=60, what="a fresh process serving")
-            assert session._standby is None and not session._standby_ok
-            with trio.fail_after(60):
-                await provider_call(session.address, "memory_record_episode", _record_args())
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+    async with _serving(tmp_path) as (session, files):
+        await poll(lambda: session.status().state == "ready" and _spare_pid(session) is not None,
+                   seconds=60, what="ready, with a spare process")
+        first, spare = files.read_pid(), _spare_pid(session)
+        assert first is not None and spare is not None
+        os.kill(spare, signal.SIGKILL)
+        os.kill(first, signal.SIGKILL)
+        await poll(lambda: files.read_pid() not in (None, first, spare) and session.status().state == "ready",
+                   seconds=60, what="a fresh process serving")
+        assert session._standby is None and not session._standby_ok
+        with trio.fail_after(60):
+            await provider_call(session.address, "memory_record_episode", _record_args())
 
 
 @pytest.mark.parametrize("spare", [True, False], ids=["spare_process-true", "spare_process-false"])
 async def test_spare_process_false_keeps_no_spare(tmp_path: Path, spare: bool) -> None:
     """`[mcp.<name>] spare_process = false`: for a provider that must not run twice or loads its state
     only at start, no process is started in advance (the same call starts one when it is true)."""
-    files = FaultFiles(tmp_path / "fault")
-    files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
-    session = ProviderSession(
-        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=3600.0,
-        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid),
-        spare_process=lambda: spare)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run)
-            await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
-            await session._prepare_standby()  # what the connection loop runs once the session is ready
-            assert (session._standby is not None) == spare
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+    async with _serving(tmp_path, heartbeat=3600.0, spare_process=lambda: spare) as (session, _):
+        await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
+        await session._prepare_standby()  # what the connection loop runs once the session is ready
+        assert (session._standby is not None) == spare
 
 
 async def test_the_spare_process_is_stopped_with_the_session(tmp_path: Path) -> None:
-    files = FaultFiles(tmp_path / "fault")
-    files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
-    session = _fault_session(tmp_path, store, files)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run)
-            await poll(lambda: _spare_pid(session) is not None, seconds=60, what="a spare process")
-            assert session._standby is not None
-            spare = session._standby[0]
-            nursery.cancel_scope.cancel()
-        assert spare.returncode is not None, "the spare was stopped and reaped"
-        assert session._standby is None
-    finally:
-        store.close()
+    async with _serving(tmp_path) as (session, _):
+        await poll(lambda: _spare_pid(session) is not None, seconds=60, what="a spare process")
+        assert session._standby is not None
+        spare = session._standby[0]
+    assert spare.returncode is not None, "the spare was stopped and reaped"
+    assert session._standby is None
 
 
 async def test_a_stdio_provider_that_dies_while_idle_is_replaced_without_waiting_for_a_heartbeat(
         tmp_path: Path) -> None:
     """The closed pipe is the news: with no call in flight and the heartbeat an hour away, a killed
     provider is still noticed and replaced (the session goes down, then ready on a new process)."""
-    files = FaultFiles(tmp_path / "fault")
-    files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
-    session = ProviderSession(
-        provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=3600.0,
-        target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
     states: list[str] = []
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run)
-            await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
-            first = files.read_pid()
-            assert first is not None
-            os.kill(first, signal.SIGKILL)
+    async with _serving(tmp_path, heartbeat=3600.0) as (session, files):
+        await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
+        first = files.read_pid()
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
 
-            def watch() -> bool:
-                states.append(session.status().state)
-                return files.read_pid() not in (None, first) and session.status().state == "ready"
+        def watch() -> bool:
+            states.append(session.status().state)
+            return files.read_pid() not in (None, first) and session.status().state == "ready"
 
-            await poll(watch, seconds=60, what="a new process, ready, with no call and no heartbeat")
-            assert "down" in states
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+        await poll(watch, seconds=60, what="a new process, ready, with no call and no heartbeat")
+        assert "down" in states
