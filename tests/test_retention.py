@@ -227,6 +227,8 @@ async def test_req10_retention_applies_to_an_external_provider(
         clock.shift = timedelta(days=31)
         await poll(lambda: any(c["tool"] == "memory_forget" and c["arguments"] == {"id": eid}
                                for c in files.read_calls()), what="memory_forget for the episode's id")
+        # The fault provider logs a call before it applies it and saves its state: wait for the state.
+        await poll(lambda: eid not in files.stored(), what="the episode gone from the provider's state")
         assert eid not in files.stored()
 
         async def body_gone() -> bool:
