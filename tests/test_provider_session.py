@@ -354,7 +354,10 @@ async def test_spare_process_false_keeps_no_spare(tmp_path: Path, spare: bool) -
     only at start, no process is started in advance (the same call starts one when it is true)."""
     async with _serving(tmp_path, heartbeat=3600.0, spare_process=lambda: spare) as (session, _):
         await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
-        await session._prepare_standby()  # what the connection loop runs once the session is ready
+        if spare:
+            await poll(lambda: session._standby is not None, seconds=60, what="a spare process")
+        else:
+            await session._prepare_standby()  # what the connection loop runs once the session is ready
         assert (session._standby is not None) == spare
 
 

@@ -159,6 +159,7 @@ class ProviderSession:
         #: the spare stdio process and the parameters it was started with (`spare_process`)
         self._standby: tuple[trio.Process, mcp.StdioServerParameters] | None = None
         self._standby_ok = True  # false once a spare exited before use: this provider cannot run twice
+        self._spare_starting = False
         self._log = logger.bind(actor="provider_session", provider=provider)
 
     @property
@@ -284,16 +285,20 @@ class ProviderSession:
 
     async def _prepare_standby(self) -> None:
         """Start the spare process for the next connection, once per ready connection."""
-        if not self._standby_ok or self._standby is not None or not self._spare_process():
+        if (not self._standby_ok or self._standby is not None or self._spare_starting
+                or not self._spare_process()):
             return
         target = self._target()
         if not isinstance(target, mcp.StdioServerParameters):
             return
+        self._spare_starting = True  # a second caller during the spawn must not start another one
         try:
             process = await self._spawn(target)
         except OSError as exc:
             self._log.bind(error=type(exc).__name__).warning("spare provider process not started")
             return
+        finally:
+            self._spare_starting = False
         self._standby = (process, target)
         self._log.bind(pid=process.pid).debug("spare provider process started")
 
