@@ -145,9 +145,10 @@ def build_corpus(state: Path, n: int, seed: int = 7) -> dict[int, list[str]]:
                      "{}", now])
                 db.execute(
                     "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
-                    " started_at, recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " started_at, recorded_at, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [eid, harness, run_id, repo(z), "main", scope_for(repo(z)), "standard", outcome, started,
-                     now, json.dumps({"adapter": "claude-code", "model": "bench-model"}), text])
+                     now, json.dumps({**fields, "adapter": "claude-code", "model": "bench-model"},
+                                     ensure_ascii=False)])
                 db.execute(
                     "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
                     " VALUES ('builtin', ?, ?, ?, ?)", [eid, eid, scope_for(repo(z)), now])

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memactors._wire import episode_json, parse_run_record
+from memactors._wire import episode_json, episode_to_dict, parse_run_record
+from memactors.actors.index import stored_copy, text_belongs_body
 from memactors.episode import (
     FIELD_ORDER,
     MAX_FIELD_BYTES,
@@ -167,6 +168,27 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert "files_touched: dir/new\\\\line.go" in lines and "verify_failures: ab: 1" in lines
     assert "pull_request: https://forge.example/acme/api/pull/7" in lines
     assert "summary: " in lines and "cost_usd: " in lines
+
+
+def test_issue11_the_text_check_reads_the_stored_body_as_it_read_the_rendering() -> None:
+    """The store keeps an episode's body alone (migration 0007): the text memory_record_episode sends is
+    rendered from it byte for byte, and REQ-9's text check against the body accepts what the rendering
+    holds (any line, any snippet, escaped words) and refuses a word the episode does not have."""
+    rec = record(result_text="ledger rounding\u2028fixed in cents, café", events=[edit("internal/ledger.go")])
+    ep = assemble(rec, fixed(rec), excerpt_chars=600)
+    body, text = episode_json(ep), render_text(ep)
+    assert stored_copy(body) == (json.loads(body), text)
+    for line in text.splitlines():
+        assert text_belongs_body(line, body), line
+    assert text_belongs_body("…ledger rounding\\nfixed in [cents]…", body)  # the escaped break, as rendered
+    assert text_belongs_body("rounding fixed café", body) and text_belongs_body("", body)
+    assert not text_belongs_body("ledger proration", body) and not text_belongs_body("invoice", body)
+    # A body whose JSON spells a word differently from the rendering (here ASCII escapes) falls back to
+    # the rendering itself: the honest word passes, a foreign one still does not.
+    ascii_body = json.dumps(episode_to_dict(ep))
+    assert "café" not in ascii_body
+    assert text_belongs_body("café", ascii_body) and not text_belongs_body("invoice café", ascii_body)
+    assert not text_belongs_body("ledger", '{"not": "an episode"}')  # vouches for nothing but its words
 
 
 @pytest.mark.req6

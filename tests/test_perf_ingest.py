@@ -134,10 +134,10 @@ async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_recor
         calls.append(len(runs))
         return real_runs(db, runs, now)
 
-    def failing(db: Any, episode: Any, text: str, **kw: Any) -> bool:
+    def failing(db: Any, episode: Any, **kw: Any) -> bool:
         if episode.run_id == "w":
             raise InvalidArgument("the store refused this episode", field="episode")
-        return real_episode(db, episode, text, **kw)
+        return real_episode(db, episode, **kw)
 
     monkeypatch.setattr(index, "record_runs", counting)
     monkeypatch.setattr(index, "store_episode", failing)

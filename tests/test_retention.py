@@ -35,7 +35,7 @@ async def _pending(memory: MemoryService) -> dict[str, int]:
 
 async def _body(memory: MemoryService, episode_id: str) -> tuple[Any, ...]:
     return await memory.store.read(lambda db: db.execute(
-        "SELECT forgotten_at, body IS NULL, text IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone())
+        "SELECT forgotten_at, body IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone())
 
 
 @pytest.mark.req13
@@ -97,8 +97,8 @@ async def test_forgetting_with_the_builtin_provider_removes_it_everywhere(memory
     out = await memory.forget(eid)
     assert out["ids"] == 1 and out["forgotten"] == 1 and out["pending"] == 0 and out["body_deleted"]
     assert (await memory.recall(query="ledger", repo=REPO))["episodes"] == []
-    forgotten_at, no_body, no_text = await _body(memory, eid)
-    assert forgotten_at and no_body and no_text
+    forgotten_at, no_body = await _body(memory, eid)
+    assert forgotten_at and no_body
     docs = await memory.store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
     assert docs == 0
     view = await memory.get_episode(eid)
@@ -136,8 +136,8 @@ async def test_req10_forget_holds_while_the_provider_is_down(
 
         await poll(done, seconds=40, what="the forget retried to completion")
         assert eid not in files.stored()
-        _, no_body, no_text = await _body(memory, eid)
-        assert no_body and no_text, "the stored body goes once every id is forgotten"
+        _, no_body = await _body(memory, eid)
+        assert no_body, "the stored body goes once every id is forgotten"
 
 
 @pytest.mark.req10
@@ -161,8 +161,8 @@ async def test_a_forget_that_keeps_failing_is_marked_forget_failed_after_24_hour
                 break
             await trio.sleep(1800)
         assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 1}
-        forgotten_at, no_body, no_text = await _body(memory, eid)
-        assert forgotten_at and no_body and no_text, "failed counts as done: the body goes, the tombstone stays"
+        forgotten_at, no_body = await _body(memory, eid)
+        assert forgotten_at and no_body, "failed counts as done: the body goes, the tombstone stays"
         tomb = await memory.store.read(lambda db: db.execute(
             "SELECT forgotten_at FROM memory_index WHERE episode_id = ?", [eid]).fetchone()[0])
         assert tomb is not None

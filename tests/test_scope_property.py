@@ -59,11 +59,10 @@ def _seed(db: sqlite_utils.Database) -> None:
         forgotten = "2026-11-20T00:00:00Z" if e["forgotten"] else None
         db.execute(
             "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
-            " started_at, recorded_at, body, text, forgotten_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " started_at, recorded_at, body, forgotten_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             [e["episode_id"], e["harness"], e["run_id"], e["repo"], e["branch"], e["scope"], "standard",
              e["outcome"], e["started_at"], e["started_at"],
-             None if forgotten else json.dumps({"adapter": e["adapter"], "model": e["model"]}),
-             None if forgotten else "stored text", forgotten])
+             None if forgotten else json.dumps({"adapter": e["adapter"], "model": e["model"]}), forgotten])
         db.execute("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
                    " VALUES (?,?,?,?,?,?)", [PROVIDER, e["provider_id"], e["episode_id"], e["scope"],
                                              e["started_at"], forgotten])

@@ -108,13 +108,13 @@ async def test_req6_no_true_positive_secret_survives_anywhere_in_the_state_direc
     try:
         db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, builtin_fts, 'row')")
         terms = "\n".join(t for (t,) in db.execute("SELECT term FROM temp.vocab"))
-        stored_text = "\n".join(t for (t,) in db.execute("SELECT text FROM episodes"))
+        stored_body = "\n".join(t for (t,) in db.execute("SELECT body FROM episodes"))
     finally:
         db.close()
     assert {"redact", "marker"} <= set(terms.split("\n"))  # porter-stemmed tokens of the episode text
     for secret in secrets:
         assert not any(f.lower() in terms for f in forms(secret)), secret
-    assert stored_text.count("[REDACTED]") >= len(TRUE_POSITIVES)
+    assert stored_body.count("[REDACTED]") >= len(TRUE_POSITIVES)
     # Logs carry ids and counts only: no secret, no result text, no prompt.
     log = "\n".join(lines)
     assert "run ingested" in log

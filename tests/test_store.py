@@ -93,3 +93,36 @@ async def test_a_write_cancelled_while_queued_never_runs(store: Store) -> None:
         assert not scope.cancelled_caught
     keys = await store.read(lambda db: [r[0] for r in db.execute("SELECT k FROM t")])
     assert keys == [1]
+
+
+async def test_issue11_an_existing_store_drops_the_episode_text_copy_and_keeps_the_body(tmp_path: Path) -> None:
+    """Migration 0007 on a store written before it: `episodes.text` goes, the body stays, and the text
+    the retry loop sends is rendered from the body byte for byte as the old column held it."""
+    import sqlean
+
+    from memactors._wire import episode_json, parse_run_record
+    from memactors.actors.index import stored_copy
+    from memactors.episode import SessionRepo, assemble, render_text, stored_record
+    from support import example
+
+    rec = stored_record(parse_run_record(example("run-42-api-fixer.json")))
+    ep = assemble(rec, {s.session_id: SessionRepo(key="forge.example/acme/api", cwd=s.cwd) for s in rec.sessions},
+                  excerpt_chars=600)
+    path = tmp_path / "old.db"
+    (await Store.open(path)).close()
+    db = sqlean.connect(str(path), isolation_level=None)
+    db.executescript("ALTER TABLE episodes ADD COLUMN text TEXT;"
+                     " DELETE FROM _sqlite_migrations WHERE name = '0007_episode_text_from_body';")
+    db.execute("INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
+               " started_at, recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+               [ep.episode_id, ep.harness, ep.run_id, ep.repo, ep.branch, ep.scope, ep.trust_class, ep.outcome,
+                ep.started_at, ep.started_at, episode_json(ep), render_text(ep)])
+    db.close()
+    s = await Store.open(path)
+    try:
+        columns = await s.read(lambda db: [c.name for c in db["episodes"].columns])
+        body = await s.read(lambda db: db.execute("SELECT body FROM episodes").fetchone()[0])
+    finally:
+        s.close()
+    assert "text" not in columns and "body" in columns
+    assert stored_copy(body)[1] == render_text(ep)

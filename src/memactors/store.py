@@ -383,6 +383,17 @@ def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations(name="0007_episode_text_from_body")
+def _m0007_episode_text_from_body(db: sqlite_utils.Database) -> None:
+    """`episodes.text` goes: the REQ-5 text rendering is a pure function of the stored body
+    (`episode.render_text`), so keeping it beside the body was a second copy of every episode's result
+    excerpt (~1 KB an episode, issue 11). Its readers render it from the body: the retry loop (the
+    `text` of memory_record_episode), the operator's episode view, and REQ-9's text check
+    (`index.text_belongs_body`). SQLite rewrites the table; with secure_delete on, the dropped copies
+    are overwritten."""
+    db.execute("ALTER TABLE episodes DROP COLUMN text")
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """Write one bounded call-log row now (callers without a batching CallLog)."""

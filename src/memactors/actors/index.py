@@ -18,13 +18,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
+import cattrs
 import sqlite_utils
 import trio
 
 from .._kernel import open_mailbox, serve
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
 from ..contract import RecallItem
-from ..episode import episode_id_for, is_stored
+from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
@@ -156,7 +157,7 @@ def record_run(db: sqlite_utils.Database, m: RecordRun, now: str) -> Stored:
         return Stored(run_new=False, episode_new=False)
     if m.episode is None or m.text is None:
         return Stored(run_new=True, episode_new=False)
-    return Stored(run_new=True, episode_new=store_episode(db, m.episode, m.text, provider=m.provider, now=now,
+    return Stored(run_new=True, episode_new=store_episode(db, m.episode, provider=m.provider, now=now,
                                                           due=m.record_after))
 
 
@@ -188,18 +189,19 @@ def stored_runs(db: sqlite_utils.Database, keys: Sequence[tuple[str, str]]) -> d
     return out
 
 
-def store_episode(db: sqlite_utils.Database, episode: Episode, text: str, *, provider: str, now: str,
+def store_episode(db: sqlite_utils.Database, episode: Episode, *, provider: str, now: str,
                   due: str | None = None) -> bool:
-    """Store the episode copy and queue its record to `provider` (first due at `due`, default now).
+    """Store the episode copy (its REQ-5 body; the text rendering is rendered from it where needed,
+    `stored_copy`) and queue its record to `provider` (first due at `due`, default now).
     Idempotent: False if it was already stored."""
     existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
     if existing is not None:
         return False
     db.execute(
         "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
-        " recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        " recorded_at, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
-         episode.trust_class, episode.outcome, episode.started_at, now, episode_json(episode), text],
+         episode.trust_class, episode.outcome, episode.started_at, now, episode_json(episode)],
     )
     queue(db, "record", provider, episode.episode_id, now=now, due=due)
     return True
@@ -244,6 +246,13 @@ def is_indexed(db: sqlite_utils.Database, provider: str, episode_id: str) -> boo
                       [provider, episode_id]).fetchone() is not None
 
 
+def stored_copy(body: str) -> tuple[dict[str, Any], str]:
+    """A stored body (REQ-5 JSON) and its text rendering, as memory_record_episode sends them: the
+    rendering is a pure function of the episode (byte-identical for identical episodes), so the store
+    keeps the body alone."""
+    return json.loads(body), render_text(episode_from_dict(json.loads(body)))
+
+
 def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()
     if with_index:
@@ -252,12 +261,12 @@ def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> E
                 "SELECT provider, provider_id, forgotten_at FROM memory_index WHERE episode_id = ?"
                 " ORDER BY provider, provider_id", [r["episode_id"]]).fetchall()
         )
+    episode = episode_from_dict(json.loads(r["body"])) if r["body"] else None
     return EpisodeRow(
         episode_id=r["episode_id"], harness=r["harness"], run_id=r["run_id"], repo=r["repo"], branch=r["branch"],
         scope=r["scope"], outcome=r["outcome"], started_at=r["started_at"], recorded_at=r["recorded_at"],
-        forgotten_at=r["forgotten_at"],
-        episode=episode_from_dict(json.loads(r["body"])) if r["body"] else None,
-        text=r["text"], index=index,
+        forgotten_at=r["forgotten_at"], episode=episode,
+        text=render_text(episode) if episode is not None else None, index=index,
     )
 
 
@@ -378,7 +387,7 @@ def text_belongs(item_text: str, stored_text: str) -> bool:
 
     The rule: every word of the item text — a run of Unicode letters or digits ("_" separates words,
     as in FTS5's unicode61 tokenizer, so a snippet() cut inside `verify_failures` still passes), compared
-    case-folded — occurs in the episode's stored rendering (episodes.text: every REQ-5 field, the
+    case-folded — occurs in the episode's rendering (`render_text`: every REQ-5 field, the
     result excerpt and the summary; its escaped line breaks count as spaces too). Punctuation,
     whitespace, ellipses ("…", "...") and highlight markers ("[", "]") are not words, so a headline
     built from the episode's fields plus an FTS5 snippet() of its text passes, however it is cut or
@@ -392,6 +401,29 @@ def text_belongs(item_text: str, stored_text: str) -> bool:
     if words <= stored:  # the common case: one pass over the stored text
         return True
     return words <= stored | _words(_ESCAPES.sub(" ", stored_text))
+
+
+def text_belongs_body(item_text: str, body: str) -> bool:
+    """`text_belongs` against the episode's stored body (REQ-5 JSON, the one stored copy).
+
+    The words of the body's JSON (its field names and values, escapes read both ways) hold every word
+    of its rendering except a few an escape spells differently (a value with U+2028 renders as
+    ``\\u2028``), so an item whose words are all there is drawn from the episode: the common case, one
+    pass over the body. Any other item is checked against the rendering itself, rendered from the body,
+    exactly as `text_belongs` always did. (The body's words are a slight superset of the rendering's —
+    `null`, a nested key — all the episode's own: nothing another repository wrote passes.)
+    """
+    words = _words(item_text)
+    if not words:
+        return True
+    in_body = _words(body)
+    if words <= in_body or words <= in_body | _words(_ESCAPES.sub(" ", body)):
+        return True
+    try:
+        rendering = render_text(episode_from_dict(json.loads(body)))
+    except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
+        return False  # a body that is not an episode (none this daemon wrote) vouches for nothing more
+    return text_belongs(item_text, rendering)
 
 
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
@@ -415,15 +447,14 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
         if row is None:
             dropped["unknown_id"] += 1
             continue
-        (scope, idx_forgotten, eid, run_id, harness, repo, branch, outcome, started_at, body, ep_forgotten, trust,
-         stored_text) = row
+        scope, idx_forgotten, eid, run_id, harness, repo, branch, outcome, started_at, body, ep_forgotten, trust = row
         if idx_forgotten or ep_forgotten or body is None:
             dropped["forgotten"] += 1
             continue
         if scope not in visible:
             dropped["scope"] += 1
             continue
-        if check_text and not text_belongs(item.text, stored_text or ""):
+        if check_text and not text_belongs_body(item.text, body):
             dropped["invalid"] += 1
             continue
         if eid in seen or len(kept) >= limit:
@@ -449,7 +480,7 @@ def _index_rows(db: sqlite_utils.Database, provider: str, ids: Sequence[str]) ->
         chunk = wanted[start:start + 500]
         for row in db.execute(
             "SELECT i.provider_id, i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch,"
-            " e.outcome, e.started_at, e.body, e.forgotten_at, e.trust_class, e.text FROM memory_index i"
+            " e.outcome, e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
             " JOIN episodes e ON e.episode_id = i.episode_id"
             f" WHERE i.provider = ? AND i.provider_id IN ({','.join('?' * len(chunk))})",
             [provider, *chunk],

@@ -29,7 +29,6 @@ Backoff waits use `trio.sleep`; the injected wall clock decides what is due.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -45,7 +44,7 @@ from ..errors import MemactorsError, UnknownEpisode
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Store, WallClock, iso
-from .index import IndexIds
+from .index import IndexIds, stored_copy
 from .provider_session import provider_call
 
 RETRY_WINDOW = timedelta(hours=24)
@@ -161,7 +160,7 @@ def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
                          " LIMIT 1", [episode_id]).fetchone()
     if waiting is not None:
         return False
-    db.execute("UPDATE episodes SET body = NULL, text = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
+    db.execute("UPDATE episodes SET body = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
                [episode_id])
     scrub_run(db, episode_id)
     return True
@@ -352,21 +351,25 @@ class Retention:
         now = iso(self._clock())
         reachable = self.reachable
         marks = ",".join("?" * len(reachable))
-        rows = await self._store.read(lambda db: db.execute(
-            f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, e.body, e.text, e.scope, e.trust_class,"
-            f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
-            f" ON p.kind = 'record' AND e.episode_id = p.episode_id"
-            f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
-            f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}",
-            [*reachable, now, self._provider]).fetchall())
-        # (A record row for another provider — the configuration changed — is not ours to send.)
-        out = []
-        for k, e, p, prov, body, text, scope, trust_class, forgotten_at in rows:
-            stored = None
-            if k == "record" and body is not None and forgotten_at is None:
-                stored = (json.loads(body), text, scope, trust_class)
-            out.append(Attempt(k, e, p, prov, stored))  # a record without a live body: _record drops the row
-        return out
+
+        def read(db: sqlite_utils.Database) -> list[Attempt]:
+            rows = db.execute(
+                f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, e.body, e.scope, e.trust_class,"
+                f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
+                f" ON p.kind = 'record' AND e.episode_id = p.episode_id"
+                f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
+                f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}",
+                [*reachable, now, self._provider]).fetchall()
+            # (A record row for another provider — the configuration changed — is not ours to send.)
+            out = []
+            for k, e, p, prov, body, scope, trust_class, forgotten_at in rows:
+                stored = None
+                if k == "record" and body is not None and forgotten_at is None:
+                    stored = (*stored_copy(body), scope, trust_class)  # rendered here, off the trio loop
+                out.append(Attempt(k, e, p, prov, stored))  # a record without a live body: _record drops the row
+            return out
+
+        return await self._store.read(read)
 
     async def _make_due(self) -> None:
         now = iso(self._clock())
@@ -390,14 +393,14 @@ class Retention:
     async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         if stored is None:
             row = await self._store.read(lambda db: db.execute(
-                "SELECT body, text, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
+                "SELECT body, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
                 [episode_id]).fetchone())
-            if row is None or row[0] is None or row[4] is not None:
+            if row is None or row[0] is None or row[3] is not None:
                 await self._store.write(lambda db: db.execute(
                     "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
                     [self._provider, episode_id]))
                 return "gone"
-            stored = (json.loads(row[0]), row[1], row[2], row[3])
+            stored = (*stored_copy(row[0]), row[1], row[2])
         # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
         episode, text, scope, trust_class = stored
         log = self._log.bind(episode=episode_id)
