@@ -140,15 +140,16 @@ def build_corpus(state: Path, n: int, seed: int = 7) -> dict[int, list[str]]:
                     samples[z].append(body)
                 db.execute(
                     "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-                    " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " repo, branch, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [harness, run_id, "claude-code", started, started, outcome, "completed", 60000, repo(z), "main",
-                     "{}", now])
+                     now])
+                body_id = db.execute("INSERT INTO episode_bodies (body) VALUES (?)", [json.dumps(
+                    {**fields, "adapter": "claude-code", "model": "bench-model"}, ensure_ascii=False)]).lastrowid
                 db.execute(
                     "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
-                    " started_at, recorded_at, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [eid, harness, run_id, repo(z), "main", scope_for(repo(z)), "standard", outcome, started,
-                     now, json.dumps({**fields, "adapter": "claude-code", "model": "bench-model"},
-                                     ensure_ascii=False)])
+                     now, body_id])
                 db.execute(
                     "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
                     " VALUES ('builtin', ?, ?, ?, ?)", [eid, eid, scope_for(repo(z)), now])
@@ -418,9 +419,9 @@ def _seed_live_runs(state: Path) -> None:
         db.execute("BEGIN")
         for z in range(REPOS):
             db.execute("INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason,"
-                       " duration_ms, repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                       " duration_ms, repo, branch, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        [f"h{z:02d}", f"live{z}", "claude-code", "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z",
-                        "succeeded", "completed", 1, repo(z), "main", "{}", "2026-11-30T00:00:00Z"])
+                        "succeeded", "completed", 1, repo(z), "main", "2026-11-30T00:00:00Z"])
         db.execute("COMMIT")
     finally:
         db.conn.close()

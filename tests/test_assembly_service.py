@@ -64,7 +64,8 @@ async def count(svc: MemoryService, table: str) -> int:
 
 async def stored_run_record(svc: MemoryService, harness: str, run_id: str) -> str | None:
     row = await svc.store.read(lambda db: db.execute(
-        "SELECT record FROM runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone())
+        "SELECT rr.record FROM runs r JOIN run_records rr ON rr.id = r.record_id WHERE r.harness = ? AND r.run_id = ?",
+        [harness, run_id]).fetchone())
     return None if row is None else row[0]
 
 
@@ -134,7 +135,8 @@ async def test_req5_assembly_is_reproducible_across_a_restart(make_holder: Holde
         again = assemble(record, await resolve_sessions(record), excerpt_chars=svc.config.episodes.excerpt_chars)
         assert render_text(again).encode() == view["text"].encode()
         body = await svc.store.read(lambda db: db.execute(
-            "SELECT body FROM episodes WHERE episode_id = ?", [result["episode_id"]]).fetchone()[0])
+            "SELECT b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id WHERE e.episode_id = ?",
+            [result["episode_id"]]).fetchone()[0])
         assert episode_json(again) == body
         assert again.files_touched == ("b.go", "pkg/a.go") and again.repo == API
 

@@ -49,8 +49,8 @@ def _run(
 ) -> None:
     db.execute(
         "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-        " repo, branch, record, ingested_at) VALUES (?, ?, 'claude-code', ?, ?, ?, 'completed', 61000,"
-        " ?, ?, '{}', ?)",
+        " repo, branch, ingested_at) VALUES (?, ?, 'claude-code', ?, ?, ?, 'completed', 61000,"
+        " ?, ?, ?)",
         [harness, run_id, iso(ended - timedelta(minutes=1)), iso(ended), outcome, repo, branch, iso(ended)],
     )
     for p in paths:

@@ -35,7 +35,7 @@ async def _pending(memory: MemoryService) -> dict[str, int]:
 
 async def _body(memory: MemoryService, episode_id: str) -> tuple[Any, ...]:
     return await memory.store.read(lambda db: db.execute(
-        "SELECT forgotten_at, body IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone())
+        "SELECT forgotten_at, body_id IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone())
 
 
 @pytest.mark.req13
@@ -101,6 +101,12 @@ async def test_forgetting_with_the_builtin_provider_removes_it_everywhere(memory
     assert forgotten_at and no_body
     docs = await memory.store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
     assert docs == 0
+    # The body's and the run record's own rows are deleted (their pages are reused, no hole left in a
+    # kept row); the run row stays, without its record, for the graph.
+    left = await memory.store.read(lambda db: db.execute(
+        "SELECT (SELECT count(*) FROM episode_bodies), (SELECT count(*) FROM run_records),"
+        " (SELECT count(*) FROM runs WHERE record_id IS NULL)").fetchone())
+    assert tuple(left) == (0, 0, 1)
     view = await memory.get_episode(eid)
     assert view["forgotten_at"] and "text" not in view and view["index"][0]["forgotten_at"]
     again = await memory.forget(eid)
@@ -206,6 +212,41 @@ async def test_the_hourly_prune_forgets_only_episodes_older_than_retention(
                 break
             await trio.sleep(600)
         assert await docs() == [young], "the provider forgot the old episode and kept the young one"
+
+
+@pytest.mark.req10
+async def test_req10_a_finished_tombstone_is_deleted_one_retention_period_after_the_forget(
+        make_holder: Callable[[str], ConfigHolder], patient_clock: trio.testing.MockClock) -> None:
+    """Issue 11 (a store that stops growing): the hourly prune deletes the tombstone of an episode
+    forgotten more than `retention` ago once every forget of it is over (its episode and index rows);
+    the run row stays, so the run is never recorded again; a fresher tombstone stays."""
+    clock = ShiftableClock()
+    holder = make_holder('[memory.episodes]\nretention = "30d"\n')
+    async with open_memory_service(holder, wall_clock=clock) as memory:
+        first = (await memory.ingest_run(_run(1)))["episode_id"]
+        second = (await memory.ingest_run(_run(2)))["episode_id"]
+        out = await memory.forget(first)
+        assert out["forgotten"] == 1 and out["body_deleted"]
+        clock.shift += timedelta(days=31)  # first: forgotten 31 days ago; second: recorded 31 days ago
+
+        async def tombstones() -> list[str]:
+            return [r[0] for r in await memory.store.read(lambda db: db.execute(
+                "SELECT episode_id FROM episodes ORDER BY episode_id").fetchall())]
+
+        for _ in range(12):  # within the next hourly prune (virtual time)
+            if await tombstones() == [second]:
+                break
+            await trio.sleep(600)
+        assert await tombstones() == [second]
+        assert (await _body(memory, second))[0] is not None, "the second was forgotten by this prune: it stays"
+        with pytest.raises(UnknownEpisode):
+            await memory.get_episode(first)
+        left = await memory.store.read(lambda db: db.execute(
+            "SELECT (SELECT count(*) FROM memory_index WHERE episode_id = ?),"
+            " (SELECT count(*) FROM runs WHERE run_id = '1')", [first]).fetchone())
+        assert tuple(left) == (0, 1)
+        again = await memory.ingest_run(_run(1))
+        assert again["outcome"] == "duplicate" and await tombstones() == [second]
 
 
 @pytest.mark.req10

@@ -72,7 +72,8 @@ async def test_prompt_flag_replaces_the_configured_prompt_for_one_run(tmp_path: 
         await run_to_end(memory, "fixer")
         assert memory.config.harness["fixer"].prompt == "fix the ledger"  # the stored prompt is unchanged
         records = await memory.store.read(lambda db: [json.loads(r) for (r,) in db.execute(
-            "SELECT record FROM runs WHERE harness = 'fixer'").fetchall()])
+            "SELECT rr.record FROM runs r JOIN run_records rr ON rr.id = r.record_id WHERE r.harness = 'fixer'")
+            .fetchall()])
     assert len(records) == 2 and all(r.get("prompt") is None for r in records)  # no prompt in any record
     assert all(r["trigger"] == {"source": "operator", "name": "memactors run"} for r in records)
     assert (out / "prompt-0.txt").read_text(encoding="utf-8") == "only this once"

@@ -57,12 +57,14 @@ UNKNOWN = ("ep_ffffffffffffffffffff", "foreign-1", "pid-9-9")
 def _seed(db: sqlite_utils.Database) -> None:
     for e in EPISODES:
         forgotten = "2026-11-20T00:00:00Z" if e["forgotten"] else None
+        body_id = None if forgotten else db.execute(
+            "INSERT INTO episode_bodies (body) VALUES (?)",
+            [json.dumps({"adapter": e["adapter"], "model": e["model"]})]).lastrowid
         db.execute(
             "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
-            " started_at, recorded_at, body, forgotten_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " started_at, recorded_at, body_id, forgotten_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             [e["episode_id"], e["harness"], e["run_id"], e["repo"], e["branch"], e["scope"], "standard",
-             e["outcome"], e["started_at"], e["started_at"],
-             None if forgotten else json.dumps({"adapter": e["adapter"], "model": e["model"]}), forgotten])
+             e["outcome"], e["started_at"], e["started_at"], body_id, forgotten])
         db.execute("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
                    " VALUES (?,?,?,?,?,?)", [PROVIDER, e["provider_id"], e["episode_id"], e["scope"],
                                              e["started_at"], forgotten])

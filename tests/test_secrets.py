@@ -108,7 +108,7 @@ async def test_req6_no_true_positive_secret_survives_anywhere_in_the_state_direc
     try:
         db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, builtin_fts, 'row')")
         terms = "\n".join(t for (t,) in db.execute("SELECT term FROM temp.vocab"))
-        stored_body = "\n".join(t for (t,) in db.execute("SELECT body FROM episodes"))
+        stored_body = "\n".join(t for (t,) in db.execute("SELECT body FROM episode_bodies"))
     finally:
         db.close()
     assert {"redact", "marker"} <= set(terms.split("\n"))  # porter-stemmed tokens of the episode text

@@ -127,7 +127,8 @@ async def test_req20_the_stored_prompt_is_unchanged(triage: MemoryService, home:
     assert match and match["prompt"] == "triage"
     assert triage.config.harness["plain"].prompt == "triage"
     await triage.ingest_run(run_record(harness="plain", run_id="p2", prompt="triage"))
-    stored = await triage.store.read(lambda db: db.execute("SELECT record FROM runs WHERE run_id = 'p2'").fetchone()[0])
+    stored = await triage.store.read(lambda db: db.execute(
+        "SELECT rr.record FROM runs r JOIN run_records rr ON rr.id = r.record_id WHERE r.run_id = 'p2'").fetchone()[0])
     assert "untrusted-data" not in stored and match["nonce"] not in stored
     raw = b"".join(p.read_bytes() for p in (home / "state").glob("memactors.db*"))
     assert match["nonce"].encode() not in raw and b"untrusted-data" not in raw

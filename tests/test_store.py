@@ -95,13 +95,14 @@ async def test_a_write_cancelled_while_queued_never_runs(store: Store) -> None:
     assert keys == [1]
 
 
-async def test_issue11_an_existing_store_drops_the_episode_text_copy_and_keeps_the_body(tmp_path: Path) -> None:
-    """Migration 0007 on a store written before it: `episodes.text` goes, the body stays, and the text
-    the retry loop sends is rendered from the body byte for byte as the old column held it."""
+async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_text_copy(tmp_path: Path) -> None:
+    """Migrations 0007 and 0008 on a store written before them (episodes with `body` and `text`, runs
+    with `record`): `episodes.text` goes, the body and the run record move to their own tables, and
+    the text the retry loop sends is rendered from the body byte for byte as the old column held it."""
     import sqlean
 
     from memactors._wire import episode_json, parse_run_record
-    from memactors.actors.index import stored_copy
+    from memactors.actors.index import record_json, stored_copy
     from memactors.episode import SessionRepo, assemble, render_text, stored_record
     from support import example
 
@@ -111,8 +112,19 @@ async def test_issue11_an_existing_store_drops_the_episode_text_copy_and_keeps_t
     path = tmp_path / "old.db"
     (await Store.open(path)).close()
     db = sqlean.connect(str(path), isolation_level=None)
-    db.executescript("ALTER TABLE episodes ADD COLUMN text TEXT;"
-                     " DELETE FROM _sqlite_migrations WHERE name = '0007_episode_text_from_body';")
+    db.executescript(  # back to the layout before 0007
+        """
+        ALTER TABLE episodes DROP COLUMN body_id; ALTER TABLE runs DROP COLUMN record_id;
+        DROP TABLE episode_bodies; DROP TABLE run_records;
+        ALTER TABLE episodes ADD COLUMN body TEXT; ALTER TABLE episodes ADD COLUMN text TEXT;
+        ALTER TABLE runs ADD COLUMN record TEXT NOT NULL DEFAULT '';
+        DELETE FROM _sqlite_migrations WHERE name IN ('0007_episode_text_from_body', '0008_texts_in_their_own_tables');
+        """)
+    record = record_json({"harness": rec.harness, "run_id": rec.run_id, "result_text": rec.result_text})
+    db.execute("INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+               " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+               [rec.harness, rec.run_id, rec.adapter, rec.started_at, rec.ended_at, rec.outcome, rec.reason,
+                rec.duration_ms, ep.repo, ep.branch, record, rec.ended_at])
     db.execute("INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
                " started_at, recorded_at, body, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                [ep.episode_id, ep.harness, ep.run_id, ep.repo, ep.branch, ep.scope, ep.trust_class, ep.outcome,
@@ -120,9 +132,13 @@ async def test_issue11_an_existing_store_drops_the_episode_text_copy_and_keeps_t
     db.close()
     s = await Store.open(path)
     try:
-        columns = await s.read(lambda db: [c.name for c in db["episodes"].columns])
-        body = await s.read(lambda db: db.execute("SELECT body FROM episodes").fetchone()[0])
+        columns = await s.read(lambda db: {t: [c.name for c in db[t].columns] for t in ("episodes", "runs")})
+        body = await s.read(lambda db: db.execute(
+            "SELECT b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id").fetchone()[0])
+        moved = await s.read(lambda db: db.execute(
+            "SELECT rr.record FROM runs r JOIN run_records rr ON rr.id = r.record_id").fetchone()[0])
     finally:
         s.close()
-    assert "text" not in columns and "body" in columns
+    assert not {"text", "body"} & set(columns["episodes"]) and "record" not in columns["runs"]
+    assert body == episode_json(ep) and moved == record
     assert stored_copy(body)[1] == render_text(ep)

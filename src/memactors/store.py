@@ -394,6 +394,40 @@ def _m0007_episode_text_from_body(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE episodes DROP COLUMN text")
 
 
+@migrations(name="0008_texts_in_their_own_tables")
+def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
+    """An episode's body and a run's record move to tables of their own (`episode_bodies`,
+    `run_records`, each keyed by an id that grows with every insert), referenced by
+    `episodes.body_id` and `runs.record_id`.
+
+    Why: forgetting an episode (REQ-10) removes its text but keeps its tombstone (the episode, run and
+    index rows). With the text inside those rows, the forget shrank each row in place and left most
+    of its page empty, a hole later episodes never filled (they are appended at the end of the table):
+    under retention the store grew by ~4 KB per episode recorded, forgotten or not
+    (bench/steady_state.py). Now a forget deletes the text's own row; as retention forgets the oldest
+    first, whole pages of `episode_bodies` and `run_records` empty out and go back to the free list,
+    and the next episodes are written into them: the file stops growing, without VACUUM.
+
+    A run record is deleted whole when its episode is forgotten (the runs row keeps its ids, times,
+    outcome, repository and paths for the graph: what the graph knows, not what the agent wrote).
+    Existing stores are moved in place.
+    """
+    db.executescript(
+        """
+        CREATE TABLE episode_bodies (id INTEGER PRIMARY KEY, body TEXT NOT NULL);  -- REQ-5 object as JSON
+        CREATE TABLE run_records (id INTEGER PRIMARY KEY, record TEXT NOT NULL);   -- redacted, no prompt
+        ALTER TABLE episodes ADD COLUMN body_id INTEGER;  -- NULL once forgotten
+        ALTER TABLE runs ADD COLUMN record_id INTEGER;    -- NULL once its episode is forgotten
+        INSERT INTO episode_bodies (id, body) SELECT rowid, body FROM episodes WHERE body IS NOT NULL ORDER BY rowid;
+        UPDATE episodes SET body_id = rowid WHERE body IS NOT NULL;
+        INSERT INTO run_records (id, record) SELECT rowid, record FROM runs ORDER BY rowid;
+        UPDATE runs SET record_id = rowid;
+        ALTER TABLE episodes DROP COLUMN body;
+        ALTER TABLE runs DROP COLUMN record;
+        """
+    )
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """Write one bounded call-log row now (callers without a batching CallLog)."""

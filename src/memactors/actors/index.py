@@ -85,9 +85,10 @@ class EpisodeRow:
 
 @attrs.frozen
 class KnownRun:
-    """A run the store already holds: its stored record, and its episode id when it has an episode."""
+    """A run the store already holds: its stored record (None once its episode was forgotten), and its
+    episode id when it has an episode."""
 
-    record: RunRecord
+    record: RunRecord | None
     episode_id: str | None
 
 
@@ -110,15 +111,16 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     raw.pop("prompt", None)
     # Clean already (the ingest path's `stored_record`, or a caller that says so): redact each string once,
     # at the boundary (issue 11).
-    safe = raw if clean or is_stored(record) else redact_obj(raw)
-    cur = db.execute(
-        "INSERT OR IGNORE INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-        " repo, branch, record, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
-         record.reason, record.duration_ms, repo, branch, record_json(safe), now],
-    )
-    if cur.rowcount == 0:
+    if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", [record.harness, record.run_id]).fetchone():
         return False
+    safe = raw if clean or is_stored(record) else redact_obj(raw)
+    record_id = db.execute("INSERT INTO run_records (record) VALUES (?)", [record_json(safe)]).lastrowid
+    db.execute(
+        "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
+         record.reason, record.duration_ms, repo, branch, record_id, now],
+    )
     if repo:
         for path in sorted(set(paths)):
             db.execute("INSERT OR IGNORE INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?)",
@@ -142,13 +144,14 @@ def record_json(raw: dict[str, Any]) -> str:
 
 def stored_run(db: sqlite_utils.Database, harness: str, run_id: str) -> KnownRun | None:
     """What the store already holds of a run: its stored record and episode id, or None when it has none."""
-    row = db.execute("SELECT started_at, record FROM runs WHERE harness = ? AND run_id = ?",
-                     [harness, run_id]).fetchone()
+    row = db.execute("SELECT r.started_at, rr.record FROM runs r LEFT JOIN run_records rr ON rr.id = r.record_id"
+                     " WHERE r.harness = ? AND r.run_id = ?", [harness, run_id]).fetchone()
     if row is None:
         return None
     episode_id = episode_id_for(harness, run_id, row[0])
     known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    return KnownRun(record=load_run_record(row[1]), episode_id=episode_id if known else None)
+    return KnownRun(record=load_run_record(row[1]) if row[1] is not None else None,
+                    episode_id=episode_id if known else None)
 
 
 def record_run(db: sqlite_utils.Database, m: RecordRun, now: str) -> Stored:
@@ -191,17 +194,18 @@ def stored_runs(db: sqlite_utils.Database, keys: Sequence[tuple[str, str]]) -> d
 
 def store_episode(db: sqlite_utils.Database, episode: Episode, *, provider: str, now: str,
                   due: str | None = None) -> bool:
-    """Store the episode copy (its REQ-5 body; the text rendering is rendered from it where needed,
-    `stored_copy`) and queue its record to `provider` (first due at `due`, default now).
+    """Store the episode copy (its row, and its REQ-5 body in `episode_bodies`; the text rendering is
+    rendered from the body where needed, `stored_copy`) and queue its record to `provider` (first due at `due`, default now).
     Idempotent: False if it was already stored."""
     existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
     if existing is not None:
         return False
+    body_id = db.execute("INSERT INTO episode_bodies (body) VALUES (?)", [episode_json(episode)]).lastrowid
     db.execute(
         "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
-        " recorded_at, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        " recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
-         episode.trust_class, episode.outcome, episode.started_at, now, episode_json(episode)],
+         episode.trust_class, episode.outcome, episode.started_at, now, body_id],
     )
     queue(db, "record", provider, episode.episode_id, now=now, due=due)
     return True
@@ -253,6 +257,10 @@ def stored_copy(body: str) -> tuple[dict[str, Any], str]:
     return json.loads(body), render_text(episode_from_dict(json.loads(body)))
 
 
+#: An episode's row with its body (NULL once forgotten), for `_row`.
+EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON b.id = e.body_id"
+
+
 def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()
     if with_index:
@@ -271,7 +279,7 @@ def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> E
 
 
 def get_episode(db: sqlite_utils.Database, episode_id: str) -> EpisodeRow | None:
-    rows = list(db.query("SELECT * FROM episodes WHERE episode_id = ?", [episode_id]))
+    rows = list(db.query(EPISODE_ROWS + " WHERE episode_id = ?", [episode_id]))
     return _row(db, rows[0], with_index=True) if rows else None
 
 
@@ -325,7 +333,7 @@ def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo
         started_at, episode_id = decode_cursor(after)
         page_where.append("(started_at < ? OR (started_at = ? AND episode_id > ?))")
         page_params += [started_at, started_at, episode_id]
-    sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(page_where) if page_where else "")
+    sql = EPISODE_ROWS + (" WHERE " + " AND ".join(page_where) if page_where else "")
     sql += " ORDER BY started_at DESC, episode_id LIMIT ?"
     rows = [_row(db, r, with_index=False) for r in db.query(sql, [*page_params, limit + 1])]
     more = len(rows) > limit
@@ -480,8 +488,8 @@ def _index_rows(db: sqlite_utils.Database, provider: str, ids: Sequence[str]) ->
         chunk = wanted[start:start + 500]
         for row in db.execute(
             "SELECT i.provider_id, i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch,"
-            " e.outcome, e.started_at, e.body, e.forgotten_at, e.trust_class FROM memory_index i"
-            " JOIN episodes e ON e.episode_id = i.episode_id"
+            " e.outcome, e.started_at, b.body, e.forgotten_at, e.trust_class FROM memory_index i"
+            " JOIN episodes e ON e.episode_id = i.episode_id LEFT JOIN episode_bodies b ON b.id = e.body_id"
             f" WHERE i.provider = ? AND i.provider_id IN ({','.join('?' * len(chunk))})",
             [provider, *chunk],
         ).fetchall():

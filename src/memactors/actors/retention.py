@@ -160,23 +160,45 @@ def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
                          " LIMIT 1", [episode_id]).fetchone()
     if waiting is not None:
         return False
-    db.execute("UPDATE episodes SET body = NULL WHERE episode_id = ? AND forgotten_at IS NOT NULL",
-               [episode_id])
+    row = db.execute("SELECT body_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
+                     [episode_id]).fetchone()
+    if row is not None and row[0] is not None:
+        db.execute("UPDATE episodes SET body_id = NULL WHERE episode_id = ?", [episode_id])
+        db.execute("DELETE FROM episode_bodies WHERE id = ?", [row[0]])
     scrub_run(db, episode_id)
     return True
 
 
+def prune_tombstones(db: sqlite_utils.Database, cutoff: str, batch: int) -> int:
+    """Delete up to `batch` tombstones of episodes forgotten before `cutoff` whose forget is over: the body
+    is gone and no forget of theirs is pending or failed (REQ-10: "the tombstone stays until every id is
+    forgotten or failed"; a failed one stays, counted, for the operator). Their episode and index rows
+    go; the run row stays for the graph (it keeps the run from being recorded again). An id a provider
+    still answers afterwards has no index row, and REQ-9 drops it as unknown. Returns how many."""
+    rows = db.execute(
+        "SELECT e.episode_id FROM episodes e WHERE e.recorded_at < ? AND e.forgotten_at < ? AND e.body_id IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.episode_id = e.episode_id) LIMIT ?",
+        [cutoff, cutoff, batch]).fetchall()
+    for (episode_id,) in rows:
+        db.execute("DELETE FROM memory_index WHERE episode_id = ?", [episode_id])
+        db.execute("DELETE FROM episodes WHERE episode_id = ?", [episode_id])
+    return len(rows)
+
+
 def scrub_run(db: sqlite_utils.Database, episode_id: str) -> None:
     """Remove the agent-written text a forgotten episode came from, wherever the daemon keeps a copy:
-    the stored run record's `result_text` and events (the run row itself, its ids, times, outcome and
-    paths stay: they are what the graph knows, not what the agent wrote), and every cached briefing
-    that showed the episode."""
+    the stored run record, whole (the run row itself, its ids, times, outcome and paths stay: they are
+    what the graph knows, not what the agent wrote), and every cached briefing that showed the episode.
+    The record's own row is deleted rather than emptied in place, so its page space is reused
+    (migration 0008)."""
     row = db.execute("SELECT harness, run_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
                      [episode_id]).fetchone()
     if row is None:
         return
-    db.execute("UPDATE runs SET record = json_set(json_remove(record, '$.events'), '$.result_text', json('null'))"
-               " WHERE harness = ? AND run_id = ?", list(row))
+    run = db.execute("SELECT record_id FROM runs WHERE harness = ? AND run_id = ?", list(row)).fetchone()
+    if run is not None and run[0] is not None:
+        db.execute("UPDATE runs SET record_id = NULL WHERE harness = ? AND run_id = ?", list(row))
+        db.execute("DELETE FROM run_records WHERE id = ?", [run[0]])
     db.execute("DELETE FROM briefings WHERE instr(document, ?) > 0 OR instr(doc_json, ?) > 0",
                [episode_id, episode_id])
 
@@ -284,7 +306,10 @@ class Retention:
         return outcome
 
     async def prune(self) -> int:
-        """Forget every live episode older than the configured retention; returns how many."""
+        """Forget every live episode older than the configured retention, and delete the tombstones of
+        episodes forgotten longer than the retention ago whose forget is over (`prune_tombstones`), so
+        under steady traffic the store stops growing (bench/steady_state.py); returns how many episodes
+        it forgot."""
         retention = self._retention()
         cutoff = iso(self._clock() - timedelta(seconds=retention))
         now = iso(self._clock())
@@ -301,6 +326,14 @@ class Retention:
             if n < PRUNE_BATCH:
                 break
         await self._store.prune_call_log(cutoff)  # the call log keeps the same window
+        tombstones = 0
+        while True:
+            n = await self._store.write(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH))
+            tombstones += n
+            if n < PRUNE_BATCH:
+                break
+        if tombstones:
+            self._log.bind(tombstones=tombstones, retention_s=retention).info("retention prune deleted tombstones")
         if total:
             self._log.bind(episodes=total, retention_s=retention).info("retention prune forgot episodes")
             self._wake.set()
@@ -354,9 +387,9 @@ class Retention:
 
         def read(db: sqlite_utils.Database) -> list[Attempt]:
             rows = db.execute(
-                f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, e.body, e.scope, e.trust_class,"
+                f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, b.body, e.scope, e.trust_class,"
                 f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
-                f" ON p.kind = 'record' AND e.episode_id = p.episode_id"
+                f" ON p.kind = 'record' AND e.episode_id = p.episode_id LEFT JOIN episode_bodies b ON b.id = e.body_id"
                 f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
                 f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}",
                 [*reachable, now, self._provider]).fetchall()
@@ -393,7 +426,8 @@ class Retention:
     async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         if stored is None:
             row = await self._store.read(lambda db: db.execute(
-                "SELECT body, scope, trust_class, forgotten_at FROM episodes WHERE episode_id = ?",
+                "SELECT b.body, e.scope, e.trust_class, e.forgotten_at FROM episodes e"
+                " LEFT JOIN episode_bodies b ON b.id = e.body_id WHERE e.episode_id = ?",
                 [episode_id]).fetchone())
             if row is None or row[0] is None or row[3] is not None:
                 await self._store.write(lambda db: db.execute(
@@ -501,7 +535,7 @@ def _key(attempt: Attempt) -> tuple[str, str, str, str]:
 
 
 def _forget_outcome(db: sqlite_utils.Database, episode_id: str) -> ForgetOutcome:
-    row = db.execute("SELECT forgotten_at, body IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+    row = db.execute("SELECT forgotten_at, body_id IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     ids = db.execute("SELECT count(*) FROM memory_index WHERE episode_id = ?", [episode_id]).fetchone()[0]
     states = dict(db.execute("SELECT state, count(*) FROM pending WHERE kind = 'forget' AND episode_id = ?"
                              " GROUP BY state", [episode_id]).fetchall())
