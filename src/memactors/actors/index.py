@@ -254,7 +254,8 @@ def stored_copy(body: str) -> tuple[dict[str, Any], str]:
     """A stored body (REQ-5 JSON) and its text rendering, as memory_record_episode sends them: the
     rendering is a pure function of the episode (byte-identical for identical episodes), so the store
     keeps the body alone."""
-    return json.loads(body), render_text(episode_from_dict(json.loads(body)))
+    episode = json.loads(body)
+    return episode, render_text(episode_from_dict(episode))
 
 
 #: An episode's row with its body (NULL once forgotten), for `_row`.
