@@ -74,7 +74,18 @@ async def measure(root: Path, rounds: int, per_round: int, window: int) -> list[
             print(f"  round {row['round']:>3}: {row['live']:>6,} live, {row['forgotten']:>6,} forgotten,"
                   f" {size / 1e6:8.2f} MB ({free / 1e6:5.2f} MB free pages), +{row['added'] / 1e3:8.1f} KB",
                   flush=True)
+    out.append({"tables": tables(state / "memactors.db")})
     return out
+
+
+def tables(db: Path) -> list[tuple[str, int, int]]:
+    """(table or index, bytes of its pages, bytes of its payload), largest first (SQLite's dbstat)."""
+    conn = sqlean.connect(str(db))
+    try:
+        return [tuple(r) for r in conn.execute(
+            "SELECT name, sum(pgsize), sum(payload) FROM dbstat GROUP BY name ORDER BY 2 DESC LIMIT 12")]
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -87,6 +98,10 @@ def main() -> None:
     print(machine(), flush=True)
     with tempfile.TemporaryDirectory(prefix="memactors-steady-") as tmp:
         rows = trio.run(measure, Path(tmp), args.rounds, args.per_round, args.window)
+    by_table = rows.pop()["tables"]
+    print("  after the last round, the largest tables and indexes (pages / payload):")
+    for name, pages, payload in by_table:
+        print(f"    {name:<34} {pages / 1e6:7.2f} MB / {payload / 1e6:6.2f} MB")
     full = [r for r in rows if r["forgotten"] >= args.per_round]
     if full:
         per = sum(r["added"] for r in full) / (len(full) * args.per_round)
