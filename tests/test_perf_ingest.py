@@ -346,3 +346,47 @@ async def test_issue11_a_batch_logs_one_info_line_and_still_counts_every_episode
     assert sum(" runs ingested " in line for line in info) == 1
     assert sum(" run ingested " in line for line in info) == 1  # the single IngestRun's
     assert not [line for line in info if " episode recorded " in line or " episode summary " in line]
+
+
+# -- redaction of many strings at once -------------------------------------------------------------------
+
+_TRICKY = ["password=hunter2hunter2", "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a" * 36, "token: abcdef0123456789abcdef",
+           "pass\x01word: xyzxyzxyz123", "İstanbul ΣΑΣ api_key=Zx9sk2l3kjhgfdsa", "\x00", "sk-" + "b" * 48,
+           "-----BEGIN RSA PRIVATE KEY-----", "\x85", "to", "ken=", ""]
+
+
+def test_issue11_redacting_many_strings_at_once_gives_each_strings_own_redaction() -> None:
+    """`redact_many` (one keyword pass over all the strings) answers exactly what `redact` answers for
+    each string alone: secrets, keywords split across neighbouring strings (no match may leak from one
+    string into the next), control characters that join a keyword once stripped, case folding that
+    changes a string's length, empty strings."""
+    import random
+
+    from memactors.redact import shared
+
+    redactor = shared()
+    rng = random.Random(11)
+    words = ["ledger", "rounding", "retry", "api", "key", "tok", "en", "secret", "the", "Σ", "İ"]
+    for _ in range(400):
+        texts = []
+        for _ in range(rng.randint(0, 12)):
+            parts = [rng.choice(words) for _ in range(rng.randint(0, 8))]
+            for _ in range(rng.randint(0, 2)):
+                parts.insert(rng.randint(0, len(parts)), rng.choice(_TRICKY))
+            texts.append(rng.choice(["", " ", "\n"]).join(parts))
+        assert redactor.redact_many(texts) == [redactor.redact(t) for t in texts], texts
+
+
+def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
+    """`render_text` cleans its lines together; the text is byte for byte what cleaning each `name: value`
+    line alone gives, secrets in the fields included."""
+    from memactors.episode import FIELD_ORDER, SessionRepo, _line_value, assemble, clean, render_text, stored_record
+    from memactors.service import prepare_record
+
+    for n, tricky in enumerate([*_TRICKY[:10], "lone \ud800 surrogate"]):
+        record = stored_record(prepare_record(run_record(
+            run_id=f"r{n}", result_text=f"fixed the ledger; {tricky} then retried the rounding"), f"r{n}.json"))
+        repos = {s.session_id: SessionRepo(key="forge.example/acme/api", cwd=s.cwd, roots=()) for s in record.sessions}
+        episode = assemble(record, repos, excerpt_chars=600)
+        expected = "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)
+        assert render_text(episode) == expected
