@@ -380,7 +380,15 @@ def test_issue11_redacting_many_strings_at_once_gives_each_strings_own_redaction
 def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
     """`render_text` cleans its lines together; the text is byte for byte what cleaning each `name: value`
     line alone gives, secrets in the fields included."""
-    from memactors.episode import FIELD_ORDER, SessionRepo, _line_value, assemble, clean, render_text, stored_record
+    from memactors.episode import (
+        FIELD_ORDER,
+        SessionRepo,
+        _line_value,
+        assemble,
+        clean,
+        render_text,
+        stored_record,
+    )
     from memactors.service import prepare_record
 
     for n, tricky in enumerate([*_TRICKY[:10], "lone \ud800 surrogate"]):
