@@ -150,6 +150,12 @@ class Request(Generic[M]):
         """True when the requester has stopped waiting (deadline or cancellation) for the answer."""
         return self.reply is not None and self.reply.gone
 
+    @property
+    def pending(self) -> bool:
+        """True while a requester waits for an answer that has not been given."""
+        slot = self.reply
+        return slot is not None and not slot.gone and slot.answer is None
+
     def respond(self, value: object = None) -> bool:
         """Send ``value`` to the requester; return whether it was delivered."""
         return self._answer(_Reply(value=value))
@@ -381,8 +387,9 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
         request.respond(result)
     finally:
         # Cancellation (or anything that is not an Exception) must not leave the requester hanging.
-        # A no-op when the request was answered above.
-        request.fail(ActorStopped("actor stopped while handling the request", actor=name))
+        # Nothing to do when the request was answered above (the error is not even built then).
+        if request.pending:
+            request.fail(ActorStopped("actor stopped while handling the request", actor=name))
 
 
 class Actor(Protocol):

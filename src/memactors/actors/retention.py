@@ -420,7 +420,6 @@ class Retention:
             stored = (*stored_copy(row[0]), row[1], row[2])
         # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
         episode, text, scope, trust_class = stored
-        log = self._log.bind(episode=episode_id)
         arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
                      "episode": episode, "text": text}
         try:
@@ -435,8 +434,8 @@ class Retention:
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
             # what went wrong upstream: SPEC-0030 "A provider error is attributable".
-            log.bind(error=type(exc).__name__, detail=redact(str(exc))[:300], state=state).warning(
-                "episode record failed")
+            self._log.bind(episode=episode_id, error=type(exc).__name__, detail=redact(str(exc))[:300],
+                           state=state).warning("episode record failed")
             return state
         self._metrics.episode_recorded(self._provider, "ok")
         if self._failing:
@@ -449,7 +448,7 @@ class Retention:
             self._wake.set()
         # DEBUG: the ingest logs its own attempt's outcome (`run ingested` / `runs ingested`), the retry
         # loop one line per pass; a line per record was a measurable share of a batch's CPU.
-        log.bind(ids=len(ids)).debug("episode recorded")
+        self._log.bind(episode=episode_id, ids=len(ids)).debug("episode recorded")
         return "recorded"
 
     async def _forget(self, attempt: Attempt) -> str:
