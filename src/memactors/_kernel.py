@@ -10,11 +10,11 @@ The model, in plain sentences:
   mailbox) or ``ask`` it one and wait for the reply. The buffer is small and explicit, so a slow actor
   pushes back on its senders instead of growing a queue without bound; ``address.statistics()``
   reports how full it is so metrics can export it.
-* A request carries a **one-shot reply channel** with room for exactly one answer, so answering never
+* A request carries a **one-shot reply slot** with room for exactly one answer, so answering never
   waits and can happen in a ``finally`` block while the actor is being cancelled.
 * **Deadlines belong to the caller.** ``ask`` never sets one; the caller wraps the call in a cancel
   scope, usually :func:`deadline`, which turns the expiry into :class:`DeadlineExceeded`. A caller that
-  gives up closes its end of the reply channel, and the actor skips the request if it has not started it.
+  gives up marks its reply slot abandoned, and the actor skips the request if it has not started it.
 * A **failure in a handler goes back to the requester**: a :class:`MemactorsError` is re-raised as it
   is, anything else as :class:`ActorFailed` chained to the original. The actor keeps serving. Only a
   bug in the actor's own loop crashes it.
@@ -113,7 +113,7 @@ def deadline(seconds: float, what: str, **context: object) -> Iterator[trio.Canc
 
 @attrs.frozen
 class _Reply:
-    """The single answer that travels back on a request's reply channel."""
+    """The single answer that travels back in a request's reply slot."""
 
     value: object = None
     error: BaseException | None = None
