@@ -290,6 +290,25 @@ class WireClient:
             await self.stream.aclose()
 
 
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system, all threads), from /proc; 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -501,11 +520,14 @@ async def measure_ingest(root: Path, single: int, batch: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with daemon(root, config, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
         records = [run_record(i, rng, words) for i in range(single + batch)]
-        t = time.perf_counter()
+        # Daemon CPU per episode (its utime + stime over the phase): load on the machine moves it much
+        # less than the wall-clock rates.
+        c, t = cpu_s(d["pid"]), time.perf_counter()
         for r in records[:single]:
             await rpc.call(f"{SERVICE}/IngestRun", {"record": r})
         out["single_rpc_per_s"] = round(single / (time.perf_counter() - t), 1)
-        t = time.perf_counter()
+        out["single_daemon_cpu_ms"] = round(1000 * (cpu_s(d["pid"]) - c) / max(single, 1), 2)
+        c, t = cpu_s(d["pid"]), time.perf_counter()
         outcomes: dict[str, int] = {}
         for start in range(single, single + batch, 500):
             chunk = [{"record": r, "source": f"r{start + k}"} for k, r in enumerate(records[start:start + 500])]
@@ -513,6 +535,7 @@ async def measure_ingest(root: Path, single: int, batch: int) -> dict[str, Any]:
             for item in res["results"]:
                 outcomes[item["outcome"]] = outcomes.get(item["outcome"], 0) + 1
         out["batch_rpc_per_s"] = round(batch / (time.perf_counter() - t), 1)
+        out["batch_daemon_cpu_ms"] = round(1000 * (cpu_s(d["pid"]) - c) / max(batch, 1), 2)
         out["batch_outcomes"] = outcomes
         out["daemon_rss_mb"] = round(rss_mb(d["pid"]), 1)
     n = single + batch
@@ -545,17 +568,22 @@ async def measure_drain(root: Path, n: int) -> dict[str, Any]:
     t = time.perf_counter()
     async with daemon(root, working, state) as d, connect_rpc(d["operator"], d["control"]) as rpc:
         ready = time.perf_counter()
+        providers = child_pids(d["pid"])  # the stdio provider (and its spare process)
+        cpu_daemon, cpu_providers = cpu_s(d["pid"]), sum(cpu_s(p) for p in providers)
         at_ready = (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"]
         with trio.move_on_after(600):
             while (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"] > 0:  # noqa: ASYNC110 -- polls the daemon
                 await trio.sleep(0.05)
         done = time.perf_counter()
+        cpu_daemon, cpu_providers = cpu_s(d["pid"]) - cpu_daemon, sum(cpu_s(p) for p in providers) - cpu_providers
         left = (await rpc.call(f"{SERVICE}/Status", {}))["pending"]["records"]
     out["start_to_ready_s"] = round(ready - t, 2)
     out["drain_s"] = round(done - ready, 2)
     out["left"] = left
     out["pending_at_ready"] = at_ready
     out["drain_per_s"] = round((at_ready - left) / max(done - ready, 1e-6), 1)
+    out["drain_daemon_cpu_ms"] = round(1000 * cpu_daemon / max(at_ready - left, 1), 2)
+    out["drain_provider_cpu_ms"] = round(1000 * cpu_providers / max(at_ready - left, 1), 2)
     return out
 
 

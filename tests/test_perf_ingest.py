@@ -18,7 +18,7 @@ import trio
 from memactors._wire import _fast_valid, _run_record_validator, parse_run_record
 from memactors.errors import InvalidArgument
 from memactors.service import MemoryService
-from support import run_record, wait_ready
+from support import acknowledged, run_record, wait_ready
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -301,3 +301,100 @@ async def test_issue11_a_record_attempt_past_provider_timeout_hands_its_row_back
         with trio.fail_after(60):
             while not await indexed():  # noqa: ASYNC110 -- waits on the store's state
                 await trio.sleep(0.02)
+
+
+# -- the daemon: what a batch logs and counts -----------------------------------------------------------
+
+def _sample(metrics_text: str, family: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics_text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith(family + "{") and ",".join(sorted(name[len(family) + 1:-1].split(","))) == want:
+            return float(value)
+    return 0.0
+
+
+async def test_issue11_a_batch_logs_one_info_line_and_still_counts_every_episode(tmp_path: Path) -> None:
+    """IngestRuns into the daemon (no utility model configured): one INFO `runs ingested` line for the
+    batch, no INFO line per record (`episode recorded`, the unconfigured `episode summary` fallback), and
+    every episode still counted: recorded ok and summary fallback, once each. A single IngestRun keeps
+    its INFO `run ingested` line."""
+    import httpx2
+
+    from memactors.rpc import connect_rpc
+    from support_daemon import daemon_process
+
+    service = "harness.v1.MemoryService"
+    with daemon_process(tmp_path) as daemon:
+        async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
+            out = await rpc.call(f"{service}/IngestRuns", {"records": [
+                {"record": run_record(run_id=f"b{n}", result_text=f"ledger rounding {n}"), "source": f"b{n}.json"}
+                for n in range(12)]})
+            assert acknowledged([r["outcome"] for r in out["results"]]) == ["recorded"] * 12
+            one = await rpc.call(f"{service}/IngestRun", {"record": run_record(run_id="s", result_text="ledger")})
+            assert acknowledged(one["outcome"]) == "recorded"
+            with trio.fail_after(60):  # a queued record (a loaded machine) is retried soon: wait for it
+                while (await rpc.call(f"{service}/Status", {}))["pending"]["records"]:  # noqa: ASYNC110 -- polls the daemon's own state
+                    await trio.sleep(0.05)
+            listed = await rpc.call(f"{service}/ListEpisodes", {"limit": 50})
+            assert len(listed["episodes"]) == 13
+        async with httpx2.AsyncClient() as http:
+            text = (await http.get(daemon.info["metrics"])).text
+    assert _sample(text, "harness_memory_episode_summaries_total", outcome="fallback") == 13
+    assert _sample(text, "harness_memory_episodes_recorded_total", provider="builtin", outcome="ok") == 13
+    info = [line for line in daemon.log_text().splitlines() if " INFO " in line]
+    assert sum(" runs ingested " in line for line in info) == 1
+    assert sum(" run ingested " in line for line in info) == 1  # the single IngestRun's
+    assert not [line for line in info if " episode recorded " in line or " episode summary " in line]
+
+
+# -- redaction of many strings at once -------------------------------------------------------------------
+
+_TRICKY = ["password=hunter2hunter2", "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a" * 36, "token: abcdef0123456789abcdef",
+           "pass\x01word: xyzxyzxyz123", "İstanbul ΣΑΣ api_key=Zx9sk2l3kjhgfdsa", "\x00", "sk-" + "b" * 48,
+           "-----BEGIN RSA PRIVATE KEY-----", "\x85", "to", "ken=", ""]
+
+
+def test_issue11_redacting_many_strings_at_once_gives_each_strings_own_redaction() -> None:
+    """`redact_many` (one keyword pass over all the strings) answers exactly what `redact` answers for
+    each string alone: secrets, keywords split across neighbouring strings (no match may leak from one
+    string into the next), control characters that join a keyword once stripped, case folding that
+    changes a string's length, empty strings."""
+    import random
+
+    from memactors.redact import shared
+
+    redactor = shared()
+    rng = random.Random(11)
+    words = ["ledger", "rounding", "retry", "api", "key", "tok", "en", "secret", "the", "Σ", "İ"]
+    for _ in range(400):
+        texts = []
+        for _ in range(rng.randint(0, 12)):
+            parts = [rng.choice(words) for _ in range(rng.randint(0, 8))]
+            for _ in range(rng.randint(0, 2)):
+                parts.insert(rng.randint(0, len(parts)), rng.choice(_TRICKY))
+            texts.append(rng.choice(["", " ", "\n"]).join(parts))
+        assert redactor.redact_many(texts) == [redactor.redact(t) for t in texts], texts
+
+
+def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
+    """`render_text` cleans its lines together; the text is byte for byte what cleaning each `name: value`
+    line alone gives, secrets in the fields included."""
+    from memactors.episode import (
+        FIELD_ORDER,
+        SessionRepo,
+        _line_value,
+        assemble,
+        clean,
+        render_text,
+        stored_record,
+    )
+    from memactors.service import prepare_record
+
+    for n, tricky in enumerate([*_TRICKY[:10], "lone \ud800 surrogate"]):
+        record = stored_record(prepare_record(run_record(
+            run_id=f"r{n}", result_text=f"fixed the ledger; {tricky} then retried the rounding"), f"r{n}.json"))
+        repos = {s.session_id: SessionRepo(key="forge.example/acme/api", cwd=s.cwd, roots=()) for s in record.sessions}
+        episode = assemble(record, repos, excerpt_chars=600)
+        expected = "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)
+        assert render_text(episode) == expected

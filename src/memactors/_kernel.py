@@ -10,11 +10,11 @@ The model, in plain sentences:
   mailbox) or ``ask`` it one and wait for the reply. The buffer is small and explicit, so a slow actor
   pushes back on its senders instead of growing a queue without bound; ``address.statistics()``
   reports how full it is so metrics can export it.
-* A request carries a **one-shot reply channel** with room for exactly one answer, so answering never
+* A request carries a **one-shot reply slot** with room for exactly one answer, so answering never
   waits and can happen in a ``finally`` block while the actor is being cancelled.
 * **Deadlines belong to the caller.** ``ask`` never sets one; the caller wraps the call in a cancel
   scope, usually :func:`deadline`, which turns the expiry into :class:`DeadlineExceeded`. A caller that
-  gives up closes its end of the reply channel, and the actor skips the request if it has not started it.
+  gives up marks its reply slot abandoned, and the actor skips the request if it has not started it.
 * A **failure in a handler goes back to the requester**: a :class:`MemactorsError` is re-raised as it
   is, anything else as :class:`ActorFailed` chained to the original. The actor keeps serving. Only a
   bug in the actor's own loop crashes it.
@@ -113,27 +113,48 @@ def deadline(seconds: float, what: str, **context: object) -> Iterator[trio.Canc
 
 @attrs.frozen
 class _Reply:
-    """The single answer that travels back on a request's reply channel."""
+    """The single answer that travels back in a request's reply slot."""
 
     value: object = None
     error: BaseException | None = None
 
 
+class _ReplySlot:
+    """A request's one-shot reply: room for exactly one answer, and whether the requester still waits.
+
+    (A memory channel per request did the same at about three times the cost: an actor round trip is on
+    every ingest and recall several times over.)
+    """
+
+    __slots__ = ("answer", "event", "gone")
+
+    def __init__(self) -> None:
+        self.answer: _Reply | None = None
+        self.event = trio.Event()
+        self.gone = False  # the requester stopped waiting (answered, deadline or cancellation)
+
+
 @attrs.frozen
 class Request(Generic[M]):
-    """A message in a mailbox, with a one-shot reply channel (``None`` for a ``tell``).
+    """A message in a mailbox, with a one-shot reply slot (``None`` for a ``tell``).
 
-    ``respond`` and ``fail`` are synchronous: the reply channel has room for exactly one answer, so
-    answering never waits. The first answer wins; later ones are ignored and return False.
+    ``respond`` and ``fail`` are synchronous: the slot has room for exactly one answer, so answering
+    never waits. The first answer wins; later ones are ignored and return False.
     """
 
     message: M
-    reply: trio.MemorySendChannel[_Reply] | None = None
+    reply: _ReplySlot | None = None
 
     @property
     def abandoned(self) -> bool:
         """True when the requester has stopped waiting (deadline or cancellation) for the answer."""
-        return self.reply is not None and self.reply.statistics().open_receive_channels == 0
+        return self.reply is not None and self.reply.gone
+
+    @property
+    def pending(self) -> bool:
+        """True while a requester waits for an answer that has not been given."""
+        slot = self.reply
+        return slot is not None and not slot.gone and slot.answer is None
 
     def respond(self, value: object = None) -> bool:
         """Send ``value`` to the requester; return whether it was delivered."""
@@ -144,14 +165,11 @@ class Request(Generic[M]):
         return self._answer(_Reply(error=error))
 
     def _answer(self, reply: _Reply) -> bool:
-        if self.reply is None:
-            return False
-        try:
-            self.reply.send_nowait(reply)
-        except (trio.ClosedResourceError, trio.BrokenResourceError, trio.WouldBlock):
+        slot = self.reply
+        if slot is None or slot.gone or slot.answer is not None:
             return False  # already answered, or nobody is listening any more
-        finally:
-            self.reply.close()
+        slot.answer = reply
+        slot.event.set()
         return True
 
 
@@ -210,13 +228,15 @@ class Address(Generic[M]):
         ActorStopped when the actor is or becomes stopped before answering. Never sets a deadline: wrap
         the call in :func:`deadline` or another cancel scope.
         """
-        reply_send, reply_receive = trio.open_memory_channel[_Reply](1)
-        with reply_receive:  # closing it on the way out tells the actor nobody waits any more
-            await self._put(Request(message, reply_send))
-            try:
-                reply = await reply_receive.receive()
-            except trio.EndOfChannel:
-                raise self._box.stopped("without answering") from None
+        slot = _ReplySlot()
+        try:
+            await self._put(Request(message, slot))
+            await slot.event.wait()
+        finally:
+            slot.gone = True  # on the way out, however: the actor sees nobody waits any more
+        reply = slot.answer
+        if reply is None:
+            raise self._box.stopped("without answering")
         if reply.error is None:
             return reply.value
         if isinstance(reply.error, MemactorsError):
@@ -330,32 +350,26 @@ async def serve(
         async for request in mailbox:
             await _handle(mailbox.name, request, handler)
         return
-    slots = trio.Semaphore(concurrency)
+    # `concurrency` long-lived workers, each taking the next request when it is free (a task spawned per
+    # request, behind a semaphore, cost a task start and a semaphore round on every message).
     async with trio.open_nursery() as nursery:
-        while True:
-            await slots.acquire()
-            try:
-                request = await anext(mailbox)
-            except StopAsyncIteration:
-                slots.release()
-                break
-            nursery.start_soon(_handle_in_slot, mailbox.name, request, handler, slots)
+        for _ in range(concurrency):
+            nursery.start_soon(_worker, mailbox, handler)
 
 
-async def _handle_in_slot(
-    name: str, request: Request[M], handler: Callable[[M], Awaitable[object]], slots: trio.Semaphore
-) -> None:
-    try:
-        await _handle(name, request, handler)
-    finally:
-        slots.release()
+async def _worker(mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]]) -> None:
+    async for request in mailbox:
+        await _handle(mailbox.name, request, handler)
 
 
 async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitable[object]]) -> None:
     """Run the handler for one request and make sure the requester gets exactly one answer."""
-    log = logger.bind(actor=name, message_type=type(request.message).__name__)
+
+    def log() -> Any:  # bound only when a line is written: not on every request
+        return logger.bind(actor=name, message_type=type(request.message).__name__)
+
     if request.abandoned:
-        log.debug("request skipped: the requester stopped waiting")
+        log().debug("request skipped: the requester stopped waiting")
         request.fail(ActorStopped("requester stopped waiting", actor=name))
         return
     try:
@@ -365,16 +379,17 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
         if code in _CLIENT_CODES:
             # The requester's mistake (or a missing thing), answered to it; the edge that received
             # the request (RPC, gateway) logs it once with its code.
-            log.bind(error=type(exc).__name__, code=code).debug("request refused")
+            log().bind(error=type(exc).__name__, code=code).debug("request refused")
         else:
-            log.bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
+            log().bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
         request.fail(exc)
     else:
         request.respond(result)
     finally:
         # Cancellation (or anything that is not an Exception) must not leave the requester hanging.
-        # A no-op when the request was answered above.
-        request.fail(ActorStopped("actor stopped while handling the request", actor=name))
+        # Nothing to do when the request was answered above (the error is not even built then).
+        if request.pending:
+            request.fail(ActorStopped("actor stopped while handling the request", actor=name))
 
 
 class Actor(Protocol):

@@ -31,7 +31,7 @@ import trio
 
 from ._wire import converter
 from .models import Episode, Event, RunRecord, Session, TrustClass, VerifyFailure
-from .redact import REDACTED, redact
+from .redact import REDACTED, redact, redact_many
 from .repo import (
     GitUnavailable,
     RepoInfo,
@@ -119,16 +119,41 @@ def episode_id_for(harness: str, run_id: str, started_at: str) -> str:
     return "ep_" + digest[:20]
 
 
+def clean_many(texts: list[str]) -> list[str]:
+    """`clean` of each string, with one keyword pass of the redactor for them all (`redact_many`)."""
+    return redact_many([_SURROGATE.sub("\ufffd", t) for t in texts])
+
+
 def _clean_tree(value: Any) -> Any:
-    match value:
-        case str():
-            return clean(value)
-        case dict():
-            return {k: _clean_tree(v) for k, v in value.items()}
-        case list() | tuple():
-            return [_clean_tree(v) for v in value]
-        case _:
-            return value
+    """Every string in a nested value `clean`ed: collected first, cleaned together (`clean_many`), put back."""
+    found: list[str] = []
+
+    def collect(v: Any) -> None:
+        match v:
+            case str():
+                found.append(v)
+            case dict():
+                for x in v.values():
+                    collect(x)
+            case list() | tuple():
+                for x in v:
+                    collect(x)
+
+    collect(value)
+    cleaned = iter(clean_many(found))
+
+    def rebuild(v: Any) -> Any:
+        match v:
+            case str():
+                return next(cleaned)
+            case dict():
+                return {k: rebuild(x) for k, x in v.items()}
+            case list() | tuple():
+                return [rebuild(x) for x in v]
+            case _:
+                return v
+
+    return rebuild(value)
 
 
 # Records `stored_record` produced, by identity: their strings are clean and are not redacted again.
@@ -406,4 +431,5 @@ def render_text(episode: Episode) -> str:
     line passes the redactor once more (escaping could in principle join what it had kept apart).
     Identical episodes give byte-identical text.
     """
-    return "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)
+    lines = clean_many([f"{name}: {_line_value(getattr(episode, name))}" for name in FIELD_ORDER])
+    return "".join(line + "\n" for line in lines)

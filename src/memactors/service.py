@@ -397,6 +397,11 @@ class MemoryService:
         await self.retention.address.tell(Kick())
 
     async def summarize(self, text: str) -> SummaryResult:
+        if not self.summary.configured:
+            # REQ-7's normal unconfigured state: the fallback, counted, without a mailbox round trip and
+            # an INFO line per episode (an IngestRuns batch of 500 logged 500 of them).
+            self.metrics.episode_summarised("fallback")
+            return SummaryResult(None, "fallback", "unconfigured")
         return await self.summary.address.ask(Summarize(text))
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:

@@ -43,6 +43,12 @@ class SummaryActor:
         self._metrics = metrics
         self.address, self._mailbox = open_mailbox("summary", 16)
 
+    @property
+    def configured(self) -> bool:
+        """Whether a utility model is configured: without one every summary is the `unconfigured`
+        fallback, which needs neither this actor nor a log line per episode (the metric still counts it)."""
+        return self._settings is not None and bool(self._settings.utility_model)
+
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         client: ModelApiClient | None = None
         if self._settings is not None and self._settings.utility_model:
