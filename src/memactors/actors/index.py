@@ -23,7 +23,7 @@ import sqlite_utils
 import trio
 
 from .._kernel import open_mailbox, serve
-from .._wire import converter, episode_from_dict, episode_json, episode_to_dict, load_run_record
+from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
@@ -84,15 +84,6 @@ class EpisodeRow:
 
 
 @attrs.frozen
-class KnownRun:
-    """A run the store already holds: its stored record (None once its episode was forgotten), and its
-    episode id when it has an episode."""
-
-    record: RunRecord | None
-    episode_id: str | None
-
-
-@attrs.frozen
 class Stored:
     """What RecordRun wrote: whether the run was new, and the episode it stored (None if none was new)."""
 
@@ -138,20 +129,8 @@ def _without_nulls(value: Any) -> Any:
 
 def record_json(raw: dict[str, Any]) -> str:
     """The stored form of a (redacted) run record: compact JSON without its null fields (each has a
-    default in the model, so `load_run_record` gives back the same record) — ~15 % of runs.record."""
+    default in the model, so `load_run_record` gives back the same record) — ~15 % of the stored record."""
     return json.dumps(_without_nulls(raw), sort_keys=True, separators=(",", ":"))
-
-
-def stored_run(db: sqlite_utils.Database, harness: str, run_id: str) -> KnownRun | None:
-    """What the store already holds of a run: its stored record and episode id, or None when it has none."""
-    row = db.execute("SELECT r.started_at, rr.record FROM runs r LEFT JOIN run_records rr ON rr.id = r.record_id"
-                     " WHERE r.harness = ? AND r.run_id = ?", [harness, run_id]).fetchone()
-    if row is None:
-        return None
-    episode_id = episode_id_for(harness, run_id, row[0])
-    known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    return KnownRun(record=load_run_record(row[1]) if row[1] is not None else None,
-                    episode_id=episode_id if known else None)
 
 
 def record_run(db: sqlite_utils.Database, m: RecordRun, now: str) -> Stored:
@@ -550,13 +529,6 @@ class RecordRuns:
     runs: tuple[RecordRun, ...]
 
 
-@attrs.frozen
-class LookupRun:
-    """What the store holds of (harness, run_id): a KnownRun, or None."""
-
-    harness: str
-    run_id: str
-
 
 @attrs.frozen
 class IndexIds:
@@ -609,8 +581,6 @@ class Index:
                 return await self._store.write(lambda db: record_run(db, m, now))
             case RecordRuns(runs=runs):
                 return await self._store.write(lambda db: record_runs(db, runs, now))
-            case LookupRun(harness=harness, run_id=run_id):
-                return await self._store.read(lambda db: stored_run(db, harness, run_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
                     lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
