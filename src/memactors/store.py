@@ -607,15 +607,21 @@ class Store:
         """Run `fn(db)` on a pooled read connection, off the trio loop."""
         return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
 
-    async def prune_call_log(self, cutoff: str) -> int:
-        """Delete call-log rows older than ``cutoff`` (an `iso` time), 10,000 per transaction so the
-        writer is never held long; returns how many."""
+    async def write_in_batches(self, fn: Callable[[sqlite_utils.Database], int], batch: int) -> int:
+        """Run `fn(db)` — which handles at most `batch` rows and returns how many — each time in a
+        transaction of its own, until it handles fewer than `batch` (so the writer is never held long);
+        returns the total."""
         total = 0
         while True:
-            n = await self.write(lambda db: prune_call_log(db, cutoff))
+            n = await self.write(fn)
             total += n
-            if n < 10_000:
+            if n < batch:
                 return total
+
+    async def prune_call_log(self, cutoff: str) -> int:
+        """Delete call-log rows older than ``cutoff`` (an `iso` time), 10,000 per transaction; returns
+        how many."""
+        return await self.write_in_batches(lambda db: prune_call_log(db, cutoff, 10_000), 10_000)
 
     @property
     def read_connections(self) -> int:

@@ -321,19 +321,10 @@ class Retention:
                               " ORDER BY recorded_at LIMIT ?", [cutoff, PRUNE_BATCH]).fetchall()
             return sum(tombstone(db, eid, now) for (eid,) in rows)
 
-        total = 0
-        while True:
-            n = await self._store.write(write)
-            total += n
-            if n < PRUNE_BATCH:
-                break
+        total = await self._store.write_in_batches(write, PRUNE_BATCH)
         await self._store.prune_call_log(cutoff)  # the call log keeps the same window
-        tombstones = 0
-        while True:
-            n = await self._store.write(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH))
-            tombstones += n
-            if n < PRUNE_BATCH:
-                break
+        tombstones = await self._store.write_in_batches(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH),
+                                                        PRUNE_BATCH)
         if tombstones:
             self._log.bind(tombstones=tombstones, retention_s=retention).info("retention prune deleted tombstones")
         if total:
