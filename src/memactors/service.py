@@ -73,7 +73,7 @@ from .actors.retention import (
     RetryNow,
 )
 from .actors.runs import GetRun, Runs, RunState, StartRun
-from .actors.summary import Summarize, SummaryActor, model_api_settings
+from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
@@ -397,12 +397,7 @@ class MemoryService:
         await self.retention.address.tell(Kick())
 
     async def summarize(self, text: str) -> SummaryResult:
-        if not self.summary.configured:
-            # REQ-7's normal unconfigured state: the fallback, counted, without a mailbox round trip and
-            # an INFO line per episode (an IngestRuns batch of 500 logged 500 of them).
-            self.metrics.episode_summarised("fallback")
-            return SummaryResult(None, "fallback", "unconfigured")
-        return await self.summary.address.ask(Summarize(text))
+        return await self.summary.summarize(text)
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""

@@ -49,6 +49,14 @@ class SummaryActor:
         fallback, which needs neither this actor nor a log line per episode (the metric still counts it)."""
         return self._settings is not None and bool(self._settings.utility_model)
 
+    async def summarize(self, text: str) -> SummaryResult:
+        """One episode summary (REQ-7). Unconfigured, the fallback is answered here and counted, without
+        a mailbox round trip or a log line per episode (an IngestRuns batch of 500 logged 500 of them)."""
+        if not self.configured:
+            self._metrics.episode_summarised("fallback")
+            return SummaryResult(None, "fallback", "unconfigured")
+        return await self.address.ask(Summarize(text))
+
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         client: ModelApiClient | None = None
         if self._settings is not None and self._settings.utility_model:
