@@ -8,8 +8,7 @@ against jsonschema's own verdict and messages.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,13 +16,11 @@ import sqlite_utils
 import trio
 
 from memactors.builtin import (
-    MAX_ITEM_TEXT,
     SNIPPET_TOKENS,
     BuiltinProvider,
     Hit,
-    _cut,
     bm25_candidates,
-    headline,
+    item_text,
     item_texts,
     query_words,
 )
@@ -37,39 +34,22 @@ WORDS = ["ledger", "rounding", "flaky", "cache", "retry", "socket", "parser", "s
 
 
 def per_hit_item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
-    """The item texts as they were computed before batching: two statements per hit."""
+    """The item texts as they were computed before batching: two statements per hit (the text from
+    the row and its snippet composed by the same `item_text`)."""
     out: dict[str, str] = {}
     for hit in hits:
         row = db.execute("SELECT text, summary FROM builtin_docs WHERE doc_id = ?", [hit.doc_id]).fetchone()
         if row is None:
             continue
         text, summary = row
-        if summary:
-            out[hit.episode_id] = _cut(f"summary: {summary}", MAX_ITEM_TEXT)
-            continue
         snippet = None
-        if match is not None:
+        if match is not None and not summary:
             found = db.execute(
                 f"SELECT snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
                 f" WHERE builtin_fts MATCH ? AND rowid = ?", [match, hit.doc_id]).fetchone()
-            snippet = found[0].strip() if found and found[0] else None
-        if not snippet:
-            excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
-            snippet = _cut(excerpt, 160) if excerpt else ""
-        head = headline(text)
-        room = MAX_ITEM_TEXT - len(head) - 1
-        body = _cut(snippet, room) if room > 20 else ""
-        out[hit.episode_id] = "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
+            snippet = found[0] if found else None
+        out[hit.episode_id] = item_text(text, summary, snippet)
     return out
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "m.db")
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 async def _fill(provider: BuiltinProvider, rng: random.Random, n: int) -> None:

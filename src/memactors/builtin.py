@@ -214,20 +214,23 @@ def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None
         row = rows.get(hit.doc_id)
         if row is None:
             continue
-        text, summary = row
-        if summary:
-            out[hit.episode_id] = _cut(f"summary: {summary}", MAX_ITEM_TEXT)
-            continue
-        snippet = found.get(hit.doc_id)
-        snippet = snippet.strip() if snippet else None
-        if not snippet:  # a path-only hit: the start of the result excerpt
-            excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
-            snippet = _cut(excerpt, 160) if excerpt else ""
-        head = headline(text)
-        room = MAX_ITEM_TEXT - len(head) - 1
-        body = _cut(snippet, room) if room > 20 else ""
-        out[hit.episode_id] = "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
+        out[hit.episode_id] = item_text(*row, found.get(hit.doc_id))
     return out
+
+
+def item_text(text: str, summary: str, snippet: str | None) -> str:
+    """One item's text: its summary, else its headline and `snippet` (FTS5's, around the match; for a
+    path-only hit, the start of the result excerpt), within MAX_ITEM_TEXT."""
+    if summary:
+        return _cut(f"summary: {summary}", MAX_ITEM_TEXT)
+    snippet = snippet.strip() if snippet else None
+    if not snippet:  # a path-only hit: the start of the result excerpt
+        excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
+        snippet = _cut(excerpt, 160) if excerpt else ""
+    head = headline(text)
+    room = MAX_ITEM_TEXT - len(head) - 1
+    body = _cut(snippet, room) if room > 20 else ""
+    return "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
 
 
 def snippets(db: sqlite_utils.Database, doc_ids: Sequence[int], match: str) -> dict[int, str]:
