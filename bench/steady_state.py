@@ -38,7 +38,8 @@ from user_paths import SERVICE, daemon, machine, run_record, vocabulary, write_c
 from memactors.rpc import connect_rpc  # noqa: E402
 
 
-def file_bytes(db: Path) -> int:
+def file_bytes(db: Path) -> tuple[int, int]:
+    """The database file and its WAL, after a checkpoint, and the bytes of its free pages."""
     conn = sqlean.connect(str(db))
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

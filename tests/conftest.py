@@ -14,7 +14,8 @@ import trio.testing
 
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
-from support import wait_ready, write_config
+from memactors.store import Store
+from support import RESIDENT, wait_ready, write_config
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -62,6 +63,25 @@ async def memory(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[Me
         await wait_ready(service)
         yield service
 
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path / "m.db")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
+    """A service with a resident claude-code harness (`RESIDENT`) and its gateway on 127.0.0.1: (service, url)."""
+    async with open_memory_service(make_holder(RESIDENT)) as service, trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        yield service, url
+        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture

@@ -59,6 +59,10 @@ def run_record(**overrides: Any) -> dict[str, Any]:
 
 
 
+#: A resident claude-code harness with briefings on: the gateway's tests' configuration.
+RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
+
+
 async def wait_ready(service: MemoryService, state: str = "ready") -> None:
     with trio.fail_after(60):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox

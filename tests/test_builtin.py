@@ -25,15 +25,6 @@ B = "project:forge.example/acme/web"
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "m.db")
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 async def fake() -> AsyncIterator[FakeModelApi]:
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         yield api

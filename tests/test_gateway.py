@@ -20,19 +20,8 @@ from memactors.daemon import run_daemon
 from memactors.gateway import BRIEFING_URI
 from memactors.service import MemoryService, open_memory_service
 from memactors.spawn import prepare_spawn
-from support import example, wait_ready, write_config
+from support import RESIDENT, example, wait_ready, write_config
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
-
-RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
-
-
-@pytest.fixture
-async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
-    async with open_memory_service(make_holder(RESIDENT)) as service, trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
-        yield service, url
-        nursery.cancel_scope.cancel()
 
 
 async def seed(service: MemoryService) -> None:

@@ -6,34 +6,19 @@ single-exchange POST (what ``mcp.Client`` speaks). Answers are JSON bodies, not 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
-import pytest
-import trio
 
-from memactors.config import ConfigHolder
-from memactors.service import MemoryService, open_memory_service
-from support import wait_ready
+from memactors.service import MemoryService
 from support_readside import API, as_run, gateway_client
 
-RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 LEGACY = "2025-06-18"
 MODERN = "2026-07-28"
 META = {"io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": {}}
-
-
-@pytest.fixture
-async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
-    async with open_memory_service(make_holder(RESIDENT)) as service, trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
-        yield service, url
-        nursery.cancel_scope.cancel()
 
 
 def rpc(id_: int | None, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -4,9 +4,8 @@ all on a real SQLite file through the store's writer and readers."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlite_utils
@@ -20,15 +19,6 @@ API = "forge.example/acme/api"
 WEB = "forge.example/acme/web"
 P_API = f"project:{API}"
 P_WEB = f"project:{WEB}"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "m.db")
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _add(db: sqlite_utils.Database, scope: str, text: str, confidence: float, status: str = "live",

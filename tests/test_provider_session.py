@@ -122,6 +122,23 @@ def _record_args() -> dict[str, Any]:
             "episode": episode}
 
 
+async def _kill_and_await_a_new_process(session: ProviderSession, files: FaultFiles, *, what: str,
+                                        seconds: float = 20.0) -> list[str]:
+    """SIGKILL the provider process and wait until another one is up and the session ready; returns
+    the session states seen while waiting."""
+    first = files.read_pid()
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    states: list[str] = []
+
+    def watch() -> bool:
+        states.append(session.status().state)
+        return files.read_pid() not in (None, first) and session.status().state == "ready"
+
+    await poll(watch, seconds=seconds, what=what)
+    return states
+
+
 async def test_a_killed_subprocess_is_noticed_and_reconnected(tmp_path: Path) -> None:
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
@@ -129,22 +146,13 @@ async def test_a_killed_subprocess_is_noticed_and_reconnected(tmp_path: Path) ->
     session = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
         target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
-    states: list[str] = []
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(session.run)
             await poll(lambda: session.status().state == "ready", what="ready")
             with trio.fail_after(60):
                 await provider_call(session.address, "memory_record_episode", _record_args())
-            first = files.read_pid()
-            assert first is not None
-            os.kill(first, signal.SIGKILL)
-
-            def watch() -> bool:
-                states.append(session.status().state)
-                return files.read_pid() not in (None, first) and session.status().state == "ready"
-
-            await poll(watch, what="a new process, ready")
+            states = await _kill_and_await_a_new_process(session, files, what="a new process, ready")
             assert "down" in states, "the death was noticed without any call (heartbeat)"
             with trio.fail_after(60):
                 out = await provider_call(session.address, "memory_recall",
@@ -374,16 +382,8 @@ async def test_a_stdio_provider_that_dies_while_idle_is_replaced_without_waiting
         tmp_path: Path) -> None:
     """The closed pipe is the news: with no call in flight and the heartbeat an hour away, a killed
     provider is still noticed and replaced (the session goes down, then ready on a new process)."""
-    states: list[str] = []
     async with _serving(tmp_path, heartbeat=3600.0) as (session, files):
         await poll(lambda: session.status().state == "ready", seconds=60, what="ready")
-        first = files.read_pid()
-        assert first is not None
-        os.kill(first, signal.SIGKILL)
-
-        def watch() -> bool:
-            states.append(session.status().state)
-            return files.read_pid() not in (None, first) and session.status().state == "ready"
-
-        await poll(watch, seconds=60, what="a new process, ready, with no call and no heartbeat")
+        states = await _kill_and_await_a_new_process(
+            session, files, seconds=60, what="a new process, ready, with no call and no heartbeat")
         assert "down" in states
