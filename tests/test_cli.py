@@ -27,6 +27,7 @@ import trio
 
 import memactors
 from memactors import cli
+from memactors.cli import runs as cli_runs
 from memactors.config import load_config
 from memactors.daemon import Listening, run_daemon
 from memactors.rpc import connect_rpc, read_token
@@ -164,7 +165,7 @@ def test_each_rpc_error_code_maps_to_its_documented_exit_status(code: str, statu
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RpcError(code, "x")
 
-    monkeypatch.setattr(cli, "call", fail)
+    monkeypatch.setattr(cli.memory, "call", fail)
     assert cli.main(["memory", "status"]) == status
     doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     assert f"| {status} |" in doc  # the table in docs/operations.md names it
@@ -230,18 +231,18 @@ def test_ingest_sources_expand_directories_recursively_and_keep_stdin(tmp_path: 
     (tmp_path / "d" / "deep").mkdir(parents=True)
     for name in ("d/b.json", "d/a.json", "d/deep/c.json", "d/notes.txt"):
         (tmp_path / name).write_text("{}")
-    got = list(cli.ingest_sources([str(tmp_path / "d"), "-", str(tmp_path / "x.json")]))
+    got = list(cli_runs.ingest_sources([str(tmp_path / "d"), "-", str(tmp_path / "x.json")]))
     assert got == [str(tmp_path / "d/a.json"), str(tmp_path / "d/b.json"), str(tmp_path / "d/deep/c.json"), "-",
                    str(tmp_path / "x.json")]
 
 
 def test_stdin_parses_one_record_json_lines_or_records_back_to_back() -> None:
-    assert cli.split_json_stream('{\n  "a": 1\n}\n', final=True) == ([{"a": 1}], "", [])
-    assert cli.split_json_stream('{"a": 1}\n{"a": 2}\n{"a"', final=False) == ([{"a": 1}, {"a": 2}], '{"a"', [])
-    assert cli.split_json_stream('{"a": 1}\nnot json\n{"b"', final=True) == ([{"a": 1}], "", ["not json", '{"b"'])
+    assert cli_runs.split_json_stream('{\n  "a": 1\n}\n', final=True) == ([{"a": 1}], "", [])
+    assert cli_runs.split_json_stream('{"a": 1}\n{"a": 2}\n{"a"', final=False) == ([{"a": 1}, {"a": 2}], '{"a"', [])
+    assert cli_runs.split_json_stream('{"a": 1}\nnot json\n{"b"', final=True) == ([{"a": 1}], "", ["not json", '{"b"'])
     deep = "[" * 100_000 + "]" * 100_000
-    values, rest, bad = cli.split_json_stream(deep + '\n{"a": 2}\n', final=True)
-    assert values == [cli._TOO_DEEP, {"a": 2}] and rest == "" and bad == []
+    values, rest, bad = cli_runs.split_json_stream(deep + '\n{"a": 2}\n', final=True)
+    assert values == [cli_runs._TOO_DEEP, {"a": 2}] and rest == "" and bad == []
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import mcp.types as t
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
-from memactors.cli_agents import client_config
+from memactors.cli.agents import client_config
 from memactors.transcript import read_claude_transcript, run_record_from_transcript
 from support_codex import Daemon, daemon_process, git_repo
 

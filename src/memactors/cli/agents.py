@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ._core import call, load, read_daemon_file
+
 __all__ = ["client_config", "register"]
 
 #: The server name the gateway gets in client configurations (Claude Code shows ``mcp__memactors__recall``).
@@ -64,7 +66,7 @@ def _mint_args(p: argparse.ArgumentParser) -> None:
 
 def _harness_config(config: Any, harness: str) -> Any:
     """The ``[harness.<name>]`` table, or an error naming the key and the configured harnesses."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     if harness not in config.harness:
         known = ", ".join(sorted(config.harness)) or "none configured"
@@ -75,10 +77,9 @@ def _harness_config(config: Any, harness: str) -> Any:
 
 def _mint(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Mint over MintRunToken; returns the result and the gateway URL the daemon serves."""
-    from .cli import _config, call, read_daemon_file  # cli's own: the daemon module imports mcp (~2 s of CPU)
-    from .config import parse_duration
+    from ..config import parse_duration
 
-    config = _config(args)
+    config = load(args)
     _harness_config(config, args.harness)
     ttl = parse_duration(args.ttl)
     workdir = str(Path(args.workdir or os.getcwd()).resolve())
@@ -128,16 +129,15 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     Exit 0 when the record was ingested or deliberately skipped (IngestRun's outcome is printed); a
     missing harness, unreadable input or transcript is exit 2 with a message naming what is wrong.
     """
-    from .cli import _config, call
-    from .errors import InvalidArgument
-    from .store import iso
-    from .transcript import read_claude_transcript, run_record_from_transcript
+    from ..errors import InvalidArgument
+    from ..store import iso
+    from ..transcript import read_claude_transcript, run_record_from_transcript
 
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
                               field="--harness")
-    cfg = _harness_config(_config(args), harness)
+    cfg = _harness_config(load(args), harness)
     try:
         hook = json.loads(sys.stdin.read() or "null")
     except ValueError as exc:

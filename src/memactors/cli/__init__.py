@@ -1,0 +1,103 @@
+"""The `memactors` command line. Every operator command goes through MemoryService over the websocket
+RPC (the CLI has no private path); `--json` prints the raw result for scripts.
+
+One module per command group over one small shared core (`_core`: configuration, the daemon's address
+and token, the RPC call, output, exit statuses): `runs` (run, runs ingest), `memory` (REQ-19's memory
+commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MCP client
+configurations, hooks for residents), `ops` (serve, doctor, tui, completion).
+
+The CLI finds the daemon the way the daemon finds its state: `--config` (before or after the
+subcommand), else `$HARNESS_CONFIG`, else `$XDG_CONFIG_HOME/harness/harness.toml` (default
+`~/.config/harness/harness.toml`); the state directory named there holds `daemon.json` (the addresses
+actually bound) and the operator token files.
+
+Start-up cost matters (`memactors --help` is typed by people): these modules import only the standard
+library at the top; each command imports what it needs when it runs, so an RPC command never loads the
+service, the store or the MCP SDK. `bench/cli_startup.py` measures it.
+
+Exit codes (docs/operations.md has the table): 0 ok; 1 the command ran and reports a failure (doctor,
+provider check, rejected records); 2 usage error (argparse); 3 daemon unavailable; 4 not found;
+5 invalid argument or configuration; 6 permission denied or unauthenticated; 7 internal error;
+130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from .. import __version__
+from . import agents, feeds, memory, ops, runs
+from ._core import CODE_EXITS, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNAVAILABLE, CliError, exit_for
+
+__all__ = ["CODE_EXITS", "EXIT_INVALID", "EXIT_UNAVAILABLE", "build_parser", "main", "subparsers"]
+
+
+CONFIG_HELP = ("global harness.toml (default: $HARNESS_CONFIG, else $XDG_CONFIG_HOME/harness/harness.toml, "
+               "else ~/.config/harness/harness.toml); accepted before or after the subcommand")
+
+
+
+def subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser under `parser` (itself included), each once."""
+    seen: set[int] = set()
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+
+
+
+def _config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let `--config` follow any subcommand too. Default SUPPRESS, so a subcommand that does not see it
+    leaves the top-level value alone."""
+    for p in subparsers(parser):
+        if p is not parser and "--config" not in p._option_string_actions:
+            p.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memactors", description="Episodic memory and briefings for fleets of coding agents (SPEC-0030).",
+        epilog="Exit codes: 0 ok, 1 the command reports a failure, 2 usage, 3 daemon unavailable, 4 not found, "
+               "5 invalid argument or configuration, 6 permission denied, 7 internal error, 130 interrupted.")
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    parser.add_argument("--version", action="version", version=f"memactors {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (ops, runs, memory, feeds, agents):
+        group.register(sub)
+    _config_everywhere(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..errors import MemactorsError
+
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return int(args.fn(args))
+    except KeyboardInterrupt:
+        print("memactors: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except CliError as exc:
+        print(f"memactors: {exc.message}", file=sys.stderr)
+        return exit_for(exc.code)
+    except MemactorsError as exc:  # RpcError, ConfigError and the other sentinels carry a gRPC code
+        rpc_code = getattr(exc, "code", "INTERNAL")
+        prefix = f"{rpc_code}: " if type(exc).__name__ == "RpcError" else ""
+        print(f"memactors: {prefix}{exc}", file=sys.stderr)
+        return exit_for(rpc_code)
+    except BrokenPipeError:  # `memactors ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+

@@ -1,0 +1,7 @@
+"""`python -m memactors.cli`."""
+
+import sys
+
+from memactors.cli import main
+
+sys.exit(main())

@@ -1,0 +1,183 @@
+"""What every command group shares: finding the configuration, the daemon and its token; one RPC call;
+output helpers; exit statuses.
+
+Standard library only at the top (see the package docstring: start-up cost matters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+
+SERVICE = "harness.v1.MemoryService"
+DAEMON_FILE = "daemon.json"  # written by daemon.py; read here without importing the daemon
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+EXIT_NOT_FOUND = 4
+EXIT_INVALID = 5
+EXIT_PERMISSION = 6
+EXIT_INTERNAL = 7
+EXIT_INTERRUPTED = 130
+
+
+#: gRPC code name (of an RpcError or a MemactorsError) -> exit status.
+CODE_EXITS = {
+    "UNAVAILABLE": EXIT_UNAVAILABLE,
+    "DEADLINE_EXCEEDED": EXIT_UNAVAILABLE,
+    "NOT_FOUND": EXIT_NOT_FOUND,
+    "INVALID_ARGUMENT": EXIT_INVALID,
+    "FAILED_PRECONDITION": EXIT_INVALID,
+    "OUT_OF_RANGE": EXIT_INVALID,
+    "PERMISSION_DENIED": EXIT_PERMISSION,
+    "UNAUTHENTICATED": EXIT_PERMISSION,
+}
+
+
+JSON_HELP = "print the raw result as JSON (for scripts)"
+
+
+class CliError(Exception):
+    """A failure the CLI explains in one line and maps to an exit status by its gRPC code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def load(args: argparse.Namespace) -> Config:
+    from ..config import load_config
+
+    return load_config(Path(args.config) if getattr(args, "config", None) else None)
+
+
+def read_daemon_file(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((state_dir / DAEMON_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+
+
+def operator_url(config: Config) -> str:
+    found = read_daemon_file(config.store.path)
+    if found and found.get("operator"):
+        return str(found["operator"])
+    return f"ws://{config.operator.address}/harness.v1"
+
+
+def token_for(config: Config, tier: str) -> str:
+    """The operator token of `tier` from the state directory (the files rpc.ensure_tokens writes),
+    read here so a command does not import the trio RPC client just to find it."""
+    path = config.store.path / f"operator-{tier}.token"
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise CliError("UNAVAILABLE", f"no daemon has run with state directory {config.store.path} (no operator "
+                                      "token file there); start one with `memactors serve`") from None
+    except OSError as exc:
+        raise CliError("PERMISSION_DENIED", f"cannot read {path}: {exc.strerror}") from None
+    if not token:
+        raise CliError("INVALID_ARGUMENT", f"operator token file {path} is empty")
+    return token
+
+
+def config_for(args: argparse.Namespace, tier: str) -> Config:
+    """The configuration; for a read command, with an invalid file, the state directory alone (the
+    daemon runs on its last good configuration, and a read command can ask it what is wrong)."""
+    from ..errors import ConfigError
+
+    try:
+        return load(args)
+    except ConfigError as exc:
+        if tier != "read":
+            raise
+        return config_despite(args, exc)
+
+
+def config_despite(args: argparse.Namespace, error: Exception) -> Config:
+    """Defaults plus the file's `[store] path` if that much can be read; warns naming the config error."""
+    import tomllib
+
+    import attrs
+
+    from ..config import Config, StoreConfig, default_config_path
+
+    print(f"memactors: warning: {error}; using the state directory only", file=sys.stderr)
+    path = Path(args.config) if args.config else default_config_path()
+    try:
+        store = tomllib.loads(path.read_text(encoding="utf-8")).get("store", {}).get("path")
+    except (OSError, ValueError, AttributeError):
+        store = None
+    config = Config()
+    if isinstance(store, str):
+        state = Path(store).expanduser()
+        config = attrs.evolve(config, store=StoreConfig(state if state.is_absolute() else path.parent / state))
+    return config
+
+
+def call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
+    """One RPC call over the standard-library websocket client (see _wsclient: the trio client's
+    imports alone cost more than a read command's start-up budget)."""
+    from .._wsclient import WsRpcError, call_once
+
+    config = config_for(args, tier)
+    token = token_for(config, tier)
+    try:
+        return call_once(operator_url(config), token, f"{SERVICE}/{method}", params)
+    except WsRpcError as exc:
+        raise CliError(exc.code, f"{exc.code}: {exc.message}") from None
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def notice(result: dict[str, Any]) -> None:
+    """Tell the operator on stderr what the daemon made of a `--repo` value (normalised, matched by its
+    tail, or unknown with close known ones), so a scope mismatch is never silent."""
+    repo = result.get("repo_match")
+    if not repo:
+        return
+    if repo.get("status") == "unknown":
+        close = repo.get("close") or []
+        hint = f"; close known ones: {', '.join(close)}" if close else "; no known repository is close"
+        print(f"memactors: no episodes in repository {repo['key']}{hint}", file=sys.stderr)
+    elif repo.get("given") != repo.get("key"):
+        print(f"memactors: repository {repo['given']!r} read as {repo['key']}", file=sys.stderr)
+
+
+def confirm(question: str, *, assume_yes: bool) -> bool:
+    """Ask `question` on the terminal; refuse (CliError) when there is no terminal to ask on."""
+    if assume_yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError("INVALID_ARGUMENT", "refusing to forget without confirmation: stdin is not a terminal; "
+                                           "pass --yes to confirm")
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def exit_for(code: str) -> int:
+    return CODE_EXITS.get(code, EXIT_INTERNAL)

@@ -1,0 +1,239 @@
+"""The `memory` group, as REQ-19 names it: `status`, `episodes`, `recall`, `briefing`, `forget`,
+`provider check|schema`; and `provider serve-builtin` (REQ-11's provider over stdio)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import _core as core
+from ._core import EXIT_FAILED, JSON_HELP, CliError, call, confirm
+
+#: `memory status` exit codes (docs/operations.md): the daemon answered, but its provider is down / incompatible.
+EXIT_PROVIDER_DOWN = 10
+
+
+EXIT_PROVIDER_INCOMPATIBLE = 11
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    st = call(args, "Status", {})
+    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
+    if args.json:
+        core.print_json(st)
+        return code
+    info = st.get("provider_info") or {}
+    print(f"provider   {st['provider']} ({st['transport']})  {info.get('name', '')} {info.get('version', '')}".rstrip())
+    print(f"state      {st['state']}  contract {st['contract']}  breaker {st['breaker']}")
+    if st.get("last_error"):
+        print(f"last error {st['last_error']}")
+    c = st["counts"]
+    print(f"episodes   {c['live_episodes']} live, {c['episodes'] - c['live_episodes']} forgotten, {c['indexed_ids']} indexed ids")
+    p = st["pending"]
+    print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
+          f"{p['forget_failed']} forgets")
+    if code:
+        print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
+              f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
+    return code
+
+
+def cmd_episodes(args: argparse.Namespace) -> int:
+    if args.episode_id:
+        ep = call(args, "GetEpisode", {"episode_id": args.episode_id})
+        if args.json:
+            core.print_json(ep)
+        else:
+            print(ep.get("text") or f"episode {ep['episode_id']} (forgotten {ep['forgotten_at']})", end="")
+        return 0
+    params: dict[str, Any] = {k: v for k, v in {"harness": args.harness, "repo": args.repo, "since": args.since,
+                                                "after": args.after}.items() if v}
+    params["limit"] = args.limit
+    result = call(args, "ListEpisodes", params)
+    core.notice(result)
+    if args.json:
+        core.print_json(result)
+        return 0
+    rows = result["episodes"]
+    if not rows:
+        print("no episodes")
+    for r in rows:
+        print(f"{r['episode_id']}  {r['started_at'][:19]}  {r['harness']:<16} run {r['run_id']:<10} "
+              f"{r['outcome']:<10} {r['repo']}@{r['branch']}")
+    total = result.get("total")
+    if total is not None and rows:
+        line = f"-- {len(rows)} shown of {total}"
+        if result.get("next_cursor"):
+            line += f"; next page: --after {result['next_cursor']}"
+        print(line)
+    return 0
+
+
+def _no_harness_table(name: str, what: str = "--as") -> str:
+    """The error for `--as NAME` (or a briefing preview of NAME) without a `[harness.NAME]` table:
+    episodes may well list the harness (runs record their harness name), but only a configured table
+    says what it sees."""
+    subject = f"--as {name}" if what == "--as" else f"a briefing for {name}"
+    hint = "\nor recall as the repository: --repo forge.example/acme/api" if what == "--as" else ""
+    return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
+            f"{name}, but only a configured harness has a view); for example:\n"
+            f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"query": args.query, "limit": args.limit}
+    if args.repo:
+        params["repo"] = args.repo
+    if args.as_harness:
+        params["as"] = args.as_harness
+    if args.paths:
+        params["paths"] = args.paths
+    try:
+        result = call(args, "Recall", params)
+    except CliError as exc:
+        if exc.code == "INVALID_ARGUMENT" and args.as_harness and "params.as names no configured" in exc.message:
+            raise CliError(exc.code, _no_harness_table(args.as_harness)) from None
+        raise
+    core.notice(result)
+    if args.json:
+        core.print_json(result)
+        return 0
+    if result.get("document") is not None:
+        print(result["document"])
+        return 0
+    if result.get("degraded"):
+        print(f"(degraded: {result['degraded']})")
+    for item in result.get("episodes", []):
+        print(f"- episode {item['episode_id']} · provider {item['provider']} · run {item['run_id']} · "
+              f"harness {item['harness']} · {item['outcome']} · {item['repo']}@{item['branch']}")
+        for line in item["text"].splitlines()[:12]:
+            print(f"    {line}")
+    if not result.get("episodes"):
+        print("no episodes")
+    return 0
+
+
+def cmd_briefing(args: argparse.Namespace) -> int:
+    """`memory briefing H`: the operator preview (GetBriefing) — no cache, no exposure."""
+    try:
+        result = call(args, "GetBriefing", {"harness": args.harness})
+    except CliError as exc:
+        if exc.code == "INVALID_ARGUMENT" and "params.harness names no configured" in exc.message:
+            raise CliError(exc.code, _no_harness_table(args.harness, "briefing")) from None
+        raise
+    if args.json:
+        core.print_json(result)
+        return 0
+    if result["document"]:
+        print(result["document"])
+    else:
+        print(f"(empty briefing for {result['harness']})")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    if not confirm(f"Forget episode {args.episode_id} everywhere (stored text, summary and every provider's "
+                   "copies)? This cannot be undone.", assume_yes=args.yes):
+        print("not forgotten", file=sys.stderr)
+        return EXIT_FAILED
+    result = call(args, "Forget", {"episode_id": args.episode_id}, tier="control")
+    if args.json:
+        core.print_json(result)
+        return 0
+    print(f"forgotten {result['episode_id']} at {result['forgotten_at']}: {result['ids']} provider id(s),"
+          f" {result['forgotten']} forgotten, {result['pending']} pending, {result['failed']} failed")
+    return 0
+
+
+def cmd_provider_check(args: argparse.Namespace) -> int:
+    from ..conformance import CheckResult, ConformanceReport, format_report
+
+    params = {"provider": args.provider} if args.provider else {}
+    result = call(args, "CheckProvider", params, tier="control")
+    if args.json:
+        core.print_json(result)
+    else:
+        checks = tuple(CheckResult(**c) for c in result["checks"])
+        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version")}
+        print(format_report(ConformanceReport(checks=checks, unforgotten_ids=tuple(result.get("unforgotten_ids", ())),
+                                              **fields)))
+    return 0 if result["ok"] else 1
+
+
+def cmd_provider_schema(args: argparse.Namespace) -> int:
+    from ..contract import schema_document
+
+    core.print_json(schema_document())
+    return 0
+
+
+def cmd_serve_builtin(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..builtin import serve_builtin_stdio
+    from ..service import DB_NAME
+
+    db = Path(args.db) if args.db else core.load(args).store.path / DB_NAME
+    trio.run(serve_builtin_stdio, db)
+    return 0
+
+
+def _register_providers(sub: Any, memory: Any) -> None:
+    """`memory forget`, `memory provider check|schema` and `provider serve-builtin` (REQ-3, 4, 10, 11)."""
+    p = memory.add_parser("forget", help="forget an episode everywhere (control tier); asks first")
+    p.add_argument("episode_id", help="the episode to forget (ep_…, from `memory episodes`)")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="do not ask for confirmation (required when stdin is not a terminal)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_forget)
+
+    prov = memory.add_parser("provider", help="the memory provider").add_subparsers(
+        dest="provider_command", required=True)
+    p = prov.add_parser("check", help="run the conformance suite (control tier); non-zero on any fail")
+    p.add_argument("--provider", metavar="NAME", help="a global [mcp.<name>] upstream, or builtin")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_provider_check)
+    p = prov.add_parser("schema", help="print the contract's JSON Schemas")
+    p.set_defaults(fn=cmd_provider_schema)
+
+    top = sub.add_parser("provider", help="memory providers").add_subparsers(dest="provider_command", required=True)
+    p = top.add_parser("serve-builtin", help="serve the built-in provider over stdio (an [mcp.<name>] upstream)")
+    p.add_argument("--stdio", action="store_true", required=True, help="serve over stdin/stdout (the only transport)")
+    p.add_argument("--db", metavar="FILE", help="store file (default: the configured state directory's memactors.db)")
+    p.set_defaults(fn=cmd_serve_builtin)
+
+
+def register(sub: Any) -> None:
+    memory = sub.add_parser("memory", help="episodic memory").add_subparsers(dest="memory_command", required=True)
+    p = memory.add_parser("status", help="provider, contract, state, counts, pending")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_status)
+
+    p = memory.add_parser("episodes", help="list episodes (newest first, paged), or show one by id")
+    p.add_argument("episode_id", nargs="?", help="show this episode instead of listing")
+    p.add_argument("--harness", help="only episodes of this harness")
+    p.add_argument("--repo", help="only episodes of this repository (key, remote URL, or owner/name)")
+    p.add_argument("--since", help="a duration back from now (7d, 12h) or an RFC 3339 time")
+    p.add_argument("--limit", type=core.positive, default=100, help="episodes per page (default 100, at most 1000)")
+    p.add_argument("--after", metavar="CURSOR", help="the next-page cursor printed by the previous page")
+    p.add_argument("--json", action="store_true", help=JSON_HELP + " ({episodes, total, next_cursor})")
+    p.set_defaults(fn=cmd_episodes)
+
+    p = memory.add_parser("recall", help="recall as a repository or harness would")
+    p.add_argument("query", help="words to recall by")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--repo", help="as this repository: key (forge.example/acme/api), remote URL, or owner/name")
+    who.add_argument("--as", dest="as_harness", metavar="HARNESS",
+                     help="as the harness configured in [harness.HARNESS] would")
+    p.add_argument("--paths", nargs="+", metavar="P", help="paths the caller works on (boosts episodes touching them)")
+    p.add_argument("--limit", type=core.positive, default=8, help="episodes at most (default 8)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_recall)
+
+    p = memory.add_parser("briefing", help="preview the briefing a harness would receive now")
+    p.add_argument("harness", help="a configured [harness.<name>]")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_briefing)
+    _register_providers(sub, memory)
