@@ -19,11 +19,13 @@ T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def write_config(tmp_path: Path, extra: str = "") -> Path:
-    """A global harness.toml keeping state under tmp_path and listening on free loopback ports."""
+def write_config(tmp_path: Path, extra: str = "", *, store_url: str | None = None) -> Path:
+    """A global harness.toml keeping state under tmp_path and listening on free loopback ports; with
+    `store_url`, the store in that PostgreSQL database."""
     path = tmp_path / "harness.toml"
+    url = f'url = "{store_url}"\n' if store_url else ""
     path.write_text(
-        f'[store]\npath = "{tmp_path / "state"}"\n'
+        f'[store]\npath = "{tmp_path / "state"}"\n{url}'
         '[operator]\nlisten = "127.0.0.1:0"\n'
         '[gateway]\nlisten = "127.0.0.1:0"\n'
         '[metrics]\nlisten = "127.0.0.1:0"\n' + extra,

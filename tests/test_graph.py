@@ -1,5 +1,5 @@
 """Facts, exposure and votes, the run graph, presence and collisions, run tokens, the briefing cache —
-all on a real SQLite file through the store's writer and readers."""
+all through the store's writer and readers, on a real SQLite file and on PostgreSQL (`both_engines`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import sqlite_utils
 
 from memactors import graph
 from memactors.errors import InvalidArgument
-from memactors.store import Store, iso
+from memactors.store import Db, Store, iso
+
+pytestmark = pytest.mark.both_engines
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 API = "forge.example/acme/api"
@@ -21,13 +22,13 @@ P_API = f"project:{API}"
 P_WEB = f"project:{WEB}"
 
 
-def _add(db: sqlite_utils.Database, scope: str, text: str, confidence: float, status: str = "live",
+def _add(db: Db, scope: str, text: str, confidence: float, status: str = "live",
          at: datetime = NOW) -> graph.Fact:
     return graph.add_fact(db, scope=scope, text=text, confidence=confidence, status=status, now=at)  # type: ignore[arg-type]
 
 
 def _run(
-    db: sqlite_utils.Database,
+    db: Db,
     harness: str,
     run_id: str,
     *,
@@ -65,11 +66,12 @@ async def test_add_fact_derives_its_id_and_an_update_keeps_created_at(store: Sto
     assert again.updated_at == iso(NOW + timedelta(hours=1))
     stored = await store.read(lambda db: graph.get_fact(db, first.id))
     assert stored == again
-    assert await store.read(lambda db: db.execute("SELECT COUNT(*) FROM facts_fts").fetchone()[0]) == 1
+    # one searchable copy of the text, not one per write
+    assert await store.read(lambda db: graph.search_facts(db, query="ledger", scopes=[P_API], limit=5)) == [again]
 
 
 async def test_an_explicit_id_rewrites_the_searchable_text(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         graph.add_fact(db, scope=P_API, text="ledger uses postgres", confidence=0.5, now=NOW, fact_id="f_812")
         graph.add_fact(db, scope=P_API, text="billing uses sqlite", confidence=0.5, now=NOW, fact_id="f_812")
 
@@ -104,7 +106,7 @@ async def test_add_fact_rejects_a_bad_field_by_name(store: Store, kwargs: dict[s
 
 @pytest.mark.req12
 async def test_search_facts_stays_in_scope_and_skips_retired_facts(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         _add(db, P_API, "ledger flake is caused by clock skew", 0.7)
         _add(db, P_API, "ledger flake needs a retry", 0.6, status="suspect")
         _add(db, P_API, "ledger flake was the network", 0.9, status="retired")
@@ -130,7 +132,7 @@ async def test_search_facts_stays_in_scope_and_skips_retired_facts(store: Store)
 
 @pytest.mark.req12
 async def test_search_facts_orders_by_bm25_then_confidence_then_id(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> tuple[graph.Fact, ...]:
+    def seed(db: Db) -> tuple[graph.Fact, ...]:
         low = _add(db, P_API, "ledger flake alpha", 0.5)
         high = _add(db, P_API, "ledger flake gamma", 0.9)
         twin_a = _add(db, P_API, "unrelated words here", 0.5)
@@ -164,7 +166,7 @@ async def test_search_facts_treats_fts_syntax_as_words(store: Store, query: str)
 
 @pytest.mark.req12
 async def test_a_wordless_query_returns_top_live_and_suspect_facts_by_confidence(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         _add(db, P_API, "one", 0.2)
         _add(db, P_API, "two", 0.8, status="suspect")
         _add(db, P_API, "three", 0.5)
@@ -177,7 +179,7 @@ async def test_a_wordless_query_returns_top_live_and_suspect_facts_by_confidence
 
 @pytest.mark.req14
 async def test_top_facts_order_by_confidence_then_recency_then_id(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> list[graph.Fact]:
+    def seed(db: Db) -> list[graph.Fact]:
         return [
             _add(db, P_API, "older", 0.7, at=NOW),
             _add(db, P_API, "newer", 0.7, at=NOW + timedelta(seconds=1)),
@@ -214,7 +216,7 @@ async def test_set_fact_status_retires_and_unknown_ids_fail(store: Store) -> Non
 
 @pytest.mark.req17
 async def test_req17_a_prepended_briefing_blocks_a_vote(store: Store) -> None:
-    def scenario(db: sqlite_utils.Database) -> tuple[graph.Vote, graph.Vote, graph.Vote]:
+    def scenario(db: Db) -> tuple[graph.Vote, graph.Vote, graph.Vote]:
         graph.add_fact(db, scope=P_API, text="ledger flake", confidence=0.5, now=NOW, fact_id="f_812")
         graph.add_fact(db, scope=P_API, text="other", confidence=0.5, now=NOW, fact_id="f_900")
         n = graph.record_exposure(
@@ -251,7 +253,7 @@ async def test_req17_a_prepended_briefing_blocks_a_vote(store: Store) -> None:
 
 @pytest.mark.req17
 async def test_repeated_votes_from_one_run_count_once(store: Store) -> None:
-    def scenario(db: sqlite_utils.Database) -> graph.VoteTally:
+    def scenario(db: Db) -> graph.VoteTally:
         fact = _add(db, P_API, "ledger flake", 0.5)
         for _ in range(3):
             graph.cast_vote(db, fact_id=fact.id, run_id="r1", harness="h", stance="support", now=NOW)
@@ -282,7 +284,7 @@ async def test_votes_and_exposure_reject_bad_input(store: Store) -> None:
 
 @pytest.mark.req12
 async def test_runs_editing_newest_first_limited_to_five_and_to_the_repository(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         for i in range(7):
             _run(db, "api-fixer", f"r{i}", ended=NOW + timedelta(minutes=i), paths=["src/ledger/post.py"])
         _run(db, "api-fixer", "tie-b", ended=NOW + timedelta(minutes=6), paths=["src/ledger/post.py"])
@@ -313,7 +315,7 @@ async def test_runs_editing_escapes_like_wildcards(store: Store) -> None:
 
 @pytest.mark.req14
 async def test_recent_runs_by_repository_and_branch_carry_the_pull_request(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         _run(db, "api-fixer", "old", branch="fix/ledger", ended=NOW)
         _run(db, "nightly", "new", branch="fix/ledger", ended=NOW + timedelta(hours=1), outcome="failed")
         _run(db, "api-fixer", "main-run", branch="main", ended=NOW + timedelta(hours=2))
@@ -358,7 +360,7 @@ async def test_recent_runs_stops_at_the_limit(store: Store) -> None:
 # -------------------------------------------------------------------------------------------- presence
 
 
-def _present(db: sqlite_utils.Database, harness: str, run_id: str, session: str, branch: str | None,
+def _present(db: Db, harness: str, run_id: str, session: str, branch: str | None,
              paths: Sequence[str], *, at: datetime = NOW, ttl: int = 300, repo: str = API) -> None:
     graph.report_presence(db, harness=harness, run_id=run_id, session_id=session, repo=repo, branch=branch,
                           paths=paths, now=at, ttl_seconds=ttl)
@@ -366,7 +368,7 @@ def _present(db: sqlite_utils.Database, harness: str, run_id: str, session: str,
 
 @pytest.mark.req14
 async def test_collisions_on_branch_and_paths_ignore_expired_and_same_run(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         _present(db, "a", "ra", "s1", "fix/ledger", ["src/ledger/post.py"])
         _present(db, "a", "ra", "s2", "fix/ledger", ["src/ledger/post.py"])      # same run: no collision
         _present(db, "b", "rb", "s1", "fix/ledger", ["docs/readme.md"])           # same branch
@@ -400,7 +402,7 @@ async def test_collisions_on_branch_and_paths_ignore_expired_and_same_run(store:
 
 @pytest.mark.req14
 async def test_a_run_without_presence_gets_collisions_to_be(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> None:
+    def seed(db: Db) -> None:
         _present(db, "a", "ra", "s1", "fix/ledger", ["src/ledger/post.py"])
         _present(db, "b", "rb", "s1", "main", ["src/x.py"])
         _present(db, "n", "new", "s0", "fix/ledger", [], at=NOW - timedelta(hours=1))  # its own, expired
@@ -416,7 +418,7 @@ async def test_a_run_without_presence_gets_collisions_to_be(store: Store) -> Non
 
 
 async def test_presence_report_replaces_and_clear_removes(store: Store) -> None:
-    def seed(db: sqlite_utils.Database) -> graph.Presence:
+    def seed(db: Db) -> graph.Presence:
         _present(db, "a", "ra", "s1", "main", ["x.py"])
         return graph.report_presence(db, harness="a", run_id="ra", session_id="s1", repo=API, branch="main",
                                      paths=["./b.py", "a.py", "a.py"], now=NOW + timedelta(seconds=30))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from memactors._engine_sqlite import READ_CONNECTIONS
 from memactors.rpc import connect_rpc
-from memactors.store import READ_CONNECTIONS, Store
+from memactors.store import Store
 from support import example
 from support_daemon import daemon_process
 

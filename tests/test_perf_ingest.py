@@ -130,9 +130,9 @@ async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_recor
     calls: list[int] = []
     real_runs, real_episode = index.record_runs, index.store_episode
 
-    def counting(db: Any, runs: Any, now: str) -> Any:
+    def counting(db: Any, runs: Any, now: str, claimer: str = "") -> Any:
         calls.append(len(runs))
-        return real_runs(db, runs, now)
+        return real_runs(db, runs, now, claimer)
 
     def failing(db: Any, episode: Any, **kw: Any) -> bool:
         if episode.run_id == "w":
@@ -162,8 +162,9 @@ async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_recor
 
 
 async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attempt(memory: MemoryService) -> None:
-    """The pending record row of an ingested episode is first due after the ingest's own attempt
-    (`record_after`): the loop does not race it (which made one of the two answer "queued")."""
+    """The pending record row of an ingested episode is claimed by this daemon until the ingest's own
+    attempt is over (`record_after`): the loop — this daemon's, or another's sharing the store — does not
+    race it (which made one of the two answer "queued")."""
     from memactors.actors.assembler import AssembleMany
     from memactors.actors.index import RecordRun, RecordRuns
     from memactors.service import prepare_record
@@ -179,9 +180,9 @@ async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attemp
     # service's own loops' writes, e.g. the call log's batches, so it is no measure here)
     assert stored.run_new and stored.episode_new
     row = await memory.store.read(lambda db: db.execute(
-        "SELECT first_at < next_at, next_at FROM pending WHERE kind = 'record' AND episode_id = ?",
+        "SELECT claimed_until, claimed_by FROM pending WHERE kind = 'record' AND episode_id = ?",
         [assembled.episode.episode_id]).fetchone())
-    assert row == (1, later)
+    assert tuple(row) == (later, memory.store.daemon_id)
 
 
 # -- storage ----------------------------------------------------------------------------------------
@@ -205,8 +206,9 @@ async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_workin
         tmp_path: Path, make_holder: Any) -> None:
     import sqlean
 
+    from memactors._engine_sqlite import PAGE_SIZE
     from memactors.service import open_memory_service
-    from memactors.store import PAGE_SIZE, Store
+    from memactors.store import Store
 
     fresh = await Store.open(tmp_path / "new" / "memactors.db")
     try:

@@ -14,8 +14,8 @@ from memactors.store import Store
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "m.db")
+async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
+    s = await Store.open(store_url or tmp_path / "m.db")
     await s.write(lambda db: db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)"))
     try:
         yield s
@@ -29,6 +29,7 @@ async def _until(predicate) -> None:  # type: ignore[no-untyped-def]
             await trio.lowlevel.checkpoint()
 
 
+@pytest.mark.both_engines
 async def test_concurrent_writes_share_one_transaction_and_a_failing_one_rolls_back_alone(store: Store) -> None:
     gate = threading.Event()
     results: dict[int, object] = {}
@@ -67,6 +68,7 @@ async def test_concurrent_writes_share_one_transaction_and_a_failing_one_rolls_b
     assert keys == [k for k in range(31) if k != 7]
 
 
+@pytest.mark.both_engines
 async def test_a_write_cancelled_while_queued_never_runs(store: Store) -> None:
     gate = threading.Event()
 

@@ -25,6 +25,7 @@ _EXPORTS = {
     "InvalidArgument": "errors", "MemactorsError": "errors", "NoRepository": "errors",
     "NotAttributed": "errors", "PermissionDenied": "errors", "ProviderIncompatible": "errors",
     "ProviderReserved": "errors", "ProviderUnavailable": "errors", "UnknownEpisode": "errors",
+    "StoreUnavailable": "errors",
     "Episode": "models", "RunRecord": "models",
     "MemoryService": "service", "open_memory_service": "service",
     "prepare_spawn": "spawn",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see
     from .errors import ProviderIncompatible as ProviderIncompatible
     from .errors import ProviderReserved as ProviderReserved
     from .errors import ProviderUnavailable as ProviderUnavailable
+    from .errors import StoreUnavailable as StoreUnavailable
     from .errors import UnknownEpisode as UnknownEpisode
     from .models import Episode as Episode
     from .models import RunRecord as RunRecord

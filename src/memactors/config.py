@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -223,11 +224,30 @@ class HarnessConfig:
         )
 
 
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
+_URL_PASSWORD_PARAM = re.compile(r"(password=)([^&\s]*)", re.IGNORECASE)
+
+
+def mask_url(url: str) -> str:
+    """A store URL with its password (in the authority or a ``password=`` parameter) replaced by ``***``:
+    the only form a URL is ever shown or logged in."""
+    return _URL_PASSWORD_PARAM.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\3", url))
+
+
+#: The environment variable that sets ``[store] url`` (and wins over the file, so the URL with its
+#: password can stay out of files).
+STORE_URL_ENV = "MEMACTORS_STORE_URL"
+
+
 @attrs.frozen
 class StoreConfig:
-    """``[store] path``: the state directory (database, operator tokens), ``~`` already expanded."""
+    """``[store] path``: the state directory (operator tokens, the daemon lock, daemon.json, daemon_id,
+    and the SQLite database unless ``url`` is set), ``~`` already expanded. ``[store] url`` (or
+    ``MEMACTORS_STORE_URL``): a ``postgresql://`` URL putting the store in PostgreSQL (docs/fleet.md);
+    its password is never shown (`mask_url`)."""
 
     path: Path
+    url: str | None = attrs.field(default=None, repr=lambda u: repr(mask_url(u)) if u else "None")
 
 
 @attrs.frozen
@@ -755,7 +775,17 @@ def _build(
     if not store_text:
         raise store_t.error("path", store_text, "must not be empty")
     store_base = sources.file_of(("store", "path")).parent if store_t.has("path") else None
-    store = StoreConfig(_expand_user(store_text, env, store_base))
+    store_url = store_t.str_("url", None)
+    url_key = "url"
+    if env.get(STORE_URL_ENV):
+        store_url, url_key = env[STORE_URL_ENV], STORE_URL_ENV
+    if store_url is not None:
+        reason = _check_store_url(store_url)
+        if reason is not None:
+            if url_key == STORE_URL_ENV:
+                raise ConfigError(f"{STORE_URL_ENV}={_show(mask_url(store_url))}: {reason}", key=STORE_URL_ENV)
+            raise store_t.error("url", mask_url(store_url), reason)
+    store = StoreConfig(_expand_user(store_text, env, store_base), url=store_url)
     store_t.finish()
 
     listeners = {}
@@ -788,6 +818,21 @@ def _build(
         telemetry=telemetry,
         source=read,
     )
+
+
+def _check_store_url(url: str) -> str | None:
+    """Why `url` cannot be a store URL, or None. Only PostgreSQL is a store engine besides the SQLite
+    file: ``postgresql://[user[:password]@][host][:port]/dbname[?param=value…]``."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return 'must be a PostgreSQL URL: "postgresql://user@host:5432/dbname" (leave it out for SQLite)'
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        return "must name a database: postgresql://user@host:5432/dbname"
+    return None
 
 
 def _build_model_api(root: _Table) -> ModelApiConfig | None:

@@ -55,6 +55,14 @@ class ProviderUnavailable(MemactorsError):
     mcp_code = "unavailable"
 
 
+class StoreUnavailable(MemactorsError):
+    """Raised when the store's database cannot be reached or lost its connection (PostgreSQL down or
+    unreachable); names the store as ``user@host:port/db``, never its password."""
+
+    code = "UNAVAILABLE"
+    mcp_code = "unavailable"
+
+
 class ProviderIncompatible(ProviderUnavailable):
     """Raised when the provider lacks a contract tool or speaks an unsupported contract version."""
 

@@ -1,8 +1,8 @@
 """The neighbours recall and briefings read from: facts, exposure and votes (SPEC-0028), the run graph
 and live presence (SPEC-0027), run tokens (SPEC-0005) and the per-run briefing cache (REQ-15/16).
 
-Every function here is synchronous and takes the `sqlite_utils.Database` that `Store.write()` or
-`Store.read()` hands it, so a caller composes several of them in one transaction:
+Every function here is synchronous and takes the `Db` that `Store.write()` or
+`Store.read()` hands it (either engine: full-text search over facts is `db.dialect`'s), so a caller composes several of them in one transaction:
 
     fact = await store.write(lambda db: graph.add_fact(db, scope=s, text=t, confidence=0.8, now=now))
 
@@ -23,11 +23,10 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 import attrs
-import sqlite_utils
 
 from .errors import InvalidArgument, MemactorsError
 from .redact import redact
-from .store import fts_match, iso
+from .store import Db, iso
 
 FactStatus = Literal["live", "suspect", "retired"]
 Stance = Literal["support", "oppose"]
@@ -226,7 +225,7 @@ def _check_status(status: str) -> None:
 
 
 def add_fact(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     scope: str,
     text: str,
@@ -256,33 +255,18 @@ def add_fact(
     if not _FACT_ID.match(fid):
         raise InvalidArgument("id must be f_ followed by letters, digits or _", field="id", value=fid)
     at = _at(now)
-    existing = db.execute("SELECT fts_rowid, created_at FROM facts WHERE id = ?", [fid]).fetchone()
-    if existing is None:
-        (rowid,) = db.execute("SELECT COALESCE(MAX(fts_rowid), 0) + 1 FROM facts").fetchone()
-        created_at = at
-        db.execute(
-            "INSERT INTO facts (id, fts_rowid, scope, text, confidence, status, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [fid, rowid, scope, text, float(confidence), status, at, at],
-        )
-    else:
-        rowid, created_at = existing
-        db.execute(
-            "UPDATE facts SET scope = ?, text = ?, confidence = ?, status = ?, updated_at = ? WHERE id = ?",
-            [scope, text, float(confidence), status, at, fid],
-        )
-        db.execute("DELETE FROM facts_fts WHERE rowid = ?", [rowid])
-    db.execute("INSERT INTO facts_fts (rowid, text) VALUES (?, ?)", [rowid, text])
+    created_at = db.dialect.upsert_fact(db, fact_id=fid, scope=scope, text=text, confidence=float(confidence),
+                                        status=status, at=at)
     return Fact(fid, scope, text, float(confidence), status, str(created_at), at)
 
 
-def get_fact(db: sqlite_utils.Database, fact_id: str) -> Fact | None:
+def get_fact(db: Db, fact_id: str) -> Fact | None:
     """The fact with this id, or None."""
     row = db.execute(f"SELECT {_FACT_COLS} FROM facts f WHERE f.id = ?", [fact_id]).fetchone()
     return None if row is None else _fact(row)
 
 
-def set_fact_status(db: sqlite_utils.Database, fact_id: str, status: FactStatus, now: datetime) -> Fact:
+def set_fact_status(db: Db, fact_id: str, status: FactStatus, now: datetime) -> Fact:
     """Move a fact to live, suspect or retired. Raises InvalidArgument (status) or UnknownFact."""
     _check_status(status)
     cur = db.execute(
@@ -296,7 +280,7 @@ def set_fact_status(db: sqlite_utils.Database, fact_id: str, status: FactStatus,
 
 
 def search_facts(
-    db: sqlite_utils.Database, *, query: str, scopes: Sequence[str], limit: int
+    db: Db, *, query: str, scopes: Sequence[str], limit: int
 ) -> list[Fact]:
     """Live and suspect facts in `scopes` matching any word of `query` (REQ-12's facts section).
 
@@ -307,26 +291,19 @@ def search_facts(
     scopes = list(dict.fromkeys(scopes))
     if limit == 0 or not scopes:
         return []
-    marks = ", ".join("?" for _ in scopes)
-    match = fts_match(query)
-    if match is None:
+    rows = db.dialect.search_facts(db, columns=_FACT_COLS, query=query, scopes=scopes, limit=limit)
+    if rows is None:
+        marks = ", ".join("?" for _ in scopes)
         rows = db.execute(
             f"SELECT {_FACT_COLS} FROM facts f"
             f" WHERE f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
             " ORDER BY f.confidence DESC, f.updated_at DESC, f.id LIMIT ?",
             [*scopes, limit],
         ).fetchall()
-    else:
-        rows = db.execute(
-            f"SELECT {_FACT_COLS} FROM facts_fts JOIN facts f ON f.fts_rowid = facts_fts.rowid"
-            f" WHERE facts_fts MATCH ? AND f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
-            " ORDER BY bm25(facts_fts), f.confidence DESC, f.id LIMIT ?",
-            [match, *scopes, limit],
-        ).fetchall()
     return [_fact(r) for r in rows]
 
 
-def top_facts(db: sqlite_utils.Database, *, scopes: Sequence[str], limit: int) -> list[Fact]:
+def top_facts(db: Db, *, scopes: Sequence[str], limit: int) -> list[Fact]:
     """Live facts in `scopes` by confidence descending, then updated_at descending, then id (REQ-14)."""
     limit = _limit(limit)
     scopes = list(dict.fromkeys(scopes))
@@ -341,7 +318,7 @@ def top_facts(db: sqlite_utils.Database, *, scopes: Sequence[str], limit: int) -
     return [_fact(r) for r in rows]
 
 
-def count_facts(db: sqlite_utils.Database, *, scopes: Sequence[str], statuses: Iterable[str] = ("live",)) -> int:
+def count_facts(db: Db, *, scopes: Sequence[str], statuses: Iterable[str] = ("live",)) -> int:
     """How many facts in `scopes` have one of `statuses`; lets a briefing say how many it left out."""
     scopes = list(dict.fromkeys(scopes))
     wanted = list(dict.fromkeys(statuses))
@@ -361,7 +338,7 @@ def count_facts(db: sqlite_utils.Database, *, scopes: Sequence[str], statuses: I
 
 
 def record_exposure(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     run_id: str,
     harness: str,
@@ -386,14 +363,14 @@ def record_exposure(
     run_id, harness = _clean(run_id), _clean(harness)
     at = _at(now)
     ids = list(dict.fromkeys(fact_ids))
-    db.conn.executemany(
+    db.executemany(
         "INSERT INTO exposures (run_id, harness, fact_id, surface, call_id, at) VALUES (?, ?, ?, ?, ?, ?)",
         [(run_id, harness, fid, surface, call_id, at) for fid in ids],
     )
     return len(ids)
 
 
-def was_exposed(db: sqlite_utils.Database, run_id: str, fact_id: str) -> bool:
+def was_exposed(db: Db, run_id: str, fact_id: str) -> bool:
     """Whether any surface showed this fact to a run with this run id.
 
     Matching on run_id alone (not harness) errs towards not counting a vote, which is the safe side.
@@ -405,7 +382,7 @@ def was_exposed(db: sqlite_utils.Database, run_id: str, fact_id: str) -> bool:
 
 
 def cast_vote(
-    db: sqlite_utils.Database, *, fact_id: str, run_id: str, harness: str, stance: Stance, now: datetime
+    db: Db, *, fact_id: str, run_id: str, harness: str, stance: Stance, now: datetime
 ) -> Vote:
     """Store a vote; it is counted only if the run was never exposed to the fact (SPEC-0028, REQ-17).
 
@@ -418,21 +395,21 @@ def cast_vote(
     run_id, harness = _clean(run_id), _clean(harness)
     counted = not was_exposed(db, run_id, fact_id)
     at = _at(now)
-    cur = db.execute(
-        "INSERT INTO votes (fact_id, run_id, harness, stance, counted, at) VALUES (?, ?, ?, ?, ?, ?)",
+    (vote_id,) = db.execute(
+        "INSERT INTO votes (fact_id, run_id, harness, stance, counted, at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         [fact_id, run_id, harness, stance, int(counted), at],
-    )
-    return Vote(int(cur.lastrowid), fact_id, run_id, harness, stance, counted, at)
+    ).fetchone()
+    return Vote(int(vote_id), fact_id, run_id, harness, stance, counted, at)
 
 
-def vote_tally(db: sqlite_utils.Database, fact_id: str) -> VoteTally:
+def vote_tally(db: Db, fact_id: str) -> VoteTally:
     """Counted votes per stance, one per (harness, run), and the number of uncounted vote rows."""
     support, oppose, uncounted = db.execute(
         "SELECT"
         " (SELECT COUNT(*) FROM (SELECT DISTINCT harness, run_id FROM votes"
-        "   WHERE fact_id = ? AND counted = 1 AND stance = 'support')),"
+        "   WHERE fact_id = ? AND counted = 1 AND stance = 'support') AS s),"
         " (SELECT COUNT(*) FROM (SELECT DISTINCT harness, run_id FROM votes"
-        "   WHERE fact_id = ? AND counted = 1 AND stance = 'oppose')),"
+        "   WHERE fact_id = ? AND counted = 1 AND stance = 'oppose') AS o),"
         " (SELECT COUNT(*) FROM votes WHERE fact_id = ? AND counted = 0)",
         [fact_id, fact_id, fact_id],
     ).fetchone()
@@ -442,7 +419,7 @@ def vote_tally(db: sqlite_utils.Database, fact_id: str) -> VoteTally:
 # --------------------------------------------------------------------------------------------- graph
 
 
-def link_pull_request(db: sqlite_utils.Database, *, repo: str, branch: str, url: str, now: datetime) -> None:
+def link_pull_request(db: Db, *, repo: str, branch: str, url: str, now: datetime) -> None:
     """Link a pull request to (repo, branch); linking it again moves its linked_at to now."""
     for field, value in (("repo", repo), ("branch", branch), ("url", url)):
         if not value:
@@ -455,11 +432,11 @@ def link_pull_request(db: sqlite_utils.Database, *, repo: str, branch: str, url:
     )
 
 
-def pull_request_for(db: sqlite_utils.Database, repo: str, branch: str | None) -> str | None:
+def pull_request_for(db: Db, repo: str, branch: str | None) -> str | None:
     """The most recently linked pull request url for (repo, branch), or None."""
     repo, branch = _clean(repo), _clean_opt(branch)
     row = db.execute(
-        "SELECT url FROM pull_requests WHERE repo = ? AND branch IS ? ORDER BY linked_at DESC, url DESC LIMIT 1",
+        "SELECT url FROM pull_requests WHERE repo = ? AND branch IS NOT DISTINCT FROM ? ORDER BY linked_at DESC, url DESC LIMIT 1",
         [repo, branch],
     ).fetchone()
     return None if row is None else str(row[0])
@@ -482,7 +459,7 @@ def _run_row(row: Any) -> RunRow:
 
 
 def runs_editing(
-    db: sqlite_utils.Database, *, repo: str, paths: Sequence[str], limit: int = 5
+    db: Db, *, repo: str, paths: Sequence[str], limit: int = 5
 ) -> list[RunRow]:
     """Runs in `repo` that edited any of `paths`, newest first by ended_at, then harness, run_id (REQ-12).
 
@@ -508,14 +485,14 @@ def runs_editing(
 
 
 def recent_runs(
-    db: sqlite_utils.Database, *, repo: str, branch: str | None, limit: int = 5
+    db: Db, *, repo: str, branch: str | None, limit: int = 5
 ) -> list[RunRow]:
     """The last runs on (repo, branch), newest first by ended_at, then harness, run_id (REQ-14)."""
     limit = _limit(limit)
     if limit == 0:
         return []
     rows = db.execute(
-        f"SELECT {_RUN_COLS} FROM runs r WHERE r.repo = ? AND r.branch IS ?"
+        f"SELECT {_RUN_COLS} FROM runs r WHERE r.repo = ? AND r.branch IS NOT DISTINCT FROM ?"
         " ORDER BY r.ended_at DESC, r.harness, r.run_id LIMIT ?",
         [repo, branch, limit],
     ).fetchall()
@@ -526,7 +503,7 @@ def recent_runs(
 
 
 def report_presence(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     harness: str,
     run_id: str,
@@ -558,13 +535,13 @@ def report_presence(
     return Presence(harness, run_id, session_id, repo, branch, clean, reported, expires)
 
 
-def clear_presence(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:
+def clear_presence(db: Db, *, harness: str, run_id: str) -> int:
     """Remove every session of a run (it ended); returns how many were removed."""
     cur = db.execute("DELETE FROM presence WHERE harness = ? AND run_id = ?", [_clean(harness), _clean(run_id)])
     return int(cur.rowcount)
 
 
-def prune_presence(db: sqlite_utils.Database, *, now: datetime) -> int:
+def prune_presence(db: Db, *, now: datetime) -> int:
     """Delete expired presence rows; reads already ignore them, this only keeps the table small."""
     cur = db.execute("DELETE FROM presence WHERE expires_at <= ?", [_at(now)])
     return int(cur.rowcount)
@@ -578,7 +555,7 @@ def _presence(row: Any) -> Presence:
     )
 
 
-def live_presence(db: sqlite_utils.Database, *, repo: str, now: datetime) -> list[Presence]:
+def live_presence(db: Db, *, repo: str, now: datetime) -> list[Presence]:
     """Sessions on `repo` whose report has not expired at `now`, by harness, run_id, session_id."""
     rows = db.execute(
         "SELECT harness, run_id, session_id, repo, branch, paths, reported_at, expires_at FROM presence"
@@ -600,7 +577,7 @@ def _pair(a: Presence, b: Presence) -> Collision | None:
 
 
 def collisions(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     repo: str,
     now: datetime,
@@ -651,7 +628,7 @@ def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, workdir: str, now: datetime,
+def mint_run_token(db: Db, *, harness: str, run_id: str, workdir: str, now: datetime,
                    expires_at: datetime | None = None) -> str:
     """Mint a bearer token for a run (SPEC-0005); only its SHA-256 is stored. Returns the token.
 
@@ -670,7 +647,7 @@ def mint_run_token(db: sqlite_utils.Database, *, harness: str, run_id: str, work
     return token
 
 
-def resolve_run_token(db: sqlite_utils.Database, token: str, now: datetime | None = None) -> Caller | None:
+def resolve_run_token(db: Db, token: str, now: datetime | None = None) -> Caller | None:
     """The run a token was minted for, or None for an empty, unknown or (at ``now``) expired token."""
     if not token:
         return None
@@ -682,14 +659,14 @@ def resolve_run_token(db: sqlite_utils.Database, token: str, now: datetime | Non
     return Caller(str(row[0]), str(row[1]), str(row[2]))
 
 
-def expire_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str, at: datetime) -> int:
+def expire_run_tokens(db: Db, *, harness: str, run_id: str, at: datetime) -> int:
     """Make every token of a run expire at ``at`` (its end plus a grace); returns how many."""
     cur = db.execute("UPDATE run_callers SET expires_at = ? WHERE harness = ? AND run_id = ?"
                      " AND (expires_at IS NULL OR expires_at > ?)", [_at(at), harness, run_id, _at(at)])
     return int(cur.rowcount)
 
 
-def revoke_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str) -> int:
+def revoke_run_tokens(db: Db, *, harness: str, run_id: str) -> int:
     """Forget every token of a run (it ended); returns how many were revoked."""
     cur = db.execute("DELETE FROM run_callers WHERE harness = ? AND run_id = ?", [_clean(harness), _clean(run_id)])
     return int(cur.rowcount)
@@ -698,7 +675,7 @@ def revoke_run_tokens(db: sqlite_utils.Database, *, harness: str, run_id: str) -
 # ----------------------------------------------------------------------------------- briefing cache
 
 
-def get_cached_briefing(db: sqlite_utils.Database, harness: str, run_id: str) -> CachedBriefing | None:
+def get_cached_briefing(db: Db, harness: str, run_id: str) -> CachedBriefing | None:
     """The run's cached briefing, or None if none was computed (or it was dropped)."""
     row = db.execute(
         "SELECT document, doc_json, items, computed_at FROM briefings WHERE harness = ? AND run_id = ?",
@@ -711,7 +688,7 @@ def get_cached_briefing(db: sqlite_utils.Database, harness: str, run_id: str) ->
 
 
 def put_cached_briefing(
-    db: sqlite_utils.Database,
+    db: Db,
     harness: str,
     run_id: str,
     document: str,
@@ -732,7 +709,7 @@ def put_cached_briefing(
     return CachedBriefing(harness, run_id, document, doc_json, counts, at)
 
 
-def drop_cached_briefing(db: sqlite_utils.Database, harness: str, run_id: str) -> bool:
+def drop_cached_briefing(db: Db, harness: str, run_id: str) -> bool:
     """Drop the run's cached briefing; returns whether there was one."""
     cur = db.execute("DELETE FROM briefings WHERE harness = ? AND run_id = ?", [harness, run_id])
     return cur.rowcount > 0

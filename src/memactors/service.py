@@ -87,7 +87,7 @@ from .redact import redact
 from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
-from .store import Store, WallClock, iso, utc_now
+from .store import Store, WallClock, ensure_daemon_id, iso, utc_now
 from .telemetry import memory_span
 
 SERVICE = "harness.v1.MemoryService"
@@ -391,9 +391,11 @@ class MemoryService:
         retry loop (`record_after`) is due now, and the loop is told to look (an attempt still running in
         the retention actor is in its in-flight set: the loop does not start a second one)."""
         now = iso(self.wall_clock())
+        me = self.store.daemon_id
         await self.store.write(lambda db: db.execute(
-            "UPDATE pending SET next_at = ? WHERE kind = 'record' AND provider = ? AND episode_id = ?"
-            " AND state = 'pending' AND next_at > ?", [now, self.provider, episode_id, now]))
+            "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
+            " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
+            [now, self.provider, episode_id, me]))
         await self.retention.address.tell(Kick())
 
     async def summarize(self, text: str) -> SummaryResult:
@@ -409,7 +411,7 @@ class MemoryService:
         pending = await self.retention.address.ask(PendingCounts())
 
         def counts(db: Any) -> dict[str, int]:
-            row = db.execute("SELECT count(*), sum(forgotten_at IS NULL) FROM episodes").fetchone()
+            row = db.execute("SELECT count(*), count(*) FILTER (WHERE forgotten_at IS NULL) FROM episodes").fetchone()
             idx = db.execute("SELECT count(*) FROM memory_index WHERE provider = ? AND forgotten_at IS NULL",
                              [self.provider]).fetchone()
             return {"episodes": row[0] or 0, "live_episodes": row[1] or 0, "indexed_ids": idx[0] or 0}
@@ -953,7 +955,9 @@ async def open_memory_service(
     """Open the store and start every actor under one supervisor; stop them all on exit."""
     config = holder.current
     metrics = metrics or Metrics()
-    store = await Store.open(store_path or config.store.path / DB_NAME)
+    daemon_id = await trio.to_thread.run_sync(ensure_daemon_id, config.store.path)
+    target: Path | str = store_path or config.store.url or config.store.path / DB_NAME
+    store = await Store.open(target, daemon_id=daemon_id)
     # The redaction rules (~230 patterns) compile on first use; do it here, off the trio thread, so the
     # first redaction on the loop (a provider error, an ingest) does not stall every other caller.
     await trio.to_thread.run_sync(shared_redactor)

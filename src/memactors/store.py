@@ -1,13 +1,17 @@
-"""The daemon's SQLite store (ADR-0037 as memactors builds it).
+"""The daemon's store (ADR-0037 as memactors builds it): one interface, two engines.
 
-One file in the state directory, opened through sqlean-py (the stdlib sqlite3 here cannot load
-extensions) and handed to sqlite-utils. WAL, foreign keys on, schema by sqlite-utils `Migrations`.
+SQLite (`_engine_sqlite`) is the embedded default: one file in the state directory, opened through
+sqlean-py (the stdlib sqlite3 here cannot load extensions) and handed to sqlite-utils; WAL, foreign
+keys on, schema by sqlite-utils `Migrations` (below). `[store] url = "postgresql://…"` puts the same
+store on PostgreSQL (`_engine_pg`), so daemons on several hosts share one memory (docs/fleet.md).
 
-Concurrency follows datasette: exactly one write connection, used by one worker thread at a time,
-and a bounded pool of read connections (`read()`): at most as many as the read limiter admits at once,
-opened lazily, checked out for one call and handed back, closed by `close()`. Connections are never
-tied to worker threads, because trio retires idle worker threads and a per-thread connection would
-outlive its thread (an fd leak). Nothing touches SQLite on the trio loop itself.
+Actors and modules never see the engine: they hand functions `fn(db)` to `Store.write` /
+`Store.read`, where `db` is a `Db` (execute / executemany / query, and `db.dialect` for what is
+written differently per engine).
+
+Concurrency follows datasette on both engines: exactly one write connection, used by one worker
+thread at a time, and a bounded pool of read connections (`read()`), checked out for one call and
+handed back. Nothing touches the database on the trio loop itself.
 
 Group commit: `write()` calls that arrive while a transaction is running queue up, and the next
 transaction runs all of them (at most GROUP_COMMIT_MAX), each inside its own SAVEPOINT. Each write
@@ -20,19 +24,20 @@ calls are never abandoned on cancellation: a caller cancelled while queued is ta
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
-import threading
-from collections.abc import Callable
+import secrets
+import socket
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import sqlean
 import sqlite_utils
-import sqlite_vec
 import trio
 from sqlite_utils.migrations import Migrations
 
@@ -302,8 +307,8 @@ _INSERT_CALL = ("INSERT INTO call_log (at, caller, server, tool, args_sha256, ou
                 " VALUES (?,?,?,?,?,?,?)")
 
 
-def insert_call_log_rows(db: sqlite_utils.Database, rows: list[tuple[Any, ...]]) -> None:
-    db.conn.executemany(_INSERT_CALL, rows)
+def insert_call_log_rows(db: Db, rows: list[tuple[Any, ...]]) -> None:
+    db.executemany(_INSERT_CALL, rows)
 
 
 def scope_range(num: int) -> tuple[int, int]:
@@ -428,14 +433,28 @@ def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
     )
 
 
-def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
+@migrations(name="0009_pending_claims")
+def _m0009_pending_claims(db: sqlite_utils.Database) -> None:
+    """A pending row is claimed by the daemon trying it (`claimed_by`, its `daemon_id`) until
+    `claimed_until`: daemons sharing one store (PostgreSQL, docs/fleet.md) never try the same row at
+    once, and the ingest path holds its fresh records for its own first attempt without moving their
+    `next_at`. On SQLite the one daemon claims its rows the same way."""
+    db.executescript(
+        """
+        ALTER TABLE pending ADD COLUMN claimed_until TEXT;
+        ALTER TABLE pending ADD COLUMN claimed_by TEXT;
+        """
+    )
+
+
+def log_call(db: Db, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """Write one bounded call-log row now (callers without a batching CallLog)."""
     db.execute(_INSERT_CALL, list(call_log_row(at=at, caller=caller, server=server, tool=tool,
                                                arguments=arguments, outcome=outcome, duration_ms=duration_ms)))
 
 
-def prune_call_log(db: sqlite_utils.Database, cutoff: str, batch: int = 10_000) -> int:
+def prune_call_log(db: Db, cutoff: str, batch: int = 10_000) -> int:
     """Delete up to ``batch`` call-log rows older than ``cutoff`` (an `iso` time); returns how many."""
     cursor = db.execute("DELETE FROM call_log WHERE id IN (SELECT id FROM call_log WHERE at < ? LIMIT ?)",
                         [cutoff, batch])
@@ -449,46 +468,71 @@ def private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
+#: The file in the state directory holding this daemon's id.
+DAEMON_ID_FILE = "daemon_id"
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+def ensure_daemon_id(state_dir: Path) -> str:
+    """This daemon's stable id, from `daemon_id` in the state directory, made on first use:
+    ``<host name>-<8 hex digits>``. Daemons sharing one store (PostgreSQL) tell their claims apart by
+    it; `memory status` and `doctor` show it. Blocking file I/O: call it through a thread."""
+    private_dir(state_dir)
+    path = state_dir / DAEMON_ID_FILE
+    try:
+        found = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    host = _HOST_CHARS.sub("-", socket.gethostname()).strip("-")[:40] or "host"
+    made = f"{host}-{secrets.token_hex(4)}"
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(made + "\n")
+    os.replace(tmp, path)
+    return made
+
+
 def private_file(path: Path) -> None:
     """Create `path` if missing and make it 0600, whatever the umask."""
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     os.chmod(path, 0o600)
 
 
-def _fts_secure_delete(db: sqlite_utils.Database) -> None:
-    """FTS5's secure-delete: a deleted document's terms leave the full-text index at once instead of
-    waiting for a segment merge (the built-in provider's index holds episode text)."""
-    for table in ("builtin_fts",):
-        if db[table].exists():
-            db.execute(f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', 1)")
+# -- the store interface -------------------------------------------------------------------------------
 
 
-#: The page size of a new store (an existing one keeps the page size it was created with).
-PAGE_SIZE = 8192
+class Cursor(Protocol):
+    """What `Db.execute` returns on either engine: DB-API rows as tuples."""
+
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
 
 
-def _connect(path: Path) -> sqlite_utils.Database:
-    conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
-    # sqlite-vec on every connection: the built-in provider's vec0 table lives in this file (REQ-11).
-    conn.enable_load_extension(True)
-    sqlite_vec.load(conn)
-    conn.enable_load_extension(False)
-    # Deleted rows (a forgotten episode, its run record's text) are overwritten with zeros rather than
-    # left readable in free pages and freed cells (REQ-10: forget removes every copy).
-    conn.execute("PRAGMA secure_delete = ON")
-    # A new store gets 8 KiB pages (before WAL: the page size is fixed once the file is written; an
-    # existing store keeps its own). An episode row (REQ-5 body + text, ~2-2.5 KB) leaves about half of
-    # a 4 KiB page unused; at 8 KiB the store is ~15 % smaller for the same rows (docs/benchmarks.md).
-    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA busy_timeout = 5000")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    return sqlite_utils.Database(conn)
+class Db(Protocol):
+    """The connection a `Store.write` / `Store.read` function is handed, on either engine.
 
+    SQL written here is the SQL both engines run: `?` placeholders (the PostgreSQL engine turns them
+    into its own), `INSERT … ON CONFLICT DO NOTHING` (not `OR IGNORE`), `RETURNING id` (not
+    `lastrowid`), `IS NOT DISTINCT FROM` (not `IS ?`), `count(*) FILTER (WHERE …)`. What cannot be
+    written once (full-text search, locks, the built-in provider's index) is a method of `dialect`,
+    implemented once per engine (`_engine_sqlite`, `_engine_pg`).
+    """
 
-#: Read connections open at most at once (the read limiter's size).
-READ_CONNECTIONS = 4
+    dialect: Any
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[dict[str, Any]]: ...
 
 
 class _WriteJob:
@@ -496,7 +540,7 @@ class _WriteJob:
 
     __slots__ = ("done", "error", "fn", "result", "state")
 
-    def __init__(self, fn: Callable[[sqlite_utils.Database], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
         self.state = "queued"  # queued -> taken -> done
         self.result: Any = None
@@ -504,37 +548,87 @@ class _WriteJob:
         self.done = trio.Event()
 
 
-class Store:
-    """The store's single writer and its readers. Open with `await Store.open(path)`."""
+def run_jobs(db: Any, batch: list[_WriteJob], *, begin: str) -> None:
+    """Run a group-commit batch in one transaction on `db` (blocking: a worker thread calls it).
 
-    def __init__(self, path: Path, writer: sqlite_utils.Database) -> None:
-        self.path = path
-        self._writer = writer
+    One job alone runs without a savepoint; several each run inside their own. A job whose error
+    `db.dialect.retryable` accepts (PostgreSQL's deadlock and serialization failures: another daemon wrote the same
+    rows at the same moment) is run again, up to three times, before its error is kept. A failing COMMIT
+    hands its error to every job of the batch: nothing of it is kept.
+    """
+    try:
+        db.execute(begin)
+        if len(batch) == 1:
+            job = batch[0]
+            for attempt in range(3):
+                try:
+                    job.result = job.fn(db)
+                    job.error = None
+                    break
+                except BaseException as exc:  # ok: roll back, then retry or hand the error to its caller
+                    job.error = exc
+                    db.execute("ROLLBACK")
+                    if attempt == 2 or not db.dialect.retryable(exc):
+                        return
+                    db.execute(begin)
+        else:
+            for job in batch:
+                for attempt in range(3):
+                    db.execute("SAVEPOINT w")
+                    try:
+                        job.result = job.fn(db)
+                        job.error = None
+                    except BaseException as exc:  # ok: this call's writes roll back; the others stay
+                        job.error = exc
+                        db.execute("ROLLBACK TO SAVEPOINT w")
+                    db.execute("RELEASE SAVEPOINT w")
+                    if job.error is None or attempt == 2 or not db.dialect.retryable(job.error):
+                        break
+        db.execute("COMMIT")
+    except BaseException as exc:  # ok: BEGIN or COMMIT failed: nothing of the batch is kept
+        with contextlib.suppress(Exception):
+            db.execute("ROLLBACK")
+        for job in batch:
+            job.error = job.error or exc
+
+
+class Store:
+    """The daemon's store: one writer (group commit) and pooled readers, all in worker threads.
+
+    Open with `await Store.open(target)`: a path opens (or creates) the SQLite file there, a
+    ``postgresql://`` URL the PostgreSQL database (`_engine_pg`). The engines differ only in how they
+    connect and in the SQL of `Db.dialect`; `write`, `read` and their semantics are this class's.
+    """
+
+    #: "sqlite" or "postgresql": for status, doctor and logs, never for choosing SQL (that is `dialect`).
+    engine = ""
+
+    def __init__(self, *, daemon_id: str = "local") -> None:
+        #: This daemon's id (`daemon_id` in the state directory): who claimed a pending row.
+        self.daemon_id = daemon_id
         self._write_lock = trio.Lock()
         self._write_queue: list[_WriteJob] = []
         #: Write transactions run so far (each holds one or more write() calls).
         self.transactions = 0
-        self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
-        self._idle_readers: list[sqlite_utils.Database] = []
-        self._readers: list[sqlite_utils.Database] = []
-        self._readers_lock = threading.Lock()
-        self._closed = False
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
-        """Create the state directory and database if missing and apply pending migrations."""
+    async def open(cls, target: Path | str, *, daemon_id: str = "local") -> Store:
+        """Open the store at `target` (a SQLite path, or a ``postgresql://`` URL) and apply pending
+        migrations."""
+        if isinstance(target, str) and is_store_url(target):
+            from ._engine_pg import PgStore
 
-        def setup() -> sqlite_utils.Database:
-            private_dir(path.parent)
-            private_file(path)  # SQLite creates -wal and -shm with the database file's mode
-            db = _connect(path)
-            migrations.apply(db)
-            _fts_secure_delete(db)
-            return db
+            return await PgStore.connect(target, daemon_id=daemon_id)
+        from ._engine_sqlite import SqliteStore
 
-        return cls(path, await trio.to_thread.run_sync(setup))
+        return await SqliteStore.connect(Path(target), daemon_id=daemon_id)
 
-    async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+    @property
+    def where(self) -> str:
+        """Where the store is, for status, doctor and logs (never with a password)."""
+        raise NotImplementedError
+
+    async def write(self, fn: Callable[[Any], T]) -> T:
         """Run `fn(db)` in a transaction on the write connection, off the trio loop; commits whole or
         not at all. Concurrent calls share one transaction (group commit, see the module docstring)."""
         job = _WriteJob(fn)
@@ -547,7 +641,8 @@ class Store:
                     for j in batch:
                         j.state = "taken"
                     try:
-                        await trio.to_thread.run_sync(self._write_batch, batch)  # never abandoned
+                        self.transactions += 1
+                        await self._write_batch(batch)  # never abandoned
                     finally:
                         for j in batch:
                             j.state = "done"
@@ -563,51 +658,26 @@ class Store:
             raise job.error
         return job.result  # type: ignore[no-any-return]
 
-    def _write_batch(self, batch: list[_WriteJob]) -> None:
-        db = self._writer
-        self.transactions += 1
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            if len(batch) == 1:
-                job = batch[0]
-                try:
-                    job.result = job.fn(db)
-                except BaseException as exc:  # ok: roll back, then hand the error to its caller
-                    job.error = exc
-                    db.execute("ROLLBACK")
-                    return
-            else:
-                for job in batch:
-                    db.execute("SAVEPOINT w")
-                    try:
-                        job.result = job.fn(db)
-                    except BaseException as exc:  # ok: this call's writes roll back; the others stay
-                        job.error = exc
-                        db.execute("ROLLBACK TO w")
-                    db.execute("RELEASE w")
-            db.execute("COMMIT")
-        except BaseException as exc:  # ok: BEGIN or COMMIT failed: nothing of the batch is kept
-            if db.conn.in_transaction:
-                db.execute("ROLLBACK")
-            for job in batch:
-                job.error = job.error or exc
+    async def _write_batch(self, batch: list[_WriteJob]) -> None:
+        raise NotImplementedError
+
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        """Run `fn(db)` on a pooled read connection, in one read transaction (a snapshot), off the trio loop."""
+        raise NotImplementedError
 
     async def checkpoint(self) -> bool:
-        """Copy the WAL into the database and truncate it to zero bytes, so page images holding deleted
-        rows do not linger in `-wal` (after a forget). False when a reader kept it from completing."""
+        """After deleting text (a forget): make sure no copy of it lingers in the engine's own files
+        where it can (SQLite's WAL). False when that could not complete now."""
+        return True
 
-        def run() -> bool:
-            busy = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            return not busy
+    @asynccontextmanager
+    async def singleton(self, name: str) -> AsyncIterator[bool]:
+        """Whether this daemon may do the fleet-wide singleton job `name` now (the hourly prune): yields
+        True, and holds the job for this daemon until the block ends, or False when another daemon
+        sharing the store is doing it. A store only one daemon opens always yields True."""
+        yield True
 
-        async with self._write_lock:
-            return await trio.to_thread.run_sync(run)
-
-    async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` on a pooled read connection, off the trio loop."""
-        return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
-
-    async def write_in_batches(self, fn: Callable[[sqlite_utils.Database], int], batch: int) -> int:
+    async def write_in_batches(self, fn: Callable[[Any], int], batch: int) -> int:
         """Run `fn(db)` — which handles at most `batch` rows and returns how many — each time in a
         transaction of its own, until it handles fewer than `batch` (so the writer is never held long);
         returns the total."""
@@ -623,56 +693,10 @@ class Store:
         how many."""
         return await self.write_in_batches(lambda db: prune_call_log(db, cutoff, 10_000), 10_000)
 
-    @property
-    def read_connections(self) -> int:
-        """How many read connections are open (at most READ_CONNECTIONS)."""
-        with self._readers_lock:
-            return len(self._readers)
-
-    def _checkout(self) -> sqlite_utils.Database:
-        with self._readers_lock:
-            if self._closed:
-                raise RuntimeError("store is closed")
-            if self._idle_readers:
-                return self._idle_readers.pop()
-        # The read limiter admits at most READ_CONNECTIONS callers, so the pool never grows past it.
-        db = _connect(self.path)
-        with self._readers_lock:
-            self._readers.append(db)
-        return db
-
-    def _checkin(self, db: sqlite_utils.Database) -> None:
-        with self._readers_lock:
-            if self._closed:
-                db.conn.close()
-            else:
-                self._idle_readers.append(db)
-
-    def _read_sync(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        db = self._checkout()
-        try:
-            db.execute("BEGIN")
-            try:
-                return fn(db)
-            finally:
-                db.execute("COMMIT")
-        finally:
-            if db.conn.in_transaction:
-                # BEGIN or COMMIT failed: a connection stuck in a transaction is closed, not reused.
-                with self._readers_lock:
-                    if db in self._readers:
-                        self._readers.remove(db)
-                db.conn.close()
-            else:
-                self._checkin(db)
-
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._readers_lock:
-            for db in self._idle_readers:
-                db.conn.close()
-            self._idle_readers.clear()
-            self._readers.clear()
-        self._writer.conn.close()
+        raise NotImplementedError
+
+
+def is_store_url(target: str) -> bool:
+    """Whether `target` names a PostgreSQL store (``postgresql://`` or ``postgres://``)."""
+    return target.startswith(("postgresql://", "postgres://"))

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import attrs
-import sqlite_utils
 import trio
 from loguru import logger
 
@@ -48,7 +47,7 @@ from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed
 from ..metrics import Metrics
 from ..repo import resolve_repo, scope_for
-from ..store import Store, WallClock, iso
+from ..store import Db, Store, WallClock, iso
 from ..wrapper import (
     BRIEFING_MAX_BYTES,
     Document,
@@ -96,7 +95,7 @@ RECALL_POINTER = "use the recall tool for more"
 T = TypeVar("T")
 
 
-def _nothing(db: sqlite_utils.Database) -> None:
+def _nothing(db: Db) -> None:
     return None
 
 
@@ -158,7 +157,7 @@ def _git_branch_sync(workdir: str) -> str | None:
     return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
 
 
-def run_place(db: sqlite_utils.Database, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
+def run_place(db: Db, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
     """(repo, branch) a run works in as the graph records it: live presence, else the ingested run."""
     if run_id:
         row = db.execute(
@@ -200,7 +199,7 @@ async def resolve_view(store: Store, config: Config, *, harness: str, run_id: st
     return View("run", harness, run_id, info.key, branch)
 
 
-def latest_run_place(db: sqlite_utils.Database, harness: str) -> tuple[str, str | None] | None:
+def latest_run_place(db: Db, harness: str) -> tuple[str, str | None] | None:
     """(repo, branch) of the harness's latest ingested run in a repository, or None."""
     row = db.execute(
         "SELECT repo, branch FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC, run_id LIMIT 1",
@@ -208,7 +207,7 @@ def latest_run_place(db: sqlite_utils.Database, harness: str) -> tuple[str, str 
     return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
 
 
-def _latest_branch(db: sqlite_utils.Database, harness: str, repo: str) -> str | None:
+def _latest_branch(db: Db, harness: str, repo: str) -> str | None:
     row = db.execute(
         "SELECT branch FROM runs WHERE harness = ? AND repo = ? ORDER BY ended_at DESC, run_id LIMIT 1",
         [harness, repo]).fetchone()
@@ -466,7 +465,7 @@ class Briefing:
         return eps
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
-                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T]
+                            deadline: float = float("inf"), local: Callable[[Db], T]
                             ) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
@@ -486,7 +485,7 @@ class Briefing:
         visible = frozenset(scopes)
         check_text = self._check_text()
 
-        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
+        def recheck(db: Db, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
                                     visible_scopes=visible, limit=limit, check_text=check_text)
             return filtered, local(db)
@@ -506,7 +505,7 @@ class Briefing:
         reported = payload.get("degraded")
         return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False), mine
 
-    async def _local_only(self, local: Callable[[sqlite_utils.Database], T]) -> T:
+    async def _local_only(self, local: Callable[[Db], T]) -> T:
         if local is _nothing:
             return None  # type: ignore[return-value] -- _nothing's result; no hop for nothing
         return await self._store.read(local)
@@ -528,7 +527,7 @@ class Briefing:
         now = self._clock()
         repo = view.repo if view.episode_scopes else None
 
-        def local(db: sqlite_utils.Database) -> tuple[list[graph.Fact], list[graph.RunRow]]:
+        def local(db: Db) -> tuple[list[graph.Fact], list[graph.RunRow]]:
             facts = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit)
             runs = graph.runs_editing(db, repo=repo, paths=req.paths, limit=RECALL_RUNS) if (
                 repo and req.paths) else []
@@ -592,7 +591,7 @@ class Briefing:
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
-        def local(db: sqlite_utils.Database) -> tuple[list[graph.Collision], list[graph.RunRow],
+        def local(db: Db) -> tuple[list[graph.Collision], list[graph.RunRow],
                                                       list[graph.Fact], int]:
             clashes = graph.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)

@@ -19,7 +19,6 @@ from typing import Any
 
 import attrs
 import cattrs
-import sqlite_utils
 import trio
 
 from .._kernel import open_mailbox, serve
@@ -30,7 +29,7 @@ from ..errors import InvalidArgument
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import normalise_remote, scope_for
-from ..store import Store, WallClock, iso
+from ..store import Db, Store, WallClock, iso
 
 DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
 
@@ -91,7 +90,7 @@ class Stored:
     episode_new: bool
 
 
-def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None, branch: str | None,
+def store_run(db: Db, record: RunRecord, *, repo: str | None, branch: str | None,
               paths: Iterable[str], now: str, clean: bool = False) -> bool:
     """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
 
@@ -105,16 +104,22 @@ def store_run(db: sqlite_utils.Database, record: RunRecord, *, repo: str | None,
     if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", [record.harness, record.run_id]).fetchone():
         return False
     safe = raw if clean or is_stored(record) else redact_obj(raw)
-    record_id = db.execute("INSERT INTO run_records (record) VALUES (?)", [record_json(safe)]).lastrowid
-    db.execute(
+    (record_id,) = db.execute("INSERT INTO run_records (record) VALUES (?) RETURNING id",
+                              [record_json(safe)]).fetchone()
+    inserted = db.execute(
         "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
         [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
          record.reason, record.duration_ms, repo, branch, record_id, now],
-    )
+    ).fetchone()
+    if inserted is None:
+        # Another daemon sharing the store committed the same run between the check above and this
+        # insert (two hosts ingesting one run): theirs is the first record; this one is a duplicate.
+        db.execute("DELETE FROM run_records WHERE id = ?", [record_id])
+        return False
     if repo:
         for path in sorted(set(paths)):
-            db.execute("INSERT OR IGNORE INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?)",
+            db.execute("INSERT INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
                        [record.harness, record.run_id, repo, path])
     return True
 
@@ -133,32 +138,34 @@ def record_json(raw: dict[str, Any]) -> str:
     return json.dumps(_without_nulls(raw), sort_keys=True, separators=(",", ":"))
 
 
-def record_run(db: sqlite_utils.Database, m: RecordRun, now: str) -> Stored:
+def record_run(db: Db, m: RecordRun, now: str, claimer: str = "") -> Stored:
     """`RecordRun`'s writes (in the caller's transaction)."""
     if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now, clean=m.clean):
         return Stored(run_new=False, episode_new=False)
     if m.episode is None or m.text is None:
         return Stored(run_new=True, episode_new=False)
     return Stored(run_new=True, episode_new=store_episode(db, m.episode, provider=m.provider, now=now,
-                                                          due=m.record_after))
+                                                          due=m.record_after, claimer=claimer))
 
 
-def record_runs(db: sqlite_utils.Database, runs: Sequence[RecordRun], now: str) -> tuple[Stored | Exception, ...]:
+def record_runs(db: Db, runs: Sequence[RecordRun], now: str, claimer: str = "") -> tuple[Stored | Exception, ...]:
     """Many `record_run`s in the caller's transaction, each in its own savepoint (a failure rolls back
     that run alone and is returned in its place)."""
     out: list[Stored | Exception] = []
     for m in runs:
         db.execute("SAVEPOINT record_run")
         try:
-            out.append(record_run(db, m, now))
+            out.append(record_run(db, m, now, claimer))
         except Exception as exc:  # ok: this run's writes roll back; the others stay
-            db.execute("ROLLBACK TO record_run")
+            db.execute("ROLLBACK TO SAVEPOINT record_run")
+            if db.dialect.retryable(exc):
+                raise  # a deadlock with another daemon: the store runs the whole write again
             out.append(exc)
-        db.execute("RELEASE record_run")
+        db.execute("RELEASE SAVEPOINT record_run")
     return tuple(out)
 
 
-def stored_runs(db: sqlite_utils.Database, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
     """The runs of `keys` the store holds: {(harness, run_id): its episode id, or None without one}."""
     out: dict[tuple[str, str], str | None] = {}
     for harness, run_id in dict.fromkeys(keys):
@@ -171,36 +178,42 @@ def stored_runs(db: sqlite_utils.Database, keys: Sequence[tuple[str, str]]) -> d
     return out
 
 
-def store_episode(db: sqlite_utils.Database, episode: Episode, *, provider: str, now: str,
-                  due: str | None = None) -> bool:
+def store_episode(db: Db, episode: Episode, *, provider: str, now: str,
+                  due: str | None = None, claimer: str = "") -> bool:
     """Store the episode copy (its row, and its REQ-5 body in `episode_bodies`; the text rendering is
     rendered from the body where needed, `stored_copy`) and queue its record to `provider` (first due at `due`, default now).
     Idempotent: False if it was already stored."""
     existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
     if existing is not None:
         return False
-    body_id = db.execute("INSERT INTO episode_bodies (body) VALUES (?)", [episode_json(episode)]).lastrowid
-    db.execute(
+    (body_id,) = db.execute("INSERT INTO episode_bodies (body) VALUES (?) RETURNING id",
+                            [episode_json(episode)]).fetchone()
+    inserted = db.execute(
         "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
-        " recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        " recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
         [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
          episode.trust_class, episode.outcome, episode.started_at, now, body_id],
-    )
-    queue(db, "record", provider, episode.episode_id, now=now, due=due)
+    ).fetchone()
+    if inserted is None:  # stored meanwhile by another daemon sharing the store
+        db.execute("DELETE FROM episode_bodies WHERE id = ?", [body_id])
+        return False
+    queue(db, "record", provider, episode.episode_id, now=now, due=due, claimer=claimer)
     return True
 
 
-def queue(db: sqlite_utils.Database, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
-          now: str, due: str | None = None) -> None:
-    """Queue a pending record or forget, first due at `due` (default: now)."""
+def queue(db: Db, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
+          now: str, due: str | None = None, claimer: str = "") -> None:
+    """Queue a pending record or forget, due now. With `due`, the row is claimed by `claimer` (a
+    daemon id) until then: the ingest path holds its fresh records for its own first attempt, and no
+    retry loop — this daemon's or another's sharing the store — tries them meanwhile."""
     db.execute(
-        "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
-        " VALUES (?,?,?,?,?,?)",
-        [kind, provider, episode_id, provider_id, now, due or now],
+        "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at, claimed_until, claimed_by)"
+        " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+        [kind, provider, episode_id, provider_id, now, now, due, claimer if due else None],
     )
 
 
-def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str, ids: Sequence[str],
+def add_index_rows(db: Db, *, provider: str, episode_id: str, ids: Sequence[str],
                    scope: str, now: str) -> bool:
     """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record.
 
@@ -214,8 +227,8 @@ def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str,
     stored_scope, forgotten_at = row
     for pid in ids:
         db.execute(
-            "INSERT OR IGNORE INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
-            " VALUES (?,?,?,?,?,?)",
+            "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
+            " VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
             [provider, pid, episode_id, stored_scope, now, forgotten_at],
         )
         if forgotten_at is not None:
@@ -224,7 +237,7 @@ def add_index_rows(db: sqlite_utils.Database, *, provider: str, episode_id: str,
     return forgotten_at is not None and bool(ids)
 
 
-def is_indexed(db: sqlite_utils.Database, provider: str, episode_id: str) -> bool:
+def is_indexed(db: Db, provider: str, episode_id: str) -> bool:
     return db.execute("SELECT 1 FROM memory_index WHERE provider = ? AND episode_id = ? LIMIT 1",
                       [provider, episode_id]).fetchone() is not None
 
@@ -241,7 +254,7 @@ def stored_copy(body: str) -> tuple[dict[str, Any], str]:
 EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON b.id = e.body_id"
 
 
-def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
+def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()
     if with_index:
         index = tuple(
@@ -258,7 +271,7 @@ def _row(db: sqlite_utils.Database, r: dict[str, Any], *, with_index: bool) -> E
     )
 
 
-def get_episode(db: sqlite_utils.Database, episode_id: str) -> EpisodeRow | None:
+def get_episode(db: Db, episode_id: str) -> EpisodeRow | None:
     rows = list(db.query(EPISODE_ROWS + " WHERE episode_id = ?", [episode_id]))
     return _row(db, rows[0], with_index=True) if rows else None
 
@@ -288,7 +301,7 @@ class EpisodePage:
     next_cursor: str | None
 
 
-def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo: str | None = None,
+def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None,
                   since: str | None = None, limit: int = 100, after: str | None = None,
                   include_forgotten: bool = False) -> EpisodePage:
     """One page, newest first, keyset-paged on (started_at DESC, episode_id): `after` is the cursor of
@@ -322,7 +335,7 @@ def list_episodes(db: sqlite_utils.Database, *, harness: str | None = None, repo
     return EpisodePage(rows=tuple(rows), total=total, next_cursor=cursor)
 
 
-def known_repos(db: sqlite_utils.Database) -> list[str]:
+def known_repos(db: Db) -> list[str]:
     """Every repository key that has an episode (live or forgotten), sorted."""
     return [r[0] for r in db.execute("SELECT DISTINCT repo FROM episodes WHERE repo IS NOT NULL ORDER BY repo")]
 
@@ -332,7 +345,7 @@ def repo_key(given: str) -> str:
     return normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
 
 
-def is_known_repo(db: sqlite_utils.Database, key: str) -> bool:
+def is_known_repo(db: Db, key: str) -> bool:
     """Whether an episode (live or forgotten) is stored under repository `key`: one index seek (a
     repository's scope is derived from its key), where `known_repos` reads every episode."""
     return db.execute("SELECT 1 FROM episodes WHERE scope = ? AND repo = ? LIMIT 1",
@@ -414,7 +427,7 @@ def text_belongs_body(item_text: str, body: str) -> bool:
     return text_belongs(item_text, rendering)
 
 
-def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
+def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid: int,
                  visible_scopes: Iterable[str], limit: int, check_text: bool = True) -> Filtered:
     """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
 
@@ -460,7 +473,7 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
 
 
-def _index_rows(db: sqlite_utils.Database, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+def _index_rows(db: Db, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """The index and episode rows of every provider id in one query (REQ-9's re-check, not one per item)."""
     wanted = list(dict.fromkeys(ids))
     out: dict[str, tuple[Any, ...]] = {}
@@ -517,7 +530,8 @@ class RecordRun:
     #: When the retry loop may first try the pending record (an `iso` time; None: at once). The ingest
     #: path records the episode itself right after the commit, so it sets this past its own attempt:
     #: the loop trying the same row meanwhile would only make one of the two answer "queued" and call
-    #: the provider twice. A restart or a provider that becomes ready makes every pending row due anyway.
+    #: the provider twice. The row is claimed by this daemon until then (`queue`), so no other daemon
+    #: sharing the store tries it either; the attempt's outcome ends the claim.
     record_after: str | None = None
 
 
@@ -578,9 +592,9 @@ class Index:
         match message:
             case RecordRun():
                 m = message
-                return await self._store.write(lambda db: record_run(db, m, now))
+                return await self._store.write(lambda db: record_run(db, m, now, self._store.daemon_id))
             case RecordRuns(runs=runs):
-                return await self._store.write(lambda db: record_runs(db, runs, now))
+                return await self._store.write(lambda db: record_runs(db, runs, now, self._store.daemon_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
                     lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))

@@ -34,7 +34,6 @@ from datetime import timedelta
 from typing import Any
 
 import attrs
-import sqlite_utils
 import trio
 from loguru import logger
 
@@ -43,7 +42,7 @@ from .._wire import parse_time
 from ..errors import MemactorsError, UnknownEpisode
 from ..metrics import Metrics
 from ..redact import redact
-from ..store import Store, WallClock, iso
+from ..store import Db, Store, WallClock, iso
 from .index import IndexIds, stored_copy
 from .provider_session import provider_call
 
@@ -129,11 +128,12 @@ class Attempt:
     stored: tuple[dict[str, Any], str, str, str] | None = attrs.field(default=None, eq=False)
 
 
-def tombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
+def tombstone(db: Db, episode_id: str, now: str, *, claim: tuple[str, str] | None = None) -> bool:
     """Mark an episode and its index rows forgotten and queue their forgets; False if already forgotten.
 
     One transaction: from its commit on, REQ-9's filter drops every id of the episode. An episode with
-    no index row has nothing to forget at a provider, so its body goes at once.
+    no index row has nothing to forget at a provider, so its body goes at once. With `claim` = (daemon
+    id, until) the queued forgets are claimed by that daemon (it attempts them itself at once).
     """
     row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
@@ -146,15 +146,17 @@ def tombstone(db: sqlite_utils.Database, episode_id: str, now: str) -> bool:
                [now, episode_id])
     db.execute("DELETE FROM pending WHERE kind = 'record' AND episode_id = ?", [episode_id])
     ids = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ?", [episode_id]).fetchall()
+    claimer, until = claim or (None, None)
     for provider, provider_id in ids:
         db.execute(
-            "INSERT OR IGNORE INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
-            " VALUES ('forget', ?, ?, ?, ?, ?)", [provider, episode_id, provider_id, now, now])
+            "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at, claimed_until,"
+            " claimed_by) VALUES ('forget', ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [provider, episode_id, provider_id, now, now, until, claimer])
     delete_body_if_done(db, episode_id)
     return True
 
 
-def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
+def delete_body_if_done(db: Db, episode_id: str) -> bool:
     """Delete a forgotten episode's stored body once no forget of it is pending any more."""
     waiting = db.execute("SELECT 1 FROM pending WHERE kind = 'forget' AND episode_id = ? AND state = 'pending'"
                          " LIMIT 1", [episode_id]).fetchone()
@@ -169,7 +171,7 @@ def delete_body_if_done(db: sqlite_utils.Database, episode_id: str) -> bool:
     return True
 
 
-def prune_tombstones(db: sqlite_utils.Database, cutoff: str, batch: int) -> int:
+def prune_tombstones(db: Db, cutoff: str, batch: int) -> int:
     """Delete up to `batch` tombstones of episodes forgotten before `cutoff` whose forget is over: the body
     is gone and no forget of theirs is pending or failed (REQ-10: "the tombstone stays until every id is
     forgotten or failed"; a failed one stays, counted, for the operator). Their episode and index rows
@@ -185,7 +187,7 @@ def prune_tombstones(db: sqlite_utils.Database, cutoff: str, batch: int) -> int:
     return len(rows)
 
 
-def scrub_run(db: sqlite_utils.Database, episode_id: str) -> None:
+def scrub_run(db: Db, episode_id: str) -> None:
     """Remove the agent-written text a forgotten episode came from, wherever the daemon keeps a copy:
     the stored run record, whole (the run row itself, its ids, times, outcome and paths stay: they are
     what the graph knows, not what the agent wrote), and every cached briefing that showed the episode.
@@ -199,7 +201,7 @@ def scrub_run(db: sqlite_utils.Database, episode_id: str) -> None:
     if run is not None and run[0] is not None:
         db.execute("UPDATE runs SET record_id = NULL WHERE harness = ? AND run_id = ?", list(row))
         db.execute("DELETE FROM run_records WHERE id = ?", [run[0]])
-    db.execute("DELETE FROM briefings WHERE instr(document, ?) > 0 OR instr(doc_json, ?) > 0",
+    db.execute(f"DELETE FROM briefings WHERE {db.dialect.contains('document')} OR {db.dialect.contains('doc_json')}",
                [episode_id, episode_id])
 
 
@@ -287,19 +289,25 @@ class Retention:
     async def forget(self, episode_id: str, reason: str = "operator") -> ForgetOutcome:
         """REQ-10: tombstone first, then one bounded round of memory_forget; retries continue in the loop."""
         now = iso(self._clock())
-        first = await self._store.write(lambda db: tombstone(db, episode_id, now))
+        me = self._store.daemon_id
+        claim = (me, iso(self._clock() + timedelta(seconds=self._lease())))
+        first = await self._store.write(lambda db: tombstone(db, episode_id, now, claim=claim))
         log = self._log.bind(episode=episode_id, reason=reason)
         if first:
             due = await self._store.read(lambda db: db.execute(
                 "SELECT provider_id, provider FROM pending WHERE kind = 'forget' AND episode_id = ?"
-                " AND state = 'pending'", [episode_id]).fetchall())
+                " AND state = 'pending' AND claimed_by = ?", [episode_id, me]).fetchall())
             attempts = [Attempt("forget", episode_id, pid, provider) for pid, provider in due
                         if provider in self.reachable]
             with trio.move_on_after(self._provider_timeout):
                 async with trio.open_nursery() as nursery:
                     for attempt in attempts:
                         nursery.start_soon(self._attempt, attempt)
-            self._wake.set()  # whatever is still pending is the loop's now
+            # Whatever is still pending is the retry loop's now (this daemon's or another's).
+            await self._store.write(lambda db: db.execute(
+                "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE kind = 'forget'"
+                " AND episode_id = ? AND claimed_by = ?", [episode_id, me]))
+            self._wake.set()
         outcome = await self._store.read(lambda db: _forget_outcome(db, episode_id))
         if outcome.body_deleted:
             await self._store.checkpoint()  # no page image of the deleted text left in the WAL
@@ -316,15 +324,19 @@ class Retention:
         cutoff = iso(self._clock() - timedelta(seconds=retention))
         now = iso(self._clock())
 
-        def write(db: sqlite_utils.Database) -> int:
+        def write(db: Db) -> int:
             rows = db.execute("SELECT episode_id FROM episodes WHERE forgotten_at IS NULL AND recorded_at < ?"
                               " ORDER BY recorded_at LIMIT ?", [cutoff, PRUNE_BATCH]).fetchall()
             return sum(tombstone(db, eid, now) for (eid,) in rows)
 
-        total = await self._store.write_in_batches(write, PRUNE_BATCH)
-        await self._store.prune_call_log(cutoff)  # the call log keeps the same window
-        tombstones = await self._store.write_in_batches(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH),
-                                                        PRUNE_BATCH)
+        async with self._store.singleton("prune") as mine:
+            if not mine:  # another daemon sharing the store is pruning it now
+                self._log.debug("retention prune left to another daemon")
+                return 0
+            total = await self._store.write_in_batches(write, PRUNE_BATCH)
+            await self._store.prune_call_log(cutoff)  # the call log keeps the same window
+            tombstones = await self._store.write_in_batches(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH),
+                                                            PRUNE_BATCH)
         if tombstones:
             self._log.bind(tombstones=tombstones, retention_s=retention).info("retention prune deleted tombstones")
         if total:
@@ -338,8 +350,18 @@ class Retention:
             await trio.sleep(PRUNE_EVERY)
 
     # -- the retry loop -------------------------------------------------------------------------------
+    def _lease(self) -> float:
+        """How long a claimed row is this daemon's: twice the longest an attempt may take (then another
+        daemon, or this one after a restart, may try it)."""
+        return max(self._provider_timeout * 5, 5.0) * 2
+
     async def _loop(self) -> None:
         limiter = trio.CapacityLimiter(CONCURRENT_ATTEMPTS)
+        # Claims this daemon held before a restart (its attempts died with it) are released at once: the
+        # state directory's lock makes this process the only one with this daemon id.
+        me = self._store.daemon_id
+        await self._store.write(lambda db: db.execute(
+            "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = ?", [me]))
 
         async def one(attempt: Attempt, outcomes: dict[str, int]) -> None:
             async with limiter:
@@ -371,33 +393,51 @@ class Retention:
                 await self._wake.wait()
 
     async def _until_next_due(self) -> float:
-        """Seconds until the earliest pending row is due (at most IDLE_POLL), by the wall clock."""
+        """Seconds until the earliest pending row is due (at most IDLE_POLL), by the wall clock: its
+        next_at, or the end of its claim when another attempt holds it."""
         reachable = self.reachable
         marks = ",".join("?" * len(reachable))
         row = await self._store.read(lambda db: db.execute(
-            f"SELECT min(next_at) FROM pending WHERE provider IN ({marks}) AND state = 'pending'"
-            f" AND (kind = 'forget' OR provider = ?)", [*reachable, self._provider]).fetchone())
+            f"SELECT min(CASE WHEN claimed_until > next_at THEN claimed_until ELSE next_at END) FROM pending"
+            f" WHERE provider IN ({marks}) AND state = 'pending' AND (kind = 'forget' OR provider = ?)",
+            [*reachable, self._provider]).fetchone())
         if row is None or row[0] is None:
             return IDLE_POLL
         wait = (parse_time(row[0]) - self._clock()).total_seconds()
         return min(max(wait, 0.05), IDLE_POLL)
 
     async def _due(self) -> list[Attempt]:
-        """The due rows, oldest next_at first, each record with its stored copy read in the same
-        transaction (one read for the batch, not one per record)."""
+        """Claim the due rows, oldest next_at first, each record with its stored copy read in the same
+        transaction (one write for the batch, not one read per record).
+
+        A claimed row is this daemon's until its attempt settles it (deleted, or rescheduled by
+        `_failed`) or the lease runs out: with several daemons on one store, each due row is tried by
+        one of them (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so claims that race skip each other's rows).
+        """
         now = iso(self._clock())
+        until = iso(self._clock() + timedelta(seconds=self._lease()))
+        me = self._store.daemon_id
         reachable = self.reachable
         marks = ",".join("?" * len(reachable))
 
-        def read(db: sqlite_utils.Database) -> list[Attempt]:
+        def claim(db: Db) -> list[Any]:
             rows = db.execute(
                 f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, b.body, e.scope, e.trust_class,"
                 f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
                 f" ON p.kind = 'record' AND e.episode_id = p.episode_id LEFT JOIN episode_bodies b ON b.id = e.body_id"
                 f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
-                f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}",
-                [*reachable, now, self._provider]).fetchall()
+                f" AND (p.claimed_until IS NULL OR p.claimed_until <= ?)"
+                f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}"
+                f"{db.dialect.skip_locked('p')}",
+                [*reachable, now, now, self._provider]).fetchall()
             # (A record row for another provider — the configuration changed — is not ours to send.)
+            db.executemany(
+                "UPDATE pending SET claimed_until = ?, claimed_by = ? WHERE kind = ? AND provider = ?"
+                " AND episode_id = ? AND provider_id = ?",
+                [(until, me, k, prov, e, p) for k, e, p, prov, *_ in rows])
+            return rows
+
+        def attempts(rows: list[Any]) -> list[Attempt]:
             out = []
             for k, e, p, prov, body, scope, trust_class, forgotten_at in rows:
                 stored = None
@@ -406,7 +446,8 @@ class Retention:
                 out.append(Attempt(k, e, p, prov, stored))  # a record without a live body: _record drops the row
             return out
 
-        return await self._store.read(read)
+        rows = await self._store.write(claim)
+        return await trio.to_thread.run_sync(attempts, rows) if rows else []
 
     async def _make_due(self) -> None:
         now = iso(self._clock())
@@ -491,7 +532,7 @@ class Retention:
             log.bind(error=type(exc).__name__, state=state).warning("forget failed")
             return state
 
-        def done(db: sqlite_utils.Database) -> bool:
+        def done(db: Db) -> bool:
             db.execute("DELETE FROM pending WHERE kind = 'forget' AND provider = ? AND episode_id = ?"
                        " AND provider_id = ?", [attempt.provider, attempt.episode_id, attempt.provider_id])
             return delete_body_if_done(db, attempt.episode_id)
@@ -513,7 +554,7 @@ class Retention:
         message = f"{type(exc).__name__}: {str(exc)[:300]}"
         kind, provider, episode_id, provider_id = attempt.kind, attempt.provider, attempt.episode_id, attempt.provider_id
 
-        def write(db: sqlite_utils.Database) -> str:
+        def write(db: Db) -> str:
             row = db.execute(
                 "SELECT attempts, first_at FROM pending WHERE kind = ? AND provider = ? AND episode_id = ?"
                 " AND provider_id = ?", [kind, provider, episode_id, provider_id]).fetchone()
@@ -524,8 +565,8 @@ class Retention:
             state = "failed" if expired else "pending"
             next_at = iso(now + timedelta(seconds=backoff_seconds(attempts)))
             db.execute(
-                "UPDATE pending SET attempts = ?, next_at = ?, state = ?, last_error = ? WHERE kind = ?"
-                " AND provider = ? AND episode_id = ? AND provider_id = ?",
+                "UPDATE pending SET attempts = ?, next_at = ?, state = ?, last_error = ?, claimed_until = NULL,"
+                " claimed_by = NULL WHERE kind = ? AND provider = ? AND episode_id = ? AND provider_id = ?",
                 [attempts, next_at, state, message, kind, provider, episode_id, provider_id])
             if expired and kind == "forget":
                 delete_body_if_done(db, episode_id)
@@ -543,7 +584,7 @@ def _key(attempt: Attempt) -> tuple[str, str, str, str]:
     return (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
 
 
-def _forget_outcome(db: sqlite_utils.Database, episode_id: str) -> ForgetOutcome:
+def _forget_outcome(db: Db, episode_id: str) -> ForgetOutcome:
     row = db.execute("SELECT forgotten_at, body_id IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     ids = db.execute("SELECT count(*) FROM memory_index WHERE episode_id = ?", [episode_id]).fetchone()[0]
     states = dict(db.execute("SELECT state, count(*) FROM pending WHERE kind = 'forget' AND episode_id = ?"
