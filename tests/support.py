@@ -199,3 +199,15 @@ async def within(clock: trio.testing.MockClock, budget: float, call: Callable[[]
     if failed:
         raise failed[0]
     return done[0], clock.current_time() - start
+
+
+def refuse_inserts(engine: str, table: str, message: str) -> tuple[str, str]:
+    """SQL that makes every insert into `table` fail with `message` on this store engine, and the SQL
+    that undoes it: (create, drop). Fault injection for tests that run on both engines."""
+    if engine == "postgresql":
+        return (f"CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS"
+                f" $$ BEGIN RAISE EXCEPTION '{message}'; END $$;"
+                f" CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION refuse_{table}()",
+                f"DROP TRIGGER refuse_{table} ON {table}; DROP FUNCTION refuse_{table}()")
+    return (f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, '{message}'); END",
+            f"DROP TRIGGER refuse_{table}")

@@ -14,8 +14,10 @@ from memactors.config import ConfigHolder
 from memactors.errors import NotAttributed
 from memactors.service import MemoryService, open_memory_service
 from memactors.wrapper import BRIEFING_MAX_BYTES
-from support import run_record, wait_ready
+from support import refuse_inserts, run_record, wait_ready
 from support_readside import API, as_run, count, fault_toml, fixed_clock, sample
+
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\n'
 BRIEFINGS = "harness_memory_briefings_total"
@@ -166,8 +168,8 @@ async def test_req17_a_preview_is_not_exposure(fixed: MemoryService) -> None:
 @pytest.mark.req17
 async def test_req17_facts_are_withheld_when_exposure_cannot_be_written(fixed: MemoryService) -> None:
     await populate(fixed, facts=3)
-    await fixed.store.write(lambda db: db.execute(
-        "CREATE TRIGGER no_exposure BEFORE INSERT ON exposures BEGIN SELECT RAISE(ABORT, 'disk full'); END"))
+    refuse, allow = refuse_inserts(fixed.store.engine, "exposures", "disk full")
+    await fixed.store.write(lambda db: db.execute(refuse))
     _, view = await as_run(fixed, "api-fixer", "100", API)
     briefing = await fixed.agent_briefing(view, delivery="tool")
     assert briefing.withheld and items(briefing.json, "facts") == [] and "fact number" not in briefing.text
@@ -175,7 +177,7 @@ async def test_req17_facts_are_withheld_when_exposure_cannot_be_written(fixed: M
     recall = await fixed.agent_recall(view, query="ledger")
     assert recall.withheld and items(recall.json, "facts") == [] and "fact number" not in recall.text
     # The cached briefing still holds the facts; a later read that can write exposure serves them.
-    await fixed.store.write(lambda db: db.execute("DROP TRIGGER no_exposure"))
+    await fixed.store.write(lambda db: db.execute(allow))
     assert "fact number" in (await fixed.agent_briefing(view, delivery="tool")).text
 
 

@@ -22,6 +22,8 @@ from memactors.service import open_memory_service
 from support import example, wait_ready, write_config
 from support_readside import API, as_run, fault_toml, sample
 
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
+
 SERVICE = "harness.v1.MemoryService"
 DROPPED = "harness_memory_results_dropped_total"
 # Words only the billing episode (run-7-billing-bot.json) has.

@@ -342,6 +342,10 @@ def cached_vector(db: sqlite_utils.Database, digest: str, model: str) -> bytes |
 
 def missing_vectors(db: sqlite_utils.Database) -> int:
     """Episodes the built-in provider holds without an embedding (doctor warns when non-zero)."""
+    if db.dialect.name == "postgresql":
+        from ._builtin_pg import missing_vectors as pg_missing
+
+        return pg_missing(db)
     total = db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]
     if not _vec_exists(db):
         return int(total)
@@ -358,6 +362,15 @@ class BuiltinProvider:
     """
 
     name = "builtin"
+
+    def __new__(cls, store: Store, **kwargs: Any) -> BuiltinProvider:
+        """On a PostgreSQL store, the provider whose documents and ranking inputs are PostgreSQL's
+        (`_builtin_pg`); everything else about it is this class's."""
+        if cls is BuiltinProvider and store.engine == "postgresql":
+            from ._builtin_pg import _provider_class
+
+            return super().__new__(_provider_class())  # type: ignore[no-any-return]
+        return super().__new__(cls)
 
     def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
                  query_embed_deadline: float = QUERY_EMBED_DEADLINE,
@@ -562,6 +575,8 @@ class BuiltinProvider:
                         return _error(f"unknown tool {other}")
             except (KeyError, TypeError, ValueError) as exc:
                 return _error(f"{params.name}: bad arguments ({type(exc).__name__})")
+            except MemactorsError as exc:  # the store down (PostgreSQL): a provider error, not a crash
+                return _error(f"{params.name}: {exc.code}: {exc}")
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)

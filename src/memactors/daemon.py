@@ -157,9 +157,13 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
 
 
 def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
-    """/readyz: ready when the provider session is ready and its breaker closed; else a short reason."""
+    """/readyz: ready when the store answers (PostgreSQL up) and the provider session is ready with its
+    breaker closed; else a short reason."""
 
     async def ready() -> str | None:
+        store_error = await memory.store.ping()
+        if store_error is not None:
+            return f"store unreachable: {store_error}"
         status = memory.session.status()
         if status.state != "ready":
             return f"provider {status.provider} is {status.state}"

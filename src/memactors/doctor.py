@@ -47,6 +47,17 @@ def doctor_rows(
     daemon gives up and exits 75.
     """
     rows: list[Row] = []
+    store = status.get("store")
+    if store:
+        where = f"{store['where']}, daemon {store['daemon_id']}"
+        if store.get("reachable", True):
+            rows.append(Row("pass", "memory store", where))
+        else:
+            # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
+            # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
+            rows.append(Row("fail", "memory store",
+                            f"{where}: unreachable ({store.get('error') or 'no answer'}); ingest answers "
+                            "UNAVAILABLE and recall is degraded until it is back"))
     provider = status["provider"]
     state = status["state"]
     contract = status.get("contract")

@@ -12,6 +12,7 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -79,7 +80,14 @@ from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
-from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
+from .errors import (
+    ConfigError,
+    InvalidArgument,
+    MemactorsError,
+    NoRepository,
+    StoreUnavailable,
+    UnknownEpisode,
+)
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .models import RunRecord
@@ -377,11 +385,18 @@ class MemoryService:
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len(text.encode())) as span:
             outcome = "queued"
+            store_lost = False
             with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
                 stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
-                outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-            if attempt.cancelled_caught:
-                await self._release_record(episode.episode_id)
+                try:
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
+                except StoreUnavailable:
+                    # The run and its pending record are committed; the store went away since (PostgreSQL
+                    # down): the retry loop records it once the store is back.
+                    store_lost = True
+            if attempt.cancelled_caught or store_lost:
+                with contextlib.suppress(StoreUnavailable):
+                    await self._release_record(episode.episode_id)
             span.set_attribute("memory.outcome", outcome)
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
@@ -406,15 +421,34 @@ class MemoryService:
         return await self.store.read(lambda db: graph.pull_request_for(db, repo, branch))
 
     # -- MemoryService handlers ----------------------------------------------------------------------
+    async def store_status(self) -> dict[str, Any]:
+        """Which store this daemon uses and whether it answers now (`status` and `doctor` show it): the
+        engine, where it is (``user@host:port/db`` for PostgreSQL: never the password), this daemon's id
+        (daemons sharing a store tell each other apart by it), and the last error while it does not."""
+        error = await self.store.ping()
+        return {"engine": self.store.engine, "where": self.store.where, "daemon_id": self.store.daemon_id,
+                "reachable": error is None, "error": error}
+
     async def status(self) -> dict[str, Any]:
         st: ProviderStatus = await self.session.address.ask(GetStatus())
-        pending = await self.retention.address.ask(PendingCounts())
+        store = await self.store_status()
 
         def counts(db: Any) -> dict[str, int]:
             row = db.execute("SELECT count(*), count(*) FILTER (WHERE forgotten_at IS NULL) FROM episodes").fetchone()
             idx = db.execute("SELECT count(*) FROM memory_index WHERE provider = ? AND forgotten_at IS NULL",
                              [self.provider]).fetchone()
             return {"episodes": row[0] or 0, "live_episodes": row[1] or 0, "indexed_ids": idx[0] or 0}
+
+        # A store that does not answer (PostgreSQL down) leaves counts and pending unknown (None): the
+        # status itself is still answered, saying so.
+        pending: dict[str, int] | None = None
+        counted: dict[str, int] | None = None
+        if store["reachable"]:
+            try:
+                pending = await self.retention.address.ask(PendingCounts())
+                counted = await self.store.read(counts)
+            except StoreUnavailable as exc:
+                store.update(reachable=False, error=exc.message)
 
         cfg = self.config
         upstream = cfg.provider_upstream
@@ -427,11 +461,12 @@ class MemoryService:
             "breaker": st.breaker,
             "last_error": st.last_error,
             "state_for_seconds": round(trio.current_time() - st.since, 3),
-            "counts": await self.store.read(counts),
-            "pending": {
+            "counts": counted,
+            "pending": None if pending is None else {
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
             },
+            "store": store,
             "episodes_config": {
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
@@ -689,10 +724,18 @@ class MemoryService:
                               " GROUP BY kind", [self.provider]).fetchall()
             return {kind: (now - parse_time(first)).total_seconds() for kind, first in rows if first}
 
+        oldest_pending: dict[str, float] = {}
+        missing = 0
+        if status["store"]["reachable"]:
+            try:
+                oldest_pending = await self.store.read(oldest)
+                missing = await self.episodes_missing_vectors()
+            except StoreUnavailable as exc:
+                status["store"].update(reachable=False, error=exc.message)
         rows = doctor_rows(
-            self.config, status, oldest_pending_seconds=await self.store.read(oldest),
+            self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
-            episodes_missing_vectors=await self.episodes_missing_vectors(),
+            episodes_missing_vectors=missing,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
             exhaustion_limit=self.supervisor.exhaustion_limit)
         return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}

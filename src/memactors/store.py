@@ -665,6 +665,11 @@ class Store:
         """Run `fn(db)` on a pooled read connection, in one read transaction (a snapshot), off the trio loop."""
         raise NotImplementedError
 
+    async def ping(self) -> str | None:
+        """None when the store answers now, else why not (a PostgreSQL server down or unreachable).
+        The SQLite file is always there while the daemon runs."""
+        return None
+
     async def checkpoint(self) -> bool:
         """After deleting text (a forget): make sure no copy of it lingers in the engine's own files
         where it can (SQLite's WAL). False when that could not complete now."""

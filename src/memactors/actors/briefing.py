@@ -27,6 +27,7 @@ and withholds the facts from that answer if the write fails. Operator previews w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -44,7 +45,7 @@ from loguru import logger
 from .. import contract, graph
 from .._kernel import open_mailbox, serve
 from ..config import Config, HarnessConfig
-from ..errors import InvalidArgument, MemactorsError, NotAttributed
+from ..errors import InvalidArgument, MemactorsError, NotAttributed, StoreUnavailable
 from ..metrics import Metrics
 from ..repo import resolve_repo, scope_for
 from ..store import Db, Store, WallClock, iso
@@ -90,6 +91,8 @@ BRIEFING_LAYOUT: tuple[tuple[str, int, float], ...] = (
 RECALL_RUNS = 5
 BRIEFING_EPISODES = 3
 PROVIDER_UNAVAILABLE = "provider_unavailable"
+#: A document's `degraded` when the store itself could not be read (PostgreSQL down or unreachable).
+STORE_UNAVAILABLE = "store_unavailable"
 RECALL_POINTER = "use the recall tool for more"
 
 T = TypeVar("T")
@@ -461,26 +464,32 @@ class Briefing:
         gets no episodes and the provider is not asked.
         """
         eps, _ = await self.episodes_with(view, query=query, limit=limit, paths=paths, deadline=deadline,
-                                          local=_nothing)
+                                          local=_nothing, fallback=None)
         return eps
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
-                            deadline: float = float("inf"), local: Callable[[Db], T]
+                            deadline: float = float("inf"), local: Callable[[Db], T], fallback: T
                             ) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
         One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
         of its items (one query) and the caller's local reads (facts, runs, ...) share one snapshot.
+
+        A store that cannot be read (PostgreSQL down or unreachable) degrades the answer the same way,
+        within the same budget: no episodes (REQ-9 cannot check them), ``fallback`` for the local part,
+        and ``store_unavailable``.
         """
+        timeout = self._config().episodes.provider_timeout
+        budget_end = min(deadline, trio.current_time() + timeout)
         scopes = list(view.episode_scopes)
         if not scopes:
-            return Episodes((), None, False), await self._local_only(local)
+            mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
+            return Episodes((), None if ok else STORE_UNAVAILABLE, False), mine
         arguments: dict[str, Any] = {"query": query[: contract.MAX_QUERY_CHARS] or "*", "scope": scopes,
                                      "limit": limit}
         if paths:
             arguments["paths"] = list(paths)
         contract.check_request("memory_recall", arguments)
-        timeout = self._config().episodes.provider_timeout
         caller = "daemon"  # REQ-18: the daemon's calls to the provider are its own rows, whoever it serves
         visible = frozenset(scopes)
         check_text = self._check_text()
@@ -491,24 +500,39 @@ class Briefing:
             return filtered, local(db)
 
         try:
-            with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
+            with trio.CancelScope(deadline=budget_end) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)
                 valid, invalid = contract.split_items(payload)
                 filtered, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
                 raise trio.TooSlowError
+        except StoreUnavailable as exc:
+            self._log.bind(error=exc.message).warning("episodes degraded: store unavailable")
+            return Episodes((), STORE_UNAVAILABLE, False), fallback
         except (MemactorsError, trio.TooSlowError) as exc:
             self._log.bind(error=type(exc).__name__).warning("episodes degraded: provider unavailable")
-            return Episodes((), PROVIDER_UNAVAILABLE, True), await self._local_only(local)
+            mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
+            return Episodes((), PROVIDER_UNAVAILABLE if ok else STORE_UNAVAILABLE, ok), mine
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
         reported = payload.get("degraded")
         return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False), mine
 
-    async def _local_only(self, local: Callable[[Db], T]) -> T:
+    async def _local_only(self, local: Callable[[Db], T], fallback: T, budget_end: float,
+                          slack: float) -> tuple[T, bool]:
+        """``local(db)`` alone, and whether the store answered (else ``fallback``). It may run past the
+        provider's share of the budget (a slow provider must not cost the facts), but never by more than
+        ``slack`` (a quarter of provider_timeout) when the store itself does not answer."""
         if local is _nothing:
-            return None  # type: ignore[return-value] -- _nothing's result; no hop for nothing
-        return await self._store.read(local)
+            return fallback, True  # no hop for nothing
+        with trio.move_on_after(max(budget_end - trio.current_time(), slack)):
+            try:
+                return await self._store.read(local), True
+            except StoreUnavailable as exc:
+                self._log.bind(error=exc.message).warning("local reads degraded: store unavailable")
+                return fallback, False
+        self._log.warning("local reads degraded: store did not answer in time")
+        return fallback, False
 
     # -- recall (REQ-12, REQ-13, REQ-17) -----------------------------------------------------------
 
@@ -534,7 +558,7 @@ class Briefing:
             return facts, runs
 
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
-                                                      deadline=req.deadline, local=local)
+                                                      deadline=req.deadline, local=local, fallback=([], []))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(_fact_item(f) for f in facts)),
@@ -602,7 +626,7 @@ class Briefing:
 
         query = " ".join(p for p in (repo, branch, harness) if p)
         eps, (clashes, runs, facts, total) = await self.episodes_with(
-            view, query=query, limit=BRIEFING_EPISODES, deadline=deadline, local=local)
+            view, query=query, limit=BRIEFING_EPISODES, deadline=deadline, local=local, fallback=([], [], [], 0))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("collisions", tuple(_collision_item(c) for c in clashes)),
@@ -627,15 +651,19 @@ class Briefing:
         cacheable = req.delivery != "preview" and run is not None
         cached = None
         if cacheable and not req.refresh:
-            cached = await self._store.read(lambda db: graph.get_cached_briefing(db, run[0], run[1]))
+            with contextlib.suppress(StoreUnavailable):  # the store down: composed afresh (degraded)
+                cached = await self._store.read(lambda db: graph.get_cached_briefing(db, run[0], run[1]))
         if cached is not None:
             doc = document_from_json(json.loads(cached.doc_json))
         else:
             doc = await self.compose_briefing(view, deadline=req.deadline)
-            if cacheable:
+            if cacheable and doc.degraded != STORE_UNAVAILABLE:
                 text, data = render_text(doc), json.dumps(render_json(doc), ensure_ascii=False)
-                await self._store.write(lambda db: graph.put_cached_briefing(
-                    db, run[0], run[1], text, data, _counts(doc), now))
+                try:
+                    await self._store.write(lambda db: graph.put_cached_briefing(
+                        db, run[0], run[1], text, data, _counts(doc), now))
+                except StoreUnavailable as exc:  # served, not cached: the next ask composes it again
+                    self._log.bind(error=exc.message).warning("briefing not cached: store unavailable")
         exposed, withheld = 0, False
         surface = _SURFACE.get(req.delivery)
         if surface is not None and req.delivery != "prompt":

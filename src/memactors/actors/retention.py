@@ -39,7 +39,7 @@ from loguru import logger
 
 from .._kernel import Address, open_mailbox, serve
 from .._wire import parse_time
-from ..errors import MemactorsError, UnknownEpisode
+from ..errors import MemactorsError, StoreUnavailable, UnknownEpisode
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso
@@ -51,6 +51,8 @@ FIRST_BACKOFF = 5.0
 MAX_BACKOFF = 3600.0
 IDLE_POLL = 60.0
 PRUNE_EVERY = 3600.0
+#: How long the retry loop and the prune wait before trying a store that did not answer again.
+STORE_RETRY = 2.0
 PRUNE_BATCH = 500
 #: Attempts in flight at once. MCP over stdio (or HTTP) carries concurrent requests, so a backlog is
 #: limited by the provider's answers, not by round trips one after another; 32 in flight lets both the
@@ -346,7 +348,12 @@ class Retention:
 
     async def _prune_loop(self) -> None:
         while True:
-            await self.prune()
+            try:
+                await self.prune()
+            except StoreUnavailable as exc:  # PostgreSQL down: the next prune comes in STORE_RETRY
+                self._log.bind(error=exc.message).warning("retention prune skipped: store unavailable")
+                await trio.sleep(STORE_RETRY)
+                continue
             await trio.sleep(PRUNE_EVERY)
 
     # -- the retry loop -------------------------------------------------------------------------------
@@ -356,40 +363,55 @@ class Retention:
         return max(self._provider_timeout * 5, 5.0) * 2
 
     async def _loop(self) -> None:
+        """The retry loop, kept alive through store outages: a pass that cannot reach the store
+        (PostgreSQL down) waits STORE_RETRY and tries again, so the daemon stays up and the loop picks
+        the work up by itself when the server is back."""
         limiter = trio.CapacityLimiter(CONCURRENT_ATTEMPTS)
-        # Claims this daemon held before a restart (its attempts died with it) are released at once: the
-        # state directory's lock makes this process the only one with this daemon id.
         me = self._store.daemon_id
-        await self._store.write(lambda db: db.execute(
-            "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = ?", [me]))
+        released = False
 
         async def one(attempt: Attempt, outcomes: dict[str, int]) -> None:
             async with limiter:
-                state = await self._attempt(attempt, attempt.stored)
+                try:
+                    state = await self._attempt(attempt, attempt.stored)
+                except StoreUnavailable:
+                    state = "store_unavailable"  # the row stays; its claim runs out (or is released)
             outcomes[f"{attempt.kind}_{state}"] = outcomes.get(f"{attempt.kind}_{state}", 0) + 1
 
         while True:
             self._wake = trio.Event()
-            due = []
-            for attempt in await self._due():
-                if _key(attempt) in self._inflight:
-                    self._skipped.add(_key(attempt))  # its attempt wakes the loop when it settles
-                else:
-                    due.append(attempt)
-            outcomes: dict[str, int] = {}
-            async with trio.open_nursery() as nursery:
-                for attempt in due:
-                    nursery.start_soon(one, attempt, outcomes)
-            if outcomes:
-                # One line per pass (each record's own line is DEBUG: a drained backlog of thousands of
-                # records logged one INFO line each).
-                self._log.bind(attempts=len(due), **outcomes).info("pending rows retried")
-            await self.counts()
-            if due:
-                continue  # a backlog drains as fast as the provider answers
-            # Sleep until the earliest row is due; a new or rescheduled row, a finished attempt or RetryNow
-            # wakes the loop sooner.
-            with trio.move_on_after(await self._until_next_due()):
+            try:
+                if not released:
+                    # Claims this daemon held before a restart (its attempts died with it) are released at
+                    # once: the state directory's lock makes this process the only one with this daemon id.
+                    await self._store.write(lambda db: db.execute(
+                        "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = ?", [me]))
+                    released = True
+                due = []
+                for attempt in await self._due():
+                    if _key(attempt) in self._inflight:
+                        self._skipped.add(_key(attempt))  # its attempt wakes the loop when it settles
+                    else:
+                        due.append(attempt)
+                outcomes: dict[str, int] = {}
+                async with trio.open_nursery() as nursery:
+                    for attempt in due:
+                        nursery.start_soon(one, attempt, outcomes)
+                if outcomes:
+                    # One line per pass (each record's own line is DEBUG: a drained backlog of thousands of
+                    # records logged one INFO line each).
+                    self._log.bind(attempts=len(due), **outcomes).info("pending rows retried")
+                await self.counts()
+                if due:
+                    continue  # a backlog drains as fast as the provider answers
+                # Sleep until the earliest row is due; a new or rescheduled row, a finished attempt or
+                # RetryNow wakes the loop sooner.
+                wait = await self._until_next_due()
+            except StoreUnavailable as exc:
+                # (the store itself logs one WARNING per outage, and one line when it is back)
+                self._log.bind(error=exc.message).debug("retry loop waiting: store unavailable")
+                wait = STORE_RETRY
+            with trio.move_on_after(wait):
                 await self._wake.wait()
 
     async def _until_next_due(self) -> float:

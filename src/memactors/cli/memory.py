@@ -29,11 +29,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"state      {st['state']}  contract {st['contract']}  breaker {st['breaker']}")
     if st.get("last_error"):
         print(f"last error {st['last_error']}")
+    store = st.get("store")
+    if store:
+        print(f"store      {store['where']}  daemon {store['daemon_id']}"
+              + ("" if store.get("reachable", True) else f"  UNREACHABLE: {store.get('error')}"))
     c = st["counts"]
-    print(f"episodes   {c['live_episodes']} live, {c['episodes'] - c['live_episodes']} forgotten, {c['indexed_ids']} indexed ids")
+    if c is not None:
+        print(f"episodes   {c['live_episodes']} live, {c['episodes'] - c['live_episodes']} forgotten, "
+              f"{c['indexed_ids']} indexed ids")
     p = st["pending"]
-    print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
-          f"{p['forget_failed']} forgets")
+    if p is not None:
+        print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
+              f"{p['forget_failed']} forgets")
     if code:
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
