@@ -49,6 +49,7 @@ async def _ids(provider: BuiltinProvider, query: str, scopes: list[str] = [A], *
     return [item["id"] for item in out["items"]]
 
 
+@pytest.mark.both_engines
 async def test_bm25_ranks_the_better_match_first(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_1", "refactored the billing module"))
@@ -57,6 +58,7 @@ async def test_bm25_ranks_the_better_match_first(store: Store) -> None:
     assert await _ids(p, "ledger rounding") == ["ep_2", "ep_3"]
 
 
+@pytest.mark.both_engines
 async def test_the_summary_is_indexed_and_served_with_the_text(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_1", "long body", summary="Fixed the flaky ledger test."))
@@ -66,6 +68,7 @@ async def test_the_summary_is_indexed_and_served_with_the_text(store: Store) -> 
     assert "degraded" not in out
 
 
+@pytest.mark.both_engines
 async def test_recall_never_returns_another_scopes_episode(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_a", "ledger fix", scope=A, files=("src/ledger.py",)))
@@ -76,6 +79,7 @@ async def test_recall_never_returns_another_scopes_episode(store: Store) -> None
     assert sorted(await _ids(p, "ledger", [A, B])) == ["ep_a", "ep_b"]
 
 
+@pytest.mark.both_engines
 async def test_ties_break_by_recency_then_id(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_c", "nothing", started="2026-11-01T00:00:00Z", files=("a.py",)))
@@ -87,6 +91,7 @@ async def test_ties_break_by_recency_then_id(store: Store) -> None:
     assert fused["x"] == fused["y"] == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + 2))
 
 
+@pytest.mark.both_engines
 async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_1", "ledger ledger ledger rounding", files=("src/other.py",)))
@@ -97,6 +102,7 @@ async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store)
     assert await _ids(p, "ledger", paths=["src/ledger.py"]) == ["ep_2", "ep_1", "ep_3"]
 
 
+@pytest.mark.both_engines
 async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_false(store: Store) -> None:
     p = BuiltinProvider(store)
     assert (await p.record(_args("ep_1", "ledger")))["ids"] == ["ep_1"]
@@ -131,6 +137,7 @@ async def test_hybrid_embeds_at_record_time_once_per_content_and_fuses_cosine(
     assert (await p.recall({"query": "different words", "scope": [B], "limit": 5}))["items"] == []
 
 
+@pytest.mark.both_engines
 async def test_req11_hybrid_recall_falls_back_to_text(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
@@ -142,6 +149,7 @@ async def test_req11_hybrid_recall_falls_back_to_text(
     assert [i["id"] for i in out["items"]] == ["ep_1"]  # FTS5 alone: no cosine-only hits
 
 
+@pytest.mark.both_engines
 async def test_a_slow_embedding_model_does_not_hold_up_recall(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient, trio_clock: trio.testing.MockClock) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", query_embed_deadline=0.2)
@@ -152,6 +160,7 @@ async def test_a_slow_embedding_model_does_not_hold_up_recall(
     assert [i["id"] for i in out["items"]] == ["ep_1"]
 
 
+@pytest.mark.both_engines
 async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
@@ -162,6 +171,7 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
     assert await _ids(p, "ledger") == ["ep_1"]
 
 
+@pytest.mark.both_engines
 async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
     holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
@@ -228,6 +238,7 @@ async def test_the_match_is_restricted_to_the_callers_scope_inside_fts5(store: S
     assert n_in_b == 30
 
 
+@pytest.mark.both_engines
 async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_fewer_than_limit(store: Store) -> None:
     p = BuiltinProvider(store)
     await p.record(_args("ep_both1", "ledger rounding fixed"))
@@ -241,6 +252,7 @@ async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_few
     assert {i["id"] for i in out["items"]} == {"ep_both1", "ep_both2", "ep_one"}
 
 
+@pytest.mark.both_engines
 async def test_item_text_is_a_headline_plus_a_snippet_of_stored_words_when_there_is_no_summary(store: Store) -> None:
     p = BuiltinProvider(store)
     filler = " ".join(f"word{n}" for n in range(300))
@@ -261,6 +273,7 @@ async def test_item_text_is_a_headline_plus_a_snippet_of_stored_words_when_there
     assert out["items"][0]["text"].endswith("result_excerpt: renamed the module")
 
 
+@pytest.mark.both_engines
 async def test_item_text_of_a_long_episode_stays_bounded(store: Store) -> None:
     p = BuiltinProvider(store)
     files = ", ".join(f"src/pkg{n}/module_{n}.py" for n in range(50))

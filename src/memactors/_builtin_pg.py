@@ -6,8 +6,9 @@ what is PostgreSQL's own, as `builtin.py` keeps what is SQLite's (FTS5, sqlite-v
 * `builtin_docs`: one row per episode (scope, text, summary, files as JSON and as a `text[]` for the
   path boost, started_at, content hash) with a generated `tsv` column — `to_tsvector('english', …)` of
   the text and summary, so stemming matches the SQLite engine's porter tokenizer — under a GIN index.
-* BM25's place is taken by PostgreSQL's own ranking, `ts_rank` (a term-frequency ranking normalised by
-  document length, flag 1): AND of the query's words first, every word OR-ed only when that finds fewer
+* BM25's place is taken by PostgreSQL's own ranking, `ts_rank_cd` (cover density: how often and how
+  close together the query's words occur, divided by 1 + log(document length), flag 1 — like BM25 it
+  rewards repeated matches and damps long documents): AND of the query's words first, every word OR-ed only when that finds fewer
   than `limit` episodes, best CANDIDATES by rank, then recency, then id. The caller's scopes are inside
   the query (`scope = ANY(…)`), as on SQLite.
 * Vectors (hybrid ranking) with pgvector when the extension is installed: `builtin_vec` (one
@@ -107,7 +108,7 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
         rows = db.execute(
             "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q"
             " WHERE d.scope = ANY(?) AND d.tsv @@ q"
-            f" ORDER BY ts_rank(d.tsv, q, 1) DESC, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
+            f" ORDER BY ts_rank_cd(d.tsv, q, 1) DESC, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
             [expression, list(scopes)]).fetchall()
         if len(rows) >= limit:
             break
@@ -126,15 +127,19 @@ def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str]) -> list
 
 def docs_with_snippets(db: Db, doc_ids: Sequence[int], words: Sequence[str]) -> dict[int, tuple[str, str, str | None]]:
     """{doc_id: (text, summary, snippet)} for `doc_ids`: the snippet is `ts_headline` of the text around
-    the query's words (None for a document with a summary, whose item text is its summary)."""
+    the query's words, for a document that matches them and has no summary (its item text is then its
+    summary); None otherwise (a path-only hit: the item text takes the start of its excerpt)."""
     if not doc_ids:
         return {}
-    expression = tsquery(words, "|") if words else ""
-    rows = db.execute(
-        "SELECT d.doc_id, d.text, d.summary, CASE WHEN d.summary = '' AND ? <> '' THEN"
-        f" ts_headline('english', d.text, to_tsquery('english', ?), '{HEADLINE}') END"
-        " FROM builtin_docs d WHERE d.doc_id = ANY(?)",
-        [expression, expression, list(doc_ids)]).fetchall()
+    if not words:
+        rows = db.execute("SELECT d.doc_id, d.text, d.summary, NULL FROM builtin_docs d WHERE d.doc_id = ANY(?)",
+                          [list(doc_ids)]).fetchall()
+    else:
+        rows = db.execute(
+            "SELECT d.doc_id, d.text, d.summary, CASE WHEN d.summary = '' AND d.tsv @@ q THEN"
+            f" ts_headline('english', d.text, q, '{HEADLINE}') END"
+            " FROM builtin_docs d, to_tsquery('english', ?) q WHERE d.doc_id = ANY(?)",
+            [tsquery(words, "|"), list(doc_ids)]).fetchall()
     return {int(r[0]): (r[1], r[2], _ellipsis(r[1], r[3])) for r in rows}
 
 
@@ -274,6 +279,10 @@ def _define_provider() -> type:
     class PgBuiltinProvider(b.BuiltinProvider):
         """`BuiltinProvider` with its documents, ranking inputs and vectors in PostgreSQL (this module's
         functions); the contract, RRF, tie-breaks and item text are the base class's."""
+
+        async def check_vectors(self) -> bool:
+            model = self.embedding_model
+            return bool(await self.store.write(lambda db: warn_without_vectors(db, model)))
 
         async def record(self, args: dict[str, Any]) -> dict[str, Any]:
             episode_id = str(args["episode_id"])

@@ -332,7 +332,7 @@ class PgDialect:
         return str(created_at)
 
     def search_facts(self, db: Any, *, columns: str, query: str, scopes: Sequence[str], limit: int) -> list[Any] | None:
-        """Live and suspect facts in `scopes` matching any word of `query`, best `ts_rank` first, then
+        """Live and suspect facts in `scopes` matching any word of `query`, best `ts_rank_cd` first, then
         confidence, then id; None when the query has no words."""
         expression = or_query(query)
         if expression is None:
@@ -341,7 +341,7 @@ class PgDialect:
         return db.execute(
             f"SELECT {columns} FROM facts f, to_tsquery('english', ?) q"
             f" WHERE f.tsv @@ q AND f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
-            " ORDER BY ts_rank(f.tsv, q) DESC, f.confidence DESC, f.id LIMIT ?",
+            " ORDER BY ts_rank_cd(f.tsv, q, 1) DESC, f.confidence DESC, f.id LIMIT ?",
             [expression, *scopes, limit],
         ).fetchall()
 

@@ -387,6 +387,11 @@ class BuiltinProvider:
     def hybrid(self) -> bool:
         return self.embedder is not None
 
+    async def check_vectors(self) -> bool:
+        """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
+        SQLite engine; PostgreSQL needs pgvector, and says once when it is missing)."""
+        return True
+
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
         episode_id = str(args["episode_id"])

@@ -1019,6 +1019,8 @@ async def open_memory_service(
                 service.builtin = BuiltinProvider(
                     store, embedder=embed_client.embed, embedding_model=settings.embedding_model,
                     query_embed_deadline=config.episodes.provider_timeout / 2)
+                if config.memory.is_builtin:
+                    await service.builtin.check_vectors()  # PostgreSQL without pgvector: one WARN
 
             async def session_ready() -> None:
                 retention: Retention | None = getattr(service, "retention", None)
