@@ -79,7 +79,7 @@ def doctor_rows(
                         f"{provider} has been unreachable for {int(down_for // 60)} minutes"
                         f"{': ' + error if error else ''}; "
                         "recall is degraded and records are queued, harnesses are unaffected"))
-    pending = status.get("pending", {})
+    pending = status.get("pending") or {}
     for kind in ("record", "forget"):
         failed = int(pending.get(f"{kind}_failed", 0))
         if failed:

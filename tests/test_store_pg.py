@@ -1,0 +1,274 @@
+"""Issue 19: the store on PostgreSQL — what only a shared, networked engine has.
+
+Several daemons on one store (claims under FOR UPDATE SKIP LOCKED, the prune under an advisory lock,
+migrations once, the same run ingested twice), the password never shown, one WARN without pgvector,
+and an outage contained like a provider's. A real PostgreSQL server throughout (the worker's cluster,
+or one of the test's own where the test stops it); the same-behaviour tests of the store, index,
+retention, graph, recall, briefing and built-in provider run on both engines in their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from memactors.actors.retention import Retention
+from memactors.config import ConfigHolder, load_config
+from memactors.errors import StoreUnavailable
+from memactors.metrics import Metrics
+from memactors.service import MemoryService, open_memory_service
+from memactors.store import Store, iso
+from memactors.testing.postgres import Cluster
+from support import LogRecords, run_record, wait_ready, within, write_config
+from support_readside import API, as_run
+
+pytestmark = pytest.mark.fleet
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def holder_for(tmp_path: Path, url: str, extra: str = "", name: str = "a") -> ConfigHolder:
+    """A daemon's configuration of its own (state directory `name`) on the store at `url`."""
+    home = tmp_path / name
+    home.mkdir(parents=True, exist_ok=True)
+    path = write_config(home, extra, store_url=url)
+    return ConfigHolder(lambda: load_config(path, env={"HOME": str(home)}))
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> Iterator[str]:
+    """A fresh database of this worker's cluster (the fleet tests want whole databases, not schemas)."""
+    url = pg_cluster.create_database()
+    try:
+        yield url
+    finally:
+        pg_cluster.drop_database(url.rsplit("/", 1)[1])
+
+
+# -- several daemons, one store -------------------------------------------------------------------------
+
+async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: str) -> None:
+    stores: list[Store] = []
+
+    async def open_one(n: int) -> None:
+        stores.append(await Store.open(pg_url, daemon_id=f"d{n}"))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(3):
+            nursery.start_soon(open_one, n)
+    try:
+        names = await stores[0].read(lambda db: [r[0] for r in db.execute(
+            "SELECT name FROM memactors_migrations ORDER BY name")])
+        assert names == sorted(set(names)) and "0001_initial" in names and "0002_builtin" in names
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _retention(store: Store) -> Retention:
+    from memactors._kernel import open_mailbox
+
+    address, _ = open_mailbox("unused", 1)
+    return Retention(store=store, provider="builtin", provider_address=address, index_address=address,
+                     metrics=Metrics(), wall_clock=lambda: NOW, provider_timeout=2.0)
+
+
+async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> None:
+    """Every due pending row is claimed by exactly one daemon (FOR UPDATE SKIP LOCKED), however their
+    claims interleave; a claimed row is nobody else's until its claim runs out."""
+    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    try:
+        rows = [("forget", "builtin", f"ep_{n:04d}", f"ep_{n:04d}", iso(NOW), iso(NOW - timedelta(seconds=n)))
+                for n in range(600)]
+        await a.write(lambda db: db.executemany(
+            "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at) VALUES (?,?,?,?,?,?)",
+            rows))
+        claimed: dict[str, list[str]] = {"host-a": [], "host-b": []}
+
+        async def drain(store: Store) -> None:
+            retention = _retention(store)
+            while batch := await retention._due():
+                claimed[store.daemon_id] += [attempt.episode_id for attempt in batch]
+
+        async with trio.open_nursery() as nursery:
+            for store in (a, b, a, b):  # two concurrent claimers per daemon too
+                nursery.start_soon(drain, store)
+        everyone = claimed["host-a"] + claimed["host-b"]
+        assert sorted(everyone) == sorted(r[2] for r in rows)  # each row once, none twice
+        assert claimed["host-a"] and claimed["host-b"]
+        owners = await a.read(lambda db: dict(db.execute(
+            "SELECT claimed_by, count(*) FROM pending GROUP BY claimed_by").fetchall()))
+        assert owners == {"host-a": len(claimed["host-a"]), "host-b": len(claimed["host-b"])}
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_issue19_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> None:
+    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    try:
+        async with a.singleton("prune") as mine:
+            assert mine
+            async with b.singleton("prune") as theirs:
+                assert not theirs  # held by host-a: host-b skips it (never waits)
+            async with b.singleton("migrate-other") as other:
+                assert other  # another singleton is free
+        async with b.singleton("prune") as now_mine:
+            assert now_mine
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_issue19_the_same_run_ingested_on_two_hosts_is_one_episode_and_the_second_is_a_duplicate(
+        tmp_path: Path, pg_url: str) -> None:
+    record = run_record(run_id="r-twice", result_text="fixed the ledger rounding")
+    async with open_memory_service(holder_for(tmp_path, pg_url, name="a")) as a, \
+            open_memory_service(holder_for(tmp_path, pg_url, name="b")) as b:
+        await wait_ready(a)
+        await wait_ready(b)
+        assert a.store.daemon_id != b.store.daemon_id
+        results: list[dict[str, Any]] = []
+
+        async def ingest(service: MemoryService) -> None:
+            results.append(await service.ingest_run(record))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ingest, a)
+            nursery.start_soon(ingest, b)
+        outcomes = sorted(r["outcome"] for r in results)
+        assert outcomes[0] == "duplicate" and outcomes[1] in ("recorded", "queued"), results
+        assert results[0]["episode_id"] == results[1]["episode_id"]
+        counts = await a.store.read(lambda db: db.execute(
+            "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM episodes),"
+            " (SELECT count(*) FROM run_records), (SELECT count(*) FROM episode_bodies)").fetchone())
+        assert tuple(counts) == (1, 1, 1, 1)  # the loser's rows rolled back or removed
+        # Either daemon sees it, and recall on the other finds it in the caller's scope.
+        _, view = await as_run(b, "api-fixer", "200", API)
+        answer = await b.agent_recall(view, query="ledger rounding")
+        assert results[0]["episode_id"] in answer.text
+
+
+# -- the password ---------------------------------------------------------------------------------------
+
+async def test_issue19_the_store_password_is_never_shown(tmp_path: Path, pg_cluster: Cluster, pg_url: str) -> None:
+    secret = pg_cluster.password
+    assert secret in pg_url
+    with LogRecords() as logs:
+        holder = holder_for(tmp_path, pg_url)
+        assert secret not in repr(holder.current) and secret not in repr(holder.current.store)
+        async with open_memory_service(holder) as memory:
+            await wait_ready(memory)
+            status = await memory.status()
+            doctor = await memory.doctor()
+        # a wrong password: the error names the store, never a password
+        wrong = pg_url.replace(secret, "not-the-password")
+        with pytest.raises(StoreUnavailable) as refused:
+            await Store.open(wrong)
+    assert status["store"]["where"] == f"postgresql memactors@127.0.0.1:{pg_cluster.port}/{pg_url.rsplit('/', 1)[1]}"
+    assert status["store"]["daemon_id"] and status["store"]["reachable"]
+    assert "memory store" in [r["name"] for r in doctor["rows"]]
+    shown = [str(status), str(doctor), str(refused.value), *(str(r) for r in logs.records)]
+    assert not [s for s in shown if secret in s or "not-the-password" in s]
+    assert "password authentication failed" in str(refused.value)
+    assert f"127.0.0.1:{pg_cluster.port}" in str(refused.value)
+
+
+def test_issue19_a_bad_store_url_is_refused_naming_the_key_without_its_password(tmp_path: Path) -> None:
+    from memactors.errors import ConfigError
+
+    path = write_config(tmp_path, store_url="mysql://app:hunter2@db.example/memory")
+    with pytest.raises(ConfigError) as bad:
+        load_config(path, env={"HOME": str(tmp_path)})
+    assert "[store] url" in str(bad.value) and "hunter2" not in str(bad.value) and "***" in str(bad.value)
+    path = write_config(tmp_path)
+    env = {"HOME": str(tmp_path), "MEMACTORS_STORE_URL": "postgresql://app:hunter2@db.example:5432/memory"}
+    config = load_config(path, env=env)
+    assert config.store.url == env["MEMACTORS_STORE_URL"] and "hunter2" not in repr(config)
+
+
+# -- pgvector -------------------------------------------------------------------------------------------
+
+async def test_issue19_without_pgvector_hybrid_ranking_warns_once_and_recall_ranks_by_text(
+        tmp_path: Path, pg_url: str) -> None:
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=16)) as api:
+        holder = holder_for(tmp_path, pg_url, f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n')
+        with LogRecords() as logs:
+            async with open_memory_service(holder) as memory:
+                await wait_ready(memory)
+                result = await memory.ingest_run(run_record())
+                found = await memory.recall(query="ledger rounding", repo=API)
+        warned = [r for r in logs.records if r["level"] == "WARNING" and "pgvector" in r["message"]]
+    assert len(warned) == 1
+    assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
+    assert found["degraded"] is None
+
+
+# -- an outage ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A cluster this test may stop and start without disturbing the worker's other tests."""
+    with Cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def trio_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(rate=1.0)
+
+
+async def test_issue19_a_store_outage_is_contained_and_work_resumes_without_a_restart(
+        tmp_path: Path, own_cluster: Cluster, trio_clock: trio.testing.MockClock) -> None:
+    url = own_cluster.create_database("memory")
+    holder = holder_for(tmp_path, url, '[memory.episodes]\nprovider_timeout = "1s"\n')
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        first = await memory.ingest_run(run_record(run_id="before", result_text="ledger rounding fixed"))
+        assert first["outcome"] == "recorded"
+        _, view = await as_run(memory, "api-fixer", "300", API)
+
+        await trio.to_thread.run_sync(own_cluster.stop)
+        # IngestRun: UNAVAILABLE, naming the store, nothing acknowledged
+        with pytest.raises(StoreUnavailable) as refused:
+            await memory.ingest_run(run_record(run_id="during", result_text="ledger rounding again"))
+        assert refused.value.code == "UNAVAILABLE"
+        assert f"127.0.0.1:{own_cluster.port}/memory" in str(refused.value)
+        assert own_cluster.password not in str(refused.value)
+        # recall and briefing: degraded, within provider_timeout
+        answer, _ = await within(trio_clock, 1.0, lambda: memory.agent_recall(view, query="ledger"))
+        assert answer.document.degraded == "store_unavailable"
+        briefing, _ = await within(trio_clock, 1.0, lambda: memory.agent_briefing(view, delivery="tool"))
+        assert briefing.document.degraded == "store_unavailable"
+        trio_clock.rate = 1.0
+        # status and doctor say so, naming host and database
+        status = await memory.status()
+        assert not status["store"]["reachable"] and status["counts"] is None
+        doctor = await memory.doctor()
+        row = next(r for r in doctor["rows"] if r["name"] == "memory store")
+        assert row["status"] == "fail" and f"127.0.0.1:{own_cluster.port}/memory" in row["message"]
+        assert not doctor["ok"] and own_cluster.password not in str(doctor)
+
+        await trio.to_thread.run_sync(own_cluster.start)
+        with trio.fail_after(30):  # the pools reconnect by themselves
+            while not (await memory.status())["store"]["reachable"]:  # noqa: ASYNC110 -- polls the daemon's status
+                await trio.sleep(0.2)
+        again = await memory.ingest_run(run_record(run_id="after", result_text="ledger rounding third"))
+        assert again["outcome"] in ("recorded", "queued")
+        with trio.fail_after(30):
+            while True:
+                found = await memory.recall(query="ledger rounding", repo=API)
+                if {first["episode_id"], again["episode_id"]} <= {e["episode_id"] for e in found["episodes"]}:
+                    break
+                await trio.sleep(0.2)
+        assert found["degraded"] is None
+        listed = await memory.list_episodes()
+        assert sorted(e["run_id"] for e in listed["episodes"]) == ["after", "before"]  # "during" never acknowledged
