@@ -4,8 +4,11 @@
 what is PostgreSQL's own, as `builtin.py` keeps what is SQLite's (FTS5, sqlite-vec):
 
 * `builtin_docs`: one row per episode (scope, text, summary, files as JSON and as a `text[]` for the
-  path boost, started_at, content hash) with a generated `tsv` column — `to_tsvector('english', …)` of
-  the text and summary, so stemming matches the SQLite engine's porter tokenizer — under a GIN index.
+  path boost, started_at, content hash) with a generated `tsv` column under a GIN index:
+  `to_tsvector('english', …)` of the text and summary with every run of characters that are not letters
+  or digits made one space first — words split where the SQLite engine's unicode61 tokenizer splits
+  them (PostgreSQL's parser would keep `forge.example/acme/api` a host and a path), stemmed by the
+  english configuration as FTS5's porter stems them.
 * BM25's place is taken by PostgreSQL's own ranking, `ts_rank_cd` (cover density: how often and how
   close together the query's words occur, divided by 1 + log(document length), flag 1 — like BM25 it
   rewards repeated matches and damps long documents): AND of the query's words first, every word OR-ed only when that finds fewer
@@ -15,7 +18,8 @@ what is PostgreSQL's own, as `builtin.py` keeps what is SQLite's (FTS5, sqlite-v
   `vector(dim)` per episode, an HNSW index with `vector_cosine_ops`), created once the embedding
   dimension is known, rebuilt empty when the model or dimension changes. Without the extension the
   provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
-* Snippets: `ts_headline` of the text around the query's words (only the episode's own words).
+* Snippets: the words of the text around the query's, found by the positions `tsv` holds for them
+  (`snippet`): only the episode's own words, as many as FTS5's snippet() gives on SQLite.
 
 REQ-11's fusion is the provider's (`builtin.rrf`, k = 60, `builtin.rank`'s tie-breaks), unchanged.
 """
@@ -23,6 +27,7 @@ REQ-11's fusion is the provider's (`builtin.rrf`, k = 60, `builtin.rank`'s tie-b
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,8 +36,6 @@ from loguru import logger
 from .store import Db
 
 CANDIDATES = 200
-#: `ts_headline` options: about as many words as the SQLite engine's snippet() tokens, no highlighting.
-HEADLINE = "MaxWords=20, MinWords=8, ShortWord=2, HighlightAll=false, StartSel=\"\", StopSel=\"\", MaxFragments=1"
 
 _log = logger.bind(component="builtin_provider", engine="postgresql")
 
@@ -48,7 +51,8 @@ MIGRATION = """
         paths text[] NOT NULL DEFAULT '{}',   -- lower case: not made COLLATE "C" (_engine_pg._c_text)
         started_at TEXT NOT NULL,
         content_hash TEXT NOT NULL,
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text || ' ' || summary)) STORED
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english',
+            regexp_replace(text || ' ' || summary, '[^[:alnum:]]+', ' ', 'g'))) STORED
     );
     CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope, started_at);
     CREATE INDEX builtin_docs_tsv ON builtin_docs USING gin (tsv);
@@ -63,10 +67,19 @@ MIGRATION = """
 """
 
 
+_ALNUM = re.compile(r"[^\W_]+")
+
+
+def words_of(words: Sequence[str]) -> list[str]:
+    """The query's words as the index has them: runs of letters and digits (`_` and every other
+    character separate words, as in the SQLite engine's unicode61 tokenizer), distinct, in order."""
+    return list(dict.fromkeys(piece for word in words for piece in _ALNUM.findall(word)))
+
+
 def tsquery(words: Sequence[str], op: str) -> str:
-    """A `to_tsquery` expression of `words` joined by `op` (`&` or `|`). Words are letters, digits and
-    '_' only (`builtin.query_words`), so no operator in user text survives."""
-    return f" {op} ".join(words)
+    """A `to_tsquery` expression of the query's words joined by `op` (`&` or `|`). Only letters and
+    digits reach it (`words_of`), so no operator in user text survives."""
+    return f" {op} ".join(words_of(words))
 
 
 def write_doc(db: Db, *, episode_id: str, scope: str, text: str, summary: str, files: Sequence[str],
@@ -126,31 +139,58 @@ def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str]) -> list
 
 
 def docs_with_snippets(db: Db, doc_ids: Sequence[int], words: Sequence[str]) -> dict[int, tuple[str, str, str | None]]:
-    """{doc_id: (text, summary, snippet)} for `doc_ids`: the snippet is `ts_headline` of the text around
-    the query's words, for a document that matches them and has no summary (its item text is then its
-    summary); None otherwise (a path-only hit: the item text takes the start of its excerpt)."""
+    """{doc_id: (text, summary, snippet)} for `doc_ids`. The snippet (for a document without a summary
+    that matches the query; else None) is SNIPPET_TOKENS words of the text around the query's words, with
+    `…` where text was left out — the SQLite engine's FTS5 snippet(), from the positions the `tsv`
+    column holds for the query's lexemes (`snippet`)."""
     if not doc_ids:
         return {}
-    if not words:
+    if not words_of(words):
         rows = db.execute("SELECT d.doc_id, d.text, d.summary, NULL FROM builtin_docs d WHERE d.doc_id = ANY(?)",
                           [list(doc_ids)]).fetchall()
     else:
         rows = db.execute(
-            "SELECT d.doc_id, d.text, d.summary, CASE WHEN d.summary = '' AND d.tsv @@ q THEN"
-            f" ts_headline('english', d.text, q, '{HEADLINE}') END"
-            " FROM builtin_docs d, to_tsquery('english', ?) q WHERE d.doc_id = ANY(?)",
-            [tsquery(words, "|"), list(doc_ids)]).fetchall()
-    return {int(r[0]): (r[1], r[2], _ellipsis(r[1], r[3])) for r in rows}
+            "SELECT d.doc_id, d.text, d.summary, CASE WHEN d.summary = '' THEN"
+            " (SELECT array_agg(u.lexeme || ':' || p) FROM unnest(d.tsv) u, unnest(u.positions) p"
+            "  WHERE u.lexeme = ANY(tsvector_to_array(to_tsvector('english', ?)))) END"
+            " FROM builtin_docs d WHERE d.doc_id = ANY(?)",
+            [" ".join(words_of(words)), list(doc_ids)]).fetchall()
+    return {int(r[0]): (r[1], r[2], snippet(r[1], r[3]) if r[3] else None) for r in rows}
 
 
-def _ellipsis(text: str, headline: str | None) -> str | None:
-    """`…` where the headline leaves text out at either end (as FTS5's snippet() marks it)."""
-    if not headline:
+#: Words in a snippet, as many as the SQLite engine's FTS5 snippet() takes.
+SNIPPET_TOKENS = 16
+
+
+def snippet(text: str, hits: Sequence[str]) -> str | None:
+    """SNIPPET_TOKENS words of `text` around the query's matches, `…` where text was left out.
+
+    `hits` are ``lexeme:position`` pairs from the document's `tsv`; positions count the text's runs of
+    letters and digits from 1 (the `tsv` is built from the text with every other character made a space,
+    so each run is one position). The window holding the most distinct matched lexemes wins (the
+    earliest among equals), starting a few words before its first match, as FTS5's does.
+    """
+    spans = [m.span() for m in _ALNUM.finditer(text)]
+    matched: list[tuple[int, str]] = []
+    for hit in hits:
+        lexeme, _, position = hit.rpartition(":")
+        if position.isdigit() and 1 <= int(position) <= len(spans):
+            matched.append((int(position), lexeme))
+    if not matched or not spans:
         return None
-    at = text.find(headline)
-    head = "" if at == 0 else "…"
-    tail = "" if at >= 0 and at + len(headline) == len(text) else "…"
-    return f"{head}{headline}{tail}"
+    matched.sort()
+    best: tuple[int, int] | None = None  # (-distinct lexemes, first token)
+    for position, _ in matched:
+        first = max(1, min(position - 3, len(spans) - SNIPPET_TOKENS + 1))
+        last = first + SNIPPET_TOKENS - 1
+        distinct = len({lex for pos, lex in matched if first <= pos <= last})
+        if best is None or (-distinct, first) < best:
+            best = (-distinct, first)
+    assert best is not None
+    first = best[1]
+    last = min(first + SNIPPET_TOKENS - 1, len(spans))
+    body = text[spans[first - 1][0]:spans[last - 1][1]]
+    return ("…" if first > 1 else "") + body + ("…" if last < len(spans) else "")
 
 
 # -- vectors (pgvector) ------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             status TEXT NOT NULL CHECK (status IN ('live', 'suspect', 'retired')),
             created_at TEXT NOT NULL,
             updated_at TEXT NOT NULL,
-            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english',
+                regexp_replace(text, '[^[:alnum:]]+', ' ', 'g'))) STORED
         );
         CREATE INDEX facts_by_scope ON facts (scope, status, confidence);
         CREATE INDEX facts_tsv ON facts USING gin (tsv);
@@ -290,13 +291,14 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
 
 # -- the dialect -----------------------------------------------------------------------------------------
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def or_query(text: str) -> str | None:
     """A `to_tsquery` expression matching any distinct word of `text` (as `store.fts_match` does for
-    FTS5); None when it has no words. Words are letters, digits and '_' only, so no tsquery operator in
-    user text survives."""
+    FTS5); None when it has no words. Words are runs of letters and digits, split as the indexed text is
+    (the `tsv` columns make every other character a space first), so no tsquery operator in user text
+    survives."""
     words = list(dict.fromkeys(_WORD.findall(text.lower())))
     if not words:
         return None
