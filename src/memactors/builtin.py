@@ -141,6 +141,34 @@ def query_words(query: str) -> list[str]:
     return list(dict.fromkeys(_WORD.findall(query.lower())))
 
 
+#: Words that say how a question is asked, not what it is about: English function words and the
+#: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
+#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
+#: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
+STOPWORDS = frozenset("""
+a about above after again against all already also am an and any anyone anything are around as at be
+because been before being below between both but by can could did do does doing done down during each
+ever few for from further get got had has have having he her here hers him his how i if in into is it
+its itself just last lately me more most my myself no nor not now of off on once only or other our ours
+out over own please previously recent recently same she should so some someone something still such
+than that the their theirs them then there these they this those through to too under until up us very
+was we were what when where which while who whom why will with would yet you your yours
+""".split())
+
+
+def search_words(query: str) -> list[str]:
+    """The words a recall searches for: the query's words less STOPWORDS (all of them when that would
+    leave none)."""
+    words = query_words(query)
+    kept = [w for w in words if w not in STOPWORDS]
+    return kept or words
+
+
+def rank_function(weights: Sequence[float] = ()) -> str:
+    """The BM25 rank expression with each FTS column's weight (BM25_WEIGHTS unless given)."""
+    return "bm25(" + ", ".join(repr(float(w)) for w in (weights or BM25_WEIGHTS)) + ")"
+
+
 def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
     """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
     metadata columns.
@@ -163,10 +191,7 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
     At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
     number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
     """
-    wanted = list(dict.fromkeys(scopes))
-    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
-                           wanted).fetchall())
-    ranges = [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
+    ranges = scope_ranges(db, scopes)
     any_word = scoped_match(words, scopes, "OR")
     plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
@@ -177,9 +202,9 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
                 f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
                 # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
                 f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-                f" WHERE builtin_fts MATCH ? AND builtin_fts.rowid BETWEEN ? AND ? AND d.scope = ?"
-                f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
-                [match, low, high, scope],
+                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
+                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
+                [match, rank_function(), low, high, scope],
             ).fetchall()
         if len(ranges) > 1:
             rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
@@ -187,6 +212,77 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
         if len(rows) >= limit:
             break
     return [Hit(r[2], int(r[3]), r[1]) for r in rows]
+
+
+def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(scope, first doc id, last doc id) of each requested scope that has documents."""
+    wanted = list(dict.fromkeys(scopes))
+    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    return [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
+
+
+def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]]) -> bool:
+    return any(db.execute("SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? LIMIT 1",
+                          [match, low, high]).fetchone() is not None for _, low, high in ranges)
+
+
+def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
+    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
+    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
+    and not in any metadata makes it a real query. At most two index probes per word."""
+    ranges = scope_ranges(db, scopes)
+    if not ranges or not words:
+        return False
+    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
+    in_meta = False
+    for w in words:
+        if _occurs(db, f'meta : "{w}"', ranges):
+            in_meta = True
+        elif _occurs(db, f'{content} : "{w}"', ranges):
+            return False
+    return in_meta
+
+
+#: Episodes of the scope considered for a metadata-only query (newest first).
+BRIEFING_CANDIDATES = 200
+
+
+def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
+    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
+
+    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
+    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
+    of: all of them newest first; those on the query's branch (every word of their branch is a word
+    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
+    run of the scope touching one of the same files — newest first. Ties by recency, then id.
+    """
+    rows: list[tuple[int, str, str, str, str, str]] = []
+    for scope, _low, _high in scope_ranges(db, scopes):
+        rows += db.execute(
+            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
+            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
+            f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
+    rows.sort(key=lambda r: (_desc(r[2]), r[1]))
+    rows = rows[:BRIEFING_CANDIDATES]
+    wanted = set(words)
+    on_branch = [r[1] for r in rows if r[3] and set(_WORD.findall(r[3].lower())) <= wanted]
+    failed_files: set[str] = set()
+    fixed: list[str] = []
+    for r in reversed(rows):  # oldest first
+        files = set(json.loads(r[5]))
+        if r[4] == "failed":
+            failed_files |= files
+        elif r[4] == "succeeded" and files & failed_files:
+            fixed.append(r[1])
+            failed_files -= files
+    fixed.reverse()
+    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
+    started = {r[1]: r[2] for r in rows}
+    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
+    return [hits[eid] for eid in rank(fused, started, len(fused))]
 
 
 def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
@@ -459,14 +555,23 @@ class BuiltinProvider:
         limit = max(1, min(20, int(args.get("limit", 8))))
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
-        words = query_words(query)
+        words = search_words(query)
         marks = ",".join("?" * len(scopes))
         hybrid = self.embedder is not None and bool(query.strip())
+        # A query whose words only select the scope's episodes (metadata_only) is answered by
+        # briefing_order, with no snippet words and no cosine ranking.
+        meta_mode = False
 
         def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
+            nonlocal meta_mode
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
-            if words:
+            meta_mode = bool(words) and metadata_only(db, words, scopes)
+            if meta_mode:
+                for hit in briefing_order(db, words, scopes):
+                    hits[hit.episode_id] = hit
+                    bm25_rank.append(hit.episode_id)
+            elif words:
                 # BM25 alone (no path boost, no cosine): the answer is BM25's first `limit`, so ask for those.
                 found = bm25_candidates(db, words, scopes, limit, CANDIDATES if paths or hybrid else limit)
                 for hit in found:
@@ -488,9 +593,11 @@ class BuiltinProvider:
 
         def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str], path_rank: list[str],
                  hits: dict[str, Hit]) -> list[tuple[str, str, float]]:
+            if meta_mode:
+                cosine_rank = []
             fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
             order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
-            texts = item_texts(db, [hits[eid] for eid in order], words)
+            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
             return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
         def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
