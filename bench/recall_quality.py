@@ -400,6 +400,8 @@ def main() -> None:
     parser.add_argument("--direct", action="store_true", help="questions in-process (ranking experiments)")
     parser.add_argument("--keep", help="keep the state directory here (and reuse it, without ingesting, when it exists)")
     parser.add_argument("--write-path-questions", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --direct: set a constant of memactors.builtin (a Python literal), to try a change")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
     data = load_questions()
@@ -409,6 +411,13 @@ def main() -> None:
     if args.write_path_questions:
         write_path_questions(repos)
         return
+    if args.set:
+        import ast
+
+        from memactors import builtin
+        for assignment in args.set:
+            name, _, value = assignment.partition("=")
+            setattr(builtin, name, ast.literal_eval(value))
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="recall-quality-"))
     root.mkdir(parents=True, exist_ok=True)
     out = trio.run(lambda: evaluate(repos, data["questions"], root, direct=args.direct))

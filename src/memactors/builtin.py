@@ -180,6 +180,7 @@ def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
     return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
 
 
+
 def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
                     limit: int, candidates: int = CANDIDATES) -> list[Hit]:
     """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
