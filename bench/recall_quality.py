@@ -21,8 +21,8 @@ commits of each repository are not ingested: they are "the upcoming work" of the
 
 **Through the daemon.** A `memactors serve` subprocess on a fresh state directory (built-in provider,
 no model API, a `[harness.*]` table per harness); the records go in with `memactors runs ingest` (the
-CLI, a subprocess, as JSON lines on its stdin). Then, for each harness, a live run is reported (`ReportPresence`, control RPC) and
-a run token minted (`MintRunToken`), and:
+CLI, a subprocess, as JSON lines on its stdin). Then, for each harness, a run token minted (`MintRunToken`) whose workdir is a checkout with the project as its origin, on its
+default branch (so the run's scope is the project's), and:
 
 * **questions** (`bench/data/recall_questions.json`): each is asked through the gateway with that
   repository's run token — MCP `tools/call recall` over streamable HTTP with `mcp.Client`, limit 8 —
@@ -195,7 +195,8 @@ def episode_runs(document: str) -> list[tuple[str, str]]:
         return []
     nonce = m.group(1)
     out = []
-    pattern = rf'(- episode [^\n]*)\n<item nonce="{nonce}"[^>]*>\n(.*?)\n</item nonce="{nonce}">'
+    # the opening line is `<item nonce="N" …>` or (since the briefing work of issue 17) `<item …>`
+    pattern = rf'(- episode [^\n]*)\n<item(?: nonce="{nonce}")?[^>\n]*>\n(.*?)\n</item nonce="{nonce}">'
     for item in re.finditer(pattern, document, re.S):
         run = _RUN.search(item.group(1))
         out.append((run.group(1) if run else "?", item.group(2)))
@@ -291,12 +292,19 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 await trio.sleep(0.5)
         tokens: dict[str, str] = {}
         for r in repos:
+            # A fresh run's place is its workdir's before its first session (REQ-9): a checkout whose
+            # origin is the project, on its default branch. (Live presence would do too, but five
+            # harnesses present on one branch are collisions, which a briefing shows first.)
+            checkout = root / "checkouts" / r.name
+            if not checkout.exists():
+                checkout.mkdir(parents=True)
+                for argv in (["init", "-q", "-b", r.branch], ["remote", "add", "origin", f"https://{r.key}.git"],
+                             ["-c", "user.name=eval", "-c", "user.email=eval@example.invalid", "commit", "-q",
+                              "--allow-empty", "-m", "eval"]):
+                    await trio.run_process(["git", "-C", str(checkout), *argv], capture_stdout=True)
             for h in r.harnesses:
-                run_id = f"eval-{h}"
-                await control.call(f"{SERVICE}/ReportPresence", {
-                    "harness": h, "run_id": run_id, "session_id": "s", "repo": r.key, "branch": r.branch,
-                    "paths": [], "ttl_seconds": 86400})
-                tokens[h] = (await control.call(f"{SERVICE}/MintRunToken", {"harness": h, "run_id": run_id}))["token"]
+                tokens[h] = (await control.call(f"{SERVICE}/MintRunToken", {
+                    "harness": h, "run_id": f"eval-{h}", "workdir": str(checkout)}))["token"]
         scores = {k: Scores() for k in ("same", "other", "path")}
         times: list[float] = []
         if direct:
