@@ -33,6 +33,11 @@ Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
   and an episode that matches the query *and* touched the path outranks one that only matches the query.
   A path match alone is enough to be returned.
 
+The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
+words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
+name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
+next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
+
 The fused score is Σ 1/(60 + rank) over the rankings an episode appears in; ties break by recency
 (started_at, newest first), then by episode id. Without an embedding model the ranking is BM25 (plus
 the path boost) alone.
