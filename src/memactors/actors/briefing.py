@@ -46,10 +46,15 @@ from ..metrics import Metrics
 from ..store import Store, WallClock
 from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
 from .documents import (
+    BRIEFING_CANDIDATES,
+    BRIEFING_COMPOSED,
     BRIEFING_EPISODES,
     BRIEFING_LAYOUT,
+    FACT_POOL,
     PROVIDER_UNAVAILABLE,
     RECALL_POINTER,
+    briefing_episode_item,
+    collapse_facts,
     collision_item,
     counts,
     derived_nonce,
@@ -57,6 +62,7 @@ from .documents import (
     episode_item,
     fact_ids,
     fact_item,
+    is_empty_run,
     run_item,
     withhold_facts,
 )
@@ -100,6 +106,18 @@ _SURFACE: Mapping[str, graph.Surface] = {
 }
 
 
+def _empty_runs(db: sqlite_utils.Database, episode_ids: Sequence[str]) -> frozenset[str]:
+    """The episodes among ``episode_ids`` that are empty runs (`documents.is_empty_run`), judged from
+    the daemon's own stored bodies. One query, in the REQ-9 re-check's transaction."""
+    wanted = list(dict.fromkeys(episode_ids))
+    if not wanted:
+        return frozenset()
+    rows = db.execute(
+        "SELECT e.episode_id, b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
+        f" WHERE e.episode_id IN ({','.join('?' * len(wanted))})", wanted).fetchall()
+    return frozenset(eid for eid, body in rows if is_empty_run(json.loads(body)))
+
+
 # ------------------------------------------------------------------------------------------ messages
 
 
@@ -111,6 +129,8 @@ class Episodes:
     items: tuple[KeptItem, ...]
     degraded: str | None
     provider_failed: bool
+    #: Empty runs left out (``exclude_empty``): candidates that never take a briefing's slot.
+    empty: int = 0
 
 
 @attrs.frozen
@@ -249,12 +269,15 @@ class Briefing:
         return eps
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
-                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T]
-                            ) -> tuple[Episodes, T]:
+                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T],
+                            exclude_empty: bool = False) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
         One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
         of its items (one query) and the caller's local reads (facts, runs, ...) share one snapshot.
+        With ``exclude_empty`` the kept items that are empty runs, judged from the daemon's stored
+        episodes (`documents.is_empty_run`), are left out too (a briefing's slots are for runs that did
+        something); they are not REQ-9 drops and are only counted in ``Episodes.empty``.
         """
         scopes = list(view.episode_scopes)
         if not scopes:
@@ -269,16 +292,20 @@ class Briefing:
         visible = frozenset(scopes)
         check_text = self._check_text()
 
-        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
+        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, int, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
                                     visible_scopes=visible, limit=limit, check_text=check_text)
-            return filtered, local(db)
+            empty = _empty_runs(db, [k.provenance.episode_id for k in filtered.kept]) if exclude_empty else ()
+            if empty:
+                filtered = attrs.evolve(filtered, kept=tuple(
+                    k for k in filtered.kept if k.provenance.episode_id not in empty))
+            return filtered, len(empty), local(db)
 
         try:
             with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)
                 valid, invalid = contract.split_items(payload)
-                filtered, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
+                filtered, empty, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except (MemactorsError, trio.TooSlowError) as exc:
@@ -287,7 +314,7 @@ class Briefing:
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
         reported = payload.get("degraded")
-        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False), mine
+        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False, empty), mine
 
     async def _local_only(self, local: Callable[[sqlite_utils.Database], T]) -> T:
         if local is _nothing:
@@ -311,8 +338,9 @@ class Briefing:
         now = self._clock()
         repo = view.repo if view.episode_scopes else None
 
-        def local(db: sqlite_utils.Database) -> tuple[list[graph.Fact], list[graph.RunRow]]:
-            facts = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit)
+        def local(db: sqlite_utils.Database) -> tuple[list[tuple[graph.Fact, int]], list[graph.RunRow]]:
+            pool = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit * FACT_POOL)
+            facts = collapse_facts(pool, limit)
             runs = graph.runs_editing(db, repo=repo, paths=req.paths, limit=RECALL_RUNS) if (
                 repo and req.paths) else []
             return facts, runs
@@ -321,7 +349,8 @@ class Briefing:
                                                       deadline=req.deadline, local=local)
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
-            Section("facts", tuple(fact_item(f) for f in facts)),
+            Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
+                    dropped=sum(similar for _, similar in facts)),
             Section("episodes", tuple(episode_item(self.provider, k) for k in eps.items),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(run_item(r) for r in runs)),
@@ -376,29 +405,33 @@ class Briefing:
         scopes = view.fact_scopes
 
         def local(db: sqlite_utils.Database) -> tuple[list[graph.Collision], list[graph.RunRow],
-                                                      list[graph.Fact], int]:
+                                                      list[tuple[graph.Fact, int]], int]:
             clashes = graph.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
             runs = graph.recent_runs(db, repo=repo, branch=branch, limit=5)
-            facts = graph.top_facts(db, scopes=scopes, limit=8)
+            facts = collapse_facts(graph.top_facts(db, scopes=scopes, limit=8 * FACT_POOL), 8)
             total = graph.count_facts(db, scopes=scopes)
             return clashes, runs, facts, total
 
         query = " ".join(p for p in (repo, branch, harness) if p)
         eps, (clashes, runs, facts, total) = await self.episodes_with(
-            view, query=query, limit=BRIEFING_EPISODES, deadline=deadline, local=local)
+            view, query=query, limit=BRIEFING_CANDIDATES, deadline=deadline, local=local, exclude_empty=True)
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
+        self._log.bind(harness=harness, run=view.run_id, candidates=len(eps.items) + eps.empty, empty=eps.empty,
+                       facts_folded=sum(similar for _, similar in facts)).debug("briefing composed")
         sections = (
             Section("collisions", tuple(collision_item(c) for c in clashes)),
             Section("recent_runs", tuple(run_item(r) for r in runs)),
-            Section("facts", tuple(fact_item(f) for f in facts), dropped=max(total - len(facts), 0)),
-            Section("episodes", tuple(episode_item(self.provider, k) for k in eps.items),
+            Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
+                    dropped=max(total - len(facts), 0)),
+            Section("episodes", tuple(briefing_episode_item(k, now) for k in eps.items[:BRIEFING_EPISODES]),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
         )
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
             nonce=derived_nonce(self._key, sections, now), recall_pointer=RECALL_POINTER,
+            compose=BRIEFING_COMPOSED,
         )
 
     async def briefing(self, req: BriefingRequest) -> BriefingAnswer:
