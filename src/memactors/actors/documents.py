@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from .. import graph
+from .. import contract, graph
 from ..errors import MemactorsError
 from ..store import iso
 from ..wrapper import BRIEFING_MAX_BYTES, Document, Item, Provenance, Section, fit_briefing, fit_recall
@@ -64,7 +64,10 @@ BRIEFING_LAYOUT: tuple[tuple[str, int, float], ...] = (
 BRIEFING_EPISODES = 3
 #: How many episodes a briefing asks the provider for: its 3 slots and spares, so that the slots still
 #: fill when some candidates are empty runs (a launch that failed at once), which never take a slot.
-BRIEFING_CANDIDATES = 9
+#: The most memory_recall allows (REQ-12's limit): a harness whose agent CLI fails at once leaves a
+#: burst of empty runs, newest first, and up to 17 of them are skipped (bench/briefing_path.py: the
+#: agent path costs about the same with 20 as with 3).
+BRIEFING_CANDIDATES = contract.MAX_LIMIT
 #: Sections whose item texts the wrapper composes to fit (REQ-14 episodes; see `wrapper.fit_briefing`).
 BRIEFING_COMPOSED = ("episodes",)
 #: Facts whose word sets are at least this similar (Jaccard: shared words over all words) are
