@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/briefing_path.py                 # 2,000 runs in one repository, 200 briefings
     .venv/bin/python bench/briefing_path.py --runs 200 --calls 50
+    .venv/bin/python bench/briefing_path.py --empty-every 0   # no empty runs
 
 A store of run records that look like real runs (a subject line and a few sentences, 2-4 files, some
-failed with verify failures, one in five an empty run that exited at once) in one repository, 8
+failed with verify failures, one in five (`--empty-every`) an empty run that exited at once) in one repository, 8
 near-duplicate and 12 distinct facts, the built-in provider. Every call recomputes the briefing
 (`refresh: true`), so nothing is served from the per-run cache. Timed, interleaved call by call:
 
@@ -60,13 +61,13 @@ FILES = ("src/ledger/post.py", "src/ledger/currency.py", "src/webhooks/dispatch.
          "src/billing/export.py", "src/billing/csv_out.py", "docs/ledger.md", "tests/test_ledger.py")
 
 
-def record(i: int) -> dict[str, Any]:
+def record(i: int, empty_every: int) -> dict[str, Any]:
     day, minute = divmod(i, 1440)
     at = f"2026-{1 + day // 28:02d}-{1 + day % 28:02d}T{minute // 60:02d}:{minute % 60:02d}:00Z"
     base = {"harness": "api-fixer", "adapter": "claude-code", "run_id": f"r{i:06d}", "trace_id": f"t{i}",
             "started_at": at, "ended_at": at, "duration_ms": 600000, "spawned_process": True,
             "sessions": [{"session_id": "s", "cwd": "/srv/api", "repo": REPO, "git_branch": "main"}]}
-    if i % 5 == 4:  # an agent CLI that exited at once
+    if empty_every and i % empty_every == empty_every - 1:  # an agent CLI that exited at once
         return {**base, "outcome": "failed", "reason": "exit_nonzero", "result_text": "", "events": []}
     failed = i % 7 == 3
     files = [FILES[(i + k) % len(FILES)] for k in range(2 + i % 3)]
@@ -91,7 +92,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], into: list[float]) -> Any:
     return out
 
 
-async def run(n_runs: int, calls: int) -> list[str]:
+async def run(n_runs: int, calls: int, empty_every: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         path = root / "harness.toml"
@@ -105,7 +106,7 @@ async def run(n_runs: int, calls: int) -> list[str]:
                 while (await memory.status())["state"] != "ready":  # noqa: ASYNC110 -- polls the actor
                     await trio.sleep(0.02)
             for start in range(0, n_runs, 500):
-                done = await memory.ingest_runs([{"record": record(i)} for i in range(start, min(n_runs, start + 500))])
+                done = await memory.ingest_runs([{"record": record(i, empty_every)} for i in range(start, min(n_runs, start + 500))])
                 refused = [r for r in done["results"] if r["outcome"] == "rejected"]
                 assert not refused, refused[0]
             for i in range(8):
@@ -155,7 +156,8 @@ async def run(n_runs: int, calls: int) -> list[str]:
 
                     await timed(compose, times["fit_briefing"])
             nursery.cancel_scope.cancel()
-        out = [f"store: {n_runs} runs ({n_runs // 5} empty) in one repository, 20 facts; {calls} briefings each",
+        empties = n_runs // empty_every if empty_every else 0
+        out = [f"store: {n_runs} runs ({empties} empty) in one repository, 20 facts; {calls} briefings each",
                f"the briefing shows: {dict(shown.items)}, {len(shown.text)} characters"]
         base = stats(times["fit_briefing"])[0]
         for name, xs in times.items():
@@ -174,12 +176,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--empty-every", type=int, default=5, help="every Nth run is empty (0: none)")
     ns = parser.parse_args()
     configure_logging("ERROR")
     load = os.getloadavg()
     print(f"machine: {platform.platform()} · {platform.processor() or platform.machine()} · "
           f"{os.cpu_count()} cpus · load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} · Python {platform.python_version()}")
-    for line in trio.run(run, ns.runs, ns.calls):
+    for line in trio.run(run, ns.runs, ns.calls, ns.empty_every):
         print(line, flush=True)
 
 

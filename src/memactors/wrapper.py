@@ -511,7 +511,7 @@ def _composed(items: Sequence[Item], room_c: int, room_b: int, nonce: str, min_t
     over_c = sum(len(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
     over_b = sum(_nbytes(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
     want_c = [len(it.text) for it in items]
-    if sum(min(w, min_text) for w in want_c) > room_c - over_c:
+    if sum(min(w, min_text) for w in want_c) > room_c - over_c or over_b > room_b:
         return None
     chars = _water_fill(want_c, room_c - over_c)
     nbytes = _water_fill([_nbytes(it.text) for it in items], room_b - over_b)
