@@ -46,3 +46,17 @@ async def wait_for_file(path: Path) -> str:
         while not await trio.Path(path).exists():  # noqa: ASYNC110 -- another process's state
             await trio.sleep(0.02)
     return await trio.Path(path).read_text(encoding="utf-8")
+
+
+FAKE_CLAUDE = Path(__file__).resolve().parent / "data" / "fake_claude.py"
+
+
+def fake_claude(directory: Path, mode: str, out: Path) -> Path:
+    """An executable stand-in for ``claude`` (tests/data/fake_claude.py in MODE, writing to OUT): the
+    path to put in a claude-code harness's ``command``. It records the argv it was started with."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapper = directory / f"claude-{mode}"
+    wrapper.write_text(f'#!/bin/sh\nFAKE_CLAUDE_ARGV0="$0" exec {sys.executable} {FAKE_CLAUDE} {mode} {out} "$@"\n',
+                       encoding="utf-8")
+    wrapper.chmod(0o755)
+    return wrapper

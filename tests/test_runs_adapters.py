@@ -31,10 +31,10 @@ def test_claude_code_argv_always_allows_the_memory_tools() -> None:
         allowed_tools=("Edit", "Bash(pytest:*)"), permission_mode="acceptEdits", model="claude-x",
         extra_args=("--max-turns", "5"), mcp_config_path="/state/runs/mcp-1.json"))
     assert spec.argv == (
-        "claude", "-p", "do it", "--output-format", "stream-json", "--verbose",
+        "claude", "-p", "--output-format", "stream-json", "--verbose",
         "--mcp-config", "/state/runs/mcp-1.json", "--permission-mode", "acceptEdits", "--model", "claude-x",
         "--allowedTools", "Edit", "Bash(pytest:*)", "mcp__memactors__recall", "mcp__memactors__briefing",
-        "--max-turns", "5")
+        "--max-turns", "5", "--", "do it")
 
 
 def test_claude_code_parser_reads_a_real_stream() -> None:

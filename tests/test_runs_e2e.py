@@ -25,7 +25,7 @@ import trio
 
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support import write_config
-from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
+from support_runs import REPO_KEY, command_harness, fake_claude, make_repo, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +119,49 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         assert b"memory_briefing" in refused.stderr and b"global-only" in refused.stderr
         assert str(project / "harness.toml").encode() in refused.stderr
         assert not (tmp_path / "proj-out").exists()
+
+
+TRIAGE_FENCE = re.compile(
+    r'\A<untrusted-data source="harness-memory" field="briefing" nonce="(?P<nonce>[^"]+)">\n'
+    r"(?P<briefing>.*)\n</untrusted-data nonce=\"(?P=nonce)\">\n\n(?P<prompt>.*)\Z",
+    re.DOTALL,
+)
+
+
+@pytest.mark.req16
+async def test_req16_a_one_shot_receives_the_fenced_briefing(tmp_path: Path) -> None:
+    """The scenario as written, on the argv the agent process really received: [harness.nightly-triage]
+    with harness = "claude-code", prompt_file = "~/prompts/triage.md", memory_briefing = true; the last
+    argv element is the fenced briefing, a blank line, then the file's contents unchanged."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    claude = fake_claude(tmp_path / "bin", "once", out)
+    config = write_config(tmp_path, f"""
+[harness.nightly-triage]
+harness = "claude-code"
+workdir = "{repo}"
+command = "{claude}"
+prompt_file = "~/prompts/triage.md"
+memory_briefing = true
+""")
+    env = base_env(tmp_path, config)
+    triage = "Triage the open issues.\n\n  Keep   spacing.\n--not-a-flag\n"
+    (tmp_path / "home" / "prompts").mkdir(parents=True)
+    (tmp_path / "home" / "prompts" / "triage.md").write_text(triage, encoding="utf-8")
+    with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
+        added = await cli(env, "facts", "add", "Ledger amounts are rounded half-even.", "--scope",
+                          f"project:{REPO_KEY}", "--confidence", "0.9", "--id", "f_ledger")
+        assert added.returncode == 0, added.stderr
+        done = await cli(env, "run", "nightly-triage", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+    argv = json.loads((out / "argv-0.json").read_text(encoding="utf-8"))
+    assert argv[0] == str(claude) and argv[1] == "-p"
+    assert argv[-2] == "--"  # the options end before the prompt, so no option can take it as a value
+    match = TRIAGE_FENCE.match(argv[-1])
+    assert match is not None, argv[-1][:200]
+    assert match["prompt"] == triage  # the file's contents, byte for byte
+    assert match["nonce"] not in match["briefing"]
+    assert "Ledger amounts are rounded half-even." in match["briefing"]
 
 
 async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ never start processes, never touch the store and never see the run token's meani
 does all of that. So each adapter is tested on recorded streams without a process, and end to end
 through ``memactors run`` with the real agent CLI.
 
-Modules: ``claude_code`` (``claude -p … --output-format stream-json --verbose``), ``codex``
+Modules: ``claude_code`` (``claude -p --output-format stream-json --verbose … -- <prompt>``), ``codex``
 (``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``).
 """
 

@@ -1,7 +1,8 @@
-"""The ``claude-code`` adapter: ``claude -p <prompt> --output-format stream-json --verbose``.
+"""The ``claude-code`` adapter: ``claude -p --output-format stream-json --verbose … -- <prompt>``.
 
-argv: ``<command> -p <prompt> --output-format stream-json --verbose --mcp-config <file>
-[--permission-mode M] [--model M] --allowedTools <tools...> [extra_args...]``. The allowed tools are the
+argv: ``<command> -p --output-format stream-json --verbose --mcp-config <file> [--permission-mode M]
+[--model M] --allowedTools <tools...> [extra_args...] -- <prompt>``: the prompt is the last element
+(REQ-16), after ``--``. The allowed tools are the
 configured ``allowed_tools`` plus ``mcp__memactors__recall`` and ``mcp__memactors__briefing`` always,
 so a headless agent is never refused its own memory. The ``--mcp-config`` file names the gateway with
 this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
@@ -141,10 +142,8 @@ class ClaudeCodeAdapter:
     default_command: str = "claude"
 
     def launch(self, request: LaunchRequest) -> LaunchSpec:
-        argv: list[str] = [request.command or self.default_command, "-p"]
-        if request.prompt is not None:
-            argv.append(request.prompt)
-        argv += ["--output-format", "stream-json", "--verbose"]
+        argv: list[str] = [request.command or self.default_command, "-p", "--output-format", "stream-json",
+                           "--verbose"]
         if request.mcp_config_path:
             argv += ["--mcp-config", request.mcp_config_path]
         if request.permission_mode:
@@ -155,6 +154,11 @@ class ClaudeCodeAdapter:
         tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
         argv += ["--allowedTools", *tools]
         argv += request.extra_args
+        if request.prompt is not None:
+            # REQ-16: the prompt (the fenced briefing, a blank line, the operator's prompt) is the last
+            # argv element. `--` ends the options, so --allowedTools (which takes every value up to the
+            # next option) does not swallow it, and a prompt starting with "-" is never read as a flag.
+            argv += ["--", request.prompt]
         return LaunchSpec(argv=tuple(argv))
 
     def parser(self) -> ClaudeCodeParser:
