@@ -112,7 +112,8 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
     failed/exit_nonzero; a last test command that failed failed/verify_failed; else succeeded/completed.
     Edits: the files the agent's tool calls wrote that git shows changed since the start (all of them
     when git cannot tell), plus files git shows changed that no tool call named and that were clean at
-    the start (written by a shell command). Verify events: the commands matching ``verify_patterns``.
+    the start (written by a shell command). Verify events: the commands matching ``verify_patterns``
+    that have an exit status (a refused command has none).
     """
     session_id = transcript.session_id or f"{run_id}-main"
     events: list[dict[str, Any]] = []
@@ -144,7 +145,9 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
         events.append({"kind": "edit", "session_id": session_id, "at": ended_at, "path": path})
     verify_ok: list[bool] = []
     for command in transcript.commands:
-        if not _verify_matches(command.command, cfg.verify_patterns):
+        # A verify event needs an exit status: a command the agent CLI refused to run (or that never
+        # finished) tested nothing, so it is neither a pass nor a failure.
+        if command.exit_code is None or not _verify_matches(command.command, cfg.verify_patterns):
             continue
         ok = command.exit_code == 0
         verify_ok.append(ok)

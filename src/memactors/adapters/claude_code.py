@@ -14,7 +14,12 @@ The stream is Claude Code's JSON lines, one object per line:
   ``MultiEdit`` (``file_path``) and ``NotebookEdit`` (``notebook_path``) are edits, ``Bash``
   (``command``) a shell command whose result follows;
 * ``{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id", "is_error",
-  "content"}]}}`` — a Bash result: ``is_error`` and Claude Code's ``Exit code N`` line give the status;
+  "content"}]}, "tool_result_meta": [{"id", "non_execution_kind"?, "permission_decision"?}]}`` — a Bash
+  result. Its exit status: N when the content starts with Claude Code's ``Exit code N`` line, 0 when
+  ``is_error`` is false, and **unknown** otherwise — in particular for a command Claude Code refused
+  to run (a ``system``/``permission_denied`` event names it, and its result's meta carries
+  ``non_execution_kind`` or a ``reject`` decision): the command never ran, so it is no test result;
+* ``{"type": "system", "subtype": "permission_denied", "tool_use_id", ...}`` — a refused tool call;
 * ``{"type": "result", "subtype", "is_error", "result", "duration_ms", "total_cost_usd", ...}`` — the
   agent's own verdict and final answer.
 
@@ -32,12 +37,14 @@ import attrs
 
 from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
 
-__all__ = ["MCP_SERVER", "ClaudeCodeAdapter", "ClaudeCodeParser", "memory_tools"]
+__all__ = ["MCP_SERVER", "ClaudeCodeAdapter", "ClaudeCodeParser", "bash_exit_status", "memory_tools",
+           "refused_ids"]
 
 #: The gateway's server name in the --mcp-config file; Claude Code calls its tools mcp__<server>__<tool>.
 MCP_SERVER = "memactors"
 _EDIT_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
-_EXIT_CODE = re.compile(r"Exit code (\d+)")
+#: Claude Code's first line of a Bash result whose command exited non-zero.
+_EXIT_CODE = re.compile(r"\AExit code (\d+)")
 
 
 def memory_tools(server: str = MCP_SERVER) -> tuple[str, ...]:
@@ -49,6 +56,7 @@ def memory_tools(server: str = MCP_SERVER) -> tuple[str, ...]:
 class ClaudeCodeParser:
     transcript: Transcript = attrs.field(factory=Transcript)
     _bash: dict[str, tuple[str, str]] = attrs.field(factory=dict)   # tool_use id -> (command, at)
+    _refused: set[str] = attrs.field(factory=set)   # tool_use ids Claude Code refused to run
 
     def feed(self, line: str, *, at: str) -> None:
         line = line.strip()
@@ -65,6 +73,10 @@ class ClaudeCodeParser:
         if kind == "system" and event.get("subtype") == "init":
             t.session_id = _str(event.get("session_id")) or t.session_id
             t.model = _str(event.get("model")) or t.model
+        elif kind == "system" and event.get("subtype") == "permission_denied":
+            tool_id = _str(event.get("tool_use_id"))
+            if tool_id:
+                self._refused.add(tool_id)
         elif kind == "assistant":
             message = event.get("message")
             if isinstance(message, dict):  # the model the API served wins over the one asked for at init
@@ -73,6 +85,7 @@ class ClaudeCodeParser:
                 if block.get("type") == "tool_use":
                     self._tool_use(block, at)
         elif kind == "user":
+            self._refused |= refused_ids(event.get("tool_result_meta"))
             for block in _content(event):
                 if block.get("type") == "tool_result":
                     self._tool_result(block, at)
@@ -109,13 +122,33 @@ class ClaudeCodeParser:
         if tool_id is None or tool_id not in self._bash:
             return
         command, _ = self._bash.pop(tool_id)
-        text = _result_text(block.get("content"))
-        match = _EXIT_CODE.search(text[:200])
-        if match:
-            code: int | None = int(match.group(1))
-        else:
-            code = 1 if block.get("is_error") is True else 0
+        code = None if tool_id in self._refused else bash_exit_status(block)
         self.transcript.commands.append(CommandRun(command, code, at))
+
+
+def refused_ids(meta: Any) -> set[str]:
+    """The tool_use ids a result's metadata marks as not run: refused by the permission check or the
+    user (``non_execution_kind``, a ``reject`` decision). Claude Code writes it as ``tool_result_meta``
+    on stream-json events; a session transcript carries the same facts as ``toolDenialKind`` and
+    ``permissionDecision`` on the entry (see ``transcript.py``)."""
+    out: set[str] = set()
+    for item in meta if isinstance(meta, list) else ():
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            continue
+        decision = item.get("permission_decision")
+        if item.get("non_execution_kind") or (isinstance(decision, dict) and decision.get("decision") == "reject"):
+            out.add(item["id"])
+    return out
+
+
+def bash_exit_status(block: dict[str, Any]) -> int | None:
+    """A Bash tool_result's exit status: N from Claude Code's leading ``Exit code N`` line, 0 when the
+    result is not an error, None when it is an error without an exit status (refused, interrupted, a
+    timeout): such a command did not finish, so it is no verify event (issue 18)."""
+    match = _EXIT_CODE.match(_result_text(block.get("content")))
+    if match:
+        return int(match.group(1))
+    return 0 if block.get("is_error") is not True else None
 
 
 def _content(event: dict[str, Any]) -> list[dict[str, Any]]:
