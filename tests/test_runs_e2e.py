@@ -58,7 +58,7 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         done = await cli(env, "run", "fixer", "--wait", "--json")
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
-        assert set(result) == {"run_id", "harness", "outcome", "episode_id"}
+        assert set(result) == {"run_id", "harness", "outcome", "reason", "cap", "episode_id", "stderr_tail"}
         assert (result["harness"], result["outcome"]) == ("fixer", "succeeded")
         shown = await cli(env, "memory", "episodes", result["episode_id"], "--json")
         episode = json.loads(shown.stdout)["episode"]

@@ -18,12 +18,16 @@ from typing import Any, Literal
 from .adapters import Transcript
 from .config import HarnessConfig
 
-__all__ = ["MAX_RESULT_CHARS", "StopReason", "build_run_record", "git_changed", "git_start"]
+__all__ = ["MAX_RESULT_CHARS", "StopReason", "build_run_record", "cap_reached", "git_changed", "git_start"]
 
 #: The agent's final answer as recorded is cut to this many characters.
 MAX_RESULT_CHARS = 16_000
 
-StopReason = Literal["deadline", "operator_cancel"]
+#: Why the daemon stopped a run: its timeout, the daemon stopping, the operator's ``runs cancel``, or a
+#: per-harness cap the agent's reported turns or cost passed.
+StopReason = Literal["deadline", "operator_cancel", "cancel", "max_turns", "max_cost_usd"]
+#: The agent's own result kinds that mean it stopped at a cap memactors passed to it.
+_AGENT_CAPS = {"error_max_turns": "max_turns", "error_max_budget_usd": "max_cost_usd"}
 
 
 def _git(args: list[str], cwd: str) -> str | None:
@@ -78,16 +82,31 @@ def _verify_matches(command: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, command) for p in patterns)
 
 
+def cap_reached(stopped: StopReason | None, transcript: Transcript) -> str | None:
+    """The per-harness cap that ended the run (``max_turns`` or ``max_cost_usd``): the daemon stopped it
+    there, or the agent stopped itself at the cap memactors passed it (Claude Code's ``error_max_turns``,
+    ``error_max_budget_usd``); None otherwise."""
+    if stopped in ("max_turns", "max_cost_usd"):
+        return stopped
+    return _AGENT_CAPS.get(transcript.result_kind or "")
+
+
 def _outcome(transcript: Transcript, *, exit_code: int | None, stopped: StopReason | None, spawn_error: bool,
-             verify_ok: list[bool]) -> tuple[str, str]:
+             verify_ok: list[bool], output: bool) -> tuple[str, str]:
     if spawn_error:
         return "crashed", "spawn_error"
     if stopped == "deadline":
         return "timed_out", "deadline"
-    if stopped == "operator_cancel":
+    if stopped in ("operator_cancel", "cancel"):
         return "cancelled", "operator_cancel"
+    if stopped in ("max_turns", "max_cost_usd"):
+        return "cancelled", "budget_exceeded"
     if exit_code is not None and exit_code < 0:
         return "crashed", "signal"
+    if not output and exit_code:
+        # The agent exited non-zero without a line of output: it never ran (a bad flag, a refused
+        # option, a missing key); its stderr tail, kept with the run, says why.
+        return "failed", "launch_failed"
     if transcript.result_ok is False:
         if (transcript.result_kind or "").startswith("error_max"):
             return "failed", "budget_exceeded"
@@ -103,12 +122,14 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
                      exit_code: int | None, stopped: StopReason | None, spawn_error: bool, started_at: str,
                      ended_at: str, duration_ms: int, workdir: str, repo_key: str | None, toplevel: str | None,
                      branch: str | None, changed: set[str] | None,
-                     dirty_at_start: frozenset[str] = frozenset()) -> dict[str, Any]:
+                     dirty_at_start: frozenset[str] = frozenset(), output: bool = True) -> dict[str, Any]:
     """The run record (ARCHITECTURE "Run record") of what really happened.
 
     Outcome and reason: a spawn failure is crashed/spawn_error; the deadline timed_out/deadline; a stop
-    cancelled/operator_cancel; death by a signal nobody sent crashed/signal; the agent's own error
-    result failed/budget_exceeded (its ``error_max_*`` kinds) or failed/exit_nonzero; a non-zero exit
+    (the daemon stopping, ``runs cancel``) cancelled/operator_cancel; a cap the daemon enforced
+    cancelled/budget_exceeded; death by a signal nobody sent crashed/signal; a non-zero exit with no
+    line of output (``output`` false) failed/launch_failed; the agent's own error result
+    failed/budget_exceeded (its ``error_max_*`` kinds) or failed/exit_nonzero; a non-zero exit
     failed/exit_nonzero; a last test command that failed failed/verify_failed; else succeeded/completed.
     Edits: the files the agent's tool calls wrote that git shows changed since the start (all of them
     when git cannot tell), plus files git shows changed that no tool call named and that were clean at
@@ -154,7 +175,7 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
         events.append({"kind": "verify", "session_id": session_id, "at": command.at, "ok": ok,
                        "error_class": None if ok else "test_failure"})
     outcome, reason = _outcome(transcript, exit_code=exit_code, stopped=stopped, spawn_error=spawn_error,
-                               verify_ok=verify_ok)
+                               verify_ok=verify_ok, output=output)
     result_text = transcript.result_text
     if result_text is not None and len(result_text) > MAX_RESULT_CHARS:
         result_text = result_text[-MAX_RESULT_CHARS:]

@@ -1,8 +1,9 @@
 """The ``claude-code`` adapter: ``claude -p --output-format stream-json --verbose … -- <prompt>``.
 
 argv: ``<command> -p --output-format stream-json --verbose --mcp-config <file> [--permission-mode M]
-[--model M] --allowedTools <tools...> [extra_args...] -- <prompt>``: the prompt is the last element
-(REQ-16), after ``--``. The allowed tools are the
+[--model M] [--max-turns N] [--max-budget-usd X] --allowedTools <tools...> [extra_args...] -- <prompt>``:
+the prompt is the last element (REQ-16), after ``--``; the caps are the harness's ``max_turns`` and
+``max_cost_usd``. The allowed tools are the
 configured ``allowed_tools`` plus ``mcp__memactors__recall`` and ``mcp__memactors__briefing`` always,
 so a headless agent is never refused its own memory. The ``--mcp-config`` file names the gateway with
 this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
@@ -10,7 +11,9 @@ this run's bearer token (server name ``memactors``, :data:`MCP_SERVER`).
 The stream is Claude Code's JSON lines, one object per line:
 
 * ``{"type": "system", "subtype": "init", "session_id", "model", "cwd", ...}`` — session and model asked for;
-* ``{"type": "assistant", "message": {"model", "content": [...]}}`` — the model served, and ``tool_use`` blocks: ``Edit``, ``Write``,
+* ``{"type": "assistant", "message": {"id", "model", "content": [...]}}`` — one event per content block of
+  a model response (a new turn is an assistant event after another kind, or with a new message id);
+  the model served; ``text`` blocks (the agent's words, for ``runs logs``); ``tool_use`` blocks: ``Edit``, ``Write``,
   ``MultiEdit`` (``file_path``) and ``NotebookEdit`` (``notebook_path``) are edits, ``Bash``
   (``command``) a shell command whose result follows;
 * ``{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id", "is_error",
@@ -57,6 +60,8 @@ class ClaudeCodeParser:
     transcript: Transcript = attrs.field(factory=Transcript)
     _bash: dict[str, tuple[str, str]] = attrs.field(factory=dict)   # tool_use id -> (command, at)
     _refused: set[str] = attrs.field(factory=set)   # tool_use ids Claude Code refused to run
+    _in_turn: bool = False   # the last event was an assistant message (its blocks come one per event)
+    _message: str | None = None   # that message's id
 
     def feed(self, line: str, *, at: str) -> None:
         line = line.strip()
@@ -70,6 +75,8 @@ class ClaudeCodeParser:
             return
         t = self.transcript
         kind = event.get("type")
+        if kind != "assistant":
+            self._in_turn = False
         if kind == "system" and event.get("subtype") == "init":
             t.session_id = _str(event.get("session_id")) or t.session_id
             t.model = _str(event.get("model")) or t.model
@@ -81,9 +88,18 @@ class ClaudeCodeParser:
             message = event.get("message")
             if isinstance(message, dict):  # the model the API served wins over the one asked for at init
                 t.model = _str(message.get("model")) or t.model
+            # Claude Code prints one assistant event per content block of a model response: a new turn
+            # is an assistant event after anything else, or one with another message id.
+            message_id = _str(message.get("id")) if isinstance(message, dict) else None
+            if not self._in_turn or (message_id is not None and message_id != self._message):
+                t.turns += 1
+            self._in_turn, self._message = True, message_id
             for block in _content(event):
                 if block.get("type") == "tool_use":
                     self._tool_use(block, at)
+                elif block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"].strip():
+                    t.texts += 1
+                    t.last_text = block["text"]
         elif kind == "user":
             self._refused |= refused_ids(event.get("tool_result_meta"))
             for block in _content(event):
@@ -183,6 +199,10 @@ class ClaudeCodeAdapter:
             argv += ["--permission-mode", request.permission_mode]
         if request.model:
             argv += ["--model", request.model]
+        if request.max_turns is not None:  # a hidden flag of claude -p; its result then says error_max_turns
+            argv += ["--max-turns", str(request.max_turns)]
+        if request.max_cost_usd is not None:  # its result then says error_max_budget_usd
+            argv += ["--max-budget-usd", f"{request.max_cost_usd:g}"]
         # --allowedTools takes a list of values up to the next option, so it comes last but extra_args.
         tools = tuple(dict.fromkeys((*request.allowed_tools, *memory_tools())))
         argv += ["--allowedTools", *tools]
