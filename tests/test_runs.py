@@ -377,3 +377,17 @@ async def test_a_project_file_may_lower_a_cap_but_never_lift_it(tmp_path: Path, 
     assert (argv[argv.index("--max-turns") + 1], argv[argv.index("--max-budget-usd") + 1]) == passed
     assert (state["max_turns"], state["max_cost_usd"]) == (int(passed[0]), float(passed[1]))
     assert state["outcome"] == "succeeded" and state["turns"] == 1 and state["cost_usd"] == 0.001
+
+
+async def test_list_runs_pages_newest_first_without_stderr_tails(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("refuser", workdir=repo, mode="refuse", out=tmp_path / "o")
+    async with service(make_holder, extra) as memory:
+        ids = [(await run_to_end(memory, "refuser", run_id=f"r-{n}"))["run_id"] for n in range(3)]
+        first = await memory.list_runs(limit=2)
+        second = await memory.list_runs(limit=2, after=first["next_cursor"])
+        shown = await memory.get_run(run_id="r-0")
+    assert [r["run_id"] for r in first["runs"]] == ids[::-1][:2] and first["total"] == 3
+    assert [r["run_id"] for r in second["runs"]] == ids[:1] and second["next_cursor"] is None
+    assert all(r["stderr_tail"] is None for r in first["runs"] + second["runs"])
+    assert shown["stderr_tail"]  # GetRun shows it

@@ -69,7 +69,8 @@ def log_of(db: sqlite_utils.Database, harness: str, run_id: str) -> list[dict[st
 
 def page(db: sqlite_utils.Database, *, harness: str | None, state: str | None, limit: int,
          after: str | None) -> tuple[list[dict[str, Any]], int, str | None]:
-    """Runs newest first: (views, total matching, cursor of the next page or None).
+    """Runs newest first: (views, total matching, cursor of the next page or None). A listed view has
+    no stderr tail (``stderr_tail`` is None; GetRun shows it), so a page of 1000 stays one small frame.
 
     The cursor is ``started_at|harness|run_id`` of the last row shown, so pages stay stable while runs
     start."""
@@ -87,7 +88,7 @@ def page(db: sqlite_utils.Database, *, harness: str | None, state: str | None, l
         name, _, run = rest.partition("|")
         where.append("(started_at, harness, run_id) < (?, ?, ?)")
         params += [started, name, run]
-    sql = (f"SELECT {_COLUMNS} FROM agent_runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql = ("SELECT harness, run_id, state, started_at, ended_at, view, NULL, NULL FROM agent_runs" + (f" WHERE {' AND '.join(where)}" if where else "")
            + " ORDER BY started_at DESC, harness DESC, run_id DESC LIMIT ?")
     rows = db.execute(sql, [*params, limit + 1]).fetchall()
     more = len(rows) > limit

@@ -36,7 +36,9 @@ STDERR_TAIL_BYTES = 4096
 
 
 def _cut(text: str) -> str:
-    text = redact(text)
+    # Cut before redacting too (a 100 KB stdout line is not redacted whole on the loop), with room to
+    # spare so a secret that straddles the first cut lies past the second one.
+    text = redact(text[:4 * MAX_EVENT_CHARS])
     return text if len(text) <= MAX_EVENT_CHARS else f"{text[:MAX_EVENT_CHARS - 1]}…"
 
 

@@ -298,7 +298,8 @@ class Runs:
     async def _list(self, query: ListRuns) -> dict[str, Any]:
         views, total, cursor = await self._service.store.read(lambda db: run_rows.page(
             db, harness=query.harness, state=query.state, limit=query.limit, after=query.after))
-        live = {(v["harness"], v["run_id"]): v for v in (s.view() for s in self._active.values())}
+        live = {(v["harness"], v["run_id"]): {**v, "stderr_tail": None}
+                for v in (s.view() for s in self._active.values())}
         return {"runs": [live.get((v["harness"], v["run_id"]), v) for v in views], "total": total,
                 "next_cursor": cursor}
 
