@@ -9,7 +9,14 @@ import trio.testing
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
-from memactors.run_watch import MAX_EVENT_CHARS, MAX_EVENTS, STDERR_TAIL_BYTES, RunWatch, StderrTail, scrub
+from memactors.run_watch import (
+    MAX_EVENT_CHARS,
+    MAX_EVENTS,
+    STDERR_TAIL_BYTES,
+    RunWatch,
+    StderrTail,
+    scrub,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 AT = "2026-12-01T10:00:00.000000Z"
@@ -97,3 +104,13 @@ async def test_a_follower_wakes_on_the_next_event_and_when_the_run_ends() -> Non
         assert woke == [0]
         watch.close()
     assert woke == [0, 1]
+
+
+def test_an_event_echoing_the_prompt_keeps_neither_its_lines_nor_its_nonce() -> None:
+    prompt = '<untrusted-data source="harness-memory" field="briefing" nonce="n0nce42">\nfact text here, long\n' \
+             '</untrusted-data nonce="n0nce42">\n\nfix the ledger'
+    watch = RunWatch(prompt)
+    watch.note("text", AT, text=f"echo: {prompt}")
+    text = watch.events[0]["text"]
+    assert "n0nce42" not in text and "fact text here" not in text and "fix the ledger" not in text
+    assert text.startswith("echo: <untrusted-data") and "[prompt]" in text and "[nonce]" in text

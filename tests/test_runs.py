@@ -391,3 +391,30 @@ async def test_list_runs_pages_newest_first_without_stderr_tails(tmp_path: Path,
     assert [r["run_id"] for r in second["runs"]] == ids[:1] and second["next_cursor"] is None
     assert all(r["stderr_tail"] is None for r in first["runs"] + second["runs"])
     assert shown["stderr_tail"]  # GetRun shows it
+
+
+@pytest.mark.req16
+async def test_an_agent_echoing_its_prompt_stores_no_line_of_the_composed_prompt(tmp_path: Path,
+                                                                                  make_holder: Any) -> None:
+    """REQ-16: the composed prompt is never persisted. An agent that prints its prompt puts it in its
+    stdout, which becomes the run's events and its result text: both are scrubbed of the briefing's
+    lines and the fence's nonce before anything is stored."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("parrot", workdir=repo, mode="echo", out=out, extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even in every report.",
+                              confidence=0.9)
+        state = await run_to_end(memory, "parrot")
+        logs = await memory.run_logs(run_id=state["run_id"])
+        episode = await memory.get_episode(state["episode_id"])
+        stored = await memory.store.read(lambda db: " ".join(str(v) for row in db.execute(
+            "SELECT rr.record, a.view, a.log FROM runs r JOIN run_records rr ON rr.id = r.record_id"
+            " JOIN agent_runs a USING (harness, run_id)").fetchall() for v in row))
+    prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
+    nonce = re.search(r'nonce="([^"]+)"', prompt).group(1)  # type: ignore[union-attr]
+    assert "Ledger rounds half-even" in prompt  # the briefing was prepended
+    texts = " ".join(e.get("text", "") for e in logs["events"])
+    assert "my prompt was:" in texts and "[prompt]" in texts
+    for kept in (texts, json.dumps(episode), stored):
+        assert nonce not in kept and "Ledger rounds half-even" not in kept and "fix the ledger" not in kept

@@ -17,6 +17,7 @@ why (issue 18). Neither goes into the episode (REQ-5): they are kept with the ru
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any
 
@@ -25,7 +26,7 @@ import trio
 from .adapters import Transcript
 from .redact import redact
 
-__all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "RunWatch", "StderrTail", "scrub"]
+__all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "PromptScrub", "RunWatch", "StderrTail", "scrub"]
 
 #: The events a run keeps (the newest); older ones are dropped and counted.
 MAX_EVENTS = 500
@@ -86,10 +87,38 @@ def scrub(text: str, prompt: str | None) -> str:
     return text
 
 
+_NONCE = re.compile(r'nonce="([^"]+)"')
+
+
+class PromptScrub:
+    """The composed prompt's fingerprints, to keep them out of a run's events (REQ-16).
+
+    An agent may echo its prompt on stdout (a ``command`` agent printing its argument), and each stdout
+    line of such an agent is an event. Cheap enough for every event on the loop: an event line that is
+    a line of the prompt (12 characters or more) becomes ``[prompt]``, and the fence's nonce is replaced
+    wherever it occurs, so neither the briefing's lines nor the nonce reach the store. (The stderr tail,
+    scrubbed once off the loop, gets the thorough ``scrub``.)"""
+
+    def __init__(self, prompt: str | None) -> None:
+        self.prompt = prompt or None
+        self._lines = frozenset(ln.strip() for ln in (prompt or "").splitlines() if len(ln.strip()) >= 12)
+        self._nonces = tuple(sorted(set(_NONCE.findall(prompt or ""))))
+
+    def __call__(self, text: str) -> str:
+        if self.prompt is None:
+            return text
+        if self._lines:
+            text = "\n".join("[prompt]" if ln.strip() in self._lines else ln for ln in text.split("\n"))
+        for nonce in self._nonces:
+            text = text.replace(nonce, "[nonce]")
+        return text
+
+
 class RunWatch:
     """The events of one run, derived from its transcript as lines arrive; waited on by ``runs logs``."""
 
-    def __init__(self) -> None:
+    def __init__(self, prompt: str | None = None) -> None:
+        self._scrub = PromptScrub(prompt)
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.seq = 0
         self.stderr = StderrTail()
@@ -110,7 +139,7 @@ class RunWatch:
         """Add one event; string fields are redacted and cut."""
         self.seq += 1
         event = {"seq": self.seq, "at": at, "kind": kind}
-        event.update({k: _cut(v) if isinstance(v, str) else v for k, v in fields.items()})
+        event.update({k: _cut(self._scrub(v)) if isinstance(v, str) else v for k, v in fields.items()})
         self.events.append(event)
         self._changed.set()
         self._changed = trio.Event()

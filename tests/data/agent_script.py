@@ -6,7 +6,7 @@ calls the gateway's briefing tool with the daemon's MCP config file and writes O
 ``fail`` exits 3; ``sleep`` writes its pid to
 OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM; ``refuse`` refuses to start as a CLI
 does on a bad flag: no stdout, an error (with a token in it) on stderr after 100 KB of noise, its usage
-line echoing the prompt, exit 2. Every mode first saves the prompt it was given to OUT/prompt-<n>.txt
+line echoing the prompt, exit 2; ``echo`` prints its prompt on stdout. Every mode first saves the prompt it was given to OUT/prompt-<n>.txt
 (outside the daemon's state directory) so a test can read it.
 """
 
@@ -28,7 +28,9 @@ if mode == "refuse":
     sys.stderr.write("error: unknown option '--no-such-flag' (token ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8)\n")
     sys.exit(2)
 print(f"agent {mode} starting", flush=True)
-if mode == "write":
+if mode == "echo":
+    print(f"my prompt was:\n{prompt}\ndone", flush=True)
+elif mode == "write":
     Path("notes.txt").write_text("remember the ledger\n", encoding="utf-8")
     print("wrote notes.txt; all good", flush=True)
 elif mode == "env":

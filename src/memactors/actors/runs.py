@@ -402,7 +402,7 @@ class Runs:
                                  None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config,
                                  prompt)
             state = RunState(name, run_id, adapter.name, iso(now), max_turns=cfg.max_turns,
-                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch())
+                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(prompt))
             assert self._nursery is not None
             self._active[key] = state
             await self._nursery.start(self._supervise, prepared, state)
@@ -535,7 +535,12 @@ class Runs:
         try:
             tail = watch.stderr.text()
             if tail is not None:  # redacted off the loop; never a line of the composed prompt
-                state.stderr_tail = await trio.to_thread.run_sync(redact, scrub(tail, run.prompt))
+                state.stderr_tail = await trio.to_thread.run_sync(lambda: redact(scrub(tail, run.prompt)))
+            if run.prompt and transcript.result_text:
+                # An agent that echoes its prompt (a `command` agent printing its argument) would put the
+                # briefing and its nonce into the record and the episode's excerpt (REQ-16: never stored).
+                result = transcript.result_text
+                transcript.result_text = await trio.to_thread.run_sync(scrub, result, run.prompt)
             events, state.log_dropped = list(watch.events), watch.dropped
             changed: set[str] | None = None
             if run.toplevel is not None and spawn_error is None:
