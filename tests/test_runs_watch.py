@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import trio
 
+from memactors._wsclient import WsRpcError, call_once
+from memactors.cli._core import SERVICE
 from memactors.testing.fake_anthropic import Script, ToolUse, run_fake_anthropic
 from support import write_config
 from support_runs import (
@@ -186,6 +188,13 @@ async def test_ctrl_c_on_run_wait_without_a_terminal_says_how_to_reattach_and_ca
         assert f"memactors runs cancel {run_id} --harness long" in message
         assert alive(agent)  # Ctrl-C on the CLI is not a cancel: the daemon still supervises the agent
         assert (await json_of(env, "runs", "show", run_id))["state"] == "running"
+        state = tmp_path / "state"
+        url = json.loads((state / "daemon.json").read_text(encoding="utf-8"))["operator"]
+        read_token = (state / "operator-read.token").read_text(encoding="utf-8")
+        with pytest.raises(WsRpcError) as denied:  # cancel is a control-tier call
+            await trio.to_thread.run_sync(lambda: call_once(url, read_token, f"{SERVICE}/CancelRun",
+                                                            {"run_id": run_id}))
+        assert denied.value.code == "PERMISSION_DENIED" and alive(agent)
         done = await cli(env, "runs", "cancel", run_id, "--harness", "long")
         assert done.returncode == 0 and b"cancelled (operator_cancel)" in done.stdout
         assert not alive(agent)
