@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 from collections import OrderedDict
 from collections.abc import Callable
@@ -134,6 +135,9 @@ class RunState:
     #: Why the agent could not be started (e.g. "FileNotFoundError: claude"); None otherwise.
     error: str | None = None
     pid: int | None = None
+    #: The host whose daemon runs it (a store shared by daemons on several hosts: ARCHITECTURE "One
+    #: store, two engines"); only that host's daemon may reap it after a crash.
+    host: str = attrs.field(factory=socket.gethostname)
     ended_at: str | None = None
     duration_ms: int | None = None
     #: The harness's caps for this run, what the agent reported so far, and the cap that ended it.
@@ -166,7 +170,7 @@ class RunState:
         outcome, episode, caps, the stderr tail. Never the prompt or what the agent wrote."""
         return {"run_id": self.run_id, "harness": self.harness, "adapter": self.adapter, "state": self.state,
                 "started_at": self.started_at, "ended_at": self.ended_at, "duration_ms": self.duration_ms,
-                "pid": self.pid, "outcome": self.outcome, "reason": self.reason, "cap": self.cap,
+                "pid": self.pid, "host": self.host, "outcome": self.outcome, "reason": self.reason, "cap": self.cap,
                 "stopped_by": self.stop_reason, "episode_id": self.episode_id, "ingest": self.ingest,
                 "exit_code": self.exit_code, "error": self.error, "max_turns": self.max_turns,
                 "max_cost_usd": self.max_cost_usd, "turns": self.turns, "cost_usd": self.cost_usd,
@@ -304,11 +308,13 @@ class Runs:
                 "next_cursor": cursor}
 
     async def _reap(self) -> None:
-        """At start: a run still ``running`` in the store belonged to a daemon that died mid-run. Its agent
-        is killed if it still runs (proved by its environment), and the run is marked ended, crashed, so
-        nothing runs unwatched and nothing stays ``running`` forever. Stale MCP config files go too."""
+        """At start: a run of this host still ``running`` in the store belonged to a daemon that died
+        mid-run. Its agent is killed if it still runs (proved by its environment), and the run is marked
+        ended, crashed, so nothing runs unwatched and nothing stays ``running`` forever. Stale MCP config
+        files go too. (Another host's running runs are its daemon's.)"""
         service = self._service
-        stale = await service.store.read(run_rows.stale_running)
+        host = socket.gethostname()
+        stale = [v for v in await service.store.read(run_rows.stale_running) if v.get("host", host) == host]
         now = service.wall_clock()
         for view in stale:
             fate = "gone" if view.get("pid") is None else await trio.to_thread.run_sync(
