@@ -261,6 +261,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX run_callers_by_run ON run_callers (harness, run_id);
     """)),
     ("0002_builtin", _c_text(_builtin_pg.MIGRATION)),
+    # The runs the daemon starts (SQLite's 0010_agent_runs): the row, its redacted stderr tail and event
+    # log; both go when the run's episode is forgotten (the trigger), as on SQLite.
+    ("0003_agent_runs", _c_text("""
+        CREATE TABLE agent_runs (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            view TEXT NOT NULL,
+            stderr_tail TEXT,
+            log TEXT,
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE INDEX agent_runs_by_start ON agent_runs (started_at);
+        CREATE INDEX agent_runs_by_run ON agent_runs (run_id);
+        CREATE FUNCTION agent_runs_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE agent_runs SET stderr_tail = NULL, log = NULL WHERE harness = NEW.harness AND run_id = NEW.run_id;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER agent_runs_forget AFTER UPDATE OF record_id ON runs FOR EACH ROW
+            WHEN (NEW.record_id IS NULL AND OLD.record_id IS NOT NULL) EXECUTE FUNCTION agent_runs_forget();
+    """)),
 ]
 
 
