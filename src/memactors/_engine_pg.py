@@ -285,6 +285,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TRIGGER agent_runs_forget AFTER UPDATE OF record_id ON runs FOR EACH ROW
             WHEN (NEW.record_id IS NULL AND OLD.record_id IS NOT NULL) EXECUTE FUNCTION agent_runs_forget();
     """)),
+    # `memactors store migrate`: how far each source's append-only tables (call log, exposures, votes)
+    # have been copied, so a second run (or one after an interruption) copies only what is new.
+    ("0004_imports", _c_text("""
+        CREATE TABLE memactors_imports (
+            source TEXT NOT NULL,
+            table_name TEXT NOT NULL,
+            last_id BIGINT NOT NULL,
+            PRIMARY KEY (source, table_name)
+        );
+    """)),
 ]
 
 

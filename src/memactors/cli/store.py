@@ -1,0 +1,112 @@
+"""The `store` group: `store migrate --to postgresql://…` (issue 19, docs/fleet.md).
+
+Not an RPC command: it moves the daemon's own store, so the daemon must not be running on it. It takes
+the state directory's lock (as the daemon does) for the copy and refuses, naming the pid, while a
+daemon holds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import _core as core
+from ._core import EXIT_FAILED, JSON_HELP, CliError
+
+
+class _Bar:
+    """A one-line progress bar on stderr when it is a terminal (rows copied of rows to copy)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.shown = False
+
+    def __call__(self, table: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // total if total else width
+        sys.stderr.write(f"\r\x1b[K[{'#' * filled}{'.' * (width - filled)}] {done}/{total} rows  {table}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.enabled and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..config import _check_store_url, mask_url
+    from ..daemon import lock_state_dir
+    from ..errors import ConfigError, MemactorsError
+    from ..store import Store, ensure_daemon_id, is_store_url
+    from ..store_migrate import migrate
+
+    config = core.load(args)
+    url = args.to
+    if not is_store_url(url) or _check_store_url(url) is not None:
+        raise CliError("INVALID_ARGUMENT", f"--to {mask_url(url)}: {_check_store_url(url) or 'not a PostgreSQL URL'}")
+    state_dir = Path(args.source).parent if args.source else config.store.path
+    source_path = Path(args.source) if args.source else config.store.path / "memactors.db"
+    if not source_path.exists():
+        raise CliError("NOT_FOUND", f"no SQLite store at {source_path} (use --from PATH)")
+    try:
+        lock = lock_state_dir(state_dir)
+    except ConfigError as exc:
+        raise CliError("FAILED_PRECONDITION", f"{exc.message}; stop it before `store migrate`") from None
+    bar = _Bar(sys.stderr.isatty() and not args.json)
+
+    async def main() -> list[Any]:
+        source = await Store.open(source_path, daemon_id="migrate")
+        try:
+            target = await Store.open(url, daemon_id="migrate")
+            try:
+                return await migrate(source, target, source_id=ensure_daemon_id(state_dir), progress=bar)
+            finally:
+                target.close()
+        finally:
+            source.close()
+
+    try:
+        verified = trio.run(main)
+    except MemactorsError as exc:
+        raise CliError(exc.code, str(exc)) from None
+    finally:
+        bar.clear()
+        import os
+
+        os.close(lock)
+    ok = all(v.ok for v in verified)
+    if args.json:
+        core.print_json({"source": str(source_path), "target": mask_url(url), "ok": ok,
+                         "tables": [{"table": v.table, "source": v.source, "target": v.target, "ok": v.ok}
+                                    for v in verified]})
+    else:
+        print(f"copied {source_path} to {mask_url(url)}")
+        width = max(len(v.table) for v in verified) if verified else 5
+        print(f"{'table':<{width}}  {'source':>8}  {'target':>8}")
+        for v in verified:
+            print(f"{v.table:<{width}}  {v.source:>8}  {v.target:>8}  {'ok' if v.ok else 'MISSING'}")
+        print("verified: every source row is in the target" if ok else "NOT verified: rows are missing")
+    return 0 if ok else EXIT_FAILED
+
+
+def register(sub: Any) -> None:
+    store = sub.add_parser("store", help="the daemon's store: move it to PostgreSQL (docs/fleet.md)").add_subparsers(
+        dest="store_command", required=True, metavar="COMMAND")
+    p = store.add_parser(
+        "migrate", help="copy the SQLite store into a PostgreSQL one (stop the daemon first)",
+        description="Copy every table of the SQLite store (the state directory's memactors.db, or --from) into "
+                    "the PostgreSQL database of --to, keeping every id and time; the built-in provider's "
+                    "documents are re-indexed there. Safe to run twice; several hosts' stores can be moved into "
+                    "one database. Ends with a verification count per table. Then set [store] url (or "
+                    "MEMACTORS_STORE_URL) to the same URL and start the daemon.")
+    p.add_argument("--to", required=True, metavar="URL", help="postgresql://user[:password]@host:port/dbname")
+    p.add_argument("--from", dest="source", metavar="PATH", help="the SQLite file (default: the state directory's)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_migrate)
