@@ -831,7 +831,8 @@ def _check_store_url(url: str) -> str | None:
         return 'must be a PostgreSQL URL: "postgresql://user@host:5432/dbname" (leave it out for SQLite)'
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+        if "," not in parts.netloc:  # libpq's multi-host form (host1:5432,host2:5432) has no one port
+            parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
     except ValueError as exc:
         return f"is not a valid URL ({exc})"
     if not parts.path.strip("/") and "dbname=" not in parts.query:
