@@ -273,10 +273,17 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[tuple[st
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
+    # The HNSW scan is filtered by scope: let it look further than its default 40 candidates, and keep
+    # scanning until CANDIDATES rows of the caller's scopes are found (pgvector >= 0.8; on an older one
+    # these are placeholders PostgreSQL ignores). The outer ORDER BY puts relaxed-order results in order.
+    db.execute(f"SET LOCAL hnsw.ef_search = {CANDIDATES}")
+    db.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
     rows = db.execute(
-        "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id"
-        " WHERE v.scope = ANY(?) ORDER BY v.embedding <=> ?::vector, d.started_at DESC, d.episode_id"
-        f" LIMIT {CANDIDATES}", [list(scopes), _literal(vector)]).fetchall()
+        "SELECT episode_id, doc_id, started_at FROM ("
+        " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"
+        " FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id WHERE v.scope = ANY(?)"
+        f" ORDER BY distance LIMIT {CANDIDATES}) s ORDER BY distance, started_at DESC, episode_id",
+        [_literal(vector), list(scopes)]).fetchall()
     return [(r[0], int(r[1]), r[2]) for r in rows]
 
 
