@@ -158,23 +158,24 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
     return [(r[0], int(r[1]), r[2]) for r in rows]
 
 
-def _occurs(db: Db, word: str, classes: str, scopes: Sequence[str]) -> bool:
-    return db.execute(
-        "SELECT 1 FROM builtin_docs d WHERE d.scope = ANY(?) AND d.tsv @@ to_tsquery('english', ?) LIMIT 1",
-        [list(scopes), tsquery([word], "|", classes)]).fetchone() is not None
-
-
 def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
     """`builtin.metadata_only` on PostgreSQL: each word is in some episode's metadata (weight class D)
-    or in none of the scope's episodes at all, and one at least in the metadata."""
+    or in none of the scope's episodes at all, and one at least in the metadata. Every probe (two per
+    word, each one GIN lookup) goes in one statement: one round trip, however many words."""
     pieces = words_of(words)
     if not pieces:
         return False
-    in_meta = False
+    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.scope = ANY(?)"
+             " AND d.tsv @@ to_tsquery('english', ?))")
+    params: list[Any] = []
     for w in pieces:
-        if _occurs(db, w, "D", scopes):
+        params += [list(scopes), tsquery([w], "|", "D"), list(scopes), tsquery([w], "|", "ABC")]
+    found = db.execute("SELECT " + ", ".join([probe] * (2 * len(pieces))), params).fetchone()
+    in_meta = False
+    for n in range(len(pieces)):
+        if found[2 * n]:
             in_meta = True
-        elif _occurs(db, w, "ABC", scopes):
+        elif found[2 * n + 1]:
             return False
     return in_meta
 
