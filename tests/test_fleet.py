@@ -291,3 +291,23 @@ def test_issue19_fleet_tests_use_the_real_server() -> None:
 
     assert (server_bindir() / "postgres").exists()
     assert os.access(server_bindir() / "initdb", os.X_OK)
+
+
+def test_issue19_a_daemon_whose_store_cannot_be_reached_at_start_exits_with_one_line(tmp_path: Path) -> None:
+    """It cannot check or migrate the schema, so it does not start: one line naming the store (never its
+    password), no traceback, exit 75 for a service manager to retry."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://memactors:not-shown-pw@127.0.0.1:{port}/memory"
+    daemon = start_daemon(tmp_path, config=host(tmp_path, "x", url), wait=False)
+    try:
+        code = daemon.proc.wait(timeout=60)
+    finally:
+        daemon.stop()
+    log = daemon.log_text()
+    assert code == 75, log[-2000:]
+    assert "Traceback" not in log and "not-shown-pw" not in log
+    assert [line for line in log.splitlines() if "cannot start" in line and f"127.0.0.1:{port}/memory" in line]

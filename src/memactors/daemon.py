@@ -25,7 +25,7 @@ from loguru import logger
 
 from ._kernel import SupervisorFailed
 from .config import Config, ConfigHolder, load_config
-from .errors import ConfigError
+from .errors import ConfigError, StoreUnavailable
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc import ensure_tokens, serve_rpc
@@ -240,15 +240,29 @@ def serve_main(config_path: Path | None) -> int:
         trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
     except SupervisorFailed as exc:
         return _gave_up(exc)
+    except StoreUnavailable as exc:
+        return _no_store(exc)
     except BaseExceptionGroup as group:  # ok: a start-up failure inside the nurseries, reported plainly
         gave_up = _first(group, SupervisorFailed)
         if isinstance(gave_up, SupervisorFailed):
             return _gave_up(gave_up)
+        unreachable = _first(group, StoreUnavailable)
+        if isinstance(unreachable, StoreUnavailable):
+            return _no_store(unreachable)
         leaf = _first(group, ConfigError)
         if leaf is None:
             raise
         raise leaf from None
     return 0
+
+
+def _no_store(exc: StoreUnavailable) -> int:
+    """A PostgreSQL store that cannot be reached at start: the daemon cannot check or migrate its schema,
+    so it does not start. One clear line naming the store (never its password); exit 75 so a service
+    manager tries again (during operation an outage is contained instead: docs/fleet.md)."""
+    logger.bind(exit_status=EXIT_GAVE_UP, store=exc.context.get("store")).critical(
+        f"cannot start: {exc.message}; exiting so a service manager can restart the daemon")
+    return EXIT_GAVE_UP
 
 
 def _gave_up(exc: SupervisorFailed) -> int:
