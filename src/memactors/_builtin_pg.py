@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -201,8 +202,27 @@ def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str]) -> list
 # -- vectors (pgvector) ------------------------------------------------------------------------------
 
 
+#: Whether pgvector could not be used, and since when (time.monotonic()): a database without it is
+#: asked again after RECHECK_VECTORS seconds, not at every embedding (each ask may try CREATE EXTENSION).
+_NO_VECTORS: dict[str, float] = {}
+RECHECK_VECTORS = 300.0
+
+
 def has_pgvector(db: Db) -> bool:
     """Whether the `vector` extension is installed in this database, or can be (then it is created)."""
+    (where,) = db.execute("SELECT current_database() || '/' || current_schema()").fetchone()
+    since = _NO_VECTORS.get(where)
+    if since is not None and time.monotonic() - since < RECHECK_VECTORS:
+        return False
+    found = _has_pgvector(db)
+    if found:
+        _NO_VECTORS.pop(where, None)
+    else:
+        _NO_VECTORS[where] = time.monotonic()
+    return found
+
+
+def _has_pgvector(db: Db) -> bool:
     if db.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
         return True
     if not db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
