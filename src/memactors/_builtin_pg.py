@@ -30,6 +30,7 @@ REQ-11's fusion is the provider's (`builtin.rrf`, k = 60, `builtin.rank`'s tie-b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -51,6 +52,22 @@ _log = logger.bind(component="builtin_provider", engine="postgresql")
 def _words_sql(column: str) -> str:
     """`column` with every run of non-alphanumeric characters made one space (unicode61's splits)."""
     return f"regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')"
+
+
+#: The scope's token in `tsv` (as the SQLite engine's `scope_key` column in FTS5): `sk` and the first
+#: 15 hex digits of the scope's SHA-256, one word the english parser keeps whole. A search ANDs it with
+#: the query's words inside the GIN index, so the index walk follows the caller's repository, not the
+#: store; ranking uses the words alone (`text_candidates`).
+SCOPE_TOKEN_SQL = "'sk' || substr(encode(sha256(scope::bytea), 'hex'), 1, 15)"
+
+
+def scope_token(scope: str) -> str:
+    return "sk" + hashlib.sha256(scope.encode()).hexdigest()[:15]
+
+
+def scopes_query(scopes: Sequence[str]) -> str:
+    """The `to_tsquery('simple', …)` expression matching any of `scopes`' tokens."""
+    return " | ".join(scope_token(s) for s in dict.fromkeys(scopes))
 
 
 #: The PostgreSQL schema of the built-in provider (the store's migration 0002_builtin).
@@ -75,7 +92,8 @@ MIGRATION = f"""
             setweight(to_tsvector('english', {_words_sql('title')}), 'A') ||
             setweight(to_tsvector('english', {_words_sql('files')}), 'B') ||
             setweight(to_tsvector('english', {_words_sql("excerpt || ' ' || failures")}), 'C') ||
-            setweight(to_tsvector('english', {_words_sql('meta')}), 'D')) STORED
+            setweight(to_tsvector('english', {_words_sql('meta')}), 'D') ||
+            to_tsvector('simple', {SCOPE_TOKEN_SQL})) STORED
     );
     CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope, started_at);
     CREATE INDEX builtin_docs_tsv ON builtin_docs USING gin (tsv);
@@ -149,11 +167,11 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
     rows: list[Any] = []
     for expression in plans:
         rows = db.execute(
-            "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q"
-            " WHERE d.scope = ANY(?) AND d.tsv @@ q"
+            "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q,"
+            " to_tsquery('simple', ?) s WHERE d.tsv @@ (q && s) AND d.scope = ANY(?)"
             f" ORDER BY ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC, d.episode_id"
             f" LIMIT {int(candidates)}",
-            [expression, list(scopes)]).fetchall()
+            [expression, scopes_query(scopes), list(scopes)]).fetchall()
         if len(rows) >= limit:
             break
     return [(r[0], int(r[1]), r[2]) for r in rows]
@@ -166,11 +184,12 @@ def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
     pieces = words_of(words)
     if not pieces:
         return False
-    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.scope = ANY(?)"
-             " AND d.tsv @@ to_tsquery('english', ?))")
+    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', ?)"
+             " && to_tsquery('simple', ?)) AND d.scope = ANY(?))")
     params: list[Any] = []
+    within = scopes_query(scopes)
     for w in pieces:
-        params += [list(scopes), tsquery([w], "|", "D"), list(scopes), tsquery([w], "|", "ABC")]
+        params += [tsquery([w], "|", "D"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
     found = db.execute("SELECT " + ", ".join([probe] * (2 * len(pieces))), params).fetchone()
     in_meta = False
     for n in range(len(pieces)):
