@@ -47,6 +47,8 @@ def test_launch_gives_the_gateway_as_an_mcp_server_with_the_token_only_in_the_en
     overrides = [spec.argv[i + 1] for i, a in enumerate(spec.argv) if a == "-c"]
     assert 'mcp_servers.memactors.url="http://127.0.0.1:9/mcp"' in overrides
     assert 'mcp_servers.memactors.bearer_token_env_var="MEMACTORS_RUN_TOKEN"' in overrides
+    # codex exec's approval policy is "never": without this every recall/briefing call is refused
+    assert 'mcp_servers.memactors.default_tools_approval_mode="approve"' in overrides
     assert not any(token in a for a in spec.argv)  # argv is visible to every local user through ps
     assert spec.env == {"MEMACTORS_GATEWAY_URL": "http://127.0.0.1:9/mcp", "MEMACTORS_RUN_TOKEN": token,
                         "MEMACTORS_MCP_CONFIG": "/state/runs/r1.mcp.json"}
