@@ -618,19 +618,40 @@ class MemoryService:
         return attrs.asdict(vote)
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
-                             ttl_seconds: float | None = None) -> dict[str, Any]:
+                             ttl_seconds: float | None = None, replace: bool = False) -> dict[str, Any]:
         """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
-        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        expires that long from now (`memactors token mint --ttl`), at most a year.
+
+        ``replace`` rotates: the run's earlier tokens are revoked and its cached briefing dropped in the
+        same transaction, so the new token is the only one that works (`memactors install` run again)."""
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
                                         or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
             raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
                                   field="ttl_seconds")
         now = self.wall_clock()
         expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
-        token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
-        return {"harness": harness, "run_id": run_id, "token": token,
+
+        def mint(db: Any) -> tuple[str, int]:
+            revoked = 0
+            if replace:
+                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                graph.drop_cached_briefing(db, harness, run_id)
+            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                                        expires_at=expires), revoked
+
+        token, revoked = await self.store.write(mint)
+        return {"harness": harness, "run_id": run_id, "token": token, "revoked": revoked,
                 "expires_at": None if expires is None else iso(expires)}
+
+    async def revoke_run_tokens(self, *, harness: str, run_id: str) -> dict[str, Any]:
+        """RevokeRunTokens: every token of the run stops working now (`memactors uninstall`); its cached
+        briefing is dropped with them."""
+
+        def revoke(db: Any) -> int:
+            graph.drop_cached_briefing(db, harness, run_id)
+            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+
+        return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -750,7 +771,9 @@ class MemoryService:
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None))),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace"))),
+            m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
+                harness=_id(p, "harness"), run_id=_id(p, "run_id"))),
         ]
 
 
@@ -872,6 +895,16 @@ def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -
 def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
     """An optional finite number (``default`` when absent or null)."""
     return default if params.get(name) is None else _number(params, name)
+
+
+def _flag(params: dict[str, Any], name: str) -> bool:
+    """An optional boolean, false when absent or null."""
+    value = params.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"params.{name} must be true or false", field=f"params.{name}")
+    return value
 
 
 def _records(params: dict[str, Any]) -> list[Any]:
