@@ -1,7 +1,7 @@
 """`memactors install` / `uninstall` through the CLI as a subprocess, against the daemon as a process: what
 lands in each agent's configuration files, that the user's own settings survive, that installing again
 rotates the token, that uninstalling leaves the files as they were (issue 18). The real agents reading
-these files are in tests/test_resident_install.py."""
+these files: tests/test_resident_claude.py and tests/test_resident_codex.py."""
 
 from __future__ import annotations
 
