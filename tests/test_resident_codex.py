@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
 from support import run_record
-from support_codex import CODEX_VERSIONS, Daemon, codex_bin, codex_env, daemon_process, fake_provider_args, run_codex
+from support_codex import (
+    CODEX_VERSIONS,
+    Daemon,
+    codex_bin,
+    codex_env,
+    daemon_process,
+    fake_provider_args,
+    run_codex,
+)
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow
@@ -57,13 +65,13 @@ async def test_a_codex_installed_in_the_project_calls_recall_as_a_tool(tmp_path:
         env = codex_env(tmp_path / "codex-home")
         with daemon_process(tmp_path, HARNESS, env=env) as daemon:
             seeded = await seed(daemon, tmp_path)
-            installed = subprocess.run(
+            installed = await trio.run_process(
                 [sys.executable, "-m", "memactors.cli", "install", "codex", "--harness", "coder", "--project",
-                 str(repo)], env={**daemon.env, "CODEX_HOME": env["CODEX_HOME"]}, capture_output=True, text=True,
-                timeout=120, check=False)
-            assert installed.returncode == 0, installed.stderr
+                 str(repo)], env={**daemon.env, "CODEX_HOME": env["CODEX_HOME"]}, capture_stdout=True,
+                capture_stderr=True, check=False)
+            assert installed.returncode == 0, installed.stderr.decode()
             # Codex reads a project's .codex/config.toml only once the project is trusted: install says how
-            assert "codex exec --trust" in installed.stderr
+            assert "codex exec --trust" in installed.stderr.decode()
             done = await run_codex([str(codex), "exec", "--json", "--trust", *fake_provider_args(fake.base_url),
                                     "--", "What do we know about the ledger rounding?"], cwd=repo, env=env)
             out = done.stdout.decode(errors="replace")
