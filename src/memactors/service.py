@@ -62,7 +62,14 @@ from .actors.index import (
     repo_key,
     stored_runs,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
+from .actors.provider_session import (
+    GetStatus,
+    ProviderSession,
+    ProviderStatus,
+    StderrTail,
+    describe_failure,
+    log_stderr,
+)
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
@@ -76,7 +83,7 @@ from .actors.runs import GetRun, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
+from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
@@ -171,6 +178,9 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
             streamable_http_client(url, http_client=http) as streams:
         yield streams
 
+
+#: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
+STDERR_DRAIN_SECONDS = 2.0
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
 MAX_TOKEN_TTL_SECONDS = 366 * 86400
@@ -787,6 +797,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
     budget = max(provider_timeout * 5, 10.0)
     read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
     errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+    tail = StderrTail()  # and its last lines are shown under a failing check (why it failed)
     if isinstance(target, mcp.StdioServerParameters):
         target = stdio_client(target, errlog=errlog)
 
@@ -802,19 +813,23 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider))
+            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
             try:
                 outcome = await attempt()
-            finally:
+            except BaseException:
                 nursery.cancel_scope.cancel()
+                raise
+            # The provider process is gone (its client closed); with our write end closed too the pipe
+            # ends, and the last words it wrote (a traceback) are read before the report is made.
+            errlog.close()
+            nursery.cancel_scope.deadline = trio.current_time() + STDERR_DRAIN_SECONDS
     finally:
         errlog.close()
-    if isinstance(outcome, ConformanceReport):
-        return outcome
-    reason = outcome
-    checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
-    checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
-    return ConformanceReport(provider=provider, checks=tuple(checks))
+    if not isinstance(outcome, ConformanceReport):
+        checks = [CheckResult(1, CHECK_NAMES[1], "fail", outcome)]
+        checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
+        outcome = ConformanceReport(provider=provider, checks=tuple(checks))
+    return explain_failure(outcome, tail.lines())
 
 
 async def _close_quietly(client: ModelApiClient) -> None:
