@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,11 @@ import trio
 
 AGENT = Path(__file__).resolve().parent / "data" / "agent_script.py"
 REPO_KEY = "forge.example/acme/api"
+#: The test command a scripted agent runs in its shell. Never a bare `python`/`python3`: Codex runs
+#: commands through `bash -lc`, whose login profile picks the interpreter (Debian has no `python` at all:
+#: exit 127), and a `python3` without pytest also exits 1 — the right status for the wrong reason. This
+#: interpreter has pytest, so a failing test is the failure the agent sees.
+PYTEST = f"{shlex.quote(sys.executable)} -m pytest -q"
 
 
 def git(cwd: Path, *args: str) -> str:

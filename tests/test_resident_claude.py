@@ -16,7 +16,7 @@ import trio
 
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support_codex import REPO, daemon_process
-from support_runs import REPO_KEY, make_repo
+from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
     script = Script(turns=(
         ToolUse("mcp__memactors__recall", {"query": "ledger rounding"}),
         ToolUse("Write", {"file_path": str(repo / "NOTES.md"), "content": "rounding is binary floating point\n"}),
-        ToolUse("Bash", {"command": "python -m pytest -q test_ledger.py", "description": "run the ledger test"}),
+        ToolUse("Bash", {"command": f"{PYTEST} test_ledger.py", "description": "run the ledger test"}),
         Text("Left NOTES.md; test_rounding still fails."),
     ))
     home = tmp_path / "home"
