@@ -17,7 +17,6 @@ from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
 from support import RESIDENT, wait_ready, write_config
 
-
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
 _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR",
                  "MEMACTORS_HARNESS", "MEMACTORS_RUN_TOKEN")

@@ -463,6 +463,10 @@ def explain_failure(report: ConformanceReport, stderr_tail: tuple[str, ...]) -> 
     if report.ok:
         return report
     first = report.checks[0] if report.checks else None
+    if first is not None and stderr_tail and first.status == "fail" and "Connection closed" in first.reason:
+        # the process ended before it answered: what it printed is the reason, shown under this check
+        first = attrs.evolve(first, reason=f"{first.reason} (the provider exited; its stderr says why)")
+        report = attrs.evolve(report, checks=(first, *report.checks[1:]))
     help_text = None
     if first is not None and first.number == 1 and first.status == "fail":
         help_text = (f"a memory provider is an MCP server with the tools memory_contract, memory_record_episode, "

@@ -25,7 +25,7 @@ from loguru import logger
 
 from ._kernel import SupervisorFailed
 from .config import Config, ConfigHolder, load_config
-from .errors import ConfigError
+from .errors import ConfigError, MemactorsError
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc import ensure_tokens, serve_rpc
@@ -162,8 +162,8 @@ async def _send_spool(memory: Any, state_dir: Path) -> None:
     """Send the sessions a hook spooled while no daemon was reachable (spool.py), once we serve."""
     try:
         counts = await send_spool(state_dir, memory.ingest_runs)
-    except OSError as exc:
-        logger.bind(error=type(exc).__name__).warning("session spool could not be read; left for the next start")
+    except (OSError, MemactorsError) as exc:  # the spool keeps what was not confirmed: nothing is lost
+        logger.bind(error=type(exc).__name__).warning("session spool not sent; left for the next hook or start")
         return
     if counts:
         logger.bind(**counts).info("spooled sessions sent")

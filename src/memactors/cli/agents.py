@@ -249,7 +249,11 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
 
     state = load(args).store.path
     entry = {"record": redact_obj(record), "source": source, "spooled_at": iso(datetime.now(UTC))}
-    return spool.append(state, entry)
+    try:
+        return spool.append(state, entry)
+    except OSError as exc:
+        raise CliError("UNAVAILABLE", f"no daemon answered, and the session could not be spooled to "
+                                      f"{spool.spool_path(state)}: {exc.strerror or exc}") from None
 
 
 def _send_spool(args: argparse.Namespace) -> dict[str, int]:
