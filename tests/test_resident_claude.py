@@ -79,13 +79,14 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
             assert row["run_id"] == session_id, hook_log.read_text(encoding="utf-8")
             shown = await daemon.acli("memory", "episodes", row["episode_id"], "--json")
             episode = json.loads(shown.stdout)["episode"]
-            db = sqlite3.connect(daemon.state / "memactors.db")
-            try:
-                calls = db.execute("SELECT caller, tool FROM call_log WHERE server = 'gateway'").fetchall()
-                provider_calls = db.execute("SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall()
-                exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
-            finally:
-                db.close()
+    # the call log is written in batches: read it once the daemon has stopped (a clean stop writes it all)
+    db = sqlite3.connect(daemon.state / "memactors.db")
+    try:
+        calls = db.execute("SELECT caller, tool FROM call_log WHERE server = 'gateway'").fetchall()
+        provider_calls = db.execute("SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall()
+        exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
+    finally:
+        db.close()
     # the session's recall went through the gateway as the resident run its token was minted for
     assert calls == [("coder/resident-1", "recall")]
     assert provider_calls == [("daemon",)]  # REQ-18: the provider call serving it is the daemon's own row

@@ -76,7 +76,7 @@ async def test_a_codex_installed_in_the_project_calls_recall_as_a_tool(tmp_path:
                                     "--", "What do we know about the ledger rounding?"], cwd=repo, env=env)
             out = done.stdout.decode(errors="replace")
             assert done.returncode == 0, (out[-2000:], done.stderr.decode(errors="replace")[-2000:])
-            calls = gateway_calls(daemon)
+    calls = gateway_calls(daemon)  # the call log is written in batches: read it once the daemon has stopped
     [recalled] = fake.tool_outputs(2)
     assert "requires approval" not in recalled and '<memory-data kind="recall"' in recalled
     assert seeded in recalled and "Decimal quantize" in recalled
@@ -99,7 +99,7 @@ async def test_the_codex_snippet_mcp_config_prints_works_as_given(tmp_path: Path
             done = await run_codex([str(codex), "exec", "--json", "--skip-git-repo-check",
                                     *fake_provider_args(fake.base_url), "--", "recall the ledger"], cwd=repo, env=env)
             assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-            calls = gateway_calls(daemon)
+    calls = gateway_calls(daemon)
     [recalled] = fake.tool_outputs(2)
     assert seeded in recalled and "requires approval" not in recalled
     [(caller, tool, outcome)] = calls

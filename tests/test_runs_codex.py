@@ -142,11 +142,12 @@ async def test_a_codex_run_calls_recall_as_a_tool_and_gets_its_memory_document_b
             done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
             assert done.returncode == 0, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
             run = json.loads(done.stdout)
-            db = sqlite3.connect(daemon.state / "memactors.db")
-            try:
-                calls = db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
-            finally:
-                db.close()
+    # the call log is written in batches: read it once the daemon has stopped (a clean stop writes it all)
+    db = sqlite3.connect(daemon.state / "memactors.db")
+    try:
+        calls = db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
+    finally:
+        db.close()
     [recalled] = fake.tool_outputs(2)
     assert "requires approval" not in recalled
     assert recalled.count('<memory-data kind="recall"') == 1
