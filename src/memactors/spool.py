@@ -193,9 +193,30 @@ def claim(state_dir: Path) -> Claim | None:
     return Claim(state_dir, held, entries, len(unreadable))
 
 
+#: Records per IngestRuns call when sending (the RPC takes at most 500).
+BATCH = 200
+
+
+def batches(entries: list[dict[str, Any]]) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """(entries, IngestRuns ``records``) in batches of BATCH."""
+    for start in range(0, len(entries), BATCH):
+        batch = entries[start:start + BATCH]
+        yield batch, [{"record": e["record"], "source": e.get("source") or "spool"} for e in batch]
+
+
+def tally(batch: list[dict[str, Any]], results: list[dict[str, Any]], counts: dict[str, int],
+          refused: list[dict[str, Any]]) -> None:
+    """Count IngestRuns' outcomes for ``batch`` into ``counts``; the ``rejected`` entries go to ``refused``."""
+    for entry, result in zip(batch, results, strict=True):
+        outcome = str(result.get("outcome"))
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome == "rejected":
+            refused.append({**entry, "error": result.get("error")})
+
+
 async def send_spool(state_dir: Path, ingest_many: Any) -> dict[str, int]:
     """The daemon's sender: claim the spool and ingest it with ``ingest_many`` (MemoryService.ingest_runs:
-    ``[{record, source}]`` → ``{"results": [...]}``). Returns counts by outcome, plus ``undelivered``."""
+    ``[{record, source}]`` → ``{"results": [...]}``). Returns counts by outcome (and ``unreadable`` lines)."""
     import trio
 
     taken = await trio.to_thread.run_sync(claim, state_dir)
@@ -203,24 +224,15 @@ async def send_spool(state_dir: Path, ingest_many: Any) -> dict[str, int]:
         return {}
     counts: dict[str, int] = {}
     refused: list[dict[str, Any]] = []
-    undelivered: list[dict[str, Any]] = []
+    sent = 0
     try:
-        for start in range(0, len(taken.entries), 200):
-            batch = taken.entries[start:start + 200]
-            answer = await ingest_many([{"record": e["record"], "source": e.get("source") or "spool"} for e in batch])
-            for entry, result in zip(batch, answer["results"], strict=True):
-                outcome = str(result.get("outcome"))
-                counts[outcome] = counts.get(outcome, 0) + 1
-                if outcome == "rejected":
-                    refused.append({**entry, "error": result.get("error")})
-    except BaseException:
+        for batch, records in batches(taken.entries):
+            tally(batch, (await ingest_many(records))["results"], counts, refused)
+            sent += len(batch)
+    finally:
         # Whatever was not confirmed goes back: sending it again is harmless (ingest is idempotent).
-        undelivered = taken.entries
-        refused = []
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(lambda: taken.done(undelivered=undelivered, refused=refused))
-        raise
-    await trio.to_thread.run_sync(lambda: taken.done(undelivered=[], refused=refused))
+            await trio.to_thread.run_sync(lambda: taken.done(undelivered=taken.entries[sent:], refused=refused))
     if taken.unreadable:
         counts["unreadable"] = taken.unreadable
     return counts

@@ -267,15 +267,8 @@ def _send_spool(args: argparse.Namespace) -> dict[str, int]:
     refused: list[dict[str, Any]] = []
     sent = 0
     try:
-        for start in range(0, len(taken.entries), 200):
-            batch = taken.entries[start:start + 200]
-            answer = _hook_call(args, "IngestRuns", {"records": [
-                {"record": e["record"], "source": e.get("source") or "spool"} for e in batch]})
-            for entry, result in zip(batch, answer["results"], strict=True):
-                outcome = str(result.get("outcome"))
-                counts[outcome] = counts.get(outcome, 0) + 1
-                if outcome == "rejected":
-                    refused.append({**entry, "error": result.get("error")})
+        for batch, records in spool.batches(taken.entries):
+            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records})["results"], counts, refused)
             sent += len(batch)
     finally:
         # What was not confirmed goes back (sending it again is harmless: ingest is idempotent).
