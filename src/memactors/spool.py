@@ -33,7 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Claim", "append", "claim", "count_lines", "pending", "rejected_path", "requeue", "spool_path"]
+__all__ = ["BATCH", "Claim", "append", "batches", "claim", "count_lines", "pending", "reject", "rejected_path", "requeue",
+           "send_spool", "spool_path", "tally"]
 
 SPOOL = "session-spool.jsonl"
 REJECTED = "session-spool.rejected.jsonl"
