@@ -437,7 +437,7 @@ def main() -> None:
     parser.add_argument("--keep", help="keep the state directory here (and reuse it, without ingesting, when it exists)")
     parser.add_argument("--write-path-questions", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="[MODULE.]NAME=VALUE",
-                        help="with --direct: set a constant of memactors.builtin (or of memactors.MODULE) to a Python"
+                        help="with --direct: set a constant of memactors.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
@@ -459,7 +459,7 @@ def main() -> None:
         for assignment in args.set:
             name, _, value = assignment.partition("=")
             module, _, name = name.rpartition(".")
-            setattr(importlib.import_module(f"memactors.{module or 'builtin'}"), name, ast.literal_eval(value))
+            setattr(importlib.import_module(f"memactors.{module or 'ranking'}"), name, ast.literal_eval(value))
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="recall-quality-"))
     root.mkdir(parents=True, exist_ok=True)
     out = trio.run(lambda: evaluate(repos, data["questions"], root, direct=args.direct))

@@ -438,7 +438,7 @@ def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
     return value
 
 
-#: builtin_fts's BM25 weights per column as configured by migration 0009 (builtin.BM25_WEIGHTS).
+#: builtin_fts's BM25 weights per column as configured by migration 0009 (ranking.BM25_WEIGHTS).
 _BUILTIN_FTS_SQL = """
     CREATE VIRTUAL TABLE builtin_fts USING fts5 (
         scope_key, title, excerpt, files, failures, meta,

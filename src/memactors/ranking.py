@@ -1,0 +1,226 @@
+"""The built-in provider's ranking (SPEC-0030 REQ-11): which words a recall searches for, the FTS5 plan
+that finds its candidates, the order of a metadata-only query, and reciprocal rank fusion.
+
+Split out of `builtin.py` (which keeps the contract, the documents, the vectors and the stdio server)
+so the ranking reads in one sitting. The FTS5 statements here are the SQLite engine's; the pure parts
+(`search_words`, `briefing_rank`, `rrf`, `rank`) are what every engine's ranking shares.
+
+* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
+  (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
+  the work follows the caller's repository, not the store. The plan: the AND of every query word
+  first; only when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND
+  matches). Best 200 candidates by `rank` (BM25 with BM25_WEIGHTS over the content and metadata
+  columns; the scope column weighs 0).
+* The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
+  words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
+  name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
+  next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
+* Rankings are fused by `rrf` (Σ 1/(60 + rank)); `rank` breaks ties by recency (started_at, newest
+  first), then by episode id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import sqlite_utils
+
+from .store import _WORD, scope_key, scope_range
+
+RRF_K = 60
+CANDIDATES = 200
+#: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
+#: touched (the content columns), then its metadata (harness, adapter, model, repository, branch,
+#: outcome, reason, run id, pull request), which every episode of a scope shares in part.
+FTS_COLUMNS = ("scope_key", "title", "excerpt", "files", "failures", "meta")
+CONTENT_COLUMNS = ("title", "excerpt", "files", "failures")
+#: BM25 weight of each FTS column (the scope token weighs nothing): the run's first words (its summary,
+#: else the start of its excerpt) count most, then the paths it touched (docs/benchmarks.md, "Recall
+#: quality", says what each weight did).
+BM25_WEIGHTS = (0.0, 3.0, 1.0, 1.5, 1.0, 0.25)
+
+
+@attrs.frozen
+class Hit:
+    episode_id: str
+    doc_id: int
+    started_at: str
+
+
+def query_words(query: str) -> list[str]:
+    """The distinct words of a query, lower-cased, in order."""
+    return list(dict.fromkeys(_WORD.findall(query.lower())))
+
+
+#: Words that say how a question is asked, not what it is about: English function words and the
+#: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
+#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
+#: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
+STOPWORDS = frozenset("""
+a about above after again against all already also am an and any anyone anything are around as at be
+because been before being below between both but by can could did do does doing done down during each
+ever few for from further get got had has have having he her here hers him his how i if in into is it
+its itself just last lately me more most my myself no nor not now of off on once only or other our ours
+out over own please previously recent recently same she should so some someone something still such
+than that the their theirs them then there these they this those through to too under until up us very
+was we were what when where which while who whom why will with would yet you your yours
+""".split())
+
+
+def search_words(query: str) -> list[str]:
+    """The words a recall searches for: the query's words less STOPWORDS (all of them when that would
+    leave none)."""
+    words = query_words(query)
+    kept = [w for w in words if w not in STOPWORDS]
+    return kept or words
+
+
+def rank_function(weights: Sequence[float] = ()) -> str:
+    """The BM25 rank expression with each FTS column's weight (BM25_WEIGHTS unless given)."""
+    return "bm25(" + ", ".join(repr(float(w)) for w in (weights or BM25_WEIGHTS)) + ")"
+
+
+def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
+    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
+    metadata columns.
+
+    Every word is double-quoted, so FTS5 operators in user text stay inert.
+    """
+    keys = " OR ".join(f'"{scope_key(s)}"' for s in scopes)
+    terms = f" {op} ".join(f'"{w}"' for w in words)
+    return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
+
+
+
+def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
+                    limit: int, candidates: int = CANDIDATES) -> list[Hit]:
+    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
+
+    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
+    its scope token, and the joined row's scope is checked once more. Returns the hits, best first:
+    rank (BM25 with BM25_WEIGHTS, configured as the table's rank), then recency, then id.
+
+    At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
+    number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
+    """
+    ranges = scope_ranges(db, scopes)
+    any_word = scoped_match(words, scopes, "OR")
+    plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
+    rows: list[Any] = []
+    for match in plans:
+        rows = []
+        for scope, low, high in ranges:
+            rows += db.execute(
+                f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
+                # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
+                f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
+                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
+                [match, rank_function(), low, high, scope],
+            ).fetchall()
+        if len(ranges) > 1:
+            rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
+            rows = rows[:candidates]
+        if len(rows) >= limit:
+            break
+    return [Hit(r[2], int(r[3]), r[1]) for r in rows]
+
+
+def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(scope, first doc id, last doc id) of each requested scope that has documents."""
+    wanted = list(dict.fromkeys(scopes))
+    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    return [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
+
+
+def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]]) -> bool:
+    return any(db.execute("SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? LIMIT 1",
+                          [match, low, high]).fetchone() is not None for _, low, high in ranges)
+
+
+def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
+    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
+    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
+    and not in any metadata makes it a real query. At most two index probes per word."""
+    ranges = scope_ranges(db, scopes)
+    if not ranges or not words:
+        return False
+    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
+    in_meta = False
+    for w in words:
+        if _occurs(db, f'meta : "{w}"', ranges):
+            in_meta = True
+        elif _occurs(db, f'{content} : "{w}"', ranges):
+            return False
+    return in_meta
+
+
+#: Episodes of the scope considered for a metadata-only query (newest first).
+BRIEFING_CANDIDATES = 200
+
+
+def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
+    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
+
+    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
+    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
+    of: all of them newest first; those on the query's branch (every word of their branch is a word
+    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
+    run of the scope touching one of the same files — newest first. Ties by recency, then id.
+    """
+    rows: list[tuple[int, str, str, str, str, str]] = []
+    for scope, _low, _high in scope_ranges(db, scopes):
+        rows += db.execute(
+            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
+            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
+            f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
+    return briefing_rank(rows, words)
+
+
+def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[Hit]:
+    """`briefing_order`'s ranking of the scope's newest episodes with something to show, given as rows
+    (doc_id, episode_id, started_at, branch, outcome, files as JSON); every store engine uses it."""
+    rows = sorted(rows, key=lambda r: (_desc(r[2]), r[1]))[:BRIEFING_CANDIDATES]
+    wanted = set(words)
+    on_branch = [r[1] for r in rows if r[3] and set(_WORD.findall(r[3].lower())) <= wanted]
+    failed_files: set[str] = set()
+    fixed: list[str] = []
+    for r in reversed(rows):  # oldest first
+        files = set(json.loads(r[5]))
+        if r[4] == "failed":
+            failed_files |= files
+        elif r[4] == "succeeded" and files & failed_files:
+            fixed.append(r[1])
+            failed_files -= files
+    fixed.reverse()
+    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
+    started = {r[1]: r[2] for r in rows}
+    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
+    return [hits[eid] for eid in rank(fused, started, len(fused))]
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: Σ 1 / (k + rank) over every ranking an id appears in (rank from 1)."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:
+    """Ids by fused score, ties by recency (started_at newest first), then id."""
+    by_id = sorted(fused)
+    by_recency = sorted(by_id, key=lambda eid: started.get(eid, ""), reverse=True)  # stable: id order kept
+    return sorted(by_recency, key=lambda eid: -fused[eid])[:limit]
+
+
+def _desc(started_at: str) -> tuple[int, ...]:
+    """Sort key for 'newest first' on ISO strings."""
+    return tuple(-ord(c) for c in started_at)
