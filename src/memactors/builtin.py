@@ -78,6 +78,8 @@ from .ranking import bm25_candidates as bm25_candidates
 from .ranking import briefing_order as briefing_order
 from .ranking import briefing_rank as briefing_rank
 from .ranking import metadata_only as metadata_only
+from .ranking import path_candidates as path_candidates
+from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
 from .ranking import rank as rank
 from .ranking import rrf as rrf
@@ -379,13 +381,12 @@ class BuiltinProvider:
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
         words = search_words(query)
-        marks = ",".join("?" * len(scopes))
         hybrid = self.embedder is not None and bool(query.strip())
         # A query whose words only select the scope's episodes (metadata_only) is answered by
         # briefing_order, with no snippet words and no cosine ranking.
         meta_mode = False
 
-        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
+        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], dict[str, Hit]]:
             nonlocal meta_mode
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
@@ -400,32 +401,30 @@ class BuiltinProvider:
                 for hit in found:
                     hits[hit.episode_id] = hit
                     bm25_rank.append(hit.episode_id)
-            path_rank: list[str] = []
-            if paths:
-                conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
-                rows = db.execute(
-                    f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
-                    f" WHERE d.scope IN ({marks}) AND ({conds})"
-                    f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
-                    [*scopes, *paths],
-                ).fetchall()
-                for eid, doc_id, started in rows:
-                    hits.setdefault(eid, Hit(eid, int(doc_id), started))
-                    path_rank.append(eid)
-            return bm25_rank, path_rank, hits
+            return bm25_rank, hits
 
-        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str], path_rank: list[str],
+        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str],
                  hits: dict[str, Hit]) -> list[tuple[str, str, float]]:
             if meta_mode:
                 cosine_rank = []
+            started = {eid: h.started_at for eid, h in hits.items()}
+            path_rank: dict[str, int] = {}
+            if paths:
+                # The path boost: the episodes that touched a requested path, best text match first.
+                text_order = rank(rrf([r for r in (bm25_rank, cosine_rank) if r]), started, len(hits))
+                touched = path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
+                for hit in touched:
+                    hits.setdefault(hit.episode_id, hit)
+                    started.setdefault(hit.episode_id, hit.started_at)
+                path_rank = path_ranking(touched, text_order)
             fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
-            order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
+            order = rank(fused, started, limit)
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
             return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
         def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
-            bm25_rank, path_rank, hits = text_rankings(db)
-            return fuse(db, bm25_rank, [], path_rank, hits)
+            bm25_rank, hits = text_rankings(db)
+            return fuse(db, bm25_rank, [], hits)
 
         degraded: str | None = None
         if not hybrid:  # one read transaction, one worker-thread hop
@@ -449,10 +448,10 @@ class BuiltinProvider:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-            bm25_rank, path_rank, hits = results["text"]
+            bm25_rank, hits = results["text"]
             for eid, hit in cosine_hits.items():
                 hits.setdefault(eid, hit)
-            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, path_rank, hits))
+            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, hits))
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                          for eid, text, score in ranked]}
         if degraded:

@@ -22,7 +22,7 @@ so the ranking reads in one sitting. The FTS5 statements here are the SQLite eng
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -205,11 +205,55 @@ def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[H
     return [hits[eid] for eid in rank(fused, started, len(fused))]
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
-    """Reciprocal rank fusion: Σ 1 / (k + rank) over every ranking an id appears in (rank from 1)."""
+def path_candidates(db: sqlite_utils.Database, paths: Sequence[str], scopes: Sequence[str],
+                    among: Sequence[int] = ()) -> list[Hit]:
+    """Episodes in `scopes` whose `files_touched` holds one of `paths` exactly (repository-relative),
+    newest first: the newest CANDIDATES of them, and any of the documents `among` (the text ranking's
+    candidates) that touched one, however old."""
+    conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
+    rows: list[Any] = []
+    for scope, _low, _high in scope_ranges(db, scopes):
+        rows += db.execute(
+            f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d WHERE d.scope = ? AND ({conds})"
+            f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}", [scope, *paths]).fetchall()
+    wanted = list(dict.fromkeys(among))
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        rows += db.execute(
+            f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
+            f" WHERE d.doc_id IN ({','.join('?' * len(chunk))}) AND d.scope IN ({','.join('?' * len(scopes))})"
+            f" AND ({conds})", [*chunk, *scopes, *paths]).fetchall()
+    hits = {r[0]: Hit(r[0], int(r[1]), r[2]) for r in rows}
+    return sorted(hits.values(), key=lambda h: (_desc(h.started_at), h.episode_id))
+
+
+def path_ranking(touched: Sequence[Hit], text_order: Sequence[str]) -> dict[str, int]:
+    """REQ-11's path boost as a ranking (episode id → rank from 1) of the episodes that touched a
+    requested path (`touched`, newest first): those the text ranking found come first, in its order;
+    the others come after as many places as the text ranking has, newest first.
+
+    Fused with the text ranking, an episode that matches the query and touched the path gains most,
+    and one that only touched the path ranks below every text match: it is returned when the text
+    matches leave room. The first pass ranked the path's episodes newest first, so in a repository where
+    most runs touch one file (attrs' `_make.py`) newer runs matching nothing of the query pushed better
+    text matches out (issue 17; docs/benchmarks.md, "Recall quality").
+    """
+    place = {eid: i for i, eid in enumerate(text_order)}
+    ids = [h.episode_id for h in touched]
+    both = sorted((eid for eid in ids if eid in place), key=place.__getitem__)
+    ranks = {eid: i for i, eid in enumerate(both, start=1)}
+    after = max(len(text_order), len(both))
+    ranks.update((eid, after + i) for i, eid in enumerate((e for e in ids if e not in place), start=1))
+    return ranks
+
+
+def rrf(rankings: Sequence[Sequence[str] | Mapping[str, int]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: Σ 1 / (k + rank) over every ranking an id appears in. A ranking is a list
+    of ids, best first (rank from 1), or a mapping of id to rank (`path_ranking`)."""
     fused: dict[str, float] = {}
     for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
+        pairs = ranking.items() if isinstance(ranking, Mapping) else ((key, r) for r, key in enumerate(ranking, 1))
+        for key, rank in pairs:
             fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
     return fused
 
