@@ -64,7 +64,7 @@ from . import __version__, contract
 from .contract import load_schemas
 from .episode import flatten
 from .errors import InvalidArgument, MemactorsError
-from .gist import cut_words, gist
+from .gist import gist
 from .ranking import BM25_WEIGHTS as BM25_WEIGHTS
 from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
 from .ranking import CANDIDATES as CANDIDATES
@@ -86,6 +86,7 @@ from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
 from .store import Store, scope_doc_id, scope_key
+from .wrapper import ELLIPSIS, cut_at_word
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
@@ -200,7 +201,7 @@ def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: 
                          for f in ep["verify_failures"] if isinstance(f, Mapping))
     else:
         failures = tuple((m.group(1), int(m.group(2))) for m in _FAILURE.finditer(lines.get("verify_failures", "")))
-    title = summary or cut_words(excerpt, TITLE_CHARS).rstrip("…")
+    title = summary or cut_at_word(excerpt, TITLE_CHARS).removesuffix(ELLIPSIS)
     return DocFields(
         title=title, excerpt=excerpt, summary=summary, files=files, failures=failures,
         meta=" ".join(v for v in (value(name) for name in META_FIELDS) if v),
