@@ -80,11 +80,14 @@ from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 from memactors.rpc import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
+CHANGELOG_DATA = DATA.with_name("changelog_questions.json")
 ROLES = ("fixer", "docs", "triage", "refactor", "deps")
 #: Report groups, in order: (kind, set) -> name.
 GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other", "natural"): "other (natural)",
           ("path", "first"): "path", ("path", "hard"): "path", ("same", "black"): "black same",
           ("other", "black"): "black other"}
+#: The changelog questions' groups, by how many content words of the commit's subject they share.
+CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
 UPCOMING = 10
 LIMIT = 8
@@ -172,11 +175,18 @@ def run_record(repo: Repo, c: Commit) -> dict[str, Any]:
 
 # -- questions -----------------------------------------------------------------------------------------
 
-def load_questions() -> dict[str, Any]:
-    return json.loads(DATA.read_text(encoding="utf-8"))
+def load_questions(*, changelog: bool = False) -> dict[str, Any]:
+    """The hand-written questions; with `changelog`, the changelog questions after them."""
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    if changelog and CHANGELOG_DATA.exists():
+        data["questions"] += json.loads(CHANGELOG_DATA.read_text(encoding="utf-8"))["questions"]
+    return data
 
 
 def group(q: dict[str, Any]) -> str:
+    if q["kind"] == "changelog":
+        name = CHANGELOG_GROUPS[min(max(q["shared"] - 1, 0), 2)]
+        return f"black {name}" if q.get("set") == "black" else name
     return GROUPS[(q["kind"], q.get("set", "first"))]
 
 
@@ -212,6 +222,102 @@ def write_path_questions(repos: Sequence[Repo]) -> None:
     data["questions"] = nl + paths
     DATA.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{len(paths)} path questions written to {DATA}")
+
+
+# -- the changelog questions ------------------------------------------------------------------------------
+
+_REF = re.compile(r"#(\d+)")
+_PLAIN = [(re.compile(p), r) for p, r in (
+    (r"\[#?\d+\]\([^)]*\)", " "), (r"\[([^\]]*)\]\([^)]*\)", r"\1"), (r"\(#\d+(?:,\s*#\d+)*\)", " "), (r"#\d+", " "),
+    (r"https?://\S+", " "), (r"[`*]", ""), (r"\s+", " "))]
+
+
+def changelog_bullets(text: str) -> list[str]:
+    """The bullets of a Markdown changelog, each with its continuation lines."""
+    out: list[str] = []
+    current: str | None = None
+    for line in text.splitlines():
+        if re.match(r"^\s{0,2}[-*] ", line):
+            if current:
+                out.append(current)
+            current = line.strip()[2:]
+        elif current is not None and line.strip() and line.startswith(" "):
+            current += " " + line.strip()
+        elif current is not None and (not line.strip() or line.startswith("#")):
+            out.append(current)
+            current = None
+    if current:
+        out.append(current)
+    return out
+
+
+def changelog_question(bullet: str) -> tuple[list[int], str]:
+    """(the pull request / issue numbers a bullet names, its first sentence as plain text, at most 30
+    words, without the numbers or links)."""
+    refs = [int(n) for n in _REF.findall(bullet)]
+    text = bullet
+    for pattern, replacement in _PLAIN:
+        text = pattern.sub(replacement, text)
+    text = re.split(r"(?<=[a-z0-9)])\. ", text.strip())[0].rstrip(". ")
+    return refs, " ".join(text.split()[:30])
+
+
+def shared_words(query: str, subject: str) -> int:
+    """How many content words of the commit's subject the question has (equal, or one starting the
+    other, or the same first five letters: `gist.matches`)."""
+    from memactors.gist import matches
+    from memactors.ranking import STOPWORDS
+
+    def content(t: str) -> set[str]:
+        return {w for w in re.findall(r"[^\W_]+", t.lower()) if w not in STOPWORDS and not w.isdigit()}
+
+    asked = content(query)
+    return sum(1 for w in content(re.sub(r"\(#\d+\)", "", subject)) if matches(w, asked) or any(matches(a, [w]) for a in asked))
+
+
+def write_changelog_questions(repos: Sequence[Repo]) -> None:
+    """Questions from each project's own changelog: a bullet that names pull requests or issues asks
+    for the commit(s) that made them — the subject carries "(#N)", or (attrs) the commit added the
+    news fragment `changelog.d/N.*` (a commit adding more than two fragments is a release or a
+    conversion, not the change). The maintainers' words for a change, written apart from its commit
+    message: paraphrases in quantity, none written by us. Only commits that are ingested (not the
+    held-out newest 30) answer; a bullet that more than three commits answer is left out."""
+    data = load_questions()
+    out: list[dict[str, Any]] = []
+    for r in repos:
+        name = data["repos"][r.key]["changelog"]
+        text = subprocess.run(["git", "-C", r.path, "show", f"HEAD:{name}"], capture_output=True, text=True,
+                              check=True).stdout
+        log = subprocess.run(["git", "-C", r.path, "log", "--no-merges", "--format=%x1e%H", "--name-status"],
+                             capture_output=True, text=True, check=True).stdout
+        added = {}
+        for chunk in log.split("\x1e")[1:]:
+            sha, _, names = chunk.partition("\n")
+            added[sha.strip()] = [n.split("\t")[-1] for n in names.splitlines() if n.startswith("A\t")]
+        kept = r.commits[:-HOLDOUT]
+        seen: set[str] = set()
+        for bullet in changelog_bullets(text):
+            refs, query = changelog_question(bullet)
+            if not refs or len(query.split()) < 4 or query in seen:
+                continue
+            answers = []
+            for c in kept:
+                fragments = [f for f in added.get(c.sha, []) if f.startswith("changelog.d/")]
+                if any(f"(#{n})" in c.subject for n in refs) or (len(fragments) <= 2 and any(
+                        re.fullmatch(rf"changelog\.d/{n}\.\w+\.(md|rst)", f) for f in fragments for n in refs)):
+                    answers.append(c.run_id)
+            if not answers or len(answers) > 3:
+                continue
+            seen.add(query)
+            subject = next(c.subject for c in kept if c.run_id == answers[0])
+            out.append({"repo": r.key, "kind": "changelog", "set": "black" if r.key.endswith("/black") else "tune",
+                        "query": query, "answers": answers, "shared": shared_words(query, subject)})
+    CHANGELOG_DATA.write_text(json.dumps({"about": (
+        "Questions from each project's changelog (bench/recall_quality.py --write-changelog-questions): a bullet"
+        " naming pull requests asks for the commits that made them; 'shared' counts the content words of the"
+        " answer's subject the question has. httpx and attrs: the set ranking changes were tuned on; black:"
+        " checking only."), "questions": out}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{len(out)} changelog questions written to {CHANGELOG_DATA}")
 
 
 def episode_runs(document: str) -> list[tuple[str, str]]:
@@ -336,9 +442,9 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
 
         def score(q: dict[str, Any], found: list[tuple[str, str]]) -> None:
             g = group(q)
-            for key in (g, f"{g} · {half(q)}") if q.get("set") != "black" else (g,):
+            for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
                 scores.setdefault(key, Scores()).add(q, found, subjects)
-            if q["kind"] != "path":  # the natural-language questions together, per corpus
+            if q["kind"] not in ("path", "changelog"):  # the natural-language questions together, per corpus
                 key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"
                 scores.setdefault(key, Scores()).add(q, found, subjects)
         times: list[float] = []
@@ -375,7 +481,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 times.append(time.perf_counter() - t)
                 document = "".join(getattr(c, "text", "") for c in result.content)
                 score(q, episode_runs(document))
-        order = [*dict.fromkeys(GROUPS.values()), "natural (same+other)", "black natural (same+other)"]
+        order = [*dict.fromkeys(GROUPS.values()), "natural (same+other)", "black natural (same+other)",
+                 *CHANGELOG_GROUPS, *(f"black {g}" for g in CHANGELOG_GROUPS)]
         out["recall"] = {k: scores[k].row() for k in sorted(
             scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
         out["recall_ms_p50"] = round(statistics.median(times) * 1000, 1)
@@ -436,12 +543,14 @@ def main() -> None:
     parser.add_argument("--direct", action="store_true", help="questions in-process (ranking experiments)")
     parser.add_argument("--keep", help="keep the state directory here (and reuse it, without ingesting, when it exists)")
     parser.add_argument("--write-path-questions", action="store_true")
+    parser.add_argument("--write-changelog-questions", action="store_true")
+    parser.add_argument("--no-changelog", action="store_true", help="skip the changelog questions")
     parser.add_argument("--set", action="append", default=[], metavar="[MODULE.]NAME=VALUE",
                         help="with --direct: set a constant of memactors.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
-    data = load_questions()
+    data = load_questions(changelog=not args.no_changelog)
     if len(args.paths) > len(data["repos"]):
         parser.error(f"at most {len(data['repos'])} clones: {', '.join(data['repos'])}")
     repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
@@ -451,6 +560,9 @@ def main() -> None:
         r.commits = read_commits(r.path)
     if args.write_path_questions:
         write_path_questions(repos)
+        return
+    if args.write_changelog_questions:
+        write_changelog_questions(repos)
         return
     if args.set:
         import ast
