@@ -212,11 +212,15 @@ def path_candidates(db: sqlite_utils.Database, paths: Sequence[str], scopes: Seq
     candidates) that touched one, however old."""
     conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
     rows: list[Any] = []
+    complete = True  # every episode that touched a path is in `rows` already
     for scope, _low, _high in scope_ranges(db, scopes):
-        rows += db.execute(
+        found = db.execute(
             f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d WHERE d.scope = ? AND ({conds})"
             f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}", [scope, *paths]).fetchall()
-    wanted = list(dict.fromkeys(among))
+        complete = complete and len(found) < CANDIDATES
+        rows += found
+    have = {int(r[1]) for r in rows}
+    wanted = [] if complete else [i for i in dict.fromkeys(among) if i not in have]
     for i in range(0, len(wanted), 500):
         chunk = wanted[i:i + 500]
         rows += db.execute(
