@@ -10,14 +10,26 @@ An ``accept()`` that fails for lack of descriptors or memory (``EMFILE``, ``ENFI
 ``ENOMEM``) is retried after a short pause with one rate-limited log line, instead of trio's
 ``serve_listeners`` logging a traceback every 0.1 s.
 
-:func:`serve_asgi` runs an ASGI app on hypercorn's trio worker over such a listener, with short
-timeouts: a connection that sends no complete request head within ``keep_alive_timeout`` is closed, and
-a request body that stalls for ``read_timeout`` is dropped.
+:func:`serve_asgi` runs an ASGI app on hypercorn's trio worker over such a listener with three clocks,
+none of which a slow client can reset by trickling bytes:
+
+* **request head**: a total deadline (``HANDSHAKE_TIMEOUT``, 5 s) from the connection's accept for its
+  first request, and from the first byte of every later one. hypercorn has only an idle timer (which
+  also bounds the keep-alive gap, so it cannot be both short and long) and a per-read timeout (reset by
+  every byte); the deadline is enforced where hypercorn reads the socket (:class:`_DeadlineTCPServer`).
+* **request body**: a total deadline (``BODY_TIMEOUT``, 10 s) from the end of the head, and a size cap,
+  enforced where the body is read (:class:`memactors._asgi.RequestBodyGuard`, in front of every app):
+  past either the client gets 408 or 413 and the connection is closed. A client that vanishes mid-body
+  ends the request quietly (no application sees a half body, nothing logs a traceback).
+* **keep-alive**: an idle connection between two requests is kept ``KEEP_ALIVE_TIMEOUT`` (75 s), longer
+  than common clients keep theirs (httpx 5 s, node 5 s, Go 90 s idle but it closes first on a server's
+  close), so a client reusing its connection never races the server's close.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import resource
 from collections.abc import Callable
 from functools import partial
@@ -27,16 +39,22 @@ import trio
 
 from .logs import get_logger
 
-__all__ = ["FD_RESERVE", "CappedListener", "RateLimitedLog", "connection_cap", "serve_asgi"]
+__all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "CappedListener",
+           "RateLimitedLog", "connection_cap", "serve_asgi"]
 
 #: Descriptors no listener may take: SQLite (writer, read pool, WAL), provider pipes, logs, spares.
 FD_RESERVE = 128
 #: The most connections one listener holds at once when the fd limit allows more.
 MAX_CONNECTIONS = 256
-#: Seconds a client has to finish its HTTP request head (hypercorn's idle timer) or websocket handshake.
+#: Seconds a client has, in total, to send one HTTP request head (from its connection's accept for the
+#: first request, from the head's first byte for a later one) or to finish a websocket handshake.
 HANDSHAKE_TIMEOUT = 5.0
-#: Seconds a request body may stall between two reads.
+#: Seconds a client has, in total, to send one request body once its head is complete.
 BODY_TIMEOUT = 10.0
+#: Seconds an idle connection is kept between two requests: longer than clients keep theirs (>= 65 s).
+KEEP_ALIVE_TIMEOUT = 75.0
+#: The largest request body any listener accepts (the mcp SDK's own default limit).
+MAX_BODY_BYTES = 4 * 1024 * 1024
 #: How many listeners share the descriptors above the reserve.
 LISTENERS = 3
 
@@ -184,7 +202,10 @@ async def open_capped_listener(host: str, port: int, *, name: str, cap: int | No
 
 
 def hypercorn_config() -> Any:
-    """hypercorn settings for the daemon's HTTP listeners: quiet, short timeouts, bounded heads.
+    """hypercorn settings for the daemon's HTTP listeners: quiet, a long keep-alive, bounded heads.
+
+    ``read_timeout`` is off: a per-read timeout is reset by every byte (useless against a trickle) and
+    would also cut the keep-alive gap short. The head and body deadlines above replace it.
 
     hypercorn is imported here, not at the top: the CLI imports this module (through the RPC client)
     and must not pay for the HTTP server it never runs."""
@@ -193,11 +214,87 @@ def hypercorn_config() -> Any:
     config = HypercornConfig()
     config.accesslog = None
     config.errorlog = None
-    config.keep_alive_timeout = HANDSHAKE_TIMEOUT
-    config.read_timeout = int(BODY_TIMEOUT)
+    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
+    config.read_timeout = None
     config.h11_max_incomplete_size = 16 * 1024
     config.graceful_timeout = 1.0
     return config
+
+
+def _deadline_tcp_server() -> type[Any]:
+    """hypercorn's trio ``TCPServer`` with a total deadline on every request head (built on first use,
+    for the same reason as :func:`hypercorn_config`)."""
+    import h11
+    from hypercorn.events import Closed, RawData, Updated
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+
+    class _DeadlineTCPServer(TCPServer):  # type: ignore[misc]
+        """Reads the socket under the deadline of the phase the connection is in.
+
+        hypercorn reports a request head's completion as ``Updated(idle=False)`` and the end of a
+        response (the connection idle again) as ``Updated(idle=True)``; between the two the request's
+        body is the application's to bound. While idle, the first byte received starts the next head's
+        clock; with none, the keep-alive timer (hypercorn's idle task) runs. A connection that has
+        served no request yet has its head clock running from the accept. HTTP/2 and websocket
+        connections (no h11 request cycle to follow) keep a per-read timeout of ``BODY_TIMEOUT``.
+        """
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_started: float | None = trio.current_time()
+            self._in_request = False
+
+        async def protocol_send(self, event: Any) -> None:
+            if isinstance(event, Updated):
+                self._in_request = not event.idle
+                self._head_started = None
+            await super().protocol_send(event)
+
+        def _read_deadline(self) -> float:
+            protocol = getattr(self.protocol, "protocol", None)
+            connection = getattr(protocol, "connection", None)
+            if not isinstance(protocol, H11Protocol) or not isinstance(connection, h11.Connection):
+                return trio.current_time() + BODY_TIMEOUT
+            if self._in_request or connection.their_state is not h11.IDLE:
+                return math.inf  # a body (bounded by RequestBodyGuard) or the app's answer
+            if self._head_started is None:
+                return math.inf  # keep-alive: hypercorn's idle timer closes the connection
+            return self._head_started + HANDSHAKE_TIMEOUT
+
+        async def _read_data(self) -> None:
+            while True:
+                try:
+                    with trio.move_on_at(self._read_deadline()) as waited:
+                        data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+                if waited.cancelled_caught:
+                    _dropped(self.stream, "head")
+                    break
+                if data and not self._in_request and self._head_started is None:
+                    self._head_started = trio.current_time()
+                await self.protocol.handle(RawData(bytes(data)))
+                if data == b"":
+                    break
+            await self.protocol.handle(Closed())
+            # hypercorn leaves its keep-alive timer running after the peer left, and the connection's
+            # task group waits for it: with a long keep-alive, a closed connection would hold its
+            # socket and listener slot for up to KEEP_ALIVE_TIMEOUT more.
+            await self.idle_task.stop()
+
+    return _DeadlineTCPServer
+
+
+_slow = RateLimitedLog(interval=10.0)
+
+
+def _dropped(stream: Any, phase: str) -> None:
+    """One line per 10 s for clients dropped past a deadline (a peer can cause them at will)."""
+    suppressed = _slow.allow(phase)
+    if suppressed is not None:
+        _log.bind(phase=phase, peer=str(stream), suppressed=suppressed).info(
+            "dropped a client past its request deadline")
 
 
 async def serve_asgi(
@@ -207,28 +304,36 @@ async def serve_asgi(
     """Serve an ASGI app with hypercorn's trio worker on a capped listener until cancelled.
 
     This is hypercorn's ``worker_serve`` with our listener in place of the plain socket listener it
-    builds (hypercorn has no connection cap of its own). Reports ``(host, actual_port)``.
+    builds (hypercorn has no connection cap of its own), our TCP server (head deadlines) in place of
+    its own, and the app behind :class:`RequestBodyGuard` (body deadline and size cap, quiet
+    disconnects). Reports ``(host, actual_port)``.
     """
     from hypercorn.trio.lifespan import Lifespan
-    from hypercorn.trio.tcp_server import TCPServer
     from hypercorn.trio.worker_context import WorkerContext
     from hypercorn.typing import ConnectionState
     from hypercorn.utils import wrap_app
 
+    from ._asgi import RequestBodyGuard
+
     config = hypercorn_config()
-    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    guarded = RequestBodyGuard(app, deadline=BODY_TIMEOUT, max_bytes=MAX_BODY_BYTES, on_drop=_dropped_body)
+    wrapped = wrap_app(guarded, config.wsgi_max_body_size, "asgi")
     lifespan_state: dict[str, Any] = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)
     context = WorkerContext(None)
     listener = await open_capped_listener(host, port, name=name, cap=cap, backlog=config.backlog)
     actual_port = listener.socket.getsockname()[1]
+    server = _deadline_tcp_server()
     async with trio.open_nursery() as lifespan_nursery:
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
-        handler = partial(TCPServer, wrapped, config, context, ConnectionState(lifespan_state.copy()))
+        handler = partial(server, wrapped, config, context, ConnectionState(lifespan_state.copy()))
         async with trio.open_nursery() as server_nursery:
             await server_nursery.start(trio.serve_listeners, handler, [listener])
             _log.bind(listener=name, host=host, port=actual_port, cap=listener.cap).info("listening")
             task_status.started((host, actual_port))
     raise AssertionError("serve_listeners returned")  # pragma: no cover
 
+
+def _dropped_body(client: Any, why: str) -> None:
+    _dropped(f"{client[0]}:{client[1]}" if client else "unknown", why)
