@@ -245,7 +245,11 @@ class Metrics:
         self.actor_queue_depth.labels(_check_name(actor, "actor")).set(depth)
 
     def _harness_label(self, harness: str) -> str:
-        _check_name(harness, "harness")
+        # A run token may be minted for any harness name (`memactors token mint`), not only a configured
+        # one: a name that could not be a configuration key is counted as the other harnesses, never a
+        # failed briefing (it raised, and the agent's briefing call failed with a traceback; issue 20).
+        if not isinstance(harness, str) or not _NAME.fullmatch(harness):
+            return OTHER_HARNESS
         if harness in self._harnesses:
             return harness
         if len(self._harnesses) >= self._max_harnesses:
