@@ -50,7 +50,7 @@ from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
-from ..redact import redact
+from ..redact import LineRedactor
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
 from .breaker import Breaker
@@ -591,8 +591,13 @@ def describe_failure(exc: BaseException, endpoint: str) -> str:
 
 async def log_stderr(read_fd: int, logger_: Any) -> None:
     """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
-    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`."""
+    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`.
+
+    Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
+    printed over many lines is dropped whole, its body lines included, which redacting each line on
+    its own let through (issue 20)."""
     log = logger_.bind(source="provider_stderr")
+    lines_redactor = LineRedactor()
     stream = trio.lowlevel.FdStream(read_fd)
     async with stream:
         buffer = b""
@@ -607,6 +612,11 @@ async def log_stderr(read_fd: int, logger_: Any) -> None:
                 lines.append(buffer)
                 buffer = b""
             for raw in lines:
+                # Every line goes through the redactor, suppressed ones too: it must see a key's first
+                # line to drop the lines after it.
+                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
+                if text is None or not text.strip():
+                    continue
                 now = trio.current_time()
                 if now >= window_end:
                     if suppressed:
@@ -615,7 +625,5 @@ async def log_stderr(read_fd: int, logger_: Any) -> None:
                 if logged >= STDERR_LINES_PER_WINDOW:
                     suppressed += 1
                     continue
-                text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
-                if text.strip():
-                    logged += 1
-                    log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
+                logged += 1
+                log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
