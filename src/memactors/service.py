@@ -89,6 +89,7 @@ from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
 from .telemetry import memory_span
+from .urls import mask_url
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
@@ -149,10 +150,11 @@ def provider_target(config: Config, store: Store, builtin: BuiltinProvider | Non
 
 
 def provider_endpoint(upstream: McpServerConfig | None) -> str:
-    """What a connection error names: the stdio command's path, the HTTP upstream's URL, or the built-in."""
+    """What a connection error names: the stdio command's path, the HTTP upstream's URL (credentials
+    masked: the name is shown by status, doctor and logs), or the built-in."""
     if upstream is None:
         return "built-in provider"
-    return str(upstream.command) if upstream.command is not None else str(upstream.url)
+    return str(upstream.command) if upstream.command is not None else mask_url(str(upstream.url))
 
 
 def upstream_target(upstream: McpServerConfig) -> Any:

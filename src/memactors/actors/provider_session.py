@@ -53,6 +53,7 @@ from ..metrics import Metrics
 from ..redact import LineRedactor
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
+from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
 
@@ -197,7 +198,9 @@ class ProviderSession:
             self._log.bind(state=state, previous=self._state).info("provider session state")
             self._since = trio.current_time()
         self._state = state
-        self._last_error = error
+        # Shown by status and doctor: a URL inside (an HTTP client's error names the one it called) is
+        # shown without its credentials.
+        self._last_error = None if error is None else mask_urls(error)
         self._update_up()
 
     def _update_up(self) -> None:
@@ -577,13 +580,14 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def describe_failure(exc: BaseException, endpoint: str) -> str:
     """A connection failure in words that name what could not be reached: the command's path that could
-    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`."""
+    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`. A URL in the
+    client's own message is shown without its credentials (``mask_urls``)."""
     leaf = _leaf(exc)
     if isinstance(leaf, OSError) and leaf.filename:
         return f"cannot start {leaf.filename}: {leaf.strerror or type(leaf).__name__}"
     if isinstance(leaf, OSError) and leaf.strerror:
         return f"cannot reach {endpoint}: {leaf.strerror}"
-    detail = str(leaf)[:200] or type(leaf).__name__
+    detail = mask_urls(str(leaf))[:200] or type(leaf).__name__
     if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
         return f"cannot connect to {endpoint}: {detail}"
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
@@ -595,7 +599,7 @@ async def log_stderr(read_fd: int, logger_: Any) -> None:
 
     Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
     printed over many lines is dropped whole, its body lines included, which redacting each line on
-    its own let through (issue 20)."""
+    its own let through (issue 20). URLs are shown without their credentials."""
     log = logger_.bind(source="provider_stderr")
     lines_redactor = LineRedactor()
     stream = trio.lowlevel.FdStream(read_fd)
@@ -625,5 +629,6 @@ async def log_stderr(read_fd: int, logger_: Any) -> None:
                 if logged >= STDERR_LINES_PER_WINDOW:
                     suppressed += 1
                     continue
+                text = mask_urls(text)
                 logged += 1
                 log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
