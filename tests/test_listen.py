@@ -16,12 +16,16 @@ from memactors._listen import (
     HANDSHAKE_TIMEOUT,
     KEEP_ALIVE_TIMEOUT,
     MAX_BODY_BYTES,
+    SHED_AFTER,
     RateLimitedLog,
     serve_asgi,
+    trust_connection,
 )
 from support import within
 
 CALLS: list[int] = []
+#: A request to /hold/N is answered only once HOLD[N] is set: a connection whose request is being answered.
+HOLD: dict[str, trio.Event] = {}
 
 
 async def _echo_body(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -30,6 +34,10 @@ async def _echo_body(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await serve_lifespan(receive, send)
         return
     CALLS.append(1)
+    if scope["path"].startswith("/hold/"):
+        await HOLD[scope["path"]].wait()
+    if scope["path"] == "/trusted":  # as the gateway does for a request with a live run token
+        trust_connection(scope)
     size = 0
     while True:
         message = await receive()
@@ -63,25 +71,99 @@ async def _closed_by_server(stream: trio.SocketStream) -> bytes:
 
 async def test_a_listener_holds_at_most_its_cap_and_takes_the_next_client_when_one_leaves(
         nursery: trio.Nursery) -> None:
+    """Two requests being answered (never closed to make room) hold both slots: a third client waits in
+    the backlog until one of them has its answer and leaves."""
     _, port = await nursery.start(lambda task_status: serve_asgi(
         _echo_body, "127.0.0.1", 0, name="test", cap=2, task_status=task_status))
-    idle = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+    busy = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+    for n, stream in enumerate(busy):
+        HOLD[f"/hold/{n}"] = trio.Event()
+        await stream.send_all(b"GET /hold/%d HTTP/1.1\r\nHost: x\r\n\r\n" % n)
     answered: list[bytes] = []
 
     async def third() -> None:
         answered.append(await _get(port))
 
     nursery.start_soon(third)
-    with trio.move_on_after(1.0):  # both slots are taken: the third client waits in the backlog
+    with trio.move_on_after(3 * SHED_AFTER):  # both slots are taken: the third client waits in the backlog
         while not answered:  # noqa: ASYNC110 -- asserting that nothing happens for a while
             await trio.sleep(0.05)
     assert answered == []
-    await idle[0].aclose()
+    HOLD["/hold/0"].set()
+    assert (await _answer(busy[0])).startswith(b"HTTP/1.1 200")
+    await busy[0].aclose()
     with trio.fail_after(30):
         while not answered:  # noqa: ASYNC110 -- waiting for the freed slot to be used
             await trio.sleep(0.05)
     assert answered[0].startswith(b"HTTP/1.1 200")
-    await idle[1].aclose()
+    HOLD["/hold/1"].set()
+    await busy[1].aclose()
+
+
+@pytest.mark.parametrize("hog", ["slow body", "silent", "idle keep-alive"])
+async def test_when_full_the_listener_closes_the_oldest_slow_or_idle_connection_for_a_waiting_client(
+        nursery: trio.Nursery, trio_clock: trio.testing.MockClock, hog: str) -> None:
+    """Clients that trickle, say nothing or sit idle on kept-alive connections could hold every slot
+    again as soon as a deadline drops them; with a client waiting, the listener makes room itself."""
+    port = await _serve(nursery, cap=2)
+    hogs = []
+    for _ in range(2):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        if hog == "slow body":
+            await stream.send_all(POST % 1000 + b"x")
+        elif hog == "idle keep-alive":
+            await stream.send_all(POST % 2 + b"ok")
+            assert (await _answer(stream)).startswith(b"HTTP/1.1 200")
+        hogs.append(stream)
+        await trio.sleep(0.1)  # noqa: ASYNC251 -- the first is the older
+    answer, waited = await within(trio_clock, SHED_AFTER + 1, lambda: _get(port))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert waited < SHED_AFTER + 1  # not a deadline: 5 s head, 10 s body, 75 s keep-alive
+    first = await _closed_by_server(hogs[0])
+    assert b"200" not in first  # the oldest was closed (a slow body gets no answer)
+    for stream in hogs:
+        await stream.aclose()
+
+
+@pytest.mark.parametrize("older", ["trusted idle", "idle"])
+async def test_making_room_spares_trusted_connections_and_idle_ones_while_one_trickles(
+        nursery: trio.Nursery, trio_clock: trio.testing.MockClock, older: str) -> None:
+    """The older connection is idle (trusted: it carried a run token; or not), the younger one trickles
+    its body: the trickling one is closed for the waiting client either way."""
+    port = await _serve(nursery, cap=2)
+    kept = await trio.open_tcp_stream("127.0.0.1", port)
+    path = b"/trusted" if older == "trusted idle" else b"/"
+    await kept.send_all(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok" % path)
+    assert (await _answer(kept)).startswith(b"HTTP/1.1 200")
+    await trio.sleep(0.2)  # noqa: ASYNC251 -- the idle one is the older
+    slow = await trio.open_tcp_stream("127.0.0.1", port)
+    await slow.send_all(POST % 1000 + b"x")
+    answer, _ = await within(trio_clock, SHED_AFTER + 1, lambda: _get(port))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert await _closed_by_server(slow) == b""
+    await kept.send_all(POST % 2 + b"ok")  # the kept-alive connection still serves
+    assert (await _answer(kept)).startswith(b"HTTP/1.1 200")
+    await kept.aclose()
+    await slow.aclose()
+
+
+async def test_a_trusted_idle_connection_is_never_closed_to_make_room(
+        nursery: trio.Nursery, trio_clock: trio.testing.MockClock) -> None:
+    port = await _serve(nursery, cap=2)
+    trusted = await trio.open_tcp_stream("127.0.0.1", port)
+    await trusted.send_all(b"POST /trusted HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok")
+    assert (await _answer(trusted)).startswith(b"HTTP/1.1 200")
+    await trio.sleep(0.2)  # noqa: ASYNC251 -- the trusted one is the older
+    untrusted = await trio.open_tcp_stream("127.0.0.1", port)
+    await untrusted.send_all(POST % 2 + b"ok")
+    assert (await _answer(untrusted)).startswith(b"HTTP/1.1 200")
+    answer, _ = await within(trio_clock, SHED_AFTER + 1, lambda: _get(port))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert await _closed_by_server(untrusted) == b""
+    await trusted.send_all(POST % 2 + b"ok")
+    assert (await _answer(trusted)).startswith(b"HTTP/1.1 200")
+    await trusted.aclose()
+    await untrusted.aclose()
 
 
 async def test_a_silent_connection_and_a_stalled_body_are_dropped(

@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import contract
 from ._asgi import serve_lifespan
-from ._listen import RateLimitedLog, serve_asgi
+from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import bound_field, iso
@@ -265,6 +265,8 @@ class BearerGate:
                                "mint one with `memactors token mint <harness>`")
             return
         scope["state"] = {**(scope.get("state") or {}), VIEW_STATE_KEY: view}
+        # A full listener makes room by closing slow or idle connections; never a token holder's.
+        trust_connection(scope)
         await self._app(scope, receive, send)
 
     async def _refuse(self, scope: _Scope, send: _Send, why: str, message: str) -> None:
