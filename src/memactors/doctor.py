@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from .config import Config
+from .urls import mask_url
 
 Status = Literal["pass", "info", "note", "warn", "fail"]
 
@@ -104,7 +105,11 @@ def privacy_note(config: Config) -> Row:
     if upstream is None:
         return Row("note", "memory privacy", "built-in provider: episodes stay on this host")
     if upstream.url is not None:
-        host = urlsplit(upstream.url).hostname or upstream.url
+        try:
+            host = urlsplit(upstream.url).hostname
+        except ValueError:  # not a URL urllib can split ("http://[bad"): shown whole, credentials masked
+            host = None
+        host = host or mask_url(upstream.url)
         return Row("note", "memory privacy",
                    f"provider {upstream.name} is an HTTP upstream at {host}: episodes leave this host")
     return Row("note", "memory privacy",
