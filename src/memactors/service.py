@@ -30,7 +30,7 @@ from loguru import logger
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from . import graph
+from . import graph, run_rows
 from ._kernel import ChildSpec, Supervisor, open_supervisor
 from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assembled, AssembleMany, Assembler
@@ -62,7 +62,14 @@ from .actors.index import (
     repo_key,
     stored_runs,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
+from .actors.provider_session import (
+    GetStatus,
+    ProviderSession,
+    ProviderStatus,
+    StderrTail,
+    describe_failure,
+    log_stderr,
+)
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
@@ -72,11 +79,11 @@ from .actors.retention import (
     Retention,
     RetryNow,
 )
-from .actors.runs import GetRun, Runs, RunState, StartRun
+from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
+from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
@@ -173,6 +180,9 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
             streamable_http_client(url, http_client=http) as streams:
         yield streams
 
+
+#: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
+STDERR_DRAIN_SECONDS = 2.0
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
 MAX_TOKEN_TTL_SECONDS = 366 * 86400
@@ -579,15 +589,59 @@ class MemoryService:
         state: RunState = await self.runs.address.ask(StartRun(harness, prompt, run_id))
         return state.view()
 
-    async def wait_run(self, *, harness: str, run_id: str, wait_seconds: float = 30.0) -> dict[str, Any]:
+    async def wait_run(self, *, run_id: str, harness: str | None = None, wait_seconds: float = 30.0
+                       ) -> dict[str, Any]:
         """WaitRun: the run's state, after waiting up to ``wait_seconds`` (at most 300) for it to end and
         be recorded. Call again while ``state`` is ``running``."""
         if not (0 <= wait_seconds <= 300):
             raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
-        state: RunState = await self.runs.address.ask(GetRun(harness, run_id))
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
         with trio.move_on_after(wait_seconds):
             await state.done.wait()
         return state.view()
+
+    async def get_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
+        """GetRun: one run this daemon started, running or ended (ended runs are in the store, so they
+        outlive a restart): state, pid, times, outcome, reason, cap, episode, the redacted stderr tail."""
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        return state.view()
+
+    async def list_runs(self, *, harness: str | None = None, state: str | None = None, limit: int = 50,
+                        after: str | None = None) -> dict[str, Any]:
+        """ListRuns: runs this daemon started, newest first: ``{runs, total, next_cursor}``."""
+        if state not in (None, "running", "ended"):
+            raise InvalidArgument("params.state must be running or ended", field="params.state")
+        return await self.runs.address.ask(ListRuns(harness, state, limit, after))  # type: ignore[arg-type]
+
+    async def cancel_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
+        """CancelRun (control): stop a running run (SIGTERM, grace, SIGKILL); it is recorded as
+        cancelled / operator_cancel. Answers at once with its state; WaitRun follows it to its end. An
+        ended run is answered as it is (nothing to stop)."""
+        state: RunState = await self.runs.address.ask(CancelRun(run_id, harness))
+        return state.view()
+
+    async def run_logs(self, *, run_id: str, harness: str | None = None, after: int = 0,
+                       wait_seconds: float = 0.0) -> dict[str, Any]:
+        """RunLogs: the run's events after sequence number ``after`` (its parsed stream, redacted; see
+        docs/runs.md for what is kept), waiting up to ``wait_seconds`` (at most 300) for one while the
+        run runs. ``{run_id, harness, state, events, next, dropped, kept}``: call again with ``after =
+        next`` to follow; ``kept`` is false once an ended run's log was pruned or its episode forgotten."""
+        if not (0 <= wait_seconds <= 300):
+            raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        watch = state.watch
+        if watch is not None:
+            with trio.move_on_after(wait_seconds):
+                await watch.wait_after(after)
+            events, kept = watch.since(after), True
+            dropped = watch.dropped
+        else:
+            stored = await self.store.read(lambda db: run_rows.log_of(db, state.harness, state.run_id))
+            kept = stored is not None
+            events, dropped = [e for e in stored or () if e.get("seq", 0) > after], state.log_dropped
+        last = events[-1]["seq"] if events else after
+        return {"run_id": state.run_id, "harness": state.harness, "state": state.state, "events": events,
+                "next": last, "dropped": dropped, "kept": kept}
 
     # -- control-tier feeds (facts, pull requests, presence, votes, run tokens) ---------------------
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
@@ -620,19 +674,40 @@ class MemoryService:
         return attrs.asdict(vote)
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
-                             ttl_seconds: float | None = None) -> dict[str, Any]:
+                             ttl_seconds: float | None = None, replace: bool = False) -> dict[str, Any]:
         """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
-        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        expires that long from now (`memactors token mint --ttl`), at most a year.
+
+        ``replace`` rotates: the run's earlier tokens are revoked and its cached briefing dropped in the
+        same transaction, so the new token is the only one that works (`memactors install` run again)."""
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
                                         or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
             raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
                                   field="ttl_seconds")
         now = self.wall_clock()
         expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
-        token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
-        return {"harness": harness, "run_id": run_id, "token": token,
+
+        def mint(db: Any) -> tuple[str, int]:
+            revoked = 0
+            if replace:
+                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                graph.drop_cached_briefing(db, harness, run_id)
+            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                                        expires_at=expires), revoked
+
+        token, revoked = await self.store.write(mint)
+        return {"harness": harness, "run_id": run_id, "token": token, "revoked": revoked,
                 "expires_at": None if expires is None else iso(expires)}
+
+    async def revoke_run_tokens(self, *, harness: str, run_id: str) -> dict[str, Any]:
+        """RevokeRunTokens: every token of the run stops working now (`memactors uninstall`); its cached
+        briefing is dropped with them."""
+
+        def revoke(db: Any) -> int:
+            graph.drop_cached_briefing(db, harness, run_id)
+            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+
+        return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -747,12 +822,23 @@ class MemoryService:
                 harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
                 run_id=_opt_id(p, "run_id"))),
             m("WaitRun", "read", lambda p: self.wait_run(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
+                harness=_opt_id(p, "harness"), run_id=_id(p, "run_id"),
                 wait_seconds=_opt_number(p, "wait_seconds", 30.0))),
+            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+            m("ListRuns", "read", lambda p: self.list_runs(
+                harness=_opt_id(p, "harness"), state=_opt_id(p, "state"), limit=_int(p, "limit", 50, 1, 1000),
+                after=_opt(p, "after", max_bytes=1024))),
+            m("CancelRun", "control", lambda p: self.cancel_run(
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+            m("RunLogs", "read", lambda p: self.run_logs(
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"), after=_int(p, "after", 0, 0, 2**62),
+                wait_seconds=_opt_number(p, "wait_seconds", 0.0))),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None))),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace"))),
+            m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
+                harness=_id(p, "harness"), run_id=_id(p, "run_id"))),
         ]
 
 
@@ -766,6 +852,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
     budget = max(provider_timeout * 5, 10.0)
     read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
     errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+    tail = StderrTail()  # and its last lines are shown under a failing check (why it failed)
     if isinstance(target, mcp.StdioServerParameters):
         target = stdio_client(target, errlog=errlog)
 
@@ -781,19 +868,23 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider))
+            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
             try:
                 outcome = await attempt()
-            finally:
+            except BaseException:
                 nursery.cancel_scope.cancel()
+                raise
+            # The provider process is gone (its client closed); with our write end closed too the pipe
+            # ends, and the last words it wrote (a traceback) are read before the report is made.
+            errlog.close()
+            nursery.cancel_scope.deadline = trio.current_time() + STDERR_DRAIN_SECONDS
     finally:
         errlog.close()
-    if isinstance(outcome, ConformanceReport):
-        return outcome
-    reason = outcome
-    checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
-    checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
-    return ConformanceReport(provider=provider, checks=tuple(checks))
+    if not isinstance(outcome, ConformanceReport):
+        checks = [CheckResult(1, CHECK_NAMES[1], "fail", outcome)]
+        checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
+        outcome = ConformanceReport(provider=provider, checks=tuple(checks))
+    return explain_failure(outcome, tail.lines())
 
 
 async def _close_quietly(client: ModelApiClient) -> None:
@@ -874,6 +965,16 @@ def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -
 def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
     """An optional finite number (``default`` when absent or null)."""
     return default if params.get(name) is None else _number(params, name)
+
+
+def _flag(params: dict[str, Any], name: str) -> bool:
+    """An optional boolean, false when absent or null."""
+    value = params.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"params.{name} must be true or false", field=f"params.{name}")
+    return value
 
 
 def _records(params: dict[str, Any]) -> list[Any]:
