@@ -62,6 +62,7 @@ __all__ = [
     "Tier",
     "Tokens",
     "connect_rpc",
+    "encode_frame",
     "ensure_tokens",
     "read_token",
     "serve_rpc",
@@ -509,6 +510,21 @@ async def serve_rpc(
 # --------------------------------------------------------------------------------------------- client
 
 
+def encode_frame(doc: Any) -> str:
+    """A request as the client sends it: compact JSON, non-ASCII text as itself (a frame's size is then
+    its UTF-8 size, which is what `runs ingest` budgets batches by), NaN and Infinity refused.
+
+    A string holding a lone surrogate cannot travel as UTF-8: such a frame falls back to ``\\u``
+    escapes, so the daemon receives it and refuses the field by name instead of the client crashing.
+    """
+    frame = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        frame.encode("utf-8")
+    except UnicodeEncodeError:
+        frame = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return frame
+
+
 class RpcClient:
     """A MemoryService client over one websocket; safe to ``call`` from many tasks at once.
 
@@ -537,7 +553,7 @@ class RpcClient:
         self._pending[req_id] = send
         try:
             try:
-                frame = json.dumps({"id": req_id, "method": method, "params": params or {}}, allow_nan=False)
+                frame = encode_frame({"id": req_id, "method": method, "params": params or {}})
             except (TypeError, ValueError, RecursionError) as exc:  # NaN, Infinity, too deep: never sent
                 raise RpcError("INVALID_ARGUMENT", f"params cannot be sent as JSON ({type(exc).__name__})") from None
             try:
@@ -565,7 +581,11 @@ class RpcClient:
                 try:
                     frame = await self._ws.get_message()
                 except ConnectionClosed as exc:
-                    self._closed_reason = f"connection to {self._url} closed ({exc.reason})"
+                    if getattr(exc.reason, "code", None) == 1009:  # MESSAGE_TOO_BIG: our frame, not the daemon
+                        self._closed_reason = (f"the daemon at {self._url} refused a request larger than its "
+                                               f"{MAX_MESSAGE_SIZE} byte frame limit and closed the connection")
+                    else:
+                        self._closed_reason = f"connection to {self._url} closed ({exc.reason})"
                     return
                 try:
                     reply = json.loads(frame)
@@ -594,7 +614,7 @@ class RpcClient:
             self._pending.clear()
 
 
-def _refused(url: str, exc: ConnectionRejected | OSError | HandshakeError) -> RpcError:
+def _refused(url: str, exc: Exception) -> RpcError:
     """Translate a failed websocket open into the RpcError a CLI can explain."""
     if isinstance(exc, ConnectionRejected):
         status = exc.status_code
@@ -603,7 +623,10 @@ def _refused(url: str, exc: ConnectionRejected | OSError | HandshakeError) -> Rp
         if status == 404:
             return RpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
         return RpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
-    return RpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})")
+    if isinstance(exc, OSError | HandshakeError):
+        return RpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})")
+    return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
+                                   f"({type(exc).__name__})")
 
 
 def _split_url(url: str) -> tuple[str, int, str]:
@@ -662,7 +685,9 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
         leaf = _unwrap(group)
         if leaf is group:
             raise
-        if not entered and isinstance(leaf, ConnectionRejected | OSError | HandshakeError):
+        if not entered and isinstance(leaf, Exception) and not isinstance(leaf, MemactorsError):
+            # Refused, reset, or something at that port that is not the daemon (a handshake wsproto or h11
+            # cannot parse): the daemon is unavailable, which the caller explains in one line.
             raise _refused(url, leaf) from None
         raise leaf from None
     finally:

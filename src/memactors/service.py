@@ -12,7 +12,6 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph
 from ._kernel import ChildSpec, Supervisor, open_supervisor
+from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assembled, AssembleMany, Assembler
 from .actors.briefing import (
@@ -99,13 +99,6 @@ MAX_BATCH = 500
 #: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
 #: time: more would only wait in its mailbox while their provider_timeout runs).
 RECORD_CONCURRENCY = 8
-#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
-MAX_RECORD_BYTES = 1024 * 1024
-
-
-def record_size(data: Any) -> int:
-    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
-    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
 
 
 def prepare_record(data: Any, source: str) -> RunRecord:
@@ -116,20 +109,25 @@ def prepare_record(data: Any, source: str) -> RunRecord:
     """
     size = record_size(data)
     if size > MAX_RECORD_BYTES:
-        raise InvalidArgument(
-            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
-            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+        raise InvalidArgument(oversize_message(source, size), field="record", bytes=size, limit=MAX_RECORD_BYTES)
     return stored_record(parse_run_record(data, source=source))
 
 
 def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
-    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread)."""
+    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread).
+
+    A record that makes preparation fail in a way no check foresaw is refused alone (INTERNAL, its
+    error type logged), so one record can never cost the rest of its batch."""
     out: list[RunRecord | MemactorsError] = []
     for data, source in items:
         try:
             out.append(prepare_record(data, source))
         except MemactorsError as exc:
             out.append(exc)
+        except Exception as exc:  # ok: answered as this record's refusal; its type is logged
+            logger.bind(error=type(exc).__name__, source_chars=len(source)).error("run record could not be prepared")
+            out.append(MemactorsError(f"{source[:256]}: run record could not be prepared ({type(exc).__name__}); "
+                                      "see the daemon log"))
     return out
 
 
