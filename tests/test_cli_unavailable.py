@@ -190,6 +190,8 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "token mint": (["token", "mint", "api-fixer"], None),
         "mcp-config": (["mcp-config", "api-fixer"], None),
         "hook claude-code session-end": (["hook", "claude-code", "session-end", "--harness", "api-fixer"], hook),
+        "describe": (["describe", "api-fixer"], None),
+        "describe --json": (["describe", "api-fixer", "--json"], None),
     }
 
 

@@ -525,6 +525,21 @@ class MemoryService:
                 "degraded": answer.document.degraded, "briefing_max_chars": cfg.briefing_max_chars,
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
 
+    async def describe_harness(self, harness: str) -> dict[str, Any]:
+        """DescribeHarness (REQ-20, SPEC-0006 "Prompt Source"): a configured harness with its prompt source
+        exactly as configured. Never a briefing: the one a `memory_briefing` one-shot gets is prepended
+        at spawn and never stored, so the prompt shown is the operator's, byte for byte."""
+        cfg = self.config.harness.get(harness)
+        if cfg is None:
+            raise InvalidArgument(f"params.harness {NO_HARNESS_TABLE}", field="params.harness")
+        prompts = {"prompt": cfg.prompt, "prompt_file": cfg.prompt_file, "prompt_template": cfg.prompt_template,
+                   "prompt_template_file": cfg.prompt_template_file}
+        return {"harness": cfg.name, "adapter": cfg.harness, "workdir": cfg.workdir,
+                "memory_briefing": cfg.memory_briefing, "memory_record": cfg.memory_record,
+                "untrusted_inline": cfg.untrusted_inline,
+                "prompt_source": next((key for key, value in prompts.items() if value is not None), None),
+                **prompts}
+
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
         """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without a live one.
@@ -727,6 +742,7 @@ class MemoryService:
             m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
             m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
             m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
+            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness"))),
             m("AddFact", "control", lambda p: self.add_fact(
                 scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
                 status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id"))),
