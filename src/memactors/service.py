@@ -717,8 +717,12 @@ class MemoryService:
 
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
-        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any]) -> Method:
-            return Method(f"{SERVICE}/{name}", tier, handler)  # type: ignore[arg-type]
+        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any], *,
+              params: tuple[str, ...] | None = None) -> Method:
+            # `params`: every parameter the method reads; any other is refused by name before the handler
+            # (Error Handling Standards; the gateway refuses an unknown tool argument the same way).
+            return Method(f"{SERVICE}/{name}", tier, handler,  # type: ignore[arg-type]
+                          params=None if params is None else frozenset(params))
 
         async def ingest(p: dict[str, Any]) -> Any:
             record = _param(p, "record", dict)
@@ -726,45 +730,55 @@ class MemoryService:
 
         # Every parameter is typed and bounded here (issue 9 "Poison input"): a wrong type, a control
         # character in an id or an oversized value is INVALID_ARGUMENT naming params.<field>, never INTERNAL,
-        # and the message never repeats the value.
+        # and the message never repeats the value. A parameter the method does not take is refused by name.
         return [
-            m("Status", "read", lambda p: self.status()),
-            m("Doctor", "read", lambda p: self.doctor()),
+            m("Status", "read", lambda p: self.status(), params=()),
+            m("Doctor", "read", lambda p: self.doctor(), params=()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
                 harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024))),
-            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id"))),
+                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "repo", "since", "limit", "after")),
+            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id")), params=("episode_id",)),
             m("Recall", "read", lambda p: self.recall(
                 query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
-                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100))),
-            m("IngestRun", "control", ingest),
-            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p))),
-            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
-            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
-            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
-            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness"))),
+                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100)),
+              params=("query", "repo", "as", "paths", "limit")),
+            m("IngestRun", "control", ingest, params=("record", "source")),
+            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p)), params=("records",)),
+            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id")), params=("episode_id",)),
+            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider")),
+              params=("provider",)),
+            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness")), params=("harness",)),
+            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness")),
+              params=("harness",)),
             m("AddFact", "control", lambda p: self.add_fact(
                 scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
-                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id"))),
+                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id")),
+              params=("scope", "text", "confidence", "status", "id")),
             m("LinkPullRequest", "control", lambda p: self.link_pull_request(
-                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES))),
+                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES)),
+              params=("repo", "branch", "url")),
             m("ReportPresence", "control", lambda p: self.report_presence(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 session_id=_id(p, "session_id"), repo=_id(p, "repo"), branch=_opt_id(p, "branch"),
-                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400))),
+                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400)),
+              params=("harness", "run_id", "session_id", "repo", "branch", "paths", "ttl_seconds")),
             m("CastVote", "control", lambda p: self.cast_vote(
                 fact_id=_id(p, "fact_id"), run_id=_id(p, "run_id"),
-                harness=_id(p, "harness"), stance=_id(p, "stance"))),
+                harness=_id(p, "harness"), stance=_id(p, "stance")),
+              params=("fact_id", "run_id", "harness", "stance")),
             m("StartRun", "control", lambda p: self.start_run(
                 harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
-                run_id=_opt_id(p, "run_id"))),
+                run_id=_opt_id(p, "run_id")), params=("harness", "prompt", "run_id")),
             m("WaitRun", "read", lambda p: self.wait_run(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
-                wait_seconds=_opt_number(p, "wait_seconds", 30.0))),
+                wait_seconds=_opt_number(p, "wait_seconds", 30.0)),
+              params=("harness", "run_id", "wait_seconds")),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None))),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None)),
+              params=("harness", "run_id", "workdir", "ttl_seconds")),
         ]
 
 
