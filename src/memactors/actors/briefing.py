@@ -46,6 +46,7 @@ from .. import contract, graph
 from .._kernel import open_mailbox, serve
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed
+from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..repo import resolve_repo, scope_for
 from ..store import Store, WallClock, iso
@@ -433,6 +434,7 @@ class Briefing:
         self._key = secrets.token_bytes(32)
         self.address, self._mailbox = open_mailbox("briefing", 64)
         self._log = logger.bind(actor="briefing", provider=provider)
+        self._degraded_lines = LogThrottle(interval=10.0)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self.address)
@@ -499,7 +501,11 @@ class Briefing:
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except (MemactorsError, trio.TooSlowError) as exc:
-            self._log.bind(error=type(exc).__name__).warning("episodes degraded: provider unavailable")
+            # Every recall degrades while the provider is down: one line per 10 s with the count folded in.
+            suppressed = self._degraded_lines.allow(type(exc).__name__)
+            if suppressed is not None:
+                self._log.bind(error=type(exc).__name__, suppressed=suppressed).warning(
+                    "episodes degraded: provider unavailable")
             return Episodes((), PROVIDER_UNAVAILABLE, True), await self._local_only(local)
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
