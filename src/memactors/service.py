@@ -79,7 +79,7 @@ from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
-from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
+from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, StoreFull, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .models import RunRecord
@@ -129,6 +129,28 @@ def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsErro
             out.append(MemactorsError(f"{source[:256]}: run record could not be prepared ({type(exc).__name__}); "
                                       "see the daemon log"))
     return out
+
+
+#: "A run of degraded recalls" (issue 20): this many in a row, the last within DEGRADED_RECENT_SECONDS,
+#: make Status say the memory is degraded even while the breaker is closed (a provider that times out
+#: now and then never opens it, yet every recall may come back without episodes).
+DEGRADED_RUN = 3
+DEGRADED_RECENT_SECONDS = 900.0
+
+
+def degraded_reason(st: ProviderStatus, recalls: dict[str, Any]) -> str | None:
+    """Why recall is degraded now, for Status (`memory status` exits 15) and doctor; None when it is not.
+
+    An open (or half-open) breaker on a provider that is otherwise up: every recall is answered without
+    episodes and records are queued until it closes. A run of degraded recalls: the last DEGRADED_RUN or
+    more came back without episodes, the latest recently."""
+    if st.state == "ready" and st.breaker != "closed":
+        return f"breaker {st.breaker}: recalls are answered without episodes and records are queued"
+    ago = recalls.get("last_degraded_seconds_ago")
+    if recalls.get("degraded_in_a_row", 0) >= DEGRADED_RUN and ago is not None and ago <= DEGRADED_RECENT_SECONDS:
+        return (f"the last {recalls['degraded_in_a_row']} recalls were degraded (provider_unavailable), the latest "
+                f"{int(ago)} s ago")
+    return None
 
 
 def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
@@ -311,11 +333,14 @@ class MemoryService:
                 results[n] = a
                 continue
             s = new_of.get(n)
-            if isinstance(s, MemactorsError):
+            if isinstance(s, Exception):
+                # A full disk is not this record's fault: the whole call is refused RESOURCE_EXHAUSTED
+                # (path, bytes free), never INTERNAL and never "rejected" as if the record were bad.
+                s = self.store.health.failed(s)
+                if isinstance(s, StoreFull) or not isinstance(s, MemactorsError):
+                    raise s
                 results[n] = s
                 continue
-            if isinstance(s, Exception):
-                raise s
             episode = a.episode
             if episode is None:
                 self.metrics.episode_recorded(self.provider, "skipped")
@@ -414,6 +439,7 @@ class MemoryService:
 
         cfg = self.config
         upstream = cfg.provider_upstream
+        recalls = self.metrics.recall_health(self.wall_clock())
         return {
             "provider": self.provider,
             "transport": "in-process" if upstream is None else upstream.transport,
@@ -428,6 +454,9 @@ class MemoryService:
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
             },
+            "store": await trio.to_thread.run_sync(self.store.health.snapshot),
+            "recalls": recalls,
+            "degraded": degraded_reason(st, recalls),
             "episodes_config": {
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,

@@ -323,9 +323,11 @@ def _stopped(failure: BaseException, progress: Progress, counts: dict[str, int],
         f"the connection to the daemon was lost ({type(failure).__name__})"
     print(f"memactors: {code}: {reason}", file=sys.stderr)
     line = f"memactors: stopped after {progress.done} record(s): {_summary(counts)}"
-    if unanswered:
+    if unanswered and code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         line += (f"; {unanswered} sent without an answer (they may have been recorded: ingesting them again is "
                  "safe, a recorded run answers duplicate)")
+    elif unanswered:
+        line += f"; {unanswered} refused with the call, not stored (ingesting them again is safe)"
     if progress.total:
         left = progress.total - progress.done - unanswered
         if left > 0:
