@@ -88,7 +88,7 @@ from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
-from .telemetry import memory_span
+from .telemetry import guard_sdk_spans, memory_span
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
@@ -692,6 +692,8 @@ class MemoryService:
         """
         cfg = self.config
         name = provider or self.provider
+        # REQ-18: the check's MCP spans (client and server side) follow the same consent as the session's.
+        guard_sdk_spans(lambda: self.config.telemetry.export_all)
         if name == "builtin":
             target: Any = self.builtin.server()
         else:
