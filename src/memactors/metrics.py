@@ -58,8 +58,9 @@ EPISODE_OUTCOMES = frozenset({"ok", "error", "skipped"})
 SUMMARY_OUTCOMES = frozenset({"ok", "fallback"})
 RECALL_OUTCOMES = frozenset({"ok", "degraded", "error"})
 OPS = frozenset({"record", "recall", "forget", "contract"})
-#: REQ-9's drop reasons.
-DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
+#: REQ-9's drop reasons, and ``text_replaced``: an item whose text was not drawn from the episode it names,
+#: served with the daemon's own text of that episode instead of the provider's (issue 20).
+DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid", "text_replaced"})
 PENDING_KINDS = frozenset({"record", "forget"})
 DELIVERIES = frozenset({"prompt", "tool", "resource"})
 BRIEFING_OUTCOMES = frozenset({"ok", "empty", "skipped"})
@@ -230,7 +231,8 @@ class Metrics:
         return len(self.degraded_recalls)
 
     def dropped(self, provider: str, reason: str, count: int = 1) -> None:
-        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid)."""
+        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid),
+        or served with the daemon's own text (text_replaced)."""
         if count < 0:
             raise ValueError("dropped count must not be negative")
         self.results_dropped.labels(

@@ -32,7 +32,7 @@ from ..redact import redact_obj
 from ..repo import normalise_remote, scope_for
 from ..store import Store, WallClock, iso
 
-DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
+DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid", "text_replaced")
 
 
 @attrs.frozen
@@ -63,7 +63,9 @@ class KeptItem:
 @attrs.frozen
 class Filtered:
     kept: tuple[KeptItem, ...]
-    dropped: tuple[tuple[str, int], ...]  # (reason, count), reasons from DROP_REASONS
+    #: (reason, count), reasons from DROP_REASONS (REQ-9's four, and text_replaced: served with
+    #: the daemon's own text, not dropped)
+    dropped: tuple[tuple[str, int], ...]
 
 
 @attrs.frozen
@@ -414,6 +416,17 @@ def text_belongs_body(item_text: str, body: str) -> bool:
     return text_belongs(item_text, rendering)
 
 
+def own_text(body: str) -> str | None:
+    """The daemon's own text of an episode, from its stored body: what an item is served with when the
+    provider's text for it is not drawn from it. The episode's REQ-5 plain-text rendering (every field,
+    one per line, agent-written ones escaped onto their line); None for a body that is not an episode
+    (none this daemon wrote)."""
+    try:
+        return render_text(episode_from_dict(json.loads(body)))
+    except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
+        return None
+
+
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
                  visible_scopes: Iterable[str], limit: int, check_text: bool = True) -> Filtered:
     """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
@@ -421,7 +434,10 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
     `invalid` is the count of items the contract layer already dropped for breaking REQ-3's bounds.
     Provenance comes from the episode row; the item's text and score are the provider's. With
     `check_text` (every provider but one configured ``own_text = true``) an item whose text is not drawn
-    from the episode it names (`text_belongs`) is dropped as ``invalid``.
+    from the episode it names (`text_belongs`: a claim "recorded by harness release-bot", another
+    episode's text swapped in) is served with the daemon's own text of that episode instead, counted
+    ``text_replaced``: the agent still gets the episode the provider found, under memactors' provenance,
+    and none of the provider's words ("Provenance cannot be spoofed"). ``invalid`` stays REQ-3's bounds.
     """
     visible = set(visible_scopes)
     dropped: Counter[str] = Counter()
@@ -442,15 +458,23 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
         if scope not in visible:
             dropped["scope"] += 1
             continue
+        text: str | None = item.text
         if check_text and not text_belongs_body(item.text, body):
-            dropped["invalid"] += 1
-            continue
+            text = own_text(body)
+            if text is None:
+                dropped["invalid"] += 1
+                continue
+            replaced = True
+        else:
+            replaced = False
         if eid in seen or len(kept) >= limit:
             continue  # several provider ids of one episode: serve it once
         seen.add(eid)
+        if replaced:
+            dropped["text_replaced"] += 1
         ep = json.loads(body)
         kept.append(KeptItem(
-            provider_id=item.id, text=item.text, score=item.score,
+            provider_id=item.id, text=text, score=item.score,
             provenance=Provenance(
                 episode_id=eid, run_id=run_id, harness=harness, adapter=ep.get("adapter", ""),
                 model=ep.get("model", ""), repo=repo, branch=branch, outcome=outcome, started_at=started_at,
