@@ -399,12 +399,23 @@ class MemoryService:
         with memory_span("memory.episode.record", enabled=consent,
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len(text.encode())) as span:
-            outcome = "queued"
+            outcome, failed = "queued", False
             with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
                 stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
-                outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-            if attempt.cancelled_caught:
-                await self._release_record(episode.episode_id)
+                try:
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
+                except MemactorsError as exc:
+                    # The episode and its pending record are committed: a failed first attempt is the retry
+                    # loop's to finish, never a reason to fail this call (or the rest of its batch).
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "first record attempt failed; queued for retry")
+                    failed = True
+            if attempt.cancelled_caught or failed:
+                try:
+                    await self._release_record(episode.episode_id)
+                except MemactorsError as exc:  # (a full disk): the row still falls due at its record_after
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "record not released to the retry loop early")
             span.set_attribute("memory.outcome", outcome)
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
