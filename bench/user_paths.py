@@ -64,7 +64,7 @@ import trio
 from loguru import logger
 from mcp.client.streamable_http import streamable_http_client
 
-from memactors.builtin import query_words, scoped_match, write_doc
+from memactors.builtin import FTS_COLUMNS, query_words, scoped_match, write_doc
 from memactors.config import ConfigHolder, load_config
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
@@ -328,6 +328,8 @@ def summary(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
+#: Every FTS column but the scope token, as a column filter (what `scoped_match` searches).
+TEXT_COLUMNS = "{" + " ".join(FTS_COLUMNS[1:]) + "}"
 ANCHORS = ("or+col", "or+tok", "and+tok", "or+range", "and+range")
 
 
@@ -337,12 +339,12 @@ def anchor_sql(kind: str, words: list[str], scope: str, num: int) -> tuple[str, 
         low, high = scope_range(num)
         op = "OR" if kind.startswith("or") else "AND"
         return ("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?"
-                " ORDER BY rank LIMIT 8", [f"{{text summary}} : ({f' {op} '.join(chr(34) + w + chr(34) for w in words)})",
+                " ORDER BY rank LIMIT 8", [f"{TEXT_COLUMNS} : ({f' {op} '.join(chr(34) + w + chr(34) for w in words)})",
                                            low, high])
     if kind == "or+col":
         return ("SELECT d.episode_id FROM builtin_fts JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
                 " WHERE builtin_fts MATCH ? AND d.scope = ? ORDER BY builtin_fts.rank LIMIT 8",
-                [f"{{text summary}} : ({terms_or})", scope])
+                [f"{TEXT_COLUMNS} : ({terms_or})", scope])
     op = "OR" if kind == "or+tok" else "AND"
     return ("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? ORDER BY rank LIMIT 8",
             [scoped_match(words, [scope], op)])

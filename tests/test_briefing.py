@@ -192,4 +192,4 @@ async def test_req14_a_default_briefing_over_a_repository_with_matching_episodes
     assert len(answer.text) <= 2000
     for it in shown:
         assert it["text"] in answer.text  # whole, never cut
-        assert it["text"].startswith("outcome: succeeded; harness: api-fixer; branch: main")
+        assert it["text"].startswith("api-fixer main ledger run ")  # the run's own words (issue 17's gist)

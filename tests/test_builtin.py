@@ -41,7 +41,7 @@ async def embed_client(fake: FakeModelApi) -> AsyncIterator[ModelApiClient]:
 def _args(eid: str, text: str, *, scope: str = A, started: str = "2026-11-28T09:00:00Z",
           files: tuple[str, ...] = (), summary: str | None = None) -> dict[str, Any]:
     return {"episode_id": eid, "scope": scope, "trust_class": "standard", "text": text,
-            "episode": {"started_at": started, "files_touched": list(files), "summary": summary}}
+            "episode": {"started_at": started, "summary": summary, **({"files_touched": list(files)} if files else {})}}
 
 
 async def _ids(provider: BuiltinProvider, query: str, scopes: list[str] = [A], **extra: Any) -> list[str]:  # noqa: B006
@@ -62,7 +62,7 @@ async def test_the_summary_is_indexed_and_served_with_the_text(store: Store) -> 
     await p.record(_args("ep_1", "long body", summary="Fixed the flaky ledger test."))
     out = await p.recall({"query": "flaky", "scope": [A], "limit": 5})
     assert out["items"][0]["id"] == "ep_1"
-    assert out["items"][0]["text"].startswith("summary: Fixed the flaky ledger test.")
+    assert out["items"][0]["text"].startswith("Fixed the flaky ledger test.")  # the run's own words lead
     assert "degraded" not in out
 
 
@@ -89,12 +89,12 @@ async def test_ties_break_by_recency_then_id(store: Store) -> None:
 
 async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store) -> None:
     p = BuiltinProvider(store)
-    await p.record(_args("ep_1", "ledger ledger ledger rounding", files=("src/other.py",)))
-    await p.record(_args("ep_2", "ledger rounding", files=("src/ledger.py",)))
+    await p.record(_args("ep_1", "rounding rounding rounding cents", files=("src/other.py",)))
+    await p.record(_args("ep_2", "rounding cents", files=("src/ledger.py",)))
     await p.record(_args("ep_3", "unrelated", files=("src/ledger.py",)))
-    assert await _ids(p, "ledger") == ["ep_1", "ep_2"]
+    assert await _ids(p, "rounding") == ["ep_1", "ep_2"]
     # With the path: ep_2 is in both rankings and wins; ep_3 comes back on the path alone.
-    assert await _ids(p, "ledger", paths=["src/ledger.py"]) == ["ep_2", "ep_1", "ep_3"]
+    assert await _ids(p, "rounding", paths=["src/ledger.py"]) == ["ep_2", "ep_1", "ep_3"]
 
 
 async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_false(store: Store) -> None:
@@ -217,10 +217,9 @@ async def test_the_match_is_restricted_to_the_callers_scope_inside_fts5(store: S
     for n in range(30):
         await p.record(_args(f"ep_b{n:02d}", "ledger rounding ledger", scope=B))
     await p.record(_args("ep_a", "ledger rounding", scope=A))
-    hits, snippet_match = await store.read(lambda db: bm25_candidates(db, ["ledger"], [A], 8))
+    hits = await store.read(lambda db: bm25_candidates(db, ["ledger"], [A], 8))
     assert [h.episode_id for h in hits] == ["ep_a"]
     assert "scope_key" in scoped_match(["ledger"], [A], "OR")  # the search expression carries the scope
-    assert "scope_key" not in snippet_match  # the snippets' one needs the words only (same snippet, cheaper)
     # The index itself holds scope tokens: matching on the token alone finds only that scope's docs.
     from memactors.store import scope_key
     n_in_b = await store.read(lambda db: db.execute(
@@ -241,24 +240,28 @@ async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_few
     assert {i["id"] for i in out["items"]} == {"ep_both1", "ep_both2", "ep_one"}
 
 
-async def test_item_text_is_a_headline_plus_a_snippet_of_stored_words_when_there_is_no_summary(store: Store) -> None:
+async def test_item_text_is_the_runs_own_words_then_the_words_around_the_match(store: Store) -> None:
+    """Issue 17: the gist leads with the start of the excerpt, then a snippet around the query's words
+    when they come later, then the files and failures once; no field names, nothing the provenance
+    line says, only the episode's own words."""
+    from memactors.actors.index import text_belongs
+
     p = BuiltinProvider(store)
     filler = " ".join(f"word{n}" for n in range(300))
-    text = _episode_text(excerpt=f"{filler} the flaky ledger rounding was fixed {filler}")
+    text = _episode_text(excerpt=f"Pinned the clock in reconcile. {filler} the flaky ledger rounding was fixed {filler}")
     await p.record(_args("ep_1", text))
     out = await p.recall({"query": "ledger rounding", "scope": [A], "limit": 5})
     item = out["items"][0]["text"]
-    head, snippet = item.split("\n")
-    assert head == ("outcome: failed; harness: api-fixer; branch: main; files_touched: src/ledger.py;"
-                    " verify_failures: test_failure: 2")
-    assert "ledger rounding" in snippet and snippet.startswith("…") and snippet.endswith("…")
-    for piece in snippet.split("…"):  # only stored words, with … where text was left out
-        assert piece.strip() in text
-    assert len(item) <= 320
-    # A path-only hit (no word matched) still gets its headline and the start of its excerpt.
+    assert item.startswith("Pinned the clock in reconcile. word0")
+    assert "… …word298 word299 the flaky ledger rounding was fixed" in item
+    assert item.endswith("touched src/ledger.py · verify failures: test_failure ×2")
+    for label in ("summary:", "result_excerpt", "outcome", "api-fixer", "branch", "\\n", "\n"):
+        assert label not in item
+    assert text_belongs(item, text) and len(item) <= 320
+    # A path-only hit (no word matched) leads with the start of its excerpt too.
     await p.record(_args("ep_2", _episode_text(excerpt="renamed the module"), files=("src/x.py",)))
     out = await p.recall({"query": "zzz", "scope": [A], "limit": 5, "paths": ["src/x.py"]})
-    assert out["items"][0]["text"].endswith("result_excerpt: renamed the module")
+    assert out["items"][0]["text"].startswith("renamed the module · touched")
 
 
 async def test_item_text_of_a_long_episode_stays_bounded(store: Store) -> None:
@@ -270,7 +273,7 @@ async def test_item_text_of_a_long_episode_stays_bounded(store: Store) -> None:
     assert len(out["items"]) == 2
     for item in out["items"]:
         assert len(item["text"]) <= 320
-    assert any("files_touched: src/pkg0/module_0.py" in i["text"] and "…" in i["text"] for i in out["items"])
+    assert any("touched src/pkg0/module_0.py" in i["text"] and ", …" in i["text"] for i in out["items"])
 
 
 async def test_the_text_is_stored_once_and_the_index_follows_updates_and_deletes(store: Store) -> None:
@@ -292,6 +295,19 @@ async def test_the_text_is_stored_once_and_the_index_follows_updates_and_deletes
     assert check == []
 
 
+#: The built-in provider's tables as migration 0001 made them (before 0006 and 0009 ran).
+_PRE_0006 = """
+    DROP TRIGGER builtin_docs_fts_insert; DROP TRIGGER builtin_docs_fts_delete;
+    DROP TRIGGER builtin_docs_fts_update; DROP TABLE builtin_fts; DROP TABLE builtin_docs; DROP TABLE builtin_scopes;
+    CREATE TABLE builtin_docs (doc_id INTEGER PRIMARY KEY, episode_id TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,
+        text TEXT NOT NULL, summary TEXT NOT NULL DEFAULT '', files TEXT NOT NULL DEFAULT '[]',
+        started_at TEXT NOT NULL, content_hash TEXT NOT NULL);
+    CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope);
+    CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
+    DELETE FROM _sqlite_migrations WHERE name IN ('0006_builtin_scope_in_fts', '0009_flat_text_and_builtin_fields');
+"""
+
+
 async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) -> None:
     """Migration 0006 on a store written by the previous schema: the index is rebuilt with scope tokens."""
     import sqlean
@@ -300,14 +316,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
     s = await Store.open(path)
     s.close()
     db = sqlean.connect(str(path), isolation_level=None)
-    db.executescript(
-        """
-        DROP TRIGGER builtin_docs_fts_insert; DROP TRIGGER builtin_docs_fts_delete;
-        DROP TRIGGER builtin_docs_fts_update; DROP TABLE builtin_fts;
-        ALTER TABLE builtin_docs DROP COLUMN scope_key; DROP TABLE builtin_scopes;
-        CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
-        DELETE FROM _sqlite_migrations WHERE name = '0006_builtin_scope_in_fts';
-        """)
+    db.executescript(_PRE_0006)
     for n, (eid, scope) in enumerate((("ep_a", A), ("ep_b", B)), start=1):
         db.execute("INSERT INTO builtin_docs (doc_id, episode_id, scope, text, summary, files, started_at,"
                    " content_hash) VALUES (?, ?, ?, 'ledger rounding', '', '[]', '2026-11-28', 'h')", [n, eid, scope])

@@ -211,8 +211,8 @@ async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_o
 
 @pytest.mark.req6
 async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(tmp_path: Path) -> None:
-    """Single-line fields keep no TAB, LF or CR; multi-line result text keeps LF only (TAB a space, CRLF
-    LF); the rendered text keeps every field on its own line. A line break in an identity field (repo,
+    """No field keeps a TAB, LF or CR: each run of them is one space (issue 17; the result text too);
+    the rendered text keeps every field on its own line. A line break in an identity field (repo,
     branch, harness, paths) is refused at the boundary instead (issue 9: it could escape a fence)."""
     from memactors.episode import FIELD_ORDER
 
@@ -233,9 +233,10 @@ async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(
             view = await rpc.call(f"{SERVICE}/GetEpisode", {"episode_id": eid})
         nursery.cancel_scope.cancel()
     episode = view["episode"]
-    assert episode["branch"] == "fix/flaky" and episode["trace_id"] == "t12"
-    assert episode["result_excerpt"] == "line one\n indented bell[31m\nline three"
+    # Issue 17: every run of line breaks and tabs is one space, in every field (words never fuse).
+    assert episode["branch"] == "fix/flaky" and episode["trace_id"] == "t 1 2"
+    assert episode["result_excerpt"] == "line one indented bell[31m line three"
     for name, value in episode.items():
-        if isinstance(value, str) and name not in ("result_excerpt", "summary"):
+        if isinstance(value, str):
             assert not set(value) & set("\t\n\r\x07\x1b"), name
     assert [line.split(": ", 1)[0] for line in view["text"].splitlines()] == list(FIELD_ORDER)

@@ -141,7 +141,7 @@ def test_verify_failures_keep_ten_classes_by_count_then_name() -> None:
 
 def test_result_excerpt_is_the_first_excerpt_chars_characters() -> None:
     rec = record(result_text="ab\ncdé" * 100)
-    assert assemble(rec, fixed(rec), excerpt_chars=7).result_excerpt == "ab\ncdéa"
+    assert assemble(rec, fixed(rec), excerpt_chars=7).result_excerpt == "ab cdéa"  # LF is a space (REQ-6)
     assert assemble(rec, fixed(rec), excerpt_chars=0).result_excerpt == ""
     assert assemble(record(result_text=None), fixed(rec), excerpt_chars=9).result_excerpt == ""
 
@@ -161,11 +161,11 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
     assert FIELD_ORDER[:4] == ("episode_id", "harness", "adapter", "run_id")
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
-    # Multi-line text keeps LF as its only break (CRLF and U+2028 become LF), escaped on its line.
-    assert "result_excerpt: line one\\nline two\\n\\nback\\\\slash" in lines
-    # Single-line fields lose every line break (REQ-6, the control-character rule); a path with a line
-    # break is refused at the boundary, and a backslash is escaped in the rendering.
-    assert "files_touched: dir/new\\\\line.go" in lines and "verify_failures: ab: 1" in lines
+    # Every run of line breaks (LF, CRLF, U+2028) is one space (REQ-6, issue 17); nothing is escaped.
+    assert "result_excerpt: line one line two back\\slash" in lines
+    assert ep.result_excerpt == "line one line two back\\slash" and ep.trace_id == "t x"
+    # A path with a line break is refused at the boundary; a backslash is kept as it is.
+    assert "files_touched: dir/new\\line.go" in lines and "verify_failures: a b: 1" in lines
     assert "pull_request: https://forge.example/acme/api/pull/7" in lines
     assert "summary: " in lines and "cost_usd: " in lines
 
@@ -180,7 +180,8 @@ def test_issue11_the_text_check_reads_the_stored_body_as_it_read_the_rendering()
     assert stored_copy(body) == (json.loads(body), text)
     for line in text.splitlines():
         assert text_belongs_body(line, body), line
-    assert text_belongs_body("…ledger rounding\\nfixed in [cents]…", body)  # the escaped break, as rendered
+    assert text_belongs_body("…ledger rounding fixed in [cents]…", body)  # the break is a space
+    assert ep.result_excerpt == "ledger rounding fixed in cents, café"
     assert text_belongs_body("rounding fixed café", body) and text_belongs_body("", body)
     assert not text_belongs_body("ledger proration", body) and not text_belongs_body("invoice", body)
     # A body whose JSON spells a word differently from the rendering (here ASCII escapes) falls back to

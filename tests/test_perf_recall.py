@@ -1,12 +1,14 @@
 """The read path made cheaper must answer exactly what it answered before (issue 11, REQ-11, REQ-3).
 
 Each test here pins a behaviour-bearing change of the recall path against the straightforward form it
-replaced: the batched snippets against one `MATCH ... AND rowid = ?` per hit, the fast schema check
-against jsonschema's own verdict and messages.
+replaced: item texts composed for all hits at once against the gist of each hit's own stored fields
+(issue 17: the gist replaced FTS5 snippets), the fast schema check against jsonschema's own verdict and
+messages.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -15,15 +17,9 @@ import pytest
 import sqlite_utils
 import trio
 
-from memactors.builtin import (
-    SNIPPET_TOKENS,
-    BuiltinProvider,
-    Hit,
-    bm25_candidates,
-    item_text,
-    item_texts,
-    query_words,
-)
+from memactors.actors.index import text_belongs
+from memactors.builtin import MAX_ITEM_TEXT, BuiltinProvider, Hit, bm25_candidates, item_texts, query_words
+from memactors.gist import gist
 from memactors.store import Store
 
 pytestmark = pytest.mark.req11
@@ -33,70 +29,74 @@ WORDS = ["ledger", "rounding", "flaky", "cache", "retry", "socket", "parser", "s
          "branch", "deploy", "timeout", "worker", "queue", "index", "vector", "commit", "rebase", "lint"]
 
 
-def per_hit_item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
-    """The item texts as they were computed before batching: two statements per hit (the text from
-    the row and its snippet composed by the same `item_text`)."""
+def per_hit_item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
+    """Each hit's gist from its own row, one statement per hit."""
     out: dict[str, str] = {}
     for hit in hits:
-        row = db.execute("SELECT text, summary FROM builtin_docs WHERE doc_id = ?", [hit.doc_id]).fetchone()
+        row = db.execute("SELECT summary, excerpt, files, failures FROM builtin_docs WHERE doc_id = ?",
+                         [hit.doc_id]).fetchone()
         if row is None:
             continue
-        text, summary = row
-        snippet = None
-        if match is not None and not summary:
-            found = db.execute(
-                f"SELECT snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
-                f" WHERE builtin_fts MATCH ? AND rowid = ?", [match, hit.doc_id]).fetchone()
-            snippet = found[0] if found else None
-        out[hit.episode_id] = item_text(text, summary, snippet)
+        body = {"summary": row[0], "result_excerpt": row[1], "files_touched": json.loads(row[2]),
+                "verify_failures": json.loads(row[3])}
+        out[hit.episode_id] = gist(body, words, MAX_ITEM_TEXT)
     return out
 
 
-async def _fill(provider: BuiltinProvider, rng: random.Random, n: int) -> None:
+async def _fill(provider: BuiltinProvider, rng: random.Random, n: int) -> dict[str, str]:
+    texts = {}
     for i in range(n):
         scope = SCOPES[i % len(SCOPES)]
         body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 200)))
         files = [f"src/{rng.choice(WORDS)}.py" for _ in range(rng.randint(0, 3))]
         text = "".join(f"{k}: {v}\n" for k, v in (
             ("harness", f"h{i % 7}"), ("branch", "main"), ("outcome", rng.choice(("failed", "succeeded"))),
-            ("files_touched", ", ".join(files)), ("verify_failures", ""), ("result_excerpt", body)))
+            ("files_touched", ", ".join(files)), ("verify_failures", "test_failure: 2" if i % 3 else ""),
+            ("result_excerpt", body)))
         summary = " ".join(rng.choice(WORDS) for _ in range(8)) if i % 5 == 0 else None
+        texts[f"ep_{i:03d}"] = text + f"summary: {summary or ''}\n"
         await provider.record({"episode_id": f"ep_{i:03d}", "scope": scope, "trust_class": "standard", "text": text,
                                "episode": {"started_at": f"2026-11-{1 + i % 28:02d}T09:00:00Z",
                                            "files_touched": files, "summary": summary}})
+    return texts
 
 
-async def test_batched_snippets_give_the_same_item_texts_as_one_match_per_hit(store: Store) -> None:
-    """Over a store of several scopes (summaries, path-only hits, one- and two-scope requests, AND and
-    OR plans), the texts computed with one MATCH per scope equal those of one MATCH per hit."""
-    rng = random.Random(5)
+async def test_item_texts_are_each_hits_gist_and_only_its_own_words(store: Store) -> None:
+    """Whole answers of the provider (text-only and path-boosted, one and two scopes): every item's text
+    is the gist of its own stored fields for the query's words, and passes REQ-9's text check against
+    the rendering it was recorded with."""
+    rng = random.Random(13)
     provider = BuiltinProvider(store)
-    await _fill(provider, rng, 160)
+    texts = await _fill(provider, rng, 120)
     checked = with_snippet = 0
-    for _ in range(60):
+    for _ in range(40):
         scopes = rng.sample(SCOPES, rng.choice((1, 2)))
-        words = query_words(" ".join(rng.sample(WORDS, rng.choice((1, 2, 3)))))
-        limit = rng.choice((3, 8, 20))
+        args: dict[str, Any] = {"query": " ".join(rng.sample(WORDS, rng.choice((1, 2, 3)))), "scope": scopes,
+                                "limit": rng.choice((3, 8, 20))}
+        if rng.random() < 0.5:
+            args["paths"] = [f"src/{rng.choice(WORDS)}.py"]
+        out = await provider.recall(args)
+        words = query_words(args["query"])
 
-        def both(db: sqlite_utils.Database, words: list[str] = words, scopes: list[str] = scopes,
-                 limit: int = limit) -> tuple[dict[str, str], dict[str, str], list[Hit]]:
-            hits, match = bm25_candidates(db, words, scopes, limit)
-            # path-only hits (no word of the query in them) ride along, as the path boost adds them
-            extra = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
-                "SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE scope = ? LIMIT 3", [scopes[0]])]
-            chosen = list({h.episode_id: h for h in [*hits[:limit], *extra]}.values())
-            return item_texts(db, chosen, match), per_hit_item_texts(db, chosen, match), chosen
+        def recompute(db: sqlite_utils.Database, out: dict[str, Any] = out,
+                      words: list[str] = words) -> dict[str, str]:
+            hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
+                f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE episode_id IN"
+                f" ({','.join('?' * len(out['items']))})", [i["id"] for i in out["items"]])]
+            return per_hit_item_texts(db, hits, words)
 
-        batched, per_hit, chosen = await store.read(both)
-        assert batched == per_hit
-        assert set(batched) == {h.episode_id for h in chosen}
-        checked += len(batched)
-        with_snippet += sum("…" in t for t in batched.values())
-    assert checked > 300 and with_snippet > 50  # the comparison covered real snippets, not only summaries
+        got = {i["id"]: i["text"] for i in out["items"]}
+        assert got == await store.read(recompute)
+        for eid, text in got.items():
+            assert text_belongs(text, texts[eid]), text
+            assert len(text) <= MAX_ITEM_TEXT
+        checked += len(got)
+        with_snippet += sum("…" in t for t in got.values())
+    assert checked > 150 and with_snippet > 30  # long excerpts were cut and snippets shown, not only summaries
 
 
-async def test_item_texts_with_no_match_and_unknown_docs(store: Store) -> None:
-    """A recall without words (paths only) has no snippet expression; a hit whose row is gone is skipped."""
+async def test_item_texts_with_no_words_and_unknown_docs(store: Store) -> None:
+    """A recall without words (paths only) composes gists without a snippet; a hit whose row is gone is skipped."""
     provider = BuiltinProvider(store)
     await _fill(provider, random.Random(9), 12)
 
@@ -104,36 +104,10 @@ async def test_item_texts_with_no_match_and_unknown_docs(store: Store) -> None:
         hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
             "SELECT episode_id, doc_id, started_at FROM builtin_docs")]
         hits.append(Hit("ep_gone", 999, ""))
-        return item_texts(db, hits, None), per_hit_item_texts(db, hits, None)
+        return item_texts(db, hits, ()), per_hit_item_texts(db, hits, ())
 
     batched, per_hit = await store.read(both)
     assert batched == per_hit and len(batched) == 12 and "ep_gone" not in batched
-
-
-async def test_recall_answers_are_unchanged_through_the_provider(store: Store) -> None:
-    """Whole answers (ids, order, scores, texts) of the provider equal a recomputation with per-hit
-    snippets, for text-only and path-boosted recalls across scopes."""
-    rng = random.Random(13)
-    provider = BuiltinProvider(store)
-    await _fill(provider, rng, 80)
-    for _ in range(20):
-        scopes = rng.sample(SCOPES, rng.choice((1, 2)))
-        args: dict[str, Any] = {"query": " ".join(rng.sample(WORDS, 2)), "scope": scopes, "limit": 8}
-        if rng.random() < 0.5:
-            args["paths"] = [f"src/{rng.choice(WORDS)}.py"]
-        out = await provider.recall(args)
-        words = query_words(args["query"])
-
-        def recompute(db: sqlite_utils.Database, out: dict[str, Any] = out, words: list[str] = words,
-                      scopes: list[str] = scopes) -> dict[str, str]:
-            _, match = bm25_candidates(db, words, scopes, 8)
-            hits = [Hit(str(r[0]), int(r[1]), str(r[2])) for r in db.execute(
-                f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE episode_id IN"
-                f" ({','.join('?' * len(out['items']))})", [i["id"] for i in out["items"]])]
-            return per_hit_item_texts(db, hits, match)
-
-        expected = await store.read(recompute)
-        assert {i["id"]: i["text"] for i in out["items"]} == expected
 
 
 # -- schema checks: the compiled fast path gives jsonschema's verdict and message ----------------------
@@ -210,7 +184,7 @@ async def test_bm25_candidates_for_limit_are_the_prefix_of_the_200(store: Store)
 
         def both(db: sqlite_utils.Database, words: list[str] = words, scopes: list[str] = scopes,
                  limit: int = limit) -> tuple[list[Hit], list[Hit]]:
-            return bm25_candidates(db, words, scopes, limit)[0], bm25_candidates(db, words, scopes, limit, limit)[0]
+            return bm25_candidates(db, words, scopes, limit), bm25_candidates(db, words, scopes, limit, limit)
 
         full, short = await store.read(both)
         assert short == full[:limit] and short

@@ -6,9 +6,13 @@ upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same
 can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
 
 Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, its FTS5 scope
-token `scope_key`, text, summary, files_touched, started_at, content hash), `builtin_fts` (FTS5,
-`porter unicode61`, external-content over builtin_docs — the text is stored once — with the columns
-scope_key, text and summary, kept in step by triggers; migration `0006_builtin_scope_in_fts`), and — only when an embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
+token `scope_key`, the episode as fields — `title` (its summary, else the start of its excerpt),
+`excerpt`, `summary`, `files`, `failures`, `meta` (harness, adapter, model, repository, branch, outcome,
+reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, started_at, content hash),
+`builtin_fts` (FTS5, `porter unicode61`, external-content over builtin_docs — the text is stored once —
+with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
+migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
+embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
 one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
 model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
 cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
@@ -20,14 +24,19 @@ Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
   (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
   the work follows the caller's repository, not the store. The plan: the AND of every query word first; only
   when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND matches). Best
-  200 candidates by `rank` (BM25 over text and summary; the scope column weighs 0, so scores are those
-  of text and summary alone).
+  200 candidates by `rank` (BM25 with BM25_WEIGHTS over the content and metadata columns; the scope
+  column weighs 0).
 * **Cosine** (hybrid only): the query's embedding against `builtin_vec`, best 200 in the caller's scopes.
 * **Path boost**: when the request carries `paths`, the episodes whose `files_touched` contains one of
   them exactly (repository-relative), newest first, best 200, form a third ranking. An episode that
   touched a requested path therefore gains 1/(60 + rank) — as much as a top BM25 hit at the same rank —
   and an episode that matches the query *and* touched the path outranks one that only matches the query.
   A path match alone is enough to be returned.
+
+The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
+words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
+name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
+next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
 
 The fused score is Σ 1/(60 + rank) over the rankings an episode appears in; ties break by recency
 (started_at, newest first), then by episode id. Without an embedding model the ranking is BM25 (plus
@@ -39,12 +48,10 @@ Embedding happens at record time, after the text is committed, under its own dea
 concurrently with the BM25 search; a query that cannot be embedded is answered from FTS5 with
 `degraded: "embeddings_unavailable"` — never an error.
 
-Item text is compact, so briefings at the default cap have room for episodes (REQ-14 drops an item
-whole, never cuts it): the episode's summary (`summary: ...`) when it has one, else a headline made of
-the episode's own stored lines for outcome, harness, branch, files_touched and verify_failures (joined
-by "; ") and, on the next line, FTS5's `snippet()` of the text around the match — only stored words,
-with `…` where text was left out. At most MAX_ITEM_TEXT characters; the whole episode is one
-`memactors memory episodes <id>` away.
+Item text is the episode's gist (`gist.gist`, issue 17): the run's own words first (its summary, else
+the start of its excerpt), then the words around the query's when they come later, then what it touched
+and which verify failures it had — no field names, nothing the provenance line says, only the episode's
+own words. At most MAX_ITEM_TEXT characters; the whole episode is one `memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
 unknown id answers `{forgotten: false}`.
@@ -56,7 +63,8 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -71,18 +79,28 @@ from mcp.server import Server
 
 from . import __version__, contract
 from .contract import load_schemas
+from .episode import flatten
 from .errors import InvalidArgument, MemactorsError
+from .gist import cut_words, gist
 from .store import _WORD, Store, scope_doc_id, scope_key, scope_range
 
 CONTRACT_VERSION = 1
 RRF_K = 60
-#: Bound on one item's text (summary, or headline + snippet): well under a briefing's 500-char episodes share.
+#: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
+#: cuts it further at a word boundary keeps the best of it.
 MAX_ITEM_TEXT = 320
-#: Headline fields, as stored lines of the episode text, and the widest each may be.
-HEADLINE_FIELDS = (("outcome", 40), ("harness", 60), ("branch", 60), ("files_touched", 90), ("verify_failures", 70))
-#: Tokens around the match in an item's snippet.
-SNIPPET_TOKENS = 16
 CANDIDATES = 200
+#: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
+#: touched (the content columns), then its metadata (harness, adapter, model, repository, branch,
+#: outcome, reason, run id, pull request), which every episode of a scope shares in part.
+FTS_COLUMNS = ("scope_key", "title", "excerpt", "files", "failures", "meta")
+CONTENT_COLUMNS = ("title", "excerpt", "files", "failures")
+#: BM25 weight of each FTS column (the scope token weighs nothing): the run's first words (its summary,
+#: else the start of its excerpt) count most, then the paths it touched (docs/benchmarks.md, "Recall
+#: quality", says what each weight did).
+BM25_WEIGHTS = (0.0, 3.0, 1.0, 1.5, 1.0, 0.25)
+#: The `title` column: the summary, else the first TITLE_CHARS characters of the excerpt (cut between words).
+TITLE_CHARS = 100
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
 #: Default deadline for embedding one episode at record time.
@@ -128,33 +146,58 @@ def query_words(query: str) -> list[str]:
     return list(dict.fromkeys(_WORD.findall(query.lower())))
 
 
+#: Words that say how a question is asked, not what it is about: English function words and the
+#: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
+#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
+#: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
+STOPWORDS = frozenset("""
+a about above after again against all already also am an and any anyone anything are around as at be
+because been before being below between both but by can could did do does doing done down during each
+ever few for from further get got had has have having he her here hers him his how i if in into is it
+its itself just last lately me more most my myself no nor not now of off on once only or other our ours
+out over own please previously recent recently same she should so some someone something still such
+than that the their theirs them then there these they this those through to too under until up us very
+was we were what when where which while who whom why will with would yet you your yours
+""".split())
+
+
+def search_words(query: str) -> list[str]:
+    """The words a recall searches for: the query's words less STOPWORDS (all of them when that would
+    leave none)."""
+    words = query_words(query)
+    kept = [w for w in words if w not in STOPWORDS]
+    return kept or words
+
+
+def rank_function(weights: Sequence[float] = ()) -> str:
+    """The BM25 rank expression with each FTS column's weight (BM25_WEIGHTS unless given)."""
+    return "bm25(" + ", ".join(repr(float(w)) for w in (weights or BM25_WEIGHTS)) + ")"
+
+
 def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
-    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in text or summary.
+    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
+    metadata columns.
 
     Every word is double-quoted, so FTS5 operators in user text stay inert.
     """
     keys = " OR ".join(f'"{scope_key(s)}"' for s in scopes)
     terms = f" {op} ".join(f'"{w}"' for w in words)
-    return f"scope_key : ({keys}) AND {{text summary}} : ({terms})"
+    return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
+
 
 
 def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
-                    limit: int, candidates: int = CANDIDATES) -> tuple[list[Hit], str]:
+                    limit: int, candidates: int = CANDIDATES) -> list[Hit]:
     """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
 
     Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
-    its scope token, and the joined row's scope is checked once more. Returns the hits (best first:
-    rank, then recency, then id) and the words' OR expression without the scope clause, for snippets:
-    the scope tokens have no instances in the text column, so the snippet is the same, and each
-    per-hit MATCH then loads the words' doclists only, not the scope token's (a fifth of the cost).
+    its scope token, and the joined row's scope is checked once more. Returns the hits, best first:
+    rank (BM25 with BM25_WEIGHTS, configured as the table's rank), then recency, then id.
 
     At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
     number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
     """
-    wanted = list(dict.fromkeys(scopes))
-    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
-                           wanted).fetchall())
-    ranges = [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
+    ranges = scope_ranges(db, scopes)
     any_word = scoped_match(words, scopes, "OR")
     plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
@@ -165,96 +208,169 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
                 f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
                 # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
                 f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-                f" WHERE builtin_fts MATCH ? AND builtin_fts.rowid BETWEEN ? AND ? AND d.scope = ?"
-                f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
-                [match, low, high, scope],
+                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
+                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
+                [match, rank_function(), low, high, scope],
             ).fetchall()
         if len(ranges) > 1:
             rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
             rows = rows[:candidates]
         if len(rows) >= limit:
             break
-    words_only = "{text summary} : (" + " OR ".join(f'"{w}"' for w in words) + ")"
-    return [Hit(r[2], int(r[3]), r[1]) for r in rows], words_only
+    return [Hit(r[2], int(r[3]), r[1]) for r in rows]
 
 
-def _cut(text: str, width: int) -> str:
-    """`text` if it fits in `width`, else its longest prefix ending at a space, plus '…'."""
-    if len(text) <= width:
-        return text
-    head = text[: width - 1]
-    space = head.rfind(" ")
-    return (head[:space] if space > width // 2 else head).rstrip() + "…"
+def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(scope, first doc id, last doc id) of each requested scope that has documents."""
+    wanted = list(dict.fromkeys(scopes))
+    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    return [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
 
 
-def headline(text: str) -> str:
-    """The episode's own stored lines for outcome, harness, branch, files and failures, on one line."""
-    lines = dict(line.split(": ", 1) for line in text.split("\n") if ": " in line)
-    parts = [_cut(f"{name}: {lines[name]}", width) for name, width in HEADLINE_FIELDS if lines.get(name)]
-    return "; ".join(parts)
+def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]]) -> bool:
+    return any(db.execute("SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? LIMIT 1",
+                          [match, low, high]).fetchone() is not None for _, low, high in ranges)
 
 
-def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], match: str | None) -> dict[str, str]:
-    """Compact item text per hit: the summary, else headline + FTS5 snippet around the match.
+def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
+    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
+    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
+    and not in any metadata makes it a real query. At most two index probes per word."""
+    ranges = scope_ranges(db, scopes)
+    if not ranges or not words:
+        return False
+    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
+    in_meta = False
+    for w in words:
+        if _occurs(db, f'meta : "{w}"', ranges):
+            in_meta = True
+        elif _occurs(db, f'{content} : "{w}"', ranges):
+            return False
+    return in_meta
 
-    Two statements for all the hits, not two per hit: the texts in one `IN`, and the snippets in one
-    MATCH per scope (see `snippets`).
+
+#: Episodes of the scope considered for a metadata-only query (newest first).
+BRIEFING_CANDIDATES = 200
+
+
+def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
+    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
+
+    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
+    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
+    of: all of them newest first; those on the query's branch (every word of their branch is a word
+    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
+    run of the scope touching one of the same files — newest first. Ties by recency, then id.
     """
+    rows: list[tuple[int, str, str, str, str, str]] = []
+    for scope, _low, _high in scope_ranges(db, scopes):
+        rows += db.execute(
+            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
+            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
+            f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
+    rows.sort(key=lambda r: (_desc(r[2]), r[1]))
+    rows = rows[:BRIEFING_CANDIDATES]
+    wanted = set(words)
+    on_branch = [r[1] for r in rows if r[3] and set(_WORD.findall(r[3].lower())) <= wanted]
+    failed_files: set[str] = set()
+    fixed: list[str] = []
+    for r in reversed(rows):  # oldest first
+        files = set(json.loads(r[5]))
+        if r[4] == "failed":
+            failed_files |= files
+        elif r[4] == "succeeded" and files & failed_files:
+            fixed.append(r[1])
+            failed_files -= files
+    fixed.reverse()
+    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
+    started = {r[1]: r[2] for r in rows}
+    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
+    return [hits[eid] for eid in rank(fused, started, len(fused))]
+
+
+def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
+    """Each hit's item text, its gist (`gist.gist`) for the query's `words`, from its stored fields in
+    one statement for all the hits."""
     if not hits:
         return {}
     ids = list(dict.fromkeys(hit.doc_id for hit in hits))
-    rows: dict[int, tuple[str, str]] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for chunk in _chunks(ids):
-        rows.update((int(r[0]), (r[1], r[2])) for r in db.execute(
-            f"SELECT doc_id, text, summary FROM builtin_docs WHERE doc_id IN ({','.join('?' * len(chunk))})",
-            chunk).fetchall())
-    found = snippets(db, [i for i in ids if i in rows and not rows[i][1]], match) if match is not None else {}
+        for r in db.execute(
+                f"SELECT doc_id, summary, excerpt, files, failures FROM builtin_docs"
+                f" WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk).fetchall():
+            rows[int(r[0])] = {"summary": r[1], "result_excerpt": r[2], "files_touched": json.loads(r[3]),
+                               "verify_failures": json.loads(r[4])}
+    return {hit.episode_id: gist(rows[hit.doc_id], words, MAX_ITEM_TEXT) for hit in hits if hit.doc_id in rows}
+
+
+@attrs.frozen
+class DocFields:
+    """What the built-in provider indexes of one episode (builtin_docs' columns, migration 0009)."""
+
+    title: str
+    excerpt: str
+    summary: str
+    files: tuple[str, ...]
+    failures: tuple[tuple[str, int], ...]
+    meta: str
+    harness: str
+    branch: str
+    outcome: str
+
+
+#: REQ-5 fields whose words go into the `meta` column.
+META_FIELDS = ("harness", "adapter", "model", "repo", "branch", "outcome", "reason", "run_id", "pull_request")
+_OLD_ESCAPES = re.compile(r"\\(?:u2028|u2029|[nr\\])")
+_FAILURE = re.compile(r"(.+?): (\d+)(?:, |$)")
+
+
+def rendering_fields(text: str, *, escaped: bool = False) -> dict[str, str]:
+    """The `name: value` lines of a REQ-5 rendering. `escaped`: a rendering from before migration 0009,
+    whose line breaks were written `\\n` (read as a space) and backslashes `\\\\`."""
     out: dict[str, str] = {}
-    for hit in hits:
-        row = rows.get(hit.doc_id)
-        if row is None:
-            continue
-        out[hit.episode_id] = item_text(*row, found.get(hit.doc_id))
+    for line in text.split("\n"):
+        name, sep, value = line.partition(": ")
+        if sep and name.isidentifier():
+            if escaped:
+                value = _OLD_ESCAPES.sub(lambda m: "\\" if m.group() == "\\\\" else " ", value)
+            out.setdefault(name, value)
     return out
 
 
-def item_text(text: str, summary: str, snippet: str | None) -> str:
-    """One item's text: its summary, else its headline and `snippet` (FTS5's, around the match; for a
-    path-only hit, the start of the result excerpt), within MAX_ITEM_TEXT."""
-    if summary:
-        return _cut(f"summary: {summary}", MAX_ITEM_TEXT)
-    snippet = snippet.strip() if snippet else None
-    if not snippet:  # a path-only hit: the start of the result excerpt
-        excerpt = next((ln for ln in text.split("\n") if ln.startswith("result_excerpt: ")), "")
-        snippet = _cut(excerpt, 160) if excerpt else ""
-    head = headline(text)
-    room = MAX_ITEM_TEXT - len(head) - 1
-    body = _cut(snippet, room) if room > 20 else ""
-    return "\n".join(p for p in (head, body) if p)[:MAX_ITEM_TEXT]
+def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: bool = False) -> DocFields:
+    """The fields to index for an episode: from its REQ-5 object where it has them, else from the lines
+    of its rendering `text`; a text that is no rendering (no `result_excerpt` line) is the excerpt."""
+    ep = dict(episode or {})
+    lines = rendering_fields(text, escaped=escaped)
 
+    def value(name: str) -> str:
+        v = ep.get(name)
+        if v is None:
+            v = lines.get(name, "")
+        return flatten(str(v)).strip()
 
-def snippets(db: sqlite_utils.Database, doc_ids: Sequence[int], match: str) -> dict[int, str]:
-    """FTS5's `snippet()` of the text around `match` for each of `doc_ids` that matches it.
-
-    One MATCH per scope (doc ids are numbered per scope, `num << 32 | sequence`), bounded to the
-    requested ids' rowid range — which FTS5 seeks to — so each term's doclist is loaded once for all
-    the hits instead of once per hit (`MATCH ? AND rowid = ?` per hit). `+rowid IN (...)` is checked
-    by SQLite on each row FTS5 returns (the `+` keeps it from being handed to FTS5 as one `rowid =`
-    lookup per id), before the snippet is computed, so only the requested rows pay for a snippet. The
-    snippet of a row depends on the row and the expression only, not on how the row was reached.
-    """
-    groups: dict[int, list[int]] = {}
-    for doc_id in doc_ids:
-        groups.setdefault(doc_id >> 32, []).append(doc_id)
-    out: dict[int, str] = {}
-    for group in groups.values():
-        for chunk in _chunks(group):
-            rows = db.execute(
-                f"SELECT rowid, snippet(builtin_fts, 1, '', '', '…', {SNIPPET_TOKENS}) FROM builtin_fts"
-                f" WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? AND +rowid IN ({','.join('?' * len(chunk))})",
-                [match, min(chunk), max(chunk), *chunk]).fetchall()
-            out.update((int(r[0]), r[1]) for r in rows)
-    return out
+    excerpt = value("result_excerpt") if "result_excerpt" in ep or "result_excerpt" in lines else flatten(text).strip()
+    summary = value("summary")
+    if isinstance(ep.get("files_touched"), (list, tuple)):
+        files = tuple(flatten(str(f)) for f in ep["files_touched"])
+    else:
+        files = tuple(f for f in lines.get("files_touched", "").split(", ") if f)
+    failures: tuple[tuple[str, int], ...]
+    if isinstance(ep.get("verify_failures"), (list, tuple)):
+        failures = tuple((flatten(str(f.get("error_class", ""))), int(f.get("count", 0)))
+                         for f in ep["verify_failures"] if isinstance(f, Mapping))
+    else:
+        failures = tuple((m.group(1), int(m.group(2))) for m in _FAILURE.finditer(lines.get("verify_failures", "")))
+    title = summary or cut_words(excerpt, TITLE_CHARS).rstrip("…")
+    return DocFields(
+        title=title, excerpt=excerpt, summary=summary, files=files, failures=failures,
+        meta=" ".join(v for v in (value(name) for name in META_FIELDS) if v),
+        harness=value("harness"), branch=value("branch"), outcome=value("outcome"),
+    )
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
@@ -281,8 +397,12 @@ def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[s
 # -- synchronous store helpers (used by the provider and by bench/) --------------------------------
 
 def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: str, summary: str,
-              files: Sequence[str], started_at: str) -> tuple[int, str, bool]:
-    """Insert or replace one episode's document; returns (doc_id, content hash, changed)."""
+              files: Sequence[str], started_at: str,
+              episode: Mapping[str, Any] | None = None) -> tuple[int, str, bool]:
+    """Insert or replace one episode's document; returns (doc_id, content hash, changed).
+
+    `episode` is the REQ-5 object memory_record_episode carries; what it lacks is read from `text`.
+    """
     digest = content_hash(text, summary)
     row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
                      [episode_id]).fetchone()
@@ -291,12 +411,24 @@ def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: s
     if row is not None:
         _delete_doc(db, int(row[0]))
     doc_id = scope_doc_id(db, scope)  # in the scope's own rowid range
-    db.execute(  # builtin_fts follows by trigger (external content: the text is stored once)
-        "INSERT INTO builtin_docs (doc_id, episode_id, scope, scope_key, text, summary, files, started_at,"
-        " content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [doc_id, episode_id, scope, scope_key(scope), text, summary, json.dumps(list(files)), started_at, digest],
-    )
+    given: dict[str, Any] = {"summary": summary or None, **({"files_touched": list(files)} if files else {})}
+    fields = doc_fields(text, {**given, **(episode or {})})
+    insert_doc(db, doc_id=doc_id, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at,
+               digest=digest)
     return doc_id, digest, True
+
+
+def insert_doc(db: sqlite_utils.Database, *, doc_id: int, episode_id: str, scope: str, fields: DocFields,
+               started_at: str, digest: str) -> None:
+    """One builtin_docs row; builtin_fts follows by trigger (external content: the text is stored once)."""
+    db.execute(
+        "INSERT INTO builtin_docs (doc_id, episode_id, scope, scope_key, title, excerpt, summary, files, failures,"
+        " meta, harness, branch, outcome, started_at, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [doc_id, episode_id, scope, scope_key(scope), fields.title, fields.excerpt, fields.summary,
+         json.dumps(list(fields.files), ensure_ascii=False), json.dumps([list(f) for f in fields.failures],
+                                                                        ensure_ascii=False),
+         fields.meta, fields.harness, fields.branch, fields.outcome, started_at, digest],
+    )
 
 
 def _delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
@@ -385,7 +517,8 @@ class BuiltinProvider:
         started_at = str(episode.get("started_at") or "")
 
         doc_id, digest, _ = await self.store.write(lambda db: write_doc(
-            db, episode_id=episode_id, scope=scope, text=text, summary=summary, files=files, started_at=started_at))
+            db, episode_id=episode_id, scope=scope, text=text, summary=summary, files=files, started_at=started_at,
+            episode=episode if isinstance(episode, dict) else None))
         if self.embedder is not None:
             await self._embed_doc(doc_id, scope, digest, embed_input(text, summary), episode_id)
         return {"ids": [episode_id]}
@@ -428,18 +561,25 @@ class BuiltinProvider:
         limit = max(1, min(20, int(args.get("limit", 8))))
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
-        words = query_words(query)
+        words = search_words(query)
         marks = ",".join("?" * len(scopes))
         hybrid = self.embedder is not None and bool(query.strip())
+        # A query whose words only select the scope's episodes (metadata_only) is answered by
+        # briefing_order, with no snippet words and no cosine ranking.
+        meta_mode = False
 
-        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit], str | None]:
+        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
+            nonlocal meta_mode
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
-            match: str | None = None
-            if words:
+            meta_mode = bool(words) and metadata_only(db, words, scopes)
+            if meta_mode:
+                for hit in briefing_order(db, words, scopes):
+                    hits[hit.episode_id] = hit
+                    bm25_rank.append(hit.episode_id)
+            elif words:
                 # BM25 alone (no path boost, no cosine): the answer is BM25's first `limit`, so ask for those.
-                found, match = bm25_candidates(db, words, scopes, limit,
-                                               CANDIDATES if paths or hybrid else limit)
+                found = bm25_candidates(db, words, scopes, limit, CANDIDATES if paths or hybrid else limit)
                 for hit in found:
                     hits[hit.episode_id] = hit
                     bm25_rank.append(hit.episode_id)
@@ -455,18 +595,20 @@ class BuiltinProvider:
                 for eid, doc_id, started in rows:
                     hits.setdefault(eid, Hit(eid, int(doc_id), started))
                     path_rank.append(eid)
-            return bm25_rank, path_rank, hits, match
+            return bm25_rank, path_rank, hits
 
         def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str], path_rank: list[str],
-                 hits: dict[str, Hit], match: str | None) -> list[tuple[str, str, float]]:
+                 hits: dict[str, Hit]) -> list[tuple[str, str, float]]:
+            if meta_mode:
+                cosine_rank = []
             fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
             order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
-            texts = item_texts(db, [hits[eid] for eid in order], match)
+            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
             return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
         def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
-            bm25_rank, path_rank, hits, match = text_rankings(db)
-            return fuse(db, bm25_rank, [], path_rank, hits, match)
+            bm25_rank, path_rank, hits = text_rankings(db)
+            return fuse(db, bm25_rank, [], path_rank, hits)
 
         degraded: str | None = None
         if not hybrid:  # one read transaction, one worker-thread hop
@@ -490,10 +632,10 @@ class BuiltinProvider:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-            bm25_rank, path_rank, hits, match = results["text"]
+            bm25_rank, path_rank, hits = results["text"]
             for eid, hit in cosine_hits.items():
                 hits.setdefault(eid, hit)
-            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, path_rank, hits, match))
+            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, path_rank, hits))
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                          for eid, text, score in ranked]}
         if degraded:

@@ -53,9 +53,6 @@ FIELD_ORDER = tuple(a.name for a in attrs.fields(Episode))
 
 # Python strings from JSON may hold lone surrogates ("\ud800"); they cannot be stored as UTF-8.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Characters str.splitlines() breaks on that survive the redactor's control-character strip.
-_LINE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-_LINE_BREAKS = re.compile("[\\\\\n\r\u2028\u2029]")
 
 
 def clean(text: str) -> str:
@@ -82,24 +79,48 @@ def cut_utf8(text: str, limit: int = MAX_FIELD_BYTES) -> str:
     return data[:limit].decode("utf-8", errors="ignore")
 
 
-# The control-character rule (REQ-6, docs/contracts.md "Control characters"): the redactor strips every
-# C0/C1 control but TAB and LF. Single-line fields (ids, names, repo, branch, paths, error classes) lose
-# those too, and CR and the Unicode line/paragraph separators: a value never spans lines. Multi-line
-# text (result_excerpt, summary) keeps LF as its only line break (CRLF and CR become LF, U+2028/U+2029
-# LF) and TAB becomes a space; every renderer escapes or fences LF (render_text escapes it, the wrapper
-# fences item text, JSON escapes it).
-_NOT_ONE_LINE = re.compile("[\t\n\r\u2028\u2029]")
-_LINE_ENDS = re.compile("\r\n?|[\u2028\u2029]")
+# The control-character rule (REQ-6, docs/contracts.md "Control characters"; issue 17): the redactor
+# strips every C0/C1 control but TAB and LF. In an episode, every line break and tab (TAB, LF, CR,
+# U+2028, U+2029), with the spaces around it, becomes one space, in every field: words on either side
+# of a break never fuse (the rendering once escaped LF as the two characters `\n`, and FTS5 indexed a
+# word starting a line as `n<word>`), nothing in a value needs escaping, and the rendering stays one
+# field per line.
+_BREAKS = re.compile("[ ]*[\t\n\r\u2028\u2029][\t\n\r\u2028\u2029 ]*")
+
+
+def flatten(text: str) -> str:
+    """`text` on one line: each run of line breaks and tabs (and the spaces around it) one space (REQ-6)."""
+    return _BREAKS.sub(" ", text) if _BREAKS.search(text) else text
 
 
 def one_line(text: str) -> str:
-    """A single-line field: TAB, LF, CR and the Unicode line separators removed (REQ-6)."""
-    return _NOT_ONE_LINE.sub("", text)
+    """A single-line field (ids, names, repository, branch, paths, error classes): `flatten`ed."""
+    return flatten(text)
 
 
-def multi_line(text: str) -> str:
-    """Multi-line text: LF the only line break, TAB a space (REQ-6)."""
-    return _LINE_ENDS.sub("\n", text).replace("\t", " ")
+def _flat_excerpt(text: str | None, limit: int) -> str:
+    """The result excerpt: the first `limit` characters of the stored (already clean) result text,
+    flattened. Flattening can in principle join what the redactor saw apart, so a flattened excerpt is
+    cleaned again, once, after its cut (the full text was redacted before any cut, at the boundary).
+    Only a prefix of a long text is flattened: enough of it to fill `limit` characters."""
+    text = text or ""
+    limit = max(limit, 0)
+    cut = _prefix(limit)
+    if not _BREAKS.search(text, 0, limit + 64):
+        head = text[:limit + 64]  # no break where the excerpt is cut from: nothing to flatten
+        if head == text or len(head) > limit:
+            return _cut_clean(text, cut)
+    size = limit + 64
+    while True:  # flatten(text[:size])[:limit] == flatten(text)[:limit] once it is longer than `limit`
+        flat = flatten(text[:size]).lstrip()
+        if len(flat) > limit or size >= len(text):
+            break
+        size *= 4
+    return flatten(_fit(cut(flat), cut)).rstrip()
+
+
+def _prefix(limit: int) -> Callable[[str], str]:
+    return lambda s: s[:limit]
 
 
 def _bounded(text: str | None) -> str:
@@ -376,9 +397,9 @@ def assemble(
         raise ValueError("run has no primary session in a repository")
     primary, where = found
     repo_key = where.key or ""
-    excerpt = multi_line(_cut_clean(record.result_text, lambda s: s[: max(excerpt_chars, 0)]))
+    excerpt = _flat_excerpt(record.result_text, excerpt_chars)
     if summary is not None:
-        summary = multi_line(clean(summary))
+        summary = clean(flatten(summary)).strip()
         if not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
             summary = None
     return Episode(
@@ -408,28 +429,25 @@ def assemble(
 
 # -- text rendering -----------------------------------------------------------------------------------
 
-def _escape(text: str) -> str:
-    return _LINE_BREAKS.sub(lambda m: _LINE_ESCAPES[m.group()], text)
-
-
 def _line_value(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, tuple):
         return ", ".join(
-            f"{_escape(v.error_class)}: {v.count}" if isinstance(v, VerifyFailure) else _escape(str(v)) for v in value
+            f"{flatten(v.error_class)}: {v.count}" if isinstance(v, VerifyFailure) else flatten(str(v)) for v in value
         )
     if isinstance(value, float):
         return repr(value)
-    return _escape(str(value))
+    return flatten(str(value))
 
 
 def render_text(episode: Episode) -> str:
     """REQ-5's plain-text rendering: every field in REQ-5's order, one `name: value` line each.
 
-    Line breaks and backslashes inside values are escaped, so each field stays on its line, and each
-    line passes the redactor once more (escaping could in principle join what it had kept apart).
-    Identical episodes give byte-identical text.
+    An episode's strings hold no line break (`flatten`, REQ-6); a value is flattened here once more,
+    so a body stored before that rule (migration 0009 rewrites those) still renders one field per line.
+    Nothing is escaped: the words of the rendering are the episode's words. Each line passes the
+    redactor once more. Identical episodes give byte-identical text.
     """
     lines = clean_many([f"{name}: {_line_value(getattr(episode, name))}" for name in FIELD_ORDER])
     return "".join(line + "\n" for line in lines)

@@ -430,6 +430,97 @@ def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
     )
 
 
+def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return flatten(value)
+    if isinstance(value, dict):
+        return {k: _flat_strings(v, flatten) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_flat_strings(v, flatten) for v in value]
+    return value
+
+
+#: builtin_fts's BM25 weights per column as configured by migration 0009 (builtin.BM25_WEIGHTS).
+_BUILTIN_FTS_SQL = """
+    CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+        scope_key, title, excerpt, files, failures, meta,
+        content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+    CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES (new.doc_id, new.scope_key, new.title, new.excerpt, new.files, new.failures, new.meta);
+    END;
+    CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES ('delete', old.doc_id, old.scope_key, old.title, old.excerpt, old.files, old.failures, old.meta);
+    END;
+    CREATE TRIGGER builtin_docs_fts_update
+    AFTER UPDATE OF scope_key, title, excerpt, files, failures, meta ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES ('delete', old.doc_id, old.scope_key, old.title, old.excerpt, old.files, old.failures, old.meta);
+        INSERT INTO builtin_fts (rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES (new.doc_id, new.scope_key, new.title, new.excerpt, new.files, new.failures, new.meta);
+    END;
+    INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+"""
+
+
+@migrations(name="0009_flat_text_and_builtin_fields")
+def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
+    """Issue 17: index the words, not their escapes; index what a run said, touched and failed apart
+    from its metadata.
+
+    1. Every string of every stored episode body is flattened (`episode.flatten`: a run of line
+       breaks and tabs is one space, REQ-6 as docs/contracts.md now says), so its rendering holds the
+       words themselves, never `\\n` before a word.
+    2. The built-in provider's document becomes fields instead of one rendering: `title` (the summary,
+       else the start of the excerpt), `excerpt`, `files` (the JSON list it already kept), `failures`
+       (JSON `[[error_class, count], ...]`), `meta` (harness, adapter, model, repository, branch,
+       outcome, reason, run id, pull request) and plain `harness`, `branch`, `outcome` columns;
+       `text` goes. Each is read from the stored rendering (its escapes read as spaces).
+       `builtin_fts` is rebuilt over those columns (`scope_key, title, excerpt, files, failures,
+       meta`), so a query can tell a match in what the run did from a match in the metadata every
+       episode of the scope shares (REQ-14's briefing query), and weigh each column.
+    Doc ids (and so vectors) and content hashes (and so the embedding cache) are unchanged.
+    """
+    from .builtin import BM25_WEIGHTS, doc_fields  # the provider's own field rules (no import cycle at load)
+    from .episode import flatten
+
+    for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
+        data = json.loads(body)
+        flat = _flat_strings(data, flatten)
+        if flat != data:
+            db.execute("UPDATE episode_bodies SET body = ? WHERE id = ?",
+                       [json.dumps(flat, ensure_ascii=False, separators=(",", ":")), body_id])
+    db.executescript(
+        """
+        DROP TRIGGER IF EXISTS builtin_docs_fts_insert;
+        DROP TRIGGER IF EXISTS builtin_docs_fts_delete;
+        DROP TRIGGER IF EXISTS builtin_docs_fts_update;
+        DROP TABLE IF EXISTS builtin_fts;
+        ALTER TABLE builtin_docs ADD COLUMN title TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN excerpt TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN failures TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE builtin_docs ADD COLUMN meta TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN harness TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN branch TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+        """
+    )
+    rows = db.execute("SELECT doc_id, text, summary, files FROM builtin_docs").fetchall()
+    for doc_id, text, summary, files in rows:
+        f = doc_fields(text, {"summary": summary or None, "files_touched": json.loads(files)}, escaped=True)
+        db.execute(
+            "UPDATE builtin_docs SET title = ?, excerpt = ?, summary = ?, failures = ?, meta = ?, harness = ?,"
+            " branch = ?, outcome = ? WHERE doc_id = ?",
+            [f.title, f.excerpt, f.summary, json.dumps([list(x) for x in f.failures], ensure_ascii=False), f.meta,
+             f.harness, f.branch, f.outcome, doc_id])
+    db.execute("ALTER TABLE builtin_docs DROP COLUMN text")
+    db.execute("CREATE INDEX builtin_docs_by_scope_time ON builtin_docs (scope, started_at)")
+    db.executescript(_BUILTIN_FTS_SQL)
+    weights = ", ".join(repr(float(w)) for w in BM25_WEIGHTS)
+    db.execute("INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', ?)", [f"bm25({weights})"])
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """Write one bounded call-log row now (callers without a batching CallLog)."""

@@ -22,11 +22,15 @@ from typing import Any
 
 import attrs
 
+from .gist import gist
+
 ESC = "esc"
 HELP_MAIN = "↑/↓ select  B briefing  r refresh  q quit"
 HELP_OVERLAY = "↑/↓ PgUp/PgDn scroll  r recompute  esc close  q quit"
 #: Recent episodes shown (one ListEpisodes page).
 RECENT = 50
+#: Widest gist under each recent episode (`gist.gist`, the text recall and briefings serve).
+GIST_CHARS = 100
 
 
 @attrs.frozen
@@ -145,8 +149,14 @@ class TuiState:
     def episode_lines(self) -> list[str]:
         if not self.episodes:
             return ["no episodes yet"]
-        lines = [f"{str(e.get('started_at', ''))[:16].replace('T', ' ')}  {e.get('harness', '')}  run {e.get('run_id')}"
-                 f"  {e.get('outcome', '')}  {e.get('repo', '')}@{e.get('branch', '')}" for e in self.episodes]
+        lines = []
+        for e in self.episodes:
+            lines.append(f"{str(e.get('started_at', ''))[:16].replace('T', ' ')}  {e.get('harness', '')}"
+                         f"  run {e.get('run_id')}  {e.get('outcome', '')}  {e.get('repo', '')}@{e.get('branch', '')}")
+            body = e.get("episode")
+            said = gist(body, (), GIST_CHARS) if isinstance(body, Mapping) else ""
+            if said:  # what the run said and touched: the same gist recall and briefings serve
+                lines.append(f"    {said}")
         if self.total is not None and self.total > len(self.episodes):
             lines.append(f"… {self.total - len(self.episodes)} older (memactors memory episodes)")
         return lines

@@ -1,0 +1,207 @@
+"""An episode's gist: the few hundred characters an agent sees of it in a recall or a briefing (issue 17).
+
+One pure function, `gist(body, words, width)`, used by the built-in provider for its recall and
+briefing items, by the TUI, and by whoever serves the daemon's own text of an episode. It reads the
+stored REQ-5 object (the episode body) and writes, most useful first, so a caller that cuts it further
+at a word boundary keeps the best of it:
+
+1. **The run's own words**: its summary when it has one, else the start of its result excerpt (an
+   agent's first line, a commit's subject).
+2. **The snippet around the query's words**, when they occur in the excerpt after what (1) shows:
+   `… words around the match …`.
+3. **What it touched, once**: `touched a/b.py, c/d.py, …` and `verify failures: test_failure ×2`.
+
+No field names (`summary:`, `result_excerpt:`, `trust_class`), nothing the provenance line already
+says (harness, run, repository, branch, outcome, ids, time), no escapes. Every word of the gist is a
+word of the episode (REQ-9's text check, `index.text_belongs_body`): text is only ever cut between
+words, and the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
+names `files_touched` and `verify_failures`, which every episode carries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["gist", "lead", "cut_words", "matches"]
+
+#: Widest the files part may be (the rest of the width goes to the run's own words).
+FILES_CHARS = 90
+#: Widest the verify-failures part may be.
+FAILURES_CHARS = 60
+#: Widest a snippet around the query's words may be.
+SNIPPET_CHARS = 110
+#: Words shown before the first matching word in a snippet.
+SNIPPET_BEFORE = 4
+#: Below this much room a part is left out rather than cut to a stub.
+MIN_PART = 24
+SEP = " · "
+ELLIPSIS = "…"
+
+# A word as REQ-9's text check and FTS5's unicode61 tokenizer see it: letters and digits, "_" separates.
+_WORD = re.compile(r"[^\W_]+")
+_SPACE = re.compile(r"\s+")
+
+
+def _norm(word: str) -> str:
+    return word.casefold()
+
+
+def matches(word: str, query_words: Iterable[str]) -> bool:
+    """Whether a text word stands for one of the query's words: equal case-folded, or (as a stemmer
+    would have it) sharing their first five letters, or the query word (3 letters or more) starting
+    it — "rounding" finds "rounded", "auth" finds "authentication"."""
+    w = _norm(word)
+    for q in query_words:
+        if w == q:
+            return True
+        if len(q) >= 3 and w.startswith(q):
+            return True
+        if len(w) >= 5 and len(q) >= 5 and w[:5] == q[:5]:
+            return True
+    return False
+
+
+def cut_words(text: str, width: int) -> str:
+    """`text` if it fits in `width`, else its longest prefix that ends between two words, plus '…'.
+
+    Never a part of a word: a cut inside a word would show a word the episode does not have. Prefers a
+    space; a text with no space far enough in (a long path or URL) is cut after a non-word character;
+    failing both, nothing.
+    """
+    text = text.strip()
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return ""
+    head = text[: width - 1]
+    space = head.rfind(" ")
+    if space >= width // 3:
+        return head[:space].rstrip() + ELLIPSIS
+    if head[-1].isalnum() and text[width - 1].isalnum():  # the cut falls inside a word: back up
+        head = head.rstrip("".join({c for c in head if c.isalnum()}))
+    head = head.rstrip()
+    return head + ELLIPSIS if _WORD.search(head) else ""
+
+
+def _text(value: Any) -> str:
+    return _SPACE.sub(" ", value).strip() if isinstance(value, str) else ""
+
+
+def _failures(value: Any) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for f in value or ():
+        if isinstance(f, Mapping):
+            cls, n = f.get("error_class"), f.get("count")
+        elif isinstance(f, (list, tuple)) and len(f) == 2:
+            cls, n = f
+        else:
+            continue
+        if isinstance(cls, str) and cls and isinstance(n, int):
+            out.append((_text(cls), n))
+    return out
+
+
+def lead(body: Mapping[str, Any]) -> str:
+    """The run's own words: its summary, else its result excerpt (whole; `gist` cuts it)."""
+    return _text(body.get("summary")) or _text(body.get("result_excerpt"))
+
+
+def _files_part(files: Sequence[str], width: int) -> str:
+    if not files or width < MIN_PART:
+        return ""
+    out = "touched "
+    shown = 0
+    for path in files:
+        piece = (", " if shown else "") + path
+        rest = len(files) - shown - 1
+        if len(out) + len(piece) + (3 if rest else 0) > width:
+            break
+        out += piece
+        shown += 1
+    if not shown:
+        return ""
+    return out + (", …" if shown < len(files) else "")
+
+
+def _failures_part(failures: Sequence[tuple[str, int]], width: int) -> str:
+    if not failures or width < MIN_PART:
+        return ""
+    out = "verify failures: "
+    shown = 0
+    for cls, n in failures:
+        piece = (", " if shown else "") + (f"{cls} ×{n}" if n > 1 else cls)
+        if len(out) + len(piece) + 3 > width:
+            break
+        out += piece
+        shown += 1
+    if not shown:
+        return ""
+    return out + (", …" if shown < len(failures) else "")
+
+
+def _snippet(text: str, start: int, words: Sequence[str], width: int) -> str:
+    """A window of `text` from `start` on that holds the first word matching `words`, or ''."""
+    for m in _WORD.finditer(text, start):
+        if matches(m.group(), words):
+            break
+    else:
+        return ""
+    # back up SNIPPET_BEFORE words (to a space), never before `start`
+    begin = m.start()
+    for _ in range(SNIPPET_BEFORE):
+        prev = text.rfind(" ", start, max(begin - 1, start))
+        if prev < 0:
+            begin = start
+            break
+        begin = prev + 1
+    while begin > start and text[begin - 1] != " ":
+        begin -= 1
+    window = cut_words(text[begin:], width - 2)
+    if not window:
+        return ""
+    return (ELLIPSIS if begin > 0 else "") + window
+
+
+def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320) -> str:
+    """An episode's gist for an item, at most `width` characters (see the module docstring).
+
+    `body` is the stored REQ-5 object (its `summary`, `result_excerpt`, `files_touched` and
+    `verify_failures` are read; a missing one is empty), `words` the query's words (lower-cased; none
+    for a briefing or a path-only hit).
+    """
+    words = [_norm(w) for w in words if w]
+    summary = _text(body.get("summary"))
+    excerpt = _text(body.get("result_excerpt"))
+    files = [p for p in (body.get("files_touched") or ()) if isinstance(p, str) and p]
+    failures = _failures(body.get("verify_failures"))
+    own = summary or excerpt
+
+    # What it touched comes last but its room is set aside first (bounded), unless the run's words
+    # alone fill the width anyway.
+    tail_room = min(FILES_CHARS + FAILURES_CHARS + len(SEP), max(width // 3, 0))
+    fail_part = _failures_part(failures, min(FAILURES_CHARS, tail_room))
+    files_part = _files_part(files, min(FILES_CHARS, tail_room - (len(fail_part) + len(SEP) if fail_part else 0)))
+    tail = SEP.join(p for p in (files_part, fail_part) if p)
+    room = width - (len(tail) + len(SEP) if tail else 0)
+
+    head = ""
+    if own and room >= MIN_PART:
+        # The snippet: the query's words in the excerpt, after what the lead shows.
+        shown = cut_words(own, room)
+        shown_len = len(shown) - (1 if shown.endswith(ELLIPSIS) else 0)
+        snippet = ""
+        if words and not any(matches(w, words) for w in _WORD.findall(shown)):
+            src = excerpt
+            start = 0 if summary else shown_len
+            snippet = _snippet(src, start, words, min(SNIPPET_CHARS, room // 2))
+        if snippet:
+            first = cut_words(own, room - len(snippet) - len(SEP))
+            glue = " " if snippet.startswith(ELLIPSIS) else SEP
+            head = f"{first}{glue}{snippet}" if first else snippet
+        else:
+            head = shown
+    if not head:
+        return cut_words(tail, width) if tail else ""
+    return f"{head}{SEP}{tail}" if tail else head
