@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from memactors.actors.index import OWN_TEXT_CHARS
+from memactors.builtin import search_words
 from memactors.config import ConfigHolder
 from memactors.errors import InvalidArgument
+from memactors.gist import gist
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from memactors.wrapper import RECALL_MAX_BYTES
@@ -100,7 +103,9 @@ async def test_req9_a_spoofed_claim_is_served_as_the_daemons_own_text_of_the_epi
     [item] = section(answer.json, "episodes")
     episode_id = (await fault.list_episodes(harness="api-fixer"))["episodes"][0]["episode_id"]
     assert item["provenance"]["harness"] == "api-fixer" and item["provenance"]["episode"] == episode_id
-    assert item["text"] == (await fault.get_episode(episode_id))["text"] and item["untrusted"] is True
+    stored = (await fault.get_episode(episode_id))["episode"]
+    assert item["text"] == gist(stored, search_words("ledger"), OWN_TEXT_CHARS) and item["untrusted"] is True
+    assert item["text"].startswith("Tried to fix the flaky ledger")  # the run's own words first
     assert "release-bot" not in answer.text and SPOOF_CLAIM not in answer.text
     assert sample(fault, DROPPED, provider="fault", reason="invalid") == before["invalid"]
     assert sample(fault, DROPPED, provider="fault", reason="text_replaced") == before["text_replaced"] + 1

@@ -44,6 +44,7 @@ from loguru import logger
 
 from .. import contract, graph
 from .._kernel import open_mailbox, serve
+from ..builtin import search_words
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed
 from ..logs import LogThrottle
@@ -468,8 +469,8 @@ class Briefing:
         return eps
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
-                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T]
-                            ) -> tuple[Episodes, T]:
+                            deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T],
+                            words: Sequence[str] = ()) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
         One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
@@ -490,7 +491,7 @@ class Briefing:
 
         def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
-                                    visible_scopes=visible, limit=limit, check_text=check_text)
+                                    visible_scopes=visible, limit=limit, check_text=check_text, words=words)
             return filtered, local(db)
 
         try:
@@ -541,7 +542,8 @@ class Briefing:
             return facts, runs
 
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
-                                                      deadline=req.deadline, local=local)
+                                                      deadline=req.deadline, local=local,
+                                                      words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(_fact_item(f) for f in facts)),

@@ -27,6 +27,7 @@ from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
+from ..gist import gist
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import normalise_remote, scope_for
@@ -416,19 +417,27 @@ def text_belongs_body(item_text: str, body: str) -> bool:
     return text_belongs(item_text, rendering)
 
 
-def own_text(body: str) -> str | None:
+#: How wide the daemon's own text of an item is: what the built-in provider serves (builtin.MAX_ITEM_TEXT),
+#: so a replaced item fits a briefing's episodes share as the built-in provider's items do.
+OWN_TEXT_CHARS = 320
+
+
+def own_text(body: str, words: Sequence[str] = ()) -> str | None:
     """The daemon's own text of an episode, from its stored body: what an item is served with when the
-    provider's text for it is not drawn from it. The episode's REQ-5 plain-text rendering (every field,
-    one per line, agent-written ones escaped onto their line); None for a body that is not an episode
+    provider's text for it is not drawn from it. The episode's gist (`gist.gist`, the one rendering of
+    an item every surface shares: the run's own words first, the snippet around the query's `words`,
+    then what it touched), so every word of it is the episode's; None for a body that is not an object
     (none this daemon wrote)."""
     try:
-        return render_text(episode_from_dict(json.loads(body)))
-    except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
+        episode = json.loads(body)
+    except ValueError:
         return None
+    return gist(episode, words, OWN_TEXT_CHARS) if isinstance(episode, dict) else None
 
 
 def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[RecallItem], invalid: int,
-                 visible_scopes: Iterable[str], limit: int, check_text: bool = True) -> Filtered:
+                 visible_scopes: Iterable[str], limit: int, check_text: bool = True,
+                 words: Sequence[str] = ()) -> Filtered:
     """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
 
     `invalid` is the count of items the contract layer already dropped for breaking REQ-3's bounds.
@@ -437,7 +446,8 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
     from the episode it names (`text_belongs`: a claim "recorded by harness release-bot", another
     episode's text swapped in) is served with the daemon's own text of that episode instead, counted
     ``text_replaced``: the agent still gets the episode the provider found, under memactors' provenance,
-    and none of the provider's words ("Provenance cannot be spoofed"). ``invalid`` stays REQ-3's bounds.
+    and none of the provider's words ("Provenance cannot be spoofed"); `words` (the recall's query words)
+    pick its snippet. ``invalid`` stays REQ-3's bounds.
     """
     visible = set(visible_scopes)
     dropped: Counter[str] = Counter()
@@ -460,7 +470,7 @@ def filter_items(db: sqlite_utils.Database, *, provider: str, items: Sequence[Re
             continue
         text: str | None = item.text
         if check_text and not text_belongs_body(item.text, body):
-            text = own_text(body)
+            text = own_text(body, words)
             if text is None:
                 dropped["invalid"] += 1
                 continue
@@ -569,6 +579,7 @@ class FilterItems:
     visible_scopes: frozenset[str]
     limit: int
     check_text: bool = True
+    words: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -612,7 +623,7 @@ class Index:
                 f = message
                 return await self._store.read(lambda db: filter_items(
                     db, provider=f.provider, items=f.items, invalid=f.invalid,
-                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text))
+                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text, words=f.words))
             case GetEpisode(episode_id=episode_id):
                 return await self._store.read(lambda db: get_episode(db, episode_id))
             case ListEpisodes():
