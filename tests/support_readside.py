@@ -69,17 +69,22 @@ async def as_run(service: MemoryService, harness: str, run_id: str, repo: str | 
 
 
 def fenced_only(document: str, needle: str) -> bool:
-    """True when every occurrence of `needle` in a wrapper document lies inside an item fence."""
+    """True when every occurrence of `needle` in a wrapper document lies inside an item fence.
+
+    Read as docs/wrapper.md says: a fence opens on the `<item…>` line after a provenance line and ends
+    only at `</item nonce="N">` with the header's nonce N."""
+    nonce = document.split('nonce="', 1)[1].split('"', 1)[0]
+    closing = f'</item nonce="{nonce}">'
     inside = False
+    previous = ""
     for line in document.splitlines():
-        if line.startswith("<item nonce="):
+        if not inside and line.startswith("<item") and previous.startswith("- "):
             inside = True
-            continue
-        if line.startswith("</item nonce="):
+        elif inside and line == closing:
             inside = False
-            continue
-        if needle in line and not inside:
+        elif needle in line and not inside:
             return False
+        previous = line
     return True
 
 

@@ -1,11 +1,19 @@
-"""Helpers for run tests: a real git repository fixture and the stand-in agent script."""
+"""Helpers for run tests: a real git repository, the stand-in agents, the daemon as a process and the CLI
+as a subprocess."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 
 AGENT = Path(__file__).resolve().parent / "data" / "agent_script.py"
@@ -46,3 +54,77 @@ async def wait_for_file(path: Path) -> str:
         while not await trio.Path(path).exists():  # noqa: ASYNC110 -- another process's state
             await trio.sleep(0.02)
     return await trio.Path(path).read_text(encoding="utf-8")
+
+
+FAKE_CLAUDE = Path(__file__).resolve().parent / "data" / "fake_claude.py"
+
+
+def fake_claude(directory: Path, mode: str, out: Path) -> Path:
+    """An executable stand-in for ``claude`` (tests/data/fake_claude.py in MODE, writing to OUT): the
+    path to put in a claude-code harness's ``command``. It records the argv it was started with."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapper = directory / f"claude-{mode}"
+    wrapper.write_text(f'#!/bin/sh\nFAKE_CLAUDE_ARGV0="$0" exec {sys.executable} {FAKE_CLAUDE} {mode} {out} "$@"\n',
+                       encoding="utf-8")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CLAUDE = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
+
+
+def claude_binary() -> Path:
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: run `make agents` (make test does) to install the pinned Claude Code")
+    return CLAUDE
+
+
+@contextmanager
+def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`memactors serve` as a process, its stderr (the log) to a file; stopped with SIGTERM."""
+    (state / "daemon.json").unlink(missing_ok=True)
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        for _ in range(600):
+            if (state / "daemon.json").exists():
+                break
+            if proc.poll() is not None:
+                raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
+            subprocess.run(["sleep", "0.05"], check=True)
+        else:
+            raise AssertionError("daemon did not start")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+async def cli(env: dict[str, str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """The CLI as a subprocess, awaited in trio so loopback fakes in this test keep serving."""
+    return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, stdin=stdin,
+                                  capture_stdout=True, capture_stderr=True, check=False)
+
+
+def base_env(tmp_path: Path, config: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(home), "MEMACTORS_LOG_LEVEL": "DEBUG"}
+
+
+def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def claude_env(tmp_path: Path, config: Path, base_url: str) -> dict[str, str]:
+    env = base_env(tmp_path, config)
+    env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-fake-for-tests", DISABLE_AUTOUPDATER="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
+    return env

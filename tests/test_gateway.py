@@ -104,7 +104,7 @@ async def test_req12_recall_over_the_gateway_is_the_fenced_wrapper_text_only(
     assert result.structured_content is None and len(result.content) == 1
     nonce = re.match(r'<memory-data kind="recall" nonce="([0-9a-f]{16})"', text).group(1)  # type: ignore[union-attr]
     assert text.endswith(f'</memory-data nonce="{nonce}">')
-    assert text.count(f'<item nonce="{nonce}"') == text.count(f'</item nonce="{nonce}">') == 2  # fact, episode
+    assert text.count("\n<item") == text.count(f'</item nonce="{nonce}">') == 2  # fact, episode
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
         "## facts", "## episodes", "## recent_runs"]
     assert bad.is_error and text_of(bad).startswith("invalid_argument")

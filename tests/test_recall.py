@@ -184,7 +184,7 @@ async def test_req12_facts_and_episodes_come_back_separately_labelled(memory: Me
     assert [(r["label"], r["provenance"]["run"]) for r in section(answer.json, "recent_runs")] == [("run", "42")]
     nonce = answer.json["nonce"]
     for item in facts + episodes:
-        assert f'<item nonce="{nonce}"' in answer.text
+        assert f'{item["text"]}\n</item nonce="{nonce}">' in answer.text
         assert fenced_only(answer.text, item["text"].splitlines()[0])
     assert "billing ledger" not in answer.text
     assert sample(memory, RECALLS, provider="builtin", outcome="ok") == 1

@@ -31,7 +31,7 @@ def episode_items(document: str) -> list[tuple[str, str]]:
     """(provenance line, item text) of each episode item in a wrapper document."""
     nonce = re.match(r'<memory-data kind="\w+" nonce="([0-9a-f]{16})"', document).group(1)  # type: ignore[union-attr]
     out = []
-    pattern = rf'(- episode [^\n]*)\n<item nonce="{nonce}"[^>]*>\n(.*?)\n</item nonce="{nonce}">'
+    pattern = rf'(- episode [^\n]*)\n<item[^>]*>\n(.*?)\n</item nonce="{nonce}">'
     for m in re.finditer(pattern, document, re.S):
         out.append((m.group(1), m.group(2)))
     return out

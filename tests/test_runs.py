@@ -24,7 +24,7 @@ from memactors.config import ConfigHolder
 from memactors.errors import ConfigError, InvalidArgument, UnknownRun
 from memactors.service import MemoryService, open_memory_service
 from support import wait_ready
-from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
+from support_runs import REPO_KEY, command_harness, fake_claude, make_repo, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -297,3 +297,124 @@ async def test_an_expired_run_token_resolves_to_nobody(memory: MemoryService) ->
         for ttl in (60, -1)]
     assert (await memory.caller_view(live)).run_id == "r60"
     assert (await memory.caller_view(ended)).run_id is None  # unattributed, like an unknown token
+
+
+async def test_a_run_without_output_is_launch_failed_and_keeps_its_stderr_tail_redacted(
+        tmp_path: Path, make_holder: Any) -> None:
+    """Issue 18: the agent's stderr is not discarded. Its last 4 KiB are kept with the run, redacted
+    (a token in it), without a line of the composed prompt (a usage line echoing it: REQ-16) and never
+    in the episode (REQ-5); a run that wrote no output is failed / launch_failed."""
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("refuser", workdir=repo, mode="refuse", out=tmp_path / "o", extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even.", confidence=0.9)
+        state = await run_to_end(memory, "refuser")
+        stored = await memory.store.read(lambda db: db.execute(
+            "SELECT stderr_tail FROM agent_runs WHERE run_id = ?", [state["run_id"]]).fetchone()[0])
+        episode = await memory.get_episode(state["episode_id"])
+    prompt = (tmp_path / "o" / "prompt-0.txt").read_text(encoding="utf-8")
+    nonce = re.search(r'nonce="([^"]+)"', prompt).group(1)  # type: ignore[union-attr]
+    tail = state["stderr_tail"]
+    assert (state["outcome"], state["reason"], state["exit_code"]) == ("failed", "launch_failed", 2)
+    assert stored == tail and len(tail.encode()) <= 4096
+    assert tail.endswith("error: unknown option '--no-such-flag' (token [REDACTED])\n")
+    assert "ghp_" not in tail and "noise line 0000" not in tail  # redacted; only the end is kept
+    assert "[prompt]" in tail and nonce not in tail and "Ledger rounds" not in tail
+    assert all(line.startswith(("noise line", "usage:", "[prompt]", "error:")) for line in tail.splitlines())
+    assert episode["episode"]["reason"] == "launch_failed" and "no-such-flag" not in json.dumps(episode)
+
+
+async def test_forgetting_a_runs_episode_removes_its_stderr_tail_and_log(tmp_path: Path, make_holder: Any) -> None:
+    """REQ-10: forget removes every copy of what the agent wrote: the run's stderr tail and event log go
+    with its run record; the run stays listed (ids, times, outcome)."""
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o") + command_harness(
+        "refuser", workdir=repo, mode="refuse", out=tmp_path / "o2")
+    async with service(make_holder, extra) as memory:
+        wrote = await run_to_end(memory, "fixer")
+        refused = await run_to_end(memory, "refuser")
+        assert (await memory.run_logs(run_id=wrote["run_id"]))["events"]
+        assert (await memory.get_run(run_id=refused["run_id"]))["stderr_tail"]
+        for run in (wrote, refused):
+            await memory.forget(run["episode_id"])
+        logs = await memory.run_logs(run_id=wrote["run_id"])
+        shown = await memory.get_run(run_id=refused["run_id"])
+        listed = await memory.list_runs()
+    assert (logs["kept"], logs["events"]) == (False, [])
+    assert shown["stderr_tail"] is None and shown["outcome"] == "failed"
+    assert {r["run_id"] for r in listed["runs"]} == {wrote["run_id"], refused["run_id"]}
+
+
+async def test_a_run_id_two_harnesses_used_must_be_named_with_its_harness(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("a", workdir=repo, mode="write", out=tmp_path / "o") + command_harness(
+        "b", workdir=repo, mode="fail", out=tmp_path / "o")
+    async with service(make_holder, extra) as memory:
+        await run_to_end(memory, "a", run_id="r-shared")
+        await run_to_end(memory, "b", run_id="r-shared")
+        with pytest.raises(InvalidArgument, match="run r-shared exists for harnesses a, b: name one with --harness"):
+            await memory.get_run(run_id="r-shared")
+        assert (await memory.get_run(run_id="r-shared", harness="b"))["outcome"] == "failed"
+        page = await memory.list_runs(harness="a")
+        with pytest.raises(InvalidArgument, match="params.state must be running or ended"):
+            await memory.list_runs(state="done")
+    assert [(r["harness"], r["outcome"]) for r in page["runs"]] == [("a", "succeeded")]
+
+
+@pytest.mark.parametrize(("project", "passed"), [("max_turns = 50\nmax_cost_usd = 9.0", ("5", "1.5")),
+                                                 ("max_turns = 2\nmax_cost_usd = 0.5", ("2", "0.5"))])
+async def test_a_project_file_may_lower_a_cap_but_never_lift_it(tmp_path: Path, make_holder: Any, project: str,
+                                                                passed: tuple[str, str]) -> None:
+    repo = make_repo(tmp_path / "api")
+    (repo / "harness.toml").write_text(f"[harness.capped]\n{project}\n", encoding="utf-8")
+    out = tmp_path / "o"
+    claude = fake_claude(tmp_path / "bin", "once", out)
+    extra = (f'[harness.capped]\nharness = "claude-code"\nworkdir = "{repo}"\ncommand = "{claude}"\n'
+             'prompt = "go"\nmax_turns = 5\nmax_cost_usd = 1.5\n')
+    async with service(make_holder, extra) as memory:
+        state = await run_to_end(memory, "capped")
+    argv = json.loads((out / "argv-0.json").read_text(encoding="utf-8"))
+    assert (argv[argv.index("--max-turns") + 1], argv[argv.index("--max-budget-usd") + 1]) == passed
+    assert (state["max_turns"], state["max_cost_usd"]) == (int(passed[0]), float(passed[1]))
+    assert state["outcome"] == "succeeded" and state["turns"] == 1 and state["cost_usd"] == 0.001
+
+
+async def test_list_runs_pages_newest_first_without_stderr_tails(tmp_path: Path, make_holder: Any) -> None:
+    repo = make_repo(tmp_path / "api")
+    extra = command_harness("refuser", workdir=repo, mode="refuse", out=tmp_path / "o")
+    async with service(make_holder, extra) as memory:
+        ids = [(await run_to_end(memory, "refuser", run_id=f"r-{n}"))["run_id"] for n in range(3)]
+        first = await memory.list_runs(limit=2)
+        second = await memory.list_runs(limit=2, after=first["next_cursor"])
+        shown = await memory.get_run(run_id="r-0")
+    assert [r["run_id"] for r in first["runs"]] == ids[::-1][:2] and first["total"] == 3
+    assert [r["run_id"] for r in second["runs"]] == ids[:1] and second["next_cursor"] is None
+    assert all(r["stderr_tail"] is None for r in first["runs"] + second["runs"])
+    assert shown["stderr_tail"]  # GetRun shows it
+
+
+@pytest.mark.req16
+async def test_an_agent_echoing_its_prompt_stores_no_line_of_the_composed_prompt(tmp_path: Path,
+                                                                                  make_holder: Any) -> None:
+    """REQ-16: the composed prompt is never persisted. An agent that prints its prompt puts it in its
+    stdout, which becomes the run's events and its result text: both are scrubbed of the briefing's
+    lines and the fence's nonce before anything is stored."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "o"
+    extra = command_harness("parrot", workdir=repo, mode="echo", out=out, extra="memory_briefing = true")
+    async with service(make_holder, extra) as memory:
+        await memory.add_fact(scope=f"project:{REPO_KEY}", text="Ledger rounds half-even in every report.",
+                              confidence=0.9)
+        state = await run_to_end(memory, "parrot")
+        logs = await memory.run_logs(run_id=state["run_id"])
+        episode = await memory.get_episode(state["episode_id"])
+        stored = await memory.store.read(lambda db: " ".join(str(v) for row in db.execute(
+            "SELECT rr.record, a.view, a.log FROM runs r JOIN run_records rr ON rr.id = r.record_id"
+            " JOIN agent_runs a USING (harness, run_id)").fetchall() for v in row))
+    prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
+    nonce = re.search(r'nonce="([^"]+)"', prompt).group(1)  # type: ignore[union-attr]
+    assert "Ledger rounds half-even" in prompt  # the briefing was prepended
+    texts = " ".join(e.get("text", "") for e in logs["events"])
+    assert "my prompt was:" in texts and "[prompt]" in texts
+    for kept in (texts, json.dumps(episode), stored):
+        assert nonce not in kept and "Ledger rounds half-even" not in kept and "fix the ledger" not in kept

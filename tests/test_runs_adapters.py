@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from memactors._wire import parse_run_record
-from memactors.actors.runs import build_run_record
 from memactors.adapters import CommandRun, FileEdit, LaunchRequest, Transcript, get_adapter
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import TAIL_CHARS, CommandAdapter
 from memactors.config import DEFAULT_VERIFY_PATTERNS, HarnessConfig, load_config
 from memactors.errors import ConfigError, InvalidArgument
+from memactors.run_record import build_run_record
 from support import write_config
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -31,10 +31,10 @@ def test_claude_code_argv_always_allows_the_memory_tools() -> None:
         allowed_tools=("Edit", "Bash(pytest:*)"), permission_mode="acceptEdits", model="claude-x",
         extra_args=("--max-turns", "5"), mcp_config_path="/state/runs/mcp-1.json"))
     assert spec.argv == (
-        "claude", "-p", "do it", "--output-format", "stream-json", "--verbose",
+        "claude", "-p", "--output-format", "stream-json", "--verbose",
         "--mcp-config", "/state/runs/mcp-1.json", "--permission-mode", "acceptEdits", "--model", "claude-x",
         "--allowedTools", "Edit", "Bash(pytest:*)", "mcp__memactors__recall", "mcp__memactors__briefing",
-        "--max-turns", "5")
+        "--max-turns", "5", "--", "do it")
 
 
 def test_claude_code_parser_reads_a_real_stream() -> None:
@@ -118,7 +118,12 @@ def test_run_record_verify_events_and_outcome_follow_the_last_test_command() -> 
     ({"spawn_error": True, "exit_code": None}, Transcript(), ("crashed", "spawn_error")),
     ({"stopped": "deadline", "exit_code": -15}, Transcript(), ("timed_out", "deadline")),
     ({"stopped": "operator_cancel", "exit_code": -15}, Transcript(), ("cancelled", "operator_cancel")),
+    ({"stopped": "cancel", "exit_code": -15}, Transcript(), ("cancelled", "operator_cancel")),
+    ({"stopped": "max_turns", "exit_code": -15}, Transcript(), ("cancelled", "budget_exceeded")),
+    ({"stopped": "max_cost_usd", "exit_code": 0}, Transcript(result_ok=True), ("cancelled", "budget_exceeded")),
     ({"exit_code": -9}, Transcript(), ("crashed", "signal")),
+    ({"exit_code": 1, "output": False}, Transcript(), ("failed", "launch_failed")),
+    ({"exit_code": 0, "output": False}, Transcript(), ("succeeded", "completed")),  # quiet, not failed
     ({"exit_code": 1}, Transcript(result_ok=False, result_kind="error_max_turns"), ("failed", "budget_exceeded")),
     ({"exit_code": 0}, Transcript(result_ok=False, result_kind="error_during_execution"), ("failed", "exit_nonzero")),
     ({"exit_code": 2}, Transcript(), ("failed", "exit_nonzero")),
@@ -170,3 +175,42 @@ def test_bad_run_keys_name_file_key_and_value(tmp_path: Path, line: str, key: st
     assert err.value.context["key"] == key
     assert err.value.context["value"] == value
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(("line", "key", "value", "says"), [
+    ("max_turns = 0", "[harness.a] max_turns", 0, "must be 1 to 10000"),
+    ('max_turns = "5"', "[harness.a] max_turns", "5", "must be an integer"),
+    ("max_turns = 1_000_000", "[harness.a] max_turns", 1_000_000, "must be 1 to 10000"),
+    ("max_cost_usd = 0", "[harness.a] max_cost_usd", 0, "must be a number of US dollars above 0"),
+    ("max_cost_usd = -2.5", "[harness.a] max_cost_usd", -2.5, "must be a number of US dollars above 0"),
+    ('max_cost_usd = "1"', "[harness.a] max_cost_usd", "1", "must be a number of US dollars above 0"),
+    ("max_cost_usd = inf", "[harness.a] max_cost_usd", float("inf"), "must be a number of US dollars above 0"),
+])
+def test_bad_caps_name_the_key_and_the_value(tmp_path: Path, line: str, key: str, value: object, says: str) -> None:
+    path = write_config(tmp_path, f'[harness.a]\nharness = "claude-code"\n{line}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={"HOME": str(tmp_path)})
+    assert (err.value.context["key"], err.value.context["value"]) == (key, value)
+    assert says in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("adapter", ["codex", "command"])
+@pytest.mark.parametrize(("cap", "value"), [("max_turns", "3"), ("max_cost_usd", "1.5")])
+def test_a_cap_the_adapter_cannot_enforce_fails_config_load(tmp_path: Path, adapter: str, cap: str,
+                                                            value: str) -> None:
+    """A cap that would silently do nothing is refused at load, naming the key, the value and the adapter."""
+    path = write_config(tmp_path, f'[harness.a]\nharness = "{adapter}"\ncommand = "x"\n{cap} = {value}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={"HOME": str(tmp_path)})
+    assert err.value.context["key"] == f"[harness.a] {cap}"
+    assert f"{cap} = {value}: the {adapter} adapter cannot enforce it" in str(err.value)
+    assert "adapters that can: claude-code" in str(err.value)
+
+
+def test_caps_load_and_reach_claudes_argv(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[harness.a]\nharness = "claude-code"\nmax_turns = 12\nmax_cost_usd = 2.5\n')
+    a = load_config(path, env={"HOME": str(tmp_path)}).harness["a"]
+    assert (a.max_turns, a.max_cost_usd) == (12, 2.5)
+    argv = ClaudeCodeAdapter().launch(request(max_turns=a.max_turns, max_cost_usd=a.max_cost_usd)).argv
+    assert argv[argv.index("--max-turns") + 1] == "12" and argv[argv.index("--max-budget-usd") + 1] == "2.5"
+    assert argv[-2:] == ("--", "do it")

@@ -12,75 +12,32 @@ import json
 import os
 import re
 import signal
-import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support import write_config
-from support_runs import REPO_KEY, command_harness, make_repo, wait_for_file
+from support_runs import (
+    REPO_KEY,
+    base_env,
+    claude_binary,
+    claude_env,
+    cli,
+    command_harness,
+    daemon,
+    fake_claude,
+    make_repo,
+    rows,
+    wait_for_file,
+)
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
-CLAUDE = ROOT / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
 FENCE = re.compile(r'<untrusted-data source="harness-memory" field="briefing" nonce="([^"]+)">')
-
-
-def claude_binary() -> Path:
-    if not CLAUDE.exists():
-        pytest.fail(f"{CLAUDE} is missing: run `make agents` (make test does) to install the pinned Claude Code")
-    return CLAUDE
-
-
-@contextmanager
-def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`memactors serve` as a process, its stderr (the log) to a file; stopped with SIGTERM."""
-    (state / "daemon.json").unlink(missing_ok=True)
-    with log.open("ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        for _ in range(600):
-            if (state / "daemon.json").exists():
-                break
-            if proc.poll() is not None:
-                raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
-            subprocess.run(["sleep", "0.05"], check=True)
-        else:
-            raise AssertionError("daemon did not start")
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-
-
-async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
-    """The CLI as a subprocess, awaited in trio so loopback fakes in this test keep serving."""
-    return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, capture_stdout=True,
-                                  capture_stderr=True, check=False)
-
-
-def base_env(tmp_path: Path, config: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(home), "MEMACTORS_LOG_LEVEL": "DEBUG"}
-
-
-def rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def files_under(path: Path) -> Iterator[Path]:
@@ -101,7 +58,7 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         done = await cli(env, "run", "fixer", "--wait", "--json")
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
-        assert set(result) == {"run_id", "harness", "outcome", "episode_id"}
+        assert set(result) == {"run_id", "harness", "outcome", "reason", "cap", "episode_id", "stderr_tail"}
         assert (result["harness"], result["outcome"]) == ("fixer", "succeeded")
         shown = await cli(env, "memory", "episodes", result["episode_id"], "--json")
         episode = json.loads(shown.stdout)["episode"]
@@ -119,6 +76,49 @@ async def test_memactors_run_wait_json_with_the_command_adapter(tmp_path: Path) 
         assert b"memory_briefing" in refused.stderr and b"global-only" in refused.stderr
         assert str(project / "harness.toml").encode() in refused.stderr
         assert not (tmp_path / "proj-out").exists()
+
+
+TRIAGE_FENCE = re.compile(
+    r'\A<untrusted-data source="harness-memory" field="briefing" nonce="(?P<nonce>[^"]+)">\n'
+    r"(?P<briefing>.*)\n</untrusted-data nonce=\"(?P=nonce)\">\n\n(?P<prompt>.*)\Z",
+    re.DOTALL,
+)
+
+
+@pytest.mark.req16
+async def test_req16_a_one_shot_receives_the_fenced_briefing(tmp_path: Path) -> None:
+    """The scenario as written, on the argv the agent process really received: [harness.nightly-triage]
+    with harness = "claude-code", prompt_file = "~/prompts/triage.md", memory_briefing = true; the last
+    argv element is the fenced briefing, a blank line, then the file's contents unchanged."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    claude = fake_claude(tmp_path / "bin", "once", out)
+    config = write_config(tmp_path, f"""
+[harness.nightly-triage]
+harness = "claude-code"
+workdir = "{repo}"
+command = "{claude}"
+prompt_file = "~/prompts/triage.md"
+memory_briefing = true
+""")
+    env = base_env(tmp_path, config)
+    triage = "Triage the open issues.\n\n  Keep   spacing.\n--not-a-flag\n"
+    (tmp_path / "home" / "prompts").mkdir(parents=True)
+    (tmp_path / "home" / "prompts" / "triage.md").write_text(triage, encoding="utf-8")
+    with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
+        added = await cli(env, "facts", "add", "Ledger amounts are rounded half-even.", "--scope",
+                          f"project:{REPO_KEY}", "--confidence", "0.9", "--id", "f_ledger")
+        assert added.returncode == 0, added.stderr
+        done = await cli(env, "run", "nightly-triage", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+    argv = json.loads((out / "argv-0.json").read_text(encoding="utf-8"))
+    assert argv[0] == str(claude) and argv[1] == "-p"
+    assert argv[-2] == "--"  # the options end before the prompt, so no option can take it as a value
+    match = TRIAGE_FENCE.match(argv[-1])
+    assert match is not None, argv[-1][:200]
+    assert match["prompt"] == triage  # the file's contents, byte for byte
+    assert match["nonce"] not in match["briefing"]
+    assert "Ledger amounts are rounded half-even." in match["briefing"]
 
 
 async def test_each_run_reaches_the_gateway_as_itself_without_the_daemons_secret(tmp_path: Path) -> None:
@@ -191,13 +191,6 @@ async def test_daemon_shutdown_mid_run_stops_the_agent_and_records_the_run(tmp_p
     episodes = rows(state / "memactors.db", "SELECT outcome FROM episodes WHERE run_id = ?", run_id)
     assert episodes == [("cancelled",)]
     assert not list((state / "runs").glob("*.json"))  # the per-run MCP config is gone
-
-
-def claude_env(tmp_path: Path, config: Path, base_url: str) -> dict[str, str]:
-    env = base_env(tmp_path, config)
-    env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-fake-for-tests", DISABLE_AUTOUPDATER="1",
-               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
-    return env
 
 
 @pytest.mark.req15

@@ -112,8 +112,10 @@ async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_t
     path = tmp_path / "old.db"
     (await Store.open(path)).close()
     db = sqlean.connect(str(path), isolation_level=None)
-    db.executescript(  # back to the layout before 0007
+    db.executescript(  # back to the layout before 0007 (so before the later migrations too)
         """
+        DROP TRIGGER agent_runs_forget; DROP TABLE agent_runs;
+        DELETE FROM _sqlite_migrations WHERE name = '0010_agent_runs';
         ALTER TABLE episodes DROP COLUMN body_id; ALTER TABLE runs DROP COLUMN record_id;
         DROP TABLE episode_bodies; DROP TABLE run_records;
         ALTER TABLE episodes ADD COLUMN body TEXT; ALTER TABLE episodes ADD COLUMN text TEXT;

@@ -152,10 +152,14 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
             await rpc.call(f"{SERVICE}/IngestRun", {"record": run_record(run_id="7", harness="billing-bot")})
-            for i in range(6):  # a briefing taller than the terminal, with lines wider than it
+            # A briefing taller than the terminal, with lines wider than it. The facts differ in a few
+            # words each, so they are not near-duplicates a briefing shows once.
+            topics = ("ledger reconciliation", "invoice export", "currency conversion", "payout batching",
+                      "refund audit", "webhook retry")
+            for i, topic in enumerate(topics):
                 await rpc.call(f"{SERVICE}/AddFact", {
                     "scope": "project:forge.example/acme/api", "confidence": 0.9,
-                    "text": f"fact {i}: the ledger reconciliation tests need the race detector and a fixed clock "
+                    "text": f"fact {i}: the {topic} tests need the race detector and a fixed clock "
                             f"because rounding differs across time zones ({i})"})
         env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "TERM": "xterm-256color"}
         command = [sys.executable, "-m", "memactors.cli", "tui", "--config", str(config)]
@@ -172,8 +176,11 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
             assert "Briefing preview: api-fixer" not in end  # scrolled
             for shown in (top, end):
                 assert all(len(line) <= 80 for line in shown.splitlines())
-            # A fact wider than the terminal is wrapped onto the next rows, not cut.
-            assert "the race detector and a fixed clock because rounding differs across time zones" in unwrap(end)
+            # A fact wider than the terminal is wrapped onto the next rows, not cut (the facts are a
+            # page above the end: the episodes come last).
+            await trio.run_process([*base, "send-keys", "PPage"])
+            up = await wait_for(base, "fact 4: the")
+            assert "the race detector and a fixed clock because rounding differs across time zones" in unwrap(up)
             await trio.run_process([*base, "send-keys", "Home"])
             await wait_for(base, "Briefing preview: api-fixer")
             await trio.run_process([*base, "send-keys", "Escape"])

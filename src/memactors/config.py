@@ -205,6 +205,10 @@ class HarnessConfig:
     extra_args: tuple[str, ...] = ()
     timeout: float = 1800.0
     timeout_text: str = "30m"
+    #: Per-harness caps on a supervised run (docs/runs.md "Caps"): model turns, and the agent's reported
+    #: cost in US dollars. None: no cap but ``timeout``.
+    max_turns: int | None = None
+    max_cost_usd: float | None = None
     verify_patterns: tuple[str, ...] = DEFAULT_VERIFY_PATTERNS
     #: REQ-18: this harness consents to exporting its memory spans (ids, provider, outcome, sizes only).
     export_telemetry: bool = False
@@ -904,6 +908,8 @@ _HARNESS_KEYS_READ = (
     "model",
     "extra_args",
     "timeout",
+    "max_turns",
+    "max_cost_usd",
     "verify_patterns",
     "export_telemetry",
 )
@@ -978,14 +984,42 @@ def _build_harnesses(
             prompt_template_file=prompts["prompt_template_file"],
             template_text=template,
             args=h.str_list("args"),
-            **_run_keys(h),
+            **_run_keys(h, adapter),
             export_telemetry=h.bool_("export_telemetry", False),
         )
         h.finish()
     return harnesses
 
 
-def _run_keys(h: _Table) -> dict[str, Any]:
+#: The largest ``max_turns`` and ``max_cost_usd`` accepted (a typo's extra zeros are an error, not a cap).
+MAX_TURNS_LIMIT = 10_000
+MAX_COST_LIMIT = 10_000.0
+
+
+def _caps(h: _Table, adapter: str) -> tuple[int | None, float | None]:
+    """``max_turns`` and ``max_cost_usd``, each checked and refused for an adapter that cannot honour it
+    (a cap that would silently do nothing is a configuration error, not a no-op)."""
+    from .adapters import ADAPTER_CAPS
+
+    max_turns = h.int_("max_turns", 0, 1, MAX_TURNS_LIMIT) if h.has("max_turns") else None
+    max_cost: float | None = None
+    if h.has("max_cost_usd"):
+        value = h.raw("max_cost_usd")
+        if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+                or not 0 < value <= MAX_COST_LIMIT):
+            raise h.error("max_cost_usd", value, f"must be a number of US dollars above 0, at most {MAX_COST_LIMIT:g}")
+        max_cost = float(value)
+    supported = ADAPTER_CAPS.get(adapter, frozenset())
+    able = sorted(name for name, caps in ADAPTER_CAPS.items() if caps)
+    for key, value in (("max_turns", max_turns), ("max_cost_usd", max_cost)):
+        if value is not None and key not in supported:
+            raise h.error(key, value, f"the {adapter} adapter cannot enforce it: its agent reports no "
+                                      f"{'turns' if key == 'max_turns' else 'cost'} to memactors and takes no "
+                                      f"such limit (adapters that can: {', '.join(able)})")
+    return max_turns, max_cost
+
+
+def _run_keys(h: _Table, adapter: str) -> dict[str, Any]:
     """The keys ``memactors run`` reads to run a harness headless (docs/runs.md)."""
     command = h.str_("command")
     if command is not None and not command.strip():
@@ -1004,7 +1038,10 @@ def _run_keys(h: _Table) -> dict[str, Any]:
                 re.compile(pattern)
             except re.error as exc:
                 raise h.error("verify_patterns", pattern, f"is not a regular expression: {exc}") from None
+    max_turns, max_cost_usd = _caps(h, adapter)
     return dict(
+        max_turns=max_turns,
+        max_cost_usd=max_cost_usd,
         command=command,
         allowed_tools=h.str_list("allowed_tools"),
         permission_mode=permission_mode,

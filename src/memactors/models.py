@@ -13,7 +13,7 @@ import attrs
 Outcome = Literal["succeeded", "failed", "cancelled", "timed_out", "crashed"]
 Reason = Literal[
     "completed", "exit_nonzero", "verify_failed", "budget_exceeded", "deadline",
-    "operator_cancel", "signal", "spawn_error", "internal_error",
+    "operator_cancel", "signal", "spawn_error", "launch_failed", "internal_error",
 ]
 TrustClass = Literal["standard", "untrusted_input"]
 CostSource = Literal["reported", "estimated", "unknown"]

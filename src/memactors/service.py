@@ -29,7 +29,7 @@ from loguru import logger
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from . import graph
+from . import graph, run_rows
 from ._kernel import ChildSpec, Supervisor, open_supervisor
 from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from ._wire import episode_to_dict, parse_run_record, parse_time
@@ -72,7 +72,7 @@ from .actors.retention import (
     Retention,
     RetryNow,
 )
-from .actors.runs import GetRun, Runs, RunState, StartRun
+from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
@@ -630,15 +630,59 @@ class MemoryService:
         state: RunState = await self.runs.address.ask(StartRun(harness, prompt, run_id))
         return state.view()
 
-    async def wait_run(self, *, harness: str, run_id: str, wait_seconds: float = 30.0) -> dict[str, Any]:
+    async def wait_run(self, *, run_id: str, harness: str | None = None, wait_seconds: float = 30.0
+                       ) -> dict[str, Any]:
         """WaitRun: the run's state, after waiting up to ``wait_seconds`` (at most 300) for it to end and
         be recorded. Call again while ``state`` is ``running``."""
         if not (0 <= wait_seconds <= 300):
             raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
-        state: RunState = await self.runs.address.ask(GetRun(harness, run_id))
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
         with trio.move_on_after(wait_seconds):
             await state.done.wait()
         return state.view()
+
+    async def get_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
+        """GetRun: one run this daemon started, running or ended (ended runs are in the store, so they
+        outlive a restart): state, pid, times, outcome, reason, cap, episode, the redacted stderr tail."""
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        return state.view()
+
+    async def list_runs(self, *, harness: str | None = None, state: str | None = None, limit: int = 50,
+                        after: str | None = None) -> dict[str, Any]:
+        """ListRuns: runs this daemon started, newest first: ``{runs, total, next_cursor}``."""
+        if state not in (None, "running", "ended"):
+            raise InvalidArgument("params.state must be running or ended", field="params.state")
+        return await self.runs.address.ask(ListRuns(harness, state, limit, after))  # type: ignore[arg-type]
+
+    async def cancel_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
+        """CancelRun (control): stop a running run (SIGTERM, grace, SIGKILL); it is recorded as
+        cancelled / operator_cancel. Answers at once with its state; WaitRun follows it to its end. An
+        ended run is answered as it is (nothing to stop)."""
+        state: RunState = await self.runs.address.ask(CancelRun(run_id, harness))
+        return state.view()
+
+    async def run_logs(self, *, run_id: str, harness: str | None = None, after: int = 0,
+                       wait_seconds: float = 0.0) -> dict[str, Any]:
+        """RunLogs: the run's events after sequence number ``after`` (its parsed stream, redacted; see
+        docs/runs.md for what is kept), waiting up to ``wait_seconds`` (at most 300) for one while the
+        run runs. ``{run_id, harness, state, events, next, dropped, kept}``: call again with ``after =
+        next`` to follow; ``kept`` is false once an ended run's log was pruned or its episode forgotten."""
+        if not (0 <= wait_seconds <= 300):
+            raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
+        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        watch = state.watch
+        if watch is not None:
+            with trio.move_on_after(wait_seconds):
+                await watch.wait_after(after)
+            events, kept = watch.since(after), True
+            dropped = watch.dropped
+        else:
+            stored = await self.store.read(lambda db: run_rows.log_of(db, state.harness, state.run_id))
+            kept = stored is not None
+            events, dropped = [e for e in stored or () if e.get("seq", 0) > after], state.log_dropped
+        last = events[-1]["seq"] if events else after
+        return {"run_id": state.run_id, "harness": state.harness, "state": state.state, "events": events,
+                "next": last, "dropped": dropped, "kept": kept}
 
     # -- control-tier feeds (facts, pull requests, presence, votes, run tokens) ---------------------
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
@@ -813,9 +857,22 @@ class MemoryService:
                 harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
                 run_id=_opt_id(p, "run_id")), params=("harness", "prompt", "run_id")),
             m("WaitRun", "read", lambda p: self.wait_run(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
+                harness=_opt_id(p, "harness"), run_id=_id(p, "run_id"),
                 wait_seconds=_opt_number(p, "wait_seconds", 30.0)),
               params=("harness", "run_id", "wait_seconds")),
+            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
+            m("ListRuns", "read", lambda p: self.list_runs(
+                harness=_opt_id(p, "harness"), state=_opt_id(p, "state"), limit=_int(p, "limit", 50, 1, 1000),
+                after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "state", "limit", "after")),
+            m("CancelRun", "control", lambda p: self.cancel_run(
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
+            m("RunLogs", "read", lambda p: self.run_logs(
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"), after=_int(p, "after", 0, 0, 2**62),
+                wait_seconds=_opt_number(p, "wait_seconds", 0.0)),
+              params=("run_id", "harness", "after", "wait_seconds")),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",

@@ -521,6 +521,40 @@ def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', ?)", [f"bm25({weights})"])
 
 
+@migrations(name="0010_agent_runs")
+def _m0010_agent_runs(db: sqlite_utils.Database) -> None:
+    """The runs the daemon starts (`memactors run`), from spawn to end, so `memactors runs list/show`
+    answer after a restart too (issue 18). One row per run: its state and the operator's view of it
+    (JSON: pid, times, outcome, reason, episode, caps); the redacted tail of the agent's stderr and its
+    parsed, redacted event log (JSON lines) are kept beside it, never in the episode (REQ-5).
+
+    When the run's episode is forgotten (REQ-10 sets `runs.record_id` to NULL with the run record), the
+    trigger removes the stderr tail and the log too: both may hold what the agent wrote. The row's ids,
+    times and outcome stay, as the runs row does. Rows are pruned by age (`run_rows.prune`)."""
+    db.executescript(
+        """
+        CREATE TABLE agent_runs (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            state TEXT NOT NULL,           -- running | ended
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            view TEXT NOT NULL,            -- the operator's view as JSON (no prompt, no agent text)
+            stderr_tail TEXT,              -- redacted, at most 4 KiB
+            log TEXT,                      -- redacted parsed events, JSON lines, bounded
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE INDEX agent_runs_by_start ON agent_runs (started_at);
+        CREATE INDEX agent_runs_by_run ON agent_runs (run_id);
+        CREATE TRIGGER agent_runs_forget AFTER UPDATE OF record_id ON runs
+            WHEN new.record_id IS NULL AND old.record_id IS NOT NULL BEGIN
+            UPDATE agent_runs SET stderr_tail = NULL, log = NULL
+            WHERE harness = new.harness AND run_id = new.run_id;
+        END;
+        """
+    )
+
+
 def log_call(db: sqlite_utils.Database, *, at: str, caller: str, server: str, tool: str,
              arguments: Any, outcome: str, duration_ms: int) -> None:
     """Write one bounded call-log row now (callers without a batching CallLog)."""

@@ -12,8 +12,11 @@ from:
 - one ``edit`` event per file an ``Edit`` / ``MultiEdit`` / ``Write`` / ``NotebookEdit`` call wrote
   (a call whose result is an error wrote nothing);
 - one ``verify`` event per ``Bash`` call whose command matches a verify pattern (pytest, go test,
-  cargo test, npm test by default), ``ok`` from its result, ``error_class`` ``test_failure`` when
-  it failed;
+  cargo test, npm test by default) and that has an exit status: ``ok`` when it is 0, ``error_class``
+  ``test_failure`` otherwise. The status is Claude Code's leading ``Exit code N`` line, or 0 for a
+  result that is not an error. A command Claude Code refused to run (the entry's ``toolDenialKind``, or
+  a ``reject`` in its ``permissionDecision``) or an error result with no exit status tested nothing and
+  is no verify event (issue 18: a refusal is not a failed test);
 - the result text is the session's last assistant text; the model is the one that served it.
 
 The claude-code adapter's stream parser reads the same message shapes, but a transcript differs where
@@ -36,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from .adapters.claude_code import bash_exit_status, refused_ids
 from .config import DEFAULT_VERIFY_PATTERNS
 
 __all__ = [
@@ -137,6 +141,7 @@ def _entry(out: SessionTranscript, entry: dict[str, Any], pending: dict[str, tup
                 out.tool_calls += 1
                 _tool_use(block, at, pending, patterns)
         return
+    refused = _refused(entry)
     for block in blocks:
         if block.get("type") == "tool_result" and block.get("tool_use_id") in pending:
             use_kind, value, used_at = pending.pop(block["tool_use_id"])
@@ -144,7 +149,18 @@ def _entry(out: SessionTranscript, entry: dict[str, Any], pending: dict[str, tup
             if use_kind == "edit" and not failed:
                 out.edits.append(Edit(path=value, at=used_at))
             elif use_kind == "verify":
-                out.verifies.append(Verify(command=value, ok=not failed, at=at or used_at))
+                status = None if refused else bash_exit_status(block)
+                if status is not None:  # a verify event needs an exit status
+                    out.verifies.append(Verify(command=value, ok=status == 0, at=at or used_at))
+
+
+def _refused(entry: dict[str, Any]) -> bool:
+    """The entry is the result of a tool call Claude Code did not run: refused by its permission check
+    or by the user (``toolDenialKind``, a ``reject`` decision); the stream's ``tool_result_meta`` too."""
+    decision = entry.get("permissionDecision")
+    if entry.get("toolDenialKind") or (isinstance(decision, dict) and decision.get("decision") == "reject"):
+        return True
+    return bool(refused_ids(entry.get("tool_result_meta")))
 
 
 def _tool_use(block: dict[str, Any], at: str, pending: dict[str, tuple[str, str, str]],

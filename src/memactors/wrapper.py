@@ -18,7 +18,7 @@ import json
 import re
 import secrets
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -41,6 +41,9 @@ __all__ = [
     "render_json",
     "fit_recall",
     "fit_briefing",
+    "cut_at_word",
+    "ELLIPSIS",
+    "MIN_COMPOSED_TEXT",
 ]
 
 #: Random bytes per nonce. Fixed, so a nonce is always 16 hex digits and rendered sizes are stable.
@@ -62,6 +65,15 @@ BRIEFING_SECTIONS = ("collisions", "recent_runs", "facts", "episodes")
 _RECALL_DROP_ORDER = ("episodes", "recent_runs", "facts")
 #: Separator between provenance fields on one line.
 _SEP = " · "
+#: The opening lines of an item's fence (see _item_block: the closing line carries the nonce).
+_OPEN = "<item>"
+_OPEN_UNTRUSTED = '<item untrusted="true">'
+#: What a text composed to fit ends with when words were left out.
+ELLIPSIS = "…"
+#: The shortest text an item composed to fit is given (unless its whole text is shorter): about the
+#: opening of a sentence, a commit subject. Fewer items with this much text each beat more items with
+#: a few words each.
+MIN_COMPOSED_TEXT = 60
 
 Label = Literal["fact", "episode", "run", "collision"]
 Kind = Literal["recall", "briefing"]
@@ -294,11 +306,19 @@ def _dropped_line(count: int, pointer: str | None) -> str:
 
 
 def _item_block(item: Item, nonce: str) -> str:
+    """An item: its provenance line, then (when it has text) the text fenced.
+
+    The opening line carries no nonce, only the flag: it always follows the item's provenance line,
+    which is outside every fence, so no text can put an opening line anywhere a reader would take one.
+    The closing line carries the nonce, and that is what text cannot forge: nothing ends a fence but
+    ``</item nonce="N">``. Leaving the nonce off the opening line saves 24 characters per item, which
+    a briefing spends on the items' own text (issue 17).
+    """
     line = item.provenance.line()
     if not item.text:
         return line
-    flag = ' untrusted="true"' if item.untrusted else ""
-    return f'{line}\n<item nonce="{nonce}"{flag}>\n{item.text}\n</item nonce="{nonce}">'
+    opening = _OPEN_UNTRUSTED if item.untrusted else _OPEN
+    return f'{line}\n{opening}\n{item.text}\n</item nonce="{nonce}">'
 
 
 def _blocks(doc: Document) -> list[str]:
@@ -434,6 +454,79 @@ def fit_recall(
     return Document("recall", fitted, nonce, degraded, sum(removed.values()))
 
 
+def cut_at_word(text: str, max_chars: int, max_bytes: int | None = None) -> str:
+    """``text`` if it fits in ``max_chars`` characters and ``max_bytes`` UTF-8 bytes; else its longest
+    prefix that ends at a word boundary and, with ``…`` appended, fits; ``""`` when not even its first
+    word does.
+
+    A word is a run of letters and digits, as REQ-9's text check (`actors.index.text_belongs`) and
+    FTS5's unicode61 tokenizer see words, so a cut never splits one: every word the result holds is a
+    whole word of ``text``, and a text that passed the check still passes it. The cut falls before a
+    space when there is one in the last 40 % of the room, else at the last place between a word and a
+    non-word character (inside a long path, after a ``/``).
+    """
+    if max_bytes is None:
+        max_bytes = 4 * max_chars
+    if len(text) <= max_chars and _nbytes(text) <= max_bytes:
+        return text
+    limit = max_chars - len(ELLIPSIS)
+    budget = max_bytes - _nbytes(ELLIPSIS)
+    if limit <= 0 or budget <= 0:
+        return ""
+    end = min(limit, len(text))
+    if _nbytes(text[:end]) > budget:  # wide characters: the longest prefix within the bytes
+        lo, hi = 0, end
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _nbytes(text[:mid]) <= budget else (lo, mid - 1)
+        end = lo
+    # end < len(text) here (text did not fit), so text[end] exists: is the cut at a space?
+    cut = next((i for i in range(end, 0, -1) if text[i].isspace()), 0)
+    if cut < end * 0.6:
+        cut = max(cut, next((i for i in range(end, 0, -1)
+                             if not (text[i - 1].isalnum() and text[i].isalnum())), 0))
+    head = text[:cut].rstrip()
+    return head + ELLIPSIS if head else ""
+
+
+def _water_fill(sizes: Sequence[int], total: int) -> list[int]:
+    """Split ``total`` over items wanting ``sizes``: the smallest are given all they want, the rest an
+    equal part of what is left (so no item gets less than another unless it wanted less)."""
+    out = [0] * len(sizes)
+    left = max(total, 0)
+    order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
+    for k, i in enumerate(order):
+        out[i] = min(sizes[i], left // (len(order) - k))
+        left -= out[i]
+    return out
+
+
+def _composed(items: Sequence[Item], room_c: int, room_b: int, nonce: str, min_text: int) -> tuple[Item, ...] | None:
+    """``items`` with their texts cut (`cut_at_word`) so that all their blocks, each with its joining
+    newline, fit in ``room_c`` characters and ``room_b`` bytes, the room shared out by `_water_fill`;
+    None when an item would get less than ``min_text`` characters (or its whole text, when shorter)."""
+    if not items:
+        return ()
+    bare = [attrs.evolve(it, text="x") if it.text else it for it in items]
+    over_c = sum(len(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
+    over_b = sum(_nbytes(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
+    want_c = [len(it.text) for it in items]
+    if sum(min(w, min_text) for w in want_c) > room_c - over_c or over_b > room_b:
+        return None
+    chars = _water_fill(want_c, room_c - over_c)
+    nbytes = _water_fill([_nbytes(it.text) for it in items], room_b - over_b)
+    out: list[Item] = []
+    for it, c, b in zip(items, chars, nbytes, strict=True):
+        if not it.text:
+            out.append(it)
+            continue
+        text = cut_at_word(it.text, c, b)
+        if not text:  # not even its first word fits its part (a long unbroken token)
+            return None
+        out.append(it if text == it.text else attrs.evolve(it, text=text))
+    return tuple(out)
+
+
 def fit_briefing(
     sections: Sequence[tuple[Section, int, float]],
     *,
@@ -442,6 +535,8 @@ def fit_briefing(
     recall_pointer: str = "use the recall tool for more",
     degraded: str | None = None,
     nonce: str | None = None,
+    compose: Collection[str] = (),
+    min_text: int = MIN_COMPOSED_TEXT,
 ) -> Document:
     """REQ-14's briefing document from ``(section, max_items, share)`` triples, filled in order.
 
@@ -454,6 +549,14 @@ def fit_briefing(
     every later non-empty section so earlier sections can never starve it. ``truncated`` is the total
     dropped. Same inputs and same nonce give byte-identical output. Raises InvalidArgument when the
     cap cannot hold the document's fixed overhead.
+
+    Sections named in ``compose`` (the briefing's episodes) are composed to fit instead: the first
+    ``n`` items are shown, ``n`` as large as lets each item keep at least ``min_text`` characters of
+    its text (or all of it, when shorter), and the room (the section's share, within what the cap
+    leaves) is shared out among their texts, each cut at a word boundary (`cut_at_word`) to its part.
+    The items after the first ``n`` count as dropped. A composed item is then placed whole: its text
+    is chosen for the room before it is placed, never cut after. Sections still fill in order, so a
+    composed section last in line gets what the cap leaves, up to its share.
     """
     secs = tuple(s for s, _, _ in sections)
     strings = list(_content_strings(secs, degraded, recall_pointer))
@@ -497,30 +600,60 @@ def fit_briefing(
         room_c = max_chars - used_c - res_c
         room_b = max_bytes - used_b - res_b
         share_c = int(share * max_chars)
-        kept: list[tuple[Item, int, int]] = []
-        sec_c = sec_b = 0
-        for it in section.items[: max(max_items, 0)]:
-            block = _item_block(it, nonce)
-            c, b = len(block) + 1, _nbytes(block) + 1
-            if sec_c + c <= share_c and sec_c + c <= room_c and sec_b + b <= room_b:
-                kept.append((it, c, b))
-                sec_c += c
-                sec_b += b
-        dropped = section.dropped + len(section.items) - len(kept)
-        if dropped:
-            # The dropped line must fit too; give up last kept items until it does.
-            while True:
-                line = _dropped_line(dropped, pointer)
-                if sec_c + len(line) + 1 <= room_c and sec_b + _nbytes(line) + 1 <= room_b:
-                    break
-                _, c, b = kept.pop()  # never empty: the reserved worst-case line fits an empty section
-                sec_c -= c
-                sec_b -= b
-                dropped += 1
-            sec_c += len(line) + 1
-            sec_b += _nbytes(line) + 1
+        if section.name in compose:
+            items, dropped, sec_c, sec_b = _compose_section(
+                section, max_items, share_c, room_c, room_b, nonce, pointer, min_text)
+        else:
+            items, dropped, sec_c, sec_b = _fill_section(section, max_items, share_c, room_c, room_b, nonce, pointer)
         used_c += sec_c
         used_b += sec_b
         truncated += dropped - section.dropped
-        fitted.append(attrs.evolve(section, items=tuple(it for it, _, _ in kept), dropped=dropped))
+        fitted.append(attrs.evolve(section, items=items, dropped=dropped))
     return Document("briefing", tuple(fitted), nonce, degraded, truncated, pointer)
+
+
+def _fill_section(section: Section, max_items: int, share_c: int, room_c: int, room_b: int, nonce: str,
+                  pointer: str) -> tuple[tuple[Item, ...], int, int, int]:
+    """A section's items that fit whole, in order: (items, dropped, characters, bytes used)."""
+    kept: list[tuple[Item, int, int]] = []
+    sec_c = sec_b = 0
+    for it in section.items[: max(max_items, 0)]:
+        block = _item_block(it, nonce)
+        c, b = len(block) + 1, _nbytes(block) + 1
+        if sec_c + c <= share_c and sec_c + c <= room_c and sec_b + b <= room_b:
+            kept.append((it, c, b))
+            sec_c += c
+            sec_b += b
+    dropped = section.dropped + len(section.items) - len(kept)
+    if dropped:
+        # The dropped line must fit too; give up last kept items until it does.
+        while True:
+            line = _dropped_line(dropped, pointer)
+            if sec_c + len(line) + 1 <= room_c and sec_b + _nbytes(line) + 1 <= room_b:
+                break
+            _, c, b = kept.pop()  # never empty: the reserved worst-case line fits an empty section
+            sec_c -= c
+            sec_b -= b
+            dropped += 1
+        sec_c += len(line) + 1
+        sec_b += _nbytes(line) + 1
+    return tuple(it for it, _, _ in kept), dropped, sec_c, sec_b
+
+
+def _compose_section(section: Section, max_items: int, share_c: int, room_c: int, room_b: int, nonce: str,
+                     pointer: str, min_text: int) -> tuple[tuple[Item, ...], int, int, int]:
+    """A composed section (see `fit_briefing`): as many of its first items as keep ``min_text`` each,
+    their texts cut to share the room: (items, dropped, characters, bytes used)."""
+    candidates = section.items[: max(max_items, 0)]
+    for n in range(len(candidates), -1, -1):
+        dropped = section.dropped + len(section.items) - n
+        line = _dropped_line(dropped, pointer) if dropped else None
+        line_c = len(line) + 1 if line else 0
+        line_b = _nbytes(line) + 1 if line else 0
+        items = _composed(candidates[:n], min(share_c, room_c - line_c), room_b - line_b, nonce, min_text)
+        if items is None:
+            continue
+        sec_c = sum(len(_item_block(it, nonce)) + 1 for it in items) + line_c
+        sec_b = sum(_nbytes(_item_block(it, nonce)) + 1 for it in items) + line_b
+        return items, dropped, sec_c, sec_b
+    raise AssertionError("unreachable: no items always fit")  # n = 0: the reserved line fits

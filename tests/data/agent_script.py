@@ -4,8 +4,10 @@ MODE: ``write`` writes notes.txt in the cwd and says so; ``env`` writes OUT/env.
 variable names, the MEMACTORS_* values but the token, the MCP config file's mode and shape); ``briefing``
 calls the gateway's briefing tool with the daemon's MCP config file and writes OUT/briefing.txt;
 ``fail`` exits 3; ``sleep`` writes its pid to
-OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM. Every mode first saves the prompt it
-was given to OUT/prompt-<n>.txt (outside the daemon's state directory) so a test can read it.
+OUT/pid and sleeps; ``stubborn`` does the same but ignores SIGTERM; ``refuse`` refuses to start as a CLI
+does on a bad flag: no stdout, an error (with a token in it) on stderr after 100 KB of noise, its usage
+line echoing the prompt, exit 2; ``echo`` prints its prompt on stdout. Every mode first saves the prompt it was given to OUT/prompt-<n>.txt
+(outside the daemon's state directory) so a test can read it.
 """
 
 import json
@@ -19,8 +21,16 @@ mode, out, prompt = sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv)
 out.mkdir(parents=True, exist_ok=True)
 n = len(list(out.glob("prompt-*.txt")))
 (out / f"prompt-{n}.txt").write_text(prompt, encoding="utf-8")
+if mode == "refuse":
+    for i in range(1000):
+        sys.stderr.write(f"noise line {i:04d} " + "." * 90 + "\n")
+    sys.stderr.write(f"usage: agent [options] {prompt}\n")
+    sys.stderr.write("error: unknown option '--no-such-flag' (token ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8)\n")
+    sys.exit(2)
 print(f"agent {mode} starting", flush=True)
-if mode == "write":
+if mode == "echo":
+    print(f"my prompt was:\n{prompt}\ndone", flush=True)
+elif mode == "write":
     Path("notes.txt").write_text("remember the ledger\n", encoding="utf-8")
     print("wrote notes.txt; all good", flush=True)
 elif mode == "env":

@@ -9,7 +9,7 @@ episodes section with ``provider_unavailable`` when the provider times out, erro
 its breaker is open. Recall, briefings (tool, resource, prompt, operator preview) and operator recall
 all call it; none has a private way to the provider.
 
-Who is reading is a :class:`View`: a harness run seen through its run token (its repository is the
+Who is reading is a :class:`~.view.View`: a harness run seen through its run token (its repository is the
 one its run works in now, else its workdir's), an operator looking as a repository or a harness, or
 an unattributed caller (no episodes at all). Provenance in every document comes from the daemon's own
 rows; provider text only ever appears fenced and flagged untrusted, and is never written as a fact or
@@ -27,14 +27,10 @@ and withholds the facts from that answer if the write fails. Operator previews w
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import secrets
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -49,24 +45,38 @@ from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed
 from ..logs import LogThrottle
 from ..metrics import Metrics
-from ..repo import resolve_repo, scope_for
-from ..store import Store, WallClock, iso
-from ..wrapper import (
-    BRIEFING_MAX_BYTES,
-    Document,
-    Item,
-    Provenance,
-    Section,
-    fit_briefing,
-    fit_recall,
-    render_json,
-    render_text,
+from ..store import Store, WallClock
+from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
+from .documents import (
+    BRIEFING_CANDIDATES,
+    BRIEFING_COMPOSED,
+    BRIEFING_EPISODES,
+    BRIEFING_LAYOUT,
+    FACT_POOL,
+    PROVIDER_UNAVAILABLE,
+    RECALL_POINTER,
+    briefing_episode_item,
+    collapse_facts,
+    collision_item,
+    counts,
+    derived_nonce,
+    document_from_json,
+    episode_item,
+    fact_ids,
+    fact_item,
+    is_empty_run,
+    run_item,
+    withhold_facts,
 )
 from .index import Filtered, KeptItem, filter_items
 from .provider_session import provider_call
+from .view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 
+# View, the document helpers and the layout live in .view and .documents; they are re-exported here,
+# where the service, spawn and gateway have always imported them from.
 __all__ = [
     "BRIEFING_LAYOUT",
+    "UNATTRIBUTED",
     "Briefing",
     "BriefingAnswer",
     "BriefingRequest",
@@ -83,17 +93,7 @@ __all__ = [
     "withhold_facts",
 ]
 
-#: REQ-14: (section, max items, share of briefing_max_chars), in order.
-BRIEFING_LAYOUT: tuple[tuple[str, int, float], ...] = (
-    ("collisions", 10, 0.25),
-    ("recent_runs", 5, 0.25),
-    ("facts", 8, 0.35),
-    ("episodes", 3, 0.25),
-)
 RECALL_RUNS = 5
-BRIEFING_EPISODES = 3
-PROVIDER_UNAVAILABLE = "provider_unavailable"
-RECALL_POINTER = "use the recall tool for more"
 
 T = TypeVar("T")
 
@@ -108,113 +108,16 @@ _SURFACE: Mapping[str, graph.Surface] = {
 }
 
 
-# ------------------------------------------------------------------------------------------ the view
-
-
-@attrs.frozen
-class View:
-    """Whose eyes a read is for, and so which scopes it may see (REQ-9).
-
-    ``repo`` is the caller's repository key (None outside any repository or when unattributed);
-    ``run_id`` is set for a harness run (exposure is written to it), None for operator views.
-    """
-
-    kind: Literal["run", "operator", "unattributed"]
-    harness: str | None = None
-    run_id: str | None = None
-    repo: str | None = None
-    branch: str | None = None
-
-    @property
-    def episode_scopes(self) -> tuple[str, ...]:
-        """The scopes memory_recall may search: the repository's project scope, or none at all."""
-        if self.kind == "unattributed" or not self.repo:
-            return ()
-        return (scope_for(self.repo),)
-
-    @property
-    def fact_scopes(self) -> tuple[str, ...]:
-        """Fleet facts everyone may see, plus the repository's own."""
-        return ("fleet", *self.episode_scopes)
-
-    @property
-    def exposed_run(self) -> tuple[str, str] | None:
-        """(harness, run) that exposure rows are written for; None for operators and unattributed callers."""
-        if self.kind == "run" and self.harness and self.run_id:
-            return self.harness, self.run_id
-        return None
-
-
-UNATTRIBUTED = View("unattributed")
-
-
-def _git_branch_sync(workdir: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", workdir, "symbolic-ref", "--short", "-q", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    branch = out.stdout.strip()
-    return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
-
-
-def run_place(db: sqlite_utils.Database, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
-    """(repo, branch) a run works in as the graph records it: live presence, else the ingested run."""
-    if run_id:
-        row = db.execute(
-            "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
-            " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
-        if row is None:
-            row = db.execute(
-                "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
-                [harness, run_id]).fetchone()
-        if row is not None:
-            return str(row[0]), None if row[1] is None else str(row[1])
-    return None
-
-
-_UNREAD: Any = object()
-
-
-async def resolve_view(store: Store, config: Config, *, harness: str, run_id: str | None,
-                       workdir: str | None = None, place: tuple[str, str | None] | None = _UNREAD) -> View:
-    """A harness run's view (REQ-9): the repository its run works in now, as the graph records it
-    (live presence, else the ingested run), else its workdir's (the token's, else the configured one)
-    before the run's first session. A run outside any repository sees no episodes.
-
-    ``place`` is :func:`run_place`'s answer when the caller already read it (in its own hop)."""
-    found = await store.read(lambda db: run_place(db, harness, run_id)) if place is _UNREAD else place
-    if found is not None:
-        return View("run", harness, run_id, found[0], found[1])
-    cfg = config.harness.get(harness)
-    directory = workdir or (cfg.workdir if cfg else None)
-    if not directory:
-        return View("run", harness, run_id)
-    directory = str(Path(directory).expanduser())  # noqa: ASYNC240 -- reads $HOME, no I/O
-    info = await resolve_repo(directory)
-    if info is None:
-        return View("run", harness, run_id)
-    branch = await trio.to_thread.run_sync(_git_branch_sync, directory)
-    if branch is None:
-        branch = await store.read(lambda db: _latest_branch(db, harness, info.key))
-    return View("run", harness, run_id, info.key, branch)
-
-
-def latest_run_place(db: sqlite_utils.Database, harness: str) -> tuple[str, str | None] | None:
-    """(repo, branch) of the harness's latest ingested run in a repository, or None."""
-    row = db.execute(
-        "SELECT repo, branch FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC, run_id LIMIT 1",
-        [harness]).fetchone()
-    return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
-
-
-def _latest_branch(db: sqlite_utils.Database, harness: str, repo: str) -> str | None:
-    row = db.execute(
-        "SELECT branch FROM runs WHERE harness = ? AND repo = ? ORDER BY ended_at DESC, run_id LIMIT 1",
-        [harness, repo]).fetchone()
-    return None if row is None or row[0] is None else str(row[0])
+def _empty_runs(db: sqlite_utils.Database, episode_ids: Sequence[str]) -> frozenset[str]:
+    """The episodes among ``episode_ids`` that are empty runs (`documents.is_empty_run`), judged from
+    the daemon's own stored bodies. One query, in the REQ-9 re-check's transaction."""
+    wanted = list(dict.fromkeys(episode_ids))
+    if not wanted:
+        return frozenset()
+    rows = db.execute(
+        "SELECT e.episode_id, b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
+        f" WHERE e.episode_id IN ({','.join('?' * len(wanted))})", wanted).fetchall()
+    return frozenset(eid for eid, body in rows if is_empty_run(json.loads(body)))
 
 
 # ------------------------------------------------------------------------------------------ messages
@@ -228,6 +131,8 @@ class Episodes:
     items: tuple[KeptItem, ...]
     degraded: str | None
     provider_failed: bool
+    #: Empty runs left out (``exclude_empty``): candidates that never take a briefing's slot.
+    empty: int = 0
 
 
 @attrs.frozen
@@ -303,109 +208,7 @@ class BriefingAnswer:
 
     @property
     def fact_ids(self) -> tuple[str, ...]:
-        return _fact_ids(self.document)
-
-
-# ---------------------------------------------------------------------------- document helpers
-
-
-def _fact_ids(doc: Document) -> tuple[str, ...]:
-    return tuple(
-        dict(it.provenance.fields)["fact"]
-        for s in doc.sections if s.name == "facts"
-        for it in s.items
-    )
-
-
-def _counts(doc: Document) -> dict[str, int]:
-    return {s.name: len(s.items) for s in doc.sections}
-
-
-def document_from_json(data: Mapping[str, Any]) -> Document:
-    """Rebuild a :class:`Document` from :func:`render_json` output (the cached form of a briefing)."""
-    sections = tuple(
-        Section(
-            name=s["name"],
-            items=tuple(
-                Item(Provenance(it["label"], tuple(it["provenance"].items())), it["text"], bool(it["untrusted"]))
-                for it in s["items"]
-            ),
-            dropped=int(s["dropped"]),
-            note=s["note"],
-        )
-        for s in data["sections"]
-    )
-    return Document(data["kind"], sections, data["nonce"], data["degraded"], int(data["truncated"]),
-                    data["pointer"])
-
-
-def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
-    """The same document with its facts section emptied (counted as not shown), refitted to its cap.
-
-    Used when writing exposure fails: SPEC-0028 withholds the facts rather than serve them unrecorded.
-    """
-    sections = tuple(
-        attrs.evolve(s, items=(), dropped=s.dropped + len(s.items)) if s.name == "facts" else s
-        for s in doc.sections
-    )
-    if doc.kind == "recall":
-        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce, wire=True)
-    layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
-    return fit_briefing(
-        [(s, layout[s.name][0], layout[s.name][1]) for s in sections],
-        max_chars=max_chars or BRIEFING_MAX_BYTES, degraded=doc.degraded, nonce=doc.nonce,
-        recall_pointer=doc.pointer or RECALL_POINTER,
-    )
-
-
-def _fact_item(f: graph.Fact) -> Item:
-    return Item(Provenance("fact", (
-        ("fact", f.id), ("scope", f.scope), ("confidence", f"{f.confidence:.2f}"), ("status", f.status),
-        ("updated", f.updated_at),
-    )), f.text, untrusted=False)
-
-
-def _run_item(r: graph.RunRow) -> Item:
-    return Item(Provenance("run", (
-        ("run", r.run_id), ("harness", r.harness), ("adapter", r.adapter), ("outcome", r.outcome),
-        ("branch", r.branch), ("ended", r.ended_at), ("duration_ms", r.duration_ms),
-        ("pull_request", r.pull_request),
-    )), "", untrusted=False)
-
-
-def _episode_item(provider: str, kept: KeptItem) -> Item:
-    p = kept.provenance
-    score = None if kept.score is None else f"{kept.score:.4g}"
-    return Item(Provenance("episode", (
-        ("provider", provider), ("episode", p.episode_id), ("run", p.run_id), ("harness", p.harness),
-        ("adapter", p.adapter), ("model", p.model), ("repo", p.repo), ("branch", p.branch),
-        ("outcome", p.outcome), ("at", p.started_at), ("score", score),
-    )), kept.text, untrusted=True)
-
-
-def _collision_item(c: graph.Collision) -> Item:
-    other = c.second
-    return Item(Provenance("collision", (
-        ("harness", other.harness), ("run", other.run_id), ("branch", other.branch),
-        ("paths", ", ".join(c.shared_paths or other.paths)),
-        ("same_branch", "yes" if c.same_branch else "no"), ("reported", other.reported_at),
-    )), "", untrusted=False)
-
-
-def _derived_nonce(key: bytes, sections: Sequence[Section], now: datetime) -> str:
-    """A nonce that is the same for the same content and now, and unpredictable without ``key``."""
-    material = json.dumps(
-        [[s.name, s.note, s.dropped, [[it.provenance.label, list(it.provenance.fields), it.text, it.untrusted]
-                                      for it in s.items]] for s in sections] + [iso(now)],
-        ensure_ascii=False,
-    ).encode("utf-8", "surrogatepass")
-    strings = [it.text for s in sections for it in s.items] + [
-        v for s in sections for it in s.items for _, v in it.provenance.fields]
-    for counter in range(64):
-        nonce = hmac.new(key, material + counter.to_bytes(2, "big"), hashlib.sha256).hexdigest()[:16]
-        if not any(nonce in t for t in strings) and nonce not in RECALL_POINTER:
-            return nonce
-    raise MemactorsError("no usable derived nonce after repeated attempts")
+        return fact_ids(self.document)
 
 
 # -------------------------------------------------------------------------------------------- actor
@@ -470,11 +273,15 @@ class Briefing:
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
                             deadline: float = float("inf"), local: Callable[[sqlite_utils.Database], T],
-                            words: Sequence[str] = ()) -> tuple[Episodes, T]:
+                            exclude_empty: bool = False, words: Sequence[str] = ()) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
         One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
         of its items (one query) and the caller's local reads (facts, runs, ...) share one snapshot.
+        With ``exclude_empty`` the kept items that are empty runs, judged from the daemon's stored
+        episodes (`documents.is_empty_run`), are left out too (a briefing's slots are for runs that did
+        something); they are not REQ-9 drops and are only counted in ``Episodes.empty``. ``words`` (a
+        recall's query words) pick the snippet of an item served with the daemon's own text (REQ-9).
         """
         scopes = list(view.episode_scopes)
         if not scopes:
@@ -489,16 +296,20 @@ class Briefing:
         visible = frozenset(scopes)
         check_text = self._check_text()
 
-        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, T]:
+        def recheck(db: sqlite_utils.Database, valid: list[Any], invalid: int) -> tuple[Filtered, int, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
                                     visible_scopes=visible, limit=limit, check_text=check_text, words=words)
-            return filtered, local(db)
+            empty = _empty_runs(db, [k.provenance.episode_id for k in filtered.kept]) if exclude_empty else ()
+            if empty:
+                filtered = attrs.evolve(filtered, kept=tuple(
+                    k for k in filtered.kept if k.provenance.episode_id not in empty))
+            return filtered, len(empty), local(db)
 
         try:
             with trio.CancelScope(deadline=min(deadline, trio.current_time() + timeout)) as scope:
                 payload = await provider_call(self._session, "memory_recall", arguments, caller=caller)
                 valid, invalid = contract.split_items(payload)
-                filtered, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
+                filtered, empty, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except (MemactorsError, trio.TooSlowError) as exc:
@@ -511,7 +322,7 @@ class Briefing:
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
         reported = payload.get("degraded")
-        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False), mine
+        return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False, empty), mine
 
     async def _local_only(self, local: Callable[[sqlite_utils.Database], T]) -> T:
         if local is _nothing:
@@ -535,8 +346,9 @@ class Briefing:
         now = self._clock()
         repo = view.repo if view.episode_scopes else None
 
-        def local(db: sqlite_utils.Database) -> tuple[list[graph.Fact], list[graph.RunRow]]:
-            facts = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit)
+        def local(db: sqlite_utils.Database) -> tuple[list[tuple[graph.Fact, int]], list[graph.RunRow]]:
+            pool = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit * FACT_POOL)
+            facts = collapse_facts(pool, limit)
             runs = graph.runs_editing(db, repo=repo, paths=req.paths, limit=RECALL_RUNS) if (
                 repo and req.paths) else []
             return facts, runs
@@ -546,10 +358,11 @@ class Briefing:
                                                       words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
-            Section("facts", tuple(_fact_item(f) for f in facts)),
-            Section("episodes", tuple(_episode_item(self.provider, k) for k in eps.items),
+            Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
+                    dropped=sum(similar for _, similar in facts)),
+            Section("episodes", tuple(episode_item(self.provider, k) for k in eps.items),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
-            Section("recent_runs", tuple(_run_item(r) for r in runs)),
+            Section("recent_runs", tuple(run_item(r) for r in runs)),
         )
         doc = fit_recall(sections, degraded=degraded, wire=True)  # REQ-12 bounds the tool response
         doc, exposed, withheld = await self._expose(doc, view, "recall", req.call_id, now)
@@ -563,7 +376,7 @@ class Briefing:
                       now: datetime, *, max_chars: int | None = None) -> tuple[Document, int, bool]:
         """Write exposure rows for the facts ``doc`` serves to a run; withhold them if that fails."""
         run = view.exposed_run
-        ids = _fact_ids(doc)
+        ids = fact_ids(doc)
         if run is None or not ids:
             return doc, 0, False
         try:
@@ -595,35 +408,39 @@ class Briefing:
         max_chars = self._max_chars(view.harness)
         if not view.repo:
             return fit_briefing([(Section(name, ()), n, share) for name, n, share in BRIEFING_LAYOUT],
-                                max_chars=max_chars, nonce=_derived_nonce(self._key, (), now),
+                                max_chars=max_chars, nonce=derived_nonce(self._key, (), now),
                                 recall_pointer=RECALL_POINTER)
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
         def local(db: sqlite_utils.Database) -> tuple[list[graph.Collision], list[graph.RunRow],
-                                                      list[graph.Fact], int]:
+                                                      list[tuple[graph.Fact, int]], int]:
             clashes = graph.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
             runs = graph.recent_runs(db, repo=repo, branch=branch, limit=5)
-            facts = graph.top_facts(db, scopes=scopes, limit=8)
+            facts = collapse_facts(graph.top_facts(db, scopes=scopes, limit=8 * FACT_POOL), 8)
             total = graph.count_facts(db, scopes=scopes)
             return clashes, runs, facts, total
 
         query = " ".join(p for p in (repo, branch, harness) if p)
         eps, (clashes, runs, facts, total) = await self.episodes_with(
-            view, query=query, limit=BRIEFING_EPISODES, deadline=deadline, local=local)
+            view, query=query, limit=BRIEFING_CANDIDATES, deadline=deadline, local=local, exclude_empty=True)
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
+        self._log.bind(harness=harness, run=view.run_id, candidates=len(eps.items) + eps.empty, empty=eps.empty,
+                       facts_folded=sum(similar for _, similar in facts)).debug("briefing composed")
         sections = (
-            Section("collisions", tuple(_collision_item(c) for c in clashes)),
-            Section("recent_runs", tuple(_run_item(r) for r in runs)),
-            Section("facts", tuple(_fact_item(f) for f in facts), dropped=max(total - len(facts), 0)),
-            Section("episodes", tuple(_episode_item(self.provider, k) for k in eps.items),
+            Section("collisions", tuple(collision_item(c) for c in clashes)),
+            Section("recent_runs", tuple(run_item(r) for r in runs)),
+            Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
+                    dropped=max(total - len(facts), 0)),
+            Section("episodes", tuple(briefing_episode_item(k, now) for k in eps.items[:BRIEFING_EPISODES]),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
         )
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
-            nonce=_derived_nonce(self._key, sections, now), recall_pointer=RECALL_POINTER,
+            nonce=derived_nonce(self._key, sections, now), recall_pointer=RECALL_POINTER,
+            compose=BRIEFING_COMPOSED,
         )
 
     async def briefing(self, req: BriefingRequest) -> BriefingAnswer:
@@ -644,7 +461,7 @@ class Briefing:
             if cacheable:
                 text, data = render_text(doc), json.dumps(render_json(doc), ensure_ascii=False)
                 await self._store.write(lambda db: graph.put_cached_briefing(
-                    db, run[0], run[1], text, data, _counts(doc), now))
+                    db, run[0], run[1], text, data, counts(doc), now))
         exposed, withheld = 0, False
         surface = _SURFACE.get(req.delivery)
         if surface is not None and req.delivery != "prompt":
@@ -655,8 +472,8 @@ class Briefing:
             outcome = "empty" if text == "" else "ok"
             self._metrics.briefing(view.harness or "", req.delivery, outcome, len(text.encode("utf-8")))
         self._log.bind(harness=view.harness, run=view.run_id, delivery=req.delivery, cached=cached is not None,
-                       bytes=len(text.encode("utf-8")), exposed=exposed, **_counts(doc)).info("briefing served")
-        return BriefingAnswer(doc, text, render_json(doc), _counts(doc), cached is not None, exposed, withheld)
+                       bytes=len(text.encode("utf-8")), exposed=exposed, **counts(doc)).info("briefing served")
+        return BriefingAnswer(doc, text, render_json(doc), counts(doc), cached is not None, exposed, withheld)
 
     async def expose_prompt(self, answer: BriefingAnswer, view: View) -> BriefingAnswer:
         """REQ-17 for a prepended briefing: exposure rows before spawn, no call id; facts withheld
@@ -665,4 +482,4 @@ class Briefing:
                                                     self._clock(), max_chars=self._max_chars(view.harness))
         if not withheld:
             return attrs.evolve(answer, exposed=exposed)
-        return BriefingAnswer(doc, render_text(doc), render_json(doc), _counts(doc), answer.cached, 0, True)
+        return BriefingAnswer(doc, render_text(doc), render_json(doc), counts(doc), answer.cached, 0, True)

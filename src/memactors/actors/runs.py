@@ -5,125 +5,84 @@ nursery, which owns the child process, its deadline and the run record written w
 
 1. **Prepare** (in the actor, off the loop for git and files): the harness's ``workdir``, its repository
    and branch; the repository's project ``harness.toml`` loaded over the global configuration as a
-   project file (so REQ-1/8/16's project-file rules hold for a run); the prompt (``--prompt`` overrides
-   the configured one for this run only); the run's bearer token (expiring with the run); a per-run
-   ``--mcp-config`` file (mode 0600, state directory, deleted after the run); then ``prepare_spawn``
-   computes the briefing and composes the prompt (REQ-16: exposure before spawn, the argument limit,
-   the skip WARN and metric). The adapter turns all that into argv and environment.
+   project file (so REQ-1/8/16's project-file rules hold for a run; its caps may only lower the global
+   ones); the prompt (``--prompt`` overrides the configured one for this run only); the run's bearer
+   token (expiring with the run); a per-run ``--mcp-config`` file (mode 0600, state directory, deleted
+   after the run); then ``prepare_spawn`` computes the briefing and composes the prompt (REQ-16:
+   exposure before spawn, the argument limit, the skip WARN and metric). The adapter turns all that
+   into argv and environment.
 2. **Supervise**: the process runs in the workdir in its own process group. Its stdout is parsed line
-   by line as it streams by the adapter's parser and never kept; stderr is discarded. After
+   by line as it streams by the adapter's parser and never kept; each line's effect becomes an event of
+   the run's log (``run_watch``: redacted, bounded), and the reported turns and cost are checked
+   against the harness's caps. Its stderr is drained and its last 4 KiB kept. After
    ``[harness.<name>] timeout`` the group gets SIGTERM, then SIGKILL after a grace: outcome
-   ``timed_out``, reason ``deadline``. Stopping the daemon stops every run the same way: outcome
-   ``cancelled``, reason ``operator_cancel`` (the operator stopped the daemon), and still records it.
-3. **Record**: the run record is built from what happened (exit status, the agent's own result event,
-   the deadline or stop; model and cost when reported; the final answer; one edit event per file
-   written, cross-checked with git; verify events for the test commands the agent ran), and sent down
-   ``IngestRun``'s path, so the episode appears as soon as the process ends. The token then expires
-   after a short grace.
+   ``timed_out``, reason ``deadline``. ``CancelRun`` (``memactors runs cancel``) and stopping the daemon
+   stop it the same way: outcome ``cancelled``, reason ``operator_cancel``; a cap passed: ``cancelled``,
+   ``budget_exceeded``. Every stopped run is still recorded.
+3. **Record**: the run record is built from what happened (``run_record.py``'s rules) and sent down
+   ``IngestRun``'s path, so the episode appears as soon as the process ends. The run's row in the store
+   (``run_rows``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
+   keeps it listable after a restart. The token then expires after a short grace.
 
-The composed prompt exists only in the child's argv: it is never logged, stored or sent anywhere.
+The composed prompt exists only in the child's argv: it is never logged, stored or sent anywhere (the
+stderr tail is scrubbed of it, ``run_watch.scrub``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import secrets
 import signal
+import socket
 import subprocess
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import trio
 from loguru import logger
 
-from .. import graph
+from .. import graph, run_rows
 from .._kernel import open_mailbox, serve
-from ..adapters import Adapter, LaunchRequest, StreamParser, Transcript, get_adapter
+from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
+from ..redact import redact
 from ..repo import resolve_repo
+from ..run_process import (
+    agent_env,
+    drain,
+    kill_group,
+    kill_orphan,
+    pump_lines,
+    remove_mcp_configs,
+    write_mcp_config,
+)
+from ..run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
+from ..run_watch import RunWatch, scrub
 from ..spawn import prepare_spawn
 from ..store import iso
+from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
 
-__all__ = ["GetRun", "RunState", "Runs", "StartRun", "build_run_record", "exit_status"]
+__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "StartRun", "build_run_record", "exit_status"]
 
 #: SIGTERM to SIGKILL.
 KILL_GRACE = 5.0
 #: A run token stays valid this long after its run ended (for a record the agent is still writing).
 TOKEN_GRACE = 30.0
-#: Finished runs remembered for WaitRun.
+#: Finished runs kept in memory for WaitRun (older ones are read from the store).
 KEEP_FINISHED = 256
-#: A stdout line longer than this is skipped (never held whole in memory).
-MAX_LINE = 8 * 1024 * 1024
-#: The agent's final answer as recorded is cut to this many characters.
-MAX_RESULT_CHARS = 16_000
-
-StopReason = Literal["deadline", "operator_cancel"]
-
-
-# -- messages -------------------------------------------------------------------------------------------
-
-@attrs.frozen
-class StartRun:
-    """Start a run of ``harness``; ``prompt`` replaces the configured prompt for this run only."""
-
-    harness: str
-    prompt: str | None = None
-    run_id: str | None = None
-
-
-@attrs.frozen
-class GetRun:
-    """The state of a run this daemon started (running, or among the last finished ones)."""
-
-    harness: str
-    run_id: str
-
-
-@attrs.define(eq=False)
-class RunState:
-    """One run as the actor tracks it; ``done`` is set once its record went down the ingest path."""
-
-    harness: str
-    run_id: str
-    adapter: str
-    started_at: str
-    state: Literal["running", "ended"] = "running"
-    outcome: str | None = None
-    reason: str | None = None
-    episode_id: str | None = None
-    ingest: str | None = None
-    exit_code: int | None = None
-    #: Why the agent could not be started (e.g. "FileNotFoundError: claude"); None otherwise.
-    error: str | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
-    scope: trio.CancelScope | None = None
-    stop_reason: StopReason | None = None
-
-    def stop(self, reason: StopReason) -> None:
-        """Stop the process the way a deadline does (SIGTERM, grace, SIGKILL); it is still recorded."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        if self.scope is not None:
-            self.scope.cancel()
-
-    def view(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "harness": self.harness, "adapter": self.adapter, "state": self.state,
-                "started_at": self.started_at, "outcome": self.outcome, "reason": self.reason,
-                "episode_id": self.episode_id, "ingest": self.ingest, "exit_code": self.exit_code,
-                "error": self.error}
+#: How often old run rows and logs are pruned (checked when a run ends, and at start).
+PRUNE_EVERY = timedelta(hours=1)
 
 
 @attrs.frozen
 class _Prepared:
-    """Everything a run task needs; ``argv`` holds the composed prompt and is never logged."""
+    """Everything a run task needs; ``argv`` and ``prompt`` hold the composed prompt and are never logged."""
 
     cfg: HarnessConfig
     adapter: Adapter
@@ -136,6 +95,7 @@ class _Prepared:
     start_commit: str | None
     dirty_at_start: frozenset[str]
     mcp_config: Path | None
+    prompt: str | None
 
 
 class _RunScope:
@@ -164,6 +124,7 @@ class Runs:
         self._starting: set[tuple[str, str]] = set()
         self._finished: OrderedDict[tuple[str, str], RunState] = OrderedDict()
         self._nursery: trio.Nursery | None = None
+        self._pruned_at: datetime | None = None
         self._log = logger.bind(actor="runs")
         self.address, self._mailbox = open_mailbox("runs", 16)
 
@@ -177,6 +138,7 @@ class Runs:
         return self._service.config.episodes.provider_timeout + 15.0
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        await self._reap()
         async with trio.open_nursery() as runs:
             self._nursery = runs
             task_status.started(self.address)
@@ -190,19 +152,82 @@ class Runs:
                 if self._active:
                     self._log.bind(runs=len(self._active)).info("stopping running runs")
 
-    async def _handle(self, message: object) -> RunState:
+    async def _handle(self, message: object) -> Any:
         match message:
             case StartRun():
                 return await self._start(message)
-            case GetRun(harness=harness, run_id=run_id):
-                key = (harness, run_id)
-                state = self._active.get(key) or self._finished.get(key)
-                if state is None:
-                    raise UnknownRun(f"no run {run_id} of harness {harness} in this daemon", harness=harness,
-                                     run=run_id)
+            case FindRun(run_id=run_id, harness=harness):
+                return await self._find(run_id, harness)
+            case CancelRun(run_id=run_id, harness=harness):
+                state = await self._find(run_id, harness)
+                if state.state == "running":
+                    if state.watch is not None:
+                        state.watch.note("daemon", iso(self._service.wall_clock()), text="cancel asked: stopping")
+                    self._log.bind(harness=state.harness, run=state.run_id).info("run cancel asked")
+                    state.stop("cancel")
                 return state
+            case ListRuns():
+                return await self._list(message)
             case _:
                 raise TypeError(f"runs cannot handle {type(message).__name__}")
+
+    async def _find(self, run_id: str, harness: str | None) -> RunState:
+        """A running run from memory; an ended one from the store, which is the truth once its row is
+        rewritten at the end (a forget since then has removed its stderr tail and log there)."""
+        def matches(key: tuple[str, str]) -> bool:
+            return key[1] == run_id and (harness is None or key[0] == harness)
+
+        live = [s for key, s in self._active.items() if matches(key)]
+        stored = await self._service.store.read(lambda db: run_rows.find(db, run_id, harness))
+        names = sorted({s.harness for s in live} | {v["harness"] for v in stored})
+        if len(names) > 1:
+            raise InvalidArgument(f"run {run_id} exists for harnesses {', '.join(names)}: name one with --harness",
+                                  field="harness", run=run_id)
+        if live:
+            return live[0]
+        if stored and stored[0]["state"] == "ended":
+            return RunState.ended_from(stored[0])
+        finished = [s for key, s in self._finished.items() if matches(key)]  # its row could not be written
+        if finished:
+            return finished[-1]
+        whose = f" of harness {harness}" if harness else ""
+        raise UnknownRun(f"no run {run_id}{whose} started by this daemon", harness=harness, run=run_id)
+
+    async def _list(self, query: ListRuns) -> dict[str, Any]:
+        views, total, cursor = await self._service.store.read(lambda db: run_rows.page(
+            db, harness=query.harness, state=query.state, limit=query.limit, after=query.after))
+        live = {(v["harness"], v["run_id"]): {**v, "stderr_tail": None}
+                for v in (s.view() for s in self._active.values())}
+        return {"runs": [live.get((v["harness"], v["run_id"]), v) for v in views], "total": total,
+                "next_cursor": cursor}
+
+    async def _reap(self) -> None:
+        """At start: a run of this host still ``running`` in the store belonged to a daemon that died
+        mid-run. Its agent is killed if it still runs (proved by its environment), and the run is marked
+        ended, crashed, so nothing runs unwatched and nothing stays ``running`` forever. Stale MCP config
+        files go too. (Another host's running runs are its daemon's.)"""
+        service = self._service
+        host = socket.gethostname()
+        stale = [v for v in await service.store.read(run_rows.stale_running) if v.get("host", host) == host]
+        now = service.wall_clock()
+        for view in stale:
+            fate = "gone" if view.get("pid") is None else await trio.to_thread.run_sync(
+                kill_orphan, view["pid"], view["harness"], view["run_id"])
+            view.update(state="ended", ended_at=iso(now), outcome="crashed", reason="internal_error",
+                        error=f"the daemon stopped while the run was running (its agent: {fate})")
+            await service.store.write(lambda db, v=view: run_rows.upsert(db, v))
+            self._log.bind(harness=view["harness"], run=view["run_id"], agent=fate).warning(
+                "run left running by a previous daemon marked crashed")
+        await trio.to_thread.run_sync(remove_mcp_configs, service.config.store.path / "runs")
+        await self._prune(now)
+
+    async def _prune(self, now: datetime) -> None:
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = now
+        rows, logs = await self._service.store.write(lambda db: run_rows.prune(db, now))
+        if rows or logs:
+            self._log.bind(rows=rows, logs=logs).info("old runs pruned")
 
     # -- prepare ------------------------------------------------------------------------------------------
     async def _start(self, message: StartRun) -> RunState:
@@ -218,10 +243,13 @@ class Runs:
             project = Path(repo.toplevel) / "harness.toml"
             if await trio.Path(project).is_file():
                 # The global files again, with the repository's project file: its rules (global-only keys,
-                # project-only upstreams) are checked here, and its keys apply to this run.
+                # project-only upstreams) are checked here, and its keys apply to this run, but a cap it
+                # sets may only lower the global one (a project cannot lift the operator's limit).
                 config = await trio.to_thread.run_sync(
                     lambda: load_config(config.global_path, project_files=[project]))
-                cfg = config.harness[name]
+                cfg = attrs.evolve(config.harness[name], max_turns=_lower(cfg.max_turns, config.harness[name].max_turns),
+                                   max_cost_usd=_lower(cfg.max_cost_usd, config.harness[name].max_cost_usd))
+                config = attrs.evolve(config, harness=MappingProxyType({**config.harness, name: cfg}))
         if message.prompt is not None:
             cfg = attrs.evolve(cfg, prompt=message.prompt, prompt_file=None, prompt_template=None,
                                prompt_template_file=None, template_text=None)
@@ -241,7 +269,7 @@ class Runs:
                      workdir: str, repo: Any) -> RunState:
         service = self._service
         name, run_id = key
-        git = await trio.to_thread.run_sync(_git_start, workdir) if repo is not None else (None, None, frozenset())
+        git = await trio.to_thread.run_sync(git_start, workdir) if repo is not None else (None, None, frozenset())
         branch, start_commit, dirty = git
 
         now = service.wall_clock()
@@ -254,7 +282,7 @@ class Runs:
             gateway = self._gateway_url()
             if gateway:
                 mcp_config = await trio.to_thread.run_sync(
-                    _write_mcp_config, config.store.path / "runs", gateway, token)
+                    write_mcp_config, config.store.path / "runs", gateway, token)
             plan = await prepare_spawn(_RunScope(service, config), harness=name, run_id=run_id, workdir=workdir,
                                        base_argv=())
             prompt = plan.argv[-1] if plan.argv else None
@@ -262,7 +290,7 @@ class Runs:
                 harness=name, run_id=run_id, workdir=workdir, prompt=prompt, command=cfg.command,
                 model=cfg.model, allowed_tools=cfg.allowed_tools, permission_mode=cfg.permission_mode,
                 extra_args=cfg.extra_args, mcp_config_path=None if mcp_config is None else str(mcp_config),
-                gateway_url=gateway, run_token=token))
+                gateway_url=gateway, run_token=token, max_turns=cfg.max_turns, max_cost_usd=cfg.max_cost_usd))
             env = agent_env(config, os.environ)
             env.update(MEMACTORS_HARNESS=name, MEMACTORS_RUN_ID=run_id)
             if gateway:
@@ -271,8 +299,10 @@ class Runs:
                 env["MEMACTORS_MCP_CONFIG"] = str(mcp_config)
             env.update(spec.env)
             prepared = _Prepared(cfg, adapter, spec.argv, env, workdir, None if repo is None else repo.key,
-                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config)
-            state = RunState(name, run_id, adapter.name, iso(now))
+                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config,
+                                 prompt)
+            state = RunState(name, run_id, adapter.name, iso(now), max_turns=cfg.max_turns,
+                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(prompt))
             assert self._nursery is not None
             self._active[key] = state
             await self._nursery.start(self._supervise, prepared, state)
@@ -282,7 +312,8 @@ class Runs:
                 await self._release(name, run_id, mcp_config, now)
             raise
         log.bind(briefing="prepended" if plan.composed else (plan.skipped or "off"), repo=prepared.repo_key,
-                 timeout_s=cfg.timeout).info("run started")
+                 timeout_s=cfg.timeout, pid=state.pid, max_turns=cfg.max_turns,
+                 max_cost_usd=cfg.max_cost_usd).info("run started")
         return state
 
     async def _release(self, harness: str, run_id: str, mcp_config: Path | None, ended: datetime) -> None:
@@ -306,11 +337,18 @@ class Runs:
         try:
             proc = await trio.lowlevel.open_process(
                 list(run.argv), cwd=run.workdir, env=run.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, start_new_session=True)
+                stderr=subprocess.PIPE, start_new_session=True)
+            state.pid = proc.pid
         except OSError as exc:
             spawn_error = type(exc).__name__
             state.error = f"{spawn_error}: {run.argv[0] if run.argv else ''}"
             proc = None
+        try:
+            # The row exists before StartRun answers, so `runs list` shows the run from its first moment.
+            with trio.CancelScope(shield=True), trio.move_on_after(self._record_budget()):
+                await self._service.store.write(lambda db: run_rows.upsert(db, state.view()))
+        except MemactorsError as exc:  # not fatal: the run goes on; its end rewrites the row
+            log.bind(error=type(exc).__name__).warning("run row not written at spawn")
         task_status.started()
         try:
             if proc is None:
@@ -319,22 +357,42 @@ class Runs:
                 code = await self._follow(proc, parser, run, state, wall)
         finally:
             if proc is not None and proc.returncode is None:  # cancelled from outside: never leave it running
-                _kill_group(proc, signal.SIGKILL)
+                kill_group(proc, signal.SIGKILL)
                 with trio.CancelScope(shield=True), trio.move_on_after(self.kill_grace):
                     await proc.wait()
             ended_wall = wall()
             duration_ms = int((trio.current_time() - started) * 1000)
             with trio.CancelScope(shield=True), trio.move_on_after(self._record_budget()):
-                await self._record(run, state, parser.transcript, code=code, spawn_error=spawn_error,
+                await self._record(run, state, parser, code=code, spawn_error=spawn_error,
                                    started=started_wall, ended=ended_wall, duration_ms=duration_ms, log=log)
 
     async def _follow(self, proc: trio.Process, parser: StreamParser, run: _Prepared, state: RunState,
                       wall: Callable[[], datetime]) -> int:
         """Parse stdout as it streams until the process ends, the harness's ``timeout`` passes or the run
-        is stopped; the deadline is this run's own cancel scope, which ``RunState.stop`` cancels."""
+        is stopped (a cancel, the daemon stopping, a cap); the deadline is this run's own cancel scope,
+        which ``RunState.stop`` cancels."""
+        watch = state.watch
+        assert watch is not None and proc.stdout is not None and proc.stderr is not None
+
+        def on_line(line: str) -> None:
+            at = iso(wall())
+            parser.feed(line, at=at)
+            t = parser.transcript
+            watch.after_line(line, t, at)
+            state.turns, state.cost_usd = t.turns or None, t.cost_usd
+            if state.stop_reason is not None or cap_reached(None, t) is not None:
+                return  # already stopping, or the agent stopped itself at the cap it was given
+            cfg = run.cfg
+            if cfg.max_turns is not None and t.turns > cfg.max_turns:
+                self._cap(state, "max_turns", at, f"{t.turns} turns passed max_turns = {cfg.max_turns}")
+            elif cfg.max_cost_usd is not None and t.cost_usd is not None and t.cost_usd > cfg.max_cost_usd:
+                self._cap(state, "max_cost_usd", at,
+                          f"reported cost ${t.cost_usd:g} passed max_cost_usd = {cfg.max_cost_usd:g}")
+
         pumped = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_pump, proc.stdout, parser, wall, pumped)
+            nursery.start_soon(pump_lines, proc.stdout, on_line, pumped)
+            nursery.start_soon(drain, proc.stderr, watch.stderr.feed)
             with trio.CancelScope(deadline=trio.current_time() + run.cfg.timeout) as scope:
                 state.scope = scope
                 if state.stop_reason is not None:
@@ -342,36 +400,61 @@ class Runs:
                 await proc.wait()
             if scope.cancelled_caught:
                 state.stop_reason = state.stop_reason or "deadline"
-                _kill_group(proc, signal.SIGTERM)
+                kill_group(proc, signal.SIGTERM)
                 with trio.move_on_after(self.kill_grace):
                     await proc.wait()
                 if proc.returncode is None:
-                    _kill_group(proc, signal.SIGKILL)
+                    kill_group(proc, signal.SIGKILL)
                     await proc.wait()
             # Whatever the agent left in its process group goes with it, so stdout reaches EOF.
-            _kill_group(proc, signal.SIGKILL)
+            kill_group(proc, signal.SIGKILL)
             with trio.move_on_after(self.kill_grace):
                 await pumped.wait()
             nursery.cancel_scope.cancel()
         assert proc.returncode is not None
         return proc.returncode
 
+    def _cap(self, state: RunState, cap: StopReason, at: str, why: str) -> None:
+        """The agent's reported turns or cost passed the harness's cap: stop the run (it is recorded as
+        cancelled / budget_exceeded, the cap named)."""
+        assert state.watch is not None
+        state.watch.note("daemon", at, text=f"{why}: stopping the run")
+        self._log.bind(harness=state.harness, run=state.run_id, cap=cap, turns=state.turns,
+                       cost_usd=state.cost_usd).warning("run passed its cap; stopping it")
+        state.stop(cap)
+
     # -- record -------------------------------------------------------------------------------------------
-    async def _record(self, run: _Prepared, state: RunState, transcript: Transcript, *, code: int | None,
+    async def _record(self, run: _Prepared, state: RunState, parser: StreamParser, *, code: int | None,
                       spawn_error: str | None, started: datetime, ended: datetime, duration_ms: int,
                       log: Any) -> None:
         key = (state.harness, state.run_id)
+        transcript = parser.transcript
+        watch = state.watch
+        assert watch is not None
+        events: list[dict[str, Any]] = []
         try:
+            tail = watch.stderr.text()
+            if tail is not None:  # redacted off the loop; never a line of the composed prompt
+                state.stderr_tail = await trio.to_thread.run_sync(lambda: redact(scrub(tail, run.prompt)))
+            if run.prompt and transcript.result_text:
+                # An agent that echoes its prompt (a `command` agent printing its argument) would put the
+                # briefing and its nonce into the record and the episode's excerpt (REQ-16: never stored).
+                result = transcript.result_text
+                transcript.result_text = await trio.to_thread.run_sync(scrub, result, run.prompt)
+            events, state.log_dropped = list(watch.events), watch.dropped
             changed: set[str] | None = None
             if run.toplevel is not None and spawn_error is None:
-                changed = await trio.to_thread.run_sync(_git_changed, run.toplevel, run.start_commit)
+                changed = await trio.to_thread.run_sync(git_changed, run.toplevel, run.start_commit)
+            stopped = state.stop_reason if spawn_error is None else None
             record = build_run_record(
                 harness=state.harness, adapter=run.adapter.name, run_id=state.run_id, cfg=run.cfg,
-                transcript=transcript, exit_code=code, stopped=state.stop_reason if spawn_error is None else None,
-                spawn_error=spawn_error is not None, started_at=iso(started), ended_at=iso(ended),
-                duration_ms=duration_ms, workdir=run.workdir, repo_key=run.repo_key, toplevel=run.toplevel,
-                branch=run.branch, changed=changed, dirty_at_start=run.dirty_at_start)
+                transcript=transcript, exit_code=code, stopped=stopped, spawn_error=spawn_error is not None,
+                started_at=iso(started), ended_at=iso(ended), duration_ms=duration_ms, workdir=run.workdir,
+                repo_key=run.repo_key, toplevel=run.toplevel, branch=run.branch, changed=changed,
+                dirty_at_start=run.dirty_at_start, output=watch.lines > 0)
             state.outcome, state.reason, state.exit_code = record["outcome"], record["reason"], code
+            state.cap = cap_reached(stopped, transcript) if record["reason"] == "budget_exceeded" else None
+            watch.note("end", iso(ended), text=f"{state.outcome} ({state.reason}), exit status {code}")
             try:
                 result = await self._service.ingest_run(record, source=f"run {state.harness}/{state.run_id}",
                                                         harness_config=run.cfg)
@@ -380,27 +463,44 @@ class Runs:
             except MemactorsError as exc:
                 state.ingest = "rejected"
                 log.bind(error=type(exc).__name__).error("run record rejected")
-            log.bind(outcome=state.outcome, reason=state.reason, exit_code=code, edits=len(transcript.edits),
-                     commands=len(transcript.commands), ingest=state.ingest, episode=state.episode_id,
-                     duration_ms=duration_ms).info("run ended")
+            log.bind(outcome=state.outcome, reason=state.reason, cap=state.cap, exit_code=code,
+                     edits=len(transcript.edits), commands=len(transcript.commands), turns=state.turns,
+                     cost_usd=state.cost_usd, stderr_bytes=watch.stderr.total, stdout_lines=watch.lines,
+                     ingest=state.ingest, episode=state.episode_id, duration_ms=duration_ms).info("run ended")
         finally:
             state.state = "ended"
+            state.ended_at, state.duration_ms = iso(ended), max(0, duration_ms)
             if state.outcome is None:
                 state.outcome, state.reason = "crashed", "internal_error"
-            self._active.pop(key, None)
-            self._finished[key] = state
-            while len(self._finished) > KEEP_FINISHED:
-                self._finished.popitem(last=False)
             try:
-                await self._release(state.harness, state.run_id, run.mcp_config, ended)
+                # Rewritten before the run leaves _active, so a lookup always finds it in one place.
+                await self._service.store.write(lambda db: run_rows.upsert(
+                    db, state.view(), stderr_tail=state.stderr_tail, log=events))
             finally:
-                state.done.set()
+                self._active.pop(key, None)
+                self._finished[key] = state
+                while len(self._finished) > KEEP_FINISHED:
+                    self._finished.popitem(last=False)
+                try:
+                    await self._release(state.harness, state.run_id, run.mcp_config, ended)
+                    await self._prune(ended)
+                finally:
+                    state.watch = None  # its events are in the store now; followers read them there
+                    watch.close()
+                    state.done.set()
 
 
 # -- helpers (pure or off-loop) -------------------------------------------------------------------------
 
 def _new_run_id(now: datetime) -> str:
     return f"r{now.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _lower(global_cap: Any, project_cap: Any) -> Any:
+    """The cap in force when a project file sets one too: the lower, so a project only narrows."""
+    if global_cap is None or project_cap is None:
+        return global_cap if project_cap is None else project_cap
+    return min(global_cap, project_cap)
 
 
 async def _workdir(cfg: HarnessConfig, config: Config) -> str:
@@ -414,214 +514,3 @@ async def _workdir(cfg: HarnessConfig, config: Config) -> str:
         raise InvalidArgument(f"[harness.{cfg.name}] workdir = {cfg.workdir!r}: not a directory", field="workdir",
                               harness=cfg.name)
     return str(path)
-
-
-def agent_env(config: Config, environ: Any) -> dict[str, str]:
-    """The daemon's environment as the agent gets it: everything but the daemon's own secret, the
-    ``[model_api] api_key_env`` variable (the utility model's key is the daemon's, not the agent's)."""
-    env = dict(environ)
-    if config.model_api is not None and config.model_api.api_key_env:
-        env.pop(config.model_api.api_key_env, None)
-    return env
-
-
-def _write_mcp_config(directory: Path, gateway_url: str, token: str) -> Path:
-    """Claude Code's ``--mcp-config`` JSON naming the gateway with this run's token; mode 0600."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / f"mcp-{secrets.token_hex(8)}.json"
-    body = {"mcpServers": {"memactors": {"type": "http", "url": gateway_url,
-                                         "headers": {"Authorization": f"Bearer {token}"}}}}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f)
-    return path
-
-
-def _kill_group(proc: trio.Process, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def _pump(stream: Any, parser: StreamParser, wall: Callable[[], datetime], done: trio.Event) -> None:
-    """Feed stdout to the parser one line at a time as it arrives; nothing is kept past the line."""
-    buffer = bytearray()
-    skipping = False
-    try:
-        while True:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                break
-            buffer += chunk
-            while True:
-                newline = buffer.find(b"\n")
-                if newline < 0:
-                    break
-                line = bytes(buffer[:newline])
-                del buffer[:newline + 1]
-                if skipping:
-                    skipping = False
-                    continue
-                parser.feed(line.decode("utf-8", "replace"), at=iso(wall()))
-            if len(buffer) > MAX_LINE:
-                buffer.clear()
-                skipping = True
-        if buffer and not skipping:
-            parser.feed(bytes(buffer).decode("utf-8", "replace"), at=iso(wall()))
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-    finally:
-        done.set()
-
-
-def _git(args: list[str], cwd: str) -> str | None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    try:
-        out = subprocess.run(["git", "-C", cwd, *args], capture_output=True, env=env, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
-
-
-def _porcelain(text: str | None) -> set[str]:
-    """Paths (repository-relative) in ``git status --porcelain -z`` output; directories end in ``/``."""
-    if not text:
-        return set()
-    paths: set[str] = set()
-    fields = text.split("\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        paths.add(entry[3:])
-        if entry[0] in "RC":
-            i += 1  # the rename's source path follows
-    return paths
-
-
-def _git_start(workdir: str) -> tuple[str | None, str | None, frozenset[str]]:
-    """Branch, HEAD commit and the paths already dirty when the run starts."""
-    branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], workdir)
-    branch = branch.strip() if branch and branch.strip() != "HEAD" else None
-    commit = _git(["rev-parse", "--verify", "-q", "HEAD"], workdir)
-    dirty = _porcelain(_git(["status", "--porcelain=v1", "-z"], workdir))
-    return branch, commit.strip() if commit else None, frozenset(dirty)
-
-
-def _git_changed(toplevel: str, start_commit: str | None) -> set[str] | None:
-    """Repository-relative paths changed since the run started: the worktree and every commit since."""
-    status = _git(["status", "--porcelain=v1", "-z"], toplevel)
-    if status is None:
-        return None
-    changed = _porcelain(status)
-    if start_commit:
-        diff = _git(["diff", "--name-only", "-z", start_commit], toplevel)
-        changed |= {p for p in (diff or "").split("\0") if p}
-    return changed
-
-
-def _verify_matches(command: str, patterns: Iterable[str]) -> bool:
-    return any(re.search(p, command) for p in patterns)
-
-
-def _outcome(transcript: Transcript, *, exit_code: int | None, stopped: StopReason | None, spawn_error: bool,
-             verify_ok: list[bool]) -> tuple[str, str]:
-    if spawn_error:
-        return "crashed", "spawn_error"
-    if stopped == "deadline":
-        return "timed_out", "deadline"
-    if stopped == "operator_cancel":
-        return "cancelled", "operator_cancel"
-    if exit_code is not None and exit_code < 0:
-        return "crashed", "signal"
-    if transcript.result_ok is False:
-        if (transcript.result_kind or "").startswith("error_max"):
-            return "failed", "budget_exceeded"
-        return "failed", "exit_nonzero"
-    if exit_code:
-        return "failed", "exit_nonzero"
-    if verify_ok and not verify_ok[-1]:
-        return "failed", "verify_failed"
-    return "succeeded", "completed"
-
-
-def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessConfig, transcript: Transcript,
-                     exit_code: int | None, stopped: StopReason | None, spawn_error: bool, started_at: str,
-                     ended_at: str, duration_ms: int, workdir: str, repo_key: str | None, toplevel: str | None,
-                     branch: str | None, changed: set[str] | None,
-                     dirty_at_start: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The run record (ARCHITECTURE "Run record") of what really happened.
-
-    Outcome and reason: a spawn failure is crashed/spawn_error; the deadline timed_out/deadline; a stop
-    cancelled/operator_cancel; death by a signal nobody sent crashed/signal; the agent's own error
-    result failed/budget_exceeded (its ``error_max_*`` kinds) or failed/exit_nonzero; a non-zero exit
-    failed/exit_nonzero; a last test command that failed failed/verify_failed; else succeeded/completed.
-    Edits: the files the agent's tool calls wrote that git shows changed since the start (all of them
-    when git cannot tell), plus files git shows changed that no tool call named and that were clean at
-    the start (written by a shell command). Verify events: the commands matching ``verify_patterns``.
-    """
-    session_id = transcript.session_id or f"{run_id}-main"
-    events: list[dict[str, Any]] = []
-    seen: set[str] = set()
-
-    def rel(path: str) -> str:
-        absolute = os.path.normpath(os.path.join(workdir, path))
-        if toplevel is not None:
-            inside = os.path.relpath(absolute, toplevel)
-            if not inside.startswith(".."):
-                return inside
-        return absolute
-
-    def confirmed(path: str) -> bool:
-        if changed is None:
-            return True
-        return path in changed or any(c.endswith("/") and path.startswith(c) for c in changed)
-
-    for edit in transcript.edits:
-        path = rel(edit.path)
-        if path in seen or not confirmed(path):
-            continue
-        seen.add(path)
-        events.append({"kind": "edit", "session_id": session_id, "at": edit.at, "path": path})
-    for path in sorted(changed or ()):
-        if path in seen or path.endswith("/") or path in dirty_at_start:
-            continue
-        seen.add(path)
-        events.append({"kind": "edit", "session_id": session_id, "at": ended_at, "path": path})
-    verify_ok: list[bool] = []
-    for command in transcript.commands:
-        if not _verify_matches(command.command, cfg.verify_patterns):
-            continue
-        ok = command.exit_code == 0
-        verify_ok.append(ok)
-        events.append({"kind": "verify", "session_id": session_id, "at": command.at, "ok": ok,
-                       "error_class": None if ok else "test_failure"})
-    outcome, reason = _outcome(transcript, exit_code=exit_code, stopped=stopped, spawn_error=spawn_error,
-                               verify_ok=verify_ok)
-    result_text = transcript.result_text
-    if result_text is not None and len(result_text) > MAX_RESULT_CHARS:
-        result_text = result_text[-MAX_RESULT_CHARS:]
-    return {
-        "harness": harness,
-        "adapter": adapter,
-        "run_id": run_id,
-        "trace_id": run_id,
-        "started_at": started_at,
-        "ended_at": ended_at,
-        "duration_ms": max(0, duration_ms),
-        "cost_usd": transcript.cost_usd,
-        "cost_source": "reported" if transcript.cost_usd is not None else "unknown",
-        "model": {"served": transcript.model, "pinned": None, "configured": cfg.model},
-        "outcome": outcome,
-        "reason": reason,
-        "result_text": result_text,
-        "trigger": {"source": "operator", "name": "memactors run"},
-        "spawned_process": not spawn_error,
-        "prompt": None,
-        "sessions": [{"session_id": session_id, "subagent": False, "cwd": workdir, "repo": repo_key,
-                      "git_branch": branch, "started_at": started_at}],
-        "events": events,
-    }

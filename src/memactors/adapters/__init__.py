@@ -7,7 +7,7 @@ never start processes, never touch the store and never see the run token's meani
 does all of that. So each adapter is tested on recorded streams without a process, and end to end
 through ``memactors run`` with the real agent CLI.
 
-Modules: ``claude_code`` (``claude -p … --output-format stream-json --verbose``), ``codex``
+Modules: ``claude_code`` (``claude -p --output-format stream-json --verbose … -- <prompt>``), ``codex``
 (``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``).
 """
 
@@ -23,6 +23,7 @@ from ..errors import InvalidArgument
 
 __all__ = [
     "ADAPTERS",
+    "ADAPTER_CAPS",
     "Adapter",
     "CommandRun",
     "FileEdit",
@@ -57,6 +58,10 @@ class LaunchRequest:
     mcp_config_path: str | None = None
     gateway_url: str | None = None
     run_token: str | None = None
+    #: The harness's caps (``max_turns``, ``max_cost_usd``), for an adapter whose CLI takes them as flags;
+    #: the runs actor also enforces them on what the stream reports (ADAPTER_CAPS says which adapters can).
+    max_turns: int | None = None
+    max_cost_usd: float | None = None
 
 
 @attrs.frozen
@@ -97,6 +102,12 @@ class Transcript:
     #: The agent's own result subtype / failure reason (e.g. "success", "error_max_turns"), for the reason field.
     result_kind: str | None = None
     duration_ms: int | None = None
+    #: Model turns seen so far (one per assistant message; a parser that cannot tell leaves it 0).
+    turns: int = 0
+    #: How many free-text messages the agent wrote, and the latest (an assistant text, or for the
+    #: ``command`` adapter a stdout line): what ``memactors runs logs`` shows as the agent's words.
+    texts: int = 0
+    last_text: str | None = None
     edits: list[FileEdit] = attrs.field(factory=list)
     commands: list[CommandRun] = attrs.field(factory=list)
     tool_calls: list[str] = attrs.field(factory=list)   # tool names only, in order (never arguments)
@@ -128,6 +139,17 @@ ADAPTERS: Mapping[str, str] = {
     "claude-code": "memactors.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "memactors.adapters.codex:CodexAdapter",
     "command": "memactors.adapters.command:CommandAdapter",
+}
+
+
+#: The per-harness caps each adapter can enforce (config load refuses a cap on any other: it would
+#: silently do nothing). ``claude-code`` passes ``--max-turns`` and ``--max-budget-usd`` to the CLI, and
+#: its stream reports turns and cost, on which the runs actor stops a run that passes a cap anyway.
+#: ``codex exec`` takes neither limit and reports no cost; ``command`` has no structured stream.
+ADAPTER_CAPS: Mapping[str, frozenset[str]] = {
+    "claude-code": frozenset({"max_turns", "max_cost_usd"}),
+    "codex": frozenset(),
+    "command": frozenset(),
 }
 
 

@@ -41,6 +41,9 @@ class CommandParser:
             self._size -= len(self._tail.popleft()) + 1
         text = "\n".join(self._tail).strip()
         self.transcript.result_text = text[-TAIL_CHARS:] or None
+        if line.strip():
+            self.transcript.texts += 1
+            self.transcript.last_text = line
 
 
 @attrs.frozen

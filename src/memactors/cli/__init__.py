@@ -2,7 +2,8 @@
 RPC (the CLI has no private path); `--json` prints the raw result for scripts.
 
 One module per command group over one small shared core (`_core`: configuration, the daemon's address
-and token, the RPC call, output, exit statuses): `runs` (run, runs ingest), `memory` (REQ-19's memory
+and token, the RPC call, output, exit statuses): `runs` (runs ingest), `supervised` (run, runs
+list|show|wait|cancel|logs), `memory` (REQ-19's memory
 commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MCP client
 configurations, hooks for residents), `ops` (serve, doctor, tui, completion), `describe` (a harness
 and its prompt source).

@@ -1,4 +1,5 @@
-"""Runs: `run` (a supervised one-shot now) and the `runs` group (`runs ingest`)."""
+"""Runs: `run` (a supervised one-shot now) and the `runs` group (`runs ingest`); the commands for the runs
+the daemon supervises (`run`, `runs list|show|wait|cancel|logs`) live in `supervised`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core as core
+from . import supervised
 from ._core import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SERVICE
 
 #: Records per IngestRuns call (the contract allows at most 500).
@@ -336,66 +338,10 @@ def _stopped(failure: BaseException, progress: Progress, counts: dict[str, int],
     return core.exit_for(code)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """`memactors run H`: StartRun, then with --wait follow it (WaitRun) to its recorded end."""
-    from ..errors import exit_status
-
-    params: dict[str, Any] = {"harness": args.harness}
-    if args.prompt is not None:
-        params["prompt"] = args.prompt
-    elif args.prompt_file is not None:
-        try:
-            params["prompt"] = Path(args.prompt_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"memactors: --prompt-file {args.prompt_file}: cannot be read: {type(exc).__name__}",
-                  file=sys.stderr)
-            return 2
-    import trio
-
-    from ..rpc import connect_rpc
-
-    config = core.load(args)
-    token = core.token_for(config, "control")
-
-    async def run() -> dict[str, Any]:
-        async with connect_rpc(core.operator_url(config), token) as client:
-            state = await client.call(f"{SERVICE}/StartRun", params)
-            if not args.json:
-                print(f"run {state['run_id']} of {state['harness']} started ({state['adapter']})", flush=True)
-            while args.wait and state["state"] != "ended":
-                state = await client.call(f"{SERVICE}/WaitRun", {"harness": state["harness"],
-                                                                  "run_id": state["run_id"], "wait_seconds": 25})
-            return state
-
-    state = trio.run(run)
-    if args.json:
-        core.print_json({k: state.get(k) for k in ("run_id", "harness", "outcome", "episode_id")})
-    elif state["state"] == "ended":
-        episode = state.get("episode_id") or f"no episode ({state.get('ingest')})"
-        print(f"run {state['run_id']}: {state['outcome']} ({state['reason']}), {episode}")
-        if state.get("error"):
-            print(f"memactors: the agent could not be started: {state['error']}", file=sys.stderr)
-    return exit_status(state["outcome"]) if args.wait else 0
-
-
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "run", help="run a harness's prompt one-shot now, supervised by the daemon (control tier)",
-        description="Start a run of [harness.<name>] in its workdir with its adapter's agent CLI. The daemon "
-                    "supervises it (timeout, stop on shutdown), gives it its briefing and the gateway, and "
-                    "records its episode when it ends.",
-        epilog="With --wait the exit status is the outcome's: 0 succeeded, 1 failed, 12 timed_out, "
-               "13 cancelled, 14 crashed (an agent that could not be started is crashed); a refused "
-               "start exits like any command (5 invalid argument, 3 daemon unavailable, ...).")
-    p.add_argument("harness", help="the [harness.<name>] to run")
-    prompt = p.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", metavar="TEXT", help="the prompt for this run only (instead of the configured one)")
-    prompt.add_argument("--prompt-file", metavar="F", help="read this run's prompt from file F")
-    p.add_argument("--wait", action="store_true", help="follow the run until it is recorded; exit with its outcome")
-    p.add_argument("--json", action="store_true", help="print {run_id, harness, outcome, episode_id}")
-    p.set_defaults(fn=cmd_run)
+    supervised.register_run(sub)
 
-    runs = sub.add_parser("runs", help="run records").add_subparsers(dest="runs_command", required=True)
+    runs = sub.add_parser("runs", help="run records, and the runs the daemon started").add_subparsers(dest="runs_command", required=True)
     p = runs.add_parser("ingest", help="submit closed run records (control tier)",
                         description="Submit closed run records: JSON files, directories (every *.json below "
                                     "them) and - for stdin (one JSON record, or JSON lines). Prints a summary; "
@@ -403,3 +349,4 @@ def register(sub: Any) -> None:
     p.add_argument("files", nargs="+", metavar="PATH", help="a run record file, a directory, or - for stdin")
     p.add_argument("--json", action="store_true", help="print one result per record as JSON")
     p.set_defaults(fn=cmd_runs_ingest)
+    supervised.register_watch(runs)

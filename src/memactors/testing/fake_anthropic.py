@@ -58,10 +58,12 @@ class Text:
 
 @attrs.frozen
 class Script:
-    """The turns the model plays, in order; past the end it repeats the last text turn."""
+    """The turns the model plays, in order; past the end it repeats the last text turn — or, with
+    ``loop``, plays the turns again from the start forever (an agent that never finishes, for caps)."""
 
     turns: tuple[ToolUse | Text, ...]
     model: str = MODEL
+    loop: bool = False
 
 
 @attrs.frozen
@@ -144,7 +146,8 @@ class FakeAnthropic:
         index = sum(1 for m in messages if m.get("role") == "assistant" and isinstance(m.get("content"), list)
                     for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use")
         turns = self.script.turns
-        turn = turns[index] if index < len(turns) else next(
+        played = index % len(turns) if self.script.loop else index
+        turn = turns[played] if played < len(turns) else next(
             (t for t in reversed(turns) if isinstance(t, Text)), Text("done"))
         if isinstance(turn, Text):
             return [{"type": "text", "text": turn.text}], "end_turn"

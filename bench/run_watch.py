@@ -1,0 +1,76 @@
+"""What watching a run costs per stdout line: the adapter's parser alone (the anchor, what the runs actor
+did before issue 18) against the parser plus the run's event log (``RunWatch.after_line``: events
+derived from the transcript, each string redacted and cut), on the runs actor's path for every line.
+
+The stream is the real Claude Code session in tests/data (init, Write, a failing Bash, a result) and the
+refused-Bash session, repeated; plus a chatty ``command`` agent (one text event per line, a line with a
+token in it every tenth). Medians of ``--repeats`` timed passes; the machine is printed.
+
+    .venv/bin/python bench/run_watch.py [--repeats 7] [--copies 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from memactors.adapters.claude_code import ClaudeCodeAdapter
+from memactors.adapters.command import CommandAdapter
+from memactors.redact import shared
+from memactors.run_watch import RunWatch
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+AT = "2026-12-01T10:00:00.000000Z"
+
+
+def claude_lines(copies: int) -> list[str]:
+    one = [line for name in ("claude_stream_session.jsonl", "claude_stream_refused_bash.jsonl")
+           for line in (DATA / name).read_text(encoding="utf-8").splitlines()]
+    return one * copies
+
+
+def command_lines(copies: int) -> list[str]:
+    token = "ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8"
+    return [f"step {n}: compiled module_{n}.py ok" if n % 10 else f"using token {token} for the fetch"
+            for n in range(40 * copies)]
+
+
+def per_line_us(adapter: object, lines: list[str], watched: bool) -> float:
+    parser = adapter.parser()  # type: ignore[attr-defined]
+    watch = RunWatch()
+    feed: Callable[[str], None] = parser.feed  # type: ignore[assignment]
+    started = time.perf_counter()
+    if watched:
+        for line in lines:
+            feed(line, at=AT)  # type: ignore[call-arg]
+            watch.after_line(line, parser.transcript, AT)
+    else:
+        for line in lines:
+            feed(line, at=AT)  # type: ignore[call-arg]
+    return (time.perf_counter() - started) / len(lines) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--copies", type=int, default=200)
+    args = parser.parse_args()
+    print(f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "
+          f"load {os.getloadavg()[0]:.2f}")
+    shared()  # compile the redaction rules first, as the daemon does at start
+    for label, adapter, lines in (("claude-code stream", ClaudeCodeAdapter(), claude_lines(args.copies)),
+                                  ("command stdout", CommandAdapter(), command_lines(args.copies))):
+        anchor = statistics.median(per_line_us(adapter, lines, False) for _ in range(args.repeats))
+        watched = statistics.median(per_line_us(adapter, lines, True) for _ in range(args.repeats))
+        print(f"{label:<20} {len(lines):>6} lines  parser alone {anchor:7.1f} us/line  "
+              f"parser + event log {watched:7.1f} us/line  ({watched / anchor:.2f}x, "
+              f"+{watched - anchor:.1f} us/line)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""The documents the briefing actor serves, built from rows: pure code, no I/O.
+
+Item builders for each label (provenance only from the daemon's rows, provider text only as untrusted
+item text), REQ-14's layout, the cached form's round trip, withholding facts when exposure cannot be
+written, and the derived nonce that keeps a briefing byte-identical for the same store and now. The
+actor (:mod:`memactors.actors.briefing`) gathers the rows and the provider's items and calls these.
+
+The rules of issue 17 live here: near-duplicate facts collapse into one (:func:`collapse_facts`, in
+recall and briefings alike); a briefing's episode items carry a one-line provenance (run, harness,
+outcome, age: :func:`briefing_episode_item`) so that, composed to fit by the wrapper, at least two of
+them fit REQ-14's episodes share, while the full provenance stays in recall (:func:`episode_item`); and
+an empty run never takes a briefing's episode slot (:func:`is_empty_run`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from .. import contract, graph
+from ..errors import MemactorsError
+from ..store import iso
+from ..wrapper import BRIEFING_MAX_BYTES, Document, Item, Provenance, Section, fit_briefing, fit_recall
+from .index import KeptItem
+
+__all__ = [
+    "BRIEFING_CANDIDATES",
+    "BRIEFING_COMPOSED",
+    "BRIEFING_EPISODES",
+    "BRIEFING_LAYOUT",
+    "FACT_POOL",
+    "NEAR_DUPLICATE",
+    "PROVIDER_UNAVAILABLE",
+    "RECALL_POINTER",
+    "age",
+    "briefing_episode_item",
+    "collapse_facts",
+    "collision_item",
+    "counts",
+    "derived_nonce",
+    "document_from_json",
+    "episode_item",
+    "fact_ids",
+    "fact_item",
+    "is_empty_run",
+    "run_item",
+    "withhold_facts",
+]
+
+#: REQ-14: (section, max items, share of briefing_max_chars), in order.
+BRIEFING_LAYOUT: tuple[tuple[str, int, float], ...] = (
+    ("collisions", 10, 0.25),
+    ("recent_runs", 5, 0.25),
+    ("facts", 8, 0.35),
+    ("episodes", 3, 0.25),
+)
+BRIEFING_EPISODES = 3
+#: How many episodes a briefing asks the provider for: its 3 slots and spares, so that the slots still
+#: fill when some candidates are empty runs (a launch that failed at once), which never take a slot.
+#: The most memory_recall allows (REQ-12's limit): a harness whose agent CLI fails at once leaves a
+#: burst of empty runs, newest first, and up to 17 of them are skipped (bench/briefing_path.py: the
+#: agent path costs about the same with 20 as with 3).
+BRIEFING_CANDIDATES = contract.MAX_LIMIT
+#: Sections whose item texts the wrapper composes to fit (REQ-14 episodes; see `wrapper.fit_briefing`).
+BRIEFING_COMPOSED = ("episodes",)
+#: Facts whose word sets are at least this similar (Jaccard: shared words over all words) are
+#: near-duplicates, shown once in an answer.
+NEAR_DUPLICATE = 0.8
+#: How many facts of the query's order are looked at per slot, so an answer still fills its slots
+#: after collapsing near-duplicates.
+FACT_POOL = 4
+PROVIDER_UNAVAILABLE = "provider_unavailable"
+RECALL_POINTER = "use the recall tool for more"
+
+
+def fact_ids(doc: Document) -> tuple[str, ...]:
+    return tuple(
+        dict(it.provenance.fields)["fact"]
+        for s in doc.sections if s.name == "facts"
+        for it in s.items
+    )
+
+
+def counts(doc: Document) -> dict[str, int]:
+    return {s.name: len(s.items) for s in doc.sections}
+
+
+def document_from_json(data: Mapping[str, Any]) -> Document:
+    """Rebuild a :class:`Document` from :func:`render_json` output (the cached form of a briefing)."""
+    sections = tuple(
+        Section(
+            name=s["name"],
+            items=tuple(
+                Item(Provenance(it["label"], tuple(it["provenance"].items())), it["text"], bool(it["untrusted"]))
+                for it in s["items"]
+            ),
+            dropped=int(s["dropped"]),
+            note=s["note"],
+        )
+        for s in data["sections"]
+    )
+    return Document(data["kind"], sections, data["nonce"], data["degraded"], int(data["truncated"]),
+                    data["pointer"])
+
+
+def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
+    """The same document with its facts section emptied (counted as not shown), refitted to its cap.
+
+    Used when writing exposure fails: SPEC-0028 withholds the facts rather than serve them unrecorded.
+    """
+    sections = tuple(
+        attrs.evolve(s, items=(), dropped=s.dropped + len(s.items)) if s.name == "facts" else s
+        for s in doc.sections
+    )
+    if doc.kind == "recall":
+        return fit_recall(sections, degraded=doc.degraded, nonce=doc.nonce, wire=True)
+    layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
+    return fit_briefing(
+        [(s, layout[s.name][0], layout[s.name][1]) for s in sections],
+        max_chars=max_chars or BRIEFING_MAX_BYTES, degraded=doc.degraded, nonce=doc.nonce,
+        recall_pointer=doc.pointer or RECALL_POINTER, compose=BRIEFING_COMPOSED,
+    )
+
+
+def fact_item(f: graph.Fact, similar: int = 0) -> Item:
+    """A fact; ``similar`` counts the near-duplicates collapsed into it (`collapse_facts`), shown as
+    ``similar N`` when there were any."""
+    return Item(Provenance("fact", (
+        ("fact", f.id), ("scope", f.scope), ("confidence", f"{f.confidence:.2f}"), ("status", f.status),
+        ("updated", f.updated_at), ("similar", similar or None),
+    )), f.text, untrusted=False)
+
+
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 and REQ-9's text check see words
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.casefold()))
+
+
+def _near(a: frozenset[str], b: frozenset[str]) -> bool:
+    if not a or not b:
+        return a == b
+    return len(a & b) >= NEAR_DUPLICATE * len(a | b)
+
+
+def collapse_facts(facts: Sequence[graph.Fact], limit: int) -> list[tuple[graph.Fact, int]]:
+    """Near-duplicate facts of one answer as one: up to ``limit`` (fact, similar) pairs.
+
+    Two facts are near-duplicates when their word sets (letters and digits, case-folded) share at
+    least ``NEAR_DUPLICATE`` of all their words (Jaccard similarity ≥ 0.8): roughly, at most one word
+    in ten differs. A fact joins the first group, in the answer's order, holding a member it is near;
+    each group is shown once, at its first member's place, as its highest-confidence member (the
+    earlier on a tie), with ``similar`` the number of the others. Deterministic for the same input.
+    """
+    words = [_words(f.text) for f in facts]
+    groups: list[list[int]] = []
+    for i, w in enumerate(words):
+        home = next((g for g in groups if any(_near(w, words[j]) for j in g)), None)
+        if home is None:
+            groups.append([i])
+        else:
+            home.append(i)
+    out: list[tuple[graph.Fact, int]] = []
+    for g in groups[: max(limit, 0)]:
+        best = min(g, key=lambda j: (-facts[j].confidence, j))
+        out.append((facts[best], len(g) - 1))
+    return out
+
+
+def run_item(r: graph.RunRow) -> Item:
+    return Item(Provenance("run", (
+        ("run", r.run_id), ("harness", r.harness), ("adapter", r.adapter), ("outcome", r.outcome),
+        ("branch", r.branch), ("ended", r.ended_at), ("duration_ms", r.duration_ms),
+        ("pull_request", r.pull_request),
+    )), "", untrusted=False)
+
+
+def episode_item(provider: str, kept: KeptItem) -> Item:
+    p = kept.provenance
+    score = None if kept.score is None else f"{kept.score:.4g}"
+    return Item(Provenance("episode", (
+        ("provider", provider), ("episode", p.episode_id), ("run", p.run_id), ("harness", p.harness),
+        ("adapter", p.adapter), ("model", p.model), ("repo", p.repo), ("branch", p.branch),
+        ("outcome", p.outcome), ("at", p.started_at), ("score", score),
+    )), kept.text, untrusted=True)
+
+
+def age(started_at: str, now: datetime) -> str | None:
+    """How long before ``now`` a run started, in one short token: ``40m``, ``5h`` (under two days),
+    ``12d``; None when ``started_at`` is not a time. A start after ``now`` (clock skew) is ``0m``."""
+    try:
+        started = datetime.fromisoformat(started_at)
+    except ValueError:
+        return None
+    if started.tzinfo is None:
+        return None
+    seconds = max((now - started).total_seconds(), 0)
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    if seconds < 48 * 3600:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def is_empty_run(episode: Mapping[str, Any]) -> bool:
+    """Whether a stored episode (its REQ-5 body) records nothing a later run could use: an agent CLI
+    that exited at once (a refused flag, a missing key). Its reason is ``launch_failed``, or it has no
+    result text, no summary, no files touched and no verify failures. Such a run never takes a
+    briefing's episode slot; it is judged from the daemon's own episode, never from provider text."""
+    if episode.get("reason") == "launch_failed":
+        return True
+    return not (str(episode.get("result_excerpt") or "").strip() or episode.get("summary")
+                or episode.get("files_touched") or episode.get("verify_failures"))
+
+
+def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:
+    """An episode as a briefing shows it: one short provenance line (run, harness, outcome, age at
+    ``now``), all from the daemon's episode row, then the provider's text (untrusted). The text is
+    composed to fit by the wrapper; the full provenance is recall's (`episode_item`)."""
+    p = kept.provenance
+    return Item(Provenance("episode", (
+        ("run", p.run_id), ("harness", p.harness), ("outcome", p.outcome), ("age", age(p.started_at, now)),
+    )), kept.text, untrusted=True)
+
+
+def collision_item(c: graph.Collision) -> Item:
+    other = c.second
+    return Item(Provenance("collision", (
+        ("harness", other.harness), ("run", other.run_id), ("branch", other.branch),
+        ("paths", ", ".join(c.shared_paths or other.paths)),
+        ("same_branch", "yes" if c.same_branch else "no"), ("reported", other.reported_at),
+    )), "", untrusted=False)
+
+
+def derived_nonce(key: bytes, sections: Sequence[Section], now: datetime) -> str:
+    """A nonce that is the same for the same content and now, and unpredictable without ``key``."""
+    material = json.dumps(
+        [[s.name, s.note, s.dropped, [[it.provenance.label, list(it.provenance.fields), it.text, it.untrusted]
+                                      for it in s.items]] for s in sections] + [iso(now)],
+        ensure_ascii=False,
+    ).encode("utf-8", "surrogatepass")
+    strings = [it.text for s in sections for it in s.items] + [
+        v for s in sections for it in s.items for _, v in it.provenance.fields]
+    for counter in range(64):
+        nonce = hmac.new(key, material + counter.to_bytes(2, "big"), hashlib.sha256).hexdigest()[:16]
+        if not any(nonce in t for t in strings) and nonce not in RECALL_POINTER:
+            return nonce
+    raise MemactorsError("no usable derived nonce after repeated attempts")

@@ -1,0 +1,129 @@
+"""Who is reading (REQ-9): a harness run, an operator, or an unattributed caller, and so which scopes
+a read may see.
+
+A run's repository is the one its run works in now as the graph records it (live presence, else the
+ingested run), else its workdir's before the run's first session. Split out of the briefing actor so the
+actor holds what it composes and serves, and this module holds whose eyes it is for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import sqlite_utils
+import trio
+
+from ..config import Config
+from ..repo import resolve_repo, scope_for
+from ..store import Store
+
+__all__ = ["UNATTRIBUTED", "View", "latest_run_place", "resolve_view", "run_place"]
+
+
+@attrs.frozen
+class View:
+    """Whose eyes a read is for, and so which scopes it may see (REQ-9).
+
+    ``repo`` is the caller's repository key (None outside any repository or when unattributed);
+    ``run_id`` is set for a harness run (exposure is written to it), None for operator views.
+    """
+
+    kind: Literal["run", "operator", "unattributed"]
+    harness: str | None = None
+    run_id: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+
+    @property
+    def episode_scopes(self) -> tuple[str, ...]:
+        """The scopes memory_recall may search: the repository's project scope, or none at all."""
+        if self.kind == "unattributed" or not self.repo:
+            return ()
+        return (scope_for(self.repo),)
+
+    @property
+    def fact_scopes(self) -> tuple[str, ...]:
+        """Fleet facts everyone may see, plus the repository's own."""
+        return ("fleet", *self.episode_scopes)
+
+    @property
+    def exposed_run(self) -> tuple[str, str] | None:
+        """(harness, run) that exposure rows are written for; None for operators and unattributed callers."""
+        if self.kind == "run" and self.harness and self.run_id:
+            return self.harness, self.run_id
+        return None
+
+
+UNATTRIBUTED = View("unattributed")
+
+
+def _git_branch_sync(workdir: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", workdir, "symbolic-ref", "--short", "-q", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    branch = out.stdout.strip()
+    return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
+
+
+def run_place(db: sqlite_utils.Database, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
+    """(repo, branch) a run works in as the graph records it: live presence, else the ingested run."""
+    if run_id:
+        row = db.execute(
+            "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
+            " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
+        if row is None:
+            row = db.execute(
+                "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
+                [harness, run_id]).fetchone()
+        if row is not None:
+            return str(row[0]), None if row[1] is None else str(row[1])
+    return None
+
+
+_UNREAD: Any = object()
+
+
+async def resolve_view(store: Store, config: Config, *, harness: str, run_id: str | None,
+                       workdir: str | None = None, place: tuple[str, str | None] | None = _UNREAD) -> View:
+    """A harness run's view (REQ-9): the repository its run works in now, as the graph records it
+    (live presence, else the ingested run), else its workdir's (the token's, else the configured one)
+    before the run's first session. A run outside any repository sees no episodes.
+
+    ``place`` is :func:`run_place`'s answer when the caller already read it (in its own hop)."""
+    found = await store.read(lambda db: run_place(db, harness, run_id)) if place is _UNREAD else place
+    if found is not None:
+        return View("run", harness, run_id, found[0], found[1])
+    cfg = config.harness.get(harness)
+    directory = workdir or (cfg.workdir if cfg else None)
+    if not directory:
+        return View("run", harness, run_id)
+    directory = str(Path(directory).expanduser())  # noqa: ASYNC240 -- reads $HOME, no I/O
+    info = await resolve_repo(directory)
+    if info is None:
+        return View("run", harness, run_id)
+    branch = await trio.to_thread.run_sync(_git_branch_sync, directory)
+    if branch is None:
+        branch = await store.read(lambda db: _latest_branch(db, harness, info.key))
+    return View("run", harness, run_id, info.key, branch)
+
+
+def latest_run_place(db: sqlite_utils.Database, harness: str) -> tuple[str, str | None] | None:
+    """(repo, branch) of the harness's latest ingested run in a repository, or None."""
+    row = db.execute(
+        "SELECT repo, branch FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC, run_id LIMIT 1",
+        [harness]).fetchone()
+    return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
+
+
+def _latest_branch(db: sqlite_utils.Database, harness: str, repo: str) -> str | None:
+    row = db.execute(
+        "SELECT branch FROM runs WHERE harness = ? AND repo = ? ORDER BY ended_at DESC, run_id LIMIT 1",
+        [harness, repo]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])

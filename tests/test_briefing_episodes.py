@@ -1,0 +1,227 @@
+"""Briefings that show episodes, and answers that facts do not crowd out (issue 17), through the surfaces
+users touch: the gateway's briefing tool and harness://memory/briefing resource with a real MCP client
+and a run token, the recall tool, `memactors memory briefing` as a subprocess, and `memactors run` of a
+memory_briefing = true harness with a real child process.
+
+The records look like real runs (a subject line and a few sentences, several files, verify failures).
+The tests count and read what a briefing shows; which episodes the provider picks is not theirs to say.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+
+import mcp.types as t
+import pytest
+import trio
+
+from memactors.actors.index import text_belongs
+from memactors.config import ConfigHolder
+from memactors.gateway import BRIEFING_URI
+from memactors.service import MemoryService, open_memory_service
+from memactors.wrapper import BRIEFING_MAX_BYTES, ELLIPSIS
+from support import RESIDENT, wait_ready, write_config
+from support_briefing import COMPACT, REPO, empty_run, episode_blocks, real_run, sections
+from support_daemon import daemon_process
+from support_readside import NOW, as_run, fixed_clock, gateway_client
+from support_runs import command_harness, make_repo
+
+#: Near-identical facts as a real session had them: the same advice, added again and again.
+TZ_FACTS = tuple(
+    f"The ledger tests need TZ=UTC and a fixed clock; run them with make test-ledger before {when}"
+    for when in ("pushing", "pushing.", "every push", "Pushing!", "you push", "pushing to main", "a push",
+                 "pushing again")
+)
+OTHER_FACTS = (
+    "Webhook deliveries retry five times with jitter before they are marked dead.",
+    "Invoice exports stream rows to the CSV writer; never load a tenant's line items at once.",
+    "Sessions are stored as JSON with a schema version; pickled sessions are dropped at read.",
+)
+
+
+@pytest.fixture
+async def gateway(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
+    """A resident api-fixer (memory_briefing = true, default briefing_max_chars), its gateway on
+    127.0.0.1, and a wall clock fixed at NOW."""
+    async with open_memory_service(make_holder(RESIDENT), wall_clock=fixed_clock) as service, \
+            trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        yield service, url
+        nursery.cancel_scope.cancel()
+
+
+def text_of(result: t.CallToolResult) -> str:
+    assert not result.is_error, result
+    return "".join(c.text for c in result.content if isinstance(c, t.TextContent))
+
+
+async def stored_text(service: MemoryService, run_id: str) -> tuple[dict, str]:
+    """The daemon's own episode of `run_id` and its text rendering."""
+    episode_id = await service.store.read(lambda db: db.execute(
+        "SELECT episode_id FROM episodes WHERE run_id = ?", [run_id]).fetchone()[0])
+    shown = await service.get_episode(episode_id)
+    return shown["episode"], shown["text"]
+
+
+async def check_episodes_read_well(service: MemoryService, document: str, *, at_least: int = 2) -> list[str]:
+    """The briefing shows at least `at_least` episodes, each with the one-line provenance of the daemon's
+    row and text drawn whole-word from its episode (cut at a word, never inside one); their run ids."""
+    assert len(document) <= 2000 and len(document.encode()) <= BRIEFING_MAX_BYTES
+    blocks = episode_blocks(document)
+    assert len(blocks) >= at_least, document
+    runs = []
+    for line, text in blocks:
+        m = COMPACT.match(line)
+        assert m, line
+        run_id, harness, outcome, age = m.groups()
+        episode, rendering = await stored_text(service, run_id)
+        assert (harness, outcome) == (episode["harness"], episode["outcome"])  # the daemon's row, not the text
+        started = datetime.fromisoformat(episode["started_at"])
+        assert age == f"{(NOW - started).days}d"
+        assert text.strip(), line
+        assert text_belongs(text, rendering)  # REQ-9's check still holds for the composed text
+        if text.endswith(ELLIPSIS):  # composed to fit: cut before a space or punctuation, never after one
+            assert not text.removesuffix(ELLIPSIS)[-1:].isspace()
+        runs.append(run_id)
+    return runs
+
+
+@pytest.mark.req14
+@pytest.mark.req15
+async def test_the_briefing_tool_and_resource_show_at_least_two_episodes_at_the_default_cap(
+        gateway: tuple[MemoryService, str]) -> None:
+    """Issue 17: at briefing_max_chars = 2000 no briefing showed an episode; now at least two fit the
+    500-character episodes share, each with a one-line provenance and its text composed to fit."""
+    service, url = gateway
+    for i in range(6):
+        await service.ingest_run(real_run(i))
+    for i, text in enumerate(OTHER_FACTS):
+        await service.add_fact(scope=f"project:{REPO}", text=text, confidence=0.8 - i / 100)
+    token, _ = await as_run(service, "api-fixer", "100", REPO)
+    async with gateway_client(url, token) as client:
+        tool = text_of(await client.call_tool("briefing", {}))
+        [resource] = (await client.read_resource(BRIEFING_URI)).contents
+    assert isinstance(resource, t.TextResourceContents) and resource.text == tool
+    runs = await check_episodes_read_well(service, tool)
+    assert len(set(runs)) == len(runs)
+    episodes = sections(tool)["episodes"]
+    # The episodes section stays within its share (25 % of 2000), fences and labels included.
+    assert sum(len(line) + 1 for line in episodes.splitlines() if not line.startswith("(")) <= 500
+    # The other sections are still there, in order, and the full provenance stays recall's.
+    assert list(sections(tool)) == ["collisions", "recent_runs", "facts", "episodes"]
+    async with gateway_client(url, token) as client:
+        recall = text_of(await client.call_tool("recall", {"query": "ledger rounding", "limit": 3}))
+    assert re.search(r"^- episode · provider builtin · episode ep_\w+ · run ", recall, re.M)
+
+
+@pytest.mark.req14
+async def test_empty_runs_never_take_a_briefings_episode_slot(gateway: tuple[MemoryService, str]) -> None:
+    """Agent CLIs that exited at once (newest and shortest: what a metadata query ranks first) leave the
+    slots to the runs that did something; the provider is asked for spares so the slots still fill."""
+    service, url = gateway
+    for i in range(3):
+        await service.ingest_run(real_run(i))
+    empties = [empty_run(i) for i in range(7)]
+    for record in empties:
+        await service.ingest_run(record)
+    token, _ = await as_run(service, "api-fixer", "100", REPO)
+    async with gateway_client(url, token) as client:
+        document = text_of(await client.call_tool("briefing", {}))
+    runs = await check_episodes_read_well(service, document)
+    assert not {r["run_id"] for r in empties} & set(runs)
+    # The operator's preview applies the same rule.
+    preview = (await service.get_briefing("api-fixer"))["document"]
+    assert not {r["run_id"] for r in empties} & set(await check_episodes_read_well(service, preview))
+
+
+@pytest.mark.req12
+@pytest.mark.req17
+async def test_near_duplicate_facts_collapse_and_exposure_covers_only_the_one_shown(
+        gateway: tuple[MemoryService, str]) -> None:
+    """In a real session 8 near-identical facts took ~3.4 KB before the first episode. They are one fact
+    now, the highest-confidence one, saying how many it stands for; only it is exposed (REQ-17)."""
+    service, url = gateway
+    for i in range(4):
+        await service.ingest_run(real_run(i))
+    ids = []
+    for i, text in enumerate(TZ_FACTS):
+        ids.append((await service.add_fact(scope=f"project:{REPO}", text=text, confidence=0.6 + i / 40))["id"])
+    for text in OTHER_FACTS:
+        await service.add_fact(scope=f"project:{REPO}", text=text, confidence=0.5)
+    best = ids[-1]  # the highest confidence of the near-duplicates
+    token, _ = await as_run(service, "api-fixer", "100", REPO)
+    async with gateway_client(url, token) as client:
+        briefing = text_of(await client.call_tool("briefing", {}))
+        recall = text_of(await client.call_tool("recall", {"query": "ledger tests TZ fixed clock push"}))
+    for document in (briefing, recall):
+        facts = sections(document)["facts"]
+        shown = re.findall(r"^- fact (f_\w+) ", facts, re.M)
+        assert sum(1 for f in shown if f in ids) == 1 and best in shown, facts
+        assert re.search(rf"^- fact {best} · .* · similar 7$", facts, re.M)
+    assert len(sections(recall)["facts"]) < 1200  # one fact's room, not eight
+    assert len(episode_blocks(briefing)) >= 2
+    exposed = await service.store.read(lambda db: db.execute(
+        "SELECT surface, fact_id FROM exposures WHERE run_id = '100'").fetchall())
+    assert {s for s, _ in exposed} == {"briefing_tool", "recall"}
+    assert {f for _, f in exposed} & set(ids) == {best}  # the folded ones were not shown: not exposed
+
+
+# --- the CLI and `memactors run` as a user runs them ---------------------------------------------------
+
+
+async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, capture_stdout=True,
+                                  capture_stderr=True, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.req16
+@pytest.mark.req19
+async def test_memory_briefing_and_a_memory_briefing_run_show_episodes(tmp_path: Path) -> None:
+    """`memactors memory briefing` (the operator's preview) and the briefing a `memactors run` of a
+    memory_briefing = true harness prepends to its prompt (and serves it through the gateway as itself)
+    each show at least two episodes of the repository's real-looking history, never an empty run."""
+    repo = make_repo(tmp_path / "api")
+    out = tmp_path / "out"
+    config = write_config(tmp_path, command_harness("api-fixer", workdir=repo, mode="briefing", out=out,
+                                                    extra="memory_briefing = true"))
+    records = tmp_path / "records"
+    records.mkdir()
+    for i in range(6):
+        (records / f"run-{i}.json").write_text(json.dumps(real_run(i)), encoding="utf-8")
+    for i in range(4):
+        (records / f"empty-{i}.json").write_text(json.dumps(empty_run(i)), encoding="utf-8")
+    with daemon_process(tmp_path, config=config) as daemon:
+        env = daemon.env
+        ingested = await cli(env, "runs", "ingest", str(records))
+        assert ingested.returncode == 0, ingested.stderr
+        preview = await cli(env, "memory", "briefing", "api-fixer")
+        assert preview.returncode == 0, preview.stderr
+        as_json = json.loads((await cli(env, "memory", "briefing", "api-fixer", "--json")).stdout)
+        done = await cli(env, "run", "api-fixer", "--wait", "--json")
+        assert done.returncode == 0, done.stderr
+        log = daemon.log_text()
+    empties = {f"r202611{28:02d}T10{i:02d}00-dead{i:02x}" for i in range(4)}
+    text = preview.stdout.decode()
+    shown = [COMPACT.match(line) for line, _ in episode_blocks(text)]
+    assert len(shown) >= 2 and all(shown) and not {m.group(1) for m in shown if m} & empties, text
+    assert as_json["items"]["episodes"] >= 2
+    prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
+    fence = re.match(r'<untrusted-data source="harness-memory" field="briefing" nonce="([^"]+)">\n', prompt)
+    assert fence, prompt[:200]
+    prepended = prompt[fence.end():prompt.index(f'\n</untrusted-data nonce="{fence.group(1)}">')]
+    blocks = episode_blocks(prepended)
+    assert len(blocks) >= 2 and all(COMPACT.match(line) for line, _ in blocks), prepended
+    assert not any(e in sections(prepended)["episodes"] for e in empties)  # (recent_runs lists them: runs)
+    assert prompt.endswith("\n\nfix the ledger")
+    served = (out / "briefing.txt").read_text(encoding="utf-8")
+    assert served == prepended  # the run's briefing tool serves what was prepended (REQ-15)
+    prepend_line = next(line for line in log.splitlines() if "briefing prepended" in line)
+    assert re.search(r"\bepisodes=[23]\b", prepend_line), prepend_line  # it logged episodes=0 before

@@ -1,0 +1,116 @@
+"""A run's event log and stderr tail (`memactors runs logs`, `runs show`), on recorded streams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from memactors.adapters.claude_code import ClaudeCodeAdapter
+from memactors.adapters.command import CommandAdapter
+from memactors.run_watch import (
+    MAX_EVENT_CHARS,
+    MAX_EVENTS,
+    STDERR_TAIL_BYTES,
+    RunWatch,
+    StderrTail,
+    scrub,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+AT = "2026-12-01T10:00:00.000000Z"
+
+
+def watched(adapter: object, lines: list[str]) -> RunWatch:
+    parser = adapter.parser()  # type: ignore[attr-defined]
+    watch = RunWatch()
+    for line in lines:
+        parser.feed(line, at=AT)
+        watch.after_line(line, parser.transcript, AT)
+    return watch
+
+
+def test_a_claude_stream_becomes_its_events_in_order() -> None:
+    """The real stream (Write, a failing pytest, a final answer): every event the operator reads, and
+    nothing the parser does not keep (the file's content, the test output)."""
+    lines = (DATA / "claude_stream_session.jsonl").read_text(encoding="utf-8").splitlines()
+    watch = watched(ClaudeCodeAdapter(), lines)
+    events = [{k: v for k, v in e.items() if k not in ("at", "seq")} for e in watch.events]
+    assert events == [
+        {"kind": "session", "session_id": "7f6ebf4c-3594-4ecb-beff-d2840e11bf7d", "model": "claude-opus-5-5"},
+        {"kind": "tool", "name": "Write"},
+        {"kind": "edit", "path": "/tmp/cx/repo/hello.txt"},
+        {"kind": "tool", "name": "Bash"},
+        {"kind": "command", "command": "python3 -m pytest -q", "exit_code": 5},
+        {"kind": "text", "text": "All done: wrote hello.txt"},
+        {"kind": "result", "ok": True, "subtype": "success", "cost_usd": 0.00288, "turns": 3},
+    ]
+    assert [e["seq"] for e in watch.events] == list(range(1, 8)) and watch.lines == len(lines)
+
+
+def test_a_refused_command_shows_as_not_run() -> None:
+    lines = (DATA / "claude_stream_refused_bash.jsonl").read_text(encoding="utf-8").splitlines()
+    commands = [e for e in watched(ClaudeCodeAdapter(), lines).events if e["kind"] == "command"]
+    assert [c["exit_code"] for c in commands] == [None, 0, 4]
+
+
+def test_events_are_redacted_cut_and_bounded() -> None:
+    watch = watched(CommandAdapter(), ["token ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8 here", "y" * 5000, "", "last"])
+    texts = [e["text"] for e in watch.events]
+    assert texts[0] == "token [REDACTED] here"
+    assert len(texts[1]) == MAX_EVENT_CHARS and texts[1].endswith("…")
+    assert texts[2] == "last" and watch.lines == 3  # a blank line is no output and no event
+    for n in range(MAX_EVENTS + 100):
+        watch.note("daemon", AT, text=f"note {n}")
+    assert len(watch.events) == MAX_EVENTS and watch.dropped == 103
+    assert watch.since(watch.seq - 2) == list(watch.events)[-2:]
+
+
+def test_the_stderr_tail_keeps_the_last_4_kib_in_whole_lines() -> None:
+    tail = StderrTail()
+    assert tail.text() is None
+    for n in range(500):
+        tail.feed(f"line {n:03d} {'.' * 40}\n".encode())
+    text = tail.text()
+    assert text is not None and len(text.encode()) <= STDERR_TAIL_BYTES
+    assert text.startswith("line ") and text.endswith(f"line 499 {'.' * 40}\n")  # the cut first line dropped
+    assert tail.total == 500 * 50
+
+
+def test_scrub_removes_every_line_of_the_composed_prompt() -> None:
+    prompt = '<untrusted-data source="harness-memory" field="briefing" nonce="n0nce">\nfact text here\n' \
+             '</untrusted-data nonce="n0nce">\n\nfix the ledger'
+    echoed = f"usage: agent {prompt}\nerror: bad flag\n"
+    cleaned = scrub(echoed, prompt)
+    assert "n0nce" not in cleaned and "fact text here" not in cleaned and "fix the ledger" not in cleaned
+    assert cleaned.endswith("error: bad flag\n") and scrub("ok\n", None) == "ok\n"
+
+
+async def test_a_follower_wakes_on_the_next_event_and_when_the_run_ends() -> None:
+    watch = RunWatch()
+    woke: list[int] = []
+
+    async def follow(after: int) -> None:
+        await watch.wait_after(after)
+        woke.append(after)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow, 0)
+        nursery.start_soon(follow, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        watch.note("daemon", AT, text="first")
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == [0]
+        watch.close()
+    assert woke == [0, 1]
+
+
+def test_an_event_echoing_the_prompt_keeps_neither_its_lines_nor_its_nonce() -> None:
+    prompt = '<untrusted-data source="harness-memory" field="briefing" nonce="n0nce42">\nfact text here, long\n' \
+             '</untrusted-data nonce="n0nce42">\n\nfix the ledger'
+    watch = RunWatch(prompt)
+    watch.note("text", AT, text=f"echo: {prompt}")
+    text = watch.events[0]["text"]
+    assert "n0nce42" not in text and "fact text here" not in text and "fix the ledger" not in text
+    assert text.startswith("echo: <untrusted-data") and "[prompt]" in text and "[nonce]" in text
