@@ -25,11 +25,12 @@ from loguru import logger
 
 from ._kernel import SupervisorFailed
 from .config import Config, ConfigHolder, load_config
-from .errors import ConfigError
+from .errors import ConfigError, MemactorsError
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc import ensure_tokens, serve_rpc
 from .service import open_memory_service
+from .spool import send_spool
 from .store import private_dir
 
 DAEMON_FILE = "daemon.json"
@@ -149,11 +150,23 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
                         provider=config.memory.provider).info("memactors serving")
             announce(listening)
             task_status.started(listening)
+            nursery.start_soon(_send_spool, memory, state_dir)
             try:
                 await _signals(holder, signals, nursery.cancel_scope)
             finally:
                 # A stale daemon.json would send the CLI to a port nobody listens on.
                 (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+
+
+async def _send_spool(memory: Any, state_dir: Path) -> None:
+    """Send the sessions a hook spooled while no daemon was reachable (spool.py), once we serve."""
+    try:
+        counts = await send_spool(state_dir, memory.ingest_runs)
+    except (OSError, MemactorsError) as exc:  # the spool keeps what was not confirmed: nothing is lost
+        logger.bind(error=type(exc).__name__).warning("session spool not sent; left for the next hook or start")
+        return
+    if counts:
+        logger.bind(**counts).info("spooled sessions sent")
 
 
 def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:

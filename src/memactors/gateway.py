@@ -34,7 +34,7 @@ from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserv
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
-__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "BearerGate", "Gateway", "serve_gateway"]
+__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "serve_gateway"]
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -57,6 +57,21 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
 
 #: The schemas ``tools/list`` advertises, by tool name (None for any other name: nothing to check).
 _TOOL_SCHEMAS: dict[str, dict[str, Any]] = {"recall": _RECALL_SCHEMA, "briefing": _BRIEFING_SCHEMA}
+
+#: What ``tools/list`` answers. The annotations tell a host what a call does before it makes one:
+#: both tools only read memory (``readOnlyHint``; the exposure rows a call writes are the daemon's
+#: bookkeeping, not a change the agent makes), reach nothing outside this daemon (``openWorldHint``
+#: false) and are safe to repeat. Hosts that gate tool calls on approval can allow them on that basis.
+TOOL_DEFINITIONS: tuple[t.Tool, ...] = (
+    t.Tool(name="recall", title="Recall memory", input_schema=_RECALL_SCHEMA,
+           description="Recall facts, past episodes and runs that edited given paths in your repository.",
+           annotations=t.ToolAnnotations(title="Recall memory", read_only_hint=True, destructive_hint=False,
+                                         idempotent_hint=True, open_world_hint=False)),
+    t.Tool(name="briefing", title="Read your briefing", input_schema=_BRIEFING_SCHEMA,
+           description="Your run's briefing: collisions, recent runs, facts and episodes.",
+           annotations=t.ToolAnnotations(title="Read your briefing", read_only_hint=True, destructive_hint=False,
+                                         idempotent_hint=True, open_world_hint=False)),
+)
 
 
 def _error(code: str, message: str) -> t.CallToolResult:
@@ -134,12 +149,7 @@ class Gateway:
         return UNATTRIBUTED if token is None else await self._service.caller_view(token)
 
     async def _list_tools(self, ctx: Any, params: Any) -> t.ListToolsResult:
-        return t.ListToolsResult(tools=[
-            t.Tool(name="recall", input_schema=_RECALL_SCHEMA,
-                   description="Recall facts, past episodes and runs that edited given paths in your repository."),
-            t.Tool(name="briefing", input_schema=_BRIEFING_SCHEMA,
-                   description="Your run's briefing: collisions, recent runs, facts and episodes."),
-        ])
+        return t.ListToolsResult(tools=list(TOOL_DEFINITIONS))
 
     async def _list_resources(self, ctx: Any, params: Any) -> t.ListResourcesResult:
         return t.ListResourcesResult(resources=[

@@ -62,7 +62,14 @@ from .actors.index import (
     repo_key,
     stored_runs,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
+from .actors.provider_session import (
+    GetStatus,
+    ProviderSession,
+    ProviderStatus,
+    StderrTail,
+    describe_failure,
+    log_stderr,
+)
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
@@ -76,7 +83,7 @@ from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
+from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
 from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, StoreFull, UnknownEpisode
@@ -191,6 +198,9 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
             streamable_http_client(url, http_client=http) as streams:
         yield streams
 
+
+#: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
+STDERR_DRAIN_SECONDS = 2.0
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
 MAX_TOKEN_TTL_SECONDS = 366 * 86400
@@ -715,19 +725,40 @@ class MemoryService:
         return attrs.asdict(vote)
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
-                             ttl_seconds: float | None = None) -> dict[str, Any]:
+                             ttl_seconds: float | None = None, replace: bool = False) -> dict[str, Any]:
         """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
-        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        expires that long from now (`memactors token mint --ttl`), at most a year.
+
+        ``replace`` rotates: the run's earlier tokens are revoked and its cached briefing dropped in the
+        same transaction, so the new token is the only one that works (`memactors install` run again)."""
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
                                         or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
             raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
                                   field="ttl_seconds")
         now = self.wall_clock()
         expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
-        token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
-        return {"harness": harness, "run_id": run_id, "token": token,
+
+        def mint(db: Any) -> tuple[str, int]:
+            revoked = 0
+            if replace:
+                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                graph.drop_cached_briefing(db, harness, run_id)
+            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                                        expires_at=expires), revoked
+
+        token, revoked = await self.store.write(mint)
+        return {"harness": harness, "run_id": run_id, "token": token, "revoked": revoked,
                 "expires_at": None if expires is None else iso(expires)}
+
+    async def revoke_run_tokens(self, *, harness: str, run_id: str) -> dict[str, Any]:
+        """RevokeRunTokens: every token of the run stops working now (`memactors uninstall`); its cached
+        briefing is dropped with them."""
+
+        def revoke(db: Any) -> int:
+            graph.drop_cached_briefing(db, harness, run_id)
+            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+
+        return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -876,8 +907,11 @@ class MemoryService:
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None)),
-              params=("harness", "run_id", "workdir", "ttl_seconds")),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace")),
+              params=("harness", "run_id", "workdir", "ttl_seconds", "replace")),
+            m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
+                harness=_id(p, "harness"), run_id=_id(p, "run_id")),
+              params=("harness", "run_id")),
         ]
 
 
@@ -891,6 +925,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
     budget = max(provider_timeout * 5, 10.0)
     read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
     errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+    tail = StderrTail()  # and its last lines are shown under a failing check (why it failed)
     if isinstance(target, mcp.StdioServerParameters):
         target = stdio_client(target, errlog=errlog)
 
@@ -906,19 +941,23 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider))
+            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
             try:
                 outcome = await attempt()
-            finally:
+            except BaseException:
                 nursery.cancel_scope.cancel()
+                raise
+            # The provider process is gone (its client closed); with our write end closed too the pipe
+            # ends, and the last words it wrote (a traceback) are read before the report is made.
+            errlog.close()
+            nursery.cancel_scope.deadline = trio.current_time() + STDERR_DRAIN_SECONDS
     finally:
         errlog.close()
-    if isinstance(outcome, ConformanceReport):
-        return outcome
-    reason = outcome
-    checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
-    checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
-    return ConformanceReport(provider=provider, checks=tuple(checks))
+    if not isinstance(outcome, ConformanceReport):
+        checks = [CheckResult(1, CHECK_NAMES[1], "fail", outcome)]
+        checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
+        outcome = ConformanceReport(provider=provider, checks=tuple(checks))
+    return explain_failure(outcome, tail.lines())
 
 
 async def _close_quietly(client: ModelApiClient) -> None:
@@ -999,6 +1038,16 @@ def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -
 def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
     """An optional finite number (``default`` when absent or null)."""
     return default if params.get(name) is None else _number(params, name)
+
+
+def _flag(params: dict[str, Any], name: str) -> bool:
+    """An optional boolean, false when absent or null."""
+    value = params.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"params.{name} must be true or false", field=f"params.{name}")
+    return value
 
 
 def _records(params: dict[str, Any]) -> list[Any]:

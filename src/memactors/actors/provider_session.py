@@ -28,6 +28,7 @@ start, say) is not replaced: the session then starts each process when it needs 
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import signal
@@ -67,6 +68,9 @@ HEARTBEAT_MISSES_TO_RECONNECT = 3
 STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_WINDOW = 50
 STDERR_WINDOW = 10.0
+#: A StderrTail keeps this many lines (the window redacted as one text) and shows the last STDERR_TAIL_SHOW.
+STDERR_TAIL_KEEP = 200
+STDERR_TAIL_SHOW = 20
 #: A stdio provider that closed its stdin is given this long to exit before SIGTERM to its process group,
 #: and as long again before SIGKILL (the SDK's own stdio client waits the same).
 STOP_GRACE = 2.0
@@ -589,24 +593,48 @@ def describe_failure(exc: BaseException, endpoint: str) -> str:
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
 
 
-async def log_stderr(read_fd: int, logger_: Any) -> None:
+class StderrTail:
+    """The last lines a provider wrote to stderr, kept in memory to show an operator why it failed
+    (``memactors memory provider check``). Bounded (STDERR_TAIL_KEEP lines, each cut to
+    STDERR_LINE_CHARS); :meth:`lines` redacts the kept window as one text, so a secret spread over
+    several lines (a key block) is caught as a whole before anything leaves the daemon."""
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_KEEP)
+
+    def add(self, line: str) -> None:
+        self._lines.append(line[:STDERR_LINE_CHARS])
+
+    def lines(self, count: int = STDERR_TAIL_SHOW) -> tuple[str, ...]:
+        """The last ``count`` non-blank lines, redacted."""
+        if not self._lines:
+            return ()
+        shown = [line for line in redact("\n".join(self._lines)).split("\n") if line.strip()]
+        return tuple(shown[-count:])
+
+
+async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None) -> None:
     """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
-    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`."""
+    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`.
+    Every line (rate limit or not) also goes to ``tail`` when one is given."""
     log = logger_.bind(source="provider_stderr")
     stream = trio.lowlevel.FdStream(read_fd)
     async with stream:
         buffer = b""
         window_end, logged, suppressed = 0.0, 0, 0
-        while True:
+        ended = False
+        while not ended:
             chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
+            ended = not chunk
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
-            if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
+            if len(buffer) > STDERR_LINE_CHARS * 4 or (ended and buffer):
+                # a line that never ends is cut, not buffered; at EOF a last line without "\n" counts too
                 lines.append(buffer)
                 buffer = b""
             for raw in lines:
+                if tail is not None:
+                    tail.add(raw.decode("utf-8", "replace").rstrip("\r"))
                 now = trio.current_time()
                 if now >= window_end:
                     if suppressed:

@@ -5,8 +5,8 @@ One module per command group over one small shared core (`_core`: configuration,
 and token, the RPC call, output, exit statuses): `runs` (runs ingest), `supervised` (run, runs
 list|show|wait|cancel|logs), `memory` (REQ-19's memory
 commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MCP client
-configurations, hooks for residents), `ops` (serve, doctor, tui, completion), `describe` (a harness
-and its prompt source).
+configurations, hooks and the session spool for residents), `install` (install / uninstall a resident's
+configuration), `ops` (serve, doctor, tui, completion), `describe` (a harness and its prompt source).
 
 The CLI finds the daemon the way the daemon finds its state: `--config` (before or after the
 subcommand), else `$HARNESS_CONFIG`, else `$XDG_CONFIG_HOME/harness/harness.toml` (default
@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from .. import __version__
-from . import agents, describe, feeds, memory, ops, runs
+from . import agents, describe, feeds, install, memory, ops, runs
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
 
 __all__ = ["CODE_EXITS", "EXIT_INVALID", "EXIT_UNAVAILABLE", "build_parser", "main", "subparsers"]
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"memactors {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (ops, runs, memory, feeds, agents, describe):
+    for group in (ops, runs, memory, feeds, agents, install, describe):
         group.register(sub)
     _config_everywhere(parser)
     return parser

@@ -181,9 +181,9 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
         core.print_json(result)
     else:
         checks = tuple(CheckResult(**c) for c in result["checks"])
-        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version")}
+        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version", "help")}
         print(format_report(ConformanceReport(checks=checks, unforgotten_ids=tuple(result.get("unforgotten_ids", ())),
-                                              **fields)))
+                                              stderr_tail=tuple(result.get("stderr_tail") or ()), **fields)))
     return 0 if result["ok"] else 1
 
 
