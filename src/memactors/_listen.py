@@ -47,7 +47,7 @@ from typing import Any
 
 import trio
 
-from .logs import get_logger
+from .logs import LogThrottle, get_logger
 
 __all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "SHED_AFTER", "CappedListener",
            "ConnectionTable", "RateLimitedLog", "connection_cap", "serve_asgi", "trust_connection"]
@@ -85,32 +85,9 @@ def connection_cap(listeners: int = LISTENERS, per_listener: int = MAX_CONNECTIO
     return max(8, min(per_listener, (soft - FD_RESERVE) // listeners))
 
 
-class RateLimitedLog:
-    """At most one log line per key per ``interval`` seconds (trio time), with the count suppressed since.
-
-    For lines a remote peer can cause at will (malformed frames, refused handshakes, accept errors):
-    10,000 bad frames from one peer give a handful of lines, each saying how many were folded into it.
-    Keys are bounded (``max_keys``; the oldest is forgotten), so many peers cannot grow it either.
-    """
-
-    def __init__(self, interval: float = 10.0, max_keys: int = 1024) -> None:
-        self.interval = interval
-        self.max_keys = max_keys
-        self._last: dict[str, tuple[float, int]] = {}
-
-    def allow(self, key: str) -> int | None:
-        """Return the number of suppressed lines to report if a line may be written now, else None."""
-        now = trio.current_time()
-        last = self._last.get(key)
-        if last is not None and now - last[0] < self.interval:
-            self._last[key] = (last[0], last[1] + 1)
-            return None
-        suppressed = last[1] if last is not None else 0
-        self._last.pop(key, None)
-        if len(self._last) >= self.max_keys:
-            self._last.pop(next(iter(self._last)))
-        self._last[key] = (now, 0)
-        return suppressed
+#: One line per key per interval with the count folded in: the shared throttle, under the name the
+#: listeners have always used.
+RateLimitedLog = LogThrottle
 
 
 class _CountedStream(trio.abc.HalfCloseableStream):

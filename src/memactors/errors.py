@@ -117,6 +117,13 @@ class DeadlineExceeded(MemactorsError):
     code = "DEADLINE_EXCEEDED"
 
 
+class StoreFull(MemactorsError):
+    """Raised when the store cannot write because its disk is full; names the path and the bytes free."""
+
+    code = "RESOURCE_EXHAUSTED"
+    mcp_code = "unavailable"
+
+
 class ActorStopped(MemactorsError):
     """Raised to a requester whose request was pending, or sent, when the actor stopped."""
 

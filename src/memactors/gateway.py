@@ -39,6 +39,7 @@ from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import bound_field, iso
+from .telemetry import consent_server_spans
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "SessionRouter",
            "serve_gateway"]
@@ -120,7 +121,7 @@ class Gateway:
         self._refusals = RateLimitedLog(interval=10.0)
 
     def server(self) -> Server[Any]:
-        return Server(
+        server = Server(
             "harness-memory",
             version="1",
             on_list_tools=self._list_tools,
@@ -131,6 +132,20 @@ class Gateway:
             # whole tools/list through its dispatcher first (a second request's worth of work per call).
             get_tool_input_schema=_TOOL_SCHEMAS.get,
         )
+        # REQ-18: the SDK's SERVER span per message (`tools/call recall`, …) only under consent.
+        consent_server_spans(server, self._spans_consented)
+        return server
+
+    def _spans_consented(self, ctx: Any) -> bool:
+        """REQ-18 consent for one message's span: `[telemetry] export_all`, or the calling run's harness
+        sets `export_telemetry` (an unattributed caller has no harness to consent for it)."""
+        config = self._service.config
+        if config.telemetry.export_all:
+            return True
+        scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+        view = (scope.get("state") or {}).get(VIEW_STATE_KEY)
+        harness = config.harness.get(view.harness) if view is not None and view.harness else None
+        return bool(harness is not None and harness.export_telemetry)
 
     async def _view(self, ctx: Any) -> View:
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
