@@ -28,6 +28,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import ConfigError
+from .urls import mask_values
 
 __all__ = [
     "Config",
@@ -366,7 +367,9 @@ def _expand_user(text: str, env: Mapping[str, str], base: Path | None = None) ->
 
 
 def _show(value: object) -> str:
-    """A value as the operator would write it in TOML (strings double-quoted)."""
+    """A value as the operator would write it in TOML (strings double-quoted), every URL in it masked
+    (``mask_url``: an upstream's URL may carry a password, a key or a token; issue 20)."""
+    value = mask_values(value)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

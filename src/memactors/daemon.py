@@ -170,7 +170,8 @@ async def _send_spool(memory: Any, state_dir: Path) -> None:
 
 
 def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
-    """/readyz: ready when the provider session is ready and its breaker closed; else a short reason."""
+    """/readyz: ready when the provider session is ready, its breaker closed and the store can write; else
+    a short reason."""
 
     async def ready() -> str | None:
         status = memory.session.status()
@@ -178,6 +179,9 @@ def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
             return f"provider {status.provider} is {status.state}"
         if status.breaker != "closed":
             return f"provider {status.provider} breaker is {status.breaker}"
+        store = await trio.to_thread.run_sync(memory.store.health.snapshot)
+        if not store["writable"]:
+            return f"store {store['path']} is not writable: {store['error']} ({store['free_bytes']} bytes free)"
         return None
 
     return ready

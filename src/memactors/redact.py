@@ -44,6 +44,7 @@ from .errors import ConfigError
 __all__ = [
     "REDACTED",
     "STATS",
+    "LineRedactor",
     "RedactionRule",
     "Redactor",
     "default",  # noqa: F822 - provided lazily by the module __getattr__
@@ -353,3 +354,49 @@ def redact_obj(value: Any) -> Any:
 def rule_ids(rules: Iterable[RedactionRule] | None = None) -> list[str]:
     """The ids of the given (default: shared) rules, in the order they are applied."""
     return [rule.id for rule in (_shared().rules if rules is None else rules)]
+
+
+#: A private key block's first and last lines (PEM, OpenSSH, PKCS#8, encrypted, PGP armor).
+_BLOCK_BEGIN = re.compile(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+_BLOCK_END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+#: A line inside such a block: base64 (standard or url-safe; empty lines too), an armor or PEM header
+#: (``Version: GnuPG``, ``Proc-Type: 4,ENCRYPTED``, ``DEK-Info: …``), a PGP checksum (``=ab12``).
+_BLOCK_BODY = re.compile(r"[A-Za-z0-9+/=_-]*|[A-Za-z][A-Za-z0-9-]{0,40}:[^\n]*")
+
+
+class LineRedactor:
+    """Redacts a text that arrives one line at a time (a provider's stderr) as :func:`redact` redacts
+    a whole text, multi-line secrets included.
+
+    Each line alone would pass a private key's body: its lines are plain base64 and carry no keyword,
+    and its ``BEGIN`` line alone has no key material after it. So a ``BEGIN … PRIVATE KEY`` line
+    without its ``END`` on the same line opens a block: the line becomes ``[REDACTED]`` from the
+    marker on, and every following line that reads as key material (base64, an armor header, a PGP
+    checksum, a blank line) is dropped, up to and including the ``END`` line (what follows ``END`` on
+    that line is kept, redacted). A line that is not key material ends the block (a truncated key, or a
+    bare header in code) and is redacted as usual; so does the ``max_block_lines``-th line. Every other
+    line goes through the redactor as it is.
+    """
+
+    def __init__(self, redactor: Redactor | None = None, max_block_lines: int = 1000) -> None:
+        self._redact = (redactor or _shared()).redact
+        self._max = max_block_lines
+        self._in_block: int | None = None  # lines dropped so far in the open block
+
+    def line(self, text: str) -> str | None:
+        """The line to show for ``text``, redacted, or None when it is part of a key block (dropped)."""
+        if self._in_block is not None:
+            end = _BLOCK_END.search(text)
+            if end is not None:
+                self._in_block = None
+                rest = text[end.end() :]
+                return self._redact(rest) if rest.strip() else None
+            if self._in_block < self._max and _BLOCK_BODY.fullmatch(text.strip()):
+                self._in_block += 1
+                return None
+            self._in_block = None
+        begin = _BLOCK_BEGIN.search(text)
+        if begin is not None and _BLOCK_END.search(text, begin.end()) is None:
+            self._in_block = 0
+            return self._redact(text[: begin.start()]) + REDACTED
+        return self._redact(text)

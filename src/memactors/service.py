@@ -12,7 +12,6 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph, run_rows
 from ._kernel import ChildSpec, Supervisor, open_supervisor
+from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assembled, AssembleMany, Assembler
 from .actors.briefing import (
@@ -86,7 +86,7 @@ from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_
 from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
-from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, UnknownEpisode
+from .errors import ConfigError, InvalidArgument, MemactorsError, NoRepository, StoreFull, UnknownEpisode
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .models import RunRecord
@@ -95,7 +95,8 @@ from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, iso, utc_now
-from .telemetry import memory_span
+from .telemetry import guard_sdk_spans, memory_span
+from .urls import mask_url
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
@@ -106,13 +107,6 @@ MAX_BATCH = 500
 #: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
 #: time: more would only wait in its mailbox while their provider_timeout runs).
 RECORD_CONCURRENCY = 8
-#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
-MAX_RECORD_BYTES = 1024 * 1024
-
-
-def record_size(data: Any) -> int:
-    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
-    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
 
 
 def prepare_record(data: Any, source: str) -> RunRecord:
@@ -123,21 +117,48 @@ def prepare_record(data: Any, source: str) -> RunRecord:
     """
     size = record_size(data)
     if size > MAX_RECORD_BYTES:
-        raise InvalidArgument(
-            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
-            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+        raise InvalidArgument(oversize_message(source, size), field="record", bytes=size, limit=MAX_RECORD_BYTES)
     return stored_record(parse_run_record(data, source=source))
 
 
 def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
-    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread)."""
+    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread).
+
+    A record that makes preparation fail in a way no check foresaw is refused alone (INTERNAL, its
+    error type logged), so one record can never cost the rest of its batch."""
     out: list[RunRecord | MemactorsError] = []
     for data, source in items:
         try:
             out.append(prepare_record(data, source))
         except MemactorsError as exc:
             out.append(exc)
+        except Exception as exc:  # ok: answered as this record's refusal; its type is logged
+            logger.bind(error=type(exc).__name__, source_chars=len(source)).error("run record could not be prepared")
+            out.append(MemactorsError(f"{source[:256]}: run record could not be prepared ({type(exc).__name__}); "
+                                      "see the daemon log"))
     return out
+
+
+#: "A run of degraded recalls" (issue 20): this many in a row, the last within DEGRADED_RECENT_SECONDS,
+#: make Status say the memory is degraded even while the breaker is closed (a provider that times out
+#: now and then never opens it, yet every recall may come back without episodes).
+DEGRADED_RUN = 3
+DEGRADED_RECENT_SECONDS = 900.0
+
+
+def degraded_reason(st: ProviderStatus, recalls: dict[str, Any]) -> str | None:
+    """Why recall is degraded now, for Status (`memory status` exits 15) and doctor; None when it is not.
+
+    An open (or half-open) breaker on a provider that is otherwise up: every recall is answered without
+    episodes and records are queued until it closes. A run of degraded recalls: the last DEGRADED_RUN or
+    more came back without episodes, the latest recently."""
+    if st.state == "ready" and st.breaker != "closed":
+        return f"breaker {st.breaker}: recalls are answered without episodes and records are queued"
+    ago = recalls.get("last_degraded_seconds_ago")
+    if recalls.get("degraded_in_a_row", 0) >= DEGRADED_RUN and ago is not None and ago <= DEGRADED_RECENT_SECONDS:
+        return (f"the last {recalls['degraded_in_a_row']} recalls were degraded (provider_unavailable), the latest "
+                f"{int(ago)} s ago")
+    return None
 
 
 def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
@@ -156,10 +177,11 @@ def provider_target(config: Config, store: Store, builtin: BuiltinProvider | Non
 
 
 def provider_endpoint(upstream: McpServerConfig | None) -> str:
-    """What a connection error names: the stdio command's path, the HTTP upstream's URL, or the built-in."""
+    """What a connection error names: the stdio command's path, the HTTP upstream's URL (credentials
+    masked: the name is shown by status, doctor and logs), or the built-in."""
     if upstream is None:
         return "built-in provider"
-    return str(upstream.command) if upstream.command is not None else str(upstream.url)
+    return str(upstream.command) if upstream.command is not None else mask_url(str(upstream.url))
 
 
 def upstream_target(upstream: McpServerConfig) -> Any:
@@ -323,11 +345,14 @@ class MemoryService:
                 results[n] = a
                 continue
             s = new_of.get(n)
-            if isinstance(s, MemactorsError):
+            if isinstance(s, Exception):
+                # A full disk is not this record's fault: the whole call is refused RESOURCE_EXHAUSTED
+                # (path, bytes free), never INTERNAL and never "rejected" as if the record were bad.
+                s = self.store.health.failed(s)
+                if isinstance(s, StoreFull) or not isinstance(s, MemactorsError):
+                    raise s
                 results[n] = s
                 continue
-            if isinstance(s, Exception):
-                raise s
             episode = a.episode
             if episode is None:
                 self.metrics.episode_recorded(self.provider, "skipped")
@@ -386,12 +411,23 @@ class MemoryService:
         with memory_span("memory.episode.record", enabled=consent,
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len(text.encode())) as span:
-            outcome = "queued"
+            outcome, failed = "queued", False
             with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
                 stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
-                outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-            if attempt.cancelled_caught:
-                await self._release_record(episode.episode_id)
+                try:
+                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
+                except MemactorsError as exc:
+                    # The episode and its pending record are committed: a failed first attempt is the retry
+                    # loop's to finish, never a reason to fail this call (or the rest of its batch).
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "first record attempt failed; queued for retry")
+                    failed = True
+            if attempt.cancelled_caught or failed:
+                try:
+                    await self._release_record(episode.episode_id)
+                except MemactorsError as exc:  # (a full disk): the row still falls due at its record_after
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "record not released to the retry loop early")
             span.set_attribute("memory.outcome", outcome)
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
@@ -426,6 +462,7 @@ class MemoryService:
 
         cfg = self.config
         upstream = cfg.provider_upstream
+        recalls = self.metrics.recall_health(self.wall_clock())
         return {
             "provider": self.provider,
             "transport": "in-process" if upstream is None else upstream.transport,
@@ -440,6 +477,9 @@ class MemoryService:
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
             },
+            "store": await trio.to_thread.run_sync(self.store.health.snapshot),
+            "recalls": recalls,
+            "degraded": degraded_reason(st, recalls),
             "episodes_config": {
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
@@ -536,6 +576,21 @@ class MemoryService:
                 "bytes": answer.nbytes, "chars": len(answer.text), "items": dict(answer.items),
                 "degraded": answer.document.degraded, "briefing_max_chars": cfg.briefing_max_chars,
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
+
+    async def describe_harness(self, harness: str) -> dict[str, Any]:
+        """DescribeHarness (REQ-20, SPEC-0006 "Prompt Source"): a configured harness with its prompt source
+        exactly as configured. Never a briefing: the one a `memory_briefing` one-shot gets is prepended
+        at spawn and never stored, so the prompt shown is the operator's, byte for byte."""
+        cfg = self.config.harness.get(harness)
+        if cfg is None:
+            raise InvalidArgument(f"params.harness {NO_HARNESS_TABLE}", field="params.harness")
+        prompts = {"prompt": cfg.prompt, "prompt_file": cfg.prompt_file, "prompt_template": cfg.prompt_template,
+                   "prompt_template_file": cfg.prompt_template_file}
+        return {"harness": cfg.name, "adapter": cfg.harness, "workdir": cfg.workdir,
+                "memory_briefing": cfg.memory_briefing, "memory_record": cfg.memory_record,
+                "untrusted_inline": cfg.untrusted_inline,
+                "prompt_source": next((key for key, value in prompts.items() if value is not None), None),
+                **prompts}
 
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
@@ -725,6 +780,8 @@ class MemoryService:
         """
         cfg = self.config
         name = provider or self.provider
+        # REQ-18: the check's MCP spans (client and server side) follow the same consent as the session's.
+        guard_sdk_spans(lambda: self.config.telemetry.export_all)
         if name == "builtin":
             target: Any = self.builtin.server()
         else:
@@ -779,8 +836,12 @@ class MemoryService:
 
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
-        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any]) -> Method:
-            return Method(f"{SERVICE}/{name}", tier, handler)  # type: ignore[arg-type]
+        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any], *,
+              params: tuple[str, ...] | None = None) -> Method:
+            # `params`: every parameter the method reads; any other is refused by name before the handler
+            # (Error Handling Standards; the gateway refuses an unknown tool argument the same way).
+            return Method(f"{SERVICE}/{name}", tier, handler,  # type: ignore[arg-type]
+                          params=None if params is None else frozenset(params))
 
         async def ingest(p: dict[str, Any]) -> Any:
             record = _param(p, "record", dict)
@@ -788,55 +849,71 @@ class MemoryService:
 
         # Every parameter is typed and bounded here (issue 9 "Poison input"): a wrong type, a control
         # character in an id or an oversized value is INVALID_ARGUMENT naming params.<field>, never INTERNAL,
-        # and the message never repeats the value.
+        # and the message never repeats the value. A parameter the method does not take is refused by name.
         return [
-            m("Status", "read", lambda p: self.status()),
-            m("Doctor", "read", lambda p: self.doctor()),
+            m("Status", "read", lambda p: self.status(), params=()),
+            m("Doctor", "read", lambda p: self.doctor(), params=()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
                 harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024))),
-            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id"))),
+                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "repo", "since", "limit", "after")),
+            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id")), params=("episode_id",)),
             m("Recall", "read", lambda p: self.recall(
                 query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
-                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100))),
-            m("IngestRun", "control", ingest),
-            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p))),
-            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
-            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
-            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
+                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100)),
+              params=("query", "repo", "as", "paths", "limit")),
+            m("IngestRun", "control", ingest, params=("record", "source")),
+            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p)), params=("records",)),
+            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id")), params=("episode_id",)),
+            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider")),
+              params=("provider",)),
+            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness")), params=("harness",)),
+            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness")),
+              params=("harness",)),
             m("AddFact", "control", lambda p: self.add_fact(
                 scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
-                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id"))),
+                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id")),
+              params=("scope", "text", "confidence", "status", "id")),
             m("LinkPullRequest", "control", lambda p: self.link_pull_request(
-                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES))),
+                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES)),
+              params=("repo", "branch", "url")),
             m("ReportPresence", "control", lambda p: self.report_presence(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 session_id=_id(p, "session_id"), repo=_id(p, "repo"), branch=_opt_id(p, "branch"),
-                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400))),
+                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400)),
+              params=("harness", "run_id", "session_id", "repo", "branch", "paths", "ttl_seconds")),
             m("CastVote", "control", lambda p: self.cast_vote(
                 fact_id=_id(p, "fact_id"), run_id=_id(p, "run_id"),
-                harness=_id(p, "harness"), stance=_id(p, "stance"))),
+                harness=_id(p, "harness"), stance=_id(p, "stance")),
+              params=("fact_id", "run_id", "harness", "stance")),
             m("StartRun", "control", lambda p: self.start_run(
                 harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
-                run_id=_opt_id(p, "run_id"))),
+                run_id=_opt_id(p, "run_id")), params=("harness", "prompt", "run_id")),
             m("WaitRun", "read", lambda p: self.wait_run(
                 harness=_opt_id(p, "harness"), run_id=_id(p, "run_id"),
-                wait_seconds=_opt_number(p, "wait_seconds", 30.0))),
-            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+                wait_seconds=_opt_number(p, "wait_seconds", 30.0)),
+              params=("harness", "run_id", "wait_seconds")),
+            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
             m("ListRuns", "read", lambda p: self.list_runs(
                 harness=_opt_id(p, "harness"), state=_opt_id(p, "state"), limit=_int(p, "limit", 50, 1, 1000),
-                after=_opt(p, "after", max_bytes=1024))),
+                after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "state", "limit", "after")),
             m("CancelRun", "control", lambda p: self.cancel_run(
-                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
             m("RunLogs", "read", lambda p: self.run_logs(
                 run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"), after=_int(p, "after", 0, 0, 2**62),
-                wait_seconds=_opt_number(p, "wait_seconds", 0.0))),
+                wait_seconds=_opt_number(p, "wait_seconds", 0.0)),
+              params=("run_id", "harness", "after", "wait_seconds")),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace"))),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace")),
+              params=("harness", "run_id", "workdir", "ttl_seconds", "replace")),
             m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id"))),
+                harness=_id(p, "harness"), run_id=_id(p, "run_id")),
+              params=("harness", "run_id")),
         ]
 
 

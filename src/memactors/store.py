@@ -36,6 +36,8 @@ import sqlite_vec
 import trio
 from sqlite_utils.migrations import Migrations
 
+from .store_health import WriteHealth
+
 T = TypeVar("T")
 
 #: The most write() calls one group-commit transaction runs.
@@ -644,6 +646,8 @@ class Store:
         self._readers: list[sqlite_utils.Database] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        #: Whether writes succeed; a write that fails for lack of space raises StoreFull (store_health).
+        self.health = WriteHealth(path)
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -685,7 +689,8 @@ class Store:
                     await job.done.wait()
             raise
         if job.error is not None:
-            raise job.error
+            raise self.health.failed(job.error)
+        self.health.succeeded()
         return job.result  # type: ignore[no-any-return]
 
     def _write_batch(self, batch: list[_WriteJob]) -> None:

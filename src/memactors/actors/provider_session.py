@@ -51,9 +51,10 @@ from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
-from ..redact import redact
+from ..redact import LineRedactor, redact
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
+from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
 
@@ -201,7 +202,9 @@ class ProviderSession:
             self._log.bind(state=state, previous=self._state).info("provider session state")
             self._since = trio.current_time()
         self._state = state
-        self._last_error = error
+        # Shown by status and doctor: a URL inside (an HTTP client's error names the one it called) is
+        # shown without its credentials.
+        self._last_error = None if error is None else mask_urls(error)
         self._update_up()
 
     def _update_up(self) -> None:
@@ -581,13 +584,14 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def describe_failure(exc: BaseException, endpoint: str) -> str:
     """A connection failure in words that name what could not be reached: the command's path that could
-    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`."""
+    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`. A URL in the
+    client's own message is shown without its credentials (``mask_urls``)."""
     leaf = _leaf(exc)
     if isinstance(leaf, OSError) and leaf.filename:
         return f"cannot start {leaf.filename}: {leaf.strerror or type(leaf).__name__}"
     if isinstance(leaf, OSError) and leaf.strerror:
         return f"cannot reach {endpoint}: {leaf.strerror}"
-    detail = str(leaf)[:200] or type(leaf).__name__
+    detail = mask_urls(str(leaf))[:200] or type(leaf).__name__
     if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
         return f"cannot connect to {endpoint}: {detail}"
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
@@ -616,8 +620,14 @@ class StderrTail:
 async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None) -> None:
     """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
     each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`.
-    Every line (rate limit or not) also goes to ``tail`` when one is given."""
+
+    Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
+    printed over many lines is dropped whole, its body lines included, which redacting each line on
+    its own let through (issue 20). URLs are shown without their credentials. Every line (rate limit or
+    not) also goes to ``tail`` when one is given, redacted the same way: a key block whose first line
+    has left the tail's window is not shown either."""
     log = logger_.bind(source="provider_stderr")
+    lines_redactor = LineRedactor()
     stream = trio.lowlevel.FdStream(read_fd)
     async with stream:
         buffer = b""
@@ -633,8 +643,14 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
                 lines.append(buffer)
                 buffer = b""
             for raw in lines:
+                # Every line goes through the redactor, suppressed ones too: it must see a key's first
+                # line to drop the lines after it.
+                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
+                if text is None or not text.strip():
+                    continue
+                text = mask_urls(text)
                 if tail is not None:
-                    tail.add(raw.decode("utf-8", "replace").rstrip("\r"))
+                    tail.add(text)
                 now = trio.current_time()
                 if now >= window_end:
                     if suppressed:
@@ -643,7 +659,5 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
                 if logged >= STDERR_LINES_PER_WINDOW:
                     suppressed += 1
                     continue
-                text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
-                if text.strip():
-                    logged += 1
-                    log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
+                logged += 1
+                log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")

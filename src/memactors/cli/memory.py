@@ -16,11 +16,26 @@ EXIT_PROVIDER_DOWN = 10
 
 
 EXIT_PROVIDER_INCOMPATIBLE = 11
+#: ... the provider is up, but recall is degraded: its breaker is open, or the last recalls in a row
+#: came back without episodes (issue 20).
+EXIT_DEGRADED = 15
+#: ... the store cannot write: its disk is full (ingests and records are refused).
+EXIT_STORE_UNWRITABLE = 16
+
+
+def status_exit(st: dict[str, Any]) -> int:
+    """`memory status`'s exit code from the Status document (docs/operations.md): the worst problem."""
+    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
+    if code:
+        return code
+    if not (st.get("store") or {}).get("writable", True):
+        return EXIT_STORE_UNWRITABLE
+    return EXIT_DEGRADED if st.get("degraded") else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     st = call(args, "Status", {})
-    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
+    code = status_exit(st)
     if args.json:
         core.print_json(st)
         return code
@@ -34,9 +49,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     p = st["pending"]
     print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
           f"{p['forget_failed']} forgets")
-    if code:
+    store = st.get("store")
+    if store:
+        free = store.get("free_bytes")
+        print(f"store      {store['path']}  {'writable' if store['writable'] else 'NOT WRITABLE'}"
+              + ("" if free is None else f", {free} bytes free"))
+    if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
+    elif code == EXIT_STORE_UNWRITABLE:
+        print(f"memactors: store {store['path']} is not writable: {store.get('error')}; "  # type: ignore[index]
+              f"{store.get('free_bytes')} bytes free", file=sys.stderr)  # type: ignore[union-attr]
+    elif code == EXIT_DEGRADED:
+        print(f"memactors: recall is degraded: {st['degraded']}", file=sys.stderr)
     return code
 
 
