@@ -2,8 +2,9 @@
 that finds its candidates, the order of a metadata-only query, and reciprocal rank fusion.
 
 Split out of `builtin.py` (which keeps the contract, the documents, the vectors and the stdio server)
-so the ranking reads in one sitting. The FTS5 statements here are the SQLite engine's; the pure parts
-(`search_words`, `briefing_rank`, `rrf`, `rank`) are what every engine's ranking shares.
+so the ranking reads in one sitting. The FTS5 and JSON statements here are the SQLite engine's
+(`bm25_candidates`, `metadata_only`, `briefing_order`, `path_candidates`); the pure parts
+(`search_words`, `briefing_rank`, `path_ranking`, `rrf`, `rank`) are what every engine's ranking shares.
 
 * **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
   (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
@@ -15,6 +16,8 @@ so the ranking reads in one sitting. The FTS5 statements here are the SQLite eng
   words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
   name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
   next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
+* The path boost (`path_candidates`, `path_ranking`): the episodes that touched a requested path, those
+  the text rankings found first in their order, the others after every text match, newest first.
 * Rankings are fused by `rrf` (Σ 1/(60 + rank)); `rank` breaks ties by recency (started_at, newest
   first), then by episode id.
 """
