@@ -197,7 +197,7 @@ def cmd_provider_schema(args: argparse.Namespace) -> int:
 def cmd_serve_builtin(args: argparse.Namespace) -> int:
     import trio
 
-    from ..builtin import serve_builtin_stdio
+    from ..builtin_stdio import serve_builtin_stdio
     from ..service import DB_NAME
 
     db = Path(args.db) if args.db else core.load(args).store.path / DB_NAME
