@@ -21,6 +21,7 @@ from memactors.redact import (
     default,
     load_rules,
     redact,
+    redact_many,
     redact_obj,
     rule_ids,
     shannon_entropy,
@@ -446,3 +447,12 @@ def test_adversarial_inputs_are_redacted_to_a_fixed_point(text: str) -> None:
     # suite's timeout says so). How long each takes is measured by bench/redact_adversarial.py, not here.
     once = redact(text)
     assert redact(once) == once
+
+
+def test_a_lone_surrogate_is_stripped_not_a_crash() -> None:
+    """A JSON string may carry "\\ud800" (half a UTF-16 pair): it is stripped like a control character,
+    and the secret beside it is still redacted, alone and in a batch."""
+    secret = j("ghp_", "a1B2" * 9)
+    text = f"token {secret} \ud800 end"
+    assert redact(text) == f"token {REDACTED}  end"
+    assert redact_many([text, "plain \udfff"]) == [f"token {REDACTED}  end", "plain "]

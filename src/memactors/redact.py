@@ -65,8 +65,10 @@ REDACTED = "[REDACTED]"
 #: benchmarks read them to check that each string is redacted once (issue 11's ingest profile).
 STATS: dict[str, int] = {"calls": 0, "chars": 0}
 
-# C0 controls except \t (0x09) and \n (0x0a), DEL, and C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+# C0 controls except \t (0x09) and \n (0x0a), DEL, C1 controls, and lone surrogates (half of a UTF-16
+# pair, which no UTF-8 encoder, SQLite or the keyword automaton accepts: a str holding one can come
+# from JSON's "\ud800" escape).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]+")
 
 # A redaction that still changes its own output after this many rounds has a broken rule set; the
 # bound only guards against an endless loop if someone adds such a rule to the data file.
@@ -74,7 +76,7 @@ _MAX_ROUNDS = 8
 
 
 def strip_control(text: str) -> str:
-    """Remove C0 control characters (keeping tab and newline), DEL and C1 controls."""
+    """Remove C0 control characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
     return _CONTROL.sub("", text)
 
 
