@@ -23,6 +23,7 @@ from memactors.redact import (
     redact,
     redact_many,
     redact_obj,
+    redact_tail,
     rule_ids,
     shannon_entropy,
     strip_control,
@@ -456,3 +457,14 @@ def test_a_lone_surrogate_is_stripped_not_a_crash() -> None:
     text = f"token {secret} \ud800 end"
     assert redact(text) == f"token {REDACTED}  end"
     assert redact_many([text, "plain \udfff"]) == [f"token {REDACTED}  end", "plain "]
+
+
+def test_redact_tail_drops_an_orphan_key_end_and_its_material_and_nothing_else() -> None:
+    material = "\n".join(j("MIIEow", "IBAAKCAQEA" * 5, str(n)) for n in range(3))
+    end = "-----END RSA PRIVATE KEY-----"
+    assert redact_tail(f"Exit code 1\n{material}\n{end}\nerror: bad flag\n") == \
+        f"Exit code 1\n{REDACTED}\nerror: bad flag\n"
+    # An END marker in prose, or after a BEGIN (a whole block: `redact` takes it), is not an orphan.
+    assert redact_tail(f"the line {end} closes a key\n") == f"the line {end} closes a key\n"
+    block = f"-----BEGIN RSA PRIVATE KEY-----\n{material}\n{end}"
+    assert redact_tail(f"a\n{block}\nb") == redact(f"a\n{block}\nb") == f"a\n{REDACTED}\nb"

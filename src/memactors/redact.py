@@ -52,6 +52,7 @@ __all__ = [
     "redact",
     "redact_many",
     "redact_obj",
+    "redact_tail",
     "rule_ids",
     "shared",
     "shannon_entropy",
@@ -402,3 +403,38 @@ class LineRedactor:
             self._in_block = 0
             return self._redact(text[: begin.start()]) + REDACTED
         return self._redact(text)
+
+
+#: A line of key material proper (base64, a PGP checksum): what a key block's body lines are. Narrower
+#: than _BLOCK_BODY, which also takes `Name: value` header lines — an error message looks like one.
+_KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/=_-]{16,}|=[A-Za-z0-9+/]{4}")
+
+
+def redact_tail(text: str) -> str:
+    """`redact` for a text whose beginning may have been cut off (the last bytes of a stream).
+
+    A key block whose ``BEGIN`` line fell before the cut has no marker left to find it by: `redact`
+    would pass its body lines. So the key-material lines (base64 of 16 characters or more, a PGP
+    checksum, blank lines between them) just before an ``END … PRIVATE KEY`` line that has no ``BEGIN``
+    before it become ``[REDACTED]`` with that line; the rest is redacted as usual. Linear: each orphan
+    ``END`` is looked at once, and lines are walked back from it only to the previous one.
+    """
+    out: list[str] = []
+    done = 0  # text[:done] is settled: either in `out`, or left for the final redact of text[done:]
+    for end in _BLOCK_END.finditer(text):
+        if _BLOCK_BEGIN.search(text, done, end.start()) is not None:
+            break  # a whole block from here on: `redact` finds it from its BEGIN
+        line_start = text.rfind("\n", done, end.start()) + 1 if done < end.start() else done
+        head = text[max(line_start, done):end.start()].strip()
+        if head and not _KEY_MATERIAL.fullmatch(head):
+            continue  # END after other text on its line: not the tail of a key block
+        start = max(line_start, done)
+        while start > done:
+            previous = max(text.rfind("\n", done, start - 1) + 1, done)
+            line = text[previous:start - 1].strip()
+            if line and not _KEY_MATERIAL.fullmatch(line):
+                break
+            start = previous
+        out += [redact(text[done:start]), REDACTED]
+        done = end.end()
+    return "".join(out) + redact(text[done:])
