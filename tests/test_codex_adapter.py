@@ -74,6 +74,8 @@ def test_parser_reads_thread_commands_file_changes_mcp_calls_and_the_final_messa
     assert tr.tool_calls == ["mcp__memactors__recall", "command_execution", "file_change", "file_change"]
     assert parser.usage == {"input_tokens": 300, "cached_input_tokens": 10, "output_tokens": 60}
     assert tr.cost_usd is None  # Codex reports tokens, not money
+    # each model message is a turn and a text (what `runs logs` shows of a Codex run)
+    assert (tr.turns, tr.texts, tr.last_text) == (1, 1, "Added notes.txt; the ledger test still fails.")
 
 
 def test_parser_keeps_no_command_output_reasoning_or_tool_results() -> None:

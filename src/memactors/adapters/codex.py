@@ -117,9 +117,12 @@ class CodexParser:
         tr = self.transcript
         match item.get("type"):
             case "agent_message":
+                # One model message: a turn and a text event in `runs logs`, as Claude Code's are.
+                tr.turns += 1
                 text = item.get("text")
                 if isinstance(text, str) and text.strip():
-                    tr.result_text = text
+                    tr.result_text = tr.last_text = text
+                    tr.texts += 1
             case "command_execution":
                 command = item.get("command")
                 if not isinstance(command, str):
