@@ -6,10 +6,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 # The real agent CLIs the end-to-end run tests drive (pinned; installed from npm into a git-ignored cache).
-AGENTS              := .cache/agents
-CLAUDE_CODE_VERSION := 2.1.328
-CODEX_VERSION       := 0.169.0
-AGENTS_STAMP        := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
+# Codex is tested at two versions: the pinned one, and a newer one in its own prefix (codex-next), so a
+# change in how Codex treats MCP tools shows up here first. server-memory is the official MCP memory
+# server: a third-party server that `memory provider check` must turn away with a pointer to the docs.
+AGENTS                := .cache/agents
+CLAUDE_CODE_VERSION   := 2.1.328
+CODEX_VERSION         := 0.169.0
+CODEX_NEXT_VERSION    := 0.171.0
+SERVER_MEMORY_VERSION := 2026.8.31
+AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)
+NPM_INSTALL           := npm install --no-audit --no-fund --save-exact --loglevel=error
 
 .PHONY: run test test-fast test-tools lint bench clean agents promtool postgres
 
@@ -27,13 +33,17 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
 
-# A failed install fails the target (and so `make test`): the agent tests never skip.
+# A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
+# report the version pinned here, so a stale cache is caught rather than tested.
 $(AGENTS_STAMP):
-	mkdir -p $(AGENTS)
-	npm install --prefix $(AGENTS) --no-audit --no-fund --loglevel=error \
-		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
-	$(AGENTS)/node_modules/.bin/claude --version
-	$(AGENTS)/node_modules/.bin/codex --version
+	mkdir -p $(AGENTS)/codex-next
+	$(NPM_INSTALL) --prefix $(AGENTS) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
+		@openai/codex@$(CODEX_VERSION) @modelcontextprotocol/server-memory@$(SERVER_MEMORY_VERSION)
+	$(NPM_INSTALL) --prefix $(AGENTS)/codex-next @openai/codex@$(CODEX_NEXT_VERSION)
+	$(AGENTS)/node_modules/.bin/claude --version | grep -F '$(CLAUDE_CODE_VERSION)'
+	$(AGENTS)/node_modules/.bin/codex --version | grep -F '$(CODEX_VERSION)'
+	$(AGENTS)/codex-next/node_modules/.bin/codex --version | grep -F '$(CODEX_NEXT_VERSION)'
+	test -x $(AGENTS)/node_modules/.bin/mcp-server-memory
 	touch $@
 
 agents: $(AGENTS_STAMP)

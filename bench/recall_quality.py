@@ -3,13 +3,15 @@ operator use (issue 17).
 
     git clone https://github.com/encode/httpx /tmp/httpx
     git clone https://github.com/python-attrs/attrs /tmp/attrs
-    .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs            # the figures
+    git clone https://github.com/psf/black /tmp/black                          # optional: the check-only corpus
+    .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs /tmp/black  # the figures
     .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs --json out.json
     .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs --direct   # ranking only, in-process (quick)
 
-Each repository path is a clone (a bare one will do) whose `origin` is the project named in
-`bench/data/recall_questions.json` (the order of the paths is that of its `repos`). The questions were
-written against the history as it stood in December 2026; a later clone only adds commits after them.
+Each repository path is a clone (a bare one will do) of a project named in
+`bench/data/recall_questions.json`, in the order of its `repos`; the last ones may be left out (their
+questions are then skipped). The questions were written against the histories as they stood in
+December 2026; a later clone only adds commits after them.
 
 **Run records.** Every commit but merges becomes one closed run record, oldest first: the commit message
 is the result text, each changed file one edit event, started_at the author date and ended_at the
@@ -28,13 +30,20 @@ default branch (so the run's scope is the project's), and:
   repository's run token — MCP `tools/call recall` over streamable HTTP with `mcp.Client`, limit 8 —
   and the episode items of the answer are read from the fenced document (run ids from the provenance
   lines). hit@1/3/8 and MRR (reciprocal rank of the first answering commit, 0 when none of the 8)
-  for the questions in the commit's own words (`same`), in other words (`other`), and the path
-  questions (the same questions with `paths`: one file the answering commit touched, preferring a
-  non-test source file). Plus the share of returned items whose text contains the run's first line
-  (its commit subject), and the median time of a gateway recall.
+  per group: in the commit's own words (`same`), in other words — the `hard` set (at most one content
+  word of the subject) and the `natural` set (a developer's own phrasing, sharing a word or two) —,
+  the path questions (the `same` and `hard` questions with `paths`: one file the answering commit
+  touched, preferring a non-test source file), and psf/black's `same` and `other` questions (a third
+  project, for checking only). Each httpx/attrs group is also reported in two halves, `tune` and
+  `check` (by a hash of the question's text): ranking changes were tuned on the first only. Plus the
+  share of returned items whose text contains the run's first line (its commit subject), and the median
+  time of a gateway recall.
 * **briefings**: each harness's default briefing (`briefing_max_chars = 2000`) through the gateway's
   `briefing` tool with its run token, and `memactors memory briefing <harness>` (the CLI): how many
-  episodes each shows. Its picks — the provider's answer to REQ-14's episode query (repository,
+  episodes each shows, per surface. Each bench run mints its tokens for fresh run ids: a run's briefing
+  is computed at its first read and then served unchanged for that run (REQ-15), so a run id reused on
+  a `--keep` state directory would be served the briefing an earlier build computed (the "1 through the
+  gateway, 2 through `memory briefing`" of the first pass was exactly that). Its picks — the provider's answer to REQ-14's episode query (repository,
   branch and harness name), as `Recall` with limit 3 over the operator RPC — are scored by whether
   each touched a file that the next 10 commits (the upcoming work) touch, against the harness's
   three newest runs.
@@ -71,7 +80,14 @@ from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 from memactors.rpc import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
+CHANGELOG_DATA = DATA.with_name("changelog_questions.json")
 ROLES = ("fixer", "docs", "triage", "refactor", "deps")
+#: Report groups, in order: (kind, set) -> name.
+GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other", "natural"): "other (natural)",
+          ("path", "first"): "path", ("path", "hard"): "path", ("same", "black"): "black same",
+          ("other", "black"): "black other"}
+#: The changelog questions' groups, by how many content words of the commit's subject they share.
+CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
 UPCOMING = 10
 LIMIT = 8
@@ -159,8 +175,26 @@ def run_record(repo: Repo, c: Commit) -> dict[str, Any]:
 
 # -- questions -----------------------------------------------------------------------------------------
 
-def load_questions() -> dict[str, Any]:
-    return json.loads(DATA.read_text(encoding="utf-8"))
+def load_questions(*, changelog: bool = False) -> dict[str, Any]:
+    """The hand-written questions; with `changelog`, the changelog questions after them."""
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    if changelog and CHANGELOG_DATA.exists():
+        data["questions"] += json.loads(CHANGELOG_DATA.read_text(encoding="utf-8"))["questions"]
+    return data
+
+
+def group(q: dict[str, Any]) -> str:
+    if q["kind"] == "changelog":
+        name = CHANGELOG_GROUPS[min(max(q["shared"] - 1, 0), 2)]
+        return f"black {name}" if q.get("set") == "black" else name
+    return GROUPS[(q["kind"], q.get("set", "first"))]
+
+
+def half(q: dict[str, Any]) -> str:
+    """`tune` or `check`, fixed by the question's text; black's questions are all `check`."""
+    if q.get("set") == "black":
+        return "check"
+    return ("tune", "check")[hashlib.sha256(q["query"].encode()).digest()[0] % 2]
 
 
 def path_for(commit: Commit) -> str | None:
@@ -179,6 +213,8 @@ def write_path_questions(repos: Sequence[Repo]) -> None:
     nl = [q for q in data["questions"] if q["kind"] in ("same", "other")]
     paths = []
     for q in nl:
+        if q.get("set") not in ("first", "hard"):  # the path set stays the first 64, to compare with main
+            continue
         commit = by_run[q["answers"][0]]
         p = path_for(commit)
         if p:
@@ -186,6 +222,102 @@ def write_path_questions(repos: Sequence[Repo]) -> None:
     data["questions"] = nl + paths
     DATA.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{len(paths)} path questions written to {DATA}")
+
+
+# -- the changelog questions ------------------------------------------------------------------------------
+
+_REF = re.compile(r"#(\d+)")
+_PLAIN = [(re.compile(p), r) for p, r in (
+    (r"\[#?\d+\]\([^)]*\)", " "), (r"\[([^\]]*)\]\([^)]*\)", r"\1"), (r"\(#\d+(?:,\s*#\d+)*\)", " "), (r"#\d+", " "),
+    (r"https?://\S+", " "), (r"[`*]", ""), (r"\s+", " "))]
+
+
+def changelog_bullets(text: str) -> list[str]:
+    """The bullets of a Markdown changelog, each with its continuation lines."""
+    out: list[str] = []
+    current: str | None = None
+    for line in text.splitlines():
+        if re.match(r"^\s{0,2}[-*] ", line):
+            if current:
+                out.append(current)
+            current = line.strip()[2:]
+        elif current is not None and line.strip() and line.startswith(" "):
+            current += " " + line.strip()
+        elif current is not None and (not line.strip() or line.startswith("#")):
+            out.append(current)
+            current = None
+    if current:
+        out.append(current)
+    return out
+
+
+def changelog_question(bullet: str) -> tuple[list[int], str]:
+    """(the pull request / issue numbers a bullet names, its first sentence as plain text, at most 30
+    words, without the numbers or links)."""
+    refs = [int(n) for n in _REF.findall(bullet)]
+    text = bullet
+    for pattern, replacement in _PLAIN:
+        text = pattern.sub(replacement, text)
+    text = re.split(r"(?<=[a-z0-9)])\. ", text.strip())[0].rstrip(". ")
+    return refs, " ".join(text.split()[:30])
+
+
+def shared_words(query: str, subject: str) -> int:
+    """How many content words of the commit's subject the question has (equal, or one starting the
+    other, or the same first five letters: `gist.matches`)."""
+    from memactors.gist import matches
+    from memactors.ranking import STOPWORDS
+
+    def content(t: str) -> set[str]:
+        return {w for w in re.findall(r"[^\W_]+", t.lower()) if w not in STOPWORDS and not w.isdigit()}
+
+    asked = content(query)
+    return sum(1 for w in content(re.sub(r"\(#\d+\)", "", subject)) if matches(w, asked) or any(matches(a, [w]) for a in asked))
+
+
+def write_changelog_questions(repos: Sequence[Repo]) -> None:
+    """Questions from each project's own changelog: a bullet that names pull requests or issues asks
+    for the commit(s) that made them — the subject carries "(#N)", or (attrs) the commit added the
+    news fragment `changelog.d/N.*` (a commit adding more than two fragments is a release or a
+    conversion, not the change). The maintainers' words for a change, written apart from its commit
+    message: paraphrases in quantity, none written by us. Only commits that are ingested (not the
+    held-out newest 30) answer; a bullet that more than three commits answer is left out."""
+    data = load_questions()
+    out: list[dict[str, Any]] = []
+    for r in repos:
+        name = data["repos"][r.key]["changelog"]
+        text = subprocess.run(["git", "-C", r.path, "show", f"HEAD:{name}"], capture_output=True, text=True,
+                              check=True).stdout
+        log = subprocess.run(["git", "-C", r.path, "log", "--no-merges", "--format=%x1e%H", "--name-status"],
+                             capture_output=True, text=True, check=True).stdout
+        added = {}
+        for chunk in log.split("\x1e")[1:]:
+            sha, _, names = chunk.partition("\n")
+            added[sha.strip()] = [n.split("\t")[-1] for n in names.splitlines() if n.startswith("A\t")]
+        kept = r.commits[:-HOLDOUT]
+        seen: set[str] = set()
+        for bullet in changelog_bullets(text):
+            refs, query = changelog_question(bullet)
+            if not refs or len(query.split()) < 4 or query in seen:
+                continue
+            answers = []
+            for c in kept:
+                fragments = [f for f in added.get(c.sha, []) if f.startswith("changelog.d/")]
+                if any(f"(#{n})" in c.subject for n in refs) or (len(fragments) <= 2 and any(
+                        re.fullmatch(rf"changelog\.d/{n}\.\w+\.(md|rst)", f) for f in fragments for n in refs)):
+                    answers.append(c.run_id)
+            if not answers or len(answers) > 3:
+                continue
+            seen.add(query)
+            subject = next(c.subject for c in kept if c.run_id == answers[0])
+            out.append({"repo": r.key, "kind": "changelog", "set": "black" if r.key.endswith("/black") else "tune",
+                        "query": query, "answers": answers, "shared": shared_words(query, subject)})
+    CHANGELOG_DATA.write_text(json.dumps({"about": (
+        "Questions from each project's changelog (bench/recall_quality.py --write-changelog-questions): a bullet"
+        " naming pull requests asks for the commits that made them; 'shared' counts the content words of the"
+        " answer's subject the question has. httpx and attrs: the set ranking changes were tuned on; black:"
+        " checking only."), "questions": out}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{len(out)} changelog questions written to {CHANGELOG_DATA}")
 
 
 def episode_runs(document: str) -> list[tuple[str, str]]:
@@ -274,6 +406,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
     subjects = {c.run_id: c.subject for r in repos for c in r.commits}
     out: dict[str, Any] = {"machine": machine(), "episodes": {r.key: len(kept[r.key]) for r in repos}}
     reuse = (state / "memactors.db").exists()
+    run_tag = f"{int(time.time()):x}"  # fresh run ids: a run's briefing is computed at its first read (REQ-15)
     async with daemon(root, config, state) as d, AsyncExitStack() as stack:
         t = time.perf_counter()
         if reuse:  # --keep on a state directory that has them already
@@ -304,8 +437,16 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                     await trio.run_process(["git", "-C", str(checkout), *argv], capture_stdout=True)
             for h in r.harnesses:
                 tokens[h] = (await control.call(f"{SERVICE}/MintRunToken", {
-                    "harness": h, "run_id": f"eval-{h}", "workdir": str(checkout)}))["token"]
-        scores = {k: Scores() for k in ("same", "other", "path")}
+                    "harness": h, "run_id": f"eval-{h}-{run_tag}", "workdir": str(checkout)}))["token"]
+        scores: dict[str, Scores] = {}
+
+        def score(q: dict[str, Any], found: list[tuple[str, str]]) -> None:
+            g = group(q)
+            for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
+                scores.setdefault(key, Scores()).add(q, found, subjects)
+            if q["kind"] not in ("path", "changelog"):  # the natural-language questions together, per corpus
+                key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"
+                scores.setdefault(key, Scores()).add(q, found, subjects)
         times: list[float] = []
         if direct:
             from memactors.builtin import BuiltinProvider
@@ -325,7 +466,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 by_id = await store.read(lambda db, items=items: dict(db.execute(
                     f"SELECT episode_id, run_id FROM episodes WHERE episode_id IN ({','.join('?' * len(items))})",
                     [i["id"] for i in items]).fetchall()))
-                scores[q["kind"]].add(q, [(by_id.get(i["id"], "?"), i["text"]) for i in items], subjects)
+                score(q, [(by_id.get(i["id"], "?"), i["text"]) for i in items])
         else:
             clients = {}
             for r in repos:
@@ -339,18 +480,11 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 result = await clients[q["repo"]].call_tool("recall", args)
                 times.append(time.perf_counter() - t)
                 document = "".join(getattr(c, "text", "") for c in result.content)
-                scores[q["kind"]].add(q, episode_runs(document), subjects)
-        out["recall"] = {k: s.row() for k, s in scores.items()}
-        nl = Scores()
-        for k in ("same", "other"):
-            s = scores[k]
-            nl.n += s.n
-            nl.rr += s.rr
-            nl.items += s.items
-            nl.first_line += s.first_line
-            for h in nl.hits:
-                nl.hits[h] += s.hits[h]
-        out["recall"]["natural (same+other)"] = nl.row()
+                score(q, episode_runs(document))
+        order = [*dict.fromkeys(GROUPS.values()), "natural (same+other)", "black natural (same+other)",
+                 *CHANGELOG_GROUPS, *(f"black {g}" for g in CHANGELOG_GROUPS)]
+        out["recall"] = {k: scores[k].row() for k in sorted(
+            scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
         out["recall_ms_p50"] = round(statistics.median(times) * 1000, 1)
         out["misses"] = {k: s.misses for k, s in scores.items()}
 
@@ -385,9 +519,9 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
 def report(out: dict[str, Any]) -> None:
     print(f"machine: {out['machine']}")
     print(f"episodes: {out['episodes']}  ingest: {out['ingest']} in {out['ingest_s']} s")
-    print(f"{'questions':24} {'n':>4} {'hit@1':>6} {'hit@3':>6} {'hit@8':>6} {'MRR':>6} {'items':>6} {'1st line':>8}")
+    print(f"{'questions':34} {'n':>4} {'hit@1':>6} {'hit@3':>6} {'hit@8':>6} {'MRR':>6} {'items':>6} {'1st line':>8}")
     for k, row in out["recall"].items():
-        print(f"{k:24} {row['n']:>4} {row['hit@1']:>6.2f} {row['hit@3']:>6.2f} {row['hit@8']:>6.2f} {row['mrr']:>6.2f}"
+        print(f"{k:34} {row['n']:>4} {row['hit@1']:>6.2f} {row['hit@3']:>6.2f} {row['hit@8']:>6.2f} {row['mrr']:>6.2f}"
               f" {row['items']:>6} {row['first_line']:>8.2f}")
     print(f"gateway recall p50: {out['recall_ms_p50']} ms")
     b = out.get("briefings", [])
@@ -398,7 +532,8 @@ def report(out: dict[str, Any]) -> None:
                   f" {row['picks_touch']:>8}/{len(row['picks'])} {row['newest_touch']:>10}/3")
         print(f"picks touching the upcoming work: {sum(r['picks_touch'] for r in b)}/{sum(len(r['picks']) for r in b)}"
               f"; the three newest runs: {sum(r['newest_touch'] for r in b)}/{3 * len(b)};"
-              f" briefings showing >= 2 episodes: {sum(r['shown_gateway'] >= 2 for r in b)}/{len(b)}")
+              f" briefings showing >= 2 episodes: {sum(r['shown_gateway'] >= 2 for r in b)}/{len(b)} through the gateway,"
+              f" {sum(r['shown_cli'] >= 2 for r in b)}/{len(b)} through `memory briefing`")
 
 
 def main() -> None:
@@ -408,24 +543,35 @@ def main() -> None:
     parser.add_argument("--direct", action="store_true", help="questions in-process (ranking experiments)")
     parser.add_argument("--keep", help="keep the state directory here (and reuse it, without ingesting, when it exists)")
     parser.add_argument("--write-path-questions", action="store_true")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="with --direct: set a constant of memactors.builtin (a Python literal), to try a change")
+    parser.add_argument("--write-changelog-questions", action="store_true")
+    parser.add_argument("--no-changelog", action="store_true", help="skip the changelog questions")
+    parser.add_argument("--set", action="append", default=[], metavar="[MODULE.]NAME=VALUE",
+                        help="with --direct: set a constant of memactors.ranking (or of memactors.MODULE) to a Python"
+                             " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
-    data = load_questions()
-    repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=True)]
+    data = load_questions(changelog=not args.no_changelog)
+    if len(args.paths) > len(data["repos"]):
+        parser.error(f"at most {len(data['repos'])} clones: {', '.join(data['repos'])}")
+    repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
+    given = {r.key for r in repos}
+    data["questions"] = [q for q in data["questions"] if q["repo"] in given]
     for r in repos:
         r.commits = read_commits(r.path)
     if args.write_path_questions:
         write_path_questions(repos)
         return
+    if args.write_changelog_questions:
+        write_changelog_questions(repos)
+        return
     if args.set:
         import ast
+        import importlib
 
-        from memactors import builtin
         for assignment in args.set:
             name, _, value = assignment.partition("=")
-            setattr(builtin, name, ast.literal_eval(value))
+            module, _, name = name.rpartition(".")
+            setattr(importlib.import_module(f"memactors.{module or 'ranking'}"), name, ast.literal_eval(value))
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="recall-quality-"))
     root.mkdir(parents=True, exist_ok=True)
     out = trio.run(lambda: evaluate(repos, data["questions"], root, direct=args.direct))

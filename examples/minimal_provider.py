@@ -1,7 +1,7 @@
 """A minimal memactors memory provider: the four contract tools over MCP stdio, episodes kept in a dict.
 
     [mcp.mini]
-    command = "python3"
+    command = ".venv/bin/python"       # an interpreter with the MCP SDK (this project's venv)
     args = ["examples/minimal_provider.py"]
 
     memactors memory provider check --provider mini    # all seven checks pass

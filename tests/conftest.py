@@ -19,6 +19,29 @@ from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
 from support import RESIDENT, wait_ready, write_config
 
+#: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
+_PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR",
+                 "MEMACTORS_HARNESS", "MEMACTORS_RUN_TOKEN")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite never reads the user's own configuration: HOME is an empty directory of this session's
+    and the variables above are unset, for the tests and every process they start. `make test` once
+    passed or failed by what the user's profile held (issue 18); each test passes what it needs."""
+    saved = {name: os.environ.get(name) for name in ("HOME", *_PROFILE_VARS)}
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("home"))
+    for name in _PROFILE_VARS:
+        os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _fault_provider_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

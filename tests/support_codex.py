@@ -17,16 +17,27 @@ from support import write_config
 
 REPO = Path(__file__).resolve().parent.parent
 CODEX_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "codex"
+#: The newer Codex `make agents` installs beside the pinned one (Makefile CODEX_NEXT_VERSION).
+CODEX_NEXT_BIN = REPO / ".cache" / "agents" / "codex-next" / "node_modules" / ".bin" / "codex"
+#: Which Codex a parametrized test runs: the pinned one and the newer one.
+CODEX_VERSIONS = ("pinned", "next")
 #: A model the pinned Codex knows (so it offers its freeform apply_patch tool); served by the fake.
 FAKE_MODEL = "gpt-5.5"
 
 
-def codex_bin() -> Path:
-    """The pinned Codex binary; a missing one fails the test loudly, never skips it."""
-    if not os.access(CODEX_BIN, os.X_OK):
+def codex_bin(which: str = "pinned") -> Path:
+    """The pinned (or the newer, ``next``) Codex binary; a missing one fails the test loudly, never skips it."""
+    path = CODEX_BIN if which == "pinned" else CODEX_NEXT_BIN
+    if not os.access(path, os.X_OK):
         raise AssertionError(
-            f"the Codex CLI is not installed at {CODEX_BIN}: run `make agents` (npm install of @openai/codex)")
-    return CODEX_BIN
+            f"the Codex CLI is not installed at {path}: run `make agents` (npm install of @openai/codex)")
+    return path
+
+
+def codex_version(path: Path) -> tuple[int, ...]:
+    """``codex --version`` as numbers (``codex-cli 0.171.0`` → (0, 171, 0))."""
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, check=True, timeout=60).stdout
+    return tuple(int(part) for part in out.split()[-1].split("."))
 
 
 def fake_provider_args(base_url: str) -> list[str]:

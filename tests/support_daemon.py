@@ -8,6 +8,9 @@ to reach without faking them:
   within a test's idle gap. The daemon's code is unchanged; only how soon trio retires idle threads is.
 * ``handshake``: the listeners' request-head timeout (``_listen.HANDSHAKE_TIMEOUT``, 5 s) for the
   child, so a test holds a flood past it in less real time. Only the constant's value changes.
+* ``body``: the listeners' request-body deadline (``_listen.BODY_TIMEOUT``, 10 s), likewise.
+* ``constants``: any other module constants for the child, ``{"memactors.module.NAME": value}``; each
+  must exist (a renamed constant fails the start loudly).
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ if handshake > 0:
     import memactors.rpc as rpc
     assert listen.HANDSHAKE_TIMEOUT and rpc.HANDSHAKE_TIMEOUT  # both read it: fail loudly if renamed
     listen.HANDSHAKE_TIMEOUT = rpc.HANDSHAKE_TIMEOUT = handshake
+body = float(sys.argv[3])
+if body > 0:
+    import memactors._listen as listen
+    assert listen.BODY_TIMEOUT
+    listen.BODY_TIMEOUT = body
+import importlib, json
+for dotted, value in json.loads(sys.argv[4]).items():
+    module, name = dotted.rsplit(".", 1)
+    assert hasattr(importlib.import_module(module), name), dotted
+    setattr(importlib.import_module(module), name, value)
 from memactors.cli import main
 sys.exit(main(["serve"]))
 """
@@ -88,7 +101,8 @@ def _limit(nofile: int | None) -> Any:
 
 
 def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: float = 0.0, handshake: float = 0.0,
-                 extra_config: str = "", config: Path | None = None, wait: bool = True) -> Daemon:
+                 body: float = 0.0, constants: dict[str, Any] | None = None, extra_config: str = "",
+                 config: Path | None = None, wait: bool = True) -> Daemon:
     """Start the daemon and wait (on its daemon.json) until it serves; its log goes to a file."""
     config = config or write_config(tmp_path, extra_config)
     state = tmp_path / "state"
@@ -97,8 +111,9 @@ def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: floa
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     log = tmp_path / f"daemon-{time.monotonic_ns()}.log"
     with log.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(thread_idle), str(handshake)], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT, preexec_fn=_limit(nofile))  # noqa: PLW1509
+        argv = [sys.executable, "-c", _BOOT, str(thread_idle), str(handshake), str(body), json.dumps(constants or {})]
+        proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit(nofile))  # noqa: PLW1509
     daemon = Daemon(proc=proc, state=state, info={}, log=log, env=env)
     if not wait:
         return daemon

@@ -4,6 +4,7 @@ as a subprocess."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +19,11 @@ import trio
 
 AGENT = Path(__file__).resolve().parent / "data" / "agent_script.py"
 REPO_KEY = "forge.example/acme/api"
+#: The test command a scripted agent runs in its shell. Never a bare `python`/`python3`: Codex runs
+#: commands through `bash -lc`, whose login profile picks the interpreter (Debian has no `python` at all:
+#: exit 127), and a `python3` without pytest also exits 1 — the right status for the wrong reason. This
+#: interpreter has pytest, so a failing test is the failure the agent sees.
+PYTEST = f"{shlex.quote(sys.executable)} -m pytest -q"
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -103,6 +103,34 @@ async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store)
 
 
 @pytest.mark.both_engines
+async def test_the_path_boost_never_pushes_a_better_text_match_below_a_path_only_one(store: Store) -> None:
+    """Issue 17: in a repository where most runs touch one file, the path's newest runs (which match
+    nothing of the query) used to rank with the best BM25 hits and push text matches out of the first
+    `limit`. Among the path's episodes, the best text match now ranks first, and an episode that
+    matches the query and touched the path outranks every one that only did one of the two."""
+    p = BuiltinProvider(store)
+    await p.record(_args("ep_hash", "Fix hashing of instances whose equality is customised",
+                         started="2020-01-01T00:00:00Z", files=("src/make.py", "tests/test_make.py")))
+    await p.record(_args("ep_eq", "Hashing docs: equality and hashing explained",
+                         started="2020-02-01T00:00:00Z", files=("docs/hashing.rst",)))
+    for i in range(12):  # newer runs on the same file about something else
+        await p.record(_args(f"ep_new{i:02}", f"Refactor attribute collection step {i}",
+                             started=f"2026-11-{i + 1:02}T00:00:00Z", files=("src/make.py",)))
+    ids = await _ids(p, "hashing customised equality", paths=["src/make.py"])
+    assert ids[:2] == ["ep_hash", "ep_eq"]  # both text matches before any path-only run
+    assert ids[2:] == [f"ep_new{i:02}" for i in range(11, -1, -1)]  # then the path's other runs, newest first
+    # An old run that matches the query and touched the path is boosted even when the path has more
+    # than 200 newer runs (it is found among the text ranking's candidates, not only the newest 200).
+    for i in range(200):
+        await p.record(_args(f"ep_more{i:03}", "Unrelated change", started=f"2026-12-01T00:{i // 60:02}:{i % 60:02}Z",
+                             files=("src/make.py",)))
+    out = await p.recall({"query": "hashing customised equality", "scope": [A], "limit": 3, "paths": ["src/make.py"]})
+    scores = {item["id"]: item["score"] for item in out["items"]}
+    assert [item["id"] for item in out["items"]][:2] == ["ep_hash", "ep_eq"]
+    assert scores["ep_hash"] == pytest.approx(2 / (RRF_K + 1))  # first in the text ranking and in the path's
+
+
+@pytest.mark.both_engines
 async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_false(store: Store) -> None:
     p = BuiltinProvider(store)
     assert (await p.record(_args("ep_1", "ledger")))["ids"] == ["ep_1"]

@@ -12,6 +12,7 @@ from memactors.adapters import LaunchRequest
 from memactors.adapters.codex import CodexAdapter, CodexParser, unwrap_shell
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
 from support_codex import codex_bin, codex_env, fake_provider_args, run_codex
+from support_runs import PYTEST
 
 DATA = Path(__file__).parent / "data"
 AT = "2026-11-30T12:00:00Z"
@@ -47,6 +48,8 @@ def test_launch_gives_the_gateway_as_an_mcp_server_with_the_token_only_in_the_en
     overrides = [spec.argv[i + 1] for i, a in enumerate(spec.argv) if a == "-c"]
     assert 'mcp_servers.memactors.url="http://127.0.0.1:9/mcp"' in overrides
     assert 'mcp_servers.memactors.bearer_token_env_var="MEMACTORS_RUN_TOKEN"' in overrides
+    # codex exec's approval policy is "never": without this every recall/briefing call is refused
+    assert 'mcp_servers.memactors.default_tools_approval_mode="approve"' in overrides
     assert not any(token in a for a in spec.argv)  # argv is visible to every local user through ps
     assert spec.env == {"MEMACTORS_GATEWAY_URL": "http://127.0.0.1:9/mcp", "MEMACTORS_RUN_TOKEN": token,
                         "MEMACTORS_MCP_CONFIG": "/state/runs/r1.mcp.json"}
@@ -71,6 +74,8 @@ def test_parser_reads_thread_commands_file_changes_mcp_calls_and_the_final_messa
     assert tr.tool_calls == ["mcp__memactors__recall", "command_execution", "file_change", "file_change"]
     assert parser.usage == {"input_tokens": 300, "cached_input_tokens": 10, "output_tokens": 60}
     assert tr.cost_usd is None  # Codex reports tokens, not money
+    # each model message is a turn and a text (what `runs logs` shows of a Codex run)
+    assert (tr.turns, tr.texts, tr.last_text) == (1, 1, "Added notes.txt; the ledger test still fails.")
 
 
 def test_parser_keeps_no_command_output_reasoning_or_tool_results() -> None:
@@ -115,7 +120,7 @@ async def test_real_codex_cli_runs_a_scripted_session_against_the_fake_responses
     work.mkdir()
     (work / "test_ledger.py").write_text("def test_ledger():\n    assert 1 + 1 == 3\n", encoding="utf-8")
     script = [
-        Turn([ShellCall(["bash", "-lc", "python -m pytest -q test_ledger.py"])]),
+        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"])]),
         Turn([PatchCall("*** Begin Patch\n*** Add File: notes.txt\n+the ledger test fails\n*** End Patch\n")]),
         Turn([Message("Wrote notes.txt; the ledger test still fails.")], input_tokens=400, output_tokens=30),
     ]
@@ -134,13 +139,13 @@ async def test_real_codex_cli_runs_a_scripted_session_against_the_fake_responses
     assert {"exec_command", "apply_patch"} <= set(fake.tool_names())
     assert all(c.authorization == "Bearer sk-fake-key" for c in fake.model_calls)
     outputs = [i for i in fake.model_calls[1].body["input"] if i.get("type") == "function_call_output"]
-    assert "exited with code 1" in outputs[0]["output"]
+    assert "exited with code 1" in outputs[0]["output"] and "1 failed" in outputs[0]["output"]  # pytest ran
     # and the adapter's parser reads the real stream into the run's observations
     parser = CodexAdapter().parser()
     for line in done.stdout.decode().splitlines():
         parser.feed(line, at=AT)
     tr = parser.transcript
     assert tr.result_ok is True and tr.result_text == "Wrote notes.txt; the ledger test still fails."
-    assert [(c.command, c.exit_code) for c in tr.commands] == [("python -m pytest -q test_ledger.py", 1)]
+    assert [(c.command, c.exit_code) for c in tr.commands] == [(f"{PYTEST} test_ledger.py", 1)]
     assert [Path(e.path).name for e in tr.edits] == ["notes.txt"]
     assert parser.usage["input_tokens"] == 100 + 100 + 400

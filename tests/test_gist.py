@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memactors.actors.index import text_belongs_body
 from memactors.builtin import BuiltinProvider, metadata_only
-from memactors.gist import cut_words, gist
+from memactors.gist import gist
 from memactors.store import Store
 from memactors.tui import HarnessEntry, TuiState
 
@@ -62,8 +62,6 @@ def test_the_gist_only_ever_holds_the_episodes_own_words_within_its_width(text: 
     assert len(out) <= width
     allowed = set(_WORD.findall(f"{text} src/a_b.py lint 3 files_touched verify_failures".casefold()))
     assert set(_WORD.findall(out.casefold())) <= allowed
-    cut = cut_words(text, width)
-    assert len(cut) <= max(width, 0) and set(_WORD.findall(cut.casefold())) <= set(_WORD.findall(text.casefold()))
 
 
 def test_the_tui_lists_each_recent_episode_with_its_gist() -> None:

@@ -8,8 +8,10 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+import trio
+import trio.testing
 
-from memactors.logs import configure_logging, get_logger, render_extra
+from memactors.logs import LogThrottle, configure_logging, get_logger, render_extra
 
 
 @pytest.fixture
@@ -102,3 +104,18 @@ def test_tracebacks_do_not_show_local_values(sink: io.StringIO) -> None:
     assert "ValueError" in out
     # With diagnose=True loguru would annotate the frame with the value of `text`.
     assert secret_episode_text not in out
+
+
+async def test_a_throttle_writes_one_line_per_interval_with_the_count_folded_in(
+        autojump_clock: trio.testing.MockClock) -> None:
+    throttle = LogThrottle(interval=10.0, max_keys=2)
+    assert throttle.allow("degraded TooSlowError") == 0  # the first line is written at once
+    assert [throttle.allow("degraded TooSlowError") for _ in range(99)] == [None] * 99
+    assert throttle.allow("degraded ProviderUnavailable") == 0  # another key has its own window
+    await trio.sleep(9.9)
+    assert throttle.allow("degraded TooSlowError") is None
+    await trio.sleep(0.2)
+    assert throttle.allow("degraded TooSlowError") == 100  # the next line says how many it stands for
+    assert throttle.allow("degraded TooSlowError") is None
+    throttle.allow("a third key")  # bounded: the oldest key is forgotten
+    assert len(throttle._last) == 2

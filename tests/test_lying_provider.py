@@ -2,11 +2,17 @@
 
 The fault provider runs as a real stdio subprocess; in ``swap_text`` mode it answers ids of the caller's
 repository with the text it holds for another repository. memactors checks each item's text against
-the episode it names (actors/index.text_belongs) and drops what is not drawn from it.
+the episode it names (actors/index.text_belongs) and serves an item whose text is not drawn from it with
+its own text of that episode (its gist) instead (counted ``text_replaced``): the swap stays contained and
+the agent still gets its episode (issue 20).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,13 +20,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors.actors.index import text_belongs
+from memactors.actors.index import OWN_TEXT_CHARS, text_belongs
+from memactors.builtin import search_words
 from memactors.config import ConfigHolder, load_config
 from memactors.daemon import Listening, run_daemon
+from memactors.gist import gist
 from memactors.rpc import connect_rpc, read_token
 from memactors.service import open_memory_service
-from support import example, wait_ready, write_config
-from support_readside import API, as_run, fault_toml, sample
+from memactors.testing.fault_provider import SPOOF_CLAIM
+from support import EXAMPLES, example, wait_ready, write_config
+from support_daemon import daemon_process
+from support_readside import API, as_run, fault_toml, fenced_only, gateway_client, sample
+from support_runs import make_repo
 
 pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
 
@@ -65,19 +76,23 @@ async def test_req9_a_text_swapping_provider_serves_no_foreign_text_over_many_re
             # Behaving, the provider's own text of the api episode is served: the check accepts it.
             honest = await rpc.call(f"{SERVICE}/Recall", {"query": "ledger", "repo": API})
             assert len(honest["episodes"]) == 1 and "ledger" in honest["episodes"][0]["text"].lower()
+            stored = (await rpc.call(f"{SERVICE}/GetEpisode",
+                                     {"episode_id": honest["episodes"][0]["episode_id"]}))["episode"]
             (tmp_path / "control").write_text("swap_text")
             served = 0
             for i in range(60):
                 answer = await rpc.call(f"{SERVICE}/Recall", {"query": QUERIES[i % len(QUERIES)], "repo": API})
                 served += len(answer["episodes"])
+                own = gist(stored, search_words(QUERIES[i % len(QUERIES)]), OWN_TEXT_CHARS)
+                assert all(e["text"] == own for e in answer["episodes"])  # memactors' own text of the episode
                 document = answer["document"].lower()
                 assert not any(word in document for word in BILLING_WORDS), answer["document"]
-            assert served == 0
+            assert served > 0  # the agent still gets its episode
 
 
 @pytest.mark.req9
 @pytest.mark.parametrize("own_text", [False, True], ids=["episode-text", "own-text"])
-async def test_req9_swapped_text_is_counted_invalid_and_only_own_text_providers_may_write_their_own(
+async def test_req9_swapped_text_is_replaced_and_only_own_text_providers_may_write_their_own(
         own_text: bool, tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
     toml = fault_toml(tmp_path)
     if own_text:
@@ -88,12 +103,72 @@ async def test_req9_swapped_text_is_counted_invalid_and_only_own_text_providers_
             assert (await service.ingest_run(example(name)))["outcome"] == "recorded"
         (tmp_path / "control").write_text("swap_text")
         _, view = await as_run(service, "api-fixer", "100", API)
-        before = sample(service, DROPPED, provider="fault", reason="invalid")
+        before = sample(service, DROPPED, provider="fault", reason="text_replaced")
         answer = await service.agent_recall(view, query="ledger")
         foreign = "proration" in answer.text.lower()
-        after = sample(service, DROPPED, provider="fault", reason="invalid")
+        after = sample(service, DROPPED, provider="fault", reason="text_replaced")
+        [item] = next(s for s in answer.json["sections"] if s["name"] == "episodes")["items"]
+        stored = (await service.get_episode(item["provenance"]["episode"]))["episode"]
+        own = gist(stored, search_words("ledger"), OWN_TEXT_CHARS)
+    assert item["provenance"]["harness"] == "api-fixer"  # the episode the provider named, ours to label
     if own_text:
         # What own_text = true gives up (README): the text is the provider's, the provenance is ours.
-        assert foreign and after == before
+        assert foreign and after == before and item["text"] != own
     else:
-        assert not foreign and after == before + 1
+        assert not foreign and after == before + 1 and item["text"] == own
+
+
+@pytest.mark.req9
+@pytest.mark.slow
+async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path) -> None:
+    """WHEN a provider item's text claims it was recorded by harness release-bot THEN the served provenance
+    names the harness from memactors' index, and the claim appears only inside the fenced text — here not
+    at all: the daemon as a process, an agent on the gateway over HTTP with its run token, and a provider
+    (a real stdio subprocess) whose every item claims `recorded by harness release-bot`. The item is
+    served with memactors' own text of the episode (counted `text_replaced` on /metrics, not `invalid`),
+    so the agent still gets the episode; then a provider swapping in another repository's text likewise."""
+    repo = make_repo(tmp_path / "api")  # origin git@forge.example:acme/api.git: the run's scope
+    extra = fault_toml(tmp_path) + '[harness.api-fixer]\nharness = "claude-code"\n'
+    with daemon_process(tmp_path, extra_config=extra) as running:
+        env = running.env
+        for name in ("run-42-api-fixer.json", "run-7-billing-bot.json"):
+            done = await trio.to_thread.run_sync(lambda n=name: _cli(env, "runs", "ingest", str(EXAMPLES / n)))
+            assert done.returncode == 0, done.stderr
+        minted = await trio.to_thread.run_sync(
+            lambda: _cli(env, "token", "mint", "api-fixer", "--run", "100", "--workdir", str(repo), "--json"))
+        token = json.loads(minted.stdout)["token"]
+        episode = await trio.to_thread.run_sync(lambda: _cli(env, "memory", "episodes", "--harness", "api-fixer",
+                                                             "--json"))
+        episode_id = json.loads(episode.stdout)["episodes"][0]["episode_id"]
+        shown = await trio.to_thread.run_sync(lambda: _cli(env, "memory", "episodes", episode_id, "--json"))
+        own = gist(json.loads(shown.stdout)["episode"], search_words("ledger"), OWN_TEXT_CHARS)
+
+        documents = {}
+        for mode in ("spoof_text", "swap_text"):
+            (tmp_path / "control").write_text(mode)
+            async with gateway_client(running.info["gateway"], token) as client:
+                result = await client.call_tool("recall", {"query": "ledger"})
+            assert not result.is_error
+            documents[mode] = "".join(getattr(c, "text", "") for c in result.content)
+        metrics = await trio.to_thread.run_sync(lambda: _scrape(running.info["metrics"]))
+
+    for mode, document in documents.items():
+        provenance = [line for line in document.splitlines() if line.startswith("- episode")]
+        assert len(provenance) == 1, document  # the agent still gets its episode
+        assert f"episode {episode_id} · run 42 · harness api-fixer" in provenance[0], provenance
+        assert "release-bot" not in document and SPOOF_CLAIM not in document, mode  # nowhere, fenced or not
+        assert not any(word in document.lower() for word in BILLING_WORDS), mode
+        assert own.startswith("Tried to fix the flaky ledger")  # the run's own words first
+        assert own in document and fenced_only(document, "Tried to fix the flaky ledger"), mode  # ours, fenced
+    assert 'harness_memory_results_dropped_total{provider="fault",reason="text_replaced"} 2.0' in metrics
+    assert 'reason="invalid"' not in metrics  # REQ-3's bounds only: nothing was out of bounds
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:  # noqa: S310 -- loopback, our daemon
+        return answer.read().decode()

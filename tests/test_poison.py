@@ -158,6 +158,8 @@ BAD_PARAMS: list[tuple[str, dict[str, Any], str]] = [
      "params.harness"),
     ("CastVote", {"fact_id": None, "run_id": "1", "harness": "h", "stance": "up"}, "params.fact_id"),
     ("MintRunToken", {"harness": "h", "run_id": 7}, "params.run_id"),
+    ("MintRunToken", {"harness": "h", "run_id": "1", "replace": "yes"}, "params.replace"),
+    ("RevokeRunTokens", {"harness": "h"}, "params.run_id"),
     ("GetBriefing", {"harness": {"x": 1}}, "params.harness"),
     ("CheckProvider", {"provider": 1}, "params.provider"),
 ]
@@ -247,7 +249,7 @@ def test_property_any_record_parses_or_is_invalid_argument(record: dict[str, Any
 
 
 _METHODS = ["Status", "ListEpisodes", "GetEpisode", "Recall", "IngestRun", "Forget", "GetBriefing", "AddFact",
-            "LinkPullRequest", "ReportPresence", "CastVote", "MintRunToken"]
+            "LinkPullRequest", "ReportPresence", "CastVote", "MintRunToken", "RevokeRunTokens"]
 _PARAM_NAMES = ["episode_id", "harness", "repo", "since", "limit", "query", "as", "paths", "record", "source",
                 "scope", "text", "confidence", "status", "id", "branch", "url", "run_id", "session_id",
                 "ttl_seconds", "fact_id", "stance", "workdir"]

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +204,98 @@ async def _keeps_last_good(tmp_path: Path, logs: LogRecords) -> None:
         await reload_to('[memory.episodes]\nretention = "45d"\n')
         assert await retention() == "45d", "a good reload is taken"
         assert config.exists()
+
+
+# -- a failing check says why (issue 18) ---------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER_MEMORY = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "mcp-server-memory"
+GITHUB_TOKEN = "ghp_" + "Zq8" * 12
+
+
+@pytest.mark.req4
+async def test_a_provider_that_dies_at_start_fails_check_1_showing_its_last_stderr_lines_redacted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The daemon's interpreter without its site-packages (`-S`) is a python3 that lacks the MCP SDK: the
+    example provider dies with ModuleNotFoundError, and the check shows that instead of "Connection closed"."""
+    provider = REPO / "examples" / "minimal_provider.py"
+    leaky = ("import sys; sys.stderr.write('Traceback (most recent call last):\\n  File \"provider.py\", line 3\\n"
+             f"RuntimeError: login refused for {GITHUB_TOKEN}\\n'); sys.exit(2)")
+    extra = (f"[mcp.nomcp]\ncommand = {json.dumps(sys.executable)}\nargs = [\"-S\", {json.dumps(str(provider))}]\n"
+             f"[mcp.leaky]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps('-c')}, {json.dumps(leaky)}]\n")
+    with LogRecords() as logs:
+        async with daemon(tmp_path, extra) as (config, _):
+            assert await run_cli(config, "memory", "provider", "check", "--provider", "nomcp") == 1
+            out = capsys.readouterr().out
+            assert await run_cli(config, "memory", "provider", "check", "--provider", "leaky", "--json") == 1
+            report = json.loads(capsys.readouterr().out)
+    assert logs.matching("provider stderr") and GITHUB_TOKEN not in repr(logs.records)
+    assert out.splitlines()[1].startswith("  1  FAIL")
+    stderr_at, help_at = out.index("the provider's stderr"), out.index("docs/write-a-provider.md")
+    assert out.index("1  FAIL") < stderr_at < out.index("ModuleNotFoundError: No module named 'mcp'") < help_at
+    assert help_at < out.index("2  SKIP")  # under the failing check, before the rest
+    tail = report["stderr_tail"]
+    assert tail[0] == "Traceback (most recent call last):" and tail[-1] == "RuntimeError: login refused for [REDACTED]"
+    assert GITHUB_TOKEN not in json.dumps(report) and "docs/write-a-provider.md" in report["help"]
+
+
+@pytest.mark.req4
+async def test_the_official_server_memory_fails_check_1_pointing_at_the_provider_docs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A third-party memory server (@modelcontextprotocol/server-memory, installed by `make agents`) is an
+    MCP server but not a memactors provider: check 1 says so, names what it offers, and where to read on."""
+    assert os.access(SERVER_MEMORY, os.X_OK), f"{SERVER_MEMORY} is missing: run `make agents`"
+    memory_file = tmp_path / "memory.jsonl"
+    extra = (f"[mcp.graph]\ncommand = {json.dumps(str(SERVER_MEMORY))}\n"
+             f"env = {{ MEMORY_FILE_PATH = {json.dumps(str(memory_file))} }}\n")
+    async with daemon(tmp_path, extra) as (config, _):
+        assert await run_cli(config, "memory", "provider", "check", "--provider", "graph") == 1
+    out = capsys.readouterr().out
+    assert "1  FAIL" in out and "no memory_contract tool" in out and "create_entities" in out
+    assert "not a memactors memory provider" in out and "see docs/write-a-provider.md" in out
+    assert out.count("SKIP") == 6
+    assert not memory_file.exists() or memory_file.read_text(encoding="utf-8").strip() == ""  # nothing recorded
+
+
+@pytest.mark.req4
+def test_the_example_configurations_own_provider_passes_whatever_python3_the_path_finds(tmp_path: Path) -> None:
+    """examples/harness.toml as a user runs it (`memactors serve --config examples/harness.toml` from the
+    repository root), with a `python3` first on PATH that lacks the MCP SDK: [mcp.mini] still passes."""
+    text = (REPO / "examples" / "harness.toml").read_text(encoding="utf-8")
+    text = text.replace('path = "~/.local/share/harness"', f"path = {json.dumps(str(tmp_path / 'state'))}")
+    for port in ("7377", "7378", "9477"):
+        text = text.replace(f'"127.0.0.1:{port}"', '"127.0.0.1:0"')
+    config = tmp_path / "harness.toml"
+    config.write_text(text, encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'mcp'\" >&2\nexit 1\n",
+                                     encoding="utf-8")
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(tmp_path),
+           "HARNESS_CONFIG": str(config)}
+    with daemon_in(REPO, env, tmp_path / "daemon.log"):
+        done = subprocess.run([sys.executable, "-m", "memactors.cli", "memory", "provider", "check", "--provider",
+                               "mini"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASS") == 7 and "minimal 0.1, contract 1" in done.stdout
+
+
+@contextmanager
+def daemon_in(cwd: Path, env: dict[str, str], log: Path) -> Iterator[None]:
+    """`memactors serve` started from ``cwd`` (relative provider paths resolve there); ready once it
+    announced its addresses, stopped with SIGINT."""
+    with log.open("w", encoding="utf-8") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("Ctrl-C stops it."):
+                break
+        else:
+            raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from memactors.actors.index import OWN_TEXT_CHARS
+from memactors.builtin import search_words
 from memactors.config import ConfigHolder
 from memactors.errors import InvalidArgument
+from memactors.gist import gist
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from memactors.wrapper import RECALL_MAX_BYTES
@@ -70,7 +73,8 @@ async def test_req9_ids_harness_never_recorded_are_dropped(fault: MemoryService,
 
 
 @pytest.mark.req9
-async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
+async def test_req9_provenance_cannot_be_spoofed_by_an_own_text_provider(
+        tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
     # An upstream that writes its own text (own_text = true) is not held to the episode's words; its
     # claims stay inside the fence, under the provenance memactors knows.
     toml = fault_toml(tmp_path).replace("[mcp.fault]\n", "[mcp.fault]\nown_text = true\n")
@@ -89,14 +93,24 @@ async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path, make_holder: Ca
 
 
 @pytest.mark.req9
-async def test_req9_a_spoofed_claim_not_drawn_from_the_episode_is_dropped(fault: MemoryService, tmp_path: Path) -> None:
+async def test_req9_a_spoofed_claim_is_served_as_the_daemons_own_text_of_the_episode(
+        fault: MemoryService, tmp_path: Path) -> None:
+    """The provider's text is not drawn from the episode it names: the episode is still served, under
+    memactors' provenance, with memactors' own text of it; the claim reaches nobody; counted text_replaced,
+    not invalid (that is REQ-3's bounds)."""
     misbehave(tmp_path, "spoof_text")
     _, view = await as_run(fault, "api-fixer", "100", API)
-    before = sample(fault, DROPPED, provider="fault", reason="invalid")
+    before = {r: sample(fault, DROPPED, provider="fault", reason=r) for r in ("invalid", "text_replaced")}
     answer = await fault.agent_recall(view, query="ledger")
-    assert section(answer.json, "episodes") == []
-    assert "release-bot" not in answer.text
-    assert sample(fault, DROPPED, provider="fault", reason="invalid") == before + 1
+    [item] = section(answer.json, "episodes")
+    episode_id = (await fault.list_episodes(harness="api-fixer"))["episodes"][0]["episode_id"]
+    assert item["provenance"]["harness"] == "api-fixer" and item["provenance"]["episode"] == episode_id
+    stored = (await fault.get_episode(episode_id))["episode"]
+    assert item["text"] == gist(stored, search_words("ledger"), OWN_TEXT_CHARS) and item["untrusted"] is True
+    assert item["text"].startswith("Tried to fix the flaky ledger")  # the run's own words first
+    assert "release-bot" not in answer.text and SPOOF_CLAIM not in answer.text
+    assert sample(fault, DROPPED, provider="fault", reason="invalid") == before["invalid"]
+    assert sample(fault, DROPPED, provider="fault", reason="text_replaced") == before["text_replaced"] + 1
 
 
 @pytest.mark.req9

@@ -67,6 +67,41 @@ async def test_issue17_a_word_that_starts_a_line_is_found_by_a_one_word_recall_t
     assert "\\n" not in view["text"]
 
 
+@pytest.mark.req11
+@pytest.mark.req12
+async def test_issue17_a_question_naming_only_a_module_finds_the_run_that_touched_it_through_the_gateway(
+        served: tuple[MemoryService, str]) -> None:
+    """Issue 17: what a run touched is indexed word by word — `httpx/_cookies.py` is `httpx`, `cookies`,
+    `py` — so a question that shares no word with what the run said but names the module it changed
+    ("the cookie jar") finds it; and with `paths`, the run that matches the question and touched the
+    path comes before newer runs that only touched it."""
+    service, url = served
+
+    def edit(path: str) -> dict[str, str]:
+        return {"kind": "edit", "session_id": "s1", "at": "2026-11-28T09:01:00Z", "path": path}
+
+    await service.ingest_run(run_record(run_id="701", result_text="Keep them across redirects (#701)",
+                                        events=[edit("httpx/_cookies.py"), edit("tests/test_cookies.py")]))
+    await service.ingest_run(run_record(run_id="702", result_text="Tidy the client's redirect handling",
+                                        events=[edit("httpx/_client.py")]))
+    for i in range(6):  # newer runs on the same client module, about something else
+        await service.ingest_run(run_record(
+            run_id=f"71{i}", result_text=f"Refactor transport selection, step {i}",
+            started_at=f"2026-11-28T1{i}:00:00Z", ended_at=f"2026-11-28T1{i}:30:00Z",
+            events=[edit("httpx/_client.py")]))
+    token, _ = await as_run(service, "api-fixer", "901", API)
+    async with gateway_client(url, token) as client:
+        cookie = episode_items(text_of(await client.call_tool("recall", {"query": "the cookie jar", "limit": 3})))
+        boosted = episode_items(text_of(await client.call_tool(
+            "recall", {"query": "redirect handling", "paths": ["httpx/_client.py"], "limit": 3})))
+    assert cookie and "run 701" in cookie[0][0], cookie
+    assert cookie[0][1].startswith("Keep them across redirects (#701)")
+    runs = [re.search(r"\brun (\w+)", provenance).group(1) for provenance, _ in boosted]  # type: ignore[union-attr]
+    assert runs[0] == "702", runs  # matches the question and touched the path
+    assert runs[1] == "701", runs  # matches the question only: before the path's other runs
+    assert runs[2] == "715", runs  # then the path's newest run
+
+
 #: A REQ-5 rendering as the daemon wrote it before migration 0009: line breaks escaped as `\n`.
 _OLD_TEXT = (
     "episode_id: ep_old\nharness: api-fixer\nadapter: claude-code\nrun_id: 7\ntrace_id: t\nmodel: m\n"

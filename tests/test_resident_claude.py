@@ -9,13 +9,14 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support_codex import REPO, daemon_process
-from support_runs import REPO_KEY, make_repo
+from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
     script = Script(turns=(
         ToolUse("mcp__memactors__recall", {"query": "ledger rounding"}),
         ToolUse("Write", {"file_path": str(repo / "NOTES.md"), "content": "rounding is binary floating point\n"}),
-        ToolUse("Bash", {"command": "python -m pytest -q test_ledger.py", "description": "run the ledger test"}),
+        ToolUse("Bash", {"command": f"{PYTEST} test_ledger.py", "description": "run the ledger test"}),
         Text("Left NOTES.md; test_rounding still fails."),
     ))
     home = tmp_path / "home"
@@ -78,13 +79,14 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
             assert row["run_id"] == session_id, hook_log.read_text(encoding="utf-8")
             shown = await daemon.acli("memory", "episodes", row["episode_id"], "--json")
             episode = json.loads(shown.stdout)["episode"]
-            db = sqlite3.connect(daemon.state / "memactors.db")
-            try:
-                calls = db.execute("SELECT caller, tool FROM call_log WHERE server = 'gateway'").fetchall()
-                provider_calls = db.execute("SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall()
-                exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
-            finally:
-                db.close()
+    # the call log is written in batches: read it once the daemon has stopped (a clean stop writes it all)
+    db = sqlite3.connect(daemon.state / "memactors.db")
+    try:
+        calls = db.execute("SELECT caller, tool FROM call_log WHERE server = 'gateway'").fetchall()
+        provider_calls = db.execute("SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall()
+        exposed = db.execute("SELECT run_id, harness, surface FROM exposures").fetchall()
+    finally:
+        db.close()
     # the session's recall went through the gateway as the resident run its token was minted for
     assert calls == [("coder/resident-1", "recall")]
     assert provider_calls == [("daemon",)]  # REQ-18: the provider call serving it is the daemon's own row
@@ -101,3 +103,71 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
     assert episode["files_touched"] == ["NOTES.md"]
     assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
     assert episode["outcome"] == "failed" and "still fails" in episode["result_excerpt"]
+
+
+def claude_env(home: Path, daemon_env: dict[str, str], base_url: str) -> dict[str, str]:
+    """The environment of a user's headless `claude -p` against the fake API (HOME: their own)."""
+    return {**daemon_env, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "sk-ant-fake",
+            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+
+
+async def claude_p(claude: Path, prompt: str, *, cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """`claude -p` exactly as a user types it in the project: no --mcp-config, no --allowedTools."""
+    done = await trio.run_process([str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"],
+                                  cwd=cwd, env=env, stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, (out[-3000:], done.stderr.decode(errors="replace")[-3000:])
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.req15
+async def test_a_claude_code_installed_in_the_project_recalls_headless_and_its_sessions_are_recorded_even_with_the_daemon_down(  # noqa: E501
+        tmp_path: Path) -> None:
+    claude = claude_bin()
+    repo = make_repo(tmp_path / "api", failing_test=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = Script(turns=(ToolUse("mcp__memactors__recall", {"query": "ledger rounding"}),
+                           Text("Amounts round with Decimal here; nothing else to do.")))
+    async with run_fake_anthropic(script) as fake:
+        with daemon_process(tmp_path, HARNESS) as daemon:
+            fact = await daemon.acli("facts", "add", "ledger amounts round with Decimal", "--scope",
+                                     f"project:{REPO_KEY}", "--confidence", "0.9")
+            assert fact.returncode == 0, fact.stderr
+            installed = await trio.run_process(
+                [sys.executable, "-m", "memactors.cli", "install", "claude-code", "--harness", "coder", "--project",
+                 str(repo)], env={**daemon.env, "HOME": str(home)}, capture_stdout=True, capture_stderr=True,
+                check=False)
+            assert installed.returncode == 0, installed.stderr.decode()
+            events = await claude_p(claude, "What do we know about ledger rounding?", cwd=repo,
+                                    env=claude_env(home, daemon.env, fake.base_url))
+            [init] = [e for e in events if e.get("type") == "system" and e.get("subtype") == "init"]
+            listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
+            [row] = json.loads(listed.stdout)["episodes"]
+    # the project's .mcp.json gave the session the gateway, and settings.local.json let it call recall
+    assert {"name": "memactors", "status": "connected", "source": "project"} in [
+        {k: s.get(k) for k in ("name", "status", "source")} for s in init["mcp_servers"]]
+    [recalled] = fake.agent_requests()[1].tool_results()
+    assert "ledger amounts round with Decimal" in json.dumps(recalled)
+    assert "requested permissions" not in json.dumps(recalled)
+    # REQ-15: the session's first message is the user's prompt alone
+    first = fake.agent_requests()[0].first_user_text()
+    assert first.rstrip().endswith("What do we know about ledger rounding?") and "<memory-data" not in first
+    # the SessionEnd hook install wrote recorded the session
+    assert row["run_id"] == init["session_id"]
+
+    # the daemon is down when the next session ends: the hook spools it, and the restarted daemon sends it
+    async with run_fake_anthropic(Script(turns=(Text("Offline: nothing recalled."),))) as offline:
+        events = await claude_p(claude, "Say hello.", cwd=repo, env=claude_env(home, daemon.env, offline.base_url))
+    [init2] = [e for e in events if e.get("type") == "system" and e.get("subtype") == "init"]
+    spooled = daemon.state / "session-spool.jsonl"
+    assert json.loads(spooled.read_text(encoding="utf-8"))["record"]["run_id"] == init2["session_id"]
+    with daemon_process(tmp_path, HARNESS) as restarted:
+        with trio.fail_after(60):
+            while True:
+                listed = await restarted.acli("memory", "episodes", "--harness", "coder", "--json")
+                runs = {e["run_id"] for e in json.loads(listed.stdout)["episodes"]}
+                if init2["session_id"] in runs:
+                    break
+                await trio.sleep(0.1)
+    assert runs == {init["session_id"], init2["session_id"]} and not spooled.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import trio
@@ -9,6 +10,7 @@ import trio.testing
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
+from memactors.redact import REDACTED, redact_tail
 from memactors.run_watch import (
     MAX_EVENT_CHARS,
     MAX_EVENTS,
@@ -114,3 +116,17 @@ def test_an_event_echoing_the_prompt_keeps_neither_its_lines_nor_its_nonce() -> 
     text = watch.events[0]["text"]
     assert "n0nce42" not in text and "fact text here" not in text and "fix the ledger" not in text
     assert text.startswith("echo: <untrusted-data") and "[prompt]" in text and "[nonce]" in text
+
+
+def test_a_key_block_cut_by_the_tail_window_shows_none_of_its_lines() -> None:
+    """Issue 20: the stderr tail keeps the last 4 KiB; when a private key's BEGIN line falls before the
+    cut, its body lines and END line are all the tail holds of it, and `redact_tail` drops them."""
+    body = [base64.b64encode(bytes([n]) * 48).decode() for n in range(80)]  # 64-char lines, ~5 KiB
+    tail = StderrTail()
+    tail.feed(b"starting\n-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    tail.feed(("\n".join(body) + "\n-----END OPENSSH PRIVATE KEY-----\nerror: bad flag --x\n").encode())
+    text = tail.text()
+    assert text is not None and "BEGIN" not in text and body[-1] in text  # the window starts mid-block
+    shown = redact_tail(text)
+    assert not any(line in shown for line in body) and "END OPENSSH" not in shown
+    assert shown == f"{REDACTED}\nerror: bad flag --x\n"

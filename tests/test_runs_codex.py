@@ -5,13 +5,24 @@ agent really did (issue 8)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from memactors.testing.fake_openai import FunctionCall, Message, PatchCall, ShellCall, Turn, run_fake_openai
-from support_codex import FAKE_MODEL, codex_bin, codex_env, daemon_process
-from support_runs import REPO_KEY, make_repo
+from memactors.testing.fake_openai import (
+    FunctionCall,
+    McpToolCall,
+    Message,
+    PatchCall,
+    ShellCall,
+    ToolSearch,
+    Turn,
+    run_fake_openai,
+)
+from support import run_record
+from support_codex import CODEX_VERSIONS, FAKE_MODEL, codex_bin, codex_env, codex_version, daemon_process
+from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +41,7 @@ async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_fa
     script = [
         # Codex lists MCP resources as functions; reading the briefing goes through the gateway as this run
         Turn([FunctionCall("read_mcp_resource", {"server": "memactors", "uri": "harness://memory/briefing"})]),
-        Turn([ShellCall(["bash", "-lc", "python -m pytest -q test_ledger.py"])]),
+        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"])]),
         Turn([PatchCall("*** Begin Patch\n*** Add File: NOTES.md\n+rounding is binary floating point\n"
                         "*** End Patch\n")]),
         Turn([Message("Left NOTES.md; test_rounding still fails (2.675 is not representable).")]),
@@ -73,7 +84,7 @@ async def test_the_next_codex_run_gets_the_briefing_naming_the_first_run_prepend
     codex = codex_bin()
     repo = make_repo(tmp_path / "api", failing_test=True)
     script = [
-        Turn([ShellCall(["bash", "-lc", "python -m pytest -q test_ledger.py"])]),
+        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"])]),
         Turn([Message("test_rounding fails: 2.675 is not representable.")]),
         Turn([Message("Nothing to add.")]),
     ]
@@ -98,3 +109,48 @@ async def test_the_next_codex_run_gets_the_briefing_naming_the_first_run_prepend
     end = prompt.index("Fix the ledger rounding test.") + len("Fix the ledger rounding test.")
     composed = prompt[prompt.index('<memory-data kind="briefing"'):end]
     assert composed not in log and composed.encode() not in stored
+
+
+def test_the_second_codex_make_installs_is_newer_than_the_pinned_one() -> None:
+    """The "next" runs below are worth something only if they really run another, newer Codex."""
+    assert codex_version(codex_bin("next")) > codex_version(codex_bin("pinned"))
+
+
+@pytest.mark.req12
+@pytest.mark.parametrize("which", CODEX_VERSIONS)
+async def test_a_codex_run_calls_recall_as_a_tool_and_gets_its_memory_document_back(
+        tmp_path: Path, which: str) -> None:
+    """Issue 18: `codex exec` runs with approval policy never, which refused every memory tool call
+    ("MCP tool call requires approval"). The agent searches its deferred tools, calls
+    ``mcp__memactors.recall`` as a model would, and the answer is the wrapped memory document."""
+    codex = codex_bin(which)
+    repo = make_repo(tmp_path / "api")
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+                       encoding="utf-8")
+    script = [
+        Turn([ToolSearch("memactors recall memory")]),
+        Turn([McpToolCall("memactors", "recall", {"query": "ledger rounding"})]),
+        Turn([Message("Recalled: the ledger was fixed with Decimal before.")]),
+    ]
+    async with run_fake_openai(script) as fake:
+        with daemon_process(tmp_path, codex_harness("codex-fixer", codex=codex, workdir=repo, base_url=fake.base_url),
+                            env=codex_env(tmp_path / "codex-home")) as daemon:
+            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
+            assert ingested.returncode == 0, ingested.stderr
+            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
+            done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
+            assert done.returncode == 0, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
+            run = json.loads(done.stdout)
+    # the call log is written in batches: read it once the daemon has stopped (a clean stop writes it all)
+    db = sqlite3.connect(daemon.state / "memactors.db")
+    try:
+        calls = db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
+    finally:
+        db.close()
+    [recalled] = fake.tool_outputs(2)
+    assert "requires approval" not in recalled
+    assert recalled.count('<memory-data kind="recall"') == 1
+    assert seeded in recalled and "Decimal quantize" in recalled
+    # it went through the gateway as this run, and was served
+    assert calls == [(f"codex-fixer/{run['run_id']}", "recall", "ok")]

@@ -209,13 +209,17 @@ def test_req9_no_provider_answer_widens_a_callers_scope(db_path: Path, answer: l
         if not (isinstance(item["id"], str) and _allowed(item["id"])):
             assert marker not in result.text
     for it in episodes:
-        k = int(it["text"][4:7])
-        pid = payload["items"][k]["id"]
-        assert _allowed(pid)
         p = it["provenance"]
-        _check_provenance(pid, {"episode_id": p["episode"], "run_id": p["run"], "harness": p["harness"],
-                                "adapter": p["adapter"], "model": p["model"], "repo": p["repo"],
-                                "branch": p["branch"], "outcome": p["outcome"], "started_at": p["at"]})
+        if it["text"].startswith("MARK"):  # the provider's own text, kept: the item it came from
+            pids = [payload["items"][int(it["text"][4:7])]["id"]]
+        else:  # served with the daemon's own text of the episode (issue 20): an item that named it
+            pids = [i["id"] for i in payload["items"] if isinstance(i["id"], str) and i["id"] in BY_PID
+                    and BY_PID[i["id"]]["episode_id"] == p["episode"]]
+            assert "MARK" not in it["text"]  # none of the provider's words
+        assert pids and all(_allowed(pid) for pid in pids)
+        _check_provenance(pids[0], {"episode_id": p["episode"], "run_id": p["run"], "harness": p["harness"],
+                                    "adapter": p["adapter"], "model": p["model"], "repo": p["repo"],
+                                    "branch": p["branch"], "outcome": p["outcome"], "started_at": p["at"]})
         assert p["provider"] == PROVIDER and it["untrusted"] is True
 
 

@@ -186,7 +186,7 @@ def test_issue19_a_bad_store_url_is_refused_naming_the_key_without_its_password(
     path = write_config(tmp_path, store_url="mysql://app:hunter2@db.example/memory")
     with pytest.raises(ConfigError) as bad:
         load_config(path, env={"HOME": str(tmp_path)})
-    assert "[store] url" in str(bad.value) and "hunter2" not in str(bad.value) and "***" in str(bad.value)
+    assert "[store] url" in str(bad.value) and "hunter2" not in str(bad.value) and "[REDACTED]" in str(bad.value)
     path = write_config(tmp_path)
     env = {"HOME": str(tmp_path), "MEMACTORS_STORE_URL": "postgresql://app:hunter2@db.example:5432/memory"}
     config = load_config(path, env=env)

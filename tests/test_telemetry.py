@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+import trio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from memactors.config import ConfigHolder
+from memactors.gateway import BRIEFING_URI
 from memactors.service import open_memory_service
 from memactors.telemetry import memory_span
 from support import example, wait_ready
 from support_providers import FaultFiles, fault_toml
+from support_readside import API, as_run, gateway_client
 
 _exporter = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -89,3 +96,71 @@ async def test_req18_a_harness_export_telemetry_key_is_accepted_and_consents_for
         await memory.ingest_run(example("run-7-billing-bot.json"))  # another harness: not
     spans = [s for s in _exporter.get_finished_spans() if s.name == "memory.episode.record"]
     assert [dict(s.attributes or {})["memory.harness"] for s in spans] == ["api-fixer"]
+
+
+# -- the gateway's MCP server spans (issue 20) -----------------------------------------------------------
+
+GATEWAY_HARNESSES = ('[harness.api-fixer]\nharness = "claude-code"\nexport_telemetry = true\n'
+                     '[harness.billing-bot]\nharness = "claude-code"\n')
+
+
+async def _agent_session(url: str, token: str | None) -> None:
+    """What an agent does on the gateway: initialize, tools/list, a recall, a briefing, the resource."""
+    async with gateway_client(url, token) as client:
+        await client.list_tools()
+        assert not (await client.call_tool("recall", {"query": "flaky ledger"})).is_error
+        await client.call_tool("briefing", {})
+        if token is not None:
+            await client.read_resource(BRIEFING_URI)
+
+
+def _server_spans() -> list[Any]:
+    return [s for s in _exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+
+
+@pytest.mark.req18
+@pytest.mark.parametrize("export_all", [False, True])
+async def test_req18_the_gateways_mcp_server_spans_need_consent(
+        make_holder: Callable[[str], ConfigHolder], export_all: bool) -> None:
+    """The mcp SDK opens a SERVER span for every message the gateway handles (`tools/call recall`,
+    `tools/list`, `initialize`, …). Exported only under consent: `[telemetry] export_all`, or the calling
+    run's harness's `export_telemetry`; a harness without it, and an unattributed caller, export none."""
+    extra = GATEWAY_HARNESSES + f"[telemetry]\nexport_all = {'true' if export_all else 'false'}\n"
+    async with open_memory_service(make_holder(extra)) as service, trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        await service.ingest_run(example("run-42-api-fixer.json"))
+        quiet, _ = await as_run(service, "billing-bot", "7", API)
+        _exporter.clear()
+        await _agent_session(url, quiet)  # a harness that did not consent
+        await _agent_session(url, None)  # an unattributed caller
+        unconsented = [s.name for s in _server_spans()]
+        consenting, _ = await as_run(service, "api-fixer", "42", API)
+        _exporter.clear()
+        await _agent_session(url, consenting)
+        consented = [s.name for s in _server_spans()]
+        nursery.cancel_scope.cancel()
+    if export_all:
+        assert "tools/call recall" in unconsented and "tools/list" in unconsented
+    else:
+        assert unconsented == []
+    assert {"tools/list", "tools/call recall", "tools/call briefing", "resources/read"} <= set(consented)
+    exported = json.dumps([dict(s.attributes or {}) for s in _exporter.get_finished_spans()])
+    for text in ("flaky ledger", "TestLedgerReconcile", "<memory-data", "fix/flaky"):
+        assert text not in exported  # ids, names and outcomes only: no query, no document
+
+
+@pytest.mark.req18
+@pytest.mark.parametrize("export_all", [False, True])
+async def test_req18_the_provider_checks_spans_follow_telemetry_consent(make_holder, export_all: bool) -> None:  # type: ignore[no-untyped-def]
+    """`memory provider check` opens its own MCP session (in-process for the built-in provider): its SDK
+    spans (`tools/call memory_record_episode` of the synthetic episode, …) need consent too."""
+    async with open_memory_service(make_holder(f"[telemetry]\nexport_all = {str(export_all).lower()}\n")) as memory:
+        await wait_ready(memory)
+        _exporter.clear()
+        assert (await memory.check_provider())["ok"]
+    names = [s.name for s in _exporter.get_finished_spans()]
+    if export_all:
+        assert "tools/call memory_record_episode" in names
+    else:
+        assert names == []

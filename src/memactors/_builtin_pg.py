@@ -165,13 +165,16 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
         return []
     plans = [tsquery(pieces, "&"), tsquery(pieces, "|")] if len(pieces) > 1 else [tsquery(pieces, "|")]
     rows: list[Any] = []
-    for expression in plans:
+    for n, expression in enumerate(plans):
+        # OR-ed words: an episode matching more of them ranks first (BM25's idf and term saturation give
+        # the SQLite engine that order; cover density alone would put two repeated words above three).
+        matched = (" + ".join(["(d.tsv @@ to_tsquery('english', ?))::int"] * len(pieces)) + " DESC, ") if n else ""
         rows = db.execute(
             "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q,"
             " to_tsquery('simple', ?) s WHERE d.tsv @@ (q && s) AND d.scope = ANY(?)"
-            f" ORDER BY ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC, d.episode_id"
-            f" LIMIT {int(candidates)}",
-            [expression, scopes_query(scopes), list(scopes)]).fetchall()
+            f" ORDER BY {matched}ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
+            f" d.episode_id LIMIT {int(candidates)}",
+            [expression, scopes_query(scopes), list(scopes), *(pieces if n else [])]).fetchall()
         if len(rows) >= limit:
             break
     return [(r[0], int(r[1]), r[2]) for r in rows]
@@ -208,14 +211,27 @@ def briefing_rows(db: Db, scopes: Sequence[str], candidates: int) -> list[Any]:
         f" ORDER BY started_at DESC, episode_id LIMIT {int(candidates)}", [list(scopes)]).fetchall()
 
 
-def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str]) -> list[tuple[str, int, str]]:
-    """Episodes in `scopes` that touched one of `paths` exactly, newest first, best CANDIDATES."""
+def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int] = ()) -> list[Any]:
+    """`ranking.path_candidates` on PostgreSQL: the episodes of `scopes` that touched one of `paths`
+    exactly, newest first — the newest CANDIDATES, and any of the documents `among` (the text ranking's
+    candidates) that touched one, however old. Returns `ranking.Hit`s."""
+    from .ranking import Hit, _desc
+
     rows = db.execute(
         "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
         " WHERE d.scope = ANY(?) AND d.paths && ?::text[]"
         f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
         [list(scopes), list(paths)]).fetchall()
-    return [(r[0], int(r[1]), r[2]) for r in rows]
+    if len(rows) >= CANDIDATES and among:  # not every episode that touched a path is in `rows`
+        have = {int(r[1]) for r in rows}
+        wanted = [i for i in dict.fromkeys(among) if i not in have]
+        if wanted:
+            rows += db.execute(
+                "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
+                " WHERE d.doc_id = ANY(?) AND d.scope = ANY(?) AND d.paths && ?::text[]",
+                [wanted, list(scopes), list(paths)]).fetchall()
+    hits = {r[0]: Hit(r[0], int(r[1]), r[2]) for r in rows}
+    return sorted(hits.values(), key=lambda h: (_desc(h.started_at), h.episode_id))
 
 
 # -- vectors (pgvector) ------------------------------------------------------------------------------
@@ -434,7 +450,7 @@ def _define_provider() -> type:
             # no snippet words and no cosine ranking, as on SQLite.
             meta_mode = False
 
-            def text_rankings(db: Db) -> tuple[list[str], list[str], dict[str, Any]]:
+            def text_rankings(db: Db) -> tuple[list[str], dict[str, Any]]:
                 nonlocal meta_mode
                 hits: dict[str, Any] = {}
                 text_rank: list[str] = []
@@ -449,25 +465,30 @@ def _define_provider() -> type:
                                                                 CANDIDATES if paths or hybrid else limit):
                         hits[eid] = Hit(eid, doc_id, started)
                         text_rank.append(eid)
-                path_rank: list[str] = []
-                if paths:
-                    for eid, doc_id, started in path_candidates(db, paths, scopes):
-                        hits.setdefault(eid, Hit(eid, doc_id, started))
-                        path_rank.append(eid)
-                return text_rank, path_rank, hits
+                return text_rank, hits
 
-            def fuse(db: Db, text_rank: list[str], cosine_rank: list[str], path_rank: list[str],
+            def fuse(db: Db, text_rank: list[str], cosine_rank: list[str],
                      hits: dict[str, Any]) -> list[tuple[str, str, float]]:
                 if meta_mode:
                     cosine_rank = []
+                started = {eid: h.started_at for eid, h in hits.items()}
+                path_rank: dict[str, int] = {}
+                if paths:
+                    # The path boost: the episodes that touched a requested path, best text match first.
+                    text_order = b.rank(b.rrf([r for r in (text_rank, cosine_rank) if r]), started, len(hits))
+                    touched = path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
+                    for hit in touched:
+                        hits.setdefault(hit.episode_id, hit)
+                        started.setdefault(hit.episode_id, hit.started_at)
+                    path_rank = b.path_ranking(touched, text_order)
                 fused = b.rrf([r for r in (text_rank, cosine_rank, path_rank) if r])
-                order = b.rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
+                order = b.rank(fused, started, limit)
                 texts = b.item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
                 return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
             def text_only(db: Db) -> list[tuple[str, str, float]]:
-                text_rank, path_rank, hits = text_rankings(db)
-                return fuse(db, text_rank, [], path_rank, hits)
+                text_rank, hits = text_rankings(db)
+                return fuse(db, text_rank, [], hits)
 
             degraded: str | None = None
             if not hybrid:
@@ -493,10 +514,10 @@ def _define_provider() -> type:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(text_side)
                     nursery.start_soon(vector_side)
-                text_rank, path_rank, hits = results["text"]
+                text_rank, hits = results["text"]
                 for eid, hit in cosine_hits.items():
                     hits.setdefault(eid, hit)
-                ranked = await self.store.read(lambda db: fuse(db, text_rank, cosine_rank, path_rank, hits))
+                ranked = await self.store.read(lambda db: fuse(db, text_rank, cosine_rank, hits))
             out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                              for eid, text, score in ranked]}
             if degraded:

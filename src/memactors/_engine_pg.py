@@ -42,9 +42,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _builtin_pg
-from .config import mask_url
 from .errors import ConfigError, StoreUnavailable
 from .store import Store, _WriteJob, iso, run_jobs, utc_now
+from .urls import MASK, mask_url
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def _scrub(message: str, url: str) -> str:
     """A driver message with the URL's password (if it ever appears) and the URL itself masked."""
     secret = _password(url)
     if secret:
-        message = message.replace(secret, "***")
+        message = message.replace(secret, MASK)
     return message.replace(url, mask_url(url))
 
 
@@ -426,6 +426,26 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout)
 
 
+class PgHealth:
+    """`store_health.WriteHealth`'s interface for a PostgreSQL store: its disk is the server's, so what
+    the surfaces report is whether the server answered the last call (`PgStore.last_error`); a full disk
+    on the server is one of the errors it answers with."""
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def failed(self, exc: BaseException) -> BaseException:
+        return exc
+
+    def succeeded(self) -> None:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        error = self._store.last_error
+        return {"path": self._store.where, "writable": error is None, "free_bytes": None, "error": error,
+                "for_seconds": None}
+
+
 class PgStore(Store):
     """The store in a PostgreSQL database. Open with `await Store.open("postgresql://…")`."""
 
@@ -450,6 +470,7 @@ class PgStore(Store):
         #: The last failure to reach the server (a message without the password), None while it answers.
         self.last_error: str | None = None
         self._closed = False
+        self.health = PgHealth(self)
 
     @classmethod
     async def connect(cls, url: str, *, daemon_id: str = "local") -> PgStore:

@@ -23,6 +23,7 @@ import sqlite_vec
 import trio
 
 from .store import Store, _WriteJob, fts_match, migrations, private_dir, private_file, run_jobs
+from .store_health import WriteHealth
 
 T = TypeVar("T")
 
@@ -145,6 +146,7 @@ class SqliteStore(Store):
         self._readers: list[SqliteDb] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self.health = WriteHealth(path)
 
     @classmethod
     async def connect(cls, path: Path, *, daemon_id: str = "local") -> SqliteStore:

@@ -58,6 +58,7 @@ import trio
 from loguru import logger
 
 from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError
+from .logs import LogThrottle
 
 #: Codes of errors that answer a requester's mistake; not worth a warning (see rpc.CLIENT_CODES).
 _CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "UNAUTHENTICATED",
@@ -346,23 +347,26 @@ async def serve(
     """
     if concurrency < 1:
         raise InvalidArgument("serve concurrency must be at least 1", actor=mailbox.name, concurrency=concurrency)
+    # "handler failed" lines: one per (message type, error type) per 10 s for this actor.
+    failures = LogThrottle(interval=10.0)
     if concurrency == 1:
         async for request in mailbox:
-            await _handle(mailbox.name, request, handler)
+            await _handle(mailbox.name, request, handler, failures)
         return
     # `concurrency` long-lived workers, each taking the next request when it is free (a task spawned per
     # request, behind a semaphore, cost a task start and a semaphore round on every message).
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
-            nursery.start_soon(_worker, mailbox, handler)
+            nursery.start_soon(_worker, mailbox, handler, failures)
 
 
-async def _worker(mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]]) -> None:
+async def _worker(mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], failures: LogThrottle) -> None:
     async for request in mailbox:
-        await _handle(mailbox.name, request, handler)
+        await _handle(mailbox.name, request, handler, failures)
 
 
-async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitable[object]]) -> None:
+async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitable[object]],
+                  failures: LogThrottle | None = None) -> None:
     """Run the handler for one request and make sure the requester gets exactly one answer."""
 
     def log() -> Any:  # bound only when a line is written: not on every request
@@ -381,7 +385,13 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
             # the request (RPC, gateway) logs it once with its code.
             log().bind(error=type(exc).__name__, code=code).debug("request refused")
         else:
-            log().bind(error=type(exc).__name__, asked=request.reply is not None).warning("handler failed")
+            # The same failure over and over (every recall while the provider is down) is one line per
+            # 10 s with the count folded in, not a line per request (issue 20).
+            key = f"{type(request.message).__name__} {type(exc).__name__}"
+            suppressed = failures.allow(key) if failures is not None else 0
+            if suppressed is not None:
+                log().bind(error=type(exc).__name__, asked=request.reply is not None,
+                           suppressed=suppressed).warning("handler failed")
         request.fail(exc)
     else:
         request.respond(result)

@@ -2,8 +2,8 @@
 
 It is a real MCP server (the SDK's low-level `Server`), reached in-process through `mcp.Client(server)`
 by the provider session, so conformance checks and scope enforcement exercise it exactly as they do an
-upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio so it
-can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
+upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio
+(`builtin_stdio.py`) so it can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
 
 Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, its FTS5 scope
 token `scope_key`, the episode as fields — `title` (its summary, else the start of its excerpt),
@@ -18,29 +18,12 @@ model's dimension is known, and rebuilt (emptied) when the model or dimension ch
 cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
 re-recording or re-embedding the same content never calls the model API again.
 
-Ranking (reciprocal rank fusion, k = 60, of up to three rankings):
-
-* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
-  (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
-  the work follows the caller's repository, not the store. The plan: the AND of every query word first; only
-  when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND matches). Best
-  200 candidates by `rank` (BM25 with BM25_WEIGHTS over the content and metadata columns; the scope
-  column weighs 0).
-* **Cosine** (hybrid only): the query's embedding against `builtin_vec`, best 200 in the caller's scopes.
-* **Path boost**: when the request carries `paths`, the episodes whose `files_touched` contains one of
-  them exactly (repository-relative), newest first, best 200, form a third ranking. An episode that
-  touched a requested path therefore gains 1/(60 + rank) — as much as a top BM25 hit at the same rank —
-  and an episode that matches the query *and* touched the path outranks one that only matches the query.
-  A path match alone is enough to be returned.
-
-The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
-words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
-name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
-next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
-
-The fused score is Σ 1/(60 + rank) over the rankings an episode appears in; ties break by recency
-(started_at, newest first), then by episode id. Without an embedding model the ranking is BM25 (plus
-the path boost) alone.
+Ranking (`ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
+the caller's scopes, cosine (hybrid only: the query's embedding against `builtin_vec`, best 200 in the
+caller's scopes) and the path boost for a request carrying `paths` (the episodes whose `files_touched`
+contains one of them exactly, repository-relative) — ties by recency, then id. Without an embedding
+model the ranking is BM25 (plus the path boost) alone. A metadata-only query (REQ-14's briefing query)
+is ordered by what helps the next run instead (`ranking.briefing_order`).
 
 Embedding happens at record time, after the text is committed, under its own deadline: a failure
 (model API down, budget spent, deadline) leaves the episode without a vector and is only logged
@@ -59,14 +42,10 @@ unknown id answers `{forgotten: false}`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -81,24 +60,34 @@ from . import __version__, contract
 from .contract import load_schemas
 from .episode import flatten
 from .errors import InvalidArgument, MemactorsError
-from .gist import cut_words, gist
-from .store import _WORD, Store, scope_doc_id, scope_key, scope_range
+from .gist import gist
+from .ranking import BM25_WEIGHTS as BM25_WEIGHTS
+from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
+from .ranking import CANDIDATES as CANDIDATES
+from .ranking import CONTENT_COLUMNS as CONTENT_COLUMNS
+from .ranking import FTS_COLUMNS as FTS_COLUMNS
+from .ranking import RRF_K as RRF_K
+from .ranking import STOPWORDS as STOPWORDS
+from .ranking import Hit as Hit
+from .ranking import _desc
+from .ranking import bm25_candidates as bm25_candidates
+from .ranking import briefing_order as briefing_order
+from .ranking import briefing_rank as briefing_rank
+from .ranking import metadata_only as metadata_only
+from .ranking import path_candidates as path_candidates
+from .ranking import path_ranking as path_ranking
+from .ranking import query_words as query_words
+from .ranking import rank as rank
+from .ranking import rrf as rrf
+from .ranking import scoped_match as scoped_match
+from .ranking import search_words as search_words
+from .store import Store, scope_doc_id, scope_key
+from .wrapper import ELLIPSIS, cut_at_word
 
 CONTRACT_VERSION = 1
-RRF_K = 60
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
 #: cuts it further at a word boundary keeps the best of it.
 MAX_ITEM_TEXT = 320
-CANDIDATES = 200
-#: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
-#: touched (the content columns), then its metadata (harness, adapter, model, repository, branch,
-#: outcome, reason, run id, pull request), which every episode of a scope shares in part.
-FTS_COLUMNS = ("scope_key", "title", "excerpt", "files", "failures", "meta")
-CONTENT_COLUMNS = ("title", "excerpt", "files", "failures")
-#: BM25 weight of each FTS column (the scope token weighs nothing): the run's first words (its summary,
-#: else the start of its excerpt) count most, then the paths it touched (docs/benchmarks.md, "Recall
-#: quality", says what each weight did).
-BM25_WEIGHTS = (0.0, 3.0, 1.0, 1.5, 1.0, 0.25)
 #: The `title` column: the summary, else the first TITLE_CHARS characters of the excerpt (cut between words).
 TITLE_CHARS = 100
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
@@ -132,168 +121,6 @@ def content_hash(text: str, summary: str) -> str:
 
 def embed_input(text: str, summary: str) -> str:
     return (f"{summary}\n{text}" if summary else text)[:EMBED_INPUT_CHARS]
-
-
-@attrs.frozen
-class Hit:
-    episode_id: str
-    doc_id: int
-    started_at: str
-
-
-def query_words(query: str) -> list[str]:
-    """The distinct words of a query, lower-cased, in order."""
-    return list(dict.fromkeys(_WORD.findall(query.lower())))
-
-
-#: Words that say how a question is asked, not what it is about: English function words and the
-#: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
-#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
-#: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
-STOPWORDS = frozenset("""
-a about above after again against all already also am an and any anyone anything are around as at be
-because been before being below between both but by can could did do does doing done down during each
-ever few for from further get got had has have having he her here hers him his how i if in into is it
-its itself just last lately me more most my myself no nor not now of off on once only or other our ours
-out over own please previously recent recently same she should so some someone something still such
-than that the their theirs them then there these they this those through to too under until up us very
-was we were what when where which while who whom why will with would yet you your yours
-""".split())
-
-
-def search_words(query: str) -> list[str]:
-    """The words a recall searches for: the query's words less STOPWORDS (all of them when that would
-    leave none)."""
-    words = query_words(query)
-    kept = [w for w in words if w not in STOPWORDS]
-    return kept or words
-
-
-def rank_function(weights: Sequence[float] = ()) -> str:
-    """The BM25 rank expression with each FTS column's weight (BM25_WEIGHTS unless given)."""
-    return "bm25(" + ", ".join(repr(float(w)) for w in (weights or BM25_WEIGHTS)) + ")"
-
-
-def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
-    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
-    metadata columns.
-
-    Every word is double-quoted, so FTS5 operators in user text stay inert.
-    """
-    keys = " OR ".join(f'"{scope_key(s)}"' for s in scopes)
-    terms = f" {op} ".join(f'"{w}"' for w in words)
-    return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
-
-
-
-def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
-                    limit: int, candidates: int = CANDIDATES) -> list[Hit]:
-    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
-
-    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
-    its scope token, and the joined row's scope is checked once more. Returns the hits, best first:
-    rank (BM25 with BM25_WEIGHTS, configured as the table's rank), then recency, then id.
-
-    At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
-    number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
-    """
-    ranges = scope_ranges(db, scopes)
-    any_word = scoped_match(words, scopes, "OR")
-    plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
-    rows: list[Any] = []
-    for match in plans:
-        rows = []
-        for scope, low, high in ranges:
-            rows += db.execute(
-                f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
-                # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
-                f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
-                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
-                [match, rank_function(), low, high, scope],
-            ).fetchall()
-        if len(ranges) > 1:
-            rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
-            rows = rows[:candidates]
-        if len(rows) >= limit:
-            break
-    return [Hit(r[2], int(r[3]), r[1]) for r in rows]
-
-
-def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
-    """(scope, first doc id, last doc id) of each requested scope that has documents."""
-    wanted = list(dict.fromkeys(scopes))
-    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
-                           wanted).fetchall())
-    return [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
-
-
-def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]]) -> bool:
-    return any(db.execute("SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? LIMIT 1",
-                          [match, low, high]).fetchone() is not None for _, low, high in ranges)
-
-
-def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
-    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
-    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
-    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
-    and not in any metadata makes it a real query. At most two index probes per word."""
-    ranges = scope_ranges(db, scopes)
-    if not ranges or not words:
-        return False
-    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
-    in_meta = False
-    for w in words:
-        if _occurs(db, f'meta : "{w}"', ranges):
-            in_meta = True
-        elif _occurs(db, f'{content} : "{w}"', ranges):
-            return False
-    return in_meta
-
-
-#: Episodes of the scope considered for a metadata-only query (newest first).
-BRIEFING_CANDIDATES = 200
-
-
-def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
-    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
-    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
-
-    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
-    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
-    of: all of them newest first; those on the query's branch (every word of their branch is a word
-    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
-    run of the scope touching one of the same files — newest first. Ties by recency, then id.
-    """
-    rows: list[tuple[int, str, str, str, str, str]] = []
-    for scope, _low, _high in scope_ranges(db, scopes):
-        rows += db.execute(
-            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
-            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
-            f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
-    return briefing_rank(rows, words)
-
-
-def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[Hit]:
-    """`briefing_order`'s ranking of the scope's newest episodes with something to show, given as rows
-    (doc_id, episode_id, started_at, branch, outcome, files as JSON); both store engines use it."""
-    rows = sorted(rows, key=lambda r: (_desc(r[2]), r[1]))[:BRIEFING_CANDIDATES]
-    wanted = set(words)
-    on_branch = [r[1] for r in rows if r[3] and set(_WORD.findall(r[3].lower())) <= wanted]
-    failed_files: set[str] = set()
-    fixed: list[str] = []
-    for r in reversed(rows):  # oldest first
-        files = set(json.loads(r[5]))
-        if r[4] == "failed":
-            failed_files |= files
-        elif r[4] == "succeeded" and files & failed_files:
-            fixed.append(r[1])
-            failed_files -= files
-    fixed.reverse()
-    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
-    started = {r[1]: r[2] for r in rows}
-    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
-    return [hits[eid] for eid in rank(fused, started, len(fused))]
 
 
 def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
@@ -370,7 +197,7 @@ def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: 
                          for f in ep["verify_failures"] if isinstance(f, Mapping))
     else:
         failures = tuple((m.group(1), int(m.group(2))) for m in _FAILURE.finditer(lines.get("verify_failures", "")))
-    title = summary or cut_words(excerpt, TITLE_CHARS).rstrip("…")
+    title = summary or cut_at_word(excerpt, TITLE_CHARS).removesuffix(ELLIPSIS)
     return DocFields(
         title=title, excerpt=excerpt, summary=summary, files=files, failures=failures,
         meta=" ".join(v for v in (value(name) for name in META_FIELDS) if v),
@@ -381,22 +208,6 @@ def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
     """`ids` in slices small enough for one statement's bound parameters."""
     return [ids[i:i + size] for i in range(0, len(ids), size)]
-
-
-def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
-    """Reciprocal rank fusion: Σ 1 / (k + rank) over every ranking an id appears in (rank from 1)."""
-    fused: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
-    return fused
-
-
-def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:
-    """Ids by fused score, ties by recency (started_at newest first), then id."""
-    by_id = sorted(fused)
-    by_recency = sorted(by_id, key=lambda eid: started.get(eid, ""), reverse=True)  # stable: id order kept
-    return sorted(by_recency, key=lambda eid: -fused[eid])[:limit]
 
 
 # -- synchronous store helpers (used by the provider and by bench/) --------------------------------
@@ -585,13 +396,12 @@ class BuiltinProvider:
         paths = [str(p) for p in args.get("paths") or []][:20]
         query = str(args.get("query", ""))
         words = search_words(query)
-        marks = ",".join("?" * len(scopes))
         hybrid = self.embedder is not None and bool(query.strip())
         # A query whose words only select the scope's episodes (metadata_only) is answered by
         # briefing_order, with no snippet words and no cosine ranking.
         meta_mode = False
 
-        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], list[str], dict[str, Hit]]:
+        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], dict[str, Hit]]:
             nonlocal meta_mode
             hits: dict[str, Hit] = {}
             bm25_rank: list[str] = []
@@ -606,32 +416,30 @@ class BuiltinProvider:
                 for hit in found:
                     hits[hit.episode_id] = hit
                     bm25_rank.append(hit.episode_id)
-            path_rank: list[str] = []
-            if paths:
-                conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
-                rows = db.execute(
-                    f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
-                    f" WHERE d.scope IN ({marks}) AND ({conds})"
-                    f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
-                    [*scopes, *paths],
-                ).fetchall()
-                for eid, doc_id, started in rows:
-                    hits.setdefault(eid, Hit(eid, int(doc_id), started))
-                    path_rank.append(eid)
-            return bm25_rank, path_rank, hits
+            return bm25_rank, hits
 
-        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str], path_rank: list[str],
+        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str],
                  hits: dict[str, Hit]) -> list[tuple[str, str, float]]:
             if meta_mode:
                 cosine_rank = []
+            started = {eid: h.started_at for eid, h in hits.items()}
+            path_rank: dict[str, int] = {}
+            if paths:
+                # The path boost: the episodes that touched a requested path, best text match first.
+                text_order = rank(rrf([r for r in (bm25_rank, cosine_rank) if r]), started, len(hits))
+                touched = path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
+                for hit in touched:
+                    hits.setdefault(hit.episode_id, hit)
+                    started.setdefault(hit.episode_id, hit.started_at)
+                path_rank = path_ranking(touched, text_order)
             fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
-            order = rank(fused, {eid: h.started_at for eid, h in hits.items()}, limit)
+            order = rank(fused, started, limit)
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
             return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
         def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
-            bm25_rank, path_rank, hits = text_rankings(db)
-            return fuse(db, bm25_rank, [], path_rank, hits)
+            bm25_rank, hits = text_rankings(db)
+            return fuse(db, bm25_rank, [], hits)
 
         degraded: str | None = None
         if not hybrid:  # one read transaction, one worker-thread hop
@@ -655,10 +463,10 @@ class BuiltinProvider:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-            bm25_rank, path_rank, hits = results["text"]
+            bm25_rank, hits = results["text"]
             for eid, hit in cosine_hits.items():
                 hits.setdefault(eid, hit)
-            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, path_rank, hits))
+            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, hits))
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                          for eid, text, score in ranked]}
         if degraded:
@@ -756,104 +564,5 @@ def _knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[st
     return [r[1] for r in found], {r[1]: Hit(r[1], r[2], r[3]) for r in found}
 
 
-def _desc(started_at: str) -> tuple[int, ...]:
-    """Sort key for 'newest first' on ISO strings."""
-    return tuple(-ord(c) for c in started_at)
-
-
 def _error(message: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
-
-
-async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None,
-                              embedding_model: str | None = None) -> None:
-    """Serve the built-in provider over stdio on the store at `db_path` until stdin closes.
-
-    `memactors provider serve-builtin --stdio` runs this, so the built-in provider can be configured as
-    an `[mcp.<name>]` upstream (and exercised exactly as a third-party one).
-
-    The wire is read and written with non-blocking pipes on trio's own I/O loop (`_PipeLines` /
-    `_PipeWriter`), not the SDK's default file wrappers, which run every line read and every write and
-    flush in a worker thread: one request at a time went through stdin that way, and a queued backlog
-    drained at ~150 records/s (docs/benchmarks.md, "drain"). As the SDK does, fd 0 and 1 are moved off
-    the wire while serving (to the null device and to stderr), so nothing a handler prints can corrupt it.
-    """
-    from mcp.server.stdio import stdio_server
-
-    store = await Store.open(db_path)
-    try:
-        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
-            validate_requests=True)
-        with _claimed_stdio() as (wire_in, wire_out):
-            async with _PipeLines(wire_in) as stdin, _PipeWriter(wire_out) as stdout, \
-                    stdio_server(stdin=stdin, stdout=stdout) as (read, write):  # type: ignore[arg-type]
-                await server.run(read, write, server.create_initialization_options())
-    finally:
-        store.close()
-
-
-@contextmanager
-def _claimed_stdio() -> Iterator[tuple[int, int]]:
-    """Private duplicates of fd 0 and 1 (the wire), with fd 0 pointed at the null device and fd 1 at
-    stderr meanwhile; restored on exit."""
-    wire_in = os.dup(0)
-    wire_out = os.dup(1)
-    saved_in, saved_out = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        os.dup2(null, 0)
-        os.dup2(2, 1)
-        yield wire_in, wire_out
-    finally:
-        os.close(null)
-        os.dup2(saved_in, 0)
-        os.dup2(saved_out, 1)
-        os.close(saved_in)
-        os.close(saved_out)
-
-
-class _PipeLines:
-    """`async for line in …` over a pipe: the lines of newline-delimited JSON-RPC, read in chunks."""
-
-    def __init__(self, fd: int) -> None:
-        self._stream = trio.lowlevel.FdStream(fd)  # owns and closes fd
-
-    async def __aenter__(self) -> _PipeLines:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stream.aclose()
-
-    async def __aiter__(self) -> AsyncIterator[str]:
-        buffer = b""
-        while True:
-            chunk = await self._stream.receive_some(1 << 16)
-            if not chunk:
-                if buffer.strip():
-                    yield buffer.decode("utf-8", "replace")
-                return
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield line.decode("utf-8", "replace")
-
-
-class _PipeWriter:
-    """`write` / `flush` as the SDK's stdout writer calls them, one `send_all` per message."""
-
-    def __init__(self, fd: int) -> None:
-        self._stream = trio.lowlevel.FdStream(fd)
-
-    async def __aenter__(self) -> _PipeWriter:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._stream.aclose()
-
-    async def write(self, text: str) -> None:
-        await self._stream.send_all(text.encode("utf-8"))
-
-    async def flush(self) -> None:
-        return None

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from .errors import ConfigError
+from .urls import mask_url, mask_values
 
 __all__ = [
     "Config",
@@ -228,16 +229,6 @@ class HarnessConfig:
         )
 
 
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
-_URL_PASSWORD_PARAM = re.compile(r"(password=)([^&\s]*)", re.IGNORECASE)
-
-
-def mask_url(url: str) -> str:
-    """A store URL with its password (in the authority or a ``password=`` parameter) replaced by ``***``:
-    the only form a URL is ever shown or logged in."""
-    return _URL_PASSWORD_PARAM.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\3", url))
-
-
 #: The environment variable that sets ``[store] url`` (and wins over the file, so the URL with its
 #: password can stay out of files).
 STORE_URL_ENV = "MEMACTORS_STORE_URL"
@@ -386,7 +377,9 @@ def _expand_user(text: str, env: Mapping[str, str], base: Path | None = None) ->
 
 
 def _show(value: object) -> str:
-    """A value as the operator would write it in TOML (strings double-quoted)."""
+    """A value as the operator would write it in TOML (strings double-quoted), every URL in it masked
+    (``mask_url``: an upstream's URL may carry a password, a key or a token; issue 20)."""
+    value = mask_values(value)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

@@ -76,6 +76,10 @@ class ConformanceReport:
     provider_version: str | None = None
     #: Recorded ids whose forget did not get a valid answer before the cleanup deadline.
     unforgotten_ids: tuple[str, ...] = ()
+    #: When a check failed: the provider's last stderr lines (a stdio provider's traceback), redacted.
+    stderr_tail: tuple[str, ...] = ()
+    #: When check 1 failed: where to read what a memory provider must be.
+    help: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -226,7 +230,11 @@ class _Suite:
 
     async def _check_contract(self, listed: dict[str, dict[str, Any]]) -> bool:
         if "memory_contract" not in listed:
-            self.put(1, "fail", "the provider has no memory_contract tool")
+            offered = sorted(listed)
+            shown = ", ".join(name[:64] for name in offered[:6]) + (", …" if len(offered) > 6 else "")
+            what = f"it offers {len(offered)} other tool(s): {shown}" if offered else "it offers no tools"
+            self.put(1, "fail", f"the provider has no memory_contract tool ({what}): it is an MCP server but "
+                                "not a memactors memory provider")
             return False
         try:
             payload = await self.call("memory_contract", {})
@@ -445,6 +453,27 @@ async def run_conformance(
     return report
 
 
+#: Where a failed check 1 points: the page that says what a provider is and how to write one.
+HELP_DOC = "docs/write-a-provider.md"
+
+
+def explain_failure(report: ConformanceReport, stderr_tail: tuple[str, ...]) -> ConformanceReport:
+    """A failed report with what explains it: the provider's last stderr lines (already redacted) and,
+    when check 1 failed, the pointer to the provider documentation. A passing report is left alone."""
+    if report.ok:
+        return report
+    first = report.checks[0] if report.checks else None
+    if first is not None and stderr_tail and first.status == "fail" and "Connection closed" in first.reason:
+        # the process ended before it answered: what it printed is the reason, shown under this check
+        first = attrs.evolve(first, reason=f"{first.reason} (the provider exited; its stderr says why)")
+        report = attrs.evolve(report, checks=(first, *report.checks[1:]))
+    help_text = None
+    if first is not None and first.number == 1 and first.status == "fail":
+        help_text = (f"a memory provider is an MCP server with the tools memory_contract, memory_record_episode, "
+                     f"memory_recall and memory_forget: see {HELP_DOC} in the memactors repository")
+    return attrs.evolve(report, stderr_tail=tuple(stderr_tail), help=help_text)
+
+
 _MARK: dict[str, str] = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
 
 
@@ -459,9 +488,17 @@ def format_report(report: ConformanceReport) -> str:
         )
     ]
     name_width = max(len(c.name) for c in report.checks) if report.checks else 0
+    explained = False
     for check in report.checks:
         row = f"  {check.number}  {_MARK[check.status]:<4}  {check.name:<{name_width}}"
         lines.append(f"{row}  {check.reason}".rstrip() if check.reason else row.rstrip())
+        if check.status == "fail" and not explained:  # why, under the first failing check
+            explained = True
+            if report.stderr_tail:
+                lines.append(f"        the provider's stderr (last {len(report.stderr_tail)} line(s), redacted):")
+                lines += [f"          {line}" for line in report.stderr_tail]
+            if report.help:
+                lines.append(f"        {report.help}")
     if report.unforgotten_ids:
         lines.append(
             f"  {len(report.unforgotten_ids)} synthetic id(s) not confirmed forgotten (the provider did not answer memory_forget)"

@@ -25,11 +25,12 @@ from loguru import logger
 
 from ._kernel import SupervisorFailed
 from .config import Config, ConfigHolder, load_config
-from .errors import ConfigError, StoreUnavailable
+from .errors import ConfigError, MemactorsError, StoreUnavailable
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc import ensure_tokens, serve_rpc
 from .service import open_memory_service
+from .spool import send_spool
 from .store import private_dir
 
 DAEMON_FILE = "daemon.json"
@@ -149,6 +150,7 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
                         provider=config.memory.provider).info("memactors serving")
             announce(listening)
             task_status.started(listening)
+            nursery.start_soon(_send_spool, memory, state_dir)
             try:
                 await _signals(holder, signals, nursery.cancel_scope)
             finally:
@@ -156,9 +158,20 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
                 (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
 
 
+async def _send_spool(memory: Any, state_dir: Path) -> None:
+    """Send the sessions a hook spooled while no daemon was reachable (spool.py), once we serve."""
+    try:
+        counts = await send_spool(state_dir, memory.ingest_runs)
+    except (OSError, MemactorsError) as exc:  # the spool keeps what was not confirmed: nothing is lost
+        logger.bind(error=type(exc).__name__).warning("session spool not sent; left for the next hook or start")
+        return
+    if counts:
+        logger.bind(**counts).info("spooled sessions sent")
+
+
 def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
-    """/readyz: ready when the store answers (PostgreSQL up) and the provider session is ready with its
-    breaker closed; else a short reason."""
+    """/readyz: ready when the store answers (PostgreSQL up), the provider session is ready, its breaker
+    closed and the store can write; else a short reason."""
 
     async def ready() -> str | None:
         store_error = await memory.store.ping()
@@ -169,6 +182,9 @@ def _readiness(memory: Any) -> Callable[[], Awaitable[str | None]]:
             return f"provider {status.provider} is {status.state}"
         if status.breaker != "closed":
             return f"provider {status.provider} breaker is {status.breaker}"
+        store = await trio.to_thread.run_sync(memory.store.health.snapshot)
+        if not store["writable"]:
+            return f"store {store['path']} is not writable: {store['error']} ({store['free_bytes']} bytes free)"
         return None
 
     return ready

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from .config import Config
+from .urls import mask_url
 
 Status = Literal["pass", "info", "note", "warn", "fail"]
 
@@ -47,17 +48,6 @@ def doctor_rows(
     daemon gives up and exits 75.
     """
     rows: list[Row] = []
-    store = status.get("store")
-    if store:
-        where = f"{store['where']}, daemon {store['daemon_id']}"
-        if store.get("reachable", True):
-            rows.append(Row("pass", "memory store", where))
-        else:
-            # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
-            # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
-            rows.append(Row("fail", "memory store",
-                            f"{where}: unreachable ({store.get('error') or 'no answer'}); ingest answers "
-                            "UNAVAILABLE and recall is degraded until it is back"))
     provider = status["provider"]
     state = status["state"]
     contract = status.get("contract")
@@ -66,11 +56,19 @@ def doctor_rows(
     # ready: pass. connecting (no attempt has failed yet): info. Down — a failed connection attempt, a
     # contract check that failed or timed out — warns with the reason from the first failure on, and
     # fails once it has lasted five minutes (REQ-19). Incompatible fails at once.
+    # A ready provider behind an open (or half-open) breaker is not healthy either: every recall comes
+    # back without episodes and records are queued, so it warns with what that means (issue 20).
     first: Status = {"ready": "pass", "connecting": "info"}.get(state, "warn")  # type: ignore[assignment]
+    breaker = status.get("breaker")
+    if state == "ready" and breaker not in (None, "closed"):
+        first = "warn"
     rows.append(Row(first, "memory provider",
                     f"{provider} ({status.get('transport')}), contract {contract if contract is not None else 'unknown'}, "
-                    f"state {state}, breaker {status.get('breaker')}"
-                    + (f": {error}" if error and state not in ("ready", "incompatible") else "")))
+                    f"state {state}, breaker {breaker}"
+                    + (f": {error}" if error and state not in ("ready", "incompatible") else "")
+                    + (": recalls are answered without episodes and records are queued until it closes"
+                       if first == "warn" and state == "ready" else "")))
+    rows.extend(store_rows(status.get("store")))
     if state == "incompatible":
         rows.append(Row("fail", "memory provider compatibility",
                         f"{provider} is incompatible: {error or 'unsupported contract'}"))
@@ -96,8 +94,10 @@ def doctor_rows(
                         f"{spell.get('attempts', 0)} restarts in {int(seconds)} s; the daemon gives up "
                         f"(exit 75) after {int(exhaustion_limit // 60)} minutes of this"))
     if degraded_recalls_24h:
+        in_a_row = int((status.get("recalls") or {}).get("degraded_in_a_row") or 0)
         rows.append(Row("warn", "memory recall degraded",
-                        f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"))
+                        f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"
+                        + (f", the last {in_a_row} in a row" if in_a_row > 1 else "")))
     if config.model_api is not None and config.model_api.embedding_model and episodes_missing_vectors:
         rows.append(Row("warn", "memory embeddings",
                         f"{episodes_missing_vectors} built-in episodes have no vector for "
@@ -109,13 +109,48 @@ def doctor_rows(
     return rows
 
 
+def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
+    """The store's row: pass with where it is (and the bytes free on a local disk) and this daemon's id;
+    fail when it cannot write (disk full; issue 20) or, on PostgreSQL, does not answer (issue 19)."""
+    if store is None:
+        return []
+    who = f", daemon {store['daemon_id']}" if store.get("daemon_id") else ""
+    if not store.get("reachable", True):
+        # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
+        # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
+        return [Row("fail", "memory store",
+                    f"{store.get('where') or store.get('path')}{who}: unreachable "
+                    f"({store.get('error') or 'no answer'}); ingest answers UNAVAILABLE and recall is degraded "
+                    "until it is back")]
+    free = store.get("free_bytes")
+    shown = "unknown" if free is None else _size(int(free))
+    place = store.get("where") if store.get("engine") == "postgresql" else store.get("path")
+    if store.get("writable"):
+        space = "" if free is None and store.get("engine") == "postgresql" else f", {shown} free"
+        return [Row("pass", "memory store", f"{place} is writable{space}{who}")]
+    return [Row("fail", "memory store",
+                f"{place} is not writable: {store.get('error') or 'database or disk is full'}; "
+                f"{shown} free; ingests and records are refused (RESOURCE_EXHAUSTED) until space is freed")]
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor:
+            return f"{n / factor:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def privacy_note(config: Config) -> Row:
     """REQ-18: where episodes go."""
     upstream = config.provider_upstream
     if upstream is None:
         return Row("note", "memory privacy", "built-in provider: episodes stay on this host")
     if upstream.url is not None:
-        host = urlsplit(upstream.url).hostname or upstream.url
+        try:
+            host = urlsplit(upstream.url).hostname
+        except ValueError:  # not a URL urllib can split ("http://[bad"): shown whole, credentials masked
+            host = None
+        host = host or mask_url(upstream.url)
         return Row("note", "memory privacy",
                    f"provider {upstream.name} is an HTTP upstream at {host}: episodes leave this host")
     return Row("note", "memory privacy",

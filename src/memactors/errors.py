@@ -28,9 +28,20 @@ class MemactorsError(Exception):
 
 
 class ConfigError(MemactorsError):
-    """Raised when a configuration file cannot be loaded; names the file, the key and the value."""
+    """Raised when a configuration file cannot be loaded; names the file, the key and the value.
+
+    The value is kept with every URL in it masked (``urls.mask_values``): it is printed and logged with
+    the error, and an upstream's URL may carry a password, a key or a token.
+    """
 
     code = "INVALID_ARGUMENT"
+
+    def __init__(self, message: str = "", **context: object) -> None:
+        if "value" in context:
+            from .urls import mask_values
+
+            context["value"] = mask_values(context["value"])
+        super().__init__(message, **context)
 
 
 class InvalidArgument(MemactorsError):
@@ -112,6 +123,13 @@ class DeadlineExceeded(MemactorsError):
     """Raised when a request to an actor is not answered within the caller's deadline."""
 
     code = "DEADLINE_EXCEEDED"
+
+
+class StoreFull(MemactorsError):
+    """Raised when the store cannot write because its disk is full; names the path and the bytes free."""
+
+    code = "RESOURCE_EXHAUSTED"
+    mcp_code = "unavailable"
 
 
 class ActorStopped(MemactorsError):

@@ -10,14 +10,18 @@ Nothing else is reachable through it. The memory provider's tools never appear i
 ``not_permitted`` without anything being sent upstream, and written to the call log with outcome
 ``denied`` (REQ-2). Agents therefore have no tool that records, edits or forgets an episode.
 
-The server is the mcp SDK's low-level ``Server`` and its streamable-HTTP ASGI app, run by hypercorn's
-trio worker in the daemon's nursery.
+The server is the mcp SDK's low-level ``Server`` behind two of the SDK's streamable-HTTP session
+managers, run by hypercorn's trio worker in the daemon's nursery (see :class:`SessionRouter`): a caller
+with a live run token gets the SDK's sessions (``Mcp-Session-Id``), a caller without one is served
+statelessly, so no number of unauthenticated ``initialize`` requests can fill the session table or the
+daemon's memory and lock a token holder out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any, NoReturn
 
@@ -25,15 +29,20 @@ import mcp.types as t
 import trio
 from loguru import logger
 from mcp.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from . import contract
-from ._listen import RateLimitedLog, serve_asgi
+from ._asgi import serve_lifespan
+from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
 from .store import bound_field, iso
+from .telemetry import consent_server_spans
 
-__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "BearerGate", "Gateway", "serve_gateway"]
+__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "SessionRouter",
+           "serve_gateway"]
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -56,6 +65,21 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
 
 #: The schemas ``tools/list`` advertises, by tool name (None for any other name: nothing to check).
 _TOOL_SCHEMAS: dict[str, dict[str, Any]] = {"recall": _RECALL_SCHEMA, "briefing": _BRIEFING_SCHEMA}
+
+#: What ``tools/list`` answers. The annotations tell a host what a call does before it makes one:
+#: both tools only read memory (``readOnlyHint``; the exposure rows a call writes are the daemon's
+#: bookkeeping, not a change the agent makes), reach nothing outside this daemon (``openWorldHint``
+#: false) and are safe to repeat. Hosts that gate tool calls on approval can allow them on that basis.
+TOOL_DEFINITIONS: tuple[t.Tool, ...] = (
+    t.Tool(name="recall", title="Recall memory", input_schema=_RECALL_SCHEMA,
+           description="Recall facts, past episodes and runs that edited given paths in your repository.",
+           annotations=t.ToolAnnotations(title="Recall memory", read_only_hint=True, destructive_hint=False,
+                                         idempotent_hint=True, open_world_hint=False)),
+    t.Tool(name="briefing", title="Read your briefing", input_schema=_BRIEFING_SCHEMA,
+           description="Your run's briefing: collisions, recent runs, facts and episodes.",
+           annotations=t.ToolAnnotations(title="Read your briefing", read_only_hint=True, destructive_hint=False,
+                                         idempotent_hint=True, open_world_hint=False)),
+)
 
 
 def _error(code: str, message: str) -> t.CallToolResult:
@@ -97,7 +121,7 @@ class Gateway:
         self._refusals = RateLimitedLog(interval=10.0)
 
     def server(self) -> Server[Any]:
-        return Server(
+        server = Server(
             "harness-memory",
             version="1",
             on_list_tools=self._list_tools,
@@ -108,6 +132,20 @@ class Gateway:
             # whole tools/list through its dispatcher first (a second request's worth of work per call).
             get_tool_input_schema=_TOOL_SCHEMAS.get,
         )
+        # REQ-18: the SDK's SERVER span per message (`tools/call recall`, …) only under consent.
+        consent_server_spans(server, self._spans_consented)
+        return server
+
+    def _spans_consented(self, ctx: Any) -> bool:
+        """REQ-18 consent for one message's span: `[telemetry] export_all`, or the calling run's harness
+        sets `export_telemetry` (an unattributed caller has no harness to consent for it)."""
+        config = self._service.config
+        if config.telemetry.export_all:
+            return True
+        scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+        view = (scope.get("state") or {}).get(VIEW_STATE_KEY)
+        harness = config.harness.get(view.harness) if view is not None and view.harness else None
+        return bool(harness is not None and harness.export_telemetry)
 
     async def _view(self, ctx: Any) -> View:
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
@@ -119,12 +157,7 @@ class Gateway:
         return UNATTRIBUTED if token is None else await self._service.caller_view(token)
 
     async def _list_tools(self, ctx: Any, params: Any) -> t.ListToolsResult:
-        return t.ListToolsResult(tools=[
-            t.Tool(name="recall", input_schema=_RECALL_SCHEMA,
-                   description="Recall facts, past episodes and runs that edited given paths in your repository."),
-            t.Tool(name="briefing", input_schema=_BRIEFING_SCHEMA,
-                   description="Your run's briefing: collisions, recent runs, facts and episodes."),
-        ])
+        return t.ListToolsResult(tools=list(TOOL_DEFINITIONS))
 
     async def _list_resources(self, ctx: Any, params: Any) -> t.ListResourcesResult:
         return t.ListResourcesResult(resources=[
@@ -258,6 +291,8 @@ class BearerGate:
                                "mint one with `memactors token mint <harness>`")
             return
         scope["state"] = {**(scope.get("state") or {}), VIEW_STATE_KEY: view}
+        # A full listener makes room by closing slow or idle connections; never a token holder's.
+        trust_connection(scope)
         await self._app(scope, receive, send)
 
     async def _refuse(self, scope: _Scope, send: _Send, why: str, message: str) -> None:
@@ -274,17 +309,77 @@ class BearerGate:
         await send({"type": "http.response.body", "body": body})
 
 
+#: Sessions of token holders: the SDK's limits (a token is minted per run by the operator, so only the
+#: daemon's own agents can open them). An idle one is closed after 30 minutes, as in the SDK.
+ATTRIBUTED_SESSION_IDLE = 30 * 60.0
+ATTRIBUTED_MAX_SESSIONS = 10_000
+
+
+class SessionRouter:
+    """The gateway's ``/mcp`` endpoint: one streamable-HTTP session manager per kind of caller.
+
+    The SDK's stateful manager keeps every session ~41 KB for 30 minutes and refuses new ones with 503
+    past 10,000: anyone able to open a socket could fill it with ``initialize`` requests and lock every
+    agent out. So a request that :class:`BearerGate` attributed to a live run goes to a stateful
+    manager only token holders reach; any other request (no ``Authorization`` header: unattributed, as
+    SPEC-0030 allows) to a **stateless** one, which keeps nothing between requests. An unattributed
+    caller loses nothing by it: it can see no episodes and has no briefing, and the gateway sends no
+    server-to-client messages that would need a session.
+
+    The managers run for as long as :meth:`run` is entered (the daemon's nursery, not an ASGI lifespan).
+    """
+
+    def __init__(self, server: Server[Any], host: str) -> None:
+        security = _transport_security(host)
+        # JSON responses, not SSE streams: the gateway's handlers send no notifications or server-to-client
+        # requests, so one JSON body per POST is the whole answer. The SDK then serves a request in its
+        # ASGI task instead of a second task fed through a memory stream plus a disconnect watcher.
+        self.attributed = StreamableHTTPSessionManager(
+            server, json_response=True, security_settings=security,
+            session_idle_timeout=ATTRIBUTED_SESSION_IDLE, max_sessions=ATTRIBUTED_MAX_SESSIONS)
+        self.anonymous = StreamableHTTPSessionManager(
+            server, json_response=True, stateless=True, security_settings=security)
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with self.attributed.run(), self.anonymous.run():
+            yield
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if scope.get("path") not in ("/mcp", "/mcp/"):
+            body = b"not found: the MCP endpoint is /mcp\n"
+            await send({"type": "http.response.start", "status": 404, "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        attributed = VIEW_STATE_KEY in (scope.get("state") or {})
+        manager = self.attributed if attributed else self.anonymous
+        await manager.handle_request(scope, receive, send)
+
+
+def _transport_security(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection on a loopback listener, as the SDK's ``streamable_http_app`` sets it."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
 async def serve_gateway(
     service: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
-    server = Gateway(service).server()
-    async with trio.open_nursery() as nursery:
-        # JSON responses, not SSE streams: the gateway's handlers send no notifications or server-to-client
-        # requests, so one JSON body per POST is the whole answer. The SDK then serves a request in its
-        # ASGI task instead of a second task fed through a memory stream plus a disconnect watcher.
-        app = BearerGate(server.streamable_http_app(host=host, json_response=True), service)
-        url = await nursery.start(serve_mcp_http, app, host, port)
+    router = SessionRouter(Gateway(service).server(), host)
+    async with router.run(), trio.open_nursery() as nursery:
+        url = await nursery.start(serve_mcp_http, BearerGate(router, service), host, port)
         logger.bind(url=url).info("gateway listening")
         task_status.started(url)
 

@@ -14,7 +14,8 @@ at a word boundary keeps the best of it:
 No field names (`summary:`, `result_excerpt:`, `trust_class`), nothing the provenance line already
 says (harness, run, repository, branch, outcome, ids, time), no escapes. Every word of the gist is a
 word of the episode (REQ-9's text check, `index.text_belongs_body`): text is only ever cut between
-words, and the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
+words (`wrapper.cut_at_word`, the one word-boundary cut: a briefing cuts an item again with it), and
+the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
 names `files_touched` and `verify_failures`, which every episode carries.
 """
 
@@ -24,7 +25,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["gist", "lead", "cut_words", "matches"]
+from .wrapper import ELLIPSIS, cut_at_word
+
+__all__ = ["gist", "lead", "matches"]
 
 #: Widest the files part may be (the rest of the width goes to the run's own words).
 FILES_CHARS = 90
@@ -37,7 +40,6 @@ SNIPPET_BEFORE = 4
 #: Below this much room a part is left out rather than cut to a stub.
 MIN_PART = 24
 SEP = " · "
-ELLIPSIS = "…"
 
 # A word as REQ-9's text check and FTS5's unicode61 tokenizer see it: letters and digits, "_" separates.
 _WORD = re.compile(r"[^\W_]+")
@@ -61,28 +63,6 @@ def matches(word: str, query_words: Iterable[str]) -> bool:
         if len(w) >= 5 and len(q) >= 5 and w[:5] == q[:5]:
             return True
     return False
-
-
-def cut_words(text: str, width: int) -> str:
-    """`text` if it fits in `width`, else its longest prefix that ends between two words, plus '…'.
-
-    Never a part of a word: a cut inside a word would show a word the episode does not have. Prefers a
-    space; a text with no space far enough in (a long path or URL) is cut after a non-word character;
-    failing both, nothing.
-    """
-    text = text.strip()
-    if len(text) <= width:
-        return text
-    if width < 2:
-        return ""
-    head = text[: width - 1]
-    space = head.rfind(" ")
-    if space >= width // 3:
-        return head[:space].rstrip() + ELLIPSIS
-    if head[-1].isalnum() and text[width - 1].isalnum():  # the cut falls inside a word: back up
-        head = head.rstrip("".join({c for c in head if c.isalnum()}))
-    head = head.rstrip()
-    return head + ELLIPSIS if _WORD.search(head) else ""
 
 
 def _text(value: Any) -> str:
@@ -158,7 +138,7 @@ def _snippet(text: str, start: int, words: Sequence[str], width: int) -> str:
         begin = prev + 1
     while begin > start and text[begin - 1] != " ":
         begin -= 1
-    window = cut_words(text[begin:], width - 2)
+    window = cut_at_word(text[begin:], width - 2)
     if not window:
         return ""
     return (ELLIPSIS if begin > 0 else "") + window
@@ -189,7 +169,7 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320) -
     head = ""
     if own and room >= MIN_PART:
         # The snippet: the query's words in the excerpt, after what the lead shows.
-        shown = cut_words(own, room)
+        shown = cut_at_word(own, room)
         shown_len = len(shown) - (1 if shown.endswith(ELLIPSIS) else 0)
         snippet = ""
         if words and not any(matches(w, words) for w in _WORD.findall(shown)):
@@ -197,11 +177,11 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320) -
             start = 0 if summary else shown_len
             snippet = _snippet(src, start, words, min(SNIPPET_CHARS, room // 2))
         if snippet:
-            first = cut_words(own, room - len(snippet) - len(SEP))
+            first = cut_at_word(own, room - len(snippet) - len(SEP))
             glue = " " if snippet.startswith(ELLIPSIS) else SEP
             head = f"{first}{glue}{snippet}" if first else snippet
         else:
             head = shown
     if not head:
-        return cut_words(tail, width) if tail else ""
+        return cut_at_word(tail, width) if tail else ""
     return f"{head}{SEP}{tail}" if tail else head

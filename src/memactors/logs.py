@@ -23,12 +23,13 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+import trio
 from loguru import logger
 
 if TYPE_CHECKING:
     from loguru import Logger, Record
 
-__all__ = ["configure_logging", "get_logger", "render_extra"]
+__all__ = ["LogThrottle", "configure_logging", "get_logger", "render_extra"]
 
 _TEXT_FORMAT = "{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level: <7} {message}{extra[_kv]}\n{exception}"
 
@@ -97,3 +98,39 @@ def configure_logging(
 def get_logger(**bound: Any) -> Logger:
     """Return the loguru logger with ``bound`` key-values (ids, names, counts only) attached."""
     return logger.bind(**bound)
+
+
+class LogThrottle:
+    """At most one log line per key per ``interval`` seconds of trio time, with the count folded into it.
+
+    For lines that repeat as fast as something outside can make them: a degraded recall (every recall
+    while the provider is down), a handler failing the same way, a malformed frame, a refused handshake.
+    The first line of a key is written at once; the next ones within ``interval`` are only counted, and
+    the first line after it carries ``suppressed=N``::
+
+        suppressed = throttle.allow(f"degraded {error}")
+        if suppressed is not None:
+            log.bind(suppressed=suppressed).warning("episodes degraded: provider unavailable")
+
+    Time is ``trio.current_time()``, so tests run it on MockClock. Keys are bounded (``max_keys``; the
+    oldest is forgotten), so many distinct keys cannot grow it either.
+    """
+
+    def __init__(self, interval: float = 10.0, max_keys: int = 1024) -> None:
+        self.interval = interval
+        self.max_keys = max_keys
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def allow(self, key: str) -> int | None:
+        """The number of lines suppressed since the last one if a line may be written now, else None."""
+        now = trio.current_time()
+        last = self._last.get(key)
+        if last is not None and 0 <= now - last[0] < self.interval:  # (a clock that went back: expired)
+            self._last[key] = (last[0], last[1] + 1)
+            return None
+        suppressed = last[1] if last is not None else 0
+        self._last.pop(key, None)
+        if len(self._last) >= self.max_keys:
+            self._last.pop(next(iter(self._last)))
+        self._last[key] = (now, 0)
+        return suppressed

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, NoReturn
 
@@ -58,8 +58,9 @@ EPISODE_OUTCOMES = frozenset({"ok", "error", "skipped"})
 SUMMARY_OUTCOMES = frozenset({"ok", "fallback"})
 RECALL_OUTCOMES = frozenset({"ok", "degraded", "error"})
 OPS = frozenset({"record", "recall", "forget", "contract"})
-#: REQ-9's drop reasons.
-DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
+#: REQ-9's drop reasons, and ``text_replaced``: an item whose text was not drawn from the episode it names,
+#: served with the daemon's own text of that episode instead of the provider's (issue 20).
+DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid", "text_replaced"})
 PENDING_KINDS = frozenset({"record", "forget"})
 DELIVERIES = frozenset({"prompt", "tool", "resource"})
 BRIEFING_OUTCOMES = frozenset({"ok", "empty", "skipped"})
@@ -106,6 +107,9 @@ class Metrics:
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
         #: wall times of recent degraded recalls, oldest first (bounded: doctor only needs 24 hours)
         self.degraded_recalls: deque[datetime] = deque(maxlen=100_000)
+        #: recalls degraded one after another since the last one that was not (Status's "a run of
+        #: degraded recalls"; issue 20)
+        self.degraded_in_a_row = 0
         self._max_harnesses = max_harnesses
         self._harnesses: set[str] = set()
         r = self.registry
@@ -208,6 +212,17 @@ class Metrics:
         ).inc()
         if outcome == "degraded":
             self.degraded_recalls.append(self._wall_clock())
+            self.degraded_in_a_row += 1
+        elif outcome == "ok":
+            self.degraded_in_a_row = 0
+
+    def recall_health(self, now: datetime) -> dict[str, Any]:
+        """Recent recalls for Status and doctor: how many were degraded in a row (up to now), in the last
+        24 hours, and how long ago the last one was (None when none is remembered)."""
+        last = self.degraded_recalls[-1] if self.degraded_recalls else None
+        return {"degraded_in_a_row": self.degraded_in_a_row,
+                "degraded_24h": self.degraded_recalls_since(now - timedelta(hours=24)),
+                "last_degraded_seconds_ago": None if last is None else max(0.0, (now - last).total_seconds())}
 
     def degraded_recalls_since(self, since: datetime) -> int:
         """How many recalls were degraded at or after `since` (doctor's 24-hour warning, REQ-19)."""
@@ -216,7 +231,8 @@ class Metrics:
         return len(self.degraded_recalls)
 
     def dropped(self, provider: str, reason: str, count: int = 1) -> None:
-        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid)."""
+        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid),
+        or served with the daemon's own text (text_replaced)."""
         if count < 0:
             raise ValueError("dropped count must not be negative")
         self.results_dropped.labels(
@@ -245,7 +261,11 @@ class Metrics:
         self.actor_queue_depth.labels(_check_name(actor, "actor")).set(depth)
 
     def _harness_label(self, harness: str) -> str:
-        _check_name(harness, "harness")
+        # A run token may be minted for any harness name (`memactors token mint`), not only a configured
+        # one: a name that could not be a configuration key is counted as the other harnesses, never a
+        # failed briefing (it raised, and the agent's briefing call failed with a traceback; issue 20).
+        if not isinstance(harness, str) or not _NAME.fullmatch(harness):
+            return OTHER_HARNESS
         if harness in self._harnesses:
             return harness
         if len(self._harnesses) >= self._max_harnesses:

@@ -44,6 +44,7 @@ from .errors import ConfigError
 __all__ = [
     "REDACTED",
     "STATS",
+    "LineRedactor",
     "RedactionRule",
     "Redactor",
     "default",  # noqa: F822 - provided lazily by the module __getattr__
@@ -51,6 +52,7 @@ __all__ = [
     "redact",
     "redact_many",
     "redact_obj",
+    "redact_tail",
     "rule_ids",
     "shared",
     "shannon_entropy",
@@ -64,8 +66,10 @@ REDACTED = "[REDACTED]"
 #: benchmarks read them to check that each string is redacted once (issue 11's ingest profile).
 STATS: dict[str, int] = {"calls": 0, "chars": 0}
 
-# C0 controls except \t (0x09) and \n (0x0a), DEL, and C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+# C0 controls except \t (0x09) and \n (0x0a), DEL, C1 controls, and lone surrogates (half of a UTF-16
+# pair, which no UTF-8 encoder, SQLite or the keyword automaton accepts: a str holding one can come
+# from JSON's "\ud800" escape).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]+")
 
 # A redaction that still changes its own output after this many rounds has a broken rule set; the
 # bound only guards against an endless loop if someone adds such a rule to the data file.
@@ -73,7 +77,7 @@ _MAX_ROUNDS = 8
 
 
 def strip_control(text: str) -> str:
-    """Remove C0 control characters (keeping tab and newline), DEL and C1 controls."""
+    """Remove C0 control characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
     return _CONTROL.sub("", text)
 
 
@@ -353,3 +357,84 @@ def redact_obj(value: Any) -> Any:
 def rule_ids(rules: Iterable[RedactionRule] | None = None) -> list[str]:
     """The ids of the given (default: shared) rules, in the order they are applied."""
     return [rule.id for rule in (_shared().rules if rules is None else rules)]
+
+
+#: A private key block's first and last lines (PEM, OpenSSH, PKCS#8, encrypted, PGP armor).
+_BLOCK_BEGIN = re.compile(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+_BLOCK_END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+#: A line inside such a block: base64 (standard or url-safe; empty lines too), an armor or PEM header
+#: (``Version: GnuPG``, ``Proc-Type: 4,ENCRYPTED``, ``DEK-Info: …``), a PGP checksum (``=ab12``).
+_BLOCK_BODY = re.compile(r"[A-Za-z0-9+/=_-]*|[A-Za-z][A-Za-z0-9-]{0,40}:[^\n]*")
+
+
+class LineRedactor:
+    """Redacts a text that arrives one line at a time (a provider's stderr) as :func:`redact` redacts
+    a whole text, multi-line secrets included.
+
+    Each line alone would pass a private key's body: its lines are plain base64 and carry no keyword,
+    and its ``BEGIN`` line alone has no key material after it. So a ``BEGIN … PRIVATE KEY`` line
+    without its ``END`` on the same line opens a block: the line becomes ``[REDACTED]`` from the
+    marker on, and every following line that reads as key material (base64, an armor header, a PGP
+    checksum, a blank line) is dropped, up to and including the ``END`` line (what follows ``END`` on
+    that line is kept, redacted). A line that is not key material ends the block (a truncated key, or a
+    bare header in code) and is redacted as usual; so does the ``max_block_lines``-th line. Every other
+    line goes through the redactor as it is.
+    """
+
+    def __init__(self, redactor: Redactor | None = None, max_block_lines: int = 1000) -> None:
+        self._redact = (redactor or _shared()).redact
+        self._max = max_block_lines
+        self._in_block: int | None = None  # lines dropped so far in the open block
+
+    def line(self, text: str) -> str | None:
+        """The line to show for ``text``, redacted, or None when it is part of a key block (dropped)."""
+        if self._in_block is not None:
+            end = _BLOCK_END.search(text)
+            if end is not None:
+                self._in_block = None
+                rest = text[end.end() :]
+                return self._redact(rest) if rest.strip() else None
+            if self._in_block < self._max and _BLOCK_BODY.fullmatch(text.strip()):
+                self._in_block += 1
+                return None
+            self._in_block = None
+        begin = _BLOCK_BEGIN.search(text)
+        if begin is not None and _BLOCK_END.search(text, begin.end()) is None:
+            self._in_block = 0
+            return self._redact(text[: begin.start()]) + REDACTED
+        return self._redact(text)
+
+
+#: A line of key material proper (base64, a PGP checksum): what a key block's body lines are. Narrower
+#: than _BLOCK_BODY, which also takes `Name: value` header lines — an error message looks like one.
+_KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/=_-]{16,}|=[A-Za-z0-9+/]{4}")
+
+
+def redact_tail(text: str) -> str:
+    """`redact` for a text whose beginning may have been cut off (the last bytes of a stream).
+
+    A key block whose ``BEGIN`` line fell before the cut has no marker left to find it by: `redact`
+    would pass its body lines. So the key-material lines (base64 of 16 characters or more, a PGP
+    checksum, blank lines between them) just before an ``END … PRIVATE KEY`` line that has no ``BEGIN``
+    before it become ``[REDACTED]`` with that line; the rest is redacted as usual. Linear: each orphan
+    ``END`` is looked at once, and lines are walked back from it only to the previous one.
+    """
+    out: list[str] = []
+    done = 0  # text[:done] is settled: either in `out`, or left for the final redact of text[done:]
+    for end in _BLOCK_END.finditer(text):
+        if _BLOCK_BEGIN.search(text, done, end.start()) is not None:
+            break  # a whole block from here on: `redact` finds it from its BEGIN
+        line_start = text.rfind("\n", done, end.start()) + 1 if done < end.start() else done
+        head = text[max(line_start, done):end.start()].strip()
+        if head and not _KEY_MATERIAL.fullmatch(head):
+            continue  # END after other text on its line: not the tail of a key block
+        start = max(line_start, done)
+        while start > done:
+            previous = max(text.rfind("\n", done, start - 1) + 1, done)
+            line = text[previous:start - 1].strip()
+            if line and not _KEY_MATERIAL.fullmatch(line):
+                break
+            start = previous
+        out += [redact(text[done:start]), REDACTED]
+        done = end.end()
+    return "".join(out) + redact(text[done:])

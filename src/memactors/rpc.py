@@ -11,8 +11,11 @@ ARCHITECTURE.md defines it in place of the missing ADR:
 * Text frames: request ``{"id": str|int, "method": "harness.v1.MemoryService/Status", "params": {}}``,
   reply ``{"id", "result"}`` or ``{"id", "error": {"code", "message"}}`` with gRPC code names
   (``OK`` is never sent). A malformed frame gets ``INVALID_ARGUMENT`` with ``id: null`` when the id
-  cannot be read; an unknown method gets ``UNIMPLEMENTED``; a read-tier call of a control method gets
-  ``PERMISSION_DENIED`` before its handler runs.
+  cannot be read or used (a string id longer than 128 characters or holding a control character or a
+  lone surrogate, an integer id beyond 64 bits); an unknown method gets ``UNIMPLEMENTED``; a read-tier
+  call of a control method gets ``PERMISSION_DENIED`` before its handler runs; a parameter the method
+  does not take gets ``INVALID_ARGUMENT`` naming it, also before the handler. Whatever a frame holds,
+  it gets an answer and the connection stays open.
 * Requests on one connection are served concurrently (at most ``MAX_IN_FLIGHT`` at once; the reader
   stops reading while the limit is reached), so replies may arrive out of order and are matched by id.
 
@@ -27,6 +30,7 @@ import hmac
 import itertools
 import json
 import os
+import re
 import secrets
 import stat
 import urllib.parse
@@ -62,6 +66,7 @@ __all__ = [
     "Tier",
     "Tokens",
     "connect_rpc",
+    "encode_frame",
     "ensure_tokens",
     "read_token",
     "serve_rpc",
@@ -211,12 +216,16 @@ class Method:
     """One MemoryService method: its full name, the tier it needs, and its handler.
 
     ``handler`` receives the request's params (a dict, empty when absent) and returns a JSON-able
-    value; it raises ``MemactorsError`` subclasses to send a specific code.
+    value; it raises ``MemactorsError`` subclasses to send a specific code. ``params`` names every
+    parameter it takes (SPEC-0030 Error Handling Standards: an unknown one is refused by name).
     """
 
     name: str
     tier: Tier = attrs.field(validator=attrs.validators.in_(TIERS))
     handler: Callable[[dict[str, Any]], Awaitable[Any]]
+    #: Every parameter the method takes; any other is refused with INVALID_ARGUMENT naming it, before the
+    #: handler runs. None: not checked (a method that declares nothing).
+    params: frozenset[str] | None = None
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -291,6 +300,28 @@ def _depth_exceeds(doc: Any, limit: int) -> bool:
     return False
 
 
+#: A string request id may be at most this long; it is echoed in the reply and (redacted) in logs.
+MAX_ID_CHARS = 128
+#: An integer request id must fit in 64 bits (what every JSON client can represent exactly).
+_INT_ID_BOUND = 2**63
+#: Characters a string id may not hold: C0/C1 controls, DEL, and lone surrogates (which JSON's ``\\ud800``
+#: escape can spell but UTF-8, the log sinks and the redactor cannot carry).
+_BAD_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _id_problem(req_id: Any) -> str | None:
+    """Why a frame's id cannot be used to answer it (then the reply says so with ``id: null``)."""
+    if isinstance(req_id, bool) or not isinstance(req_id, str | int):
+        return "id must be a string or an integer"
+    if isinstance(req_id, int):
+        return None if -_INT_ID_BOUND <= req_id < _INT_ID_BOUND else "an integer id must fit in 64 bits"
+    if len(req_id) > MAX_ID_CHARS:
+        return f"a string id must be at most {MAX_ID_CHARS} characters"
+    if _BAD_ID_CHARS.search(req_id):
+        return "a string id must be text without control characters or lone surrogates"
+    return None
+
+
 def _parse(frame: str | bytes) -> _Request | dict[str, Any]:
     """Parse a frame into a request, or return the INVALID_ARGUMENT reply it deserves."""
     if isinstance(frame, bytes):
@@ -303,12 +334,11 @@ def _parse(frame: str | bytes) -> _Request | dict[str, Any]:
         return _error(None, "INVALID_ARGUMENT", "frame is not valid JSON")
     if not isinstance(doc, dict):
         return _error(None, "INVALID_ARGUMENT", "frame must be a JSON object")
-    if _depth_exceeds(doc, MAX_DEPTH):
-        req_id = doc.get("id") if isinstance(doc.get("id"), str | int) and not isinstance(doc.get("id"), bool) else None
-        return _error(req_id, "INVALID_ARGUMENT", f"frame nests deeper than {MAX_DEPTH} levels")
     req_id = doc.get("id")
-    if isinstance(req_id, bool) or not isinstance(req_id, str | int):
-        return _error(None, "INVALID_ARGUMENT", "id must be a string or an integer")
+    if (problem := _id_problem(req_id)) is not None:
+        return _error(None, "INVALID_ARGUMENT", problem)
+    if _depth_exceeds(doc, MAX_DEPTH):
+        return _error(req_id, "INVALID_ARGUMENT", f"frame nests deeper than {MAX_DEPTH} levels")
     method = doc.get("method")
     if not isinstance(method, str) or not method:
         return _error(req_id, "INVALID_ARGUMENT", "method must be a non-empty string")
@@ -327,6 +357,8 @@ async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> 
         return _error(request.id, "UNIMPLEMENTED", "unknown method")  # the client's text is not echoed
     if method.tier == "control" and tier != "control":
         return _error(request.id, "PERMISSION_DENIED", f"{method.name} needs the control tier")
+    if method.params is not None and (unknown := sorted(set(request.params) - method.params)):
+        return _error(request.id, "INVALID_ARGUMENT", _unknown_params(method, unknown))
     try:
         result = await method.handler(request.params)
     except Exception as raw:
@@ -339,6 +371,22 @@ async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> 
         )
         return _error(request.id, "INTERNAL", "internal error; see the daemon log")
     return {"id": request.id, "result": result}
+
+
+def _unknown_params(method: Method, unknown: list[str]) -> str:
+    """The refusal of parameters a method does not take: each named (cut, escaped: a client's text),
+    then what it does take, so a typo (``limt``) or a wrong method is plain at once."""
+    short = method.name.rsplit("/", 1)[-1]
+    names = ", ".join(f"params.{_shown_name(n)}" for n in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+    takes = ", ".join(sorted(method.params or ())) or "no parameters"
+    return f"{short} takes no parameter {names}; it takes: {takes}"
+
+
+def _shown_name(name: str) -> str:
+    """A client's parameter name as an error may show it: at most 64 characters, anything unprintable
+    escaped (``repr`` escapes controls and lone surrogates), never the raw text."""
+    shown = repr(name[:64])[1:-1]
+    return shown + ("…" if len(name) > 64 else "")
 
 
 def _encode(reply: dict[str, Any]) -> str:
@@ -381,35 +429,47 @@ async def _serve_one(
     peer: str = "unknown", lines: RateLimitedLog | None = None, stats: _ConnectionStats | None = None,
 ) -> None:
     try:
-        parsed = _parse(frame)
-        if isinstance(parsed, _Request):
-            started = trio.current_time()
-            reply = await _dispatch(parsed, table, tier)
-            if stats is not None:
-                stats.calls += 1
-                if "error" in reply:
-                    code = reply["error"]["code"]
-                    stats.errors[code] = stats.errors.get(code, 0) + 1
-            _log.bind(
-                # A client-chosen unknown name is not logged: it could be any text.
-                method=parsed.method if parsed.method in table else "<unknown>",
-                request_id=_loggable_id(parsed.id),
-                tier=tier,
-                outcome=reply["error"]["code"] if "error" in reply else "ok",
-                duration_ms=round((trio.current_time() - started) * 1000, 1),
-            ).debug("rpc call")
-        else:
-            reply = parsed
-            suppressed = lines.allow(f"frame {_peer_host(peer)}") if lines is not None else 0
-            if suppressed is not None:
-                _log.bind(peer=peer, tier=tier, frame_bytes=len(frame), suppressed=suppressed).info(
-                    "rpc malformed frame")
+        try:
+            reply = await _answer(frame, table, tier, peer, lines, stats)
+        except Exception as raw:  # ok: a frame the checks did not foresee still gets an answer
+            # The connection stays open and the client is told; only the error's type is logged.
+            _log.bind(peer=peer, tier=tier, error_type=type(_unwrap(raw)).__name__).error("rpc frame failed")
+            reply = _error(None, "INTERNAL", "internal error; see the daemon log")
         try:
             await ws.send_message(_encode(reply))
         except ConnectionClosed:
             pass  # the client went away; nobody is left to tell
     finally:
         slots.release()
+
+
+async def _answer(frame: str | bytes, table: dict[str, Method], tier: Tier, peer: str,
+                  lines: RateLimitedLog | None, stats: _ConnectionStats | None) -> dict[str, Any]:
+    """The reply to one frame: an error for a malformed one, else the method's answer."""
+    parsed = _parse(frame)
+    if isinstance(parsed, _Request):
+        started = trio.current_time()
+        reply = await _dispatch(parsed, table, tier)
+        if stats is not None:
+            stats.calls += 1
+            if "error" in reply:
+                code = reply["error"]["code"]
+                stats.errors[code] = stats.errors.get(code, 0) + 1
+        _log.bind(
+            # A client-chosen unknown name is not logged: it could be any text.
+            method=parsed.method if parsed.method in table else "<unknown>",
+            request_id=_loggable_id(parsed.id),
+            tier=tier,
+            outcome=reply["error"]["code"] if "error" in reply else "ok",
+            duration_ms=round((trio.current_time() - started) * 1000, 1),
+        ).debug("rpc call")
+    else:
+        reply = parsed
+        suppressed = lines.allow(f"frame {_peer_host(peer)}") if lines is not None else 0
+        if suppressed is not None:
+            _log.bind(peer=peer, tier=tier, frame_bytes=len(frame), suppressed=suppressed).info(
+                "rpc malformed frame")
+    return reply
 
 
 async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier,
@@ -509,6 +569,21 @@ async def serve_rpc(
 # --------------------------------------------------------------------------------------------- client
 
 
+def encode_frame(doc: Any) -> str:
+    """A request as the client sends it: compact JSON, non-ASCII text as itself (a frame's size is then
+    its UTF-8 size, which is what `runs ingest` budgets batches by), NaN and Infinity refused.
+
+    A string holding a lone surrogate cannot travel as UTF-8: such a frame falls back to ``\\u``
+    escapes, so the daemon receives it and refuses the field by name instead of the client crashing.
+    """
+    frame = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        frame.encode("utf-8")
+    except UnicodeEncodeError:
+        frame = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return frame
+
+
 class RpcClient:
     """A MemoryService client over one websocket; safe to ``call`` from many tasks at once.
 
@@ -537,7 +612,7 @@ class RpcClient:
         self._pending[req_id] = send
         try:
             try:
-                frame = json.dumps({"id": req_id, "method": method, "params": params or {}}, allow_nan=False)
+                frame = encode_frame({"id": req_id, "method": method, "params": params or {}})
             except (TypeError, ValueError, RecursionError) as exc:  # NaN, Infinity, too deep: never sent
                 raise RpcError("INVALID_ARGUMENT", f"params cannot be sent as JSON ({type(exc).__name__})") from None
             try:
@@ -565,7 +640,11 @@ class RpcClient:
                 try:
                     frame = await self._ws.get_message()
                 except ConnectionClosed as exc:
-                    self._closed_reason = f"connection to {self._url} closed ({exc.reason})"
+                    if getattr(exc.reason, "code", None) == 1009:  # MESSAGE_TOO_BIG: our frame, not the daemon
+                        self._closed_reason = (f"the daemon at {self._url} refused a request larger than its "
+                                               f"{MAX_MESSAGE_SIZE} byte frame limit and closed the connection")
+                    else:
+                        self._closed_reason = f"connection to {self._url} closed ({exc.reason})"
                     return
                 try:
                     reply = json.loads(frame)
@@ -594,7 +673,7 @@ class RpcClient:
             self._pending.clear()
 
 
-def _refused(url: str, exc: ConnectionRejected | OSError | HandshakeError) -> RpcError:
+def _refused(url: str, exc: Exception) -> RpcError:
     """Translate a failed websocket open into the RpcError a CLI can explain."""
     if isinstance(exc, ConnectionRejected):
         status = exc.status_code
@@ -603,7 +682,10 @@ def _refused(url: str, exc: ConnectionRejected | OSError | HandshakeError) -> Rp
         if status == 404:
             return RpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
         return RpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
-    return RpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})")
+    if isinstance(exc, OSError | HandshakeError):
+        return RpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})")
+    return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
+                                   f"({type(exc).__name__})")
 
 
 def _split_url(url: str) -> tuple[str, int, str]:
@@ -662,7 +744,9 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
         leaf = _unwrap(group)
         if leaf is group:
             raise
-        if not entered and isinstance(leaf, ConnectionRejected | OSError | HandshakeError):
+        if not entered and isinstance(leaf, Exception) and not isinstance(leaf, MemactorsError):
+            # Refused, reset, or something at that port that is not the daemon (a handshake wsproto or h11
+            # cannot parse): the daemon is unavailable, which the caller explains in one line.
             raise _refused(url, leaf) from None
         raise leaf from None
     finally:

@@ -11,8 +11,8 @@ not keep (tool output, thinking, the prompt) can appear.
 Bounds (docs/runs.md "What is kept"): every string in an event is redacted with the shared redactor
 and cut to :data:`MAX_EVENT_CHARS`; a run keeps its last :data:`MAX_EVENTS` events (older ones are
 counted as ``dropped``). The agent's stderr is never parsed: its last :data:`STDERR_TAIL_BYTES` bytes
-are kept (:class:`StderrTail`) and redacted when the run ends, so a launch failure or a refusal says
-why (issue 18). Neither goes into the episode (REQ-5): they are kept with the run only.
+are kept (:class:`StderrTail`) and redacted when the run ends (``redact.redact_tail``: a key block that
+the window cut is still caught), so a launch failure or a refusal says why (issue 18). Neither goes into the episode (REQ-5): they are kept with the run only.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import re
@@ -33,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from . import graph, run_rows
 from ._kernel import ChildSpec, Supervisor, open_supervisor
+from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from ._wire import episode_to_dict, parse_run_record, parse_time
 from .actors.assembler import Assembled, AssembleMany, Assembler
 from .actors.briefing import (
@@ -63,7 +62,14 @@ from .actors.index import (
     repo_key,
     stored_runs,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure, log_stderr
+from .actors.provider_session import (
+    GetStatus,
+    ProviderSession,
+    ProviderStatus,
+    StderrTail,
+    describe_failure,
+    log_stderr,
+)
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
@@ -77,7 +83,7 @@ from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
 from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, run_conformance
+from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
 from .doctor import doctor_rows
 from .episode import stored_record
 from .errors import (
@@ -85,6 +91,7 @@ from .errors import (
     InvalidArgument,
     MemactorsError,
     NoRepository,
+    StoreFull,
     StoreUnavailable,
     UnknownEpisode,
 )
@@ -96,7 +103,8 @@ from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
 from .rpc import Method
 from .store import Store, WallClock, ensure_daemon_id, iso, utc_now
-from .telemetry import memory_span
+from .telemetry import guard_sdk_spans, memory_span
+from .urls import mask_url
 
 SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
@@ -107,13 +115,6 @@ MAX_BATCH = 500
 #: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
 #: time: more would only wait in its mailbox while their provider_timeout runs).
 RECORD_CONCURRENCY = 8
-#: The largest run record IngestRun / IngestRuns / the embedded API accept, as compact UTF-8 JSON.
-MAX_RECORD_BYTES = 1024 * 1024
-
-
-def record_size(data: Any) -> int:
-    """A run record's size as compact UTF-8 JSON (what the size bound counts)."""
-    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass"))
 
 
 def prepare_record(data: Any, source: str) -> RunRecord:
@@ -124,21 +125,48 @@ def prepare_record(data: Any, source: str) -> RunRecord:
     """
     size = record_size(data)
     if size > MAX_RECORD_BYTES:
-        raise InvalidArgument(
-            f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)",
-            field="record", bytes=size, limit=MAX_RECORD_BYTES)
+        raise InvalidArgument(oversize_message(source, size), field="record", bytes=size, limit=MAX_RECORD_BYTES)
     return stored_record(parse_run_record(data, source=source))
 
 
 def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
-    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread)."""
+    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread).
+
+    A record that makes preparation fail in a way no check foresaw is refused alone (INTERNAL, its
+    error type logged), so one record can never cost the rest of its batch."""
     out: list[RunRecord | MemactorsError] = []
     for data, source in items:
         try:
             out.append(prepare_record(data, source))
         except MemactorsError as exc:
             out.append(exc)
+        except Exception as exc:  # ok: answered as this record's refusal; its type is logged
+            logger.bind(error=type(exc).__name__, source_chars=len(source)).error("run record could not be prepared")
+            out.append(MemactorsError(f"{source[:256]}: run record could not be prepared ({type(exc).__name__}); "
+                                      "see the daemon log"))
     return out
+
+
+#: "A run of degraded recalls" (issue 20): this many in a row, the last within DEGRADED_RECENT_SECONDS,
+#: make Status say the memory is degraded even while the breaker is closed (a provider that times out
+#: now and then never opens it, yet every recall may come back without episodes).
+DEGRADED_RUN = 3
+DEGRADED_RECENT_SECONDS = 900.0
+
+
+def degraded_reason(st: ProviderStatus, recalls: dict[str, Any]) -> str | None:
+    """Why recall is degraded now, for Status (`memory status` exits 15) and doctor; None when it is not.
+
+    An open (or half-open) breaker on a provider that is otherwise up: every recall is answered without
+    episodes and records are queued until it closes. A run of degraded recalls: the last DEGRADED_RUN or
+    more came back without episodes, the latest recently."""
+    if st.state == "ready" and st.breaker != "closed":
+        return f"breaker {st.breaker}: recalls are answered without episodes and records are queued"
+    ago = recalls.get("last_degraded_seconds_ago")
+    if recalls.get("degraded_in_a_row", 0) >= DEGRADED_RUN and ago is not None and ago <= DEGRADED_RECENT_SECONDS:
+        return (f"the last {recalls['degraded_in_a_row']} recalls were degraded (provider_unavailable), the latest "
+                f"{int(ago)} s ago")
+    return None
 
 
 def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
@@ -157,10 +185,11 @@ def provider_target(config: Config, store: Store, builtin: BuiltinProvider | Non
 
 
 def provider_endpoint(upstream: McpServerConfig | None) -> str:
-    """What a connection error names: the stdio command's path, the HTTP upstream's URL, or the built-in."""
+    """What a connection error names: the stdio command's path, the HTTP upstream's URL (credentials
+    masked: the name is shown by status, doctor and logs), or the built-in."""
     if upstream is None:
         return "built-in provider"
-    return str(upstream.command) if upstream.command is not None else str(upstream.url)
+    return str(upstream.command) if upstream.command is not None else mask_url(str(upstream.url))
 
 
 def upstream_target(upstream: McpServerConfig) -> Any:
@@ -179,6 +208,9 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
             streamable_http_client(url, http_client=http) as streams:
         yield streams
 
+
+#: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
+STDERR_DRAIN_SECONDS = 2.0
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
 MAX_TOKEN_TTL_SECONDS = 366 * 86400
@@ -321,11 +353,14 @@ class MemoryService:
                 results[n] = a
                 continue
             s = new_of.get(n)
-            if isinstance(s, MemactorsError):
+            if isinstance(s, Exception):
+                # A full disk is not this record's fault: the whole call is refused RESOURCE_EXHAUSTED
+                # (path, bytes free), never INTERNAL and never "rejected" as if the record were bad.
+                s = self.store.health.failed(s)
+                if isinstance(s, StoreFull) or not isinstance(s, MemactorsError):
+                    raise s
                 results[n] = s
                 continue
-            if isinstance(s, Exception):
-                raise s
             episode = a.episode
             if episode is None:
                 self.metrics.episode_recorded(self.provider, "skipped")
@@ -384,19 +419,24 @@ class MemoryService:
         with memory_span("memory.episode.record", enabled=consent,
                          episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
                          run_id=record.run_id, bytes=len(text.encode())) as span:
-            outcome = "queued"
-            store_lost = False
+            outcome, failed = "queued", False
             with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
                 stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
                 try:
                     outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-                except StoreUnavailable:
-                    # The run and its pending record are committed; the store went away since (PostgreSQL
-                    # down): the retry loop records it once the store is back.
-                    store_lost = True
-            if attempt.cancelled_caught or store_lost:
-                with contextlib.suppress(StoreUnavailable):
+                except MemactorsError as exc:
+                    # The episode and its pending record are committed: a failed first attempt (the
+                    # provider, a full disk, a PostgreSQL store gone since) is the retry loop's to finish,
+                    # never a reason to fail this call (or the rest of its batch).
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "first record attempt failed; queued for retry")
+                    failed = True
+            if attempt.cancelled_caught or failed:
+                try:
                     await self._release_record(episode.episode_id)
+                except MemactorsError as exc:  # (a full disk, the store down): the claim still runs out
+                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
+                        "record not released to the retry loop early")
             span.set_attribute("memory.outcome", outcome)
         return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
                 "outcome": outcome}
@@ -424,10 +464,15 @@ class MemoryService:
     async def store_status(self) -> dict[str, Any]:
         """Which store this daemon uses and whether it answers now (`status` and `doctor` show it): the
         engine, where it is (``user@host:port/db`` for PostgreSQL: never the password), this daemon's id
-        (daemons sharing a store tell each other apart by it), and the last error while it does not."""
+        (daemons sharing a store tell each other apart by it), whether it answers (`reachable`) and can
+        write (`writable`, the store's health: a full disk), and the error while it cannot."""
+        snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
         error = await self.store.ping()
-        return {"engine": self.store.engine, "where": self.store.where, "daemon_id": self.store.daemon_id,
-                "reachable": error is None, "error": error}
+        out = {**snapshot, "engine": self.store.engine, "where": self.store.where,
+               "daemon_id": self.store.daemon_id, "reachable": error is None}
+        if error is not None:
+            out.update(writable=False, error=error)
+        return out
 
     async def status(self) -> dict[str, Any]:
         st: ProviderStatus = await self.session.address.ask(GetStatus())
@@ -448,10 +493,11 @@ class MemoryService:
                 pending = await self.retention.address.ask(PendingCounts())
                 counted = await self.store.read(counts)
             except StoreUnavailable as exc:
-                store.update(reachable=False, error=exc.message)
+                store.update(reachable=False, writable=False, error=exc.message)
 
         cfg = self.config
         upstream = cfg.provider_upstream
+        recalls = self.metrics.recall_health(self.wall_clock())
         return {
             "provider": self.provider,
             "transport": "in-process" if upstream is None else upstream.transport,
@@ -467,6 +513,8 @@ class MemoryService:
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
             },
             "store": store,
+            "recalls": recalls,
+            "degraded": degraded_reason(st, recalls),
             "episodes_config": {
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
@@ -563,6 +611,21 @@ class MemoryService:
                 "bytes": answer.nbytes, "chars": len(answer.text), "items": dict(answer.items),
                 "degraded": answer.document.degraded, "briefing_max_chars": cfg.briefing_max_chars,
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
+
+    async def describe_harness(self, harness: str) -> dict[str, Any]:
+        """DescribeHarness (REQ-20, SPEC-0006 "Prompt Source"): a configured harness with its prompt source
+        exactly as configured. Never a briefing: the one a `memory_briefing` one-shot gets is prepended
+        at spawn and never stored, so the prompt shown is the operator's, byte for byte."""
+        cfg = self.config.harness.get(harness)
+        if cfg is None:
+            raise InvalidArgument(f"params.harness {NO_HARNESS_TABLE}", field="params.harness")
+        prompts = {"prompt": cfg.prompt, "prompt_file": cfg.prompt_file, "prompt_template": cfg.prompt_template,
+                   "prompt_template_file": cfg.prompt_template_file}
+        return {"harness": cfg.name, "adapter": cfg.harness, "workdir": cfg.workdir,
+                "memory_briefing": cfg.memory_briefing, "memory_record": cfg.memory_record,
+                "untrusted_inline": cfg.untrusted_inline,
+                "prompt_source": next((key for key, value in prompts.items() if value is not None), None),
+                **prompts}
 
     # -- the agent side (gateway, spawn) ------------------------------------------------------------
     async def caller_view(self, token: str | None) -> View:
@@ -699,19 +762,40 @@ class MemoryService:
         return attrs.asdict(vote)
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
-                             ttl_seconds: float | None = None) -> dict[str, Any]:
+                             ttl_seconds: float | None = None, replace: bool = False) -> dict[str, Any]:
         """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
-        expires that long from now (`memactors token mint --ttl`), at most a year."""
+        expires that long from now (`memactors token mint --ttl`), at most a year.
+
+        ``replace`` rotates: the run's earlier tokens are revoked and its cached briefing dropped in the
+        same transaction, so the new token is the only one that works (`memactors install` run again)."""
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
                                         or not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS):
             raise InvalidArgument(f"ttl_seconds must be a number of seconds from 1 to {MAX_TOKEN_TTL_SECONDS}",
                                   field="ttl_seconds")
         now = self.wall_clock()
         expires = None if ttl_seconds is None else now + timedelta(seconds=ttl_seconds)
-        token = await self.store.write(lambda db: graph.mint_run_token(
-            db, harness=harness, run_id=run_id, workdir=workdir, now=now, expires_at=expires))
-        return {"harness": harness, "run_id": run_id, "token": token,
+
+        def mint(db: Any) -> tuple[str, int]:
+            revoked = 0
+            if replace:
+                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                graph.drop_cached_briefing(db, harness, run_id)
+            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                                        expires_at=expires), revoked
+
+        token, revoked = await self.store.write(mint)
+        return {"harness": harness, "run_id": run_id, "token": token, "revoked": revoked,
                 "expires_at": None if expires is None else iso(expires)}
+
+    async def revoke_run_tokens(self, *, harness: str, run_id: str) -> dict[str, Any]:
+        """RevokeRunTokens: every token of the run stops working now (`memactors uninstall`); its cached
+        briefing is dropped with them."""
+
+        def revoke(db: Any) -> int:
+            graph.drop_cached_briefing(db, harness, run_id)
+            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+
+        return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 
     async def forget(self, episode_id: str) -> dict[str, Any]:
         """MemoryService.Forget (REQ-10): tombstone now, then memory_forget for each provider id.
@@ -731,6 +815,8 @@ class MemoryService:
         """
         cfg = self.config
         name = provider or self.provider
+        # REQ-18: the check's MCP spans (client and server side) follow the same consent as the session's.
+        guard_sdk_spans(lambda: self.config.telemetry.export_all)
         if name == "builtin":
             target: Any = self.builtin.server()
         else:
@@ -775,7 +861,7 @@ class MemoryService:
                 oldest_pending = await self.store.read(oldest)
                 missing = await self.episodes_missing_vectors()
             except StoreUnavailable as exc:
-                status["store"].update(reachable=False, error=exc.message)
+                status["store"].update(reachable=False, writable=False, error=exc.message)
         rows = doctor_rows(
             self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
@@ -793,8 +879,12 @@ class MemoryService:
 
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
-        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any]) -> Method:
-            return Method(f"{SERVICE}/{name}", tier, handler)  # type: ignore[arg-type]
+        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any], *,
+              params: tuple[str, ...] | None = None) -> Method:
+            # `params`: every parameter the method reads; any other is refused by name before the handler
+            # (Error Handling Standards; the gateway refuses an unknown tool argument the same way).
+            return Method(f"{SERVICE}/{name}", tier, handler,  # type: ignore[arg-type]
+                          params=None if params is None else frozenset(params))
 
         async def ingest(p: dict[str, Any]) -> Any:
             record = _param(p, "record", dict)
@@ -802,53 +892,71 @@ class MemoryService:
 
         # Every parameter is typed and bounded here (issue 9 "Poison input"): a wrong type, a control
         # character in an id or an oversized value is INVALID_ARGUMENT naming params.<field>, never INTERNAL,
-        # and the message never repeats the value.
+        # and the message never repeats the value. A parameter the method does not take is refused by name.
         return [
-            m("Status", "read", lambda p: self.status()),
-            m("Doctor", "read", lambda p: self.doctor()),
+            m("Status", "read", lambda p: self.status(), params=()),
+            m("Doctor", "read", lambda p: self.doctor(), params=()),
             m("ListEpisodes", "read", lambda p: self.list_episodes(
                 harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024))),
-            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id"))),
+                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "repo", "since", "limit", "after")),
+            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id")), params=("episode_id",)),
             m("Recall", "read", lambda p: self.recall(
                 query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
-                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100))),
-            m("IngestRun", "control", ingest),
-            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p))),
-            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id"))),
-            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider"))),
-            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness"))),
+                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100)),
+              params=("query", "repo", "as", "paths", "limit")),
+            m("IngestRun", "control", ingest, params=("record", "source")),
+            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p)), params=("records",)),
+            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id")), params=("episode_id",)),
+            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider")),
+              params=("provider",)),
+            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness")), params=("harness",)),
+            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness")),
+              params=("harness",)),
             m("AddFact", "control", lambda p: self.add_fact(
                 scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
-                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id"))),
+                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id")),
+              params=("scope", "text", "confidence", "status", "id")),
             m("LinkPullRequest", "control", lambda p: self.link_pull_request(
-                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES))),
+                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES)),
+              params=("repo", "branch", "url")),
             m("ReportPresence", "control", lambda p: self.report_presence(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 session_id=_id(p, "session_id"), repo=_id(p, "repo"), branch=_opt_id(p, "branch"),
-                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400))),
+                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400)),
+              params=("harness", "run_id", "session_id", "repo", "branch", "paths", "ttl_seconds")),
             m("CastVote", "control", lambda p: self.cast_vote(
                 fact_id=_id(p, "fact_id"), run_id=_id(p, "run_id"),
-                harness=_id(p, "harness"), stance=_id(p, "stance"))),
+                harness=_id(p, "harness"), stance=_id(p, "stance")),
+              params=("fact_id", "run_id", "harness", "stance")),
             m("StartRun", "control", lambda p: self.start_run(
                 harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
-                run_id=_opt_id(p, "run_id"))),
+                run_id=_opt_id(p, "run_id")), params=("harness", "prompt", "run_id")),
             m("WaitRun", "read", lambda p: self.wait_run(
                 harness=_opt_id(p, "harness"), run_id=_id(p, "run_id"),
-                wait_seconds=_opt_number(p, "wait_seconds", 30.0))),
-            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+                wait_seconds=_opt_number(p, "wait_seconds", 30.0)),
+              params=("harness", "run_id", "wait_seconds")),
+            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
             m("ListRuns", "read", lambda p: self.list_runs(
                 harness=_opt_id(p, "harness"), state=_opt_id(p, "state"), limit=_int(p, "limit", 50, 1, 1000),
-                after=_opt(p, "after", max_bytes=1024))),
+                after=_opt(p, "after", max_bytes=1024)),
+              params=("harness", "state", "limit", "after")),
             m("CancelRun", "control", lambda p: self.cancel_run(
-                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"))),
+                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
+              params=("run_id", "harness")),
             m("RunLogs", "read", lambda p: self.run_logs(
                 run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"), after=_int(p, "after", 0, 0, 2**62),
-                wait_seconds=_opt_number(p, "wait_seconds", 0.0))),
+                wait_seconds=_opt_number(p, "wait_seconds", 0.0)),
+              params=("run_id", "harness", "after", "wait_seconds")),
             m("MintRunToken", "control", lambda p: self.mint_run_token(
                 harness=_id(p, "harness"), run_id=_id(p, "run_id"),
                 workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None))),
+                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace")),
+              params=("harness", "run_id", "workdir", "ttl_seconds", "replace")),
+            m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
+                harness=_id(p, "harness"), run_id=_id(p, "run_id")),
+              params=("harness", "run_id")),
         ]
 
 
@@ -862,6 +970,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
     budget = max(provider_timeout * 5, 10.0)
     read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
     errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+    tail = StderrTail()  # and its last lines are shown under a failing check (why it failed)
     if isinstance(target, mcp.StdioServerParameters):
         target = stdio_client(target, errlog=errlog)
 
@@ -877,19 +986,23 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider))
+            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
             try:
                 outcome = await attempt()
-            finally:
+            except BaseException:
                 nursery.cancel_scope.cancel()
+                raise
+            # The provider process is gone (its client closed); with our write end closed too the pipe
+            # ends, and the last words it wrote (a traceback) are read before the report is made.
+            errlog.close()
+            nursery.cancel_scope.deadline = trio.current_time() + STDERR_DRAIN_SECONDS
     finally:
         errlog.close()
-    if isinstance(outcome, ConformanceReport):
-        return outcome
-    reason = outcome
-    checks = [CheckResult(1, CHECK_NAMES[1], "fail", reason)]
-    checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
-    return ConformanceReport(provider=provider, checks=tuple(checks))
+    if not isinstance(outcome, ConformanceReport):
+        checks = [CheckResult(1, CHECK_NAMES[1], "fail", outcome)]
+        checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
+        outcome = ConformanceReport(provider=provider, checks=tuple(checks))
+    return explain_failure(outcome, tail.lines())
 
 
 async def _close_quietly(client: ModelApiClient) -> None:
@@ -970,6 +1083,16 @@ def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -
 def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
     """An optional finite number (``default`` when absent or null)."""
     return default if params.get(name) is None else _number(params, name)
+
+
+def _flag(params: dict[str, Any], name: str) -> bool:
+    """An optional boolean, false when absent or null."""
+    value = params.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"params.{name} must be true or false", field=f"params.{name}")
+    return value
 
 
 def _records(params: dict[str, Any]) -> list[Any]:

@@ -443,7 +443,7 @@ def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
     return value
 
 
-#: builtin_fts's BM25 weights per column as configured by migration 0009 (builtin.BM25_WEIGHTS).
+#: builtin_fts's BM25 weights per column as configured by migration 0009 (ranking.BM25_WEIGHTS).
 _BUILTIN_FTS_SQL = """
     CREATE VIRTUAL TABLE builtin_fts USING fts5 (
         scope_key, title, excerpt, files, failures, meta,
@@ -735,6 +735,9 @@ class Store:
         self._write_queue: list[_WriteJob] = []
         #: Write transactions run so far (each holds one or more write() calls).
         self.transactions = 0
+        #: Whether writes succeed (set by the engine): a write that fails for lack of space raises StoreFull
+        #: (store_health); `snapshot()` is what Status, doctor and /readyz show.
+        self.health: Any = None
 
     @classmethod
     async def open(cls, target: Path | str, *, daemon_id: str = "local") -> Store:
@@ -780,7 +783,8 @@ class Store:
                     await job.done.wait()
             raise
         if job.error is not None:
-            raise job.error
+            raise self.health.failed(job.error)
+        self.health.succeeded()
         return job.result  # type: ignore[no-any-return]
 
     async def _write_batch(self, batch: list[_WriteJob]) -> None:

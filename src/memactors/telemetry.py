@@ -98,3 +98,32 @@ def guard_sdk_spans(consent: Callable[[], bool]) -> None:
     if not isinstance(_otel._tracer, _GuardedTracer):
         _otel._tracer = _GuardedTracer(_otel._tracer)
     _sdk_consent.set(consent)
+
+
+# -- the mcp SDK's server spans -----------------------------------------------------------------------------
+#
+# An mcp `Server` ships with the SDK's OpenTelemetryMiddleware, which opens a SERVER span for every message
+# it handles (`tools/call recall`, `tools/list`, `resources/read`, …). For the gateway those are memory
+# spans of the calling run: exported only under consent, like the daemon's own (REQ-18).
+
+
+class _ConsentedServerSpans:
+    """The SDK's per-message span middleware, run only for a message `consent(ctx)` allows; any other
+    message goes straight to the next layer, with no span at all."""
+
+    def __init__(self, inner: Any, consent: Callable[[Any], bool]) -> None:
+        self._inner = inner
+        self._consent = consent
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if self._consent(ctx):
+            return await self._inner(ctx, call_next)
+        return await call_next(ctx)
+
+
+def consent_server_spans(server: Any, consent: Callable[[Any], bool]) -> None:
+    """Make `server`'s SDK span middleware ask `consent(ctx)` for each message it would trace."""
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    server.middleware = [_ConsentedServerSpans(m, consent) if isinstance(m, OpenTelemetryMiddleware) else m
+                         for m in server.middleware]

@@ -40,8 +40,10 @@ from loguru import logger
 
 from .. import contract, graph
 from .._kernel import open_mailbox, serve
+from ..builtin import search_words
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed, StoreUnavailable
+from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock
 from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
@@ -239,6 +241,7 @@ class Briefing:
         self._key = secrets.token_bytes(32)
         self.address, self._mailbox = open_mailbox("briefing", 64)
         self._log = logger.bind(actor="briefing", provider=provider)
+        self._degraded_lines = LogThrottle(interval=10.0)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self.address)
@@ -273,14 +276,15 @@ class Briefing:
 
     async def episodes_with(self, view: View, *, query: str, limit: int, paths: Sequence[str] = (),
                             deadline: float = float("inf"), local: Callable[[Db], T], fallback: T,
-                            exclude_empty: bool = False) -> tuple[Episodes, T]:
+                            exclude_empty: bool = False, words: Sequence[str] = ()) -> tuple[Episodes, T]:
         """:meth:`episodes`, plus ``local(db)`` run in the same read transaction as the REQ-9 re-check.
 
         One worker-thread hop for a request's own reads: the provider is asked first, then the re-check
         of its items (one query) and the caller's local reads (facts, runs, ...) share one snapshot.
         With ``exclude_empty`` the kept items that are empty runs, judged from the daemon's stored
         episodes (`documents.is_empty_run`), are left out too (a briefing's slots are for runs that did
-        something); they are not REQ-9 drops and are only counted in ``Episodes.empty``.
+        something); they are not REQ-9 drops and are only counted in ``Episodes.empty``. ``words`` (a
+        recall's query words) pick the snippet of an item served with the daemon's own text (REQ-9).
 
         A store that cannot be read (PostgreSQL down or unreachable) degrades the answer the same way,
         within the same budget: no episodes (REQ-9 cannot check them), ``fallback`` for the local part,
@@ -303,7 +307,7 @@ class Briefing:
 
         def recheck(db: Db, valid: list[Any], invalid: int) -> tuple[Filtered, int, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
-                                    visible_scopes=visible, limit=limit, check_text=check_text)
+                                    visible_scopes=visible, limit=limit, check_text=check_text, words=words)
             empty = _empty_runs(db, [k.provenance.episode_id for k in filtered.kept]) if exclude_empty else ()
             if empty:
                 filtered = attrs.evolve(filtered, kept=tuple(
@@ -321,7 +325,11 @@ class Briefing:
             self._log.bind(error=exc.message).warning("episodes degraded: store unavailable")
             return Episodes((), STORE_UNAVAILABLE, False), fallback
         except (MemactorsError, trio.TooSlowError) as exc:
-            self._log.bind(error=type(exc).__name__).warning("episodes degraded: provider unavailable")
+            # Every recall degrades while the provider is down: one line per 10 s with the count folded in.
+            suppressed = self._degraded_lines.allow(type(exc).__name__)
+            if suppressed is not None:
+                self._log.bind(error=type(exc).__name__, suppressed=suppressed).warning(
+                    "episodes degraded: provider unavailable")
             mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
             return Episodes((), PROVIDER_UNAVAILABLE if ok else STORE_UNAVAILABLE, ok), mine
         for reason, count in filtered.dropped:
@@ -370,7 +378,8 @@ class Briefing:
             return facts, runs
 
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
-                                                      deadline=req.deadline, local=local, fallback=([], []))
+                                                      deadline=req.deadline, local=local, fallback=([], []),
+                                                      words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),

@@ -26,12 +26,13 @@ from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
+from ..gist import gist
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import normalise_remote, scope_for
 from ..store import Db, Store, WallClock, iso
 
-DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
+DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid", "text_replaced")
 
 
 @attrs.frozen
@@ -62,7 +63,9 @@ class KeptItem:
 @attrs.frozen
 class Filtered:
     kept: tuple[KeptItem, ...]
-    dropped: tuple[tuple[str, int], ...]  # (reason, count), reasons from DROP_REASONS
+    #: (reason, count), reasons from DROP_REASONS (REQ-9's four, and text_replaced: served with
+    #: the daemon's own text, not dropped)
+    dropped: tuple[tuple[str, int], ...]
 
 
 @attrs.frozen
@@ -427,14 +430,37 @@ def text_belongs_body(item_text: str, body: str) -> bool:
     return text_belongs(item_text, rendering)
 
 
+#: How wide the daemon's own text of an item is: what the built-in provider serves (builtin.MAX_ITEM_TEXT),
+#: so a replaced item fits a briefing's episodes share as the built-in provider's items do.
+OWN_TEXT_CHARS = 320
+
+
+def own_text(body: str, words: Sequence[str] = ()) -> str | None:
+    """The daemon's own text of an episode, from its stored body: what an item is served with when the
+    provider's text for it is not drawn from it. The episode's gist (`gist.gist`, the one rendering of
+    an item every surface shares: the run's own words first, the snippet around the query's `words`,
+    then what it touched), so every word of it is the episode's; None for a body that is not an object
+    (none this daemon wrote)."""
+    try:
+        episode = json.loads(body)
+    except ValueError:
+        return None
+    return gist(episode, words, OWN_TEXT_CHARS) if isinstance(episode, dict) else None
+
+
 def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid: int,
-                 visible_scopes: Iterable[str], limit: int, check_text: bool = True) -> Filtered:
+                 visible_scopes: Iterable[str], limit: int, check_text: bool = True,
+                 words: Sequence[str] = ()) -> Filtered:
     """REQ-9: keep only items indexed for `provider`, not forgotten, in a scope the caller may see.
 
     `invalid` is the count of items the contract layer already dropped for breaking REQ-3's bounds.
     Provenance comes from the episode row; the item's text and score are the provider's. With
     `check_text` (every provider but one configured ``own_text = true``) an item whose text is not drawn
-    from the episode it names (`text_belongs`) is dropped as ``invalid``.
+    from the episode it names (`text_belongs`: a claim "recorded by harness release-bot", another
+    episode's text swapped in) is served with the daemon's own text of that episode instead, counted
+    ``text_replaced``: the agent still gets the episode the provider found, under memactors' provenance,
+    and none of the provider's words ("Provenance cannot be spoofed"); `words` (the recall's query words)
+    pick its snippet. ``invalid`` stays REQ-3's bounds.
     """
     visible = set(visible_scopes)
     dropped: Counter[str] = Counter()
@@ -455,15 +481,23 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
         if scope not in visible:
             dropped["scope"] += 1
             continue
+        text: str | None = item.text
         if check_text and not text_belongs_body(item.text, body):
-            dropped["invalid"] += 1
-            continue
+            text = own_text(body, words)
+            if text is None:
+                dropped["invalid"] += 1
+                continue
+            replaced = True
+        else:
+            replaced = False
         if eid in seen or len(kept) >= limit:
             continue  # several provider ids of one episode: serve it once
         seen.add(eid)
+        if replaced:
+            dropped["text_replaced"] += 1
         ep = json.loads(body)
         kept.append(KeptItem(
-            provider_id=item.id, text=item.text, score=item.score,
+            provider_id=item.id, text=text, score=item.score,
             provenance=Provenance(
                 episode_id=eid, run_id=run_id, harness=harness, adapter=ep.get("adapter", ""),
                 model=ep.get("model", ""), repo=repo, branch=branch, outcome=outcome, started_at=started_at,
@@ -559,6 +593,7 @@ class FilterItems:
     visible_scopes: frozenset[str]
     limit: int
     check_text: bool = True
+    words: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -602,7 +637,7 @@ class Index:
                 f = message
                 return await self._store.read(lambda db: filter_items(
                     db, provider=f.provider, items=f.items, invalid=f.invalid,
-                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text))
+                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text, words=f.words))
             case GetEpisode(episode_id=episode_id):
                 return await self._store.read(lambda db: get_episode(db, episode_id))
             case ListEpisodes():

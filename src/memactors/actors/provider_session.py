@@ -28,6 +28,7 @@ start, say) is not replaced: the session then starts each process when it needs 
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import signal
@@ -50,9 +51,10 @@ from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
-from ..redact import redact
+from ..redact import LineRedactor, redact
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
+from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
 
@@ -67,6 +69,9 @@ HEARTBEAT_MISSES_TO_RECONNECT = 3
 STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_WINDOW = 50
 STDERR_WINDOW = 10.0
+#: A StderrTail keeps this many lines (the window redacted as one text) and shows the last STDERR_TAIL_SHOW.
+STDERR_TAIL_KEEP = 200
+STDERR_TAIL_SHOW = 20
 #: A stdio provider that closed its stdin is given this long to exit before SIGTERM to its process group,
 #: and as long again before SIGKILL (the SDK's own stdio client waits the same).
 STOP_GRACE = 2.0
@@ -197,7 +202,9 @@ class ProviderSession:
             self._log.bind(state=state, previous=self._state).info("provider session state")
             self._since = trio.current_time()
         self._state = state
-        self._last_error = error
+        # Shown by status and doctor: a URL inside (an HTTP client's error names the one it called) is
+        # shown without its credentials.
+        self._last_error = None if error is None else mask_urls(error)
         self._update_up()
 
     def _update_up(self) -> None:
@@ -577,36 +584,73 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def describe_failure(exc: BaseException, endpoint: str) -> str:
     """A connection failure in words that name what could not be reached: the command's path that could
-    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`."""
+    not be started, or the URL (host:port) that refused — never just `ExceptionGroup`. A URL in the
+    client's own message is shown without its credentials (``mask_urls``)."""
     leaf = _leaf(exc)
     if isinstance(leaf, OSError) and leaf.filename:
         return f"cannot start {leaf.filename}: {leaf.strerror or type(leaf).__name__}"
     if isinstance(leaf, OSError) and leaf.strerror:
         return f"cannot reach {endpoint}: {leaf.strerror}"
-    detail = str(leaf)[:200] or type(leaf).__name__
+    detail = mask_urls(str(leaf))[:200] or type(leaf).__name__
     if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
         return f"cannot connect to {endpoint}: {detail}"
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
 
 
-async def log_stderr(read_fd: int, logger_: Any) -> None:
+class StderrTail:
+    """The last lines a provider wrote to stderr, kept in memory to show an operator why it failed
+    (``memactors memory provider check``). Bounded (STDERR_TAIL_KEEP lines, each cut to
+    STDERR_LINE_CHARS); :meth:`lines` redacts the kept window as one text, so a secret spread over
+    several lines (a key block) is caught as a whole before anything leaves the daemon."""
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_KEEP)
+
+    def add(self, line: str) -> None:
+        self._lines.append(line[:STDERR_LINE_CHARS])
+
+    def lines(self, count: int = STDERR_TAIL_SHOW) -> tuple[str, ...]:
+        """The last ``count`` non-blank lines, redacted."""
+        if not self._lines:
+            return ()
+        shown = [line for line in redact("\n".join(self._lines)).split("\n") if line.strip()]
+        return tuple(shown[-count:])
+
+
+async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None) -> None:
     """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
-    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`."""
+    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`.
+
+    Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
+    printed over many lines is dropped whole, its body lines included, which redacting each line on
+    its own let through (issue 20). URLs are shown without their credentials. Every line (rate limit or
+    not) also goes to ``tail`` when one is given, redacted the same way: a key block whose first line
+    has left the tail's window is not shown either."""
     log = logger_.bind(source="provider_stderr")
+    lines_redactor = LineRedactor()
     stream = trio.lowlevel.FdStream(read_fd)
     async with stream:
         buffer = b""
         window_end, logged, suppressed = 0.0, 0, 0
-        while True:
+        ended = False
+        while not ended:
             chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
+            ended = not chunk
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
-            if len(buffer) > STDERR_LINE_CHARS * 4:  # a line that never ends is cut, not buffered
+            if len(buffer) > STDERR_LINE_CHARS * 4 or (ended and buffer):
+                # a line that never ends is cut, not buffered; at EOF a last line without "\n" counts too
                 lines.append(buffer)
                 buffer = b""
             for raw in lines:
+                # Every line goes through the redactor, suppressed ones too: it must see a key's first
+                # line to drop the lines after it.
+                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
+                if text is None or not text.strip():
+                    continue
+                text = mask_urls(text)
+                if tail is not None:
+                    tail.add(text)
                 now = trio.current_time()
                 if now >= window_end:
                     if suppressed:
@@ -615,7 +659,5 @@ async def log_stderr(read_fd: int, logger_: Any) -> None:
                 if logged >= STDERR_LINES_PER_WINDOW:
                     suppressed += 1
                     continue
-                text = redact(raw.decode("utf-8", "replace").rstrip("\r"))
-                if text.strip():
-                    logged += 1
-                    log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
+                logged += 1
+                log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")

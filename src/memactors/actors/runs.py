@@ -51,7 +51,7 @@ from .._kernel import open_mailbox, serve
 from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
-from ..redact import redact
+from ..redact import redact_tail
 from ..repo import resolve_repo
 from ..run_process import (
     agent_env,
@@ -435,7 +435,7 @@ class Runs:
         try:
             tail = watch.stderr.text()
             if tail is not None:  # redacted off the loop; never a line of the composed prompt
-                state.stderr_tail = await trio.to_thread.run_sync(lambda: redact(scrub(tail, run.prompt)))
+                state.stderr_tail = await trio.to_thread.run_sync(lambda: redact_tail(scrub(tail, run.prompt)))
             if run.prompt and transcript.result_text:
                 # An agent that echoes its prompt (a `command` agent printing its argument) would put the
                 # briefing and its nonce into the record and the episode's excerpt (REQ-16: never stored).

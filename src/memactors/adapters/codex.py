@@ -10,7 +10,11 @@ timestamps, so an observation is stamped with the time its line was read.
 The gateway reaches Codex as a streamable-HTTP MCP server given with ``-c`` overrides
 (``mcp_servers.memactors.url`` and ``bearer_token_env_var``): Codex reads the bearer token from the
 environment variable named there, so the token never appears in argv (which ``ps`` shows to every
-local user). The same facts are in the environment as ``MEMACTORS_GATEWAY_URL``,
+local user). A third override, ``default_tools_approval_mode = "approve"``, approves the server's
+tools: ``codex exec`` runs with the approval policy ``never``, under which Codex answers every MCP
+tool call that is not approved in configuration with "MCP tool call requires approval, but approval
+policy is never" — the agent would never get its memory. The gateway serves only ``recall`` and
+``briefing`` (REQ-2), both read-only, so approving the server's tools approves exactly those. The same facts are in the environment as ``MEMACTORS_GATEWAY_URL``,
 ``MEMACTORS_RUN_TOKEN`` and ``MEMACTORS_MCP_CONFIG`` for wrappers and scripts.
 
 Nothing the agent printed is kept beyond the transcript's fields: command output
@@ -26,11 +30,15 @@ from typing import Any
 
 from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
 
-__all__ = ["GATEWAY_SERVER_NAME", "TOKEN_ENV", "CodexAdapter", "CodexParser", "unwrap_shell"]
+__all__ = ["APPROVAL_KEY", "APPROVE", "GATEWAY_SERVER_NAME", "TOKEN_ENV", "CodexAdapter", "CodexParser", "unwrap_shell"]
 
-#: The name the gateway has in Codex's ``mcp_servers`` table (its tools show as ``memactors.recall``).
+#: The name the gateway has in Codex's ``mcp_servers`` table (the model sees its tools in the
+#: ``mcp__memactors`` namespace, once Codex's ``tool_search`` has loaded them).
 GATEWAY_SERVER_NAME = "memactors"
 TOKEN_ENV = "MEMACTORS_RUN_TOKEN"
+#: Codex's per-server approval setting, and the value that lets a headless run call the memory tools.
+APPROVAL_KEY = "default_tools_approval_mode"
+APPROVE = "approve"
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
 
 
@@ -109,9 +117,12 @@ class CodexParser:
         tr = self.transcript
         match item.get("type"):
             case "agent_message":
+                # One model message: a turn and a text event in `runs logs`, as Claude Code's are.
+                tr.turns += 1
                 text = item.get("text")
                 if isinstance(text, str) and text.strip():
-                    tr.result_text = text
+                    tr.result_text = tr.last_text = text
+                    tr.texts += 1
             case "command_execution":
                 command = item.get("command")
                 if not isinstance(command, str):
@@ -156,6 +167,7 @@ class CodexAdapter:
             env["MEMACTORS_GATEWAY_URL"] = request.gateway_url
             if request.run_token:
                 argv += ["-c", f"mcp_servers.{GATEWAY_SERVER_NAME}.bearer_token_env_var={_toml_string(TOKEN_ENV)}"]
+            argv += ["-c", f"mcp_servers.{GATEWAY_SERVER_NAME}.{APPROVAL_KEY}={_toml_string(APPROVE)}"]
         if request.run_token:
             env[TOKEN_ENV] = request.run_token
         if request.mcp_config_path:

@@ -5,8 +5,9 @@ One module per command group over one small shared core (`_core`: configuration,
 and token, the RPC call, output, exit statuses): `runs` (runs ingest), `supervised` (run, runs
 list|show|wait|cancel|logs), `memory` (REQ-19's memory
 commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MCP client
-configurations, hooks for residents), `ops` (serve, doctor, tui, completion), `store` (store migrate:
-the one command that works on the store itself, with the daemon stopped).
+configurations, hooks and the session spool for residents), `install` (install / uninstall a resident's
+configuration), `ops` (serve, doctor, tui, completion), `describe` (a harness and its prompt source),
+`store` (store migrate: the one command that works on the store itself, with the daemon stopped).
 
 The CLI finds the daemon the way the daemon finds its state: `--config` (before or after the
 subcommand), else `$HARNESS_CONFIG`, else `$XDG_CONFIG_HOME/harness/harness.toml` (default
@@ -20,19 +21,19 @@ service, the store or the MCP SDK. `bench/cli_startup.py` measures it.
 Exit codes (docs/operations.md has the table): 0 ok; 1 the command ran and reports a failure (doctor,
 provider check, rejected records); 2 usage error (argparse); 3 daemon unavailable; 4 not found;
 5 invalid argument or configuration; 6 permission denied or unauthenticated; 7 internal error;
-130 interrupted (Ctrl-C).
+8 the daemon is out of a resource (its disk is full); 130 interrupted (Ctrl-C). A daemon that is down
+or a connection that drops is one line on stderr and exit 3, never a traceback (`_core.explain`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterator, Sequence
 
 from .. import __version__
-from . import agents, feeds, memory, ops, runs, store
-from ._core import CODE_EXITS, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNAVAILABLE, CliError, exit_for
+from . import agents, describe, feeds, install, memory, ops, runs, store
+from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
 
 __all__ = ["CODE_EXITS", "EXIT_INVALID", "EXIT_UNAVAILABLE", "build_parser", "main", "subparsers"]
 
@@ -71,35 +72,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memactors", description="Episodic memory and briefings for fleets of coding agents (SPEC-0030).",
         epilog="Exit codes: 0 ok, 1 the command reports a failure, 2 usage, 3 daemon unavailable, 4 not found, "
-               "5 invalid argument or configuration, 6 permission denied, 7 internal error, 130 interrupted.")
+               "5 invalid argument or configuration, 6 permission denied, 7 internal error, 8 daemon out of a "
+               "resource (disk full), 130 interrupted.")
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"memactors {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (ops, runs, memory, feeds, agents, store):
+    for group in (ops, runs, memory, feeds, agents, install, describe, store):
         group.register(sub)
     _config_everywhere(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..errors import MemactorsError
-
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         return int(args.fn(args))
-    except KeyboardInterrupt:
-        print("memactors: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except CliError as exc:
-        print(f"memactors: {exc.message}", file=sys.stderr)
-        return exit_for(exc.code)
-    except MemactorsError as exc:  # RpcError, ConfigError and the other sentinels carry a gRPC code
-        rpc_code = getattr(exc, "code", "INTERNAL")
-        prefix = f"{rpc_code}: " if type(exc).__name__ == "RpcError" else ""
-        print(f"memactors: {prefix}{exc}", file=sys.stderr)
-        return exit_for(rpc_code)
-    except BrokenPipeError:  # `memactors ... | head`: the reader left, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
+    except SystemExit:
+        raise
+    except BaseException as exc:  # ok: the CLI's one edge; what it cannot explain is re-raised
+        explained = explain(exc)
+        if explained is None:
+            raise
+        status, line = explained
+        if line:
+            print(line, file=sys.stderr)
+        return status

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ EXIT_NOT_FOUND = 4
 EXIT_INVALID = 5
 EXIT_PERMISSION = 6
 EXIT_INTERNAL = 7
+EXIT_RESOURCE = 8
 EXIT_INTERRUPTED = 130
 
 
@@ -40,6 +42,7 @@ CODE_EXITS = {
     "OUT_OF_RANGE": EXIT_INVALID,
     "PERMISSION_DENIED": EXIT_PERMISSION,
     "UNAUTHENTICATED": EXIT_PERMISSION,
+    "RESOURCE_EXHAUSTED": EXIT_RESOURCE,
 }
 
 
@@ -181,3 +184,67 @@ def positive(text: str) -> int:
 
 def exit_for(code: str) -> int:
     return CODE_EXITS.get(code, EXIT_INTERNAL)
+
+
+# -- the CLI's one error edge ---------------------------------------------------------------------------
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Every exception inside `exc` (itself when it is not a group), depth first, in order."""
+    out: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+        else:
+            out.append(current)
+    return out
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether `exc` says the connection to the daemon failed or dropped below the RPC client (a reset
+    socket, a closed websocket, a broken trio stream), which is the daemon being unavailable."""
+    if isinstance(exc, ConnectionError | TimeoutError) and not isinstance(exc, BrokenPipeError):
+        return True
+    trio = sys.modules.get("trio")  # only loaded by the commands that use it
+    if trio is not None and isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
+        return True
+    websocket = sys.modules.get("trio_websocket")
+    return websocket is not None and isinstance(exc, websocket.ConnectionClosed | websocket.HandshakeError)
+
+
+def explain(exc: BaseException) -> tuple[int, str | None] | None:
+    """The exit status and the one stderr line for what a command raised, or None for a bug.
+
+    Exception groups (a trio nursery's) are unwrapped here, deliberately, at the CLI's edge: a daemon
+    that is down or a connection that drops is one line and exit 3 whichever task noticed it first. A
+    group holding anything the CLI cannot explain is a bug and keeps its traceback.
+    """
+    from ..errors import MemactorsError
+
+    found = [e for e in leaves(exc) if not _is_cancelled(e)] or [exc]
+    explainable = (KeyboardInterrupt, CliError, MemactorsError, BrokenPipeError)
+    if any(not isinstance(e, explainable) and not lost_connection(e) for e in found):
+        return None
+    for e in found:
+        if isinstance(e, KeyboardInterrupt):
+            return EXIT_INTERRUPTED, "memactors: interrupted"
+    for e in found:
+        if isinstance(e, CliError):
+            return exit_for(e.code), f"memactors: {e.message}"
+        if isinstance(e, MemactorsError):  # RpcError, ConfigError and the other sentinels carry a gRPC code
+            code = getattr(e, "code", "INTERNAL")
+            prefix = f"{code}: " if type(e).__name__ == "RpcError" else ""
+            return exit_for(code), f"memactors: {prefix}{e}"
+    for e in found:
+        if lost_connection(e):
+            return EXIT_UNAVAILABLE, f"memactors: UNAVAILABLE: the connection to the daemon was lost ({type(e).__name__})"
+    # `memactors ... | head`: the reader left, which is not an error; stop writing into the pipe.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0, None
+
+
+def _is_cancelled(exc: BaseException) -> bool:
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(exc, trio.Cancelled)

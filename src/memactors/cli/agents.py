@@ -4,10 +4,14 @@
 - ``memactors mcp-config <harness>``: the same token inside a ready-to-paste MCP client configuration
   (Claude Code's ``.mcp.json``, Cursor's ``mcp.json``, or plain JSON).
 - ``memactors hook claude-code session-end``: Claude Code's ``SessionEnd`` hook; reads the hook input on
-  stdin and ingests the session's transcript as a run record (control tier, ``IngestRun``).
+  stdin and ingests the session's transcript as a run record (control tier, ``IngestRun``). When no
+  daemon answers, the record goes to the state directory's spool (``memactors.spool``) instead, and is
+  sent by the next hook that reaches the daemon, by ``memactors spool send``, or by the daemon at start.
+- ``memactors spool [send]``: what the spool holds, and sending it now.
 
-A resident gets its briefing only through the gateway's tool and resource (REQ-15): none of these
-commands types anything into an agent.
+``memactors install`` / ``uninstall`` (``cli/install.py``) write these into an agent's own configuration
+files. A resident gets its briefing only through the gateway's tool and resource (REQ-15): none of these
+commands types anything into an agent, and the daemon never writes an agent's configuration itself.
 """
 
 from __future__ import annotations
@@ -21,14 +25,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._core import call, load, read_daemon_file
+from ._core import CliError, call, load, read_daemon_file
 
 __all__ = ["client_config", "register"]
 
 #: The server name the gateway gets in client configurations (Claude Code shows ``mcp__memactors__recall``).
 SERVER_NAME = "memactors"
 DEFAULT_TTL = "7d"
-FORMATS = ("claude-code", "cursor", "json")
+FORMATS = ("claude-code", "codex", "cursor", "json")
+#: The gateway's tools (gateway.GATEWAY_TOOLS, not imported: it would load the MCP SDK).
+MEMORY_TOOLS = ("recall", "briefing")
+#: What Claude Code's ``permissions.allow`` needs so a headless ``claude -p`` may call them.
+CLAUDE_ALLOW = tuple(f"mcp__{SERVER_NAME}__{tool}" for tool in MEMORY_TOOLS)
+#: The hook's own deadline for its RPC: shorter than the 30 s timeout its settings entry declares, so a
+#: daemon that accepts but does not answer still leaves the hook time to spool the session.
+HOOK_RPC_SECONDS = 15.0
 
 
 def register(sub: Any) -> None:
@@ -43,7 +54,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("mcp-config", help="print an MCP client configuration for a resident agent (mints a token)")
     _mint_args(p)
     p.add_argument("--format", choices=FORMATS, default="claude-code",
-                   help="claude-code (.mcp.json), cursor (~/.cursor/mcp.json) or json (default: claude-code)")
+                   help="claude-code (.mcp.json; the permissions.allow entries on stderr), codex (a config.toml "
+                        "table), cursor (~/.cursor/mcp.json) or json (default: claude-code)")
     p.set_defaults(fn=cmd_mcp_config)
 
     hook = sub.add_parser("hook", help="agent hooks that record resident sessions").add_subparsers(
@@ -53,6 +65,14 @@ def register(sub: Any) -> None:
     p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
     p.add_argument("--json", action="store_true", help="print IngestRun's result")
     p.set_defaults(fn=cmd_hook_claude_session_end)
+
+    p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
+    p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")
+    p.set_defaults(fn=cmd_spool)
+    spool = p.add_subparsers(dest="spool_command")
+    q = spool.add_parser("send", help="send the spooled sessions to the daemon now (control tier, IngestRuns)")
+    q.add_argument("--json", action="store_true", help="print the counts by outcome")
+    q.set_defaults(fn=cmd_spool_send)
 
 
 def _mint_args(p: argparse.ArgumentParser) -> None:
@@ -104,22 +124,52 @@ def cmd_token_mint(args: argparse.Namespace) -> int:
 
 def client_config(fmt: str, *, url: str, token: str, harness: str, run_id: str, expires_at: str | None
                   ) -> dict[str, Any]:
-    """The MCP client configuration for the gateway in ``fmt`` (one of :data:`FORMATS`)."""
+    """The MCP client configuration for the gateway in ``fmt`` (one of :data:`FORMATS`; ``codex`` is the
+    ``[mcp_servers.memactors]`` table as a dict, :func:`codex_toml` renders it)."""
     headers = {"Authorization": f"Bearer {token}"}
     if fmt == "claude-code":
         return {"mcpServers": {SERVER_NAME: {"type": "http", "url": url, "headers": headers}}}
+    if fmt == "codex":
+        # Codex runs `exec` (and any session started with approval policy never) without asking: a tool
+        # call that configuration does not approve is refused, so the memory tools are approved here.
+        return {"mcp_servers": {SERVER_NAME: {"url": url, "http_headers": headers,
+                                              "default_tools_approval_mode": "approve"}}}
     if fmt == "cursor":
         return {"mcpServers": {SERVER_NAME: {"url": url, "headers": headers}}}
     if fmt == "json":
         return {"name": SERVER_NAME, "transport": "streamable-http", "url": url, "headers": headers,
-                "harness": harness, "run_id": run_id, "expires_at": expires_at}
+                "harness": harness, "run_id": run_id, "expires_at": expires_at,
+                "tools": list(MEMORY_TOOLS), "claude_code_allow": list(CLAUDE_ALLOW)}
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+
+def codex_toml(config: dict[str, Any]) -> str:
+    """``client_config("codex", …)`` as the ``config.toml`` text Codex reads (standard library only: the
+    values are strings, so JSON string escapes are TOML basic strings)."""
+    server = config["mcp_servers"][SERVER_NAME]
+    headers = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in server["http_headers"].items())
+    return (f"[mcp_servers.{SERVER_NAME}]\n"
+            f"url = {json.dumps(server['url'])}\n"
+            f"http_headers = {{ {headers} }}\n"
+            f"default_tools_approval_mode = {json.dumps(server['default_tools_approval_mode'])}\n")
 
 
 def cmd_mcp_config(args: argparse.Namespace) -> int:
     result, gateway = _mint(args)
-    print(json.dumps(client_config(args.format, url=gateway, token=result["token"], harness=result["harness"],
-                                   run_id=result["run_id"], expires_at=result["expires_at"]), indent=2))
+    config = client_config(args.format, url=gateway, token=result["token"], harness=result["harness"],
+                           run_id=result["run_id"], expires_at=result["expires_at"])
+    if args.format == "codex":
+        print(f"# memactors gateway for harness {result['harness']} (run {result['run_id']}, expires "
+              f"{result['expires_at'] or 'never'}): add to $CODEX_HOME/config.toml (~/.codex/config.toml)")
+        print(codex_toml(config), end="")
+        return 0
+    print(json.dumps(config, indent=2))
+    if args.format == "claude-code":
+        # stdout stays a valid .mcp.json; the permission a headless `claude -p` needs goes with it on stderr
+        allow = json.dumps({"permissions": {"allow": list(CLAUDE_ALLOW)}})
+        print(f"memactors: a headless session (claude -p) may call the memory tools only when they are allowed: "
+              f"add {allow} to .claude/settings.local.json (or pass --allowedTools {' '.join(CLAUDE_ALLOW)}); "
+              "`memactors install claude-code` writes both files", file=sys.stderr)
     return 0
 
 
@@ -156,11 +206,113 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
         fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
-    result = call(args, "IngestRun", {"record": record, "source": f"claude-code session-end {hook['session_id']}"},
-                  tier="control")
+    source = f"claude-code session-end {hook['session_id']}"
+    try:
+        result = _hook_call(args, "IngestRun", {"record": record, "source": source})
+    except CliError as exc:
+        if exc.code != "UNAVAILABLE":
+            raise
+        path = _spool_record(args, record, source)
+        # Exit 0: the session is kept, and Claude Code need not show the user a failed hook.
+        print(f"memactors: session {record['run_id']} spooled to {path} ({exc.message}); it is sent when "
+              "the daemon is next reached (`memactors spool send`, the next session's hook, or daemon start)",
+              file=sys.stderr)
+        return 0
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         detail = result.get("episode_id") or result.get("reason", "")
         print(f"session {record['run_id']}: {result.get('outcome')} {detail}".rstrip())
+    _send_spool_quietly(args)
     return 0
+
+
+def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
+    """A control-tier call under the hook's own deadline (HOOK_RPC_SECONDS); UNAVAILABLE when no daemon."""
+    from .._wsclient import WsRpcError, call_once
+    from ._core import config_for, operator_url, token_for
+
+    config = config_for(args, "control")
+    token = token_for(config, "control")
+    try:
+        return call_once(operator_url(config), token, f"harness.v1.MemoryService/{method}", params,
+                         timeout=HOOK_RPC_SECONDS)
+    except WsRpcError as exc:
+        raise CliError(exc.code, f"{exc.code}: {exc.message}") from None
+
+
+def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str) -> Path:
+    """Keep the record in the state directory's spool (0600), redacted as an episode would be."""
+    from .. import spool
+    from ..redact import redact_obj
+    from ..store import iso
+
+    state = load(args).store.path
+    entry = {"record": redact_obj(record), "source": source, "spooled_at": iso(datetime.now(UTC))}
+    try:
+        return spool.append(state, entry)
+    except OSError as exc:
+        raise CliError("UNAVAILABLE", f"no daemon answered, and the session could not be spooled to "
+                                      f"{spool.spool_path(state)}: {exc.strerror or exc}") from None
+
+
+def _send_spool(args: argparse.Namespace) -> dict[str, int]:
+    """Send what the spool holds over IngestRuns; undelivered entries go back. Counts by outcome."""
+    from .. import spool
+
+    taken = spool.claim(load(args).store.path)
+    if taken is None:
+        return {}
+    counts: dict[str, int] = {"unreadable": taken.unreadable} if taken.unreadable else {}
+    refused: list[dict[str, Any]] = []
+    sent = 0
+    try:
+        for batch, records in spool.batches(taken.entries):
+            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records})["results"], counts, refused)
+            sent += len(batch)
+    finally:
+        # What was not confirmed goes back (sending it again is harmless: ingest is idempotent).
+        taken.done(undelivered=taken.entries[sent:], refused=refused)
+    return counts
+
+
+def _send_spool_quietly(args: argparse.Namespace) -> None:
+    """After a hook reached the daemon: send earlier spooled sessions too; a failure here fails nothing."""
+    try:
+        counts = _send_spool(args)
+    except (CliError, OSError) as exc:
+        print(f"memactors: spooled sessions not sent yet: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return
+    if counts:
+        print(f"memactors: sent spooled session(s): {_tally(counts)}", file=sys.stderr)
+
+
+def _tally(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "none"
+
+
+def cmd_spool(args: argparse.Namespace) -> int:
+    """`memactors spool`: where the spool is and how many sessions wait in it (no daemon needed)."""
+    from .. import spool
+
+    state = load(args).store.path
+    rejected = spool.rejected_path(state)
+    info = {"path": str(spool.spool_path(state)), "pending": spool.pending(state),
+            "rejected": spool.count_lines(rejected), "rejected_path": str(rejected)}
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        print(f"{info['pending']} session(s) spooled in {info['path']}"
+              + (f"; {info['rejected']} refused by the daemon, kept in {rejected}" if info["rejected"] else ""))
+    return 0
+
+
+def cmd_spool_send(args: argparse.Namespace) -> int:
+    """`memactors spool send`: exit 0 when everything spooled was sent (or nothing was), 1 when the daemon
+    refused some (kept in the rejected file), 3 when no daemon answered (the spool is kept)."""
+    counts = _send_spool(args)
+    if args.json:
+        print(json.dumps(counts, indent=2, sort_keys=True))
+    else:
+        print(f"spooled session(s) sent: {_tally(counts)}")
+    return 1 if counts.get("rejected") or counts.get("unreadable") else 0

@@ -16,11 +16,26 @@ EXIT_PROVIDER_DOWN = 10
 
 
 EXIT_PROVIDER_INCOMPATIBLE = 11
+#: ... the provider is up, but recall is degraded: its breaker is open, or the last recalls in a row
+#: came back without episodes (issue 20).
+EXIT_DEGRADED = 15
+#: ... the store cannot write: its disk is full (ingests and records are refused).
+EXIT_STORE_UNWRITABLE = 16
+
+
+def status_exit(st: dict[str, Any]) -> int:
+    """`memory status`'s exit code from the Status document (docs/operations.md): the worst problem."""
+    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
+    if code:
+        return code
+    if not (st.get("store") or {}).get("writable", True):
+        return EXIT_STORE_UNWRITABLE
+    return EXIT_DEGRADED if st.get("degraded") else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     st = call(args, "Status", {})
-    code = {"down": EXIT_PROVIDER_DOWN, "incompatible": EXIT_PROVIDER_INCOMPATIBLE}.get(st["state"], 0)
+    code = status_exit(st)
     if args.json:
         core.print_json(st)
         return code
@@ -29,10 +44,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"state      {st['state']}  contract {st['contract']}  breaker {st['breaker']}")
     if st.get("last_error"):
         print(f"last error {st['last_error']}")
-    store = st.get("store")
-    if store:
-        print(f"store      {store['where']}  daemon {store['daemon_id']}"
-              + ("" if store.get("reachable", True) else f"  UNREACHABLE: {store.get('error')}"))
     c = st["counts"]
     if c is not None:
         print(f"episodes   {c['live_episodes']} live, {c['episodes'] - c['live_episodes']} forgotten, "
@@ -41,9 +52,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     if p is not None:
         print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
               f"{p['forget_failed']} forgets")
-    if code:
+    store = st.get("store")
+    if store:
+        free = store.get("free_bytes")
+        state = ("UNREACHABLE" if not store.get("reachable", True)
+                 else "writable" if store["writable"] else "NOT WRITABLE")
+        print(f"store      {store.get('where') or store['path']}  {state}"
+              + ("" if free is None else f", {free} bytes free")
+              + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
+    if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
+    elif code == EXIT_STORE_UNWRITABLE:
+        print(f"memactors: store {store['path']} is not writable: {store.get('error')}; "  # type: ignore[index]
+              f"{store.get('free_bytes')} bytes free", file=sys.stderr)  # type: ignore[union-attr]
+    elif code == EXIT_DEGRADED:
+        print(f"memactors: recall is degraded: {st['degraded']}", file=sys.stderr)
     return code
 
 
@@ -163,9 +187,9 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
         core.print_json(result)
     else:
         checks = tuple(CheckResult(**c) for c in result["checks"])
-        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version")}
+        fields = {k: result.get(k) for k in ("provider", "contract", "provider_name", "provider_version", "help")}
         print(format_report(ConformanceReport(checks=checks, unforgotten_ids=tuple(result.get("unforgotten_ids", ())),
-                                              **fields)))
+                                              stderr_tail=tuple(result.get("stderr_tail") or ()), **fields)))
     return 0 if result["ok"] else 1
 
 
@@ -179,7 +203,7 @@ def cmd_provider_schema(args: argparse.Namespace) -> int:
 def cmd_serve_builtin(args: argparse.Namespace) -> int:
     import trio
 
-    from ..builtin import serve_builtin_stdio
+    from ..builtin_stdio import serve_builtin_stdio
     from ..service import DB_NAME
 
     db = Path(args.db) if args.db else core.load(args).store.path / DB_NAME

@@ -95,8 +95,12 @@ def _summary(counts: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
-def _record_problem(record: Any) -> str | None:
-    """Why a parsed record cannot be sent at all (so it is rejected by name, not the whole batch)."""
+def _record_problem(record: Any, source: str) -> str | None:
+    """Why a parsed record cannot be sent at all (so it is rejected by name, not the whole batch): not
+    an object, not sendable as JSON, or over the daemon's size bound (checked here with the daemon's
+    own rule and wording, so it never travels)."""
+    from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
+
     if not isinstance(record, dict):
         return "a run record must be a JSON object"
     try:
@@ -105,7 +109,19 @@ def _record_problem(record: Any) -> str | None:
         return "not sendable as JSON: it holds Infinity or NaN"
     except RecursionError:
         return "JSON nested too deeply"
+    if (size := record_size(record)) > MAX_RECORD_BYTES:
+        return oversize_message(source, size)
     return None
+
+
+#: What one IngestRuns frame may hold: the daemon's frame limit less room for the envelope
+#: (``{"id":…,"method":…,"params":{"records":[…]}}``).
+FRAME_BUDGET_HEADROOM = 4096
+
+
+def _label(source: str) -> str:
+    """A source label the wire can carry: a file name with undecodable bytes has them replaced."""
+    return source.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def cmd_runs_ingest(args: argparse.Namespace) -> int:
@@ -115,7 +131,7 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..rpc import RpcError, connect_rpc
+    from ..rpc import MAX_MESSAGE_SIZE, RpcError, connect_rpc, encode_frame
 
     config = core.load(args)
     token = core.token_for(config, "control")
@@ -125,6 +141,11 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     progress = Progress(None if "-" in sources else len(sources), sys.stderr.isatty() and not args.json)
     interrupted = False
+    budget = MAX_MESSAGE_SIZE - FRAME_BUDGET_HEADROOM
+    #: Why the daemon stopped answering (it went away, or refused the whole call), and how many records
+    #: were in the call it never answered.
+    failure: BaseException | None = None
+    unanswered = 0
 
     def rejected(source: str, message: str) -> None:
         counts["rejected"] += 1
@@ -141,12 +162,40 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
         counts[result["outcome"]] = counts.get(result["outcome"], 0) + 1
         results.append({"file": source, **result})
 
-    async def send(client: Any, batch: list[tuple[str, Any]]) -> None:
-        if not batch:
+    class Batch:
+        """Records waiting to go, kept under both the record count and the frame's byte budget."""
+
+        def __init__(self) -> None:
+            self.items: list[tuple[str, Any]] = []
+            self.bytes = 0
+
+        def fits(self, size: int) -> bool:
+            return len(self.items) < INGEST_BATCH and self.bytes + size + 1 <= budget
+
+    batch = Batch()
+
+    async def add(client: Any, source: str, record: Any) -> None:
+        """Queue one record, rejecting it by name when it cannot go; send the batch when it is full."""
+        source = _label(source)
+        if (problem := _record_problem(record, source)) is not None:
+            rejected(source, problem)
+            progress.done += 1
             return
-        items = [{"record": record, "source": source} for source, record in batch]
+        size = len(encode_frame({"record": record, "source": source}).encode("utf-8"))
+        if not batch.fits(size):
+            await send(client)
+        batch.items.append((source, record))
+        batch.bytes += size + 1
+
+    async def send(client: Any) -> None:
+        nonlocal unanswered
+        items, batch.items, batch.bytes = batch.items, [], 0
+        if not items:
+            return
+        unanswered = len(items)
         try:
-            answer = await client.call(f"{SERVICE}/IngestRuns", {"records": items})
+            answer = await client.call(f"{SERVICE}/IngestRuns",
+                                       {"records": [{"record": r, "source": s} for s, r in items]})
         except RpcError as exc:
             if exc.code not in ("UNIMPLEMENTED", "INVALID_ARGUMENT"):
                 raise
@@ -154,21 +203,22 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
             # frame's depth limit): one IngestRun per record, so each is judged on its own.
             answer = None
         if answer is not None:
-            for (source, _), result in zip(batch, answer["results"], strict=True):
+            for (source, _), result in zip(items, answer["results"], strict=True):
                 tally(source, result)
                 progress.done += 1
+            unanswered = 0
         else:
-            for source, record in batch:
+            for source, record in items:
                 try:
                     tally(source, await client.call(f"{SERVICE}/IngestRun", {"record": record, "source": source}))
                 except RpcError as exc:
                     if exc.code not in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"):
                         raise
                     rejected(source, exc.message)
+                unanswered -= 1
                 progress.done += 1
                 progress.update(counts)
         progress.update(counts)
-        batch.clear()
 
     async def stdin_chunks() -> Any:
         """Yield lists of (label, record-or-None, error) as stdin delivers complete JSON values."""
@@ -191,52 +241,47 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                 if not data:
                     return
 
+    async def read_file(source: str) -> tuple[Any, str | None]:
+        try:
+            return json.loads(await trio.Path(source).read_text(encoding="utf-8")), None
+        except UnicodeDecodeError:
+            return None, "not UTF-8 text"
+        except OSError as exc:
+            return None, exc.strerror or type(exc).__name__
+        except RecursionError:
+            return None, "JSON nested too deeply"
+        except ValueError as exc:
+            return None, f"not valid JSON ({exc})"
+
+    async def ingest_all(client: Any) -> None:
+        for source in sources:
+            if source == "-":
+                async for chunk in stdin_chunks():
+                    for label, record, error in chunk:
+                        if record is _TOO_DEEP or error is not None:
+                            rejected(label, error or "JSON nested too deeply")
+                            progress.done += 1
+                        else:
+                            await add(client, label, record)
+                    await send(client)  # what arrived is sent now, not at EOF
+                continue
+            record, error = await read_file(source)
+            if error is not None:
+                rejected(_label(source), error)
+                progress.done += 1
+                continue
+            await add(client, source, record)
+        await send(client)
+
     async def work() -> None:
-        batch: list[tuple[str, Any]] = []
-        async with connect_rpc(url, token) as client:
-            for source in sources:
-                if source == "-":
-                    async for chunk in stdin_chunks():
-                        for label, record, error in chunk:
-                            if record is _TOO_DEEP:
-                                rejected(label, "JSON nested too deeply")
-                                progress.done += 1
-                            elif error is not None:
-                                rejected(label, error)
-                                progress.done += 1
-                            elif (problem := _record_problem(record)) is not None:
-                                rejected(label, problem)
-                                progress.done += 1
-                            else:
-                                batch.append((label, record))
-                        await send(client, batch)  # what arrived is sent now, not at EOF
-                    continue
-                try:
-                    record = json.loads(await trio.Path(source).read_text(encoding="utf-8"))
-                except UnicodeDecodeError:
-                    rejected(source, "not UTF-8 text")
-                    progress.done += 1
-                    continue
-                except OSError as exc:
-                    rejected(source, exc.strerror or type(exc).__name__)
-                    progress.done += 1
-                    continue
-                except RecursionError:
-                    rejected(source, "JSON nested too deeply")
-                    progress.done += 1
-                    continue
-                except ValueError as exc:
-                    rejected(source, f"not valid JSON ({exc})")
-                    progress.done += 1
-                    continue
-                if (problem := _record_problem(record)) is not None:
-                    rejected(source, problem)
-                    progress.done += 1
-                    continue
-                batch.append((source, record))
-                if len(batch) >= INGEST_BATCH:
-                    await send(client, batch)
-            await send(client, batch)
+        nonlocal failure
+        try:
+            async with connect_rpc(url, token) as client:
+                await ingest_all(client)
+        except Exception as exc:  # ok: the daemon went away or refused the call; reported with the counts
+            if not isinstance(exc, RpcError) and not core.lost_connection(exc):
+                raise
+            failure = exc
 
     async def main() -> None:
         nonlocal interrupted
@@ -263,11 +308,34 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"memactors: interrupted after {progress.done} record(s): {_summary(counts)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if failure is not None:
+        return _stopped(failure, progress, counts, unanswered)
     if args.json:
         core.print_json(results)
     else:
         print(f"{progress.done} record(s): {_summary(counts)}")
     return EXIT_FAILED if counts["rejected"] else EXIT_OK
+
+
+def _stopped(failure: BaseException, progress: Progress, counts: dict[str, int], unanswered: int) -> int:
+    """The daemon went away (or refused a whole call) mid-ingest: one line for why, one for where it
+    stopped, and the exit status of the code (3 unavailable, 8 out of disk, ...). No traceback."""
+    code = getattr(failure, "code", "UNAVAILABLE")
+    reason = str(failure) if getattr(failure, "code", None) else \
+        f"the connection to the daemon was lost ({type(failure).__name__})"
+    print(f"memactors: {code}: {reason}", file=sys.stderr)
+    line = f"memactors: stopped after {progress.done} record(s): {_summary(counts)}"
+    if unanswered and code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+        line += (f"; {unanswered} sent without an answer (they may have been recorded: ingesting them again is "
+                 "safe, a recorded run answers duplicate)")
+    elif unanswered:
+        line += f"; {unanswered} refused with the call, not stored (ingesting them again is safe)"
+    if progress.total:
+        left = progress.total - progress.done - unanswered
+        if left > 0:
+            line += f"; {left} not sent"
+    print(line, file=sys.stderr)
+    return core.exit_for(code)
 
 
 def register(sub: Any) -> None:

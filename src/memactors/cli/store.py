@@ -41,11 +41,12 @@ class _Bar:
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
-    from ..config import _check_store_url, mask_url
+    from ..config import _check_store_url
     from ..daemon import lock_state_dir
     from ..errors import ConfigError, MemactorsError
     from ..store import Store, ensure_daemon_id, is_store_url
     from ..store_migrate import migrate
+    from ..urls import mask_url
 
     config = core.load(args)
     url = args.to

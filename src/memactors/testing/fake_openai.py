@@ -20,6 +20,13 @@ Which tool names exist is up to the client: a Codex request lists them in ``tool
 :class:`ShellCall` and :class:`PatchCall` pick whatever shell / apply_patch tool the request offered,
 as a function or a freeform ("custom") tool, so a script keeps working across Codex versions.
 
+MCP tools are deferred in current Codex: the request offers a ``tool_search`` tool instead of the
+MCP tools themselves, and a model first searches (a ``tool_search_call`` item; Codex answers with a
+``tool_search_output`` listing ``namespace`` groups such as ``mcp__memactors``), then calls a tool as
+a function call carrying that ``namespace``. :class:`ToolSearch` plays the first step and
+:class:`McpToolCall` the second, addressing the tool by server and name; it calls the flat function
+``mcp__<server>__<tool>`` instead when a request offers one (a Codex that does not defer MCP tools).
+
 Every request body is recorded (``requests``) for assertions: the prompt the model was sent, the
 tool outputs Codex returned, the tools it offered. When the script runs out the fake answers with a
 plain message so the client ends its turn instead of hanging.
@@ -47,10 +54,12 @@ from ._serve import serve_on_loopback
 __all__ = [
     "FakeOpenAI",
     "FunctionCall",
+    "McpToolCall",
     "Message",
     "PatchCall",
     "RecordedRequest",
     "ShellCall",
+    "ToolSearch",
     "Turn",
     "run_fake_openai",
 ]
@@ -94,7 +103,24 @@ class PatchCall:
     patch: str
 
 
-Item = Message | FunctionCall | ShellCall | PatchCall
+@attrs.frozen
+class ToolSearch:
+    """Search the client's deferred tools (Codex's ``tool_search``) for ``query``."""
+
+    query: str
+    limit: int = 8
+
+
+@attrs.frozen
+class McpToolCall:
+    """Call MCP tool ``tool`` of server ``server`` with JSON ``arguments``, however the client offers it."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+Item = Message | FunctionCall | ShellCall | PatchCall | ToolSearch | McpToolCall
 
 
 @attrs.frozen
@@ -147,6 +173,19 @@ class FakeOpenAI:
                         parts.append(block["text"])
         return "\n".join(parts)
 
+    def tool_outputs(self, index: int) -> list[str]:
+        """The text of every tool result (``function_call_output``) the ``index``-th model call carried,
+        in order; an output Codex sent as content parts (an MCP tool's result) is joined."""
+        body = self.model_calls[index].body or {}
+        outputs = []
+        for item in body.get("input") or ():
+            if isinstance(item, dict) and item.get("type") == "function_call_output":
+                output = item.get("output")
+                if isinstance(output, list):
+                    output = "\n".join(str(p.get("text", "")) for p in output if isinstance(p, dict))
+                outputs.append(str(output))
+        return outputs
+
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):04d}"
 
@@ -187,7 +226,7 @@ class FakeOpenAI:
         offered = {str(tool.get("name") or tool.get("type")): tool for tool in body.get("tools") or ()}
         output = []
         for index, item in enumerate(turn.items):
-            done = self._item(item, offered)
+            done = self._item(item, offered, body)
             output.append(done)
             events.append({"type": "response.output_item.added", "output_index": index,
                            "item": {**done, "status": "in_progress",
@@ -204,8 +243,22 @@ class FakeOpenAI:
             event["sequence_number"] = seq
         return events
 
-    def _item(self, item: Item, offered: dict[str, Any]) -> dict[str, Any]:
+    def _item(self, item: Item, offered: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         match item:
+            case ToolSearch(query=query, limit=limit):
+                if "tool_search" not in offered:
+                    raise LookupError(f"the request offered no tool_search tool (tools: {sorted(offered)})")
+                return {"type": "tool_search_call", "id": self._next_id("ts"), "call_id": self._next_id("call"),
+                        "status": "completed", "execution": "client", "arguments": {"query": query, "limit": limit}}
+            case McpToolCall(server=server, tool=tool, arguments=arguments):
+                flat = f"mcp__{server}__{tool}"
+                if flat in offered:
+                    return self._function_call(flat, json.dumps(arguments))
+                namespace = f"mcp__{server}"
+                if tool not in _namespace_tools(body, namespace):
+                    raise LookupError(f"neither {flat} nor {tool} in namespace {namespace} was offered "
+                                      f"(tools: {sorted(offered)}; search with ToolSearch first)")
+                return {**self._function_call(tool, json.dumps(arguments)), "namespace": namespace}
             case Message(text=text):
                 return {"type": "message", "id": self._next_id("msg"), "role": "assistant", "status": "completed",
                         "content": [{"type": "output_text", "text": text, "annotations": []}]}
@@ -240,6 +293,17 @@ class FakeOpenAI:
     def _function_call(self, name: str, arguments: str) -> dict[str, Any]:
         return {"type": "function_call", "id": self._next_id("fc"), "call_id": self._next_id("call"), "name": name,
                 "arguments": arguments, "status": "completed"}
+
+
+def _namespace_tools(body: dict[str, Any], namespace: str) -> set[str]:
+    """Names of the functions in ``namespace`` that the request's tools or an earlier tool_search_output
+    in its input made available."""
+    groups = [*(body.get("tools") or ())]
+    for item in body.get("input") or ():
+        if isinstance(item, dict) and item.get("type") == "tool_search_output":
+            groups += item.get("tools") or ()
+    return {str(fn.get("name")) for group in groups if isinstance(group, dict) and group.get("type") == "namespace"
+            and group.get("name") == namespace for fn in group.get("tools") or () if isinstance(fn, dict)}
 
 
 def _text_events(done: dict[str, Any], index: int) -> list[dict[str, Any]]:

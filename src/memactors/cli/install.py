@@ -1,0 +1,233 @@
+"""`memactors install` and `memactors uninstall`: connect a resident agent to memactors in one command.
+
+``install claude-code|codex --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
+for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
+the old token stops working), then merges into the agent's own configuration files the MCP server
+entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
+each session (``_agentfiles`` says which files and how). ``--dry-run`` prints the changes as a diff and
+touches nothing: no token is minted, no file written. ``uninstall`` removes exactly those entries and
+revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and says the
+token will lapse at its expiry.
+
+The user runs these; the daemon never writes an agent's configuration on its own, and nothing is typed
+into a session (REQ-15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._core import CliError, call, load, read_daemon_file
+
+__all__ = ["register", "run_id_for"]
+
+#: Tokens minted by install live this long unless --ttl says otherwise (MintRunToken allows a year at most);
+#: run install again to rotate before then.
+DEFAULT_TTL = "365d"
+
+
+def register(sub: Any) -> None:
+    for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
+                        ("uninstall", "remove what `memactors install` wrote and revoke its token")):
+        p = sub.add_parser(verb, help=helps, description=__doc__.split("\n\n")[1] if verb == "install" else helps)
+        p.add_argument("agent", choices=("claude-code", "codex"), help="the agent whose configuration to change")
+        p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--project", metavar="DIR",
+                           help="this project only (its .mcp.json and .claude/settings.local.json, or .codex/config.toml)")
+        where.add_argument("--user", action="store_true",
+                           help="every project of this user (~/.claude.json and ~/.claude/settings.json, or "
+                                "$CODEX_HOME/config.toml)")
+        p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
+        p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
+        if verb == "install":
+            p.add_argument("--ttl", metavar="D", default=DEFAULT_TTL,
+                           help=f"how long the token lives, e.g. 90d (default {DEFAULT_TTL}, at most 366d)")
+            p.set_defaults(fn=cmd_install)
+        else:
+            p.set_defaults(fn=cmd_uninstall)
+
+
+def run_id_for(agent: str, project: Path | None) -> str:
+    """The run id the resident's token speaks for: one per agent and place, so installing again rotates
+    that one token and an install elsewhere keeps its own."""
+    place = str(project) if project is not None else "user"
+    return f"resident-{agent}-{'project' if project is not None else 'user'}-" \
+           f"{hashlib.sha256(place.encode()).hexdigest()[:8]}"
+
+
+def _target(args: argparse.Namespace) -> Any:
+    from ._agentfiles import Target
+
+    if args.project is None:
+        return Target(args.agent, None)
+    project = Path(args.project).expanduser().resolve()
+    if not project.is_dir():
+        raise CliError("INVALID_ARGUMENT", f"--project {args.project}: not a directory")
+    return Target(args.agent, project)
+
+
+def _hook_command(args: argparse.Namespace) -> str:
+    """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
+    command read when it was named explicitly (Claude Code's environment may not carry HARNESS_CONFIG)."""
+    argv = [sys.executable, "-m", "memactors.cli"]
+    config = args.config or os.environ.get("HARNESS_CONFIG")
+    if config:
+        argv += ["--config", str(Path(config).expanduser().resolve())]
+    return shlex.join([*argv, "hook", "claude-code", "session-end", "--harness", args.harness])
+
+
+def _gateway(config: Any) -> str:
+    found = read_daemon_file(config.store.path) or {}
+    return str(found.get("gateway") or f"http://{config.gateway.address}/mcp")
+
+
+def _diff(change: Any, token: str | None) -> str:
+    import difflib
+
+    def lines(text: str | None) -> list[str]:
+        text = text or ""
+        if token:
+            text = text.replace(token, "<token>")
+        return text.splitlines(keepends=True)
+
+    label = str(change.path)
+    return "".join(difflib.unified_diff(lines(change.before), lines(change.after),
+                                        fromfile=label if change.before is not None else "/dev/null",
+                                        tofile=label if change.after is not None else "/dev/null"))
+
+
+def _report(args: argparse.Namespace, changes: list[Any], summary: dict[str, Any], token: str | None) -> None:
+    files = [{"path": str(c.path), "action": c.action, "what": c.what} for c in changes]
+    if args.json:
+        print(json.dumps({**summary, "dry_run": args.dry_run, "files": files}, indent=2, sort_keys=True))
+        return
+    if args.dry_run:
+        for change in changes:
+            if change.action != "unchanged":
+                print(_diff(change, token), end="")
+    verb = "would" if args.dry_run else ""
+    for change in changes:
+        done = {"create": "create", "update": "update", "remove": "remove", "unchanged": "leave unchanged"}[change.action]
+        past = {"create": "created", "update": "updated", "remove": "removed", "unchanged": "unchanged"}[change.action]
+        word = f"{verb} {done}" if verb else past
+        print(f"  {word} {change.path}: {change.what}")
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from ..config import parse_duration
+    from . import _agentfiles as files
+    from .agents import _harness_config
+
+    config = load(args)
+    harness = _harness_config(config, args.harness)
+    ttl = parse_duration(args.ttl)
+    target = _target(args)
+    env = dict(os.environ)
+    url = _gateway(config)
+    hook = _hook_command(args)
+    # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
+    files.plan(target, env=env, install=True, url=url, hook_command=hook)
+    run_id = run_id_for(args.agent, target.project)
+    summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
+                               "gateway": url}
+    notes = _notes(args, target, harness, env)
+    if args.dry_run:
+        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook)
+        _report(args, changes, summary, None)
+        _print_notes(args, notes)
+        return 0
+    workdir = str(target.project) if target.project is not None else ""
+    minted = call(args, "MintRunToken", {"harness": args.harness, "run_id": run_id, "workdir": workdir,
+                                         "ttl_seconds": ttl, "replace": True}, tier="control")
+    token = minted["token"]
+    changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook)
+    for change in changes:
+        files.write(change)
+    summary.update(expires_at=minted.get("expires_at"), revoked=minted.get("revoked", 0))
+    if not args.json:
+        where = target.project if target.project is not None else "your user configuration"
+        print(f"memactors installed for {args.agent} in {where}, as harness {args.harness}:")
+    _report(args, changes, summary, token)
+    if not args.json:
+        rotated = f"; {minted['revoked']} earlier token(s) revoked" if minted.get("revoked") else ""
+        print(f"  token for run {run_id} expires {minted.get('expires_at') or 'never'}{rotated}"
+              " (run install again to rotate it)")
+    _print_notes(args, notes)
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from . import _agentfiles as files
+
+    target = _target(args)
+    changes = files.plan(target, env=dict(os.environ), install=False)
+    run_id = run_id_for(args.agent, target.project)
+    summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id}
+    if args.dry_run:
+        _report(args, changes, summary, None)
+        return 0
+    for change in changes:
+        files.write(change)
+    try:
+        revoked = call(args, "RevokeRunTokens", {"harness": args.harness, "run_id": run_id}, tier="control")
+        summary["revoked"] = revoked.get("revoked", 0)
+        revoke_note = f"  token of run {run_id} revoked ({summary['revoked']})"
+    except CliError as exc:
+        if exc.code != "UNAVAILABLE":
+            raise
+        summary["revoked"] = None
+        revoke_note = (f"  the token of run {run_id} was not revoked ({exc.message}); it stops working at its "
+                       "expiry, or run uninstall again with the daemon up")
+    if not args.json:
+        where = target.project if target.project is not None else "your user configuration"
+        print(f"memactors uninstalled for {args.agent} from {where}:")
+    _report(args, changes, summary, None)
+    if not args.json:
+        print(revoke_note)
+    return 0
+
+
+def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, str]) -> list[str]:
+    """What the user must still know to make the resident work: said, never done behind their back."""
+    notes = []
+    if target.project is None and not harness.workdir:
+        notes.append(f"with --user the token is bound to no directory: recall serves the repository of "
+                     f"[harness.{args.harness}] workdir, which is not set (set it, or install with --project)")
+    if args.agent == "codex" and target.project is not None and not _codex_trusts(target.project, env):
+        notes.append(f"Codex reads {target.project}/.codex/config.toml only in a trusted project: trust it when "
+                     "Codex asks, or start the first headless session with `codex exec --trust …`")
+    if args.agent == "claude-code" and target.project is not None:
+        notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
+                     "without --allowedTools or --mcp-config")
+    return notes
+
+
+def _codex_trusts(project: Path, env: dict[str, str]) -> bool:
+    """Whether $CODEX_HOME/config.toml marks ``project`` (or a parent) trusted. Best effort: read only."""
+    import tomllib
+
+    from ._agentfiles import Target, codex_file
+
+    try:
+        data = tomllib.loads(codex_file(Target("codex", None), env).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    projects = data.get("projects") if isinstance(data.get("projects"), dict) else {}
+    for place in (project, *project.parents):
+        entry = projects.get(str(place))
+        if isinstance(entry, dict) and entry.get("trust_level") == "trusted":
+            return True
+    return False
+
+
+def _print_notes(args: argparse.Namespace, notes: list[str]) -> None:
+    for note in notes:
+        print(f"memactors: note: {note}", file=sys.stderr)
