@@ -211,8 +211,9 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 #: cleans the files and says the token lapses at its expiry.
 DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"), "uninstall": (0, "")}
 
-#: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below).
-OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui"}
+#: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
+#: migrate` works on a stopped daemon's store (tests/test_store_migrate.py).
+OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate"}
 
 
 def test_the_table_covers_every_command_that_connects(tmp_path: Path) -> None:
