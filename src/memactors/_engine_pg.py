@@ -329,7 +329,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def or_query(text: str) -> str | None:
-    """A `to_tsquery` expression matching any distinct word of `text` (as `store.fts_match` does for
+    """A `to_tsquery` expression matching any distinct word of `text` (as `_engine_sqlite.fts_match` does for
     FTS5); None when it has no words. Words are runs of letters and digits, split as the indexed text is
     (the `tsv` columns make every other character a space first), so no tsquery operator in user text
     survives."""

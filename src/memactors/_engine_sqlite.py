@@ -1,8 +1,9 @@
 """The SQLite engine of the store: the embedded default (one file in the state directory).
 
 Connections come from sqlean-py (SQLite 3.50 with FTS5 and extension loading; the stdlib sqlite3 here
-cannot load sqlite-vec) wrapped in sqlite-utils. The schema is the sqlite-utils `Migrations` in
-`store.py`. Only this module and the built-in provider's SQLite half know they run on SQLite.
+cannot load sqlite-vec) wrapped in sqlite-utils. The schema is the sqlite-utils `Migrations` below
+(`migrations`, applied at open), as `_engine_pg.MIGRATIONS` is PostgreSQL's. Only this module and the
+built-in provider's SQLite half know they run on SQLite.
 
 Readers: a bounded pool, at most as many as the read limiter admits at once, opened lazily, checked out
 for one call and handed back, closed by `close()`. Connections are never tied to worker threads,
@@ -12,6 +13,7 @@ leak).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -21,8 +23,9 @@ import sqlean
 import sqlite_utils
 import sqlite_vec
 import trio
+from sqlite_utils.migrations import Migrations
 
-from .store import Store, _WriteJob, fts_match, migrations, private_dir, private_file, run_jobs
+from .store import _WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
 from .store_health import WriteHealth
 
 T = TypeVar("T")
@@ -31,6 +34,463 @@ T = TypeVar("T")
 PAGE_SIZE = 8192
 #: Read connections open at most at once (the read limiter's size).
 READ_CONNECTIONS = 4
+
+
+def fts_match(query: str) -> str | None:
+    """A safe FTS5 MATCH expression for the store's FTS5 tables (episodes, facts).
+
+    Every distinct word of the query, double-quoted and OR-ed: quoting keeps FTS5 operators (AND, NEAR,
+    '*', '-', column filters) in user text inert. None when the query has no words.
+    """
+    words = _WORD.findall(query.lower())
+    if not words:
+        return None
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+
+
+migrations = Migrations("memactors")
+
+
+@migrations(name="0001_initial")
+def _m0001(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE runs (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            duration_ms INTEGER NOT NULL,
+            repo TEXT,
+            branch TEXT,
+            record TEXT NOT NULL,          -- redacted run record JSON, without the prompt
+            ingested_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE INDEX runs_repo_branch ON runs (repo, branch, ended_at);
+        CREATE TABLE run_paths (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            path TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id, repo, path),
+            FOREIGN KEY (harness, run_id) REFERENCES runs (harness, run_id) ON DELETE CASCADE
+        );
+        CREATE INDEX run_paths_by_path ON run_paths (repo, path);
+        CREATE TABLE episodes (
+            episode_id TEXT PRIMARY KEY,
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            trust_class TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,     -- when memactors assembled and stored it (retention clock)
+            body TEXT,                     -- REQ-5 object as JSON; NULL once forgotten
+            text TEXT,                     -- plain-text rendering; NULL once forgotten
+            forgotten_at TEXT
+        );
+        CREATE INDEX episodes_by_scope ON episodes (scope, started_at);
+        CREATE INDEX episodes_by_harness ON episodes (harness, started_at);
+        CREATE INDEX episodes_by_recorded ON episodes (recorded_at);
+        CREATE TABLE memory_index (
+            provider TEXT NOT NULL,
+            provider_id TEXT NOT NULL,
+            episode_id TEXT NOT NULL REFERENCES episodes (episode_id),
+            scope TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            forgotten_at TEXT,
+            PRIMARY KEY (provider, provider_id)
+        );
+        CREATE INDEX memory_index_by_episode ON memory_index (episode_id);
+        CREATE TABLE pending (
+            kind TEXT NOT NULL CHECK (kind IN ('record', 'forget')),
+            provider TEXT NOT NULL,
+            episode_id TEXT NOT NULL,
+            provider_id TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'failed')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            first_at TEXT NOT NULL,
+            next_at TEXT NOT NULL,
+            last_error TEXT,
+            PRIMARY KEY (kind, provider, episode_id, provider_id)
+        );
+        CREATE TABLE builtin_docs (
+            doc_id INTEGER PRIMARY KEY,
+            episode_id TEXT NOT NULL UNIQUE,
+            scope TEXT NOT NULL,
+            text TEXT NOT NULL,
+            summary TEXT NOT NULL DEFAULT '',
+            files TEXT NOT NULL DEFAULT '[]',
+            started_at TEXT NOT NULL,
+            content_hash TEXT NOT NULL
+        );
+        CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope);
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
+        CREATE TABLE call_log (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            caller TEXT NOT NULL,
+            server TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            args_sha256 TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            duration_ms INTEGER NOT NULL
+        );
+        """
+    )
+
+
+@migrations(name="0002_facts_graph")
+def _m0002(db: sqlite_utils.Database) -> None:
+    """Facts, exposure, votes, pull-request links, presence, the per-run briefing cache, run tokens."""
+    db.executescript(
+        """
+        CREATE TABLE facts (
+            id TEXT PRIMARY KEY,
+            fts_rowid INTEGER NOT NULL UNIQUE,   -- facts_fts rowid; explicit so VACUUM cannot move it
+            scope TEXT NOT NULL,
+            text TEXT NOT NULL,
+            confidence REAL NOT NULL CHECK (confidence >= 0.0 AND confidence <= 1.0),
+            status TEXT NOT NULL CHECK (status IN ('live', 'suspect', 'retired')),
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX facts_by_scope ON facts (scope, status, confidence);
+        CREATE VIRTUAL TABLE facts_fts USING fts5 (text, tokenize = 'porter unicode61');
+        CREATE TABLE exposures (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            harness TEXT NOT NULL,
+            fact_id TEXT NOT NULL,
+            surface TEXT NOT NULL
+                CHECK (surface IN ('recall', 'briefing_tool', 'briefing_resource', 'briefing_prompt')),
+            call_id TEXT,
+            at TEXT NOT NULL
+        );
+        CREATE INDEX exposures_by_run_fact ON exposures (run_id, fact_id);
+        CREATE TABLE votes (
+            id INTEGER PRIMARY KEY,
+            fact_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            harness TEXT NOT NULL,
+            stance TEXT NOT NULL CHECK (stance IN ('support', 'oppose')),
+            counted INTEGER NOT NULL CHECK (counted IN (0, 1)),
+            at TEXT NOT NULL
+        );
+        CREATE INDEX votes_by_fact ON votes (fact_id);
+        CREATE TABLE pull_requests (
+            repo TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            url TEXT NOT NULL,
+            linked_at TEXT NOT NULL,
+            PRIMARY KEY (repo, branch, url)
+        );
+        CREATE TABLE presence (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            repo TEXT NOT NULL,
+            branch TEXT,
+            paths TEXT NOT NULL DEFAULT '[]',
+            reported_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id, session_id)
+        );
+        CREATE INDEX presence_by_repo ON presence (repo, expires_at);
+        CREATE TABLE briefings (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            document TEXT NOT NULL,
+            doc_json TEXT NOT NULL,
+            items TEXT NOT NULL DEFAULT '{}',
+            computed_at TEXT NOT NULL,
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE TABLE run_callers (
+            token_sha256 TEXT PRIMARY KEY,
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            workdir TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX run_callers_by_run ON run_callers (harness, run_id);
+        """
+    )
+
+
+@migrations(name="0003_providers")
+def _m0003_providers(db: sqlite_utils.Database) -> None:
+    """The built-in provider's embedding cache and settings (REQ-11), and an index for due retries.
+
+    The vec0 table itself (`builtin_vec`) is created lazily by the built-in provider once the embedding
+    dimension is known; `builtin_meta` remembers the model and dimension it was built for.
+    """
+    db.executescript(
+        """
+        CREATE TABLE builtin_embed_cache (
+            content_hash TEXT NOT NULL,
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            vector BLOB NOT NULL,          -- float32 little-endian, sqlite-vec's serialisation
+            PRIMARY KEY (content_hash, model)
+        );
+        CREATE TABLE builtin_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE INDEX pending_due ON pending (provider, state, next_at);
+        """
+    )
+
+
+@migrations(name="0004_run_token_expiry")
+def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
+    """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
+    db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+
+
+@migrations(name="0006_builtin_scope_in_fts")
+def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
+    """The built-in provider's FTS5 index becomes external-content over `builtin_docs` (the text is
+    stored once, in builtin_docs) with a `scope_key` column, so a recall restricts its match to the
+    caller's scopes inside FTS5 and its cost follows the caller's repository, not the store.
+
+    Triggers keep the index in step with builtin_docs on insert, update and delete. `rank` is BM25 with
+    weight 0 on the scope column, so scores are the text/summary BM25 they were before. Existing
+    databases are upgraded in place: the old (contentful) table is dropped and the index rebuilt.
+    """
+    db.execute("ALTER TABLE builtin_docs ADD COLUMN scope_key TEXT NOT NULL DEFAULT ''")
+    db.execute("CREATE TABLE builtin_scopes (scope TEXT PRIMARY KEY, num INTEGER NOT NULL UNIQUE,"
+               " next_seq INTEGER NOT NULL)")
+    # Every scope's documents get doc ids in their own range (scope number << 32 | sequence), so a
+    # recall's FTS5 match is bounded by rowid to the caller's repository. Existing ids are renumbered
+    # (and their vectors moved with them).
+    vec = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+    vectors = {}
+    if vec:
+        vectors = {int(d): (s, bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")}
+        db.execute("DELETE FROM builtin_vec")
+    db.execute("DROP TABLE IF EXISTS builtin_fts")  # rebuilt below, external content
+    for doc_id, scope in db.execute("SELECT doc_id, scope FROM builtin_docs ORDER BY doc_id").fetchall():
+        new_id = scope_doc_id(db, scope)
+        db.execute("UPDATE builtin_docs SET doc_id = ?, scope_key = ? WHERE doc_id = ?",
+                   [new_id, scope_key(scope), doc_id])
+        if doc_id in vectors:
+            vscope, blob = vectors[doc_id]
+            db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [new_id, vscope, blob])
+    db.executescript(
+        """
+        CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+            scope_key, text, summary,
+            content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+        CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+        END;
+        CREATE TRIGGER builtin_docs_fts_update AFTER UPDATE OF scope_key, text, summary ON builtin_docs BEGIN
+            INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, text, summary)
+            VALUES ('delete', old.doc_id, old.scope_key, old.text, old.summary);
+            INSERT INTO builtin_fts (rowid, scope_key, text, summary)
+            VALUES (new.doc_id, new.scope_key, new.text, new.summary);
+        END;
+        INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+        INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', 'bm25(0.0, 1.0, 1.0)');
+        """
+    )
+
+
+@migrations(name="0007_episode_text_from_body")
+def _m0007_episode_text_from_body(db: sqlite_utils.Database) -> None:
+    """`episodes.text` goes: the REQ-5 text rendering is a pure function of the stored body
+    (`episode.render_text`), so keeping it beside the body was a second copy of every episode's result
+    excerpt (~1 KB an episode, issue 11). Its readers render it from the body: the retry loop (the
+    `text` of memory_record_episode), the operator's episode view, and REQ-9's text check
+    (`index.text_belongs_body`). SQLite rewrites the table; with secure_delete on, the dropped copies
+    are overwritten."""
+    db.execute("ALTER TABLE episodes DROP COLUMN text")
+
+
+@migrations(name="0008_texts_in_their_own_tables")
+def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
+    """An episode's body and a run's record move to tables of their own (`episode_bodies`,
+    `run_records`, each keyed by an id that grows with every insert), referenced by
+    `episodes.body_id` and `runs.record_id`.
+
+    Why: forgetting an episode (REQ-10) removes its text but keeps its tombstone (the episode, run and
+    index rows). With the text inside those rows, the forget shrank each row in place and left most
+    of its page empty, a hole later episodes never filled (they are appended at the end of the table):
+    under retention the store grew by ~4 KB per episode recorded, forgotten or not
+    (bench/steady_state.py). Now a forget deletes the text's own row; as retention forgets the oldest
+    first, whole pages of `episode_bodies` and `run_records` empty out and go back to the free list,
+    and the next episodes are written into them: the file stops growing, without VACUUM.
+
+    A run record is deleted whole when its episode is forgotten (the runs row keeps its ids, times,
+    outcome, repository and paths for the graph: what the graph knows, not what the agent wrote).
+    Existing stores are moved in place.
+    """
+    db.executescript(
+        """
+        CREATE TABLE episode_bodies (id INTEGER PRIMARY KEY, body TEXT NOT NULL);  -- REQ-5 object as JSON
+        CREATE TABLE run_records (id INTEGER PRIMARY KEY, record TEXT NOT NULL);   -- redacted, no prompt
+        ALTER TABLE episodes ADD COLUMN body_id INTEGER;  -- NULL once forgotten
+        ALTER TABLE runs ADD COLUMN record_id INTEGER;    -- NULL once its episode is forgotten
+        INSERT INTO episode_bodies (id, body) SELECT rowid, body FROM episodes WHERE body IS NOT NULL ORDER BY rowid;
+        UPDATE episodes SET body_id = rowid WHERE body IS NOT NULL;
+        INSERT INTO run_records (id, record) SELECT rowid, record FROM runs ORDER BY rowid;
+        UPDATE runs SET record_id = rowid;
+        ALTER TABLE episodes DROP COLUMN body;
+        ALTER TABLE runs DROP COLUMN record;
+        """
+    )
+
+
+def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return flatten(value)
+    if isinstance(value, dict):
+        return {k: _flat_strings(v, flatten) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_flat_strings(v, flatten) for v in value]
+    return value
+
+
+#: builtin_fts's BM25 weights per column as configured by migration 0009 (ranking.BM25_WEIGHTS).
+_BUILTIN_FTS_SQL = """
+    CREATE VIRTUAL TABLE builtin_fts USING fts5 (
+        scope_key, title, excerpt, files, failures, meta,
+        content = 'builtin_docs', content_rowid = 'doc_id', tokenize = 'porter unicode61');
+    CREATE TRIGGER builtin_docs_fts_insert AFTER INSERT ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES (new.doc_id, new.scope_key, new.title, new.excerpt, new.files, new.failures, new.meta);
+    END;
+    CREATE TRIGGER builtin_docs_fts_delete AFTER DELETE ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES ('delete', old.doc_id, old.scope_key, old.title, old.excerpt, old.files, old.failures, old.meta);
+    END;
+    CREATE TRIGGER builtin_docs_fts_update
+    AFTER UPDATE OF scope_key, title, excerpt, files, failures, meta ON builtin_docs BEGIN
+        INSERT INTO builtin_fts (builtin_fts, rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES ('delete', old.doc_id, old.scope_key, old.title, old.excerpt, old.files, old.failures, old.meta);
+        INSERT INTO builtin_fts (rowid, scope_key, title, excerpt, files, failures, meta)
+        VALUES (new.doc_id, new.scope_key, new.title, new.excerpt, new.files, new.failures, new.meta);
+    END;
+    INSERT INTO builtin_fts (builtin_fts) VALUES ('rebuild');
+"""
+
+
+@migrations(name="0009_flat_text_and_builtin_fields")
+def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
+    """Issue 17: index the words, not their escapes; index what a run said, touched and failed apart
+    from its metadata.
+
+    1. Every string of every stored episode body is flattened (`episode.flatten`: a run of line
+       breaks and tabs is one space, REQ-6 as docs/contracts.md now says), so its rendering holds the
+       words themselves, never `\\n` before a word.
+    2. The built-in provider's document becomes fields instead of one rendering: `title` (the summary,
+       else the start of the excerpt), `excerpt`, `files` (the JSON list it already kept), `failures`
+       (JSON `[[error_class, count], ...]`), `meta` (harness, adapter, model, repository, branch,
+       outcome, reason, run id, pull request) and plain `harness`, `branch`, `outcome` columns;
+       `text` goes. Each is read from the stored rendering (its escapes read as spaces).
+       `builtin_fts` is rebuilt over those columns (`scope_key, title, excerpt, files, failures,
+       meta`), so a query can tell a match in what the run did from a match in the metadata every
+       episode of the scope shares (REQ-14's briefing query), and weigh each column.
+    Doc ids (and so vectors) and content hashes (and so the embedding cache) are unchanged.
+    """
+    from .builtin import BM25_WEIGHTS, doc_fields  # the provider's own field rules (no import cycle at load)
+    from .episode import flatten
+
+    for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
+        data = json.loads(body)
+        flat = _flat_strings(data, flatten)
+        if flat != data:
+            db.execute("UPDATE episode_bodies SET body = ? WHERE id = ?",
+                       [json.dumps(flat, ensure_ascii=False, separators=(",", ":")), body_id])
+    db.executescript(
+        """
+        DROP TRIGGER IF EXISTS builtin_docs_fts_insert;
+        DROP TRIGGER IF EXISTS builtin_docs_fts_delete;
+        DROP TRIGGER IF EXISTS builtin_docs_fts_update;
+        DROP TABLE IF EXISTS builtin_fts;
+        ALTER TABLE builtin_docs ADD COLUMN title TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN excerpt TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN failures TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE builtin_docs ADD COLUMN meta TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN harness TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN branch TEXT NOT NULL DEFAULT '';
+        ALTER TABLE builtin_docs ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+        """
+    )
+    rows = db.execute("SELECT doc_id, text, summary, files FROM builtin_docs").fetchall()
+    for doc_id, text, summary, files in rows:
+        f = doc_fields(text, {"summary": summary or None, "files_touched": json.loads(files)}, escaped=True)
+        db.execute(
+            "UPDATE builtin_docs SET title = ?, excerpt = ?, summary = ?, failures = ?, meta = ?, harness = ?,"
+            " branch = ?, outcome = ? WHERE doc_id = ?",
+            [f.title, f.excerpt, f.summary, json.dumps([list(x) for x in f.failures], ensure_ascii=False), f.meta,
+             f.harness, f.branch, f.outcome, doc_id])
+    db.execute("ALTER TABLE builtin_docs DROP COLUMN text")
+    db.execute("CREATE INDEX builtin_docs_by_scope_time ON builtin_docs (scope, started_at)")
+    db.executescript(_BUILTIN_FTS_SQL)
+    weights = ", ".join(repr(float(w)) for w in BM25_WEIGHTS)
+    db.execute("INSERT INTO builtin_fts (builtin_fts, rank) VALUES ('rank', ?)", [f"bm25({weights})"])
+
+
+@migrations(name="0010_agent_runs")
+def _m0010_agent_runs(db: sqlite_utils.Database) -> None:
+    """The runs the daemon starts (`memactors run`), from spawn to end, so `memactors runs list/show`
+    answer after a restart too (issue 18). One row per run: its state and the operator's view of it
+    (JSON: pid, times, outcome, reason, episode, caps); the redacted tail of the agent's stderr and its
+    parsed, redacted event log (JSON lines) are kept beside it, never in the episode (REQ-5).
+
+    When the run's episode is forgotten (REQ-10 sets `runs.record_id` to NULL with the run record), the
+    trigger removes the stderr tail and the log too: both may hold what the agent wrote. The row's ids,
+    times and outcome stay, as the runs row does. Rows are pruned by age (`run_rows.prune`)."""
+    db.executescript(
+        """
+        CREATE TABLE agent_runs (
+            harness TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            state TEXT NOT NULL,           -- running | ended
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            view TEXT NOT NULL,            -- the operator's view as JSON (no prompt, no agent text)
+            stderr_tail TEXT,              -- redacted, at most 4 KiB
+            log TEXT,                      -- redacted parsed events, JSON lines, bounded
+            PRIMARY KEY (harness, run_id)
+        );
+        CREATE INDEX agent_runs_by_start ON agent_runs (started_at);
+        CREATE INDEX agent_runs_by_run ON agent_runs (run_id);
+        CREATE TRIGGER agent_runs_forget AFTER UPDATE OF record_id ON runs
+            WHEN new.record_id IS NULL AND old.record_id IS NOT NULL BEGIN
+            UPDATE agent_runs SET stderr_tail = NULL, log = NULL
+            WHERE harness = new.harness AND run_id = new.run_id;
+        END;
+        """
+    )
+
+
+@migrations(name="0011_pending_claims")
+def _m0011_pending_claims(db: sqlite_utils.Database) -> None:
+    """A pending row is claimed by the daemon trying it (`claimed_by`, its `daemon_id`) until
+    `claimed_until`: daemons sharing one store (PostgreSQL, docs/fleet.md) never try the same row at
+    once, and the ingest path holds its fresh records for its own first attempt without moving their
+    `next_at`. On SQLite the one daemon claims its rows the same way."""
+    db.executescript(
+        """
+        ALTER TABLE pending ADD COLUMN claimed_until TEXT;
+        ALTER TABLE pending ADD COLUMN claimed_by TEXT;
+        """
+    )
 
 
 class SqliteDialect:
