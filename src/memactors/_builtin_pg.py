@@ -1,7 +1,7 @@
 """The built-in provider's storage on PostgreSQL (REQ-11 on `[store] url = "postgresql://…"`).
 
 `builtin.BuiltinProvider` keeps the contract, the ranking rules and the item text (its fields, its
-gist); this module keeps what is PostgreSQL's own, as `builtin.py` keeps what is SQLite's (FTS5,
+gist); this module keeps what is PostgreSQL's own, as `_builtin_sqlite` keeps what is SQLite's (FTS5,
 sqlite-vec):
 
 * `builtin_docs`: one row per episode with the fields the SQLite engine indexes (`builtin.doc_fields`:
@@ -19,13 +19,15 @@ sqlite-vec):
   only when that finds fewer than `limit` episodes, best CANDIDATES by rank, then recency, then id. The
   caller's scopes are inside the query (`scope = ANY(…)`), as on SQLite.
 * A query of metadata words only (REQ-14's briefing query) is told apart with the weight classes
-  (`word:D` against `word:ABC`) and answered by `builtin.briefing_rank`, as on SQLite.
+  (`word:D` against `word:ABC`) and answered by `ranking.briefing_rank`, as on SQLite.
 * Vectors (hybrid ranking) with pgvector when the extension is installed: `builtin_vec` (one
   `vector(dim)` per episode, an HNSW index with `vector_cosine_ops`), created once the embedding
   dimension is known, rebuilt empty when the model or dimension changes. Without the extension the
   provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
 
-REQ-11's fusion is the provider's (`builtin.rrf`, k = 60, `builtin.rank`'s tie-breaks), unchanged.
+These functions are `PgIndex`, the built-in provider's `builtin.DocIndex` on PostgreSQL: the provider's
+flow (record, embed, recall with REQ-11's fusion — `ranking.rrf`, k = 60, the path boost, `ranking.rank`'s
+tie-breaks — and forget) is `builtin.BuiltinProvider`'s, the same on both engines.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import sqlite_vec
 from loguru import logger
 
+from .ranking import BRIEFING_CANDIDATES, Hit, _desc, briefing_rank
 from .store import Db
 
 CANDIDATES = 200
@@ -152,14 +156,10 @@ def delete_doc(db: Db, doc_id: int) -> None:
     db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # its vector goes by cascade
 
 
-def forget(db: Db, episode_id: str) -> bool:
-    return db.execute("DELETE FROM builtin_docs WHERE episode_id = ? RETURNING 1", [episode_id]).fetchone() is not None
-
-
 def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: int,
-                    candidates: int = CANDIDATES) -> list[tuple[str, int, str]]:
-    """(episode_id, doc_id, started_at) of the best matches in `scopes`, best first: AND of the words,
-    then OR when AND finds fewer than `limit`. At most `candidates`."""
+                    candidates: int = CANDIDATES) -> list[Hit]:
+    """The best matches in `scopes`, best first: AND of the words, then OR when AND finds fewer than
+    `limit`. At most `candidates`."""
     pieces = words_of(words)
     if not pieces:
         return []
@@ -177,11 +177,11 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
             [expression, scopes_query(scopes), list(scopes), *(pieces if n else [])]).fetchall()
         if len(rows) >= limit:
             break
-    return [(r[0], int(r[1]), r[2]) for r in rows]
+    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
 
 
 def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
-    """`builtin.metadata_only` on PostgreSQL: each word is in some episode's metadata (weight class D)
+    """`ranking.metadata_only` on PostgreSQL: each word is in some episode's metadata (weight class D)
     or in none of the scope's episodes at all, and one at least in the metadata. Every probe (two per
     word, each one GIN lookup) goes in one statement: one round trip, however many words."""
     pieces = words_of(words)
@@ -203,20 +203,20 @@ def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
     return in_meta
 
 
-def briefing_rows(db: Db, scopes: Sequence[str], candidates: int) -> list[Any]:
-    """The scope's newest episodes with something to show, for `builtin.briefing_rank`."""
-    return db.execute(
+def briefing_order(db: Db, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """`ranking.briefing_order` on PostgreSQL: `ranking.briefing_rank` over the scopes' newest episodes
+    with something to show."""
+    rows = db.execute(
         "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
         " WHERE scope = ANY(?) AND (excerpt <> '' OR files <> '[]')"
-        f" ORDER BY started_at DESC, episode_id LIMIT {int(candidates)}", [list(scopes)]).fetchall()
+        f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [list(scopes)]).fetchall()
+    return briefing_rank(rows, words)
 
 
-def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int] = ()) -> list[Any]:
+def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int] = ()) -> list[Hit]:
     """`ranking.path_candidates` on PostgreSQL: the episodes of `scopes` that touched one of `paths`
     exactly, newest first — the newest CANDIDATES, and any of the documents `among` (the text ranking's
-    candidates) that touched one, however old. Returns `ranking.Hit`s."""
-    from .ranking import Hit, _desc
-
+    candidates) that touched one, however old."""
     rows = db.execute(
         "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
         " WHERE d.scope = ANY(?) AND d.paths && ?::text[]"
@@ -326,7 +326,7 @@ def has_vector(db: Db, doc_id: int) -> bool:
     return _vec_exists(db) and db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
 
 
-def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[tuple[str, int, str]]:
+def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     """Best CANDIDATES episodes by cosine distance in `scopes` (HNSW), closest first."""
     if not _vec_exists(db):
         return []
@@ -344,7 +344,7 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[tuple[st
         " FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id WHERE v.scope = ANY(?)"
         f" ORDER BY distance LIMIT {CANDIDATES}) s ORDER BY distance, started_at DESC, episode_id",
         [_literal(vector), list(scopes)]).fetchall()
-    return [(r[0], int(r[1]), r[2]) for r in rows]
+    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
 
 
 def missing_vectors(db: Db) -> int:
@@ -365,171 +365,41 @@ def warn_without_vectors(db: Db, model: str) -> bool:
     return False
 
 
-# -- the provider --------------------------------------------------------------------------------------
+def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
+    """Give the document its vector from the embedding cache (when pgvector is there); False when the
+    cache has none for this content and model."""
+    blob = cached_vector(db, digest, model)
+    if blob is None:
+        return False
+    if not has_vector(db, doc_id):
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
+                     vector=list(memoryview(blob).cast("f")), blob=blob)
+    return True
 
 
-def _provider_class() -> type:
-    """`PgBuiltinProvider`, defined on first use (it subclasses `builtin.BuiltinProvider`, which
-    imports this module lazily: no import cycle)."""
-    global _PROVIDER
-    if _PROVIDER is None:
-        _PROVIDER = _define_provider()
-    return _PROVIDER
+def forget(db: Db, episode_id: str) -> bool:
+    return db.execute("DELETE FROM builtin_docs WHERE episode_id = ? RETURNING 1", [episode_id]).fetchone() is not None
 
 
-_PROVIDER: type | None = None
+class PgIndex:
+    """`builtin.DocIndex` on PostgreSQL: this module's functions."""
+
+    write_doc = staticmethod(write_doc)
+    forget = staticmethod(forget)
+    text_candidates = staticmethod(text_candidates)
+    metadata_only = staticmethod(metadata_only)
+    briefing_order = staticmethod(briefing_order)
+    path_candidates = staticmethod(path_candidates)
+    knn = staticmethod(knn)
+    vector_from_cache = staticmethod(vector_from_cache)
+    missing_vectors = staticmethod(missing_vectors)
+    check_vectors = staticmethod(warn_without_vectors)
+
+    @staticmethod
+    def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float]) -> None:
+        """`write_vector`, the cache's bytes as the SQLite engine stores them (float32, sqlite-vec's form)."""
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector,
+                     blob=sqlite_vec.serialize_float32(list(vector)))
 
 
-def _define_provider() -> type:
-    import sqlite_vec
-    import trio
-
-    from . import builtin as b
-    from .errors import MemactorsError
-
-    class PgBuiltinProvider(b.BuiltinProvider):
-        """`BuiltinProvider` with its documents, ranking inputs and vectors in PostgreSQL (this module's
-        functions); the contract, RRF, tie-breaks and item text are the base class's."""
-
-        async def check_vectors(self) -> bool:
-            model = self.embedding_model
-            return bool(await self.store.write(lambda db: warn_without_vectors(db, model)))
-
-        async def record(self, args: dict[str, Any]) -> dict[str, Any]:
-            episode_id = str(args["episode_id"])
-            scope = str(args["scope"])
-            episode = args.get("episode") or {}
-            text = str(args["text"])
-            summary = str(episode.get("summary") or "")
-            files = [str(f) for f in episode.get("files_touched") or []]
-            started_at = str(episode.get("started_at") or "")
-            digest = b.content_hash(text, summary)
-            given: dict[str, Any] = {"summary": summary or None, **({"files_touched": files} if files else {})}
-            fields = b.doc_fields(text, {**given, **(episode if isinstance(episode, dict) else {})})
-            doc_id, _ = await self.store.write(lambda db: write_doc(
-                db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
-            if self.embedder is not None:
-                await self._embed_pg(doc_id, scope, digest, b.embed_input(text, summary), episode_id)
-            return {"ids": [episode_id]}
-
-        async def _embed_pg(self, doc_id: int, scope: str, digest: str, text: str, episode_id: str) -> None:
-            assert self.embedder is not None
-            model = self.embedding_model
-
-            def from_cache(db: Db) -> bool:
-                blob = cached_vector(db, digest, model)
-                if blob is None:
-                    return False
-                if not has_vector(db, doc_id):
-                    vector = list(memoryview(blob).cast("f"))
-                    write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector,
-                                 blob=blob)
-                return True
-
-            if await self.store.write(from_cache):
-                return
-            vector: list[float] | None = None
-            with trio.move_on_after(self.record_embed_deadline):
-                try:
-                    vector = (await self.embedder([text]))[0]
-                except MemactorsError as exc:
-                    _log.bind(episode=episode_id, error=type(exc).__name__).warning("episode left without embedding")
-                    return
-            if vector is None:
-                _log.bind(episode=episode_id, error="deadline").warning("episode left without embedding")
-                return
-            blob = sqlite_vec.serialize_float32(list(vector))
-            await self.store.write(lambda db: write_vector(db, doc_id=doc_id, scope=scope, model=model,
-                                                           digest=digest, vector=vector, blob=blob))
-
-        async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
-            scopes = [str(s) for s in args["scope"]][:2]
-            limit = max(1, min(20, int(args.get("limit", 8))))
-            paths = [str(p) for p in args.get("paths") or []][:20]
-            query = str(args.get("query", ""))
-            words = b.search_words(query)
-            hybrid = self.embedder is not None and bool(query.strip())
-            Hit = b.Hit
-            # A query of metadata words only (REQ-14's briefing query) is answered by briefing_rank, with
-            # no snippet words and no cosine ranking, as on SQLite.
-            meta_mode = False
-
-            def text_rankings(db: Db) -> tuple[list[str], dict[str, Any]]:
-                nonlocal meta_mode
-                hits: dict[str, Any] = {}
-                text_rank: list[str] = []
-                meta_mode = bool(words) and metadata_only(db, words, scopes)
-                if meta_mode:
-                    for hit in b.briefing_rank(briefing_rows(db, scopes, b.BRIEFING_CANDIDATES), words):
-                        hits[hit.episode_id] = hit
-                        text_rank.append(hit.episode_id)
-                elif words:
-                    # ranked by text alone (no path boost, no cosine): its first `limit` are the answer
-                    for eid, doc_id, started in text_candidates(db, words, scopes, limit,
-                                                                CANDIDATES if paths or hybrid else limit):
-                        hits[eid] = Hit(eid, doc_id, started)
-                        text_rank.append(eid)
-                return text_rank, hits
-
-            def fuse(db: Db, text_rank: list[str], cosine_rank: list[str],
-                     hits: dict[str, Any]) -> list[tuple[str, str, float]]:
-                if meta_mode:
-                    cosine_rank = []
-                started = {eid: h.started_at for eid, h in hits.items()}
-                path_rank: dict[str, int] = {}
-                if paths:
-                    # The path boost: the episodes that touched a requested path, best text match first.
-                    text_order = b.rank(b.rrf([r for r in (text_rank, cosine_rank) if r]), started, len(hits))
-                    touched = path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
-                    for hit in touched:
-                        hits.setdefault(hit.episode_id, hit)
-                        started.setdefault(hit.episode_id, hit.started_at)
-                    path_rank = b.path_ranking(touched, text_order)
-                fused = b.rrf([r for r in (text_rank, cosine_rank, path_rank) if r])
-                order = b.rank(fused, started, limit)
-                texts = b.item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
-                return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
-
-            def text_only(db: Db) -> list[tuple[str, str, float]]:
-                text_rank, hits = text_rankings(db)
-                return fuse(db, text_rank, [], hits)
-
-            degraded: str | None = None
-            if not hybrid:
-                ranked = await self.store.read(text_only)
-            else:
-                cosine_rank: list[str] = []
-                cosine_hits: dict[str, Any] = {}
-                results: dict[str, Any] = {}
-
-                async def text_side() -> None:
-                    results["text"] = await self.store.read(text_rankings)
-
-                async def vector_side() -> None:
-                    nonlocal degraded, cosine_rank, cosine_hits
-                    vector = await self._embed_query(query)
-                    if vector is None:
-                        degraded = "embeddings_unavailable"
-                        return
-                    found = await self.store.read(lambda db: knn(db, vector, scopes))
-                    cosine_rank = [eid for eid, _, _ in found]
-                    cosine_hits = {eid: Hit(eid, doc_id, started) for eid, doc_id, started in found}
-
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(text_side)
-                    nursery.start_soon(vector_side)
-                text_rank, hits = results["text"]
-                for eid, hit in cosine_hits.items():
-                    hits.setdefault(eid, hit)
-                ranked = await self.store.read(lambda db: fuse(db, text_rank, cosine_rank, hits))
-            out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
-                                             for eid, text, score in ranked]}
-            if degraded:
-                out["degraded"] = degraded
-            return out
-
-        async def forget(self, args: dict[str, Any]) -> dict[str, Any]:
-            episode_id = str(args["id"])
-            return {"forgotten": await self.store.write(lambda db: forget(db, episode_id))}
-
-    return PgBuiltinProvider
+PG_INDEX = PgIndex()

@@ -5,7 +5,11 @@ by the provider session, so conformance checks and scope enforcement exercise it
 upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio
 (`builtin_stdio.py`) so it can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
 
-Storage (all in the store's SQLite file): `builtin_docs` (one row per episode: scope, its FTS5 scope
+The flow (record, embed, recall, forget) is `BuiltinProvider`'s, once for both store engines; what
+differs between them is a `DocIndex`: `_builtin_sqlite.SqliteIndex` (with `ranking.py`'s FTS5
+statements) or `_builtin_pg.PgIndex` (tsvector and pgvector, docs/fleet.md).
+
+Storage on SQLite: `builtin_docs` (one row per episode: scope, its FTS5 scope
 token `scope_key`, the episode as fields — `title` (its summary, else the start of its excerpt),
 `excerpt`, `summary`, `files`, `failures`, `meta` (harness, adapter, model, repository, branch, outcome,
 reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, started_at, content hash),
@@ -46,17 +50,21 @@ import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import mcp.types as t
 import sqlite_utils
-import sqlite_vec
 import trio
 from loguru import logger
 from mcp.server import Server
 
 from . import __version__, contract
+from ._builtin_sqlite import SQLITE_INDEX, put_doc
+from ._builtin_sqlite import cached_vector as cached_vector
+from ._builtin_sqlite import ensure_vec_table as ensure_vec_table
+from ._builtin_sqlite import insert_doc as insert_doc
+from ._builtin_sqlite import write_vector as write_vector
 from .contract import load_schemas
 from .episode import flatten
 from .errors import InvalidArgument, MemactorsError
@@ -69,7 +77,6 @@ from .ranking import FTS_COLUMNS as FTS_COLUMNS
 from .ranking import RRF_K as RRF_K
 from .ranking import STOPWORDS as STOPWORDS
 from .ranking import Hit as Hit
-from .ranking import _desc
 from .ranking import bm25_candidates as bm25_candidates
 from .ranking import briefing_order as briefing_order
 from .ranking import briefing_rank as briefing_rank
@@ -81,7 +88,7 @@ from .ranking import rank as rank
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
-from .store import Store, scope_doc_id, scope_key
+from .store import Store
 from .wrapper import ELLIPSIS, cut_at_word
 
 CONTRACT_VERSION = 1
@@ -210,99 +217,112 @@ def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
     return [ids[i:i + size] for i in range(0, len(ids), size)]
 
 
-# -- synchronous store helpers (used by the provider and by bench/) --------------------------------
+# -- the engines' part -----------------------------------------------------------------------------
+
+def record_fields(text: str, summary: str, files: Sequence[str],
+                  episode: Mapping[str, Any] | None = None) -> DocFields:
+    """The fields of a memory_record_episode call's episode: its REQ-5 object (`episode`) where it has
+    them, the call's summary and files, else the lines of its rendering `text` (every engine's rule)."""
+    given: dict[str, Any] = {"summary": summary or None, **({"files_touched": list(files)} if files else {})}
+    return doc_fields(text, {**given, **(episode or {})})
+
 
 def write_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, text: str, summary: str,
               files: Sequence[str], started_at: str,
               episode: Mapping[str, Any] | None = None) -> tuple[int, str, bool]:
-    """Insert or replace one episode's document; returns (doc_id, content hash, changed).
+    """Insert or replace one episode's document (SQLite); returns (doc_id, content hash, changed).
 
     `episode` is the REQ-5 object memory_record_episode carries; what it lacks is read from `text`.
     """
     digest = content_hash(text, summary)
-    row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
-                     [episode_id]).fetchone()
-    if row is not None and row[1] == digest and row[2] == scope:
-        return int(row[0]), digest, False  # recording the same episode twice changes nothing
-    if row is not None:
-        _delete_doc(db, int(row[0]))
-    doc_id = scope_doc_id(db, scope)  # in the scope's own rowid range
-    given: dict[str, Any] = {"summary": summary or None, **({"files_touched": list(files)} if files else {})}
-    fields = doc_fields(text, {**given, **(episode or {})})
-    insert_doc(db, doc_id=doc_id, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at,
-               digest=digest)
-    return doc_id, digest, True
+    fields = record_fields(text, summary, files, episode)
+    doc_id, changed = put_doc(db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at,
+                              digest=digest)
+    return doc_id, digest, changed
 
 
-def insert_doc(db: sqlite_utils.Database, *, doc_id: int, episode_id: str, scope: str, fields: DocFields,
-               started_at: str, digest: str) -> None:
-    """One builtin_docs row; builtin_fts follows by trigger (external content: the text is stored once)."""
-    db.execute(
-        "INSERT INTO builtin_docs (doc_id, episode_id, scope, scope_key, title, excerpt, summary, files, failures,"
-        " meta, harness, branch, outcome, started_at, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        [doc_id, episode_id, scope, scope_key(scope), fields.title, fields.excerpt, fields.summary,
-         json.dumps(list(fields.files), ensure_ascii=False), json.dumps([list(f) for f in fields.failures],
-                                                                        ensure_ascii=False),
-         fields.meta, fields.harness, fields.branch, fields.outcome, started_at, digest],
-    )
+def missing_vectors(db: Any) -> int:
+    """Episodes the built-in provider holds without an embedding (doctor warns when non-zero), on the
+    engine `db` is of."""
+    return index_of(db.dialect.name).missing_vectors(db)
 
 
-def _delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
-    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # builtin_fts follows by trigger
-    if _vec_exists(db):
-        db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+class DocIndex(Protocol):
+    """What the built-in provider's flow asks of a store engine: where the documents, ranking inputs and
+    vectors are, and the queries over them. Everything else — the contract, the fields and item text of
+    an episode, the embedding calls and their deadlines, and REQ-11's ranking (which rankings, RRF with
+    k = 60, the path boost, the tie-breaks, the metadata-only query) — is `BuiltinProvider`'s, written
+    once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `_builtin_sqlite.SqliteIndex`, with
+    `ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
+    `_builtin_pg.PgIndex`.
+
+    Every method takes the `Db` of a `Store.write` (the writes) or `Store.read` (the queries) call. Hits
+    come best first; a ranking's tie-breaks are recency, then episode id, on both engines.
+    """
+
+    def write_doc(self, db: Any, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
+                  digest: str) -> tuple[int, bool]:
+        """Insert or replace one episode's document: (doc_id, changed). The same content again changes
+        nothing (a retried record, two daemons recording one episode)."""
+        ...
+
+    def forget(self, db: Any, episode_id: str) -> bool:
+        """Delete the episode's document and its vector; whether there was one."""
+        ...
+
+    def text_candidates(self, db: Any, words: Sequence[str], scopes: Sequence[str], limit: int,
+                        candidates: int) -> list[Hit]:
+        """The best text matches in `scopes` by the engine's ranking (AND of the words first, every
+        word OR-ed when that finds fewer than `limit`), at most `candidates`."""
+        ...
+
+    def metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> bool:
+        """Whether the words only select the scope's episodes (REQ-14's briefing query):
+        `ranking.metadata_only`."""
+        ...
+
+    def briefing_order(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+        """A metadata-only query's answer: `ranking.briefing_rank` over the scope's newest episodes."""
+        ...
+
+    def path_candidates(self, db: Any, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int]) -> list[Hit]:
+        """The episodes of `scopes` that touched one of `paths`: `ranking.path_candidates`."""
+        ...
+
+    def knn(self, db: Any, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
+        """The best CANDIDATES episodes of `scopes` by cosine distance to `vector`; none without vectors."""
+        ...
+
+    def vector_from_cache(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
+        """Give the document its vector from the embedding cache; False when the cache has none."""
+        ...
+
+    def write_vector(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str,
+                     vector: Sequence[float]) -> None:
+        """Store one episode's embedding (and cache it by content)."""
+        ...
+
+    def check_vectors(self, db: Any, model: str) -> bool:
+        """At start, with an embedding model: whether vectors can be stored (saying once when not)."""
+        ...
+
+    def missing_vectors(self, db: Any) -> int:
+        """Episodes without an embedding."""
+        ...
 
 
-def _vec_exists(db: sqlite_utils.Database) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+def index_of(engine: str) -> DocIndex:
+    """The built-in provider's `DocIndex` on store engine `engine` ("sqlite" or "postgresql")."""
+    if engine == "postgresql":
+        from ._builtin_pg import PG_INDEX
 
-
-def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
-    """Create `builtin_vec` for (model, dim), or rebuild it empty when either changed."""
-    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
-    exists = _vec_exists(db)
-    if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
-        return
-    if exists:
-        db.execute("DROP TABLE builtin_vec")
-    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine)")
-    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
-               [model, str(dim)])
-
-
-def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str,
-                 vector: Sequence[float]) -> None:
-    """Store one episode's embedding in `builtin_vec` and in the cache."""
-    blob = sqlite_vec.serialize_float32(list(vector))
-    ensure_vec_table(db, model, len(vector))
-    db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)",
-               [digest, model, len(vector), blob])
-    db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
-
-
-def cached_vector(db: sqlite_utils.Database, digest: str, model: str) -> bytes | None:
-    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
-                     [digest, model]).fetchone()
-    return None if row is None else bytes(row[0])
-
-
-def missing_vectors(db: sqlite_utils.Database) -> int:
-    """Episodes the built-in provider holds without an embedding (doctor warns when non-zero)."""
-    if db.dialect.name == "postgresql":
-        from ._builtin_pg import missing_vectors as pg_missing
-
-        return pg_missing(db)
-    total = db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]
-    if not _vec_exists(db):
-        return int(total)
-    have = db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]
-    return int(total) - int(have)
+        return PG_INDEX
+    return SQLITE_INDEX
 
 
 class BuiltinProvider:
-    """The contract's four operations over the store's builtin_* tables.
+    """The contract's four operations over the store's builtin_* tables, on either store engine (the
+    engine's part is `self.index`, a `DocIndex`; the flow below is the same on both).
 
     `embedder` (texts → vectors, e.g. `ModelApiClient.embed`) and `embedding_model` switch on hybrid
     ranking; both or neither. `query_embed_deadline` bounds the query embedding inside a recall and
@@ -311,21 +331,13 @@ class BuiltinProvider:
 
     name = "builtin"
 
-    def __new__(cls, store: Store, **kwargs: Any) -> BuiltinProvider:
-        """On a PostgreSQL store, the provider whose documents and ranking inputs are PostgreSQL's
-        (`_builtin_pg`); everything else about it is this class's."""
-        if cls is BuiltinProvider and store.engine == "postgresql":
-            from ._builtin_pg import _provider_class
-
-            return super().__new__(_provider_class())  # type: ignore[no-any-return]
-        return super().__new__(cls)
-
     def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
                  query_embed_deadline: float = QUERY_EMBED_DEADLINE,
                  record_embed_deadline: float = RECORD_EMBED_DEADLINE) -> None:
         if (embedder is None) != (not embedding_model):
             raise ValueError("embedder and embedding_model go together")
         self.store = store
+        self.index = index_of(store.engine)
         self.embedder = embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
@@ -338,7 +350,8 @@ class BuiltinProvider:
     async def check_vectors(self) -> bool:
         """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
         SQLite engine; PostgreSQL needs pgvector, and says once when it is missing)."""
-        return True
+        model = self.embedding_model
+        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model)))
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -349,10 +362,11 @@ class BuiltinProvider:
         summary = str(episode.get("summary") or "")
         files = [str(f) for f in episode.get("files_touched") or []]
         started_at = str(episode.get("started_at") or "")
+        digest = content_hash(text, summary)
+        fields = record_fields(text, summary, files, episode if isinstance(episode, dict) else None)
 
-        doc_id, digest, _ = await self.store.write(lambda db: write_doc(
-            db, episode_id=episode_id, scope=scope, text=text, summary=summary, files=files, started_at=started_at,
-            episode=episode if isinstance(episode, dict) else None))
+        doc_id, _ = await self.store.write(lambda db: self.index.write_doc(
+            db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
         if self.embedder is not None:
             await self._embed_doc(doc_id, scope, digest, embed_input(text, summary), episode_id)
         return {"ids": [episode_id]}
@@ -361,20 +375,8 @@ class BuiltinProvider:
         """Give the document its vector: from the cache, else from the model API under its own deadline."""
         assert self.embedder is not None
         model = self.embedding_model
-
-        def from_cache(db: sqlite_utils.Database) -> bool:
-            blob = cached_vector(db, digest, model)
-            if blob is None:
-                return False
-            exists = _vec_exists(db) and db.execute(
-                "SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
-            if not exists:
-                dim = len(blob) // 4
-                ensure_vec_table(db, model, dim)
-                db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
-            return True
-
-        if await self.store.write(from_cache):
+        if await self.store.write(lambda db: self.index.vector_from_cache(
+                db, doc_id=doc_id, scope=scope, model=model, digest=digest)):
             return
         vector: list[float] | None = None
         with trio.move_on_after(self.record_embed_deadline):
@@ -386,8 +388,8 @@ class BuiltinProvider:
         if vector is None:
             _log.bind(episode=episode_id, error="deadline").warning("episode left without embedding")
             return
-        await self.store.write(lambda db: write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
-                                                       vector=vector))
+        await self.store.write(lambda db: self.index.write_vector(db, doc_id=doc_id, scope=scope, model=model,
+                                                                  digest=digest, vector=vector))
 
     # -- recall ---------------------------------------------------------------------------------
     async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -397,28 +399,30 @@ class BuiltinProvider:
         query = str(args.get("query", ""))
         words = search_words(query)
         hybrid = self.embedder is not None and bool(query.strip())
+        index = self.index
         # A query whose words only select the scope's episodes (metadata_only) is answered by
         # briefing_order, with no snippet words and no cosine ranking.
         meta_mode = False
 
-        def text_rankings(db: sqlite_utils.Database) -> tuple[list[str], dict[str, Hit]]:
+        def text_rankings(db: Any) -> tuple[list[str], dict[str, Hit]]:
             nonlocal meta_mode
             hits: dict[str, Hit] = {}
-            bm25_rank: list[str] = []
-            meta_mode = bool(words) and metadata_only(db, words, scopes)
+            text_rank: list[str] = []
+            meta_mode = bool(words) and index.metadata_only(db, words, scopes)
             if meta_mode:
-                for hit in briefing_order(db, words, scopes):
-                    hits[hit.episode_id] = hit
-                    bm25_rank.append(hit.episode_id)
+                found = index.briefing_order(db, words, scopes)
             elif words:
-                # BM25 alone (no path boost, no cosine): the answer is BM25's first `limit`, so ask for those.
-                found = bm25_candidates(db, words, scopes, limit, CANDIDATES if paths or hybrid else limit)
-                for hit in found:
-                    hits[hit.episode_id] = hit
-                    bm25_rank.append(hit.episode_id)
-            return bm25_rank, hits
+                # The text ranking alone (no path boost, no cosine): the answer is its first `limit`, so
+                # ask for those.
+                found = index.text_candidates(db, words, scopes, limit, CANDIDATES if paths or hybrid else limit)
+            else:
+                found = []
+            for hit in found:
+                hits[hit.episode_id] = hit
+                text_rank.append(hit.episode_id)
+            return text_rank, hits
 
-        def fuse(db: sqlite_utils.Database, bm25_rank: list[str], cosine_rank: list[str],
+        def fuse(db: Any, text_rank: list[str], cosine_rank: list[str],
                  hits: dict[str, Hit]) -> list[tuple[str, str, float]]:
             if meta_mode:
                 cosine_rank = []
@@ -426,47 +430,47 @@ class BuiltinProvider:
             path_rank: dict[str, int] = {}
             if paths:
                 # The path boost: the episodes that touched a requested path, best text match first.
-                text_order = rank(rrf([r for r in (bm25_rank, cosine_rank) if r]), started, len(hits))
-                touched = path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
+                text_order = rank(rrf([r for r in (text_rank, cosine_rank) if r]), started, len(hits))
+                touched = index.path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
                 for hit in touched:
                     hits.setdefault(hit.episode_id, hit)
                     started.setdefault(hit.episode_id, hit.started_at)
                 path_rank = path_ranking(touched, text_order)
-            fused = rrf([r for r in (bm25_rank, cosine_rank, path_rank) if r])
+            fused = rrf([r for r in (text_rank, cosine_rank, path_rank) if r])
             order = rank(fused, started, limit)
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
             return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
 
-        def text_only(db: sqlite_utils.Database) -> list[tuple[str, str, float]]:
-            bm25_rank, hits = text_rankings(db)
-            return fuse(db, bm25_rank, [], hits)
+        def text_only(db: Any) -> list[tuple[str, str, float]]:
+            text_rank, hits = text_rankings(db)
+            return fuse(db, text_rank, [], hits)
 
         degraded: str | None = None
         if not hybrid:  # one read transaction, one worker-thread hop
             ranked = await self.store.read(text_only)
         else:
-            cosine_rank: list[str] = []
-            cosine_hits: dict[str, Hit] = {}
+            cosine: list[Hit] = []
             results: dict[str, Any] = {}
 
             async def text_side() -> None:
                 results["text"] = await self.store.read(text_rankings)
 
             async def vector_side() -> None:
-                nonlocal degraded, cosine_rank, cosine_hits
+                nonlocal degraded, cosine
                 vector = await self._embed_query(query)
                 if vector is None:
                     degraded = "embeddings_unavailable"
                     return
-                cosine_rank, cosine_hits = await self.store.read(lambda db: _knn(db, vector, scopes))
+                cosine = await self.store.read(lambda db: index.knn(db, vector, scopes))
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-            bm25_rank, hits = results["text"]
-            for eid, hit in cosine_hits.items():
-                hits.setdefault(eid, hit)
-            ranked = await self.store.read(lambda db: fuse(db, bm25_rank, cosine_rank, hits))
+            text_rank, hits = results["text"]
+            for hit in cosine:
+                hits.setdefault(hit.episode_id, hit)
+            cosine_rank = [hit.episode_id for hit in cosine]
+            ranked = await self.store.read(lambda db: fuse(db, text_rank, cosine_rank, hits))
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                          for eid, text, score in ranked]}
         if degraded:
@@ -480,23 +484,15 @@ class BuiltinProvider:
             try:
                 return (await self.embedder([query[:EMBED_INPUT_CHARS]]))[0]
             except MemactorsError as exc:
-                _log.bind(error=type(exc).__name__).warning("query not embedded; answering from FTS5")
+                _log.bind(error=type(exc).__name__).warning("query not embedded; answering from the text index")
                 return None
-        _log.bind(error="deadline").warning("query not embedded; answering from FTS5")
+        _log.bind(error="deadline").warning("query not embedded; answering from the text index")
         return None
 
     # -- forget ---------------------------------------------------------------------------------
     async def forget(self, args: dict[str, Any]) -> dict[str, Any]:
         episode_id = str(args["id"])
-
-        def write(db: sqlite_utils.Database) -> bool:
-            row = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
-            if row is None:
-                return False
-            _delete_doc(db, int(row[0]))
-            return True
-
-        return {"forgotten": await self.store.write(write)}
+        return {"forgotten": await self.store.write(lambda db: self.index.forget(db, episode_id))}
 
     def contract(self) -> dict[str, Any]:
         return {"contract": CONTRACT_VERSION, "provider": {"name": self.name, "version": __version__}}
@@ -540,28 +536,6 @@ class BuiltinProvider:
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
-
-
-def _knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> tuple[list[str], dict[str, Hit]]:
-    """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each)."""
-    if not _vec_exists(db):
-        return [], {}
-    dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
-    if dim is None or int(dim[0]) != len(vector):
-        return [], {}
-    blob = sqlite_vec.serialize_float32(list(vector))
-    found: list[tuple[float, str, int, str]] = []
-    for scope in scopes:
-        rows = db.execute(
-            f"SELECT v.distance, d.episode_id, d.doc_id, d.started_at FROM"
-            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH ? AND k = {CANDIDATES}"
-            f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
-            [blob, scope],
-        ).fetchall()
-        found.extend((float(r[0]), r[1], int(r[2]), r[3]) for r in rows)
-    found.sort(key=lambda r: (r[0], _desc(r[3]), r[1]))
-    found = found[:CANDIDATES]
-    return [r[1] for r in found], {r[1]: Hit(r[1], r[2], r[3]) for r in found}
 
 
 def _error(message: str) -> t.CallToolResult:
