@@ -390,6 +390,104 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
     assert set(e["episode_id"] for e in found["episodes"]) == set(ids)  # the others by cosine alone
 
 
+# -- serve-builtin on PostgreSQL -----------------------------------------------------------------------
+
+def _serve_builtin(pg_url: str | None = None) -> str:
+    """An `[mcp.bi]` upstream: `memactors provider serve-builtin --stdio` (with `--db pg_url` when given)."""
+    db = f', "--db", "{pg_url}"' if pg_url else ""
+    return (f'[mcp.bi]\ncommand = "{sys.executable}"\n'
+            f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio"{db}]\n')
+
+
+async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tmp_path: Path, pg_url: str) -> None:
+    """`memactors provider serve-builtin --stdio --db postgresql://…` as a daemon's `[mcp.bi]` upstream
+    (the CLI, a subprocess on real stdio): the conformance suite passes, an ingested run is recorded
+    through it into PostgreSQL (`builtin_docs` there, tsvector), and recall finds it."""
+    config = write_config(tmp_path, '[memory]\nprovider = "bi"\n' + _serve_builtin(pg_url))
+    holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(tmp_path)}))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        report = await memory.check_provider("bi")
+        assert [c["status"] for c in report["checks"]] == ["pass"] * 7, report
+        result = await memory.ingest_run(run_record(result_text="fixed the ledger rounding"))
+        assert result["outcome"] == "recorded"
+        found = await memory.recall(query="ledger rounding", repo=API)
+    assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
+    store = await Store.open(pg_url)
+    try:
+        docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
+    finally:
+        store.close()
+    assert result["episode_id"] in docs
+    # the daemon's own store (SQLite here) holds no document: the upstream's are in PostgreSQL
+    assert await _sqlite_docs(tmp_path / "state" / "memactors.db") == []
+
+
+async def _sqlite_docs(path: Path) -> list[str]:
+    store = await Store.open(path)
+    try:
+        return await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
+    finally:
+        store.close()
+
+
+async def test_issue19_serve_builtin_without_db_serves_the_configured_postgresql_store(
+        tmp_path: Path, pg_url: str) -> None:
+    """Without `--db`, `serve-builtin` serves the store the configuration names — `[store] url` when
+    set — not the state directory's SQLite file."""
+    import mcp
+
+    from memactors.conformance import synthetic_episode
+
+    config = write_config(tmp_path, store_url=pg_url)
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+    params = mcp.StdioServerParameters(command=sys.executable, args=[
+        "-m", "memactors.cli", "provider", "serve-builtin", "--stdio"], env=env)
+    episode, text = synthetic_episode("served")
+    async with mcp.Client(params) as client:
+        recorded = await client.call_tool("memory_record_episode", {
+            "episode_id": episode["episode_id"], "scope": episode["scope"], "trust_class": "standard",
+            "episode": episode, "text": text})
+        assert not recorded.is_error, recorded.content
+        recalled = await client.call_tool("memory_recall", {"query": "conformance check served",
+                                                            "scope": [episode["scope"]], "limit": 5})
+    assert [i["id"] for i in recalled.structured_content["items"]] == [episode["episode_id"]]
+    store = await Store.open(pg_url)
+    try:
+        docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
+    finally:
+        store.close()
+    assert docs == [episode["episode_id"]]
+    assert not await trio.Path(tmp_path / "state" / "memactors.db").exists()
+
+
+async def test_issue19_serve_builtin_refuses_a_url_it_cannot_serve_naming_the_option(
+        tmp_path: Path, pg_cluster: Cluster) -> None:
+    """A URL that is no PostgreSQL store is refused naming `--db`, its password masked, and is never
+    taken for a file name; a PostgreSQL store that cannot be reached is one line naming the store, no
+    password, no traceback."""
+    import socket
+
+    async def serve(db: str) -> Any:
+        return await trio.run_process(
+            [sys.executable, "-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", db],
+            cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)}, stdin=b"", capture_stdout=True,
+            capture_stderr=True, check=False)
+
+    refused = await serve("mysql://app:hunter2@db.example/memory")
+    err = refused.stderr.decode()
+    assert refused.returncode != 0 and "--db" in err and "PostgreSQL" in err and "hunter2" not in err, err
+    assert "Traceback" not in err and list(await trio.Path(tmp_path).iterdir()) == []  # no "mysql:" directory
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = await serve(f"postgresql://memactors:not-shown-pw@127.0.0.1:{port}/memory")
+    err = down.stderr.decode()
+    assert down.returncode != 0 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("memactors: ") and f"127.0.0.1:{port}/memory" in last and "not-shown-pw" not in err
+
+
 # -- an outage ------------------------------------------------------------------------------------------
 
 @pytest.fixture

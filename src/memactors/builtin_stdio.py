@@ -18,9 +18,11 @@ from .builtin import BuiltinProvider, Embedder
 from .store import Store
 
 
-async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None,
+async def serve_builtin_stdio(target: Path | str, *, embedder: Embedder | None = None,
                               embedding_model: str | None = None) -> None:
-    """Serve the built-in provider over stdio on the store at `db_path` until stdin closes.
+    """Serve the built-in provider over stdio on the store at `target` (a SQLite file, or a
+    ``postgresql://`` store URL: its documents then live in that database, `_builtin_pg`) until stdin
+    closes.
 
     `memactors provider serve-builtin --stdio` runs this, so the built-in provider can be configured as
     an `[mcp.<name>]` upstream (and exercised exactly as a third-party one).
@@ -33,7 +35,7 @@ async def serve_builtin_stdio(db_path: Path, *, embedder: Embedder | None = None
     """
     from mcp.server.stdio import stdio_server
 
-    store = await Store.open(db_path)
+    store = await Store.open(target, daemon_id="serve-builtin")
     try:
         server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
             validate_requests=True)

@@ -201,13 +201,31 @@ def cmd_provider_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_builtin(args: argparse.Namespace) -> int:
+    """The built-in provider over stdio on a store: `--db` (a SQLite file, or a PostgreSQL store URL),
+    else the configured one (`[store] url` / MEMACTORS_STORE_URL, else the state directory's file)."""
     import trio
 
     from ..builtin_stdio import serve_builtin_stdio
+    from ..config import _check_store_url
     from ..service import DB_NAME
+    from ..store import is_store_url
+    from ..urls import mask_url
 
-    db = Path(args.db) if args.db else core.load(args).store.path / DB_NAME
-    trio.run(serve_builtin_stdio, db)
+    target: Path | str
+    if args.db and "://" in args.db:  # a URL, never taken for a file name: only PostgreSQL's is a store
+        if not is_store_url(args.db):
+            raise CliError("INVALID_ARGUMENT", f"--db {mask_url(args.db)}: not a store: give a SQLite file path"
+                                               " or a PostgreSQL URL (postgresql://user@host:5432/dbname)")
+        reason = _check_store_url(args.db)
+        if reason is not None:
+            raise CliError("INVALID_ARGUMENT", f"--db {mask_url(args.db)}: {reason}")
+        target = args.db
+    elif args.db:
+        target = Path(args.db)
+    else:
+        store = core.load(args).store
+        target = store.url or store.path / DB_NAME
+    trio.run(serve_builtin_stdio, target)
     return 0
 
 
@@ -232,7 +250,9 @@ def _register_providers(sub: Any, memory: Any) -> None:
     top = sub.add_parser("provider", help="memory providers").add_subparsers(dest="provider_command", required=True)
     p = top.add_parser("serve-builtin", help="serve the built-in provider over stdio (an [mcp.<name>] upstream)")
     p.add_argument("--stdio", action="store_true", required=True, help="serve over stdin/stdout (the only transport)")
-    p.add_argument("--db", metavar="FILE", help="store file (default: the configured state directory's memactors.db)")
+    p.add_argument("--db", metavar="FILE|URL",
+                   help="the store: a SQLite file or a postgresql:// URL (default: the configured store, "
+                        "[store] url, else the state directory's memactors.db)")
     p.set_defaults(fn=cmd_serve_builtin)
 
 
