@@ -99,12 +99,16 @@ async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> N
             while batch := await retention._due():
                 claimed[store.daemon_id] += [attempt.episode_id for attempt in batch]
 
+        # One batch each first, in turn: host-b's claim skips what host-a holds (and both hold some, which
+        # a free-for-all on a loaded machine does not promise: one daemon's claimers may take every row).
+        for store in (a, b):
+            claimed[store.daemon_id] += [attempt.episode_id for attempt in await _retention(store)._due()]
+        assert claimed["host-a"] and claimed["host-b"] and not set(claimed["host-a"]) & set(claimed["host-b"])
         async with trio.open_nursery() as nursery:
-            for store in (a, b, a, b):  # two concurrent claimers per daemon too
+            for store in (a, b, a, b):  # then two concurrent claimers per daemon
                 nursery.start_soon(drain, store)
         everyone = claimed["host-a"] + claimed["host-b"]
         assert sorted(everyone) == sorted(r[2] for r in rows)  # each row once, none twice
-        assert claimed["host-a"] and claimed["host-b"]
         owners = await a.read(lambda db: dict(db.execute(
             "SELECT claimed_by, count(*) FROM pending GROUP BY claimed_by").fetchall()))
         assert owners == {"host-a": len(claimed["host-a"]), "host-b": len(claimed["host-b"])}
