@@ -989,7 +989,7 @@ async def check_target(target: Any, *, provider: str, provider_timeout: float,
             nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
             try:
                 outcome = await attempt()
-            except BaseException:
+            except BaseException:  # ok: stop reading the provider's stderr (no drain), then re-raised as is
                 nursery.cancel_scope.cancel()
                 raise
             # The provider process is gone (its client closed); with our write end closed too the pipe

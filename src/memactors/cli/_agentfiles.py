@@ -386,6 +386,6 @@ def write(change: Change) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(change.after)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # ok: no half-written temporary file left beside the user's, then re-raised
         tmp.unlink(missing_ok=True)
         raise
