@@ -62,14 +62,7 @@ from .actors.index import (
     repo_key,
     stored_runs,
 )
-from .actors.provider_session import (
-    GetStatus,
-    ProviderSession,
-    ProviderStatus,
-    StderrTail,
-    describe_failure,
-    log_stderr,
-)
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus, describe_failure
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
@@ -98,6 +91,7 @@ from .errors import (
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .models import RunRecord
+from .provider_stderr import StderrTail, log_stderr
 from .redact import redact
 from .redact import shared as shared_redactor
 from .repo import resolve_repo, scope_for
