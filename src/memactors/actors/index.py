@@ -14,7 +14,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -58,6 +58,9 @@ class KeptItem:
     text: str
     score: float | None
     provenance: Provenance
+    #: The daemon's stored episode (REQ-5 body), parsed once by the re-check: what a reader judges it by
+    #: (a briefing leaves empty runs out) without reading it again.
+    episode: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -503,6 +506,7 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
                 model=ep.get("model", ""), repo=repo, branch=branch, outcome=outcome, started_at=started_at,
                 scope=scope, trust_class=trust,
             ),
+            episode=ep,
         ))
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
 
