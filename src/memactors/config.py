@@ -714,30 +714,6 @@ def _build_policies(root: _Table, defaults: McpDefaults) -> dict[str, McpPolicy]
     return policies
 
 
-_HARNESS_KEYS_READ = (
-    "harness",
-    "workdir",
-    "memory_record",
-    "record_trace",
-    "memory_briefing",
-    "briefing_max_chars",
-    "untrusted_inline",
-    "prompt",
-    "prompt_file",
-    "prompt_template",
-    "prompt_template_file",
-    "args",
-    "command",
-    "allowed_tools",
-    "permission_mode",
-    "model",
-    "extra_args",
-    "timeout",
-    "max_turns",
-    "max_cost_usd",
-    "verify_patterns",
-    "export_telemetry",
-)
 _PROMPT_KEYS = ("prompt", "prompt_file", "prompt_template", "prompt_template_file")
 
 
