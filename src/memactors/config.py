@@ -563,7 +563,7 @@ def _build(
     if env.get(STORE_URL_ENV):
         store_url, url_key = env[STORE_URL_ENV], STORE_URL_ENV
     if store_url is not None:
-        reason = _check_store_url(store_url)
+        reason = store_url_problem(store_url)
         if reason is not None:
             if url_key == STORE_URL_ENV:
                 raise ConfigError(f"{STORE_URL_ENV}={_show(mask_url(store_url))}: {reason}", key=STORE_URL_ENV)
@@ -603,7 +603,7 @@ def _build(
     )
 
 
-def _check_store_url(url: str) -> str | None:
+def store_url_problem(url: str) -> str | None:
     """Why `url` cannot be a store URL, or None. Only PostgreSQL is a store engine besides the SQLite
     file: ``postgresql://[user[:password]@][host][:port]/dbname[?param=value…]``."""
     if not url.startswith(("postgresql://", "postgres://")):

@@ -41,17 +41,18 @@ class _Bar:
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
-    from ..config import _check_store_url
+    from ..config import store_url_problem
     from ..daemon import lock_state_dir
     from ..errors import ConfigError, MemactorsError
-    from ..store import Store, ensure_daemon_id, is_store_url
+    from ..store import Store, ensure_daemon_id
     from ..store_migrate import migrate
     from ..urls import mask_url
 
     config = core.load(args)
     url = args.to
-    if not is_store_url(url) or _check_store_url(url) is not None:
-        raise CliError("INVALID_ARGUMENT", f"--to {mask_url(url)}: {_check_store_url(url) or 'not a PostgreSQL URL'}")
+    reason = store_url_problem(url)  # also refuses anything but a PostgreSQL URL
+    if reason is not None:
+        raise CliError("INVALID_ARGUMENT", f"--to {mask_url(url)}: {reason}")
     state_dir = Path(args.source).parent if args.source else config.store.path
     source_path = Path(args.source) if args.source else config.store.path / "memactors.db"
     if not source_path.exists():
