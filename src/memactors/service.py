@@ -280,7 +280,6 @@ class MemoryService:
         """
         if repo is None and as_harness is None:
             raise InvalidArgument("recall needs --repo or --as", field="repo")
-        branch = None
         repo_match = None
         if repo is not None:
             repo_match = await self.match_repo(repo)
@@ -293,7 +292,7 @@ class MemoryService:
             if repo is None:
                 raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
                                    "a git repository), so it has no episode scope", harness=harness.name)
-        view = View("operator", harness=as_harness, repo=repo, branch=branch)
+        view = View("operator", harness=as_harness, repo=repo)  # an operator's recall is for no branch
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
         result = {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
@@ -527,6 +526,7 @@ class MemoryService:
         name = provider or self.provider
         # REQ-18: the check's MCP spans (client and server side) follow the same consent as the session's.
         guard_sdk_spans(lambda: self.config.telemetry.export_all)
+        upstream = None
         if name == "builtin":
             target: Any = self.builtin.server()
         else:
@@ -535,9 +535,8 @@ class MemoryService:
                 raise InvalidArgument(f"--provider {name}: no [mcp.{name}] in the global file or a drop-in",
                                       field="provider")
             target = upstream_target(upstream)
-        endpoint = provider_endpoint(None if name == "builtin" else cfg.mcp.get(name))
         report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout,
-                                    endpoint=endpoint)
+                                    endpoint=provider_endpoint(upstream))
         return {**attrs.asdict(report), "ok": report.ok}
 
     async def harness_repo(self, harness: str) -> str | None:
