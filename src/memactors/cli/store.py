@@ -16,26 +16,11 @@ from . import _core as core
 from ._core import EXIT_FAILED, JSON_HELP, CliError
 
 
-class _Bar:
-    """A one-line progress bar on stderr when it is a terminal (rows copied of rows to copy)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.shown = False
+class _Bar(core.StatusLine):
+    """`store migrate`'s progress: rows copied of rows to copy, and the table."""
 
     def __call__(self, table: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // total if total else width
-        sys.stderr.write(f"\r\x1b[K[{'#' * filled}{'.' * (width - filled)}] {done}/{total} rows  {table}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.enabled and self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        self.show(f"{core.bar(done, total)} rows  {table}")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
