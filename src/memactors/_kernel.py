@@ -57,7 +57,7 @@ import attrs
 import trio
 from loguru import logger
 
-from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError, find_cause
+from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError, find_cause, single_leaf
 from .logs import LogThrottle
 
 #: Codes of errors that answer a requester's mistake; not worth a warning (see rpc.CLIENT_CODES).
@@ -584,7 +584,7 @@ class Supervisor:
                             )
                             incarnation.cancel_scope.cancel()
                 except Exception as exc:
-                    error = _unwrap(exc)
+                    error = single_leaf(exc)
                 finally:
                     child.began = None
                 if broken is not None:
@@ -702,13 +702,6 @@ def _close(address: Address[Any]) -> None:
     Mailbox(address._box).close()
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """Return the single exception inside (nested) groups, or ``exc`` itself when there are several."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 @asynccontextmanager
 async def open_supervisor(
     name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0, backoff: float = 0.1,
@@ -741,7 +734,7 @@ async def open_supervisor(
             yield supervisor
             await supervisor.aclose()
     except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed
-        single = _unwrap(group)
+        single = single_leaf(group)
         if single is group or isinstance(single, trio.Cancelled):
             raise
         raise single from single.__cause__

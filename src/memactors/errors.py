@@ -163,6 +163,14 @@ def find_cause(exc: BaseException, match: Callable[[BaseException], bool]) -> Ba
     return None
 
 
+def single_leaf(exc: BaseException) -> BaseException:
+    """The one exception inside `exc`'s nested one-exception groups (a nursery's), else `exc` itself: how
+    an API edge unwraps a group deliberately, raising a lone error as it is and a real group as a group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 #: ``memactors run --wait`` exit statuses, by outcome (here, not in actors/runs.py, so the CLI reads
 #: them without importing the runs actor, the spawn path and mcp: ~2 s of CPU per `memactors run`).
 EXIT_STATUS = {"succeeded": 0, "failed": 1, "timed_out": 12, "cancelled": 13, "crashed": 14}
