@@ -46,8 +46,6 @@ from .actors.index import (
     episode_view,
     is_known_repo,
     known_repos,
-    match_repo,
-    repo_key,
 )
 from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from .actors.retention import (
@@ -75,7 +73,7 @@ from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
 from .redact import redact
 from .redact import shared as shared_redactor
-from .repo import resolve_repo, scope_for
+from .repo import match_repo, repo_key, resolve_repo, scope_for
 from .rpc import Method
 from .rpc_methods import operator_methods
 from .store import Store, WallClock, ensure_daemon_id, iso, utc_now
@@ -252,7 +250,7 @@ class MemoryService:
 
     async def match_repo(self, given: str) -> dict[str, Any]:
         """Read what an operator typed for a repository (key, remote URL, owner/name) as the repository
-        key episodes are stored under; see ``actors.index.match_repo``."""
+        key episodes are stored under; see ``repo.match_repo``."""
         def read(db: Any) -> dict[str, Any]:
             # The usual case, a key that is stored, is one index seek; only a URL, a suffix or a typo
             # needs the list of every repository (a scan of the episodes).
