@@ -17,7 +17,7 @@ import trio.testing
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
-from support import RESIDENT, wait_ready, write_config
+from support import RESIDENT, serving, wait_ready, write_config
 
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
 _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR",
@@ -209,11 +209,8 @@ async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
 @pytest.fixture
 async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
     """A service with a resident claude-code harness (`RESIDENT`) and its gateway on 127.0.0.1: (service, url)."""
-    async with open_memory_service(make_holder(RESIDENT)) as service, trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
-        yield service, url
-        nursery.cancel_scope.cancel()
+    async with serving(make_holder(RESIDENT)) as answer:
+        yield answer
 
 
 @pytest.fixture

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 import trio.testing
 
-from memactors.service import MemoryService
+from memactors.config import ConfigHolder
+from memactors.service import MemoryService, open_memory_service
 
 T = TypeVar("T")
 
@@ -69,6 +71,17 @@ async def wait_ready(service: MemoryService, state: str = "ready") -> None:
     with trio.fail_after(60):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
             await trio.sleep(0.01)
+
+
+@asynccontextmanager
+async def serving(holder: ConfigHolder, **options: Any) -> AsyncIterator[tuple[MemoryService, str]]:
+    """The embedded service (``open_memory_service(holder, **options)``), ready, with its gateway on
+    127.0.0.1 (port 0): ``(service, gateway URL)``. Both stop with the block."""
+    async with open_memory_service(holder, **options) as service, trio.open_nursery() as nursery:
+        await wait_ready(service)
+        url = await service.start_gateway(nursery)
+        yield service, url
+        nursery.cancel_scope.cancel()
 
 
 class LogRecords:

@@ -24,9 +24,9 @@ import trio
 from memactors.actors.index import text_belongs
 from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
-from memactors.service import MemoryService, open_memory_service
+from memactors.service import MemoryService
 from memactors.wrapper import BRIEFING_MAX_BYTES, ELLIPSIS
-from support import RESIDENT, wait_ready, write_config
+from support import RESIDENT, serving, write_config
 from support_briefing import COMPACT, REPO, empty_run, episode_blocks, real_run, sections
 from support_daemon import daemon_process
 from support_readside import NOW, as_run, fixed_clock, gateway_client
@@ -49,12 +49,8 @@ OTHER_FACTS = (
 async def gateway(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tuple[MemoryService, str]]:
     """A resident api-fixer (memory_briefing = true, default briefing_max_chars), its gateway on
     127.0.0.1, and a wall clock fixed at NOW."""
-    async with open_memory_service(make_holder(RESIDENT), wall_clock=fixed_clock) as service, \
-            trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
-        yield service, url
-        nursery.cancel_scope.cancel()
+    async with serving(make_holder(RESIDENT), wall_clock=fixed_clock) as answer:
+        yield answer
 
 
 def text_of(result: t.CallToolResult) -> str:

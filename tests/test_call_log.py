@@ -17,7 +17,7 @@ from memactors.config import ConfigHolder
 from memactors.logs import configure_logging
 from memactors.service import DB_NAME, open_memory_service
 from memactors.store import MAX_FIELD_CHARS, Store, bound_field, iso
-from support import wait_ready
+from support import serving, wait_ready
 from support_providers import poll
 
 
@@ -46,9 +46,7 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
     sink = io.StringIO()
     configure_logging(sink=sink)
     try:
-        async with open_memory_service(make_holder("")) as service, trio.open_nursery() as nursery:
-            await wait_ready(service)
-            url = await service.start_gateway(nursery)
+        async with serving(make_holder("")) as (service, url):
             await service.call_log.flush()
             await _checkpointed(service)
             before = _db_bytes(tmp_path / "state")
@@ -75,7 +73,6 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
                 "SELECT caller, server, tool, outcome FROM call_log WHERE outcome = 'denied'").fetchall())
             await _checkpointed(service)
             grown = _db_bytes(tmp_path / "state") - before
-            nursery.cancel_scope.cancel()
     finally:
         configure_logging()
     assert len(rows) == 50

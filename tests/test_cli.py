@@ -380,7 +380,7 @@ async def test_memory_episodes_pages_with_a_total_and_a_cursor(tmp_path: Path) -
 # -- --repo and --as: no silent scope mismatches --------------------------------------------------------------
 
 def test_repo_values_users_type_are_read_as_the_repository_key() -> None:
-    from memactors.actors.index import match_repo
+    from memactors.repo import match_repo
 
     known = ["forge.example/acme/api", "forge.example/acme/billing", "forge.example/other/api"]
     for typed in ("https://forge.example/acme/api", "https://forge.example/acme/api.git",

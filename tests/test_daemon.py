@@ -202,7 +202,7 @@ async def test_a_maximum_size_record_is_accepted_and_a_bigger_one_refused_while_
         tmp_path: Path) -> None:
     """Issue 9: a record at the 1 MiB bound is ingested, one over it is refused naming its size and the
     limit; meanwhile another caller's requests keep being answered (timings belong to bench/)."""
-    from memactors.service import MAX_RECORD_BYTES, record_size
+    from memactors._limits import MAX_RECORD_BYTES, record_size
 
     path = write_config(tmp_path)
     words = " ".join(f"ledger{n % 97} rounding fix" for n in range(60000))

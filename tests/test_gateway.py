@@ -18,9 +18,9 @@ from mcp.shared.exceptions import MCPError
 from memactors.config import ConfigHolder, load_config
 from memactors.daemon import run_daemon
 from memactors.gateway import BRIEFING_URI
-from memactors.service import MemoryService, open_memory_service
+from memactors.service import MemoryService
 from memactors.spawn import prepare_spawn
-from support import RESIDENT, example, wait_ready, write_config
+from support import RESIDENT, example, serving, write_config
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
 
 
@@ -116,10 +116,7 @@ async def test_req12_recall_over_the_gateway_is_the_fenced_wrapper_text_only(
 @pytest.mark.req2
 async def test_req2_call_tool_cannot_reach_the_provider(
         tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
-    async with open_memory_service(make_holder(fault_toml(tmp_path))) as service, \
-            trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
+    async with serving(make_holder(fault_toml(tmp_path))) as (service, url):
         await service.ingest_run(example("run-42-api-fixer.json"))
         token, _ = await as_run(service, "api-fixer", "100", API)
         sent_before = len(calls(tmp_path))
@@ -136,7 +133,6 @@ async def test_req2_call_tool_cannot_reach_the_provider(
                           ("api-fixer/100", "fault", "fault__memory_forget"),
                           ("api-fixer/100", "fault", "memory_forget"),
                           ("api-fixer/100", "fault", "memory_record_episode")]
-        nursery.cancel_scope.cancel()
 
 
 async def test_the_daemon_serves_the_gateway_and_reports_its_url(tmp_path: Path) -> None:
@@ -221,10 +217,7 @@ async def test_req12_the_whole_recall_response_on_the_wire_is_at_most_16_kib(
 @pytest.mark.req18
 async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_call_log_rows(
         tmp_path: Path, make_holder: Callable[[str], ConfigHolder]) -> None:
-    async with open_memory_service(make_holder(fault_toml(tmp_path))) as service, \
-            trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
+    async with serving(make_holder(fault_toml(tmp_path))) as (service, url):
         await service.ingest_run(example("run-42-api-fixer.json"))
         token, _ = await as_run(service, "api-fixer", "100", API)
         async with gateway_client(url, token) as client:
@@ -233,7 +226,6 @@ async def test_req18_provider_calls_serving_a_runs_recall_are_the_daemons_own_ca
         rows = await service.store.read(lambda db: db.execute(
             "SELECT DISTINCT caller FROM call_log WHERE tool = 'memory_recall'").fetchall())
         assert rows == [("daemon",)]
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req2

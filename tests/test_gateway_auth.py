@@ -9,13 +9,12 @@ from datetime import UTC, datetime, timedelta
 import httpx2
 import mcp.types as t
 import pytest
-import trio
 from loguru import logger
 from mcp.shared.exceptions import MCPError
 
 from memactors.config import ConfigHolder
-from memactors.service import MemoryService, open_memory_service
-from support import wait_ready
+from memactors.service import MemoryService
+from support import serving
 from support_readside import API, as_run, gateway_client
 
 RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
@@ -42,12 +41,8 @@ def clock() -> Clock:
 @pytest.fixture
 async def served(make_holder: Callable[[str], ConfigHolder], clock: Clock
                  ) -> AsyncIterator[tuple[MemoryService, str]]:
-    async with open_memory_service(make_holder(RESIDENT), wall_clock=clock) as service, \
-            trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
-        yield service, url
-        nursery.cancel_scope.cancel()
+    async with serving(make_holder(RESIDENT), wall_clock=clock) as answer:
+        yield answer
 
 
 def leaves(group: BaseException) -> list[BaseException]:

@@ -17,6 +17,8 @@ import json
 import socket
 import struct
 import urllib.parse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,19 @@ async def _token_holder(daemon: Daemon, run_id: str) -> str:
     return str(minted["token"])
 
 
+@asynccontextmanager
+async def _gateway_daemon(tmp_path: Path, run_id: str, **options: Any) -> AsyncIterator[tuple[Daemon, str, int, str]]:
+    """The daemon as a process (``start_daemon(tmp_path, **options)``), its gateway's URL and port, and the
+    token of run `run_id` (``_token_holder``: an episode to recall); the daemon is stopped on exit."""
+    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path, **options))
+    try:
+        url = daemon.info["gateway"]
+        token = await _token_holder(daemon, run_id)
+        yield daemon, url, urllib.parse.urlsplit(url).port or 80, token
+    finally:
+        await trio.to_thread.run_sync(daemon.stop)
+
+
 async def _legacy_recall(port: int, token: str) -> str:
     """A handshake-era session (what Claude Code speaks) opened with the token, then one recall in it."""
     http = await Http.open(port)
@@ -145,11 +160,7 @@ def _assert_clean_log(daemon: Daemon) -> str:
 @pytest.mark.slow
 async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_session_and_recall_working(
         tmp_path: Path) -> None:
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path))
-    try:
-        url = daemon.info["gateway"]
-        port = urllib.parse.urlsplit(url).port or 80
-        token = await _token_holder(daemon, "r-flood")
+    async with _gateway_daemon(tmp_path, "r-flood") as (daemon, url, port, token):
         assert "ep_" in await _legacy_recall(port, token)  # warm: the first recall loads what it loads
         before = _rss_mb(daemon.pid)
         answered: list[int] = []
@@ -177,8 +188,6 @@ async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_se
         print(f"RSS grew {grown:.1f} MB over 10,000 unauthenticated initialize requests")
         # The SDK's session table took ~41 KB a session (~400 MB here); stateless answers keep nothing.
         assert grown < 64, grown
-    finally:
-        await trio.to_thread.run_sync(daemon.stop)
     _assert_clean_log(daemon)
 
 
@@ -215,11 +224,7 @@ async def test_slow_body_clients_beyond_the_connection_cap_are_dropped_while_a_t
         tmp_path: Path) -> None:
     # ulimit -n 256 gives each listener (256 - 128) // 3 = 42 connection slots: 60 attackers hold more
     # than every slot, and reconnect as soon as they are dropped (2 s body deadline here, 10 s in the daemon).
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path, nofile=256, body=2.0, handshake=2.0))
-    try:
-        url = daemon.info["gateway"]
-        port = urllib.parse.urlsplit(url).port or 80
-        token = await _token_holder(daemon, "r-slow")
+    async with _gateway_daemon(tmp_path, "r-slow", nofile=256, body=2.0, handshake=2.0) as (daemon, url, port, token):
         stop = trio.Event()
         drops: list[str] = []
         recalls: list[str] = []
@@ -236,8 +241,6 @@ async def test_slow_body_clients_beyond_the_connection_cap_are_dropped_while_a_t
         # Every attacker was dropped at least once: closed to make room for a waiting client once it
         # had trickled for a second, or answered 408 at the body deadline.
         assert len(drops) >= 60 and set(drops) <= {"closed", "408"}, drops
-    finally:
-        await trio.to_thread.run_sync(daemon.stop)
     log = _assert_clean_log(daemon)
     made_room = [line for line in log.splitlines() if "listener full: closed a connection to make room" in line]
     assert 1 <= len(made_room) <= 20  # one line per 10 s, with the count folded in
@@ -248,41 +251,32 @@ async def test_idle_kept_alive_connections_beyond_the_cap_do_not_lock_a_token_ho
     """The 75 s keep-alive lets a client hold a slot 75 s after one cheap request: 60 such clients (the
     cap is 42 here) would make a new agent wait that long, but the listener closes the longest idle one
     for a waiting client."""
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path, nofile=256))
     idle: list[Http] = []
-    try:
-        url = daemon.info["gateway"]
-        port = urllib.parse.urlsplit(url).port or 80
-        token = await _token_holder(daemon, "r-idle")
+    async with _gateway_daemon(tmp_path, "r-idle", nofile=256) as (daemon, url, port, token):
+        try:
+            async def hog() -> None:
+                http = await Http.open(port)
+                idle.append(http)
+                await http.request(INIT)  # then it sits on the connection
 
-        async def hog() -> None:
-            http = await Http.open(port)
-            idle.append(http)
-            await http.request(INIT)  # then it sits on the connection
-
-        with trio.move_on_after(20):  # the 43rd and later wait in the backlog: they get in as room is made
-            async with trio.open_nursery() as nursery:
-                for _ in range(60):
-                    nursery.start_soon(hog)
-        with trio.fail_after(30):  # well under the 75 s an idle slot would otherwise be held
-            for _ in range(3):
-                assert "ep_" in await _legacy_recall(port, token)
-                assert "ep_" in await _client_recall(url, token)
-    finally:
-        for http in idle:
-            await http.aclose()
-        await trio.to_thread.run_sync(daemon.stop)
+            with trio.move_on_after(20):  # the 43rd and later wait in the backlog: they get in as room is made
+                async with trio.open_nursery() as nursery:
+                    for _ in range(60):
+                        nursery.start_soon(hog)
+            with trio.fail_after(30):  # well under the 75 s an idle slot would otherwise be held
+                for _ in range(3):
+                    assert "ep_" in await _legacy_recall(port, token)
+                    assert "ep_" in await _client_recall(url, token)
+        finally:
+            for http in idle:
+                await http.aclose()
     _assert_clean_log(daemon)
 
 
 @pytest.mark.slow
 async def test_a_client_reusing_one_connection_every_five_to_six_seconds_never_sees_it_closed(
         tmp_path: Path) -> None:
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path))
-    try:
-        url = daemon.info["gateway"]
-        port = urllib.parse.urlsplit(url).port or 80
-        token = await _token_holder(daemon, "r-keep")
+    async with _gateway_daemon(tmp_path, "r-keep") as (daemon, url, port, token):
         auth = {"Authorization": f"Bearer {token}"}
         answers: list[int] = []
 
@@ -310,8 +304,6 @@ async def test_a_client_reusing_one_connection_every_five_to_six_seconds_never_s
             nursery.start_soon(raw_client)
             nursery.start_soon(mcp_client)
         assert answers == [200] * 7
-    finally:
-        await trio.to_thread.run_sync(daemon.stop)
     _assert_clean_log(daemon)
 
 
@@ -321,11 +313,7 @@ def _reset(stream: trio.SocketStream) -> None:
 
 
 async def test_clients_vanishing_at_any_point_of_a_request_leave_no_traceback(tmp_path: Path) -> None:
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path))
-    try:
-        url = daemon.info["gateway"]
-        port = urllib.parse.urlsplit(url).port or 80
-        token = await _token_holder(daemon, "r-vanish")
+    async with _gateway_daemon(tmp_path, "r-vanish") as (daemon, url, port, token):
         call = _rpc(3, "tools/call", {"name": "recall", "arguments": {"query": "flaky ledger"}})
         for headers in ({}, {"Authorization": f"Bearer {token}"}):
             for rst in (False, True):
@@ -347,6 +335,4 @@ async def test_clients_vanishing_at_any_point_of_a_request_leave_no_traceback(tm
         # The gateway still answers, and every one of those clients has left without a trace.
         assert "ep_" in await _legacy_recall(port, token)
         await trio.sleep(0.5)  # noqa: ASYNC251 -- let the daemon finish with the last of them
-    finally:
-        await trio.to_thread.run_sync(daemon.stop)
     _assert_clean_log(daemon)

@@ -90,7 +90,7 @@ async def test_issue20_no_format_of_the_corpus_reaches_the_state_directory_or_th
     # Every stderr line is logged (50 lines per 10 s otherwise): a suppressed line would prove nothing.
     daemon = await trio.to_thread.run_sync(lambda: start_daemon(
         tmp_path, extra_config=extra,
-        constants={"memactors.actors.provider_session.STDERR_LINES_PER_WINDOW": 1_000_000}))
+        constants={"memactors.provider_stderr.STDERR_LINES_PER_WINDOW": 1_000_000}))
     state = tmp_path / "state"
     leaks: list[tuple[str, str]] = []
     try:

@@ -69,6 +69,19 @@ async def _closed_by_server(stream: trio.SocketStream) -> bytes:
     return data
 
 
+async def _trickled(stream: trio.SocketStream, data: bytes, gap: float) -> bytes:
+    """Send `data` one byte every `gap` seconds until the server closes the connection; what it sent."""
+    async with trio.open_nursery() as inner:
+        async def drip() -> None:
+            for byte in data:
+                await stream.send_all(bytes([byte]))
+                await trio.sleep(gap)
+        inner.start_soon(drip)
+        answer = await _closed_by_server(stream)
+        inner.cancel_scope.cancel()
+    return answer
+
+
 async def test_a_listener_holds_at_most_its_cap_and_takes_the_next_client_when_one_leaves(
         nursery: trio.Nursery) -> None:
     """Two requests being answered (never closed to make room) hold both slots: a third client waits in
@@ -213,18 +226,7 @@ async def test_a_body_trickled_one_byte_every_four_seconds_gets_408_at_the_total
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
         await stream.send_all(POST % 1000)
 
-        async def trickle() -> bytes:
-            async with trio.open_nursery() as inner:
-                async def drip() -> None:
-                    for _ in range(1000):
-                        await stream.send_all(b"x")
-                        await trio.sleep(4)
-                inner.start_soon(drip)
-                answer = await _closed_by_server(stream)
-                inner.cancel_scope.cancel()
-            return answer
-
-        answer, waited = await within(trio_clock, BODY_TIMEOUT, trickle)
+        answer, waited = await within(trio_clock, BODY_TIMEOUT, lambda: _trickled(stream, b"x" * 1000, 4))
     assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer.lower()
     assert BODY_TIMEOUT <= waited < BODY_TIMEOUT + 4
     assert CALLS == []  # the app never saw the half body
@@ -248,15 +250,7 @@ async def test_a_kept_alive_connection_outlives_client_pools_and_its_next_head_s
 
         async def trickled_head() -> bytes:
             await trio.sleep(30)
-            async with trio.open_nursery() as inner:
-                async def drip() -> None:
-                    for byte in b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 200:
-                        await stream.send_all(bytes([byte]))
-                        await trio.sleep(1)
-                inner.start_soon(drip)
-                answer = await _closed_by_server(stream)
-                inner.cancel_scope.cancel()
-            return answer
+            return await _trickled(stream, b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 200, 1)
 
         answer, waited = await within(trio_clock, KEEP_ALIVE_TIMEOUT, trickled_head)
         assert b"200" not in answer

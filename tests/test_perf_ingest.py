@@ -167,7 +167,7 @@ async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attemp
     race it (which made one of the two answer "queued")."""
     from memactors.actors.assembler import AssembleMany
     from memactors.actors.index import RecordRun, RecordRuns
-    from memactors.service import prepare_record
+    from memactors.ingest import prepare_record
 
     record = prepare_record(run_record(run_id="p", result_text="ledger"), "p.json")
     (assembled,) = await memory.assembler.address.ask(AssembleMany(((record, None),)))
@@ -391,7 +391,7 @@ def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> 
         render_text,
         stored_record,
     )
-    from memactors.service import prepare_record
+    from memactors.ingest import prepare_record
 
     for n, tricky in enumerate([*_TRICKY[:10], "lone \ud800 surrogate"]):
         record = stored_record(prepare_record(run_record(

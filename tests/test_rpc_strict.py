@@ -12,7 +12,8 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from memactors.service import SERVICE, MemoryService
+from memactors.rpc_methods import SERVICE
+from memactors.service import MemoryService
 from support_daemon import Daemon, daemon_process
 
 

@@ -93,6 +93,15 @@ async def read_all(stream: Any, seen: bytearray) -> bytes:
     return bytes(seen)
 
 
+def _long_harness(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a daemon whose harness ``long`` runs the stand-in agent in ``sleep`` mode (it
+    writes its pid to OUT/pid, then waits to be stopped), and OUT."""
+    out = tmp_path / "out"
+    repo = make_repo(tmp_path / "api")
+    config = write_config(tmp_path, command_harness("long", workdir=repo, mode="sleep", out=out))
+    return base_env(tmp_path, config), out
+
+
 async def test_runs_list_show_wait_cancel_logs_with_a_real_claude_run_and_after_a_restart(tmp_path: Path) -> None:
     """A real `claude` run that sits in a long shell command: it is listed running with its pid, its
     events stream to `runs logs --follow`, `runs cancel` stops it (SIGTERM to its group), `runs wait`
@@ -169,10 +178,7 @@ allowed_tools = ["Bash(python3:*)"]
 
 
 async def test_ctrl_c_on_run_wait_without_a_terminal_says_how_to_reattach_and_cancel(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "api")
-    out = tmp_path / "out"
-    config = write_config(tmp_path, command_harness("long", workdir=repo, mode="sleep", out=out))
-    env = base_env(tmp_path, config)
+    env, out = _long_harness(tmp_path)
     with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
         async with background(env, "run", "long", "--wait", stdin=subprocess.DEVNULL) as waiting:
             agent = int(await wait_for_file(out / "pid"))
@@ -201,10 +207,7 @@ async def test_ctrl_c_on_run_wait_without_a_terminal_says_how_to_reattach_and_ca
 
 
 async def test_ctrl_c_on_run_wait_on_a_terminal_asks_and_cancels_on_yes(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "api")
-    out = tmp_path / "out"
-    config = write_config(tmp_path, command_harness("long", workdir=repo, mode="sleep", out=out))
-    env = base_env(tmp_path, config)
+    env, out = _long_harness(tmp_path)
     with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
         controller, terminal = pty.openpty()
         try:
@@ -329,10 +332,7 @@ async def test_a_run_left_running_by_a_killed_daemon_is_ended_and_its_agent_stop
     """kill -9 of the daemon leaves its agent running (a session of its own). The next daemon finds the
     run still `running` in the store: it kills that agent (its environment proves the pid is still
     that run's) and marks the run crashed, so nothing runs unwatched and `runs list` tells the truth."""
-    repo = make_repo(tmp_path / "api")
-    out = tmp_path / "out"
-    config = write_config(tmp_path, command_harness("long", workdir=repo, mode="sleep", out=out))
-    env = base_env(tmp_path, config)
+    env, out = _long_harness(tmp_path)
     state, log = tmp_path / "state", tmp_path / "daemon.log"
     with daemon(env, state, log) as proc:
         started = await cli(env, "run", "long")

@@ -9,7 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import trio
 
 from memactors import graph
 from memactors.config import ConfigHolder, load_config
-from memactors.service import open_memory_service
+from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
 from memactors.testing.postgres import Cluster
 from support import run_record, wait_ready, write_config
@@ -37,6 +38,14 @@ def pg_url(pg_cluster: Cluster) -> Iterator[str]:
         yield url
     finally:
         pg_cluster.drop_database(url.rsplit("/", 1)[1])
+
+
+@asynccontextmanager
+async def _ready_service(config: Path, home: Path) -> AsyncIterator[MemoryService]:
+    """The embedded service on `config` (HOME = `home`), ready."""
+    async with open_memory_service(ConfigHolder(lambda: load_config(config, env={"HOME": str(home)}))) as memory:
+        await wait_ready(memory)
+        yield memory
 
 
 def migrate(config: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,9 +82,7 @@ async def _rows(store: Store) -> dict[str, Any]:
 async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to_run_twice(
         tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
     config = write_config(tmp_path)
-    holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(tmp_path)}))
-    async with open_memory_service(holder) as memory:
-        await wait_ready(memory)
+    async with _ready_service(config, tmp_path) as memory:
         ids = [(await memory.ingest_run(run_record(run_id=f"r{n}", result_text=f"ledger rounding change {n}")))[
             "episode_id"] for n in range(12)]
         fact = await memory.add_fact(scope=f"project:{API}", text="ledger rounds half-even", confidence=0.8)
@@ -114,9 +121,7 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
 
     # The daemon on the migrated store: recall finds the episodes (re-indexed), facts are searchable.
     pg_config = write_config(tmp_path, store_url=pg_url)
-    holder = ConfigHolder(lambda: load_config(pg_config, env={"HOME": str(tmp_path)}))
-    async with open_memory_service(holder) as memory:
-        await wait_ready(memory)
+    async with _ready_service(pg_config, tmp_path) as memory:
         found = await memory.recall(query="ledger rounding change", repo=API, limit=20)
         assert set(e["episode_id"] for e in found["episodes"]) == set(ids) - {ids[3]}
         facts = await memory.store.read(lambda db: graph.search_facts(
@@ -131,9 +136,8 @@ async def test_issue19_store_migrate_refuses_while_the_daemon_runs_and_names_no_
     from memactors.daemon import lock_state_dir
 
     config = write_config(tmp_path)
-    holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(tmp_path)}))
-    async with open_memory_service(holder) as memory:
-        await wait_ready(memory)
+    async with _ready_service(config, tmp_path):
+        pass  # a store to migrate, made by a service that has stopped since
     lock = await trio.to_thread.run_sync(lock_state_dir, tmp_path / "state")
     try:
         refused = migrate(config, tmp_path, "--to", pg_url)

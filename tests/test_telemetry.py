@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import trio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -18,7 +17,7 @@ from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
 from memactors.service import open_memory_service
 from memactors.telemetry import memory_span
-from support import example, wait_ready
+from support import example, serving, wait_ready
 from support_providers import FaultFiles, fault_toml
 from support_readside import API, as_run, gateway_client
 
@@ -126,9 +125,7 @@ async def test_req18_the_gateways_mcp_server_spans_need_consent(
     `tools/list`, `initialize`, …). Exported only under consent: `[telemetry] export_all`, or the calling
     run's harness's `export_telemetry`; a harness without it, and an unattributed caller, export none."""
     extra = GATEWAY_HARNESSES + f"[telemetry]\nexport_all = {'true' if export_all else 'false'}\n"
-    async with open_memory_service(make_holder(extra)) as service, trio.open_nursery() as nursery:
-        await wait_ready(service)
-        url = await service.start_gateway(nursery)
+    async with serving(make_holder(extra)) as (service, url):
         await service.ingest_run(example("run-42-api-fixer.json"))
         quiet, _ = await as_run(service, "billing-bot", "7", API)
         _exporter.clear()
@@ -139,7 +136,6 @@ async def test_req18_the_gateways_mcp_server_spans_need_consent(
         _exporter.clear()
         await _agent_session(url, consenting)
         consented = [s.name for s in _server_spans()]
-        nursery.cancel_scope.cancel()
     if export_all:
         assert "tools/call recall" in unconsented and "tools/list" in unconsented
     else:

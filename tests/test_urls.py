@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
-from memactors.actors.provider_session import log_stderr
+from memactors.provider_stderr import log_stderr
 from memactors.urls import MASK, mask_url, mask_urls
 from support import write_config
 from support_daemon import start_daemon

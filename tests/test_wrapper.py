@@ -557,13 +557,29 @@ def test_req14_every_section_empty_gives_an_empty_briefing() -> None:
     assert render_text(doc) == ""
 
 
+#: What the property tests of fit_briefing draw: how many collisions, runs, facts and episodes, the
+#: sizes of their texts, the cap, and whether the text is multi-byte.
+BRIEFINGS = {
+    "counts": st.tuples(st.integers(0, 12), st.integers(0, 7), st.integers(0, 25), st.integers(0, 5)),
+    "text_sizes": st.lists(st.integers(0, 1200), min_size=1, max_size=20),
+    "max_chars": st.integers(500, 4000),
+    "wide": st.booleans(),
+}
+
+
+def mixed_input(counts: tuple[int, int, int, int], text: Callable[[int], str],
+                episode_of: Callable[[int, str], Item]) -> list[tuple[Section, int, float]]:
+    """`briefing_input` with `counts` items per section, texts from `text`, episodes from `episode_of`."""
+    return briefing_input(
+        [collision(i) for i in range(counts[0])],
+        [run(i) for i in range(counts[1])],
+        [fact(i, text(i)) for i in range(counts[2])],
+        [episode_of(i, text(i + 3)) for i in range(counts[3])],
+    )
+
+
 @settings(max_examples=80, deadline=None)
-@given(
-    counts=st.tuples(st.integers(0, 12), st.integers(0, 7), st.integers(0, 25), st.integers(0, 5)),
-    text_sizes=st.lists(st.integers(0, 1200), min_size=1, max_size=20),
-    max_chars=st.integers(500, 4000),
-    wide=st.booleans(),
-)
+@given(**BRIEFINGS)
 def test_fit_briefing_respects_caps_order_and_never_cuts(
     counts: tuple[int, int, int, int], text_sizes: list[int], max_chars: int, wide: bool
 ) -> None:
@@ -572,12 +588,7 @@ def test_fit_briefing_respects_caps_order_and_never_cuts(
     def text(i: int) -> str:
         return ch * text_sizes[i % len(text_sizes)]
 
-    inp = briefing_input(
-        [collision(i) for i in range(counts[0])],
-        [run(i) for i in range(counts[1])],
-        [fact(i, text(i)) for i in range(counts[2])],
-        [episode(i, text(i + 3)) for i in range(counts[3])],
-    )
+    inp = mixed_input(counts, text, episode)
     doc = fit_briefing(inp, max_chars=max_chars, nonce="00112233445566778899aabb")
     rendered = render_text(doc)
     if sum(counts) == 0:
@@ -702,12 +713,7 @@ def test_req14_a_composed_section_shares_its_room_and_drops_only_what_cannot_kee
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    counts=st.tuples(st.integers(0, 12), st.integers(0, 7), st.integers(0, 25), st.integers(0, 5)),
-    text_sizes=st.lists(st.integers(0, 1200), min_size=1, max_size=20),
-    max_chars=st.integers(500, 4000),
-    wide=st.booleans(),
-)
+@given(**BRIEFINGS)
 def test_fit_briefing_composes_episodes_to_fit_and_leaves_the_rest_alone(
     counts: tuple[int, int, int, int], text_sizes: list[int], max_chars: int, wide: bool
 ) -> None:
@@ -716,12 +722,7 @@ def test_fit_briefing_composes_episodes_to_fit_and_leaves_the_rest_alone(
     def text(i: int) -> str:
         return words[: text_sizes[i % len(text_sizes)]]
 
-    inp = briefing_input(
-        [collision(i) for i in range(counts[0])],
-        [run(i) for i in range(counts[1])],
-        [fact(i, text(i)) for i in range(counts[2])],
-        [short_episode(i, text(i + 3)) for i in range(counts[3])],
-    )
+    inp = mixed_input(counts, text, short_episode)
     nonce = "00112233445566778899aabb"
     plain = fit_briefing(inp, max_chars=max_chars, nonce=nonce)
     doc = fit_briefing(inp, max_chars=max_chars, nonce=nonce, compose=("episodes",))

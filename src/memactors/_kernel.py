@@ -57,7 +57,7 @@ import attrs
 import trio
 from loguru import logger
 
-from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError
+from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError, find_cause, single_leaf
 from .logs import LogThrottle
 
 #: Codes of errors that answer a requester's mistake; not worth a warning (see rpc.CLIENT_CODES).
@@ -446,27 +446,17 @@ def is_resource_exhaustion(exc: BaseException) -> bool:
 
 def _exhaustion_leaf(exc: BaseException) -> BaseException | None:
     """The exception in ``exc`` (itself, its cause or context, a group member) that says what ran out."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, MemoryError):
-            return current
-        if isinstance(current, OSError) and current.errno in _EXHAUSTION_ERRNOS:
-            return current
-        if type(current).__name__ in ("OperationalError", "DatabaseError") and any(
-            marker in str(current).lower() for marker in _EXHAUSTION_SQLITE
-        ):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                todo.append(linked)
-    return None
+    return find_cause(exc, _says_exhausted)
+
+
+def _says_exhausted(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _EXHAUSTION_ERRNOS:
+        return True
+    return type(exc).__name__ in ("OperationalError", "DatabaseError") and any(
+        marker in str(exc).lower() for marker in _EXHAUSTION_SQLITE
+    )
 
 
 @attrs.define(eq=False)
@@ -594,7 +584,7 @@ class Supervisor:
                             )
                             incarnation.cancel_scope.cancel()
                 except Exception as exc:
-                    error = _unwrap(exc)
+                    error = single_leaf(exc)
                 finally:
                     child.began = None
                 if broken is not None:
@@ -712,13 +702,6 @@ def _close(address: Address[Any]) -> None:
     Mailbox(address._box).close()
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """Return the single exception inside (nested) groups, or ``exc`` itself when there are several."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 @asynccontextmanager
 async def open_supervisor(
     name: str = "supervisor", *, max_restarts: int = 3, window: float = 5.0, backoff: float = 0.1,
@@ -751,7 +734,7 @@ async def open_supervisor(
             yield supervisor
             await supervisor.aclose()
     except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed
-        single = _unwrap(group)
+        single = single_leaf(group)
         if single is group or isinstance(single, trio.Cancelled):
             raise
         raise single from single.__cause__

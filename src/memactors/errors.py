@@ -6,6 +6,8 @@ keyword fields below, so a log line or an RPC error can name them without parsin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class MemactorsError(Exception):
     """Raised for every failure memactors reports on purpose; the base of all sentinels."""
@@ -136,6 +138,37 @@ class ActorStopped(MemactorsError):
     """Raised to a requester whose request was pending, or sent, when the actor stopped."""
 
     code = "UNAVAILABLE"
+
+
+def find_cause(exc: BaseException, match: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception in `exc` — itself, its cause or context, a group member, and theirs in turn —
+    for which `match` is true; None when there is none.
+
+    What went wrong is often a few links down (a driver's error under the one a layer raised, or inside a
+    nursery's group): the supervisor looks for resource exhaustion and the store for a full disk this one
+    way. Each exception is looked at once, since a context chain may loop back on itself.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if match(current):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
+
+
+def single_leaf(exc: BaseException) -> BaseException:
+    """The one exception inside `exc`'s nested one-exception groups (a nursery's), else `exc` itself: how
+    an API edge unwraps a group deliberately, raising a lone error as it is and a real group as a group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 #: ``memactors run --wait`` exit statuses, by outcome (here, not in actors/runs.py, so the CLI reads

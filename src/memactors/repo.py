@@ -12,12 +12,14 @@ many sessions in the same few directories.
 
 from __future__ import annotations
 
+import difflib
 import os
 import posixpath
 import re
 import subprocess
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -32,8 +34,10 @@ __all__ = [
     "RepoResolver",
     "clear_cache",
     "explicit_key",
+    "match_repo",
     "normalise_remote",
     "relative_path",
+    "repo_key",
     "resolve_repo",
     "scope_for",
 ]
@@ -121,6 +125,33 @@ def explicit_key(repo: str) -> str:
     if not value:
         raise InvalidArgument("session repo is empty", field="repo")
     return normalise_remote(value) or value.rstrip("/")
+
+
+def repo_key(given: str) -> str:
+    """What a user typed for `--repo`, as the key it names when that key is known (see `match_repo`)."""
+    return normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
+
+
+def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
+    """What a user typed for `--repo`, read as a repository key.
+
+    A remote URL (``https://forge.example/acme/api``, ``….git``, ``git@forge.example:acme/api.git``)
+    becomes its key (`normalise_remote`, the one runs are recorded with); a key that is known is used
+    as is; ``acme/api`` matches the one known key ending in ``/acme/api``. Otherwise the status is
+    ``unknown`` and ``close`` lists known keys that look alike, so the CLI can say so instead of
+    answering an empty list.
+    """
+    key = repo_key(given)
+    if key in known:
+        return {"given": given, "key": key, "status": "known"}
+    tails = [k for k in known if k.endswith("/" + key.lstrip("/"))]
+    if len(tails) == 1:
+        return {"given": given, "key": tails[0], "status": "suffix"}
+    close = list(dict.fromkeys([*tails, *difflib.get_close_matches(key, known, n=5, cutoff=0.6)]))
+    if not close:  # compare owner/name tails too: a typo in the name of a long key
+        by_tail = {k.split("/", 1)[-1]: k for k in known if "/" in k}
+        close = [by_tail[t] for t in difflib.get_close_matches(key.split("/", 1)[-1], list(by_tail), n=5, cutoff=0.6)]
+    return {"given": given, "key": key, "status": "unknown", "close": close[:5]}
 
 
 def scope_for(repo_key: str) -> str:

@@ -52,7 +52,7 @@ from trio_websocket import (
 )
 
 from ._listen import HANDSHAKE_TIMEOUT, RateLimitedLog, open_capped_listener
-from .errors import ConfigError, InvalidArgument, MemactorsError
+from .errors import ConfigError, InvalidArgument, MemactorsError, single_leaf
 from .logs import get_logger
 
 __all__ = [
@@ -228,13 +228,6 @@ class Method:
     params: frozenset[str] | None = None
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """Return the single leaf of nested one-exception groups, else ``exc`` itself."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _bearer(request: WebSocketRequest) -> bytes | None:
     for name, value in request.headers:
         if name.lower() == b"authorization":
@@ -362,7 +355,7 @@ async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> 
     try:
         result = await method.handler(request.params)
     except Exception as raw:
-        exc = _unwrap(raw)
+        exc = single_leaf(raw)
         if isinstance(exc, MemactorsError):
             code = exc.code if exc.code in CODES else "INTERNAL"
             return _error(request.id, code, str(exc))
@@ -433,7 +426,7 @@ async def _serve_one(
             reply = await _answer(frame, table, tier, peer, lines, stats)
         except Exception as raw:  # ok: a frame the checks did not foresee still gets an answer
             # The connection stays open and the client is told; only the error's type is logged.
-            _log.bind(peer=peer, tier=tier, error_type=type(_unwrap(raw)).__name__).error("rpc frame failed")
+            _log.bind(peer=peer, tier=tier, error_type=type(single_leaf(raw)).__name__).error("rpc frame failed")
             reply = _error(None, "INTERNAL", "internal error; see the daemon log")
         try:
             await ws.send_message(_encode(reply))
@@ -552,7 +545,7 @@ async def serve_rpc(
             pass
         except Exception as raw:
             # A bug in one connection must not take the whole listener down.
-            _log.bind(peer=peer, error_type=type(_unwrap(raw)).__name__).error("rpc connection failed")
+            _log.bind(peer=peer, error_type=type(single_leaf(raw)).__name__).error("rpc connection failed")
 
     server = WebSocketServer(
         on_request, [listener],  # type: ignore[list-item]
@@ -741,7 +734,7 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
                     await ws.aclose()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # ok: unwrapped at the API edge, never swallowed
-        leaf = _unwrap(group)
+        leaf = single_leaf(group)
         if leaf is group:
             raise
         if not entered and isinstance(leaf, Exception) and not isinstance(leaf, MemactorsError):

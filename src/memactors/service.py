@@ -12,28 +12,19 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
-import math
-import os
-import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx2
-import mcp
 import trio
-from loguru import logger
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from . import graph, run_rows
 from ._kernel import ChildSpec, Supervisor, open_supervisor
-from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
-from ._wire import episode_to_dict, parse_run_record, parse_time
-from .actors.assembler import Assembled, AssembleMany, Assembler
+from ._wire import parse_time
+from .actors.assembler import Assembler
 from .actors.briefing import (
     UNATTRIBUTED,
     Briefing,
@@ -52,101 +43,45 @@ from .actors.index import (
     GetEpisode,
     Index,
     ListEpisodes,
-    RecordRun,
-    RecordRuns,
-    Stored,
     episode_view,
     is_known_repo,
     known_repos,
-    match_repo,
-    repo_key,
-    stored_runs,
 )
-from .actors.provider_session import (
-    GetStatus,
-    ProviderSession,
-    ProviderStatus,
-    StderrTail,
-    describe_failure,
-    log_stderr,
-)
+from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from .actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
-    Kick,
     PendingCounts,
-    RecordNow,
     Retention,
     RetryNow,
 )
 from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
 from .actors.summary import SummaryActor, model_api_settings
 from .builtin import BuiltinProvider, missing_vectors
-from .config import Config, ConfigHolder, HarnessConfig, McpServerConfig, parse_duration
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
+from .config import Config, ConfigHolder, HarnessConfig, parse_duration
 from .doctor import doctor_rows
-from .episode import stored_record
 from .errors import (
     ConfigError,
     InvalidArgument,
-    MemactorsError,
     NoRepository,
-    StoreFull,
     StoreUnavailable,
     UnknownEpisode,
 )
+from .ingest import ingest, ingest_batch
 from .metrics import Metrics
 from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
-from .models import RunRecord
+from .providers import check_target, provider_endpoint, provider_target, upstream_target
 from .redact import redact
 from .redact import shared as shared_redactor
-from .repo import resolve_repo, scope_for
+from .repo import match_repo, repo_key, resolve_repo, scope_for
 from .rpc import Method
+from .rpc_methods import operator_methods
 from .store import Store, WallClock, ensure_daemon_id, iso, utc_now
-from .telemetry import guard_sdk_spans, memory_span
-from .urls import mask_url
+from .telemetry import guard_sdk_spans
 
-SERVICE = "harness.v1.MemoryService"
 DB_NAME = "memactors.db"
 #: Most episodes one ListEpisodes page returns.
 MAX_PAGE = 1000
-#: IngestRuns takes at most this many records per call (the shared contract).
-MAX_BATCH = 500
-#: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
-#: time: more would only wait in its mailbox while their provider_timeout runs).
-RECORD_CONCURRENCY = 8
-
-
-def prepare_record(data: Any, source: str) -> RunRecord:
-    """Bound, validate and clean a run record (CPU work: run in a worker thread, not on the trio loop).
-
-    Raises InvalidArgument naming the size and the limit for a record over MAX_RECORD_BYTES, and
-    naming the field for an invalid one. The prompt is dropped and every string redacted (REQ-6).
-    """
-    size = record_size(data)
-    if size > MAX_RECORD_BYTES:
-        raise InvalidArgument(oversize_message(source, size), field="record", bytes=size, limit=MAX_RECORD_BYTES)
-    return stored_record(parse_run_record(data, source=source))
-
-
-def _prepare_all(items: list[tuple[Any, str]]) -> list[RunRecord | MemactorsError]:
-    """`prepare_record` for each (data, source), the refusal in place of a bad one (worker thread).
-
-    A record that makes preparation fail in a way no check foresaw is refused alone (INTERNAL, its
-    error type logged), so one record can never cost the rest of its batch."""
-    out: list[RunRecord | MemactorsError] = []
-    for data, source in items:
-        try:
-            out.append(prepare_record(data, source))
-        except MemactorsError as exc:
-            out.append(exc)
-        except Exception as exc:  # ok: answered as this record's refusal; its type is logged
-            logger.bind(error=type(exc).__name__, source_chars=len(source)).error("run record could not be prepared")
-            out.append(MemactorsError(f"{source[:256]}: run record could not be prepared ({type(exc).__name__}); "
-                                      "see the daemon log"))
-    return out
-
-
 #: "A run of degraded recalls" (issue 20): this many in a row, the last within DEGRADED_RECENT_SECONDS,
 #: make Status say the memory is degraded even while the breaker is closed (a provider that times out
 #: now and then never opens it, yet every recall may come back without episodes).
@@ -168,49 +103,6 @@ def degraded_reason(st: ProviderStatus, recalls: dict[str, Any]) -> str | None:
                 f"{int(ago)} s ago")
     return None
 
-
-def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
-    """IngestRun's answer for a run already ingested (with its episode id when it has an episode)."""
-    duplicate = {"harness": record.harness, "run_id": record.run_id, "outcome": "duplicate"}
-    return duplicate | ({"episode_id": episode_id} if episode_id else {})
-
-
-def provider_target(config: Config, store: Store, builtin: BuiltinProvider | None = None) -> Callable[[], Any]:
-    """How to reach the configured provider: the built-in server in-process, or the [mcp.<name>] upstream."""
-    upstream = config.provider_upstream
-    if upstream is None:
-        server = (builtin or BuiltinProvider(store)).server()
-        return lambda: server
-    return lambda: upstream_target(upstream)
-
-
-def provider_endpoint(upstream: McpServerConfig | None) -> str:
-    """What a connection error names: the stdio command's path, the HTTP upstream's URL (credentials
-    masked: the name is shown by status, doctor and logs), or the built-in."""
-    if upstream is None:
-        return "built-in provider"
-    return str(upstream.command) if upstream.command is not None else mask_url(str(upstream.url))
-
-
-def upstream_target(upstream: McpServerConfig) -> Any:
-    if upstream.command is not None:
-        env = {**os.environ, **dict(upstream.env)}
-        return mcp.StdioServerParameters(command=upstream.command, args=list(upstream.args), env=env)
-    return _http_transport(str(upstream.url), dict(upstream.headers))
-
-
-@asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """Streamable HTTP with the configured headers (auth). The SDK leaves a client it was handed open,
-    so this owns it: one httpx2 client per connection, closed with it. No client timeouts: every call
-    runs under its caller's deadline."""
-    async with httpx2.AsyncClient(headers=headers, timeout=None) as http, \
-            streamable_http_client(url, http_client=http) as streams:
-        yield streams
-
-
-#: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
-STDERR_DRAIN_SECONDS = 2.0
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
 MAX_TOKEN_TTL_SECONDS = 366 * 86400
@@ -253,7 +145,7 @@ class MemoryService:
         is the harness as the run saw it (a run started by the daemon, with its project file merged),
         for REQ-8's eligibility; by default the global configuration's.
         """
-        (result,) = await self._ingest([(data, source, harness_config)])
+        (result,) = await ingest(self, [(data, source, harness_config)])
         if isinstance(result, BaseException):
             raise result
         return result
@@ -267,191 +159,7 @@ class MemoryService:
         runs and episodes (each record in its own savepoint), committed before any is answered — then
         its episodes are recorded to the provider concurrently.
         """
-        if len(entries) > MAX_BATCH:
-            raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
-                                  field="records")
-        results: list[dict[str, Any]] = [{} for _ in entries]
-        work: list[tuple[Any, str, HarnessConfig | None]] = []
-        where: list[int] = []
-        for n, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-                source = (str(entry.get("source") or f"records[{n}]")[:256] if isinstance(entry, dict)
-                          else f"records[{n}]")
-                results[n] = _rejected(source, InvalidArgument(f"records[{n}].record must be an object",
-                                                               field=f"records[{n}].record"))
-                continue
-            work.append((entry["record"], str(entry.get("source") or f"records[{n}]")[:256], None))
-            where.append(n)
-        outcomes: dict[str, int] = {}
-        for n, (_, source, _), result in zip(where, work, await self._ingest(work), strict=True):
-            results[n] = _rejected(source, result) if isinstance(result, MemactorsError) else result
-            outcomes[results[n]["outcome"]] = outcomes.get(results[n]["outcome"], 0) + 1
-        logger.bind(records=len(entries), **outcomes).info("runs ingested")
-        return {"results": results}
-
-    async def _ingest(self, items: list[tuple[Any, str, HarnessConfig | None]]) -> list[dict[str, Any] | MemactorsError]:
-        """The ingest path for one record or a batch: (data, source, harness config) in, IngestRun's result
-        (or the MemactorsError refusing that record) out, in order.
-
-        Stages, each one thread hop or message for the whole batch: bound, parse and redact every record
-        (REQ-6: prompt dropped, every string redacted, once, at the boundary); look up which runs the store
-        already holds (a closed run is recorded once: the first record wins, its scope never changes);
-        assemble the episodes (a failed assembly writes nothing); store every run, episode and pending
-        record in one transaction; then record the new episodes to the provider, concurrently, each
-        attempt bounded by provider_timeout (past it the record stays queued: it was committed).
-        The same run twice in one batch: the first (in order) is ingested, the later ones answer
-        "duplicate", exactly as if the records had come in one after the other.
-        """
-        results: list[dict[str, Any] | MemactorsError | None] = [None] * len(items)
-        first_of: dict[tuple[str, str], int] = {}
-        later: list[int] = []
-
-        def prepare_and_look_up(db: Any) -> tuple[list[RunRecord | MemactorsError], dict[tuple[str, str], str | None]]:
-            # Bounded, parsed and redacted off the trio loop (a big record never stalls other callers),
-            # and the runs the store already holds looked up, in one worker-thread hop.
-            prepared = _prepare_all([(data, source) for data, source, _ in items])
-            for n, record in enumerate(prepared):
-                if not isinstance(record, MemactorsError):
-                    key = (record.harness, record.run_id)
-                    if key in first_of:
-                        later.append(n)
-                    else:
-                        first_of[key] = n
-            return prepared, stored_runs(db, list(first_of))
-
-        prepared, known = await self.store.read(prepare_and_look_up)
-        for n, record in enumerate(prepared):
-            if isinstance(record, MemactorsError):
-                results[n] = record
-        todo: list[tuple[int, RunRecord]] = []
-        for key, n in first_of.items():
-            record = prepared[n]
-            assert isinstance(record, RunRecord)
-            if key in known:
-                results[n] = _duplicate(record, known[key])
-            else:
-                todo.append((n, record))
-        assembled: tuple[Assembled | MemactorsError, ...] = ()
-        if todo:
-            assembled = await self.assembler.address.ask(
-                AssembleMany(tuple((record, items[n][2]) for n, record in todo)))
-        writes = [(n, record, a) for (n, record), a in zip(todo, assembled, strict=True)
-                  if not isinstance(a, MemactorsError) and a.keep_run]
-        stored: tuple[Stored | Exception, ...] = ()
-        if writes:
-            # The retry loop leaves these records to this call's own attempts (below) until they are over.
-            grace = max(self.config.episodes.provider_timeout * 5, 5.0) * 2
-            record_after = iso(self.wall_clock() + timedelta(seconds=grace))
-            stored = await self.index.address.ask(RecordRuns(tuple(
-                RecordRun(record=record, repo=a.repo, branch=a.branch, paths=a.paths, episode=a.episode,
-                          text=a.text, provider=self.provider, clean=True, record_after=record_after)
-                for _, record, a in writes)))
-        new_of = {n: s for (n, _, _), s in zip(writes, stored, strict=True)}
-        to_record: list[tuple[int, RunRecord, Assembled]] = []
-        for (n, record), a in zip(todo, assembled, strict=True):
-            if isinstance(a, MemactorsError):
-                results[n] = a
-                continue
-            s = new_of.get(n)
-            if isinstance(s, Exception):
-                # A full disk is not this record's fault: the whole call is refused RESOURCE_EXHAUSTED
-                # (path, bytes free), never INTERNAL and never "rejected" as if the record were bad.
-                s = self.store.health.failed(s)
-                if isinstance(s, StoreFull) or not isinstance(s, MemactorsError):
-                    raise s
-                results[n] = s
-                continue
-            episode = a.episode
-            if episode is None:
-                self.metrics.episode_recorded(self.provider, "skipped")
-                results[n] = {"harness": record.harness, "run_id": record.run_id, "outcome": "skipped",
-                              "reason": a.skipped}
-            elif s is not None and s.episode_new:
-                to_record.append((n, record, a))
-            else:
-                results[n] = {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
-                              "outcome": "duplicate"}
-        if to_record:
-            limiter = trio.CapacityLimiter(RECORD_CONCURRENCY)
-
-            async def record_one(n: int, record: RunRecord, a: Assembled) -> None:
-                async with limiter:
-                    results[n] = await self._record_episode(record, a)
-
-            async with trio.open_nursery() as nursery:
-                for n, record, a in to_record:
-                    nursery.start_soon(record_one, n, record, a)
-        again: list[int] = []
-        if later:
-            # Later records of a run met earlier in this batch: "duplicate" of what the first stored; a
-            # run whose first record stored nothing (refused, or a harness keeping no trace) is ingested
-            # afresh from its next record, as if the first had never come.
-            for n in later:
-                record = prepared[n]
-                assert isinstance(record, RunRecord)
-                first = results[first_of[(record.harness, record.run_id)]]
-                if isinstance(first, dict) and first.get("reason") != "record_trace_off":
-                    results[n] = _duplicate(record, first.get("episode_id"))
-                else:
-                    again.append(n)
-            if again:
-                for n, result in zip(again, await self._ingest([items[n] for n in again]), strict=True):
-                    results[n] = result
-        single, logged_inside = len(items) == 1, set(again)
-        for n, result in enumerate(results):
-            if isinstance(result, dict) and n not in logged_inside:
-                log = logger.bind(harness=result.get("harness"), run=result.get("run_id"),
-                                  episode=result.get("episode_id"), outcome=result["outcome"])
-                if single:
-                    log.info("run ingested")
-                else:
-                    log.debug("run ingested")
-        assert all(r is not None for r in results)
-        return [r for r in results if r is not None]
-
-    async def _record_episode(self, record: RunRecord, assembled: Assembled) -> dict[str, Any]:
-        """One attempt to record a just-stored episode to the provider, bounded by provider_timeout."""
-        episode = assembled.episode
-        assert episode is not None
-        text = assembled.text or ""
-        harness_cfg = self.config.harness.get(record.harness)
-        consent = self.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
-        with memory_span("memory.episode.record", enabled=consent,
-                         episode_id=episode.episode_id, provider=self.provider, harness=record.harness,
-                         run_id=record.run_id, bytes=len(text.encode())) as span:
-            outcome, failed = "queued", False
-            with trio.move_on_after(self.config.episodes.provider_timeout) as attempt:
-                stored_copy = (episode_to_dict(episode), text, episode.scope, episode.trust_class)
-                try:
-                    outcome = await self.retention.address.ask(RecordNow(episode.episode_id, stored_copy))
-                except MemactorsError as exc:
-                    # The episode and its pending record are committed: a failed first attempt (the
-                    # provider, a full disk, a PostgreSQL store gone since) is the retry loop's to finish,
-                    # never a reason to fail this call (or the rest of its batch).
-                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
-                        "first record attempt failed; queued for retry")
-                    failed = True
-            if attempt.cancelled_caught or failed:
-                try:
-                    await self._release_record(episode.episode_id)
-                except MemactorsError as exc:  # (a full disk, the store down): the claim still runs out
-                    logger.bind(episode=episode.episode_id, error=type(exc).__name__).warning(
-                        "record not released to the retry loop early")
-            span.set_attribute("memory.outcome", outcome)
-        return {"harness": record.harness, "run_id": record.run_id, "episode_id": episode.episode_id,
-                "outcome": outcome}
-
-    async def _release_record(self, episode_id: str) -> None:
-        """This call's record attempt ran out of provider_timeout: the pending row it held back from the
-        retry loop (`record_after`) is due now, and the loop is told to look (an attempt still running in
-        the retention actor is in its in-flight set: the loop does not start a second one)."""
-        now = iso(self.wall_clock())
-        me = self.store.daemon_id
-        await self.store.write(lambda db: db.execute(
-            "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
-            " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
-            [now, self.provider, episode_id, me]))
-        await self.retention.address.tell(Kick())
+        return await ingest_batch(self, entries)
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.summarize(text)
@@ -542,7 +250,7 @@ class MemoryService:
 
     async def match_repo(self, given: str) -> dict[str, Any]:
         """Read what an operator typed for a repository (key, remote URL, owner/name) as the repository
-        key episodes are stored under; see ``actors.index.match_repo``."""
+        key episodes are stored under; see ``repo.match_repo``."""
         def read(db: Any) -> dict[str, Any]:
             # The usual case, a key that is stored, is one index seek; only a URL, a suffix or a typo
             # needs the list of every repository (a scan of the episodes).
@@ -570,7 +278,6 @@ class MemoryService:
         """
         if repo is None and as_harness is None:
             raise InvalidArgument("recall needs --repo or --as", field="repo")
-        branch = None
         repo_match = None
         if repo is not None:
             repo_match = await self.match_repo(repo)
@@ -583,7 +290,7 @@ class MemoryService:
             if repo is None:
                 raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
                                    "a git repository), so it has no episode scope", harness=harness.name)
-        view = View("operator", harness=as_harness, repo=repo, branch=branch)
+        view = View("operator", harness=as_harness, repo=repo)  # an operator's recall is for no branch
         answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
         result = {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
@@ -817,6 +524,7 @@ class MemoryService:
         name = provider or self.provider
         # REQ-18: the check's MCP spans (client and server side) follow the same consent as the session's.
         guard_sdk_spans(lambda: self.config.telemetry.export_all)
+        upstream = None
         if name == "builtin":
             target: Any = self.builtin.server()
         else:
@@ -825,9 +533,8 @@ class MemoryService:
                 raise InvalidArgument(f"--provider {name}: no [mcp.{name}] in the global file or a drop-in",
                                       field="provider")
             target = upstream_target(upstream)
-        endpoint = provider_endpoint(None if name == "builtin" else cfg.mcp.get(name))
         report = await check_target(target, provider=name, provider_timeout=cfg.episodes.provider_timeout,
-                                    endpoint=endpoint)
+                                    endpoint=provider_endpoint(upstream))
         return {**attrs.asdict(report), "ok": report.ok}
 
     async def harness_repo(self, harness: str) -> str | None:
@@ -879,248 +586,14 @@ class MemoryService:
 
     # -- RPC --------------------------------------------------------------------------------------------
     def rpc_methods(self) -> list[Method]:
-        def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any], *,
-              params: tuple[str, ...] | None = None) -> Method:
-            # `params`: every parameter the method reads; any other is refused by name before the handler
-            # (Error Handling Standards; the gateway refuses an unknown tool argument the same way).
-            return Method(f"{SERVICE}/{name}", tier, handler,  # type: ignore[arg-type]
-                          params=None if params is None else frozenset(params))
-
-        async def ingest(p: dict[str, Any]) -> Any:
-            record = _param(p, "record", dict)
-            return await self.ingest_run(record, source=_opt(p, "source", max_bytes=_ID_BYTES) or "record")
-
-        # Every parameter is typed and bounded here (issue 9 "Poison input"): a wrong type, a control
-        # character in an id or an oversized value is INVALID_ARGUMENT naming params.<field>, never INTERNAL,
-        # and the message never repeats the value. A parameter the method does not take is refused by name.
-        return [
-            m("Status", "read", lambda p: self.status(), params=()),
-            m("Doctor", "read", lambda p: self.doctor(), params=()),
-            m("ListEpisodes", "read", lambda p: self.list_episodes(
-                harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-                limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),
-              params=("harness", "repo", "since", "limit", "after")),
-            m("GetEpisode", "read", lambda p: self.get_episode(_id(p, "episode_id")), params=("episode_id",)),
-            m("Recall", "read", lambda p: self.recall(
-                query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),
-                paths=_paths(p, "paths"), limit=_int(p, "limit", 8, 0, 100)),
-              params=("query", "repo", "as", "paths", "limit")),
-            m("IngestRun", "control", ingest, params=("record", "source")),
-            m("IngestRuns", "control", lambda p: self.ingest_runs(_records(p)), params=("records",)),
-            m("Forget", "control", lambda p: self.forget(_id(p, "episode_id")), params=("episode_id",)),
-            m("CheckProvider", "control", lambda p: self.check_provider(_opt_id(p, "provider")),
-              params=("provider",)),
-            m("GetBriefing", "read", lambda p: self.get_briefing(_id(p, "harness")), params=("harness",)),
-            m("DescribeHarness", "read", lambda p: self.describe_harness(_id(p, "harness")),
-              params=("harness",)),
-            m("AddFact", "control", lambda p: self.add_fact(
-                scope=_id(p, "scope"), text=_text(p, "text"), confidence=_number(p, "confidence"),
-                status=_opt_id(p, "status") or "live", fact_id=_opt_id(p, "id")),
-              params=("scope", "text", "confidence", "status", "id")),
-            m("LinkPullRequest", "control", lambda p: self.link_pull_request(
-                repo=_id(p, "repo"), branch=_id(p, "branch"), url=_id(p, "url", max_bytes=_URL_BYTES)),
-              params=("repo", "branch", "url")),
-            m("ReportPresence", "control", lambda p: self.report_presence(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
-                session_id=_id(p, "session_id"), repo=_id(p, "repo"), branch=_opt_id(p, "branch"),
-                paths=_paths(p, "paths"), ttl_seconds=_int(p, "ttl_seconds", 300, 1, 86_400)),
-              params=("harness", "run_id", "session_id", "repo", "branch", "paths", "ttl_seconds")),
-            m("CastVote", "control", lambda p: self.cast_vote(
-                fact_id=_id(p, "fact_id"), run_id=_id(p, "run_id"),
-                harness=_id(p, "harness"), stance=_id(p, "stance")),
-              params=("fact_id", "run_id", "harness", "stance")),
-            m("StartRun", "control", lambda p: self.start_run(
-                harness=_id(p, "harness"), prompt=_opt(p, "prompt", max_bytes=_PROMPT_BYTES, single_line=False),
-                run_id=_opt_id(p, "run_id")), params=("harness", "prompt", "run_id")),
-            m("WaitRun", "read", lambda p: self.wait_run(
-                harness=_opt_id(p, "harness"), run_id=_id(p, "run_id"),
-                wait_seconds=_opt_number(p, "wait_seconds", 30.0)),
-              params=("harness", "run_id", "wait_seconds")),
-            m("GetRun", "read", lambda p: self.get_run(run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
-              params=("run_id", "harness")),
-            m("ListRuns", "read", lambda p: self.list_runs(
-                harness=_opt_id(p, "harness"), state=_opt_id(p, "state"), limit=_int(p, "limit", 50, 1, 1000),
-                after=_opt(p, "after", max_bytes=1024)),
-              params=("harness", "state", "limit", "after")),
-            m("CancelRun", "control", lambda p: self.cancel_run(
-                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness")),
-              params=("run_id", "harness")),
-            m("RunLogs", "read", lambda p: self.run_logs(
-                run_id=_id(p, "run_id"), harness=_opt_id(p, "harness"), after=_int(p, "after", 0, 0, 2**62),
-                wait_seconds=_opt_number(p, "wait_seconds", 0.0)),
-              params=("run_id", "harness", "after", "wait_seconds")),
-            m("MintRunToken", "control", lambda p: self.mint_run_token(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id"),
-                workdir=_opt(p, "workdir", max_bytes=_PATH_BYTES, single_line=True) or "",
-                ttl_seconds=_opt_number(p, "ttl_seconds", None), replace=_flag(p, "replace")),
-              params=("harness", "run_id", "workdir", "ttl_seconds", "replace")),
-            m("RevokeRunTokens", "control", lambda p: self.revoke_run_tokens(
-                harness=_id(p, "harness"), run_id=_id(p, "run_id")),
-              params=("harness", "run_id")),
-        ]
-
-
-async def check_target(target: Any, *, provider: str, provider_timeout: float,
-                       endpoint: str = "") -> ConformanceReport:
-    """Connect a separate MCP client to `target` and run the conformance suite over it.
-
-    A provider that cannot be reached (no such command, a refused connection, no initialize answer
-    within the connect budget) fails check 1 with the reason; the others are skipped.
-    """
-    budget = max(provider_timeout * 5, 10.0)
-    read_fd, write_fd = os.pipe()  # a checked stdio provider's stderr is logged redacted, never inherited
-    errlog = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
-    tail = StderrTail()  # and its last lines are shown under a failing check (why it failed)
-    if isinstance(target, mcp.StdioServerParameters):
-        target = stdio_client(target, errlog=errlog)
-
-    async def attempt() -> ConformanceReport | str:
-        try:
-            with trio.CancelScope(deadline=trio.current_time() + budget) as scope:
-                async with mcp.Client(target, raise_exceptions=False) as client:
-                    scope.deadline = math.inf  # connected: the suite bounds each of its own calls
-                    return await run_conformance(client, provider=provider, provider_timeout=provider_timeout)
-        except (MemactorsError, OSError, RuntimeError, ExceptionGroup) as exc:
-            return describe_failure(exc, endpoint or provider)
-        return f"no answer to initialize within {budget:g} s"
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(log_stderr, read_fd, logger.bind(actor="check_provider", provider=provider), tail)
-            try:
-                outcome = await attempt()
-            except BaseException:
-                nursery.cancel_scope.cancel()
-                raise
-            # The provider process is gone (its client closed); with our write end closed too the pipe
-            # ends, and the last words it wrote (a traceback) are read before the report is made.
-            errlog.close()
-            nursery.cancel_scope.deadline = trio.current_time() + STDERR_DRAIN_SECONDS
-    finally:
-        errlog.close()
-    if not isinstance(outcome, ConformanceReport):
-        checks = [CheckResult(1, CHECK_NAMES[1], "fail", outcome)]
-        checks += [CheckResult(n, CHECK_NAMES[n], "skip", "check 1 failed") for n in range(2, 8)]
-        outcome = ConformanceReport(provider=provider, checks=tuple(checks))
-    return explain_failure(outcome, tail.lines())
+        """The operator RPC's methods over these handlers, every parameter typed and bounded
+        (``rpc_methods.operator_methods``)."""
+        return operator_methods(self)
 
 
 async def _close_quietly(client: ModelApiClient) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(2):
         await client.aclose()
-
-
-def _rejected(source: str, exc: MemactorsError) -> dict[str, Any]:
-    return {"source": source, "outcome": "rejected", "error": {"code": exc.code, "message": str(exc)}}
-
-
-def _param(params: dict[str, Any], name: str, kind: type) -> Any:
-    value = params.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise InvalidArgument(f"params.{name} must be a {_KIND_NAMES.get(kind, kind.__name__)}", field=f"params.{name}")
-    return value
-
-
-_KIND_NAMES = {str: "string", dict: "JSON object", list: "list", int: "integer"}
-#: Bounds of RPC parameters (UTF-8 bytes): ids and keys as REQ-5's fields, URLs, paths, free text.
-_ID_BYTES = 256
-_URL_BYTES = 2048
-_PATH_BYTES = 4096
-_TEXT_BYTES = 16_384
-_PROMPT_BYTES = 1024 * 1024  # an operator prompt for StartRun (the composed one never travels)
-_MAX_PATHS = 100
-# C0/C1 controls, DEL and the line separators: never inside an id, a key or a path.
-_LINE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_TEXT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _check_str(value: str, field: str, *, max_bytes: int, single_line: bool) -> str:
-    if len(value) > max_bytes or len(value.encode("utf-8", errors="surrogatepass")) > max_bytes:
-        raise InvalidArgument(f"{field} is longer than {max_bytes} bytes", field=field)
-    if (_LINE_CONTROL if single_line else _TEXT_CONTROL).search(value):
-        raise InvalidArgument(f"{field} must not contain control characters", field=field)
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        raise InvalidArgument(f"{field} must be valid UTF-8 text", field=field)
-    return value
-
-
-def _opt(params: dict[str, Any], name: str, *, max_bytes: int = _ID_BYTES, single_line: bool = True) -> str | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
-    return _check_str(value, f"params.{name}", max_bytes=max_bytes, single_line=single_line)
-
-
-def _opt_id(params: dict[str, Any], name: str) -> str | None:
-    return _opt(params, name)
-
-
-def _id(params: dict[str, Any], name: str, *, max_bytes: int = _ID_BYTES) -> str:
-    value = _opt(params, name, max_bytes=max_bytes)
-    if value is None:
-        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
-    return value
-
-
-def _text(params: dict[str, Any], name: str) -> str:
-    value = _opt(params, name, max_bytes=_TEXT_BYTES, single_line=False)
-    if value is None:
-        raise InvalidArgument(f"params.{name} must be a string", field=f"params.{name}")
-    return value
-
-
-def _int(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = params.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(f"params.{name} must be an integer from {low} to {high}", field=f"params.{name}")
-    return value
-
-
-def _opt_number(params: dict[str, Any], name: str, default: float | None) -> Any:
-    """An optional finite number (``default`` when absent or null)."""
-    return default if params.get(name) is None else _number(params, name)
-
-
-def _flag(params: dict[str, Any], name: str) -> bool:
-    """An optional boolean, false when absent or null."""
-    value = params.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise InvalidArgument(f"params.{name} must be true or false", field=f"params.{name}")
-    return value
-
-
-def _records(params: dict[str, Any]) -> list[Any]:
-    value = params.get("records")
-    if not isinstance(value, list):
-        raise InvalidArgument("params.records must be a list of {record, source} objects", field="params.records")
-    return value
-
-
-def _number(params: dict[str, Any], name: str) -> float:
-    value = params.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgument(f"params.{name} must be a finite number", field=f"params.{name}")
-    return float(value)
-
-
-def _paths(params: dict[str, Any], name: str) -> tuple[str, ...]:
-    value = params.get(name)
-    if value is None:
-        return ()
-    if not isinstance(value, list) or len(value) > _MAX_PATHS:
-        raise InvalidArgument(f"params.{name} must be a list of at most {_MAX_PATHS} strings", field=f"params.{name}")
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise InvalidArgument(f"params.{name}[{i}] must be a string", field=f"params.{name}[{i}]")
-        out.append(_check_str(item, f"params.{name}[{i}]", max_bytes=_PATH_BYTES, single_line=True))
-    return tuple(out)
 
 
 def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreFull
+from .errors import StoreFull, find_cause
 
 #: Below this many free bytes on the store's filesystem the store counts as not writable: a run record
 #: may be 1 MiB, and SQLite needs room for its WAL frames on top.
@@ -26,23 +26,15 @@ _SQLITE_FULL = "database or disk is full"
 
 def disk_full_cause(exc: BaseException) -> BaseException | None:
     """The exception in `exc` (itself, its cause or context, a group member) that says the disk is full."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, StoreFull):
-            return current
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return current
-        if type(current).__name__ in ("OperationalError", "DatabaseError") and _SQLITE_FULL in str(current).lower():
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return None
+    return find_cause(exc, _says_disk_full)
+
+
+def _says_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, StoreFull):
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return type(exc).__name__ in ("OperationalError", "DatabaseError") and _SQLITE_FULL in str(exc).lower()
 
 
 def free_bytes(path: Path) -> int | None:

@@ -111,18 +111,6 @@ _SURFACE: Mapping[str, graph.Surface] = {
 }
 
 
-def _empty_runs(db: Db, episode_ids: Sequence[str]) -> frozenset[str]:
-    """The episodes among ``episode_ids`` that are empty runs (`documents.is_empty_run`), judged from
-    the daemon's own stored bodies. One query, in the REQ-9 re-check's transaction."""
-    wanted = list(dict.fromkeys(episode_ids))
-    if not wanted:
-        return frozenset()
-    rows = db.execute(
-        "SELECT e.episode_id, b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
-        f" WHERE e.episode_id IN ({','.join('?' * len(wanted))})", wanted).fetchall()
-    return frozenset(eid for eid, body in rows if is_empty_run(json.loads(body)))
-
-
 # ------------------------------------------------------------------------------------------ messages
 
 
@@ -308,7 +296,8 @@ class Briefing:
         def recheck(db: Db, valid: list[Any], invalid: int) -> tuple[Filtered, int, T]:
             filtered = filter_items(db, provider=self.provider, items=valid, invalid=invalid,
                                     visible_scopes=visible, limit=limit, check_text=check_text, words=words)
-            empty = _empty_runs(db, [k.provenance.episode_id for k in filtered.kept]) if exclude_empty else ()
+            empty = ({k.provenance.episode_id for k in filtered.kept if is_empty_run(k.episode)}
+                     if exclude_empty else set())
             if empty:
                 filtered = attrs.evolve(filtered, kept=tuple(
                     k for k in filtered.kept if k.provenance.episode_id not in empty))

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -29,7 +28,7 @@ from ..errors import InvalidArgument
 from ..gist import gist
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
-from ..repo import normalise_remote, scope_for
+from ..repo import scope_for
 from ..store import Db, Store, WallClock, iso
 
 DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid", "text_replaced")
@@ -58,6 +57,9 @@ class KeptItem:
     text: str
     score: float | None
     provenance: Provenance
+    #: The daemon's stored episode (REQ-5 body), parsed once by the re-check: what a reader judges it by
+    #: (a briefing leaves empty runs out) without reading it again.
+    episode: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -343,38 +345,11 @@ def known_repos(db: Db) -> list[str]:
     return [r[0] for r in db.execute("SELECT DISTINCT repo FROM episodes WHERE repo IS NOT NULL ORDER BY repo")]
 
 
-def repo_key(given: str) -> str:
-    """What a user typed for `--repo`, as the key it names when that key is known (see `match_repo`)."""
-    return normalise_remote(given) or given.strip().rstrip("/").removesuffix(".git")
-
-
 def is_known_repo(db: Db, key: str) -> bool:
     """Whether an episode (live or forgotten) is stored under repository `key`: one index seek (a
     repository's scope is derived from its key), where `known_repos` reads every episode."""
     return db.execute("SELECT 1 FROM episodes WHERE scope = ? AND repo = ? LIMIT 1",
                       [scope_for(key), key]).fetchone() is not None
-
-
-def match_repo(given: str, known: Sequence[str]) -> dict[str, Any]:
-    """What a user typed for `--repo`, read as a repository key.
-
-    A remote URL (``https://forge.example/acme/api``, ``….git``, ``git@forge.example:acme/api.git``)
-    becomes its key (repo.py's normaliser, the one runs are recorded with); a key that is known is used
-    as is; ``acme/api`` matches the one known key ending in ``/acme/api``. Otherwise the status is
-    ``unknown`` and ``close`` lists known keys that look alike, so the CLI can say so instead of
-    answering an empty list.
-    """
-    key = repo_key(given)
-    if key in known:
-        return {"given": given, "key": key, "status": "known"}
-    tails = [k for k in known if k.endswith("/" + key.lstrip("/"))]
-    if len(tails) == 1:
-        return {"given": given, "key": tails[0], "status": "suffix"}
-    close = list(dict.fromkeys([*tails, *difflib.get_close_matches(key, known, n=5, cutoff=0.6)]))
-    if not close:  # compare owner/name tails too: a typo in the name of a long key
-        by_tail = {k.split("/", 1)[-1]: k for k in known if "/" in k}
-        close = [by_tail[t] for t in difflib.get_close_matches(key.split("/", 1)[-1], list(by_tail), n=5, cutoff=0.6)]
-    return {"given": given, "key": key, "status": "unknown", "close": close[:5]}
 
 
 # Ellipses and highlight markers a snippet may add (FTS5 snippet() with "[", "]" and "…"); not words.
@@ -503,6 +478,7 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
                 model=ep.get("model", ""), repo=repo, branch=branch, outcome=outcome, started_at=started_at,
                 scope=scope, trust_class=trust,
             ),
+            episode=ep,
         ))
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
 

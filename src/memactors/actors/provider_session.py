@@ -28,7 +28,6 @@ start, say) is not replaced: the session then starts each process when it needs 
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 import signal
@@ -51,7 +50,7 @@ from .. import contract
 from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
-from ..redact import LineRedactor, redact
+from ..provider_stderr import log_stderr
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
 from ..urls import mask_urls
@@ -64,14 +63,6 @@ HEARTBEAT_SECONDS = 15.0
 #: Consecutive heartbeat timeouts after which the connection is dropped and opened afresh (a hung stdio
 #: provider is then replaced by a new process; an HTTP upstream gets a new connection).
 HEARTBEAT_MISSES_TO_RECONNECT = 3
-#: A stdio provider's stderr: each line cut to this many characters, at most STDERR_LINES_PER_WINDOW
-#: lines logged per STDERR_WINDOW seconds (the rest counted in one "suppressed" line).
-STDERR_LINE_CHARS = 1000
-STDERR_LINES_PER_WINDOW = 50
-STDERR_WINDOW = 10.0
-#: A StderrTail keeps this many lines (the window redacted as one text) and shows the last STDERR_TAIL_SHOW.
-STDERR_TAIL_KEEP = 200
-STDERR_TAIL_SHOW = 20
 #: A stdio provider that closed its stdin is given this long to exit before SIGTERM to its process group,
 #: and as long again before SIGKILL (the SDK's own stdio client waits the same).
 STOP_GRACE = 2.0
@@ -595,69 +586,3 @@ def describe_failure(exc: BaseException, endpoint: str) -> str:
     if type(leaf).__name__ == "ConnectError" or "connect" in detail.lower():
         return f"cannot connect to {endpoint}: {detail}"
     return f"{endpoint}: {type(leaf).__name__}: {detail}"
-
-
-class StderrTail:
-    """The last lines a provider wrote to stderr, kept in memory to show an operator why it failed
-    (``memactors memory provider check``). Bounded (STDERR_TAIL_KEEP lines, each cut to
-    STDERR_LINE_CHARS); :meth:`lines` redacts the kept window as one text, so a secret spread over
-    several lines (a key block) is caught as a whole before anything leaves the daemon."""
-
-    def __init__(self) -> None:
-        self._lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_KEEP)
-
-    def add(self, line: str) -> None:
-        self._lines.append(line[:STDERR_LINE_CHARS])
-
-    def lines(self, count: int = STDERR_TAIL_SHOW) -> tuple[str, ...]:
-        """The last ``count`` non-blank lines, redacted."""
-        if not self._lines:
-            return ()
-        shown = [line for line in redact("\n".join(self._lines)).split("\n") if line.strip()]
-        return tuple(shown[-count:])
-
-
-async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None) -> None:
-    """Read a provider's stderr from `read_fd` (owned and closed here) until EOF or cancellation and log
-    each line redacted, cut to STDERR_LINE_CHARS and rate-limited, tagged `source=provider_stderr`.
-
-    Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
-    printed over many lines is dropped whole, its body lines included, which redacting each line on
-    its own let through (issue 20). URLs are shown without their credentials. Every line (rate limit or
-    not) also goes to ``tail`` when one is given, redacted the same way: a key block whose first line
-    has left the tail's window is not shown either."""
-    log = logger_.bind(source="provider_stderr")
-    lines_redactor = LineRedactor()
-    stream = trio.lowlevel.FdStream(read_fd)
-    async with stream:
-        buffer = b""
-        window_end, logged, suppressed = 0.0, 0, 0
-        ended = False
-        while not ended:
-            chunk = await stream.receive_some(65536)
-            ended = not chunk
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            if len(buffer) > STDERR_LINE_CHARS * 4 or (ended and buffer):
-                # a line that never ends is cut, not buffered; at EOF a last line without "\n" counts too
-                lines.append(buffer)
-                buffer = b""
-            for raw in lines:
-                # Every line goes through the redactor, suppressed ones too: it must see a key's first
-                # line to drop the lines after it.
-                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
-                if text is None or not text.strip():
-                    continue
-                text = mask_urls(text)
-                if tail is not None:
-                    tail.add(text)
-                now = trio.current_time()
-                if now >= window_end:
-                    if suppressed:
-                        log.bind(suppressed=suppressed).warning("provider stderr lines suppressed")
-                    window_end, logged, suppressed = now + STDERR_WINDOW, 0, 0
-                if logged >= STDERR_LINES_PER_WINDOW:
-                    suppressed += 1
-                    continue
-                logged += 1
-                log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")

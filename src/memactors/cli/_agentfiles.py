@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ._core import CliError
+from .agents import CLAUDE_ALLOW, claude_server, codex_server
+from .agents import SERVER_NAME as SERVER
 
-SERVER = "memactors"
-TOOLS = ("recall", "briefing")
-CLAUDE_ALLOW = tuple(f"mcp__{SERVER}__{tool}" for tool in TOOLS)
 #: The variable a project's settings.local.json sets to the token and its .mcp.json header reads. Not
 #: MEMACTORS_RUN_TOKEN: that one is a supervised run's own (adapters), which settings must not shadow.
 TOKEN_ENV = "MEMACTORS_RESIDENT_TOKEN"
@@ -336,8 +335,7 @@ def _plan_claude(target: Target, env: Mapping[str, str], *, install: bool, url: 
     project = target.project is not None
     entry = None
     if install:
-        header = f"Bearer ${{{TOKEN_ENV}}}" if project else f"Bearer {token}"
-        entry = {"type": "http", "url": url, "headers": {"Authorization": header}}
+        entry = claude_server(url, f"${{{TOKEN_ENV}}}" if project else token)
     before = _read(servers_path)
     what = f"MCP server {SERVER}" + (f" (token from ${TOKEN_ENV})" if project else " (with its token)")
     servers = Change(servers_path, before, _claude_servers(servers_path, before, entry), private=not project,
@@ -353,10 +351,7 @@ def _plan_claude(target: Target, env: Mapping[str, str], *, install: bool, url: 
 
 def _plan_codex(target: Target, env: Mapping[str, str], *, install: bool, url: str, token: str) -> list[Change]:
     path = codex_file(target, env)
-    server = None
-    if install:
-        server = {"url": url, "http_headers": {"Authorization": f"Bearer {token}"},
-                  "default_tools_approval_mode": "approve"}
+    server = codex_server(url, token) if install else None
     before = _read(path)
     return [Change(path, before, _codex_config(path, before, server), private=True,
                    what=f"[mcp_servers.{SERVER}] with its token, tools approved" if install
@@ -386,6 +381,6 @@ def write(change: Change) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(change.after)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # ok: no half-written temporary file left beside the user's, then re-raised
         tmp.unlink(missing_ok=True)
         raise

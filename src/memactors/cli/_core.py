@@ -172,6 +172,32 @@ def confirm(question: str, *, assume_yes: bool) -> bool:
     return answer in ("y", "yes")
 
 
+class StatusLine:
+    """One line on stderr, redrawn in place while a long command works (its progress), when stderr is a
+    terminal and the output is not JSON; silent otherwise. ``clear`` leaves the terminal as it was."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._shown = False
+
+    def show(self, text: str) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K" + text)
+            sys.stderr.flush()
+            self._shown = True
+
+    def clear(self) -> None:
+        if self.enabled and self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def bar(done: int, total: int, width: int = 30) -> str:
+    """``[#####.....] done/total`` (full when there is nothing to do)."""
+    filled = width * done // total if total else width
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+
+
 def positive(text: str) -> int:
     try:
         value = int(text)

@@ -84,7 +84,7 @@ def _mint_args(p: argparse.ArgumentParser) -> None:
                    help="the directory the agent works in, for its repository (default: the current directory)")
 
 
-def _harness_config(config: Any, harness: str) -> Any:
+def harness_config(config: Any, harness: str) -> Any:
     """The ``[harness.<name>]`` table, or an error naming the key and the configured harnesses."""
     from ..errors import ConfigError
 
@@ -100,15 +100,13 @@ def _mint(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..config import parse_duration
 
     config = load(args)
-    _harness_config(config, args.harness)
+    harness_config(config, args.harness)
     ttl = parse_duration(args.ttl)
     workdir = str(Path(args.workdir or os.getcwd()).resolve())
     run_id = args.run or f"resident-{secrets.token_hex(4)}"
     result = call(args, "MintRunToken", {"harness": args.harness, "run_id": run_id, "workdir": workdir,
                                          "ttl_seconds": ttl}, tier="control")
-    found = read_daemon_file(config.store.path) or {}
-    gateway = str(found.get("gateway") or f"http://{config.gateway.address}/mcp")
-    return result, gateway
+    return result, gateway_url(config)
 
 
 def cmd_token_mint(args: argparse.Namespace) -> int:
@@ -128,12 +126,9 @@ def client_config(fmt: str, *, url: str, token: str, harness: str, run_id: str, 
     ``[mcp_servers.memactors]`` table as a dict, :func:`codex_toml` renders it)."""
     headers = {"Authorization": f"Bearer {token}"}
     if fmt == "claude-code":
-        return {"mcpServers": {SERVER_NAME: {"type": "http", "url": url, "headers": headers}}}
+        return {"mcpServers": {SERVER_NAME: claude_server(url, token)}}
     if fmt == "codex":
-        # Codex runs `exec` (and any session started with approval policy never) without asking: a tool
-        # call that configuration does not approve is refused, so the memory tools are approved here.
-        return {"mcp_servers": {SERVER_NAME: {"url": url, "http_headers": headers,
-                                              "default_tools_approval_mode": "approve"}}}
+        return {"mcp_servers": {SERVER_NAME: codex_server(url, token)}}
     if fmt == "cursor":
         return {"mcpServers": {SERVER_NAME: {"url": url, "headers": headers}}}
     if fmt == "json":
@@ -141,6 +136,26 @@ def client_config(fmt: str, *, url: str, token: str, harness: str, run_id: str, 
                 "harness": harness, "run_id": run_id, "expires_at": expires_at,
                 "tools": list(MEMORY_TOOLS), "claude_code_allow": list(CLAUDE_ALLOW)}
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+
+def claude_server(url: str, token: str) -> dict[str, Any]:
+    """The gateway's entry in Claude Code's ``mcpServers`` (``.mcp.json``, ``~/.claude.json``); ``token``
+    may be a ``${VAR}`` reference, which Claude Code expands."""
+    return {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+
+
+def codex_server(url: str, token: str) -> dict[str, Any]:
+    """The gateway's ``[mcp_servers.memactors]`` table in Codex's ``config.toml``. Codex runs `exec` (and
+    any session started with approval policy never) without asking: a tool call that configuration does
+    not approve is refused, so the memory tools are approved here."""
+    return {"url": url, "http_headers": {"Authorization": f"Bearer {token}"},
+            "default_tools_approval_mode": "approve"}
+
+
+def gateway_url(config: Any) -> str:
+    """The gateway URL the running daemon serves (its daemon.json), else the configured listen address's."""
+    found = read_daemon_file(config.store.path) or {}
+    return str(found.get("gateway") or f"http://{config.gateway.address}/mcp")
 
 
 def codex_toml(config: dict[str, Any]) -> str:
@@ -187,7 +202,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
                               field="--harness")
-    cfg = _harness_config(load(args), harness)
+    cfg = harness_config(load(args), harness)
     try:
         hook = json.loads(sys.stdin.read() or "null")
     except ValueError as exc:

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._core import CliError, call, load, read_daemon_file
+from ._core import CliError, call, load
 
 __all__ = ["register", "run_id_for"]
 
@@ -84,11 +84,6 @@ def _hook_command(args: argparse.Namespace) -> str:
     return shlex.join([*argv, "hook", "claude-code", "session-end", "--harness", args.harness])
 
 
-def _gateway(config: Any) -> str:
-    found = read_daemon_file(config.store.path) or {}
-    return str(found.get("gateway") or f"http://{config.gateway.address}/mcp")
-
-
 def _diff(change: Any, token: str | None) -> str:
     import difflib
 
@@ -124,14 +119,14 @@ def _report(args: argparse.Namespace, changes: list[Any], summary: dict[str, Any
 def cmd_install(args: argparse.Namespace) -> int:
     from ..config import parse_duration
     from . import _agentfiles as files
-    from .agents import _harness_config
+    from .agents import gateway_url, harness_config
 
     config = load(args)
-    harness = _harness_config(config, args.harness)
+    harness = harness_config(config, args.harness)
     ttl = parse_duration(args.ttl)
     target = _target(args)
     env = dict(os.environ)
-    url = _gateway(config)
+    url = gateway_url(config)
     hook = _hook_command(args)
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
     files.plan(target, env=env, install=True, url=url, hook_command=hook)

@@ -61,30 +61,21 @@ def split_json_stream(buffer: str, *, final: bool) -> tuple[list[Any], str, list
         values.append(value)
 
 
-class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+class Progress(core.StatusLine):
+    """`runs ingest`'s progress: records answered (of how many, when known) and the counts by outcome."""
 
     def __init__(self, total: int | None, enabled: bool) -> None:
-        self.total, self.enabled, self.done, self._shown = total, enabled, 0, False
+        super().__init__(enabled)
+        self.total, self.done = total, 0
 
     def line(self, counts: dict[str, int]) -> str:
         tally = " ".join(f"{k} {v}" for k, v in counts.items() if v)
         if self.total:
-            width = 30
-            filled = width * self.done // self.total
-            return f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {tally}"
+            return f"{core.bar(self.done, self.total)} {tally}"
         return f"{self.done} records {tally}"
 
     def update(self, counts: dict[str, int]) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\x1b[K" + self.line(counts))
-            sys.stderr.flush()
-            self._shown = True
-
-    def clear(self) -> None:
-        if self.enabled and self._shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        self.show(self.line(counts))
 
 
 def _summary(counts: dict[str, int]) -> str:

@@ -16,42 +16,28 @@ from . import _core as core
 from ._core import EXIT_FAILED, JSON_HELP, CliError
 
 
-class _Bar:
-    """A one-line progress bar on stderr when it is a terminal (rows copied of rows to copy)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.shown = False
+class _Bar(core.StatusLine):
+    """`store migrate`'s progress: rows copied of rows to copy, and the table."""
 
     def __call__(self, table: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // total if total else width
-        sys.stderr.write(f"\r\x1b[K[{'#' * filled}{'.' * (width - filled)}] {done}/{total} rows  {table}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.enabled and self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        self.show(f"{core.bar(done, total)} rows  {table}")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
-    from ..config import _check_store_url
+    from ..config import store_url_problem
     from ..daemon import lock_state_dir
     from ..errors import ConfigError, MemactorsError
-    from ..store import Store, ensure_daemon_id, is_store_url
+    from ..store import Store, ensure_daemon_id
     from ..store_migrate import migrate
     from ..urls import mask_url
 
     config = core.load(args)
     url = args.to
-    if not is_store_url(url) or _check_store_url(url) is not None:
-        raise CliError("INVALID_ARGUMENT", f"--to {mask_url(url)}: {_check_store_url(url) or 'not a PostgreSQL URL'}")
+    reason = store_url_problem(url)  # also refuses anything but a PostgreSQL URL
+    if reason is not None:
+        raise CliError("INVALID_ARGUMENT", f"--to {mask_url(url)}: {reason}")
     state_dir = Path(args.source).parent if args.source else config.store.path
     source_path = Path(args.source) if args.source else config.store.path / "memactors.db"
     if not source_path.exists():
