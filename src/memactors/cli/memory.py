@@ -206,7 +206,7 @@ def cmd_serve_builtin(args: argparse.Namespace) -> int:
     import trio
 
     from ..builtin_stdio import serve_builtin_stdio
-    from ..config import _check_store_url
+    from ..config import store_url_problem
     from ..service import DB_NAME
     from ..store import is_store_url
     from ..urls import mask_url
@@ -216,7 +216,7 @@ def cmd_serve_builtin(args: argparse.Namespace) -> int:
         if not is_store_url(args.db):
             raise CliError("INVALID_ARGUMENT", f"--db {mask_url(args.db)}: not a store: give a SQLite file path"
                                                " or a PostgreSQL URL (postgresql://user@host:5432/dbname)")
-        reason = _check_store_url(args.db)
+        reason = store_url_problem(args.db)
         if reason is not None:
             raise CliError("INVALID_ARGUMENT", f"--db {mask_url(args.db)}: {reason}")
         target = args.db
