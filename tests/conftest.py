@@ -98,6 +98,17 @@ def pg_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> Iterator[str]:
+    """A fresh database of this worker's cluster, dropped after the test (the fleet, migrate and store
+    tests want whole databases, not the schemas `engine` tests get)."""
+    url = pg_cluster.create_database()
+    try:
+        yield url
+    finally:
+        pg_cluster.drop_database(url.rsplit("/", 1)[1])
+
+
 @pytest.fixture(scope="session")
 def pgvector_cluster() -> Iterator[Any]:
     """This worker's PostgreSQL server with pgvector: PostgreSQL 18 + pgvector 0.8.2 from the

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +72,6 @@ async def recall_text(daemon: Daemon, token: str, query: str) -> str:
         result = await client.call_tool("recall", {"query": query})
     return "\n".join(c.text for c in result.content if hasattr(c, "text"))
 
-
-@pytest.fixture
-def pg_url(pg_cluster: Cluster) -> Iterator[str]:
-    url = pg_cluster.create_database()
-    try:
-        yield url
-    finally:
-        pg_cluster.drop_database(url.rsplit("/", 1)[1])
 
 
 def _stop(*daemons: Daemon) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,6 @@ pytestmark = pytest.mark.fleet
 TABLES = ("runs", "run_records", "run_paths", "episodes", "episode_bodies", "memory_index", "pending", "facts",
           "exposures", "votes", "pull_requests", "presence", "briefings", "run_callers", "call_log", "builtin_docs")
 
-
-@pytest.fixture
-def pg_url(pg_cluster: Cluster) -> Iterator[str]:
-    url = pg_cluster.create_database()
-    try:
-        yield url
-    finally:
-        pg_cluster.drop_database(url.rsplit("/", 1)[1])
 
 
 @asynccontextmanager

@@ -44,15 +44,6 @@ def holder_for(tmp_path: Path, url: str, extra: str = "", name: str = "a") -> Co
     return ConfigHolder(lambda: load_config(path, env={"HOME": str(home)}))
 
 
-@pytest.fixture
-def pg_url(pg_cluster: Cluster) -> Iterator[str]:
-    """A fresh database of this worker's cluster (the fleet tests want whole databases, not schemas)."""
-    url = pg_cluster.create_database()
-    try:
-        yield url
-    finally:
-        pg_cluster.drop_database(url.rsplit("/", 1)[1])
-
 
 # -- several daemons, one store -------------------------------------------------------------------------
 
