@@ -109,3 +109,14 @@ async def test_req14_a_metadata_only_query_is_ordered_by_what_helps_the_next_run
     # A word no episode has (a new harness's name) still leaves it metadata-only.
     assert [i["id"] for i in (await p.recall(
         {"query": "forge.example/acme/api main brand-new-bot", "scope": [A], "limit": 3}))["items"]] == ids
+
+
+def test_the_last_failure_class_that_fits_exactly_is_shown() -> None:
+    """Room for ", …" is kept only while more are to come: a last piece that fits exactly is shown,
+    for failures as for files (the two parts are one rule)."""
+    from memactors.gist import _failures_part, _files_part
+
+    assert _failures_part([("test_failure", 2)], len("verify failures: test_failure ×2")) == \
+        "verify failures: test_failure ×2"
+    assert _files_part(["src/ledger/reconcile.py"], 31) == "touched src/ledger/reconcile.py"
+    assert _failures_part([("lint", 1), ("test_failure", 2)], 30) == "verify failures: lint, …"

@@ -89,36 +89,30 @@ def lead(body: Mapping[str, Any]) -> str:
 
 
 def _files_part(files: Sequence[str], width: int) -> str:
-    if not files or width < MIN_PART:
+    return _list_part("touched ", list(files), width)
+
+
+def _failures_part(failures: Sequence[tuple[str, int]], width: int) -> str:
+    return _list_part("verify failures: ", [f"{cls} ×{n}" if n > 1 else cls for cls, n in failures], width)
+
+
+def _list_part(label: str, pieces: Sequence[str], width: int) -> str:
+    """`label` and as many of `pieces` as fit in `width`, comma-separated, with ", …" when some are left
+    out (room for it is kept only while more are to come); '' when not even one fits."""
+    if not pieces or width < MIN_PART:
         return ""
-    out = "touched "
+    out = label
     shown = 0
-    for path in files:
-        piece = (", " if shown else "") + path
-        rest = len(files) - shown - 1
+    for piece in pieces:
+        piece = (", " if shown else "") + piece
+        rest = len(pieces) - shown - 1
         if len(out) + len(piece) + (3 if rest else 0) > width:
             break
         out += piece
         shown += 1
     if not shown:
         return ""
-    return out + (", …" if shown < len(files) else "")
-
-
-def _failures_part(failures: Sequence[tuple[str, int]], width: int) -> str:
-    if not failures or width < MIN_PART:
-        return ""
-    out = "verify failures: "
-    shown = 0
-    for cls, n in failures:
-        piece = (", " if shown else "") + (f"{cls} ×{n}" if n > 1 else cls)
-        if len(out) + len(piece) + 3 > width:
-            break
-        out += piece
-        shown += 1
-    if not shown:
-        return ""
-    return out + (", …" if shown < len(failures) else "")
+    return out + (", …" if shown < len(pieces) else "")
 
 
 def _snippet(text: str, start: int, words: Sequence[str], width: int) -> str:
