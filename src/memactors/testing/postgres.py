@@ -155,7 +155,7 @@ class Cluster:
         self._databases = 0
         try:
             self._init()
-        except BaseException:
+        except BaseException:  # ok: a half-started cluster is stopped and removed, then the error goes on
             self.close()
             raise
 
