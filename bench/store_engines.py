@@ -375,9 +375,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     # shared_buffers 256MB: PostgreSQL's own cache holds the 100k store's index and documents, as the
     # page cache holds the SQLite file (the packaged default is 128MB; a server for a fleet has more).
     with tempfile.TemporaryDirectory(prefix="memactors-bench-") as tmp, \
-            Cluster(durable=True, extra=("shared_buffers = 256MB",)) as cluster:
+            Cluster(durable=True, extra=("shared_buffers = 256MB",
+                                         f"synchronous_commit = {args.synchronous_commit}")) as cluster:
         root = Path(tmp)
         result["postgresql"] = cluster.admin("SHOW server_version")[0][0]
+        result["synchronous_commit"] = args.synchronous_commit
+        print_line(f"PostgreSQL {result['postgresql']}, synchronous_commit = {args.synchronous_commit}")
         for size in args.sizes:
             for engine in ("sqlite", "postgresql"):
                 r = await measure_recall(root, engine, size, args.queries, cluster)
@@ -405,6 +408,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ingest", type=int, default=3000)
     parser.add_argument("--fleet", type=int, default=2000, help="records for the fleet comparison (0: skip)")
+    parser.add_argument("--synchronous-commit", choices=["on", "off"], default="off",
+                        help="the server's synchronous_commit: off (default) is the durability of SQLite's WAL with"
+                             " synchronous = NORMAL; on is PostgreSQL's own default (every commit flushed)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     print_line(f"machine: {machine()}")
