@@ -38,10 +38,10 @@ import sqlite_utils
 import sqlite_vec
 import trio
 
-from memactors._engine_sqlite import migrations
 from memactors.builtin import BuiltinProvider, embed_input, write_doc, write_vector
 from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.store import Store
+from memactors.store.sqlite import migrations
 from memactors.testing.fake_model_api import FakeBehaviour, embedding_for, run_fake_model_api
 
 MODEL = "bench-bag-of-words"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
+from memactors.agents.run_watch import RunWatch
 from memactors.redact import shared
-from memactors.run_watch import RunWatch
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 AT = "2026-12-01T10:00:00.000000Z"

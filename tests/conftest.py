@@ -148,7 +148,7 @@ class _Schemas:
     def give_back(self, name: str) -> None:
         import re
 
-        from memactors._engine_pg import MIGRATIONS
+        from memactors.store.pg import MIGRATIONS
 
         ours = {t for _, sql in MIGRATIONS for t in re.findall(r"CREATE TABLE (\w+)", sql)}
         tables = [r[0] for r in self.cluster.admin(

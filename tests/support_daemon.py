@@ -39,13 +39,13 @@ if idle > 0:
     cache.IDLE_TIMEOUT = idle
 handshake = float(sys.argv[2])
 if handshake > 0:
-    import memactors._listen as listen
-    import memactors.rpc as rpc
+    import memactors.net.listen as listen
+    import memactors.rpc.transport as rpc
     assert listen.HANDSHAKE_TIMEOUT and rpc.HANDSHAKE_TIMEOUT  # both read it: fail loudly if renamed
     listen.HANDSHAKE_TIMEOUT = rpc.HANDSHAKE_TIMEOUT = handshake
 body = float(sys.argv[3])
 if body > 0:
-    import memactors._listen as listen
+    import memactors.net.listen as listen
     assert listen.BODY_TIMEOUT
     listen.BODY_TIMEOUT = body
 import importlib, json

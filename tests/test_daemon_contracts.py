@@ -17,7 +17,7 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import read_daemon_file, run_daemon
-from memactors.rpc import RpcError, connect_rpc, read_token
+from memactors.rpc.transport import RpcError, connect_rpc, read_token
 from support import example, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -23,7 +23,7 @@ import httpx2
 import pytest
 import trio
 
-from memactors.rpc import RpcError, connect_rpc
+from memactors.rpc.transport import RpcError, connect_rpc
 from memactors.store import Store
 from memactors.testing.postgres import Cluster
 from support import run_record, write_config

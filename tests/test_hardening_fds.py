@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors._engine_sqlite import READ_CONNECTIONS
-from memactors.rpc import connect_rpc
+from memactors.rpc.transport import connect_rpc
 from memactors.store import Store
+from memactors.store.sqlite import READ_CONNECTIONS
 from support import example
 from support_daemon import daemon_process
 

@@ -22,7 +22,7 @@ from memactors.config import Config, ConfigHolder, load_config
 from memactors.daemon import run_daemon
 from memactors.doctor import doctor_rows
 from memactors.metrics import Metrics
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.testing.fault_provider import PROVIDER_NAME, PROVIDER_VERSION, FaultProvider

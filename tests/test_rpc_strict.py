@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from memactors.rpc_methods import SERVICE
+from memactors.rpc.methods import SERVICE
 from memactors.service import MemoryService
 from support_daemon import Daemon, daemon_process
 

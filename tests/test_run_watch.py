@@ -10,8 +10,7 @@ import trio.testing
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
-from memactors.redact import REDACTED, redact_tail
-from memactors.run_watch import (
+from memactors.agents.run_watch import (
     MAX_EVENT_CHARS,
     MAX_EVENTS,
     STDERR_TAIL_BYTES,
@@ -19,6 +18,7 @@ from memactors.run_watch import (
     StderrTail,
     scrub,
 )
+from memactors.redact import REDACTED, redact_tail
 
 DATA = Path(__file__).resolve().parent / "data"
 AT = "2026-12-01T10:00:00.000000Z"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memactors import spool
+from memactors.agents import spool
 from support import write_config
 from support_codex import daemon_process, git_repo
 from test_cli_agents import transcript_in

@@ -66,7 +66,7 @@ async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: 
 
 
 def _retention(store: Store) -> Retention:
-    from memactors._kernel import open_mailbox
+    from memactors.actors.kernel import open_mailbox
 
     address, _ = open_mailbox("unused", 1)
     return Retention(store=store, provider="builtin", provider_address=address, index_address=address,

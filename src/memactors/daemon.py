@@ -23,14 +23,14 @@ import attrs
 import trio
 from loguru import logger
 
-from ._kernel import SupervisorFailed
+from .actors.kernel import SupervisorFailed
+from .agents.spool import send_spool
 from .config import Config, ConfigHolder, load_config
 from .errors import ConfigError, MemactorsError, StoreUnavailable
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
-from .rpc import ensure_tokens, serve_rpc
+from .rpc.transport import ensure_tokens, serve_rpc
 from .service import open_memory_service
-from .spool import send_spool
 from .store import private_dir
 
 DAEMON_FILE = "daemon.json"

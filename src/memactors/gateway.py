@@ -34,10 +34,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from . import contract
-from ._asgi import serve_lifespan
-from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
+from .net.asgi import serve_lifespan
+from .net.listen import RateLimitedLog, serve_asgi, trust_connection
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 

@@ -35,9 +35,9 @@ from prometheus_client import (
     make_asgi_app,
 )
 
-from ._asgi import serve_lifespan
-from ._listen import serve_asgi
 from .logs import get_logger
+from .net.asgi import serve_lifespan
+from .net.listen import serve_asgi
 
 __all__ = [
     "BRIEFING_OUTCOMES",

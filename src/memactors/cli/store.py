@@ -30,7 +30,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from ..daemon import lock_state_dir
     from ..errors import ConfigError, MemactorsError
     from ..store import Store, ensure_daemon_id
-    from ..store_migrate import migrate
+    from ..store.migrate import migrate
     from ..urls import mask_url
 
     config = core.load(args)

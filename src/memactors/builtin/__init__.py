@@ -59,16 +59,18 @@ import trio
 from loguru import logger
 from mcp.server import Server
 
-from . import __version__, contract
-from ._builtin_sqlite import SQLITE_INDEX, put_doc
-from ._builtin_sqlite import cached_vector as cached_vector
-from ._builtin_sqlite import ensure_vec_table as ensure_vec_table
-from ._builtin_sqlite import insert_doc as insert_doc
-from ._builtin_sqlite import write_vector as write_vector
-from .contract import load_schemas
-from .episode import flatten
-from .errors import InvalidArgument, MemactorsError
-from .gist import gist
+from .. import __version__, contract
+from ..contract import load_schemas
+from ..episode import flatten
+from ..errors import InvalidArgument, MemactorsError
+from ..gist import gist
+from ..store import Store
+from ..wrapper import ELLIPSIS, cut_at_word
+from .index_sqlite import SQLITE_INDEX, put_doc
+from .index_sqlite import cached_vector as cached_vector
+from .index_sqlite import ensure_vec_table as ensure_vec_table
+from .index_sqlite import insert_doc as insert_doc
+from .index_sqlite import write_vector as write_vector
 from .ranking import BM25_WEIGHTS as BM25_WEIGHTS
 from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
 from .ranking import CANDIDATES as CANDIDATES
@@ -88,8 +90,6 @@ from .ranking import rank as rank
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
-from .store import Store
-from .wrapper import ELLIPSIS, cut_at_word
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
@@ -314,7 +314,7 @@ class DocIndex(Protocol):
 def index_of(engine: str) -> DocIndex:
     """The built-in provider's `DocIndex` on store engine `engine` ("sqlite" or "postgresql")."""
     if engine == "postgresql":
-        from ._builtin_pg import PG_INDEX
+        from .index_pg import PG_INDEX
 
         return PG_INDEX
     return SQLITE_INDEX

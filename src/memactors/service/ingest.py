@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING, Any
 import trio
 from loguru import logger
 
-from ._limits import MAX_RECORD_BYTES, oversize_message, record_size
-from ._wire import episode_to_dict, parse_run_record
-from .actors.assembler import Assembled, AssembleMany
-from .actors.index import RecordRun, RecordRuns, Stored, stored_runs
-from .actors.retention import Kick, RecordNow
-from .config import HarnessConfig
-from .episode import stored_record
-from .errors import InvalidArgument, MemactorsError, StoreFull
-from .models import RunRecord
-from .store import iso
-from .telemetry import memory_span
+from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
+from .._wire import episode_to_dict, parse_run_record
+from ..actors.assembler import Assembled, AssembleMany
+from ..actors.index import RecordRun, RecordRuns, Stored, stored_runs
+from ..actors.retention import Kick, RecordNow
+from ..config import HarnessConfig
+from ..episode import stored_record
+from ..errors import InvalidArgument, MemactorsError, StoreFull
+from ..models import RunRecord
+from ..store import iso
+from ..telemetry import memory_span
 
 if TYPE_CHECKING:
-    from .service import MemoryService
+    from . import MemoryService
 
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500

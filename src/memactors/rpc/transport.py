@@ -51,9 +51,9 @@ from trio_websocket import (
     wrap_client_stream,
 )
 
-from ._listen import HANDSHAKE_TIMEOUT, RateLimitedLog, open_capped_listener
-from .errors import ConfigError, InvalidArgument, MemactorsError, single_leaf
-from .logs import get_logger
+from ..errors import ConfigError, InvalidArgument, MemactorsError, single_leaf
+from ..logs import get_logger
+from ..net.listen import HANDSHAKE_TIMEOUT, RateLimitedLog, open_capped_listener
 
 __all__ = [
     "CODES",
@@ -273,7 +273,7 @@ MAX_DEPTH = 64
 def _loggable_id(req_id: Any) -> Any:
     """A request id as a log field: integers as they are, a client's string redacted and cut (issue 9)."""
     if isinstance(req_id, str):
-        from .redact import redact  # the rule set compiles on first use; most ids are integers
+        from ..redact import redact  # the rule set compiles on first use; most ids are integers
 
         return redact(req_id[:128])[:64]
     return req_id

@@ -21,11 +21,10 @@ from typing import Any
 import attrs
 import trio
 
-from . import graph, run_rows
-from ._kernel import ChildSpec, Supervisor, open_supervisor
-from ._wire import parse_time
-from .actors.assembler import Assembler
-from .actors.briefing import (
+from .. import graph
+from .._wire import parse_time
+from ..actors.assembler import Assembler
+from ..actors.briefing import (
     UNATTRIBUTED,
     Briefing,
     BriefingAnswer,
@@ -37,8 +36,8 @@ from .actors.briefing import (
     resolve_view,
     run_place,
 )
-from .actors.call_log import CallLog
-from .actors.index import (
+from ..actors.call_log import CallLog
+from ..actors.index import (
     EpisodePage,
     GetEpisode,
     Index,
@@ -47,37 +46,39 @@ from .actors.index import (
     is_known_repo,
     known_repos,
 )
-from .actors.provider_session import GetStatus, ProviderSession, ProviderStatus
-from .actors.retention import (
+from ..actors.kernel import ChildSpec, Supervisor, open_supervisor
+from ..actors.provider_session import GetStatus, ProviderSession, ProviderStatus
+from ..actors.retention import (
     ForgetEpisode,
     ForgetOutcome,
     PendingCounts,
     Retention,
     RetryNow,
 )
-from .actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
-from .actors.summary import SummaryActor, model_api_settings
-from .builtin import BuiltinProvider, missing_vectors
-from .config import Config, ConfigHolder, HarnessConfig, parse_duration
-from .doctor import doctor_rows
-from .errors import (
+from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
+from ..actors.summary import SummaryActor, model_api_settings
+from ..agents import run_rows
+from ..builtin import BuiltinProvider, missing_vectors
+from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
+from ..doctor import doctor_rows
+from ..errors import (
     ConfigError,
     InvalidArgument,
     NoRepository,
     StoreUnavailable,
     UnknownEpisode,
 )
+from ..metrics import Metrics
+from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
+from ..redact import redact
+from ..redact import shared as shared_redactor
+from ..repo import match_repo, repo_key, resolve_repo, scope_for
+from ..rpc.methods import operator_methods
+from ..rpc.transport import Method
+from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
+from ..telemetry import guard_sdk_spans
 from .ingest import ingest, ingest_batch
-from .metrics import Metrics
-from .modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
-from .redact import redact
-from .redact import shared as shared_redactor
-from .repo import match_repo, repo_key, resolve_repo, scope_for
-from .rpc import Method
-from .rpc_methods import operator_methods
-from .store import Store, WallClock, ensure_daemon_id, iso, utc_now
-from .telemetry import guard_sdk_spans
 
 DB_NAME = "memactors.db"
 #: Most episodes one ListEpisodes page returns.
@@ -372,7 +373,7 @@ class MemoryService:
 
     async def start_gateway(self, nursery: trio.Nursery) -> str:
         """Serve the MCP gateway on `[gateway] listen` in `nursery`; returns its URL."""
-        from .gateway import serve_gateway
+        from ..gateway import serve_gateway
 
         self.gateway_url = await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
         return self.gateway_url

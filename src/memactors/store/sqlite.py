@@ -25,8 +25,8 @@ import sqlite_vec
 import trio
 from sqlite_utils.migrations import Migrations
 
-from .store import _WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
-from .store_health import WriteHealth
+from . import _WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
+from .health import WriteHealth
 
 T = TypeVar("T")
 
@@ -406,8 +406,8 @@ def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
        episode of the scope shares (REQ-14's briefing query), and weigh each column.
     Doc ids (and so vectors) and content hashes (and so the embedding cache) are unchanged.
     """
-    from .builtin import BM25_WEIGHTS, doc_fields  # the provider's own field rules (no import cycle at load)
-    from .episode import flatten
+    from ..builtin import BM25_WEIGHTS, doc_fields  # the provider's own field rules (no import cycle at load)
+    from ..episode import flatten
 
     for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
         data = json.loads(body)

@@ -39,8 +39,8 @@ from typing import Any
 
 import attrs
 
-from .adapters.claude_code import bash_exit_status, refused_ids
-from .config import DEFAULT_VERIFY_PATTERNS
+from ..adapters.claude_code import bash_exit_status, refused_ids
+from ..config import DEFAULT_VERIFY_PATTERNS
 
 __all__ = [
     "DEFAULT_VERIFY_PATTERNS",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import trio
 
-from .builtin import BuiltinProvider, Embedder
-from .store import Store
+from ..store import Store
+from . import BuiltinProvider, Embedder
 
 
 async def serve_builtin_stdio(target: Path | str, *, embedder: Embedder | None = None,

@@ -286,10 +286,10 @@ class Store:
         """Open the store at `target` (a SQLite path, or a ``postgresql://`` URL) and apply pending
         migrations."""
         if isinstance(target, str) and is_store_url(target):
-            from ._engine_pg import PgStore
+            from .pg import PgStore
 
             return await PgStore.connect(target, daemon_id=daemon_id)
-        from ._engine_sqlite import SqliteStore
+        from .sqlite import SqliteStore
 
         return await SqliteStore.connect(Path(target), daemon_id=daemon_id)
 

@@ -22,14 +22,14 @@ from loguru import logger
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .actors.provider_session import describe_failure
-from .builtin import BuiltinProvider
-from .config import Config, McpServerConfig
-from .conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
-from .errors import MemactorsError
-from .provider_stderr import StderrTail, log_stderr
-from .store import Store
-from .urls import mask_url
+from ..actors.provider_session import describe_failure
+from ..builtin import BuiltinProvider
+from ..config import Config, McpServerConfig
+from ..conformance import CHECK_NAMES, CheckResult, ConformanceReport, explain_failure, run_conformance
+from ..errors import MemactorsError
+from ..provider_stderr import StderrTail, log_stderr
+from ..store import Store
+from ..urls import mask_url
 
 #: How long `provider check` waits, after the check, for a provider's last stderr lines to arrive.
 STDERR_DRAIN_SECONDS = 2.0

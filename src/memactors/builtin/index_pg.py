@@ -42,8 +42,8 @@ from typing import Any
 import sqlite_vec
 from loguru import logger
 
+from ..store import Db
 from .ranking import BRIEFING_CANDIDATES, Hit, _desc, briefing_rank
-from .store import Db
 
 CANDIDATES = 200
 #: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreFull, find_cause
+from ..errors import StoreFull, find_cause
 
 #: Below this many free bytes on the store's filesystem the store counts as not writable: a run record
 #: may be 1 MiB, and SQLite needs room for its WAL frames on top.

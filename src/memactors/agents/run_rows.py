@@ -17,7 +17,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from .store import Db, iso
+from ..store import Db, iso
 
 __all__ = ["KEEP_LOGS", "KEEP_LOG_DAYS", "KEEP_ROWS_DAYS", "find", "page", "prune", "stale_running", "upsert"]
 

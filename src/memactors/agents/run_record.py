@@ -15,8 +15,8 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from .adapters import Transcript
-from .config import HarnessConfig
+from ..adapters import Transcript
+from ..config import HarnessConfig
 
 __all__ = ["MAX_RESULT_CHARS", "StopReason", "build_run_record", "cap_reached", "git_changed", "git_start"]
 

@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import sqlite_utils
 
-from .store import _WORD, scope_key, scope_range
+from ..store import _WORD, scope_key, scope_range
 
 RRF_K = 60
 CANDIDATES = 200

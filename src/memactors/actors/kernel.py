@@ -57,8 +57,8 @@ import attrs
 import trio
 from loguru import logger
 
-from .errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError, find_cause, single_leaf
-from .logs import LogThrottle
+from ..errors import ActorStopped, DeadlineExceeded, InvalidArgument, MemactorsError, find_cause, single_leaf
+from ..logs import LogThrottle
 
 #: Codes of errors that answer a requester's mistake; not worth a warning (see rpc.CLIENT_CODES).
 _CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "UNAUTHENTICATED",

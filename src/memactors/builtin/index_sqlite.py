@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import sqlite_utils
 import sqlite_vec
 
+from ..store import scope_doc_id, scope_key
 from .ranking import (
     CANDIDATES,
     Hit,
@@ -30,10 +31,9 @@ from .ranking import (
     metadata_only,
     path_candidates,
 )
-from .store import scope_doc_id, scope_key
 
 if TYPE_CHECKING:
-    from .builtin import DocFields, DocIndex
+    from . import DocFields, DocIndex
 
 
 def put_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, fields: DocFields, started_at: str,

@@ -18,7 +18,7 @@ none of which a slow client can reset by trickling bytes:
   also bounds the keep-alive gap, so it cannot be both short and long) and a per-read timeout (reset by
   every byte); the deadline is enforced where hypercorn reads the socket (:class:`_DeadlineTCPServer`).
 * **request body**: a total deadline (``BODY_TIMEOUT``, 10 s) from the end of the head, and a size cap,
-  enforced where the body is read (:class:`memactors._asgi.RequestBodyGuard`, in front of every app):
+  enforced where the body is read (:class:`memactors.net.asgi.RequestBodyGuard`, in front of every app):
   past either the client gets 408 or 413 and the connection is closed. A client that vanishes mid-body
   ends the request quietly (no application sees a half body, nothing logs a traceback).
 * **keep-alive**: an idle connection between two requests is kept ``KEEP_ALIVE_TIMEOUT`` (75 s), longer
@@ -47,7 +47,7 @@ from typing import Any
 
 import trio
 
-from .logs import LogThrottle, get_logger
+from ..logs import LogThrottle, get_logger
 
 __all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "SHED_AFTER", "CappedListener",
            "ConnectionTable", "RateLimitedLog", "connection_cap", "serve_asgi", "trust_connection"]
@@ -451,7 +451,7 @@ async def serve_asgi(
     from hypercorn.typing import ConnectionState
     from hypercorn.utils import wrap_app
 
-    from ._asgi import RequestBodyGuard
+    from .asgi import RequestBodyGuard
 
     config = hypercorn_config()
     table = ConnectionTable()

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from .store import Db, Store
+from . import Db, Store
 
 #: Rows read and written per transaction.
 BATCH = 500
@@ -217,7 +217,7 @@ def _copy_with_text(db: Db, rows: list[tuple[Any, ...]], table: Table) -> None:
 
 async def _copy_vectors(source: Store, target: Store) -> None:
     """Vectors from sqlite-vec into pgvector, by episode (doc ids differ), when pgvector is installed."""
-    from . import _builtin_pg
+    from ..builtin import index_pg as _builtin_pg
 
     def read(db: Db) -> tuple[str | None, list[tuple[str, str, bytes]]]:
         if not _exists(db, "builtin_vec"):

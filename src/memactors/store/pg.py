@@ -41,10 +41,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import _builtin_pg
-from .errors import ConfigError, StoreUnavailable
-from .store import Store, _WriteJob, iso, run_jobs, utc_now
-from .urls import MASK, mask_url
+from ..builtin import index_pg as _builtin_pg
+from ..errors import ConfigError, StoreUnavailable
+from ..urls import MASK, mask_url
+from . import Store, _WriteJob, iso, run_jobs, utc_now
 
 T = TypeVar("T")
 

@@ -15,11 +15,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgument
-from .rpc import Method
+from ..errors import InvalidArgument
+from .transport import Method
 
 if TYPE_CHECKING:
-    from .service import MemoryService
+    from ..service import MemoryService
 
 SERVICE = "harness.v1.MemoryService"
 

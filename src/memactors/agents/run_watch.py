@@ -23,8 +23,8 @@ from typing import Any
 
 import trio
 
-from .adapters import Transcript
-from .redact import redact
+from ..adapters import Transcript
+from ..redact import redact
 
 __all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "PromptScrub", "RunWatch", "StderrTail", "scrub"]
 

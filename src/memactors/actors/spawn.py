@@ -31,10 +31,10 @@ import attrs
 import trio
 from loguru import logger
 
-from .actors.briefing import BriefingAnswer, ExposePrompt, View, resolve_view
-from .config import Config, HarnessConfig
-from .errors import InvalidArgument, MemactorsError
-from .prompt import SkipReason, plan_prompt_argv, render_template
+from ..agents.prompt import SkipReason, plan_prompt_argv, render_template
+from ..config import Config, HarnessConfig
+from ..errors import InvalidArgument, MemactorsError
+from .briefing import BriefingAnswer, ExposePrompt, View, resolve_view
 
 __all__ = ["SpawnPlan", "operator_prompt", "prepare_spawn"]
 
