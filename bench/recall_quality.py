@@ -451,9 +451,9 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
         if direct:
             from memactors.builtin import BuiltinProvider
             from memactors.repo import scope_for
-            from memactors.store import Store
+            from memactors.store.engines import open_store
 
-            store = await Store.open(state / "memactors.db")
+            store = await open_store(state / "memactors.db")
             stack.callback(store.close)
             provider = BuiltinProvider(store)
             for q in questions:

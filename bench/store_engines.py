@@ -51,7 +51,7 @@ from memactors.builtin import index_pg as _builtin_pg
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
 from memactors.rpc.transport import connect_rpc, read_token
-from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 
 SERVICE = "harness.v1.MemoryService"
@@ -147,7 +147,7 @@ def _write_batch(db: Any, items: list[dict[str, Any]], engine: str) -> int:
 
 async def build(target: Path | str, items: list[dict[str, Any]]) -> float:
     t = time.perf_counter()
-    store = await Store.open(target)
+    store = await open_store(target)
     try:
         for start in range(0, len(items), BATCH):
             chunk = items[start:start + BATCH]

@@ -17,6 +17,7 @@ import trio.testing
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
+from memactors.store.engines import open_store
 from support import RESIDENT, serving, wait_ready, write_config
 
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
@@ -210,7 +211,7 @@ async def memory(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[Me
 
 @pytest.fixture
 async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
-    s = await Store.open(store_url or tmp_path / "m.db")
+    s = await open_store(store_url or tmp_path / "m.db")
     try:
         yield s
     finally:

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from memactors.config import ConfigHolder
+from memactors.gateway import start_gateway
 from memactors.service import MemoryService, open_memory_service
 
 T = TypeVar("T")
@@ -79,7 +80,7 @@ async def serving(holder: ConfigHolder, **options: Any) -> AsyncIterator[tuple[M
     127.0.0.1 (port 0): ``(service, gateway URL)``. Both stop with the block."""
     async with open_memory_service(holder, **options) as service, trio.open_nursery() as nursery:
         await wait_ready(service)
-        url = await service.start_gateway(nursery)
+        url = await start_gateway(service, nursery)
         yield service, url
         nursery.cancel_scope.cancel()
 

@@ -15,6 +15,7 @@ from memactors.config import ConfigHolder
 from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import run_record, wait_ready, within
 
@@ -229,7 +230,7 @@ async def test_the_builtin_provider_serves_stdio_as_an_upstream(
         report = await memory.check_provider("bi")
     assert [c["status"] for c in report["checks"]] == ["pass"] * 7, report
     assert report["provider_name"] == "builtin"
-    upstream = await Store.open(db)
+    upstream = await open_store(db)
     try:
         assert await upstream.read(lambda d: d.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == 0
     finally:
@@ -354,7 +355,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
     import sqlean
 
     path = tmp_path / "old.db"
-    s = await Store.open(path)
+    s = await open_store(path)
     s.close()
     db = sqlean.connect(str(path), isolation_level=None)
     db.executescript(_PRE_0006)
@@ -363,7 +364,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
                    " content_hash) VALUES (?, ?, ?, 'ledger rounding', '', '[]', '2026-11-28', 'h')", [n, eid, scope])
         db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, 'ledger rounding', '')", [n])
     db.close()
-    s = await Store.open(path)
+    s = await open_store(path)
     try:
         p = BuiltinProvider(s)
         assert await _ids(p, "ledger") == ["ep_a"]

@@ -16,7 +16,8 @@ from memactors.actors.call_log import CallLog
 from memactors.config import ConfigHolder
 from memactors.logs import configure_logging
 from memactors.service import DB_NAME, open_memory_service
-from memactors.store import MAX_FIELD_CHARS, Store, bound_field, iso
+from memactors.store import MAX_FIELD_CHARS, bound_field, iso
+from memactors.store.engines import open_store
 from support import serving, wait_ready
 from support_providers import poll
 
@@ -85,7 +86,7 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
 
 
 async def test_rows_are_written_in_batches_and_a_clean_stop_writes_what_is_queued(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     try:
         calls = CallLog(store, batch=100, interval=0.1)
         async with trio.open_nursery() as nursery:
@@ -107,7 +108,7 @@ async def test_rows_are_written_in_batches_and_a_clean_stop_writes_what_is_queue
 
 
 async def test_a_full_queue_drops_and_counts_rows_instead_of_waiting(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     try:
         calls = CallLog(store, capacity=10)
         for _ in range(15):  # no writer running: the queue fills, record() never blocks

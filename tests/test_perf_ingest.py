@@ -207,10 +207,10 @@ async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_workin
     import sqlean
 
     from memactors.service import open_memory_service
-    from memactors.store import Store
+    from memactors.store.engines import open_store
     from memactors.store.sqlite import PAGE_SIZE
 
-    fresh = await Store.open(tmp_path / "new" / "memactors.db")
+    fresh = await open_store(tmp_path / "new" / "memactors.db")
     try:
         assert fresh._writer.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 8192
     finally:

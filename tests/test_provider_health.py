@@ -24,7 +24,7 @@ from memactors.doctor import doctor_rows
 from memactors.metrics import Metrics
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
-from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing.fault_provider import PROVIDER_NAME, PROVIDER_VERSION, FaultProvider
 from support import write_config
 from support_providers import FaultFiles, fault_toml, poll, sample
@@ -90,7 +90,7 @@ async def test_a_hung_provider_fails_doctor_after_five_minutes(
     provider = FaultProvider()
     server = Server(PROVIDER_NAME, version=PROVIDER_VERSION, on_list_tools=provider.list_tools,
                     on_call_tool=provider.call_tool)
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     metrics = Metrics()
     session = ps.ProviderSession(provider="fault", store=store, metrics=metrics, provider_timeout=2.0,
                                  target=lambda: server, endpoint="in-process fault provider")

@@ -27,6 +27,7 @@ from memactors.errors import StoreUnavailable
 from memactors.metrics import Metrics
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store, iso
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import LogRecords, run_record, wait_ready, within, write_config
 from support_readside import API, as_run
@@ -51,7 +52,7 @@ async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: 
     stores: list[Store] = []
 
     async def open_one(n: int) -> None:
-        stores.append(await Store.open(pg_url, daemon_id=f"d{n}"))
+        stores.append(await open_store(pg_url, daemon_id=f"d{n}"))
 
     async with trio.open_nursery() as nursery:
         for n in range(3):
@@ -76,7 +77,7 @@ def _retention(store: Store) -> Retention:
 async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> None:
     """Every due pending row is claimed by exactly one daemon (FOR UPDATE SKIP LOCKED), however their
     claims interleave; a claimed row is nobody else's until its claim runs out."""
-    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
     try:
         rows = [("forget", "builtin", f"ep_{n:04d}", f"ep_{n:04d}", iso(NOW), iso(NOW - timedelta(seconds=n)))
                 for n in range(600)]
@@ -109,7 +110,7 @@ async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> N
 
 
 async def test_issue19_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> None:
-    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
     try:
         async with a.singleton("prune") as mine:
             assert mine
@@ -168,7 +169,7 @@ async def test_issue19_the_store_password_is_never_shown(tmp_path: Path, pg_clus
         # a wrong password: the error names the store, never a password
         wrong = pg_url.replace(secret, "not-the-password")
         with pytest.raises(StoreUnavailable) as refused:
-            await Store.open(wrong)
+            await open_store(wrong)
     assert status["store"]["where"] == f"postgresql memactors@127.0.0.1:{pg_cluster.port}/{pg_url.rsplit('/', 1)[1]}"
     assert status["store"]["daemon_id"] and status["store"]["reachable"]
     assert "memory store" in [r["name"] for r in doctor["rows"]]
@@ -287,7 +288,7 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
                                     embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await Store.open(vector_url)
+        store = await open_store(vector_url)
         try:
             async with ModelApiClient(settings) as client:
                 p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
@@ -369,7 +370,7 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
                                        "--json"], env=env, capture_stdout=True, capture_stderr=True, check=False)
         assert done.returncode == 0, done.stderr.decode()
         assert json.loads(done.stdout)["ok"]
-        target = await Store.open(vector_url)
+        target = await open_store(vector_url)
         try:
             moved = await target.read(lambda db: db.execute(
                 "SELECT d.episode_id FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall())
@@ -408,7 +409,7 @@ async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tm
         assert result["outcome"] == "recorded"
         found = await memory.recall(query="ledger rounding", repo=API)
     assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
-    store = await Store.open(pg_url)
+    store = await open_store(pg_url)
     try:
         docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:
@@ -419,7 +420,7 @@ async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tm
 
 
 async def _sqlite_docs(path: Path) -> list[str]:
-    store = await Store.open(path)
+    store = await open_store(path)
     try:
         return await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:
@@ -447,7 +448,7 @@ async def test_issue19_serve_builtin_without_db_serves_the_configured_postgresql
         recalled = await client.call_tool("memory_recall", {"query": "conformance check served",
                                                             "scope": [episode["scope"]], "limit": 5})
     assert [i["id"] for i in recalled.structured_content["items"]] == [episode["episode_id"]]
-    store = await Store.open(pg_url)
+    store = await open_store(pg_url)
     try:
         docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:

@@ -42,7 +42,7 @@ from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "SessionRouter",
-           "serve_gateway"]
+           "serve_gateway", "start_gateway"]
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -371,6 +371,14 @@ def _transport_security(host: str) -> TransportSecuritySettings | None:
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
     )
+
+
+async def start_gateway(memory: Any, nursery: trio.Nursery) -> str:
+    """Serve the MCP gateway for `memory` (a MemoryService) on its `[gateway] listen` in `nursery`;
+    returns its URL, also kept as ``memory.gateway_url`` (the runs it starts get it in their MCP config)."""
+    memory.gateway_url = await nursery.start(serve_gateway, memory, memory.config.gateway.host,
+                                             memory.config.gateway.port)
+    return memory.gateway_url
 
 
 async def serve_gateway(

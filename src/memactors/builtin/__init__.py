@@ -48,34 +48,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
 import mcp.types as t
 import sqlite_utils
 import trio
 from loguru import logger
 from mcp.server import Server
 
-from .. import __version__, contract
+from .. import contract
+from .._version import __version__
 from ..contract import load_schemas
-from ..episode import flatten
 from ..errors import InvalidArgument, MemactorsError
 from ..gist import gist
 from ..store import Store
-from ..wrapper import ELLIPSIS, cut_at_word
+from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
+from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
+from ..store.builtin_docs import FTS_COLUMNS as FTS_COLUMNS
+from ..store.builtin_docs import DocFields, doc_fields
+from .index import DocIndex as DocIndex
 from .index_sqlite import SQLITE_INDEX, put_doc
 from .index_sqlite import cached_vector as cached_vector
 from .index_sqlite import ensure_vec_table as ensure_vec_table
 from .index_sqlite import insert_doc as insert_doc
 from .index_sqlite import write_vector as write_vector
-from .ranking import BM25_WEIGHTS as BM25_WEIGHTS
 from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
 from .ranking import CANDIDATES as CANDIDATES
-from .ranking import CONTENT_COLUMNS as CONTENT_COLUMNS
-from .ranking import FTS_COLUMNS as FTS_COLUMNS
 from .ranking import RRF_K as RRF_K
 from .ranking import STOPWORDS as STOPWORDS
 from .ranking import Hit as Hit
@@ -95,8 +94,6 @@ CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
 #: cuts it further at a word boundary keeps the best of it.
 MAX_ITEM_TEXT = 320
-#: The `title` column: the summary, else the first TITLE_CHARS characters of the excerpt (cut between words).
-TITLE_CHARS = 100
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
 #: Default deadline for embedding one episode at record time.
@@ -146,72 +143,6 @@ def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[s
     return {hit.episode_id: gist(rows[hit.doc_id], words, MAX_ITEM_TEXT) for hit in hits if hit.doc_id in rows}
 
 
-@attrs.frozen
-class DocFields:
-    """What the built-in provider indexes of one episode (builtin_docs' columns, migration 0009)."""
-
-    title: str
-    excerpt: str
-    summary: str
-    files: tuple[str, ...]
-    failures: tuple[tuple[str, int], ...]
-    meta: str
-    harness: str
-    branch: str
-    outcome: str
-
-
-#: REQ-5 fields whose words go into the `meta` column.
-META_FIELDS = ("harness", "adapter", "model", "repo", "branch", "outcome", "reason", "run_id", "pull_request")
-_OLD_ESCAPES = re.compile(r"\\(?:u2028|u2029|[nr\\])")
-_FAILURE = re.compile(r"(.+?): (\d+)(?:, |$)")
-
-
-def rendering_fields(text: str, *, escaped: bool = False) -> dict[str, str]:
-    """The `name: value` lines of a REQ-5 rendering. `escaped`: a rendering from before migration 0009,
-    whose line breaks were written `\\n` (read as a space) and backslashes `\\\\`."""
-    out: dict[str, str] = {}
-    for line in text.split("\n"):
-        name, sep, value = line.partition(": ")
-        if sep and name.isidentifier():
-            if escaped:
-                value = _OLD_ESCAPES.sub(lambda m: "\\" if m.group() == "\\\\" else " ", value)
-            out.setdefault(name, value)
-    return out
-
-
-def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: bool = False) -> DocFields:
-    """The fields to index for an episode: from its REQ-5 object where it has them, else from the lines
-    of its rendering `text`; a text that is no rendering (no `result_excerpt` line) is the excerpt."""
-    ep = dict(episode or {})
-    lines = rendering_fields(text, escaped=escaped)
-
-    def value(name: str) -> str:
-        v = ep.get(name)
-        if v is None:
-            v = lines.get(name, "")
-        return flatten(str(v)).strip()
-
-    excerpt = value("result_excerpt") if "result_excerpt" in ep or "result_excerpt" in lines else flatten(text).strip()
-    summary = value("summary")
-    if isinstance(ep.get("files_touched"), (list, tuple)):
-        files = tuple(flatten(str(f)) for f in ep["files_touched"])
-    else:
-        files = tuple(f for f in lines.get("files_touched", "").split(", ") if f)
-    failures: tuple[tuple[str, int], ...]
-    if isinstance(ep.get("verify_failures"), (list, tuple)):
-        failures = tuple((flatten(str(f.get("error_class", ""))), int(f.get("count", 0)))
-                         for f in ep["verify_failures"] if isinstance(f, Mapping))
-    else:
-        failures = tuple((m.group(1), int(m.group(2))) for m in _FAILURE.finditer(lines.get("verify_failures", "")))
-    title = summary or cut_at_word(excerpt, TITLE_CHARS).removesuffix(ELLIPSIS)
-    return DocFields(
-        title=title, excerpt=excerpt, summary=summary, files=files, failures=failures,
-        meta=" ".join(v for v in (value(name) for name in META_FIELDS) if v),
-        harness=value("harness"), branch=value("branch"), outcome=value("outcome"),
-    )
-
-
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
     """`ids` in slices small enough for one statement's bound parameters."""
     return [ids[i:i + size] for i in range(0, len(ids), size)]
@@ -245,70 +176,6 @@ def missing_vectors(db: Any) -> int:
     """Episodes the built-in provider holds without an embedding (doctor warns when non-zero), on the
     engine `db` is of."""
     return index_of(db.dialect.name).missing_vectors(db)
-
-
-class DocIndex(Protocol):
-    """What the built-in provider's flow asks of a store engine: where the documents, ranking inputs and
-    vectors are, and the queries over them. Everything else — the contract, the fields and item text of
-    an episode, the embedding calls and their deadlines, and REQ-11's ranking (which rankings, RRF with
-    k = 60, the path boost, the tie-breaks, the metadata-only query) — is `BuiltinProvider`'s, written
-    once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `_builtin_sqlite.SqliteIndex`, with
-    `ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
-    `_builtin_pg.PgIndex`.
-
-    Every method takes the `Db` of a `Store.write` (the writes) or `Store.read` (the queries) call. Hits
-    come best first; a ranking's tie-breaks are recency, then episode id, on both engines.
-    """
-
-    def write_doc(self, db: Any, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
-                  digest: str) -> tuple[int, bool]:
-        """Insert or replace one episode's document: (doc_id, changed). The same content again changes
-        nothing (a retried record, two daemons recording one episode)."""
-        ...
-
-    def forget(self, db: Any, episode_id: str) -> bool:
-        """Delete the episode's document and its vector; whether there was one."""
-        ...
-
-    def text_candidates(self, db: Any, words: Sequence[str], scopes: Sequence[str], limit: int,
-                        candidates: int) -> list[Hit]:
-        """The best text matches in `scopes` by the engine's ranking (AND of the words first, every
-        word OR-ed when that finds fewer than `limit`), at most `candidates`."""
-        ...
-
-    def metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> bool:
-        """Whether the words only select the scope's episodes (REQ-14's briefing query):
-        `ranking.metadata_only`."""
-        ...
-
-    def briefing_order(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
-        """A metadata-only query's answer: `ranking.briefing_rank` over the scope's newest episodes."""
-        ...
-
-    def path_candidates(self, db: Any, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int]) -> list[Hit]:
-        """The episodes of `scopes` that touched one of `paths`: `ranking.path_candidates`."""
-        ...
-
-    def knn(self, db: Any, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
-        """The best CANDIDATES episodes of `scopes` by cosine distance to `vector`; none without vectors."""
-        ...
-
-    def vector_from_cache(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
-        """Give the document its vector from the embedding cache; False when the cache has none."""
-        ...
-
-    def write_vector(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str,
-                     vector: Sequence[float]) -> None:
-        """Store one episode's embedding (and cache it by content)."""
-        ...
-
-    def check_vectors(self, db: Any, model: str) -> bool:
-        """At start, with an embedding model: whether vectors can be stored (saying once when not)."""
-        ...
-
-    def missing_vectors(self, db: Any) -> int:
-        """Episodes without an embedding."""
-        ...
 
 
 def index_of(engine: str) -> DocIndex:

@@ -33,7 +33,8 @@ from .ranking import (
 )
 
 if TYPE_CHECKING:
-    from . import DocFields, DocIndex
+    from ..store.builtin_docs import DocFields
+    from .index import DocIndex
 
 
 def put_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, fields: DocFields, started_at: str,

@@ -31,19 +31,11 @@ from typing import Any
 import attrs
 import sqlite_utils
 
-from ..store import _WORD, scope_key, scope_range
+from ..store import WORD, scope_key, scope_range
+from ..store.builtin_docs import BM25_WEIGHTS, CONTENT_COLUMNS, FTS_COLUMNS
 
 RRF_K = 60
 CANDIDATES = 200
-#: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
-#: touched (the content columns), then its metadata (harness, adapter, model, repository, branch,
-#: outcome, reason, run id, pull request), which every episode of a scope shares in part.
-FTS_COLUMNS = ("scope_key", "title", "excerpt", "files", "failures", "meta")
-CONTENT_COLUMNS = ("title", "excerpt", "files", "failures")
-#: BM25 weight of each FTS column (the scope token weighs nothing): the run's first words (its summary,
-#: else the start of its excerpt) count most, then the paths it touched (docs/benchmarks.md, "Recall
-#: quality", says what each weight did).
-BM25_WEIGHTS = (0.0, 3.0, 1.0, 1.5, 1.0, 0.25)
 
 
 @attrs.frozen
@@ -55,7 +47,7 @@ class Hit:
 
 def query_words(query: str) -> list[str]:
     """The distinct words of a query, lower-cased, in order."""
-    return list(dict.fromkeys(_WORD.findall(query.lower())))
+    return list(dict.fromkeys(WORD.findall(query.lower())))
 
 
 #: Words that say how a question is asked, not what it is about: English function words and the
@@ -191,7 +183,7 @@ def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[H
     (doc_id, episode_id, started_at, branch, outcome, files as JSON); every store engine uses it."""
     rows = sorted(rows, key=lambda r: (_desc(r[2]), r[1]))[:BRIEFING_CANDIDATES]
     wanted = set(words)
-    on_branch = [r[1] for r in rows if r[3] and set(_WORD.findall(r[3].lower())) <= wanted]
+    on_branch = [r[1] for r in rows if r[3] and set(WORD.findall(r[3].lower())) <= wanted]
     failed_files: set[str] = set()
     fixed: list[str] = []
     for r in reversed(rows):  # oldest first

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trio
 
-from ..store import Store
+from ..store.engines import open_store
 from . import BuiltinProvider, Embedder
 
 
@@ -35,7 +35,7 @@ async def serve_builtin_stdio(target: Path | str, *, embedder: Embedder | None =
     """
     from mcp.server.stdio import stdio_server
 
-    store = await Store.open(target, daemon_id="serve-builtin")
+    store = await open_store(target, daemon_id="serve-builtin")
     try:
         server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
             validate_requests=True)

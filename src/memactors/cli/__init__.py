@@ -31,7 +31,7 @@ import argparse
 import sys
 from collections.abc import Iterator, Sequence
 
-from .. import __version__
+from .._version import __version__
 from . import agents, describe, feeds, install, memory, ops, runs, store
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
 
@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     for group in (ops, runs, memory, feeds, agents, install, describe, store):
         group.register(sub)
     _config_everywhere(parser)
+    parser.set_defaults(root_parser=parser)  # `completion` completes the whole tree (cli.ops)
     return parser
 
 

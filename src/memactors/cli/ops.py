@@ -44,9 +44,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
-    from . import build_parser
-
-    print(shtab.complete(build_parser(), shell=args.shell))
+    print(shtab.complete(args.root_parser, shell=args.shell))  # the whole parser (cli.build_parser)
     return 0
 
 

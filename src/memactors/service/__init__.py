@@ -73,9 +73,8 @@ from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
 from ..redact import shared as shared_redactor
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
-from ..rpc.methods import operator_methods
-from ..rpc.transport import Method
 from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
+from ..store.engines import open_store
 from ..telemetry import guard_sdk_spans
 from .ingest import ingest, ingest_batch
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
@@ -128,7 +127,8 @@ class MemoryService:
         self.summary: SummaryActor
         self.briefing: Briefing
         self.runs: Runs
-        #: The gateway's URL once the daemon serves it (runs get it in their MCP config), else None.
+        #: The gateway's URL once the daemon serves it (``gateway.start_gateway``; runs get it in their
+        #: MCP config), else None.
         self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
 
@@ -371,13 +371,6 @@ class MemoryService:
             view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
             deadline=deadline, call_id=call_id))
 
-    async def start_gateway(self, nursery: trio.Nursery) -> str:
-        """Serve the MCP gateway on `[gateway] listen` in `nursery`; returns its URL."""
-        from ..gateway import serve_gateway
-
-        self.gateway_url = await nursery.start(serve_gateway, self, self.config.gateway.host, self.config.gateway.port)
-        return self.gateway_url
-
     # -- runs (memactors run) ---------------------------------------------------------------------------
     async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None
                         ) -> dict[str, Any]:
@@ -585,12 +578,6 @@ class MemoryService:
             return 0
         return await self.store.read(missing_vectors)
 
-    # -- RPC --------------------------------------------------------------------------------------------
-    def rpc_methods(self) -> list[Method]:
-        """The operator RPC's methods over these handlers, every parameter typed and bounded
-        (``rpc_methods.operator_methods``)."""
-        return operator_methods(self)
-
 
 async def _close_quietly(client: ModelApiClient) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(2):
@@ -650,7 +637,7 @@ async def open_memory_service(
     metrics = metrics or Metrics()
     daemon_id = await trio.to_thread.run_sync(ensure_daemon_id, config.store.path)
     target: Path | str = store_path or config.store.url or config.store.path / DB_NAME
-    store = await Store.open(target, daemon_id=daemon_id)
+    store = await open_store(target, daemon_id=daemon_id)
     # The redaction rules (~230 patterns) compile on first use; do it here, off the trio thread, so the
     # first redaction on the loop (a provider error, an ingest) does not stall every other caller.
     await trio.to_thread.run_sync(shared_redactor)

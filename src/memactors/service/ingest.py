@@ -2,32 +2,47 @@
 provider, or refused by name (IngestRun, IngestRuns, and the record of every run the daemon starts).
 
 MemoryService's ``ingest_run`` and ``ingest_runs`` are the entries; :func:`ingest` is the one pipeline
-behind both (its docstring has the stages), reaching the actors through the service it is handed. One
-refused record never costs the rest of its batch, and nothing is answered before it is committed.
+behind both (its docstring has the stages), reaching the actors through the `Stages` it is handed (the
+service, which calls this module; this module never imports the service). One refused record never
+costs the rest of its batch, and nothing is answered before it is committed.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 from loguru import logger
 
 from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from .._wire import episode_to_dict, parse_run_record
-from ..actors.assembler import Assembled, AssembleMany
-from ..actors.index import RecordRun, RecordRuns, Stored, stored_runs
-from ..actors.retention import Kick, RecordNow
-from ..config import HarnessConfig
+from ..actors.assembler import Assembled, AssembleMany, Assembler
+from ..actors.index import Index, RecordRun, RecordRuns, Stored, stored_runs
+from ..actors.retention import Kick, RecordNow, Retention
+from ..config import Config, HarnessConfig
 from ..episode import stored_record
 from ..errors import InvalidArgument, MemactorsError, StoreFull
+from ..metrics import Metrics
 from ..models import RunRecord
-from ..store import iso
+from ..store import Store, WallClock, iso
 from ..telemetry import memory_span
 
-if TYPE_CHECKING:
-    from . import MemoryService
+
+class Stages(Protocol):
+    """What the pipeline reaches through (MemoryService has all of it): the store, the three actors a
+    record goes through, the metrics, the configured provider's name and the wall clock."""
+
+    store: Store
+    assembler: Assembler
+    index: Index
+    retention: Retention
+    metrics: Metrics
+    provider: str
+    wall_clock: WallClock
+
+    @property
+    def config(self) -> Config: ...
 
 #: IngestRuns takes at most this many records per call (the shared contract).
 MAX_BATCH = 500
@@ -76,7 +91,7 @@ def _rejected(source: str, exc: MemactorsError) -> dict[str, Any]:
     return {"source": source, "outcome": "rejected", "error": {"code": exc.code, "message": str(exc)}}
 
 
-async def ingest_batch(service: MemoryService, entries: list[Any]) -> dict[str, Any]:
+async def ingest_batch(service: Stages, entries: list[Any]) -> dict[str, Any]:
     """IngestRuns for `service` (see ``MemoryService.ingest_runs``)."""
     if len(entries) > MAX_BATCH:
         raise InvalidArgument(f"params.records holds {len(entries)} records; at most {MAX_BATCH} per call",
@@ -101,7 +116,7 @@ async def ingest_batch(service: MemoryService, entries: list[Any]) -> dict[str, 
     return {"results": results}
 
 
-async def ingest(service: MemoryService, items: list[tuple[Any, str, HarnessConfig | None]]
+async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | None]]
                  ) -> list[dict[str, Any] | MemactorsError]:
     """The ingest path for one record or a batch: (data, source, harness config) in, IngestRun's result
     (or the MemactorsError refusing that record) out, in order.
@@ -223,7 +238,7 @@ async def ingest(service: MemoryService, items: list[tuple[Any, str, HarnessConf
     return [r for r in results if r is not None]
 
 
-async def _record_episode(service: MemoryService, record: RunRecord, assembled: Assembled) -> dict[str, Any]:
+async def _record_episode(service: Stages, record: RunRecord, assembled: Assembled) -> dict[str, Any]:
     """One attempt to record a just-stored episode to the provider, bounded by provider_timeout."""
     episode = assembled.episode
     assert episode is not None
@@ -256,7 +271,7 @@ async def _record_episode(service: MemoryService, record: RunRecord, assembled: 
             "outcome": outcome}
 
 
-async def _release_record(service: MemoryService, episode_id: str) -> None:
+async def _release_record(service: Stages, episode_id: str) -> None:
     """This call's record attempt ran out of provider_timeout: the pending row it held back from the
     retry loop (`record_after`) is due now, and the loop is told to look (an attempt still running in
     the retention actor is in its in-flight set: the loop does not start a second one)."""

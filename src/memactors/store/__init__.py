@@ -48,7 +48,7 @@ GROUP_COMMIT_MAX = 64
 WallClock = Callable[[], datetime]
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def utc_now() -> datetime:
@@ -262,7 +262,7 @@ def run_jobs(db: Any, batch: list[_WriteJob], *, begin: str) -> None:
 class Store:
     """The daemon's store: one writer (group commit) and pooled readers, all in worker threads.
 
-    Open with `await Store.open(target)`: a path opens (or creates) the SQLite file there, a
+    Open with `await open_store(target)` (``store.engines``): a path opens (or creates) the SQLite file there, a
     ``postgresql://`` URL the PostgreSQL database (`_engine_pg`). The engines differ only in how they
     connect and in the SQL of `Db.dialect`; `write`, `read` and their semantics are this class's.
     """
@@ -280,18 +280,6 @@ class Store:
         #: Whether writes succeed (set by the engine): a write that fails for lack of space raises StoreFull
         #: (store_health); `snapshot()` is what Status, doctor and /readyz show.
         self.health: Any = None
-
-    @classmethod
-    async def open(cls, target: Path | str, *, daemon_id: str = "local") -> Store:
-        """Open the store at `target` (a SQLite path, or a ``postgresql://`` URL) and apply pending
-        migrations."""
-        if isinstance(target, str) and is_store_url(target):
-            from .pg import PgStore
-
-            return await PgStore.connect(target, daemon_id=daemon_id)
-        from .sqlite import SqliteStore
-
-        return await SqliteStore.connect(Path(target), daemon_id=daemon_id)
 
     @property
     def where(self) -> str:

@@ -23,7 +23,7 @@ The daemon must not run on the source meanwhile: the state directory's lock is t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -34,6 +34,8 @@ from . import Db, Store
 BATCH = 500
 
 Progress = Callable[[str, int, int], None]
+#: The built-in provider's vector copy (``builtin.index_pg.copy_vectors``), handed in by the caller.
+CopyVectors = Callable[[Store, Store], Awaitable[None]]
 
 
 @attrs.frozen
@@ -143,9 +145,11 @@ def _insert(table: str, columns: Sequence[str], conflict: Sequence[str]) -> str:
             f" ON CONFLICT ({', '.join(conflict)}) DO NOTHING")
 
 
-async def copy_store(source: Store, target: Store, *, source_id: str, progress: Progress = lambda t, d, n: None
-                     ) -> list[Verified]:
-    """Copy every table of `source` (SQLite) into `target` (PostgreSQL); returns the verification."""
+async def copy_store(source: Store, target: Store, *, source_id: str, copy_vectors: CopyVectors,
+                     progress: Progress = lambda t, d, n: None) -> list[Verified]:
+    """Copy every table of `source` (SQLite) into `target` (PostgreSQL), then the built-in provider's
+    vectors (`copy_vectors`: the provider's own, ``builtin.index_pg.copy_vectors``, the store knowing
+    nothing of sqlite-vec or pgvector); returns the verification."""
     counts = await source_counts(source)
     total = sum(counts.values())
     done = 0
@@ -166,7 +170,7 @@ async def copy_store(source: Store, target: Store, *, source_id: str, progress: 
             progress(table.name, done, total)
         if table.kind == "append" and not copied:
             progress(table.name, done, total)
-    await _copy_vectors(source, target)
+    await copy_vectors(source, target)
     return await verify(source, target, counts, source_id)
 
 
@@ -215,40 +219,6 @@ def _copy_with_text(db: Db, rows: list[tuple[Any, ...]], table: Table) -> None:
         db.execute(_insert(table.name, table.columns, table.key), [row[c] for c in table.columns])
 
 
-async def _copy_vectors(source: Store, target: Store) -> None:
-    """Vectors from sqlite-vec into pgvector, by episode (doc ids differ), when pgvector is installed."""
-    from ..builtin import index_pg as _builtin_pg
-
-    def read(db: Db) -> tuple[str | None, list[tuple[str, str, bytes]]]:
-        if not _exists(db, "builtin_vec"):
-            return None, []
-        model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
-        rows = db.execute("SELECT d.episode_id, d.scope, v.embedding FROM builtin_vec v"
-                          " JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall()
-        return (model[0] if model else None), [(r[0], r[1], bytes(r[2])) for r in rows]
-
-    model, vectors = await source.read(read)
-    if not model or not vectors:
-        return
-
-    def write(db: Db) -> int:
-        if not _builtin_pg.has_pgvector(db):
-            return 0
-        n = 0
-        for episode_id, scope, blob in vectors:
-            row = db.execute("SELECT doc_id, content_hash FROM builtin_docs WHERE episode_id = ?",
-                             [episode_id]).fetchone()
-            if row is None or _builtin_pg.has_vector(db, int(row[0])):
-                continue
-            vector = list(memoryview(blob).cast("f"))
-            _builtin_pg.write_vector(db, doc_id=int(row[0]), scope=scope, model=model, digest=row[1],
-                                     vector=vector, blob=blob)
-            n += 1
-        return n
-
-    await target.write(write)
-
-
 async def verify(source: Store, target: Store, counts: dict[str, int], source_id: str) -> list[Verified]:
     """How many of the source's rows the target holds, per table: rows keyed by their own ids are looked
     up by key; the append-only tables by what this source copied (`memactors_imports`)."""
@@ -279,12 +249,12 @@ async def verify(source: Store, target: Store, counts: dict[str, int], source_id
     return out
 
 
-async def migrate(source: Store, target: Store, *, source_id: str, progress: Progress = lambda t, d, n: None
-                  ) -> list[Verified]:
+async def migrate(source: Store, target: Store, *, source_id: str, copy_vectors: CopyVectors,
+                  progress: Progress = lambda t, d, n: None) -> list[Verified]:
     """Copy `source` (a SQLite store) into `target` (a PostgreSQL one); returns the verification."""
     if target.engine != "postgresql":
         raise ValueError("store migrate copies into a PostgreSQL store")
-    return await copy_store(source, target, source_id=source_id, progress=progress)
+    return await copy_store(source, target, source_id=source_id, copy_vectors=copy_vectors, progress=progress)
 
 
 __all__ = ["TABLES", "Verified", "migrate"]

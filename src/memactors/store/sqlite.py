@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +26,9 @@ import sqlite_vec
 import trio
 from sqlite_utils.migrations import Migrations
 
-from . import _WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
+from ..episode import flatten
+from . import WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
+from .builtin_docs import BM25_WEIGHTS, doc_fields
 from .health import WriteHealth
 
 T = TypeVar("T")
@@ -42,186 +45,32 @@ def fts_match(query: str) -> str | None:
     Every distinct word of the query, double-quoted and OR-ed: quoting keeps FTS5 operators (AND, NEAR,
     '*', '-', column filters) in user text inert. None when the query has no words.
     """
-    words = _WORD.findall(query.lower())
+    words = WORD.findall(query.lower())
     if not words:
         return None
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
+#: The schema, applied at open. Each migration's SQL is a versioned file of this package
+#: (``store/migrations/sqlite/NNNN_name.sql``); the two that move data (0006, 0009) are Python below,
+#: with the SQL they run around it.
 migrations = Migrations("memactors")
+
+
+def _sql(name: str) -> str:
+    """The SQL of migration `name`, from its file (package data)."""
+    return resources.files("memactors.store").joinpath(f"migrations/sqlite/{name}.sql").read_text(encoding="utf-8")
 
 
 @migrations(name="0001_initial")
 def _m0001(db: sqlite_utils.Database) -> None:
-    db.executescript(
-        """
-        CREATE TABLE runs (
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            adapter TEXT NOT NULL,
-            started_at TEXT NOT NULL,
-            ended_at TEXT NOT NULL,
-            outcome TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            duration_ms INTEGER NOT NULL,
-            repo TEXT,
-            branch TEXT,
-            record TEXT NOT NULL,          -- redacted run record JSON, without the prompt
-            ingested_at TEXT NOT NULL,
-            PRIMARY KEY (harness, run_id)
-        );
-        CREATE INDEX runs_repo_branch ON runs (repo, branch, ended_at);
-        CREATE TABLE run_paths (
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            repo TEXT NOT NULL,
-            path TEXT NOT NULL,
-            PRIMARY KEY (harness, run_id, repo, path),
-            FOREIGN KEY (harness, run_id) REFERENCES runs (harness, run_id) ON DELETE CASCADE
-        );
-        CREATE INDEX run_paths_by_path ON run_paths (repo, path);
-        CREATE TABLE episodes (
-            episode_id TEXT PRIMARY KEY,
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            repo TEXT NOT NULL,
-            branch TEXT NOT NULL,
-            scope TEXT NOT NULL,
-            trust_class TEXT NOT NULL,
-            outcome TEXT NOT NULL,
-            started_at TEXT NOT NULL,
-            recorded_at TEXT NOT NULL,     -- when memactors assembled and stored it (retention clock)
-            body TEXT,                     -- REQ-5 object as JSON; NULL once forgotten
-            text TEXT,                     -- plain-text rendering; NULL once forgotten
-            forgotten_at TEXT
-        );
-        CREATE INDEX episodes_by_scope ON episodes (scope, started_at);
-        CREATE INDEX episodes_by_harness ON episodes (harness, started_at);
-        CREATE INDEX episodes_by_recorded ON episodes (recorded_at);
-        CREATE TABLE memory_index (
-            provider TEXT NOT NULL,
-            provider_id TEXT NOT NULL,
-            episode_id TEXT NOT NULL REFERENCES episodes (episode_id),
-            scope TEXT NOT NULL,
-            recorded_at TEXT NOT NULL,
-            forgotten_at TEXT,
-            PRIMARY KEY (provider, provider_id)
-        );
-        CREATE INDEX memory_index_by_episode ON memory_index (episode_id);
-        CREATE TABLE pending (
-            kind TEXT NOT NULL CHECK (kind IN ('record', 'forget')),
-            provider TEXT NOT NULL,
-            episode_id TEXT NOT NULL,
-            provider_id TEXT NOT NULL DEFAULT '',
-            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'failed')),
-            attempts INTEGER NOT NULL DEFAULT 0,
-            first_at TEXT NOT NULL,
-            next_at TEXT NOT NULL,
-            last_error TEXT,
-            PRIMARY KEY (kind, provider, episode_id, provider_id)
-        );
-        CREATE TABLE builtin_docs (
-            doc_id INTEGER PRIMARY KEY,
-            episode_id TEXT NOT NULL UNIQUE,
-            scope TEXT NOT NULL,
-            text TEXT NOT NULL,
-            summary TEXT NOT NULL DEFAULT '',
-            files TEXT NOT NULL DEFAULT '[]',
-            started_at TEXT NOT NULL,
-            content_hash TEXT NOT NULL
-        );
-        CREATE INDEX builtin_docs_by_scope ON builtin_docs (scope);
-        CREATE VIRTUAL TABLE builtin_fts USING fts5 (text, summary, tokenize = 'porter unicode61');
-        CREATE TABLE call_log (
-            id INTEGER PRIMARY KEY,
-            at TEXT NOT NULL,
-            caller TEXT NOT NULL,
-            server TEXT NOT NULL,
-            tool TEXT NOT NULL,
-            args_sha256 TEXT NOT NULL,
-            outcome TEXT NOT NULL,
-            duration_ms INTEGER NOT NULL
-        );
-        """
-    )
+    db.executescript(_sql("0001_initial"))
 
 
 @migrations(name="0002_facts_graph")
 def _m0002(db: sqlite_utils.Database) -> None:
     """Facts, exposure, votes, pull-request links, presence, the per-run briefing cache, run tokens."""
-    db.executescript(
-        """
-        CREATE TABLE facts (
-            id TEXT PRIMARY KEY,
-            fts_rowid INTEGER NOT NULL UNIQUE,   -- facts_fts rowid; explicit so VACUUM cannot move it
-            scope TEXT NOT NULL,
-            text TEXT NOT NULL,
-            confidence REAL NOT NULL CHECK (confidence >= 0.0 AND confidence <= 1.0),
-            status TEXT NOT NULL CHECK (status IN ('live', 'suspect', 'retired')),
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
-        );
-        CREATE INDEX facts_by_scope ON facts (scope, status, confidence);
-        CREATE VIRTUAL TABLE facts_fts USING fts5 (text, tokenize = 'porter unicode61');
-        CREATE TABLE exposures (
-            id INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL,
-            harness TEXT NOT NULL,
-            fact_id TEXT NOT NULL,
-            surface TEXT NOT NULL
-                CHECK (surface IN ('recall', 'briefing_tool', 'briefing_resource', 'briefing_prompt')),
-            call_id TEXT,
-            at TEXT NOT NULL
-        );
-        CREATE INDEX exposures_by_run_fact ON exposures (run_id, fact_id);
-        CREATE TABLE votes (
-            id INTEGER PRIMARY KEY,
-            fact_id TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            harness TEXT NOT NULL,
-            stance TEXT NOT NULL CHECK (stance IN ('support', 'oppose')),
-            counted INTEGER NOT NULL CHECK (counted IN (0, 1)),
-            at TEXT NOT NULL
-        );
-        CREATE INDEX votes_by_fact ON votes (fact_id);
-        CREATE TABLE pull_requests (
-            repo TEXT NOT NULL,
-            branch TEXT NOT NULL,
-            url TEXT NOT NULL,
-            linked_at TEXT NOT NULL,
-            PRIMARY KEY (repo, branch, url)
-        );
-        CREATE TABLE presence (
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            session_id TEXT NOT NULL,
-            repo TEXT NOT NULL,
-            branch TEXT,
-            paths TEXT NOT NULL DEFAULT '[]',
-            reported_at TEXT NOT NULL,
-            expires_at TEXT NOT NULL,
-            PRIMARY KEY (harness, run_id, session_id)
-        );
-        CREATE INDEX presence_by_repo ON presence (repo, expires_at);
-        CREATE TABLE briefings (
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            document TEXT NOT NULL,
-            doc_json TEXT NOT NULL,
-            items TEXT NOT NULL DEFAULT '{}',
-            computed_at TEXT NOT NULL,
-            PRIMARY KEY (harness, run_id)
-        );
-        CREATE TABLE run_callers (
-            token_sha256 TEXT PRIMARY KEY,
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            workdir TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        );
-        CREATE INDEX run_callers_by_run ON run_callers (harness, run_id);
-        """
-    )
+    db.executescript(_sql("0002_facts_graph"))
 
 
 @migrations(name="0003_providers")
@@ -231,28 +80,13 @@ def _m0003_providers(db: sqlite_utils.Database) -> None:
     The vec0 table itself (`builtin_vec`) is created lazily by the built-in provider once the embedding
     dimension is known; `builtin_meta` remembers the model and dimension it was built for.
     """
-    db.executescript(
-        """
-        CREATE TABLE builtin_embed_cache (
-            content_hash TEXT NOT NULL,
-            model TEXT NOT NULL,
-            dim INTEGER NOT NULL,
-            vector BLOB NOT NULL,          -- float32 little-endian, sqlite-vec's serialisation
-            PRIMARY KEY (content_hash, model)
-        );
-        CREATE TABLE builtin_meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        );
-        CREATE INDEX pending_due ON pending (provider, state, next_at);
-        """
-    )
+    db.executescript(_sql("0003_providers"))
 
 
 @migrations(name="0004_run_token_expiry")
 def _m0004_run_token_expiry(db: sqlite_utils.Database) -> None:
     """Run tokens end with their run (plus a short grace): an expiry per token, NULL for no expiry."""
-    db.execute("ALTER TABLE run_callers ADD COLUMN expires_at TEXT")
+    db.execute(_sql("0004_run_token_expiry"))
 
 
 @migrations(name="0006_builtin_scope_in_fts")
@@ -317,7 +151,7 @@ def _m0007_episode_text_from_body(db: sqlite_utils.Database) -> None:
     `text` of memory_record_episode), the operator's episode view, and REQ-9's text check
     (`index.text_belongs_body`). SQLite rewrites the table; with secure_delete on, the dropped copies
     are overwritten."""
-    db.execute("ALTER TABLE episodes DROP COLUMN text")
+    db.execute(_sql("0007_episode_text_from_body"))
 
 
 @migrations(name="0008_texts_in_their_own_tables")
@@ -338,20 +172,7 @@ def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
     outcome, repository and paths for the graph: what the graph knows, not what the agent wrote).
     Existing stores are moved in place.
     """
-    db.executescript(
-        """
-        CREATE TABLE episode_bodies (id INTEGER PRIMARY KEY, body TEXT NOT NULL);  -- REQ-5 object as JSON
-        CREATE TABLE run_records (id INTEGER PRIMARY KEY, record TEXT NOT NULL);   -- redacted, no prompt
-        ALTER TABLE episodes ADD COLUMN body_id INTEGER;  -- NULL once forgotten
-        ALTER TABLE runs ADD COLUMN record_id INTEGER;    -- NULL once its episode is forgotten
-        INSERT INTO episode_bodies (id, body) SELECT rowid, body FROM episodes WHERE body IS NOT NULL ORDER BY rowid;
-        UPDATE episodes SET body_id = rowid WHERE body IS NOT NULL;
-        INSERT INTO run_records (id, record) SELECT rowid, record FROM runs ORDER BY rowid;
-        UPDATE runs SET record_id = rowid;
-        ALTER TABLE episodes DROP COLUMN body;
-        ALTER TABLE runs DROP COLUMN record;
-        """
-    )
+    db.executescript(_sql("0008_texts_in_their_own_tables"))
 
 
 def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
@@ -364,7 +185,7 @@ def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
     return value
 
 
-#: builtin_fts's BM25 weights per column as configured by migration 0009 (ranking.BM25_WEIGHTS).
+#: builtin_fts's BM25 weights per column as configured by migration 0009 (builtin_docs.BM25_WEIGHTS).
 _BUILTIN_FTS_SQL = """
     CREATE VIRTUAL TABLE builtin_fts USING fts5 (
         scope_key, title, excerpt, files, failures, meta,
@@ -406,9 +227,6 @@ def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
        episode of the scope shares (REQ-14's briefing query), and weigh each column.
     Doc ids (and so vectors) and content hashes (and so the embedding cache) are unchanged.
     """
-    from ..builtin import BM25_WEIGHTS, doc_fields  # the provider's own field rules (no import cycle at load)
-    from ..episode import flatten
-
     for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
         data = json.loads(body)
         flat = _flat_strings(data, flatten)
@@ -455,28 +273,7 @@ def _m0010_agent_runs(db: sqlite_utils.Database) -> None:
     When the run's episode is forgotten (REQ-10 sets `runs.record_id` to NULL with the run record), the
     trigger removes the stderr tail and the log too: both may hold what the agent wrote. The row's ids,
     times and outcome stay, as the runs row does. Rows are pruned by age (`run_rows.prune`)."""
-    db.executescript(
-        """
-        CREATE TABLE agent_runs (
-            harness TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            state TEXT NOT NULL,           -- running | ended
-            started_at TEXT NOT NULL,
-            ended_at TEXT,
-            view TEXT NOT NULL,            -- the operator's view as JSON (no prompt, no agent text)
-            stderr_tail TEXT,              -- redacted, at most 4 KiB
-            log TEXT,                      -- redacted parsed events, JSON lines, bounded
-            PRIMARY KEY (harness, run_id)
-        );
-        CREATE INDEX agent_runs_by_start ON agent_runs (started_at);
-        CREATE INDEX agent_runs_by_run ON agent_runs (run_id);
-        CREATE TRIGGER agent_runs_forget AFTER UPDATE OF record_id ON runs
-            WHEN new.record_id IS NULL AND old.record_id IS NOT NULL BEGIN
-            UPDATE agent_runs SET stderr_tail = NULL, log = NULL
-            WHERE harness = new.harness AND run_id = new.run_id;
-        END;
-        """
-    )
+    db.executescript(_sql("0010_agent_runs"))
 
 
 @migrations(name="0011_pending_claims")
@@ -485,12 +282,7 @@ def _m0011_pending_claims(db: sqlite_utils.Database) -> None:
     `claimed_until`: daemons sharing one store (PostgreSQL, docs/fleet.md) never try the same row at
     once, and the ingest path holds its fresh records for its own first attempt without moving their
     `next_at`. On SQLite the one daemon claims its rows the same way."""
-    db.executescript(
-        """
-        ALTER TABLE pending ADD COLUMN claimed_until TEXT;
-        ALTER TABLE pending ADD COLUMN claimed_by TEXT;
-        """
-    )
+    db.executescript(_sql("0011_pending_claims"))
 
 
 class SqliteDialect:
@@ -593,7 +385,7 @@ def _connect(path: Path) -> SqliteDb:
 
 
 class SqliteStore(Store):
-    """The store on one SQLite file. Open with `await Store.open(path)`."""
+    """The store on one SQLite file. Open with `await open_store(path)`."""
 
     engine = "sqlite"
 
