@@ -30,8 +30,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/memactors serve
 
+# ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/lint-imports --no-logo
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
 # report the version pinned here, so a stale cache is caught rather than tested.
