@@ -6,9 +6,9 @@ to reach without faking them:
 * ``nofile``: the child's ``RLIMIT_NOFILE`` (soft and hard), set before exec, as ``ulimit -n`` would;
 * ``thread_idle``: trio's worker-thread idle timeout (10 s in trio) for the child, so threads retire
   within a test's idle gap. The daemon's code is unchanged; only how soon trio retires idle threads is.
-* ``handshake``: the listeners' request-head timeout (``_listen.HANDSHAKE_TIMEOUT``, 5 s) for the
+* ``handshake``: the listeners' request-head timeout (``net.listen.HANDSHAKE_TIMEOUT``, 5 s) for the
   child, so a test holds a flood past it in less real time. Only the constant's value changes.
-* ``body``: the listeners' request-body deadline (``_listen.BODY_TIMEOUT``, 10 s), likewise.
+* ``body``: the listeners' request-body deadline (``net.listen.BODY_TIMEOUT``, 10 s), likewise.
 * ``constants``: any other module constants for the child, ``{"memactors.module.NAME": value}``; each
   must exist (a renamed constant fails the start loudly).
 """

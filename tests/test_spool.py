@@ -63,7 +63,7 @@ def test_nothing_is_lost_when_hooks_append_while_senders_claim(tmp_path: Path) -
     """Four processes append 100 entries each while this one claims and completes over and over."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    writer = ("import sys; from pathlib import Path; from memactors import spool\n"
+    writer = ("import sys; from pathlib import Path; from memactors.agents import spool\n"
               "for n in range(100):\n"
               "    spool.append(Path(sys.argv[1]), {'record': {'run_id': sys.argv[2] + '-' + str(n)}})\n")
     procs = [subprocess.Popen([sys.executable, "-c", writer, str(state), f"w{i}"]) for i in range(4)]

@@ -161,7 +161,7 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
 
 
 async def _send_spool(memory: Any, state_dir: Path) -> None:
-    """Send the sessions a hook spooled while no daemon was reachable (spool.py), once we serve."""
+    """Send the sessions a hook spooled while no daemon was reachable (agents/spool.py), once we serve."""
     try:
         counts = await send_spool(state_dir, memory.ingest_runs)
     except (OSError, MemactorsError) as exc:  # the spool keeps what was not confirmed: nothing is lost

@@ -396,7 +396,7 @@ async def serve_mcp_http(
     app: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker on a capped listener (connection
-    cap, short head and body timeouts: see ``_listen``); reports ``http://host:port/mcp``."""
+    cap, short head and body timeouts: see ``net.listen``); reports ``http://host:port/mcp``."""
     async with trio.open_nursery() as nursery:
         bound_host, bound_port = await nursery.start(partial(serve_asgi, app, host, port, name="gateway"))
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host

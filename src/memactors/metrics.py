@@ -380,7 +380,7 @@ async def serve_metrics(
 ) -> NoReturn:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` with hypercorn until cancelled;
     reports ``(host, actual_port)``. Keep-alive, HTTP/1.1 and h2c come from hypercorn; the listener is
-    capped like every other (see ``_listen``)."""
+    capped like every other (see ``net.listen``)."""
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(partial(serve_asgi, metrics_app(metrics, ready), host, port, name="metrics"))
         _log.bind(host=bound[0], port=bound[1]).info("metrics listening")

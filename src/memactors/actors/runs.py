@@ -19,7 +19,7 @@ nursery, which owns the child process, its deadline and the run record written w
    ``timed_out``, reason ``deadline``. ``CancelRun`` (``memactors runs cancel``) and stopping the daemon
    stop it the same way: outcome ``cancelled``, reason ``operator_cancel``; a cap passed: ``cancelled``,
    ``budget_exceeded``. Every stopped run is still recorded.
-3. **Record**: the run record is built from what happened (``run_record.py``'s rules) and sent down
+3. **Record**: the run record is built from what happened (``agents/run_record.py``'s rules) and sent down
    ``IngestRun``'s path, so the episode appears as soon as the process ends. The run's row in the store
    (``run_rows``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
    keeps it listable after a restart. The token then expires after a short grace.

@@ -3,11 +3,17 @@
 It is a real MCP server (the SDK's low-level `Server`), reached in-process through `mcp.Client(server)`
 by the provider session, so conformance checks and scope enforcement exercise it exactly as they do an
 upstream. `memactors provider serve-builtin --stdio [--db PATH]` serves the same server over stdio
-(`builtin_stdio.py`) so it can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
+(`builtin/stdio.py`) so it can be configured as an `[mcp.<name>]` upstream. Its ids are episode ids.
+
+The package: this module is the provider's flow; ``index`` the `DocIndex` protocol, ``index_sqlite`` and
+``index_pg`` its implementation on each store engine; ``ranking`` REQ-11's rankings (FTS5 statements,
+RRF); ``stdio`` the stdio server. May import: the store interface (``memactors.store``, never an engine)
+and the pure modules; the store never imports this package (the document columns both share are
+``store.builtin_docs``). Used by the actors, the service and the CLI.
 
 The flow (record, embed, recall, forget) is `BuiltinProvider`'s, once for both store engines; what
-differs between them is a `DocIndex`: `_builtin_sqlite.SqliteIndex` (with `ranking.py`'s FTS5
-statements) or `_builtin_pg.PgIndex` (tsvector and pgvector, docs/fleet.md).
+differs between them is a `DocIndex`: `index_sqlite.SqliteIndex` (with `builtin/ranking.py`'s FTS5
+statements) or `index_pg.PgIndex` (tsvector and pgvector, docs/fleet.md).
 
 Storage on SQLite: `builtin_docs` (one row per episode: scope, its FTS5 scope
 token `scope_key`, the episode as fields — `title` (its summary, else the start of its excerpt),
@@ -22,7 +28,7 @@ model's dimension is known, and rebuilt (emptied) when the model or dimension ch
 cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
 re-recording or re-embedding the same content never calls the model API again.
 
-Ranking (`ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
+Ranking (`builtin/ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
 the caller's scopes, cosine (hybrid only: the query's embedding against `builtin_vec`, best 200 in the
 caller's scopes) and the path boost for a request carrying `paths` (the episodes whose `files_touched`
 contains one of them exactly, repository-relative) — ties by recency, then id. Without an embedding

@@ -16,9 +16,9 @@ class DocIndex(Protocol):
     vectors are, and the queries over them. Everything else — the contract, the fields and item text of
     an episode, the embedding calls and their deadlines, and REQ-11's ranking (which rankings, RRF with
     k = 60, the path boost, the tie-breaks, the metadata-only query) — is `BuiltinProvider`'s, written
-    once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `_builtin_sqlite.SqliteIndex`, with
-    `ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
-    `_builtin_pg.PgIndex`.
+    once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `builtin.index_sqlite.SqliteIndex`, with
+    `builtin/ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
+    `builtin.index_pg.PgIndex`.
 
     Every method takes the `Db` of a `Store.write` (the writes) or `Store.read` (the queries) call. Hits
     come best first; a ranking's tie-breaks are recency, then episode id, on both engines.

@@ -1,7 +1,7 @@
 """The built-in provider's storage on PostgreSQL (REQ-11 on `[store] url = "postgresql://…"`).
 
 `builtin.BuiltinProvider` keeps the contract, the ranking rules and the item text (its fields, its
-gist); this module keeps what is PostgreSQL's own, as `_builtin_sqlite` keeps what is SQLite's (FTS5,
+gist); this module keeps what is PostgreSQL's own, as `builtin.index_sqlite` keeps what is SQLite's (FTS5,
 sqlite-vec):
 
 * `builtin_docs`: one row per episode with the fields the SQLite engine indexes (`builtin.doc_fields`:

@@ -1,9 +1,9 @@
-"""The built-in provider's storage on SQLite (REQ-11 on the embedded store), as `_builtin_pg` keeps
+"""The built-in provider's storage on SQLite (REQ-11 on the embedded store), as `builtin.index_pg` keeps
 PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
 
 * `builtin_docs` (one row per episode, its doc id in the scope's own range: `store.scope_doc_id`) with
   `builtin_fts` (FTS5, `porter unicode61`, external content, kept in step by triggers: the text is
-  stored once) — queried by `ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
+  stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
   the briefing order, the path candidates);
 * `builtin_vec`, a sqlite-vec `vec0` table (one float32 embedding per episode, partitioned by scope,
   cosine distance), created once the embedding dimension is known and rebuilt empty when the model or

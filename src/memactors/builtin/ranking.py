@@ -1,7 +1,7 @@
 """The built-in provider's ranking (SPEC-0030 REQ-11): which words a recall searches for, the FTS5 plan
 that finds its candidates, the order of a metadata-only query, and reciprocal rank fusion.
 
-Split out of `builtin.py` (which keeps the contract, the documents, the vectors and the stdio server)
+Split out of `builtin/__init__.py` (which keeps the contract, the documents, the vectors and the stdio server)
 so the ranking reads in one sitting. The FTS5 and JSON statements here are the SQLite engine's
 (`bm25_candidates`, `metadata_only`, `briefing_order`, `path_candidates`); the pure parts
 (`search_words`, `briefing_rank`, `path_ranking`, `rrf`, `rank`) are what every engine's ranking shares.

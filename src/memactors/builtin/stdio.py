@@ -1,7 +1,7 @@
 """The built-in provider served over stdio (`memactors provider serve-builtin --stdio`), so it can be
 configured as an `[mcp.<name>]` upstream and exercised exactly as a third-party one.
 
-Split out of `builtin.py`: the provider's contract and ranking are there; this is its wire.
+Split out of `builtin/__init__.py`: the provider's contract and ranking are there; this is its wire.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from . import BuiltinProvider, Embedder
 async def serve_builtin_stdio(target: Path | str, *, embedder: Embedder | None = None,
                               embedding_model: str | None = None) -> None:
     """Serve the built-in provider over stdio on the store at `target` (a SQLite file, or a
-    ``postgresql://`` store URL: its documents then live in that database, `_builtin_pg`) until stdin
+    ``postgresql://`` store URL: its documents then live in that database, `builtin.index_pg`) until stdin
     closes.
 
     `memactors provider serve-builtin --stdio` runs this, so the built-in provider can be configured as

@@ -2,7 +2,7 @@
 
 hypercorn speaks ASGI to the metrics listener, the gateway and the fake model APIs in
 ``memactors.testing``; each answers the lifespan protocol the same way and reads a JSON request body the
-same way. :class:`RequestBodyGuard` stands in front of every app the daemon serves (``_listen``): the
+same way. :class:`RequestBodyGuard` stands in front of every app the daemon serves (``net.listen``): the
 body's deadline and size cap, and quiet client disconnects, in one place.
 """
 

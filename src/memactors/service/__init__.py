@@ -8,6 +8,12 @@
 Inside, a one-for-one supervisor runs the actors (provider session, index, summary, assembler,
 retention); they talk only through their addresses. The handlers below are the single path every
 surface (RPC, CLI, gateway, TUI) takes: none has a private one.
+
+The package: this module (MemoryService and `open_memory_service`); ``ingest``, the ingest pipeline, a
+stage below the handlers that reaches the actors through the `Stages` it is handed; ``providers``, how
+the daemon reaches its provider and checks one (REQ-4). May import: the actors, the built-in provider,
+the agent side, the store and the pure modules; never a surface (the RPC method table, the gateway and
+the daemon import this package, not the reverse).
 """
 
 from __future__ import annotations

@@ -1,9 +1,16 @@
 """The daemon's store (ADR-0037 as memactors builds it): one interface, two engines.
 
-SQLite (`_engine_sqlite`) is the embedded default: one file in the state directory, opened through
+The package: this module is the interface (`Store`, `Db`, the write queue both engines share, the
+rows and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and
+``pg`` are the engines, one module each; ``migrations/<engine>/NNNN_name.sql`` their schemas, as
+versioned files; ``builtin_docs`` the built-in provider's document columns both engines migrate;
+``health`` the write-health state; ``migrate`` `memactors store migrate`. May import: the pure
+modules (errors, urls, episode, wrapper) only — never the provider, the actors or anything above.
+
+SQLite (`store.sqlite`) is the embedded default: one file in the state directory, opened through
 sqlean-py (the stdlib sqlite3 here cannot load extensions) and handed to sqlite-utils; WAL, foreign
-keys on, schema by sqlite-utils `Migrations` (`_engine_sqlite.migrations`). `[store] url = "postgresql://…"` puts the same
-store on PostgreSQL (`_engine_pg`), so daemons on several hosts share one memory (docs/fleet.md).
+keys on, schema by sqlite-utils `Migrations` (`store.sqlite.migrations`). `[store] url = "postgresql://…"` puts the same
+store on PostgreSQL (`store.pg`), so daemons on several hosts share one memory (docs/fleet.md).
 
 Actors and modules never see the engine: they hand functions `fn(db)` to `Store.write` /
 `Store.read`, where `db` is a `Db` (execute / executemany / query, and `db.dialect` for what is
@@ -190,7 +197,7 @@ class Db(Protocol):
     into its own), `INSERT … ON CONFLICT DO NOTHING` (not `OR IGNORE`), `RETURNING id` (not
     `lastrowid`), `IS NOT DISTINCT FROM` (not `IS ?`), `count(*) FILTER (WHERE …)`. What cannot be
     written once (full-text search, locks, the built-in provider's index) is a method of `dialect`,
-    implemented once per engine (`_engine_sqlite`, `_engine_pg`).
+    implemented once per engine (`store.sqlite`, `store.pg`).
     """
 
     dialect: Any
@@ -263,7 +270,7 @@ class Store:
     """The daemon's store: one writer (group commit) and pooled readers, all in worker threads.
 
     Open with `await open_store(target)` (``store.engines``): a path opens (or creates) the SQLite file there, a
-    ``postgresql://`` URL the PostgreSQL database (`_engine_pg`). The engines differ only in how they
+    ``postgresql://`` URL the PostgreSQL database (`store.pg`). The engines differ only in how they
     connect and in the SQL of `Db.dialect`; `write`, `read` and their semantics are this class's.
     """
 
@@ -278,7 +285,7 @@ class Store:
         #: Write transactions run so far (each holds one or more write() calls).
         self.transactions = 0
         #: Whether writes succeed (set by the engine): a write that fails for lack of space raises StoreFull
-        #: (store_health); `snapshot()` is what Status, doctor and /readyz show.
+        #: (store.health); `snapshot()` is what Status, doctor and /readyz show.
         self.health: Any = None
 
     @property

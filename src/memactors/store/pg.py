@@ -136,7 +136,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def or_query(text: str) -> str | None:
-    """A `to_tsquery` expression matching any distinct word of `text` (as `_engine_sqlite.fts_match` does for
+    """A `to_tsquery` expression matching any distinct word of `text` (as `store.sqlite.fts_match` does for
     FTS5); None when it has no words. Words are runs of letters and digits, split as the indexed text is
     (the `tsv` columns make every other character a space first), so no tsquery operator in user text
     survives."""
@@ -234,7 +234,7 @@ def _unavailable(exc: BaseException) -> bool:
 
 
 class PgHealth:
-    """`store_health.WriteHealth`'s interface for a PostgreSQL store: its disk is the server's, so what
+    """`store.health.WriteHealth`'s interface for a PostgreSQL store: its disk is the server's, so what
     the surfaces report is whether the server answered the last call (`PgStore.last_error`); a full disk
     on the server is one of the errors it answers with."""
 

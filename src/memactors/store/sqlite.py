@@ -2,7 +2,7 @@
 
 Connections come from sqlean-py (SQLite 3.50 with FTS5 and extension loading; the stdlib sqlite3 here
 cannot load sqlite-vec) wrapped in sqlite-utils. The schema is the sqlite-utils `Migrations` below
-(`migrations`, applied at open), as `_engine_pg.MIGRATIONS` is PostgreSQL's. Only this module and the
+(`migrations`, applied at open), as `store.pg.MIGRATIONS` is PostgreSQL's. Only this module and the
 built-in provider's SQLite half know they run on SQLite.
 
 Readers: a bounded pool, at most as many as the read limiter admits at once, opened lazily, checked out
