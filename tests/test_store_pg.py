@@ -423,8 +423,11 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
 def _serve_builtin(pg_url: str | None = None) -> str:
     """An `[mcp.bi]` upstream: `memactors provider serve-builtin --stdio` (with `--db pg_url` when given)."""
     db = f', "--db", "{pg_url}"' if pg_url else ""
+    # provider_timeout 10 s: the connection budget (5 × it) must cover the subprocess's start on a loaded
+    # machine, where 10 s (the default's) did not; no deadline is what these tests are about
     return (f'[mcp.bi]\ncommand = "{sys.executable}"\n'
-            f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio"{db}]\n')
+            f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio"{db}]\n'
+            '[memory.episodes]\nprovider_timeout = "10s"\n')
 
 
 async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tmp_path: Path, pg_url: str) -> None:
