@@ -300,6 +300,20 @@ def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_
         assert url.endswith("/v")
 
 
+def test_issue23_a_cluster_starts_where_the_postgres_user_cannot_enter_the_temporary_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0700 TMPDIR (pam_tmpdir's /tmp/user/0, or a /tmp made 0700): under root the server runs as
+    `postgres`, who could not reach a cluster there; the cluster goes to /var/tmp and starts."""
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    with Cluster() as cluster:
+        assert cluster.root.is_relative_to("/var/tmp" if os.geteuid() == 0 else private)
+        assert cluster.create_database("x").endswith("/x")
+
+
 async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
         tmp_path: Path, vector_url: str) -> None:
     """REQ-11's hybrid ranking on PostgreSQL: vectors in pgvector (HNSW, cosine), embedded once per

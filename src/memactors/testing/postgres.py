@@ -14,7 +14,8 @@ When this process runs as root (CI does) the server runs as the `postgres` user 
 through `runuser`, with a data directory it owns. A server tree where that user cannot reach it (a
 virtualenv under a 0700 home) is staged into the cluster's own directory first (hard links where the
 files are world-readable, else copies): the layout is kept, since PostgreSQL finds its lib and share
-directories relative to its programs.
+directories relative to its programs. When that user cannot enter the temporary directory itself (a
+0700 TMPDIR), the cluster's directory goes to /var/tmp.
 
 Daemons connect as the role `memactors` with a password over TCP (so the password path is the one
 users have); the harness itself connects as the superuser over the socket.
