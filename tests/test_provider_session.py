@@ -271,7 +271,9 @@ async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flig
             record = run_record(run_id=f"d{i}", trace_id=f"td-{i}", result_text=f"fixed ledger rounding number {i}")
             assert (await memory.ingest_run(record))["outcome"] == "queued"
     working = (f'[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "{sys.executable}"\n'
-               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n')
+               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n'
+               # the connection budget (5 × provider_timeout) must cover the start on a loaded machine
+               '[memory.episodes]\nprovider_timeout = "10s"\n')
     async with open_memory_service(make_holder(working)) as memory:
         await wait_ready(memory)
 
