@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from memactors.testing import isa_guard
+from memactors.testing.pg_binaries import link_or_copy, server_bindir
 
 #: Debian's source package, and the release whose sources have it (Debian 12 has none).
 SOURCE_PACKAGE = "pgvector"
@@ -71,7 +72,6 @@ def _pg_config(bindir: Path, *flags: str) -> list[str]:
 
 def debian_server() -> dict[str, str]:
     """Debian's server this machine has: its directories and version (from its pg_config)."""
-    from memactors.testing.postgres import server_bindir
 
     bindir = server_bindir()
     if not (bindir / "pg_config").exists():
@@ -178,11 +178,10 @@ def _make(source: Path, server: dict[str, str], *targets: str) -> None:
 
 
 def _copy_server(server: dict[str, str], tree: Path) -> None:
-    from memactors.testing.postgres import _link_or_copy
 
     for key in ("bindir", "pkglibdir", "sharedir"):
         src = Path(server[key])
-        shutil.copytree(src, tree / src.relative_to("/"), symlinks=True, copy_function=_link_or_copy,
+        shutil.copytree(src, tree / src.relative_to("/"), symlinks=True, copy_function=link_or_copy,
                         dirs_exist_ok=True)
 
 

@@ -33,32 +33,17 @@ import pwd
 import secrets
 import shutil
 import socket
-import stat
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from memactors.testing.pg_binaries import link_or_copy, server_bindir
+
 #: The role daemons connect as, and the prefix of its password.
 ROLE = "memactors"
 
 
-def server_bindir() -> Path:
-    """Where `initdb`, `pg_ctl` and `postgres` are. Raises RuntimeError naming what to install."""
-    candidates: list[Path] = []
-    if shutil.which("pg_config"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True, timeout=10)
-            candidates.append(Path(out.stdout.strip()))
-    base = Path("/usr/lib/postgresql")
-    if base.is_dir():
-        versions = sorted((p for p in base.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), reverse=True)
-        candidates += [v / "bin" for v in versions]
-    for directory in candidates:
-        if (directory / "initdb").exists() and (directory / "pg_ctl").exists():
-            return directory
-    raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's `postgresql` "
-                       "package (`make test` does it)")
 
 
 #: What the pgvector tests need of the server tree (keys of its stamp, `pgvector_build.STAMP`).
@@ -124,24 +109,12 @@ def _cluster_root(as_postgres: bool) -> Path:
     return Path(tempfile.mkdtemp(prefix="memactors-pg-", dir=base))
 
 
-def _link_or_copy(src: str, dst: str) -> str:
-    """A hard link to `src` when everyone may read it (and run it, if it is a program); else a copy
-    that everyone may."""
-    mode = os.stat(src).st_mode
-    executable = bool(mode & stat.S_IXUSR)
-    if mode & stat.S_IROTH and (not executable or mode & stat.S_IXOTH):
-        with contextlib.suppress(OSError):
-            os.link(src, dst)
-            return dst
-    shutil.copy2(src, dst)
-    os.chmod(dst, 0o755 if executable else 0o644)
-    return dst
 
 
 def _stage(install: Path, into: Path) -> Path:
     """The server tree `install` copied to `into` (hard links where it can), layout kept (PostgreSQL
     finds its lib and share directories relative to its programs); returns the staged tree."""
-    shutil.copytree(install, into, symlinks=True, copy_function=_link_or_copy)
+    shutil.copytree(install, into, symlinks=True, copy_function=link_or_copy)
     for directory, _, _ in os.walk(into):
         os.chmod(directory, 0o755)
     return into
