@@ -8,10 +8,11 @@ registries ships an ONNX export of the model without torch behind it).
 * **Lazy, once per process.** Nothing is read until the first text is embedded (an episode or a query);
   `shared_model()` then loads the weights once (~90 MB of float32) and every provider of the process
   shares them. A daemon that never embeds never loads it, so a test suite of short daemons pays nothing.
-* **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls; it runs the
-  model in a worker thread (`trio.to_thread.run_sync`) under a `trio.CapacityLimiter` of one, so at
-  most one batch computes at a time, on one BLAS thread (one core), with its memory bounded by
-  `MAX_BATCH` × `MAX_TOKENS` activations (a few MB).
+* **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls. Episodes
+  are embedded by one background thread per process at nice +10 (ingest and recall keep their share of
+  the core), one batch at a time; a query's embedding runs in a worker thread of its own (at most one
+  at a time), so it never waits behind a batch. Each uses one BLAS thread (one core), with memory
+  bounded by `MAX_BATCH` × `MAX_TOKENS` activations (a few MB).
 * **Bounded input.** A text is cut at `MAX_TOKENS` word pieces (the model was trained on 128; its
   window is 256): `builtin.embedding_text` puts the run's own words first, so what is cut is the tail.
 
@@ -21,8 +22,10 @@ episode renderings; this module only turns texts into vectors.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -165,7 +168,6 @@ class _Model:
 
 _model: _Model | None = None
 #: One batch at a time per trio run (a run's limiter cannot serve another run).
-_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("embedding_limiter")
 _QUERY_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("query_embedding_limiter")
 _model_lock = threading.Lock()
 
@@ -196,23 +198,60 @@ def model_info() -> dict[str, Any]:
     return info
 
 
+class _Background:
+    """The process's one background embedding thread, at a lower CPU priority (nice +10) than the
+    daemon's own threads, so ingest and recall keep their share of the core while a back-fill runs.
+    A batch is handed over with the trio token of its caller and its result handed back by
+    `trio.from_thread`; a caller cancelled meanwhile abandons the batch (its result is dropped)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Sequence[str], list[Any], Any, trio.lowlevel.TrioToken]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="memactors-embedder", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # not every platform has per-thread priorities
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        while True:
+            texts, box, done, token = self._jobs.get()
+            try:
+                box.append(shared_model().encode(texts))
+            except BaseException as exc:  # noqa: BLE001 -- handed back to the caller, re-raised there
+                box.append(exc)
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(done.set, trio_token=token)
+
+    async def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        box: list[Any] = []
+        done = trio.Event()
+        self._jobs.put((list(texts), box, done, trio.lowlevel.current_trio_token()))
+        await done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+_background: _Background | None = None
+
+
+def _background_thread() -> _Background:
+    global _background
+    with _model_lock:
+        if _background is None:
+            _background = _Background()
+        return _background
+
+
 class LocalEmbedder:
-    """The `builtin.Embedder` of the embedded model: texts → unit vectors, computed in a worker thread,
-    one batch at a time per process (a `CapacityLimiter` of one shared by every embedder)."""
+    """The `builtin.Embedder` of the embedded model: texts → unit vectors, off the trio loop. Episodes
+    go to the process's one background thread (`_Background`, lower priority, one batch at a time);
+    queries (`query=True`) to a worker thread of their own under a `CapacityLimiter` of one, so a query
+    never waits behind a background batch."""
 
     model = BUILTIN_MODEL
 
     def __init__(self, *, query: bool = False) -> None:
-        #: Queries have a thread of their own, so one never waits behind a background batch.
-        self._var = _QUERY_LIMITER if query else _LIMITER
-
-    def limiter(self) -> trio.CapacityLimiter:
-        try:
-            return self._var.get()
-        except LookupError:
-            limiter = trio.CapacityLimiter(1)
-            self._var.set(limiter)
-            return limiter
+        self.query = query
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         from .modelapi import ModelApiError
@@ -221,7 +260,14 @@ class LocalEmbedder:
             return shared_model().encode(texts)
 
         try:
-            return await trio.to_thread.run_sync(run, limiter=self.limiter())
+            if not self.query:
+                return await _background_thread().encode(texts)
+            try:
+                limiter = _QUERY_LIMITER.get()
+            except LookupError:
+                limiter = trio.CapacityLimiter(1)
+                _QUERY_LIMITER.set(limiter)
+            return await trio.to_thread.run_sync(run, limiter=limiter)
         except ModelUnavailable as exc:
             raise ModelApiError(str(exc)) from None
 
