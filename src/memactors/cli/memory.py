@@ -61,7 +61,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               + ("" if free is None else f", {free} bytes free")
               + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
     emb = st.get("embeddings")
-    if emb:
+    if emb and emb.get("off"):
+        print(f"embeddings off: {emb['off']} (BM25 only; `make` installs it)")
+    elif emb:
         runtime = emb.get("runtime") or {}
         where = ("embedded, " + ("loaded, " + f"{runtime['weights_mb']} MB of weights" if runtime.get("loaded")
                                  else "not loaded yet") if emb.get("source") == "embedded" else "model API")
