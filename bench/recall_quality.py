@@ -81,11 +81,20 @@ from memactors.rpc.transport import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
 CHANGELOG_DATA = DATA.with_name("changelog_questions.json")
+#: Questions in other words written by a separate writer, given only the commits, who never saw the
+#: ranking code (issue 25): a check set that no tuning reads.
+HELDOUT_DATA = DATA.with_name("heldout_other_words.json")
+#: The modes one run compares: BM25 alone ([memory] embeddings = false) and the default configuration
+#: (the embedded model, hybrid ranking).
+MODES = ("bm25", "embedded")
+#: Path questions labelled by recency: the answers are the RECENT newest ingested runs that touched the path.
+RECENT = 3
 ROLES = ("fixer", "docs", "triage", "refactor", "deps")
 #: Report groups, in order: (kind, set) -> name.
 GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other", "natural"): "other (natural)",
           ("path", "first"): "path", ("path", "hard"): "path", ("same", "black"): "black same",
-          ("other", "black"): "black other"}
+          ("other", "black"): "black other", ("other", "heldout"): "heldout other words",
+          ("path-recency", "first"): "path (recency)", ("path-recency", "hard"): "path (recency)"}
 #: The changelog questions' groups, by how many content words of the commit's subject they share.
 CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
@@ -178,6 +187,9 @@ def run_record(repo: Repo, c: Commit) -> dict[str, Any]:
 def load_questions(*, changelog: bool = False) -> dict[str, Any]:
     """The hand-written questions; with `changelog`, the changelog questions after them."""
     data = json.loads(DATA.read_text(encoding="utf-8"))
+    if HELDOUT_DATA.exists():
+        data["questions"] += [{**q, "set": "heldout"} for q in
+                              json.loads(HELDOUT_DATA.read_text(encoding="utf-8"))["questions"]]
     if changelog and CHANGELOG_DATA.exists():
         data["questions"] += json.loads(CHANGELOG_DATA.read_text(encoding="utf-8"))["questions"]
     return data
@@ -192,7 +204,7 @@ def group(q: dict[str, Any]) -> str:
 
 def half(q: dict[str, Any]) -> str:
     """`tune` or `check`, fixed by the question's text; black's questions are all `check`."""
-    if q.get("set") == "black":
+    if q.get("set") in ("black", "heldout"):
         return "check"
     return ("tune", "check")[hashlib.sha256(q["query"].encode()).digest()[0] % 2]
 
@@ -372,14 +384,30 @@ def machine() -> str:
             f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
-def config_for(root: Path, state: Path, repos: Sequence[Repo]) -> Path:
+def config_for(root: Path, state: Path, repos: Sequence[Repo], mode: str = "embedded") -> Path:
     tables = "".join(f'[harness.{h}]\nharness = "{"codex" if i % 2 else "claude-code"}"\n'
                      for r in repos for i, h in enumerate(r.harnesses))
-    path = root / "harness.toml"
+    path = root / f"harness-{mode}.toml"
+    memory = "[memory]\nembeddings = false\n" if mode == "bm25" else ""
     path.write_text(f'[store]\npath = "{state}"\n[operator]\nlisten = "127.0.0.1:0"\n'
                     '[gateway]\nlisten = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n'
-                    '[memory.episodes]\nsummary = false\n' + tables, encoding="utf-8")
+                    f'{memory}[memory.episodes]\nsummary = false\n' + tables, encoding="utf-8")
     return path
+
+
+def recency_questions(repos: Sequence[Repo], kept: dict[str, list[Commit]],
+                      questions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The path questions again, labelled by recency (issue 25): what answers them is the RECENT newest
+    ingested runs that touched the path, what an agent about to edit it needs."""
+    out = []
+    for q in questions:
+        if q["kind"] != "path":
+            continue
+        runs = sorted((c for c in kept[q["repo"]] if set(q["paths"]) & set(c.files)),
+                      key=lambda c: (c.started, c.run_id), reverse=True)[:RECENT]
+        if runs:
+            out.append({**q, "kind": "path-recency", "answers": [c.run_id for c in runs]})
+    return out
 
 
 def cli(config: Path, root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -392,9 +420,10 @@ def touches(commit: Commit, upcoming: set[str]) -> bool:
     return bool(set(commit.files) & upcoming)
 
 
-async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Path, *, direct: bool) -> dict[str, Any]:
-    state = root / "state"
-    config = config_for(root, state, repos)
+async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Path, *, direct: bool,
+                   mode: str = "embedded", briefings_wanted: bool = True) -> dict[str, Any]:
+    state = root / f"state-{mode}"
+    config = config_for(root, state, repos, mode)
     records = root / "records"
     records.mkdir(exist_ok=True)
     kept: dict[str, list[Commit]] = {}
@@ -404,7 +433,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             for c in kept[r.key]:
                 f.write(json.dumps(run_record(r, c)) + "\n")
     subjects = {c.run_id: c.subject for r in repos for c in r.commits}
-    out: dict[str, Any] = {"machine": machine(), "episodes": {r.key: len(kept[r.key]) for r in repos}}
+    questions = [*questions, *recency_questions(repos, kept, questions)]
+    out: dict[str, Any] = {"machine": machine(), "mode": mode, "episodes": {r.key: len(kept[r.key]) for r in repos}}
     reuse = (state / "memactors.db").exists()
     run_tag = f"{int(time.time()):x}"  # fresh run ids: a run's briefing is computed at its first read (REQ-15)
     async with daemon(root, config, state) as d, AsyncExitStack() as stack:
@@ -423,6 +453,16 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 if not pending.get("records"):
                     break
                 await trio.sleep(0.5)
+        out["recorded_s"] = round(time.perf_counter() - t, 1)
+        if mode == "embedded":  # the background embedder's back-fill, timed from the ingest's start
+            with trio.fail_after(3600):
+                while True:
+                    emb = (await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}
+                    if not emb.get("pending") and not emb.get("running"):
+                        break
+                    await trio.sleep(1.0)
+            out["embedded_s"] = round(time.perf_counter() - t, 1)
+            out["embeddings"] = emb
         tokens: dict[str, str] = {}
         for r in repos:
             # A fresh run's place is its workdir's before its first session (REQ-9): a checkout whose
@@ -444,9 +484,11 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             g = group(q)
             for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
                 scores.setdefault(key, Scores()).add(q, found, subjects)
-            if q["kind"] not in ("path", "changelog"):  # the natural-language questions together, per corpus
+            if q["kind"] not in ("path", "path-recency", "changelog"):  # the NL questions together, per corpus
                 key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"
                 scores.setdefault(key, Scores()).add(q, found, subjects)
+            if q["kind"] not in ("path", "path-recency", "changelog"):  # every NL question ("all questions")
+                scores.setdefault("all", Scores()).add(q, found, subjects)
         times: list[float] = []
         if direct:
             from memactors.builtin import BuiltinProvider
@@ -456,6 +498,11 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             store = await open_store(state / "memactors.db")
             stack.callback(store.close)
             provider = BuiltinProvider(store)
+            if mode == "embedded":
+                from memactors.embedding import BUILTIN_MODEL, LocalEmbedder
+
+                provider = BuiltinProvider(store, embedder=LocalEmbedder().embed, embedding_model=BUILTIN_MODEL,
+                                           query_embedder=LocalEmbedder(query=True).embed, query_embed_deadline=30)
             for q in questions:
                 args: dict[str, Any] = {"query": q["query"], "scope": [scope_for(q["repo"])], "limit": LIMIT}
                 if q.get("paths"):
@@ -481,7 +528,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 times.append(time.perf_counter() - t)
                 document = "".join(getattr(c, "text", "") for c in result.content)
                 score(q, episode_runs(document))
-        order = [*dict.fromkeys(GROUPS.values()), "natural (same+other)", "black natural (same+other)",
+        order = [*dict.fromkeys(GROUPS.values()), "natural (same+other)", "black natural (same+other)", "all",
                  *CHANGELOG_GROUPS, *(f"black {g}" for g in CHANGELOG_GROUPS)]
         out["recall"] = {k: scores[k].row() for k in sorted(
             scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
@@ -490,7 +537,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
 
         # -- briefings --------------------------------------------------------------------------------
         briefings = []
-        for r in repos:
+        for r in (repos if briefings_wanted else ()):
             upcoming = {f for c in r.commits[-HOLDOUT:][:UPCOMING] for f in c.files}
             by_run = {c.run_id: c for c in kept[r.key]}
             for h in r.harnesses:
@@ -516,17 +563,35 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
     return out
 
 
-def report(out: dict[str, Any]) -> None:
-    print(f"machine: {out['machine']}")
-    print(f"episodes: {out['episodes']}  ingest: {out['ingest']} in {out['ingest_s']} s")
-    print(f"{'questions':34} {'n':>4} {'hit@1':>6} {'hit@3':>6} {'hit@8':>6} {'MRR':>6} {'items':>6} {'1st line':>8}")
-    for k, row in out["recall"].items():
-        print(f"{k:34} {row['n']:>4} {row['hit@1']:>6.2f} {row['hit@3']:>6.2f} {row['hit@8']:>6.2f} {row['mrr']:>6.2f}"
-              f" {row['items']:>6} {row['first_line']:>8.2f}")
-    print(f"gateway recall p50: {out['recall_ms_p50']} ms")
-    b = out.get("briefings", [])
-    if b:
-        print(f"{'briefing':34} {'runs':>5} {'chars':>6} {'shown gw/cli':>12} {'picks touch':>11} {'newest touch':>12}")
+def report(outs: dict[str, dict[str, Any]]) -> None:
+    """Every mode's figures side by side (MRR and hit@3 per group), then each mode's details."""
+    first = next(iter(outs.values()))
+    print(f"machine: {first['machine']}")
+    modes = list(outs)
+    for mode, out in outs.items():
+        line = f"[{mode}] episodes: {out['episodes']}  ingest: {out['ingest']} in {out['ingest_s']} s"
+        line += f" (all recorded at {out.get('recorded_s')} s)"
+        if "embedded_s" in out:
+            emb = out.get("embeddings") or {}
+            total = sum(out["episodes"].values())
+            line += (f"; every episode embedded at {out['embedded_s']} s from the ingest's start"
+                     f" ({total / max(out['embedded_s'], 1e-9):.1f} episodes/s; {emb.get('embedded')} by the model,"
+                     f" {emb.get('from_cache')} from the cache)")
+        print(line)
+    keys = list(dict.fromkeys(k for out in outs.values() for k in out["recall"]))
+    head = "".join(f" {m + ' MRR':>14} {'hit@3':>6}" for m in modes)
+    print(f"{'questions':34} {'n':>4}{head}")
+    for k in keys:
+        rows = [out["recall"].get(k) for out in outs.values()]
+        n = next(r["n"] for r in rows if r)
+        cells = "".join(f" {r['mrr']:>14.3f} {r['hit@3']:>6.2f}" if r else f" {'-':>14} {'-':>6}" for r in rows)
+        print(f"{k:34} {n:>4}{cells}")
+    print("gateway recall p50: " + ", ".join(f"{m} {out['recall_ms_p50']} ms" for m, out in outs.items()))
+    for mode, out in outs.items():
+        b = out.get("briefings", [])
+        if not b:
+            continue
+        print(f"[{mode}] {'briefing':27} {'runs':>5} {'chars':>6} {'shown gw/cli':>12} {'picks touch':>11} {'newest touch':>12}")
         for row in b:
             print(f"{row['harness']:34} {row['runs']:>5} {row['chars']:>6} {row['shown_gateway']:>6}/{row['shown_cli']:<5}"
                   f" {row['picks_touch']:>8}/{len(row['picks'])} {row['newest_touch']:>10}/3")
@@ -549,6 +614,8 @@ def main() -> None:
                         help="with --direct: set a constant of memactors.builtin.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="which configurations to compare, in this run (default: bm25,embedded)")
     args = parser.parse_args()
     data = load_questions(changelog=not args.no_changelog)
     if len(args.paths) > len(data["repos"]):
@@ -574,14 +641,19 @@ def main() -> None:
             setattr(importlib.import_module(f"memactors.{module or 'builtin.ranking'}"), name, ast.literal_eval(value))
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="recall-quality-"))
     root.mkdir(parents=True, exist_ok=True)
-    out = trio.run(lambda: evaluate(repos, data["questions"], root, direct=args.direct))
-    report(out)
+    modes = [m for m in args.modes.split(",") if m]
+    outs: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        outs[mode] = trio.run(lambda mode=mode: evaluate(repos, data["questions"], root, direct=args.direct, mode=mode,
+                                                         briefings_wanted=mode == modes[-1]))
+    report(outs)
     if args.show_misses:
-        for kind, misses in out["misses"].items():
-            for q in misses:
-                print(f"miss [{kind}] {q}")
+        for mode, out in outs.items():
+            for kind, misses in out["misses"].items():
+                for q in misses:
+                    print(f"miss [{mode}] [{kind}] {q}")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        Path(args.json).write_text(json.dumps(outs, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,26 @@ T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def write_config(tmp_path: Path, extra: str = "", *, store_url: str | None = None) -> Path:
+#: The drop-in that turns the embedded model off for a test's daemon (`write_config`).
+NO_EMBEDDINGS = "[memory]\nembeddings = false\n"
+
+
+def write_config(tmp_path: Path, extra: str = "", *, store_url: str | None = None,
+                 embeddings: bool | None = None) -> Path:
     """A global harness.toml keeping state under tmp_path and listening on free loopback ports; with
-    `store_url`, the store in that PostgreSQL database."""
+    `store_url`, the store in that PostgreSQL database.
+
+    `embeddings`: the built-in provider's hybrid ranking. By default it is off (through the documented
+    setting, `[memory] embeddings = false`, in a drop-in) unless `extra` configures an embedding model:
+    a test daemon that records episodes would otherwise load and run the embedded model in the
+    background (docs/benchmarks.md, "Suite cost"). The tests of the embedded model pass True."""
     path = tmp_path / "harness.toml"
+    dropins = tmp_path / "harness_d"
+    if embeddings is False or (embeddings is None and "embedding_model" not in extra):
+        dropins.mkdir(exist_ok=True)
+        (dropins / "00-tests-no-embeddings.toml").write_text(NO_EMBEDDINGS, encoding="utf-8")
+    else:
+        (dropins / "00-tests-no-embeddings.toml").unlink(missing_ok=True)
     url = f'url = "{store_url}"\n' if store_url else ""
     path.write_text(
         f'[store]\npath = "{tmp_path / "state"}"\n{url}'

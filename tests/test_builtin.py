@@ -12,7 +12,7 @@ import trio
 
 from memactors.builtin import RRF_K, BuiltinProvider, missing_vectors, rrf
 from memactors.config import ConfigHolder
-from memactors.modelapi import ModelApiClient, ModelApiSettings
+from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
@@ -99,16 +99,17 @@ async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store)
     await p.record(_args("ep_2", "rounding cents", files=("src/ledger.py",)))
     await p.record(_args("ep_3", "unrelated", files=("src/ledger.py",)))
     assert await _ids(p, "rounding") == ["ep_1", "ep_2"]
-    # With the path: ep_2 is in both rankings and wins; ep_3 comes back on the path alone.
-    assert await _ids(p, "rounding", paths=["src/ledger.py"]) == ["ep_2", "ep_1", "ep_3"]
+    # With the path: the path's episodes first (same start time: the text match breaks the tie), then
+    # the other text match.
+    assert await _ids(p, "rounding", paths=["src/ledger.py"]) == ["ep_2", "ep_3", "ep_1"]
 
 
 @pytest.mark.both_engines
-async def test_the_path_boost_never_pushes_a_better_text_match_below_a_path_only_one(store: Store) -> None:
-    """Issue 17: in a repository where most runs touch one file, the path's newest runs (which match
-    nothing of the query) used to rank with the best BM25 hits and push text matches out of the first
-    `limit`. Among the path's episodes, the best text match now ranks first, and an episode that
-    matches the query and touched the path outranks every one that only did one of the two."""
+async def test_with_paths_the_newest_runs_that_touched_them_come_first_and_text_breaks_ties(store: Store) -> None:
+    """Issue 25: an agent about to edit a path needs the most recent runs that touched it, so with
+    `paths` the path ranking is decisive — newest first, the text match breaking ties — and the other
+    text matches follow. (Issue 17 had ordered the path's text matches first: old runs then took the
+    first places in a repository where most runs touch one file, and path MRR fell to 0.30.)"""
     p = BuiltinProvider(store)
     await p.record(_args("ep_hash", "Fix hashing of instances whose equality is customised",
                          started="2020-01-01T00:00:00Z", files=("src/make.py", "tests/test_make.py")))
@@ -117,18 +118,15 @@ async def test_the_path_boost_never_pushes_a_better_text_match_below_a_path_only
     for i in range(12):  # newer runs on the same file about something else
         await p.record(_args(f"ep_new{i:02}", f"Refactor attribute collection step {i}",
                              started=f"2026-11-{i + 1:02}T00:00:00Z", files=("src/make.py",)))
+    for tie in ("ep_tie_other", "ep_tie_hashing"):  # two runs of one start time: the text match first
+        await p.record(_args(tie, "Hashing equality customised" if tie.endswith("hashing") else "Unrelated",
+                             started="2026-11-20T00:00:00Z", files=("src/make.py",)))
     ids = await _ids(p, "hashing customised equality", paths=["src/make.py"])
-    assert ids[:2] == ["ep_hash", "ep_eq"]  # both text matches before any path-only run
-    assert ids[2:] == [f"ep_new{i:02}" for i in range(11, -1, -1)]  # then the path's other runs, newest first
-    # An old run that matches the query and touched the path is boosted even when the path has more
-    # than 200 newer runs (it is found among the text ranking's candidates, not only the newest 200).
-    for i in range(200):
-        await p.record(_args(f"ep_more{i:03}", "Unrelated change", started=f"2026-12-01T00:{i // 60:02}:{i % 60:02}Z",
-                             files=("src/make.py",)))
-    out = await p.recall({"query": "hashing customised equality", "scope": [A], "limit": 3, "paths": ["src/make.py"]})
-    scores = {item["id"]: item["score"] for item in out["items"]}
-    assert [item["id"] for item in out["items"]][:2] == ["ep_hash", "ep_eq"]
-    assert scores["ep_hash"] == pytest.approx(2 / (RRF_K + 1))  # first in the text ranking and in the path's
+    assert ids[:2] == ["ep_tie_hashing", "ep_tie_other"]
+    assert ids[2:14] == [f"ep_new{i:02}" for i in range(11, -1, -1)]  # then the path's runs, newest first
+    assert ids[14:] == ["ep_hash", "ep_eq"]  # its oldest, then the text match that did not touch it
+    # Without the path the text ranking alone.
+    assert (await _ids(p, "hashing customised equality"))[0] in {"ep_hash", "ep_tie_hashing"}
 
 
 @pytest.mark.both_engines
@@ -143,15 +141,19 @@ async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_fal
     assert await _ids(p, "ledger") == []
 
 
-async def test_hybrid_embeds_at_record_time_once_per_content_and_fuses_cosine(
+async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
     await p.record(_args("ep_1", "rounding error in invoices"))
     await p.record(_args("ep_2", "totally different words here"))
-    assert len(fake.requests_to("/v1/embeddings")) == 2
-    await p.record(_args("ep_1", "rounding error in invoices"))  # same content: cache, no request
-    await p.record(_args("ep_9", "rounding error in invoices"))  # same content, other episode: cache too
-    assert len(fake.requests_to("/v1/embeddings")) == 2
+    assert fake.requests_to("/v1/embeddings") == []  # recording never waits for the model
+    assert await store.read(missing_vectors) == 2
+    assert await p.embed_pending() == 2
+    assert len(fake.requests_to("/v1/embeddings")) == 1  # one batch
+    await p.record(_args("ep_1", "rounding error in invoices"))  # same content: nothing to do
+    await p.record(_args("ep_9", "rounding error in invoices"))  # same content, other episode: the cache
+    assert await p.embed_pending() == 1
+    assert len(fake.requests_to("/v1/embeddings")) == 1
     assert await store.read(missing_vectors) == 0
     rows = await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
     assert rows == 3
@@ -172,6 +174,7 @@ async def test_req11_hybrid_recall_falls_back_to_text(
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
     await p.record(_args("ep_1", "ledger rounding fixed"))
     await p.record(_args("ep_2", "something else entirely"))
+    await p.embed_pending()
     fake.behaviour.embed_status = 503
     out = await p.recall({"query": "ledger", "scope": [A], "limit": 5})
     assert out["degraded"] == "embeddings_unavailable"
@@ -195,9 +198,13 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
     fake.behaviour.embed_status = 503
     assert (await p.record(_args("ep_1", "ledger rounding fixed")))["ids"] == ["ep_1"]
+    with pytest.raises(ModelApiError):
+        await p.embed_pending()
     assert await store.read(missing_vectors) == 1
     fake.behaviour.embed_status = 200
     assert await _ids(p, "ledger") == ["ep_1"]
+    assert await p.embed_pending() == 1  # the next pass gives it its vector
+    assert await store.read(missing_vectors) == 0
 
 
 @pytest.mark.both_engines
@@ -208,7 +215,8 @@ async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         await wait_ready(memory)
         result = await memory.ingest_run(run_record())
         assert result["outcome"] == "recorded"
-        assert len(fake.requests_to("/v1/embeddings")) == 1  # embedded at record time
+        assert await memory.builtin.wait_embedded() == 0  # embedded in the background
+        assert len(fake.requests_to("/v1/embeddings")) == 1
         ok = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
         assert ok["degraded"] is None
         assert [e["episode_id"] for e in ok["episodes"]] == [result["episode_id"]]
@@ -399,3 +407,35 @@ async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(t
             assert "INVALID_ARGUMENT" in text and field in text, text
         ok = await client.call_tool("memory_recall", {"query": "q", "scope": [A], "limit": 5})
         assert not ok.is_error and ok.structured_content == {"items": []}
+
+
+@pytest.mark.both_engines
+async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_timestamps(
+        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+    """Issue 32: what is sent to the embedding model is what the run said and did — its result words
+    (its summary when it has one), the paths it touched, its failure classes — and none of the REQ-5
+    rendering's field names, ids or timestamps, which filled 74 % of the model's window."""
+    from memactors.episode import FIELD_ORDER
+
+    values = {name: "" for name in FIELD_ORDER}
+    values.update(episode_id="ep_4f2a9c", harness="api-fixer", adapter="claude-code", run_id="run-77",
+                  repo="forge.example/acme/api", branch="main", outcome="success",
+                  started_at="2026-11-28T09:00:00Z", ended_at="2026-11-28T09:05:00Z",
+                  result_excerpt="Retry the upload when the storage bucket answers a throttling error",
+                  files_touched="src/upload.py, tests/test_upload.py", verify_failures="TimeoutError: 2")
+    rendering = "".join(f"{name}: {values[name]}\n" for name in FIELD_ORDER)
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
+    await p.record({"episode_id": "ep_4f2a9c", "scope": A, "trust_class": "standard", "text": rendering,
+                    "episode": {"started_at": "2026-11-28T09:00:00Z"}})
+    await p.record(_args("ep_sum", "the excerpt words", summary="Summarised: uploads retried on throttling"))
+    assert await p.embed_pending() == 2
+    (request,) = fake.requests_to("/v1/embeddings")
+    (from_rendering,) = [x for x in request.body["input"] if "upload" in x and "Summarised" not in x]
+    (with_summary,) = [x for x in request.body["input"] if "Summarised" in x]
+    assert from_rendering.startswith("Retry the upload when the storage bucket answers a throttling error")
+    assert "src/upload.py tests/test_upload.py" in from_rendering and "TimeoutError" in from_rendering
+    for name in FIELD_ORDER:
+        assert f"{name}:" not in from_rendering and name not in from_rendering.split(), name
+    for value in ("ep_4f2a9c", "run-77", "2026-11-28", "api-fixer", "claude-code", "forge.example"):
+        assert value not in from_rendering
+    assert with_summary == "Summarised: uploads retried on throttling"  # the summary, not the excerpt

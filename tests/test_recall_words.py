@@ -73,8 +73,8 @@ async def test_issue17_a_question_naming_only_a_module_finds_the_run_that_touche
         served: tuple[MemoryService, str]) -> None:
     """Issue 17: what a run touched is indexed word by word — `httpx/_cookies.py` is `httpx`, `cookies`,
     `py` — so a question that shares no word with what the run said but names the module it changed
-    ("the cookie jar") finds it; and with `paths`, the run that matches the question and touched the
-    path comes before newer runs that only touched it."""
+    ("the cookie jar") finds it; and with `paths` the path ranking is decisive (issue 25): the newest
+    runs that touched the path come first, whatever the question's words."""
     service, url = served
 
     def edit(path: str) -> dict[str, str]:
@@ -97,9 +97,7 @@ async def test_issue17_a_question_naming_only_a_module_finds_the_run_that_touche
     assert cookie and "run 701" in cookie[0][0], cookie
     assert cookie[0][1].startswith("Keep them across redirects (#701)")
     runs = [re.search(r"\brun (\w+)", provenance).group(1) for provenance, _ in boosted]  # type: ignore[union-attr]
-    assert runs[0] == "702", runs  # matches the question and touched the path
-    assert runs[1] == "701", runs  # matches the question only: before the path's other runs
-    assert runs[2] == "715", runs  # then the path's newest run
+    assert runs == ["715", "714", "713"], runs  # the path's newest runs (issue 25; issue 17 led with 702)
 
 
 #: A REQ-5 rendering as the daemon wrote it before migration 0009: line breaks escaped as `\n`.

@@ -342,9 +342,12 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
                 assert await p.check_vectors()
                 await p.record(args("ep_1", "rounding error in invoices"))
                 await p.record(args("ep_2", "totally different words here"))
+                assert api.requests_to("/v1/embeddings") == []  # recording never waits for the model
+                assert await p.embed_pending() == 2  # the background embedder's pass: one batch
                 await p.record(args("ep_9", "rounding error in invoices"))  # same content: the cache
                 await p.record(args("ep_b", "totally different words here", scope=b))
-                assert len(api.requests_to("/v1/embeddings")) == 2
+                assert await p.embed_pending() == 2
+                assert len(api.requests_to("/v1/embeddings")) == 1
                 assert await store.read(missing_vectors) == 0
                 assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 4
                 kinds = await store.read(lambda db: db.execute(
@@ -385,6 +388,7 @@ async def test_issue19_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
                 elsewhere = await memory.ingest_run(run_record(run_id="r3", result_text="fixed the ledger rounding",
                                                               sessions=other_repo))
                 assert {r["outcome"] for r in (text_hit, cosine_only, elsewhere)} == {"recorded"}
+                assert await memory.builtin.wait_embedded() == 0  # in the background
                 found = await memory.recall(query="ledger rounding", repo=API)
                 doctor = await memory.doctor()
                 vectors = await memory.store.read(lambda db: db.execute(
@@ -411,6 +415,7 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
             await wait_ready(memory)
             ids = [(await memory.ingest_run(run_record(run_id=f"r{n}", result_text=text)))["episode_id"]
                    for n, text in enumerate(("fixed the ledger rounding", "refactored billing", "tidied docs"))]
+            assert await memory.builtin.wait_embedded() == 0
         embedded = len(api.requests_to("/v1/embeddings"))
         env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
         done = await trio.run_process([sys.executable, "-m", "memactors.cli", "store", "migrate", "--to", vector_url,
@@ -594,3 +599,36 @@ async def test_issue19_a_store_outage_is_contained_and_work_resumes_without_a_re
         assert found["degraded"] is None
         listed = await memory.list_episodes()
         assert sorted(e["run_id"] for e in listed["episodes"]) == ["after", "before"]  # "during" never acknowledged
+
+
+async def test_issue25_pgvector_backfill_retires_vectors_of_an_older_embedding_text(vector_url: str) -> None:
+    """Issue 32 on pgvector: vectors stored under another embedding-text version (or model) are
+    retired at the embedder's next pass and every episode is embedded again from its run's words; the
+    cache keeps the rest from the model."""
+    from memactors.builtin import BuiltinProvider, missing_vectors, vector_model
+    from memactors.modelapi import ModelApiClient, ModelApiSettings
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+
+    scope = "project:forge.example/acme/api"
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=16)) as api:
+        settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
+                                    embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
+        store = await Store.open(vector_url)
+        try:
+            async with ModelApiClient(settings) as client:
+                p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
+                for n in range(3):
+                    await p.record({"episode_id": f"ep_{n}", "scope": scope, "trust_class": "standard",
+                                    "text": f"result_excerpt: ledger change {n}\n",
+                                    "episode": {"started_at": f"2026-11-2{n}T09:00:00Z"}})
+                assert await p.embed_pending() == 3
+                await store.write(lambda db: db.execute(
+                    "UPDATE builtin_meta SET value = 'fake-embed+text0' WHERE key = 'vec_model'"))
+                assert await p.embed_pending() == 3  # retired, and all three again (from the cache)
+                assert len(api.requests_to("/v1/embeddings")) == 1
+                model = await store.read(lambda db: db.execute(
+                    "SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()[0])
+                assert model == vector_model("fake-embed")
+                assert await store.read(missing_vectors) == 0
+        finally:
+            store.close()

@@ -110,6 +110,9 @@ class MemoryConfig:
 
     provider: str = "builtin"
     episodes: EpisodesConfig = attrs.Factory(EpisodesConfig)
+    #: ``embeddings`` (REQ-11): the built-in provider's hybrid ranking. True (the default): with the
+    #: embedded model, or with ``[model_api] embedding_model`` when that is set; False: BM25 alone.
+    embeddings: bool = True
 
     @property
     def is_builtin(self) -> bool:
@@ -545,6 +548,7 @@ def _build(
     episodes_t.finish()
     provider = memory_t.str_("provider", "builtin")
     assert provider is not None
+    embeddings = memory_t.bool_("embeddings", True)
     memory_t.finish()
 
     model_api = _build_model_api(root)
@@ -588,7 +592,7 @@ def _build(
     _check_provider(memory_t, provider, servers, policies, sources)
 
     return Config(
-        memory=MemoryConfig(provider=provider, episodes=episodes),
+        memory=MemoryConfig(provider=provider, episodes=episodes, embeddings=embeddings),
         model_api=model_api,
         mcp=_frozen_map(servers),
         mcp_defaults=defaults,

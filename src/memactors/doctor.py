@@ -36,6 +36,7 @@ def doctor_rows(
     oldest_pending_seconds: Mapping[str, float],
     degraded_recalls_24h: int,
     episodes_missing_vectors: int,
+    embedding_model: str = "",
     exhausted: Mapping[str, Mapping[str, Any]] | None = None,
     exhaustion_alarm: float = 300.0,
     exhaustion_limit: float = 1800.0,
@@ -98,10 +99,11 @@ def doctor_rows(
         rows.append(Row("warn", "memory recall degraded",
                         f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"
                         + (f", the last {in_a_row} in a row" if in_a_row > 1 else "")))
-    if config.model_api is not None and config.model_api.embedding_model and episodes_missing_vectors:
+    model = embedding_model or (config.model_api.embedding_model if config.model_api is not None else "") or ""
+    if model and episodes_missing_vectors:
         rows.append(Row("warn", "memory embeddings",
-                        f"{episodes_missing_vectors} built-in episodes have no vector for "
-                        f"{config.model_api.embedding_model}"))
+                        f"{episodes_missing_vectors} built-in episodes have no vector for {model}"
+                        " (the background embedder fills them in; `memactors memory reindex` shows it)"))
     rows.append(privacy_note(config))
     briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
     rows.append(Row("info", "memory briefing prepend",

@@ -68,6 +68,7 @@ from .._version import __version__
 from ..contract import load_schemas
 from ..errors import InvalidArgument, MemactorsError
 from ..gist import gist
+from ..modelapi import ModelApiError
 from ..store import Store
 from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
 from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
@@ -102,8 +103,17 @@ CONTRACT_VERSION = 1
 MAX_ITEM_TEXT = 320
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
-#: Default deadline for embedding one episode at record time.
-RECORD_EMBED_DEADLINE = 10.0
+#: Characters of an episode's embedding text (`embedding_text`): more than the model's window holds.
+EMBED_TEXT_CHARS = 1500
+#: Default deadline for embedding one batch of episodes in the background.
+RECORD_EMBED_DEADLINE = 60.0
+#: Episodes per background embedding batch: small, so a query's embedding never waits long for a core.
+EMBED_BATCH = 16
+#: After a failed batch (model API down, budget spent), the embedder waits this long before trying again.
+EMBED_RETRY_SECONDS = 30.0
+#: REQ-11's fusion takes this many of each ranking (BM25, cosine): fusing 200 + 200 let middling items
+#: outrank the text ranking's first hit (issue 32).
+FUSE_DEPTH = 20
 #: Default deadline for embedding a query; the service passes half of provider_timeout.
 QUERY_EMBED_DEADLINE = 1.0
 
@@ -130,7 +140,36 @@ def content_hash(text: str, summary: str) -> str:
 
 
 def embed_input(text: str, summary: str) -> str:
+    """A query's text as sent to the embedding model (bounded)."""
     return (f"{summary}\n{text}" if summary else text)[:EMBED_INPUT_CHARS]
+
+
+#: The version of `embedding_text`: part of the vectors' model key (`vector_model`), so a change to
+#: what is embedded re-embeds every store (the old vectors are retired, the cache misses).
+EMBED_TEXT_VERSION = 1
+#: Touched paths that go into an episode's embedding text (the model's window holds ~128 word pieces).
+EMBED_PATHS = 8
+
+
+def embedding_text(summary: str, excerpt: str, files: Sequence[str],
+                   failures: Sequence[Sequence[Any]]) -> str:
+    """What is embedded for an episode (issue 32): what the run said and did — its summary (REQ-7) when
+    it has one, else its result excerpt's words — then the paths it touched and its verify failure
+    classes. No field names, no ids, no timestamps: in the model's window, every token is the run's."""
+    words = " ".join((summary or excerpt).split())
+    parts = [words, " ".join(str(f) for f in list(files)[:EMBED_PATHS]),
+             " ".join(dict.fromkeys(str(f[0]) for f in failures if f and f[0]))]
+    return "\n".join(p for p in parts if p)[:EMBED_TEXT_CHARS]
+
+
+def vector_model(model: str) -> str:
+    """The model key stored with every vector and cache row: the model id and `EMBED_TEXT_VERSION`."""
+    return f"{model}+text{EMBED_TEXT_VERSION}"
+
+
+def text_digest(text: str) -> str:
+    """The embedding cache key's content part for an embedding text."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
@@ -206,19 +245,33 @@ class BuiltinProvider:
 
     def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
                  query_embed_deadline: float = QUERY_EMBED_DEADLINE,
-                 record_embed_deadline: float = RECORD_EMBED_DEADLINE) -> None:
+                 record_embed_deadline: float = RECORD_EMBED_DEADLINE,
+                 query_embedder: Embedder | None = None) -> None:
         if (embedder is None) != (not embedding_model):
             raise ValueError("embedder and embedding_model go together")
         self.store = store
         self.index = index_of(store.engine)
         self.embedder = embedder
+        #: The query's embedder (the embedded model keeps a thread of its own for queries, so a query
+        #: never waits behind a background batch); the episodes' one by default.
+        self.query_embedder = query_embedder or embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
         self.record_embed_deadline = record_embed_deadline
+        #: What the background embedder has done since start (`memory status`).
+        self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
+                                            "last_error": None, "running": False}
+        self._wake: trio.Event | None = None
+        self._pass_done: trio.Event | None = None
 
     @property
     def hybrid(self) -> bool:
         return self.embedder is not None
+
+    @property
+    def vector_model(self) -> str:
+        """The key the vectors are stored under: the model id and the embedding-text version."""
+        return vector_model(self.embedding_model)
 
     async def check_vectors(self) -> bool:
         """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
@@ -228,6 +281,8 @@ class BuiltinProvider:
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Store the episode's document; its vector comes later, from the background embedder
+        (`embed_worker`), which this wakes: recording never waits for a model."""
         episode_id = str(args["episode_id"])
         scope = str(args["scope"])
         episode = args.get("episode") or {}
@@ -238,31 +293,118 @@ class BuiltinProvider:
         digest = content_hash(text, summary)
         fields = record_fields(text, summary, files, episode if isinstance(episode, dict) else None)
 
-        doc_id, _ = await self.store.write(lambda db: self.index.write_doc(
+        await self.store.write(lambda db: self.index.write_doc(
             db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
-        if self.embedder is not None:
-            await self._embed_doc(doc_id, scope, digest, embed_input(text, summary), episode_id)
+        self.wake()
         return {"ids": [episode_id]}
 
-    async def _embed_doc(self, doc_id: int, scope: str, digest: str, text: str, episode_id: str) -> None:
-        """Give the document its vector: from the cache, else from the model API under its own deadline."""
+    # -- embeddings (REQ-11), in the background -------------------------------------------------
+    async def embed_pending(self, *, everything: bool = False,
+                            progress: Callable[[int], None] | None = None) -> int:
+        """Give every document without a vector its vector, EMBED_BATCH at a time, newest first: from
+        the cache (content hash of its `embedding_text` + `vector_model`) when it has one, else from the
+        embedder. Vectors of another model or text version are retired first (`everything`: all of
+        them), so an upgrade re-embeds. Returns how many documents got a vector; a failing embedder
+        raises (MemactorsError) with the batches before it kept."""
         assert self.embedder is not None
-        model = self.embedding_model
-        if await self.store.write(lambda db: self.index.vector_from_cache(
-                db, doc_id=doc_id, scope=scope, model=model, digest=digest)):
-            return
-        vector: list[float] | None = None
-        with trio.move_on_after(self.record_embed_deadline):
-            try:
-                vector = (await self.embedder([text]))[0]
-            except MemactorsError as exc:
-                _log.bind(episode=episode_id, error=type(exc).__name__).warning("episode left without embedding")
-                return
-        if vector is None:
-            _log.bind(episode=episode_id, error="deadline").warning("episode left without embedding")
-            return
-        await self.store.write(lambda db: self.index.write_vector(db, doc_id=doc_id, scope=scope, model=model,
-                                                                  digest=digest, vector=vector))
+        embedder = self.embedder
+        index = self.index
+        model = self.vector_model
+        await self.store.write(lambda db: index.retire_vectors(db, model, everything=everything))
+        done = 0
+        while True:
+            rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
+            if not rows:
+                return done
+            batch = [(int(r[0]), str(r[1]), embedding_text(r[2] or "", r[3] or "", json.loads(r[4] or "[]"),
+                                                            json.loads(r[5] or "[]"))) for r in rows]
+            keyed = [(doc_id, scope, text, text_digest(text)) for doc_id, scope, text in batch]
+
+            def from_cache(db: Any, keyed: list[tuple[int, str, str, str]] = keyed) -> set[int]:
+                return {doc_id for doc_id, scope, _text, digest in keyed
+                        if index.vector_from_cache(db, doc_id=doc_id, scope=scope, model=model, digest=digest)}
+
+            cached = await self.store.write(from_cache)
+            todo = [k for k in keyed if k[0] not in cached]
+            if todo:
+                vectors: list[list[float]] | None = None
+                with trio.move_on_after(self.record_embed_deadline):
+                    vectors = await embedder([k[2] for k in todo])
+                if vectors is None or len(vectors) != len(todo):
+                    raise ModelApiError("the embedding model did not answer within the deadline")
+
+                def store_vectors(db: Any, todo: list[tuple[int, str, str, str]] = todo,
+                                  vectors: list[list[float]] = vectors) -> None:
+                    for (doc_id, scope, _text, digest), vector in zip(todo, vectors, strict=True):
+                        if index.doc_exists(db, doc_id):  # forgotten meanwhile: no orphan vector
+                            index.write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
+                                               vector=vector)
+
+                await self.store.write(store_vectors)
+            self.embed_stats["embedded"] += len(todo)
+            self.embed_stats["from_cache"] += len(cached)
+            done += len(rows)
+            if progress is not None:
+                progress(done)
+
+    async def embed_worker(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """The background embedder: back-fills the store at start (an upgrade's re-embedding, vectors
+        missing after a failure), then embeds what each record adds. A failing batch is logged and
+        tried again after EMBED_RETRY_SECONDS; recording and recall never wait for it."""
+        self._wake = trio.Event()
+        self._wake.set()
+        self._pass_done = trio.Event()
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self.embed_stats["running"] = True
+                try:
+                    count = await self.embed_pending()
+                    self.embed_stats["last_error"] = None
+                    if count:
+                        _log.bind(episodes=count, model=self.embedding_model).debug("episodes embedded")
+                except MemactorsError as exc:
+                    self.embed_stats["failed_batches"] += 1
+                    self.embed_stats["last_error"] = type(exc).__name__
+                    _log.bind(error=type(exc).__name__).warning(
+                        "episodes left without embedding for now; trying again later")
+                    self._release_waiters()
+                    await trio.sleep(EMBED_RETRY_SECONDS)
+                    self._wake.set()
+                    continue
+                finally:
+                    self.embed_stats["running"] = False
+                self._release_waiters()
+        finally:
+            self._wake = None
+            self._release_waiters()
+
+    def wake(self) -> None:
+        """Have the background embedder look for documents without a vector now."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def _release_waiters(self) -> None:
+        if self._pass_done is not None:
+            done, self._pass_done = self._pass_done, trio.Event()
+            done.set()
+
+    async def wait_embedded(self) -> int:
+        """Wait for the background embedder's pass after the latest record (or failure); the documents
+        still without a vector then."""
+        while self._pass_done is not None and self._wake is not None and (
+                self._wake.is_set() or self.embed_stats["running"]):
+            await self._pass_done.wait()
+        return int(await self.store.read(self.index.missing_vectors))
+
+    async def vector_status(self) -> dict[str, Any]:
+        """The vectors' state for `memory status`: documents, with a vector, pending, and the worker's
+        counts."""
+        total, have = await self.store.read(self.index.vector_count)
+        return {"model": self.embedding_model, "text_version": EMBED_TEXT_VERSION, "episodes": total,
+                "with_vector": have, "pending": total - have, **self.embed_stats}
 
     # -- recall ---------------------------------------------------------------------------------
     async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +429,8 @@ class BuiltinProvider:
             elif words:
                 # The text ranking alone (no path boost, no cosine): the answer is its first `limit`, so
                 # ask for those.
-                found = index.text_candidates(db, words, scopes, limit, CANDIDATES if paths or hybrid else limit)
+                found = index.text_candidates(db, words, scopes, limit,
+                                              CANDIDATES if paths else FUSE_DEPTH if hybrid else limit)
             else:
                 found = []
             for hit in found:
@@ -300,19 +443,30 @@ class BuiltinProvider:
             if meta_mode:
                 cosine_rank = []
             started = {eid: h.started_at for eid, h in hits.items()}
-            path_rank: dict[str, int] = {}
+            # REQ-11's RRF (k = 60) of short lists: the best FUSE_DEPTH of each ranking.
+            fused = rrf([r[:FUSE_DEPTH] for r in (text_rank, cosine_rank) if r])
             if paths:
-                # The path boost: the episodes that touched a requested path, best text match first.
-                text_order = rank(rrf([r for r in (text_rank, cosine_rank) if r]), started, len(hits))
+                # The path ranking is decisive: the episodes that touched a requested path, newest
+                # first (what an agent about to edit it needs), the text match breaking ties; then the
+                # other matches by fused score.
+                text_order = rank(fused, started, len(fused))
                 touched = index.path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
                 for hit in touched:
                     hits.setdefault(hit.episode_id, hit)
                     started.setdefault(hit.episode_id, hit.started_at)
-                path_rank = path_ranking(touched, text_order)
-            fused = rrf([r for r in (text_rank, cosine_rank, path_rank) if r])
-            order = rank(fused, started, limit)
+                path_rank = path_ranking(touched, fused)
+                order = sorted(path_rank, key=path_rank.__getitem__)[:limit]
+                if len(order) < limit:
+                    order += [eid for eid in text_order if eid not in path_rank][:limit - len(order)]
+                # The score says the order: the path's episodes above every other match.
+                top = len(order) + 1
+                scores = {eid: (1.0 + (top - i) / top if eid in path_rank else fused.get(eid, 0.0))
+                          for i, eid in enumerate(order)}
+            else:
+                order = rank(fused, started, limit)
+                scores = fused
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
-            return [(eid, texts[eid], fused[eid]) for eid in order if eid in texts]
+            return [(eid, texts[eid], scores[eid]) for eid in order if eid in texts]
 
         def text_only(db: Any) -> list[tuple[str, str, float]]:
             text_rank, hits = text_rankings(db)
@@ -352,10 +506,10 @@ class BuiltinProvider:
 
     async def _embed_query(self, query: str) -> list[float] | None:
         """The query's vector, or None when it cannot be had within the query deadline."""
-        assert self.embedder is not None
+        assert self.query_embedder is not None
         with trio.move_on_after(self.query_embed_deadline):
             try:
-                return (await self.embedder([query[:EMBED_INPUT_CHARS]]))[0]
+                return (await self.query_embedder([query[:EMBED_INPUT_CHARS]]))[0]
             except MemactorsError as exc:
                 _log.bind(error=type(exc).__name__).warning("query not embedded; answering from the text index")
                 return None

@@ -73,3 +73,20 @@ class DocIndex(Protocol):
     def missing_vectors(self, db: Any) -> int:
         """Episodes without an embedding."""
         ...
+
+    def pending_docs(self, db: Any, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+        """Up to `limit` documents without a vector, newest first: (doc_id, scope, summary, excerpt,
+        files JSON, failures JSON)."""
+        ...
+
+    def doc_exists(self, db: Any, doc_id: int) -> bool:
+        """Whether the document is still there (it may be forgotten while its text is embedded)."""
+        ...
+
+    def retire_vectors(self, db: Any, model: str, *, everything: bool = False) -> bool:
+        """Drop the vectors when they are of another model or embedding-text version (or all of them)."""
+        ...
+
+    def vector_count(self, db: Any) -> tuple[int, int]:
+        """(documents, documents with a vector)."""
+        ...

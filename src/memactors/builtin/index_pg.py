@@ -321,6 +321,37 @@ def missing_vectors(db: Db) -> int:
     return total - int(db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
 
 
+def pending_docs(db: Db, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+    """Up to `limit` documents without a vector, newest doc ids first (as `_builtin_sqlite.pending_docs`)."""
+    cond = " WHERE NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)" if _vec_exists(db) else ""
+    return [(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in db.execute(
+        f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
+        f" ORDER BY d.doc_id DESC LIMIT {int(limit)}").fetchall()]
+
+
+def doc_exists(db: Db, doc_id: int) -> bool:
+    return db.execute("SELECT 1 FROM builtin_docs WHERE doc_id = ?", [doc_id]).fetchone() is not None
+
+
+def retire_vectors(db: Db, model: str, *, everything: bool = False) -> bool:
+    """Drop `builtin_vec` when its vectors are of another model (or embedding-text version), or all of
+    them with `everything` (as `_builtin_sqlite.retire_vectors`); the cache stays."""
+    if not _vec_exists(db):
+        return False
+    row = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+    if not everything and row is not None and row[0] == model:
+        return False
+    db.execute("DROP TABLE builtin_vec")
+    db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
+    return True
+
+
+def vector_count(db: Db) -> tuple[int, int]:
+    """(documents, documents with a vector)."""
+    total = int(db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
+    return total, total - missing_vectors(db)
+
+
 def warn_without_vectors(db: Db, model: str) -> bool:
     """At start, with an embedding model configured: whether pgvector is there. When it is not, one WARN
     says recall ranks by text and the path boost alone (REQ-11's fusion without the cosine ranking)."""
@@ -396,6 +427,10 @@ class PgIndex:
     vector_from_cache = staticmethod(vector_from_cache)
     missing_vectors = staticmethod(missing_vectors)
     check_vectors = staticmethod(warn_without_vectors)
+    pending_docs = staticmethod(pending_docs)
+    doc_exists = staticmethod(doc_exists)
+    retire_vectors = staticmethod(retire_vectors)
+    vector_count = staticmethod(vector_count)
 
     @staticmethod
     def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float]) -> None:

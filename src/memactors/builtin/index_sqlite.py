@@ -114,6 +114,39 @@ def missing_vectors(db: sqlite_utils.Database) -> int:
     return int(total) - int(have)
 
 
+def pending_docs(db: sqlite_utils.Database, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+    """Up to `limit` documents without a vector, newest doc ids first: (doc_id, scope, summary, excerpt,
+    files JSON, failures JSON), what `builtin.embedding_text` is made of."""
+    cond = " WHERE NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)" if vec_exists(db) else ""
+    return [tuple(r) for r in db.execute(  # type: ignore[misc]
+        f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
+        f" ORDER BY d.doc_id DESC LIMIT {int(limit)}").fetchall()]
+
+
+def doc_exists(db: sqlite_utils.Database, doc_id: int) -> bool:
+    return db.execute("SELECT 1 FROM builtin_docs WHERE doc_id = ?", [doc_id]).fetchone() is not None
+
+
+def retire_vectors(db: sqlite_utils.Database, model: str, *, everything: bool = False) -> bool:
+    """Drop `builtin_vec` when its vectors are of another model (or embedding-text version), or all of
+    them with `everything`, so every document is pending again; whether it was dropped. The cache stays:
+    a document whose text is unchanged gets its vector back from it without the model."""
+    if not vec_exists(db):
+        return False
+    row = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+    if not everything and row is not None and row[0] == model:
+        return False
+    db.execute("DROP TABLE builtin_vec")
+    db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
+    return True
+
+
+def vector_count(db: sqlite_utils.Database) -> tuple[int, int]:
+    """(documents, documents with a vector)."""
+    total = int(db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
+    return total, total - missing_vectors(db)
+
+
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each), closest
     first."""
@@ -170,6 +203,10 @@ class SqliteIndex:
     vector_from_cache = staticmethod(vector_from_cache)
     write_vector = staticmethod(write_vector)
     missing_vectors = staticmethod(missing_vectors)
+    pending_docs = staticmethod(pending_docs)
+    doc_exists = staticmethod(doc_exists)
+    retire_vectors = staticmethod(retire_vectors)
+    vector_count = staticmethod(vector_count)
 
     @staticmethod
     def check_vectors(db: sqlite_utils.Database, model: str) -> bool:

@@ -37,12 +37,16 @@ async def serve_builtin_stdio(target: Path | str, *, embedder: Embedder | None =
 
     store = await open_store(target, daemon_id="serve-builtin")
     try:
-        server = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model).server(
-            validate_requests=True)
+        provider = BuiltinProvider(store, embedder=embedder, embedding_model=embedding_model)
+        server = provider.server(validate_requests=True)
         with _claimed_stdio() as (wire_in, wire_out):
             async with _PipeLines(wire_in) as stdin, _PipeWriter(wire_out) as stdout, \
-                    stdio_server(stdin=stdin, stdout=stdout) as (read, write):  # type: ignore[arg-type]
+                    stdio_server(stdin=stdin, stdout=stdout) as (read, write), \
+                    trio.open_nursery() as nursery:  # type: ignore[arg-type]
+                if provider.hybrid and await provider.check_vectors():
+                    await nursery.start(provider.embed_worker)  # vectors in the background (REQ-11)
                 await server.run(read, write, server.create_initialization_options())
+                nursery.cancel_scope.cancel()
     finally:
         store.close()
 

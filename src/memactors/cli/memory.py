@@ -60,6 +60,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"store      {store.get('where') or store['path']}  {state}"
               + ("" if free is None else f", {free} bytes free")
               + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
+    emb = st.get("embeddings")
+    if emb and emb.get("off"):
+        print(f"embeddings off: {emb['off']} (BM25 only; `make` installs it)")
+    elif emb:
+        runtime = emb.get("runtime") or {}
+        where = ("embedded, " + ("loaded, " + f"{runtime['weights_mb']} MB of weights" if runtime.get("loaded")
+                                 else "not loaded yet") if emb.get("source") == "embedded" else "model API")
+        print(f"embeddings {emb['model']} ({where})  {emb['with_vector']} of {emb['episodes']} episodes"
+              f" with a vector, {emb['pending']} pending")
+    elif st.get("embeddings", 0) is None:
+        print("embeddings off (BM25 only)")
     if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
@@ -69,6 +80,39 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif code == EXIT_DEGRADED:
         print(f"memactors: recall is degraded: {st['degraded']}", file=sys.stderr)
     return code
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """`memory reindex`: have the daemon embed every episode without a vector (`--all`: every episode
+    again) and follow it with a progress bar on stderr until none is pending."""
+    import time
+
+    st = call(args, "Reindex", {"all": bool(args.all)}, tier="control")
+    total = max(int(st.get("episodes", 0)), 1)
+    started = time.monotonic()
+    last = ""
+    while True:
+        done = int(st.get("with_vector", 0))
+        width = 30
+        filled = width * done // total
+        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{st.get('episodes', 0)} episodes embedded"
+        if line != last and sys.stderr.isatty() or not last:
+            print(line, end="", file=sys.stderr, flush=True)
+        last = line
+        if int(st.get("pending", 0)) == 0 and not st.get("running"):
+            break
+        if st.get("last_error"):
+            print(f"\nmemactors: the embedder failed ({st['last_error']}); it tries again by itself; "
+                  f"{st.get('pending')} episodes still without a vector", file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(0.5)
+        st = call(args, "Status", {}).get("embeddings") or {}
+    seconds = time.monotonic() - started
+    print(f"\n{st.get('with_vector', 0)} of {st.get('episodes', 0)} episodes have a vector for {st.get('model')}"
+          f" ({seconds:.1f} s)", file=sys.stderr)
+    if args.json:
+        core.print_json(st)
+    return 0
 
 
 def cmd_episodes(args: argparse.Namespace) -> int:
@@ -261,6 +305,12 @@ def register(sub: Any) -> None:
     p = memory.add_parser("status", help="provider, contract, state, counts, pending")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(fn=cmd_status)
+
+    p = memory.add_parser("reindex", help="embed the episodes without a vector now, with progress (--all: every one)")
+    p.add_argument("--all", action="store_true",
+                   help="embed every episode again (texts unchanged since come back from the cache)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_reindex)
 
     p = memory.add_parser("episodes", help="list episodes (newest first, paged), or show one by id")
     p.add_argument("episode_id", nargs="?", help="show this episode instead of listing")

@@ -41,6 +41,7 @@ def operator_methods(service: MemoryService) -> list[Method]:
     return [
         m("Status", "read", lambda p: service.status(), params=()),
         m("Doctor", "read", lambda p: service.doctor(), params=()),
+        m("Reindex", "control", lambda p: service.reindex(everything=_flag(p, "all")), params=("all",)),
         m("ListEpisodes", "read", lambda p: service.list_episodes(
             harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
             limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),

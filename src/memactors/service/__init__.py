@@ -18,6 +18,7 @@ the daemon import this package, not the reverse).
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -67,6 +68,7 @@ from ..agents import run_rows
 from ..builtin import BuiltinProvider, missing_vectors
 from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
 from ..doctor import doctor_rows
+from ..embedding import BUILTIN_MODEL, LocalEmbedder, model_dir, model_info
 from ..errors import (
     ConfigError,
     InvalidArgument,
@@ -234,7 +236,32 @@ class MemoryService:
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
             },
+            "embeddings": await self.embeddings_status() if store["reachable"] else None,
         }
+
+    async def embeddings_status(self) -> dict[str, Any] | None:
+        """The built-in provider's embeddings (REQ-11): which model, where it runs, how many episodes
+        have a vector and how many wait for one; the embedded model's memory once loaded. None when
+        embeddings are off (``[memory] embeddings = false``) or episodes go to another provider."""
+        builtin = self.builtin
+        if not self.config.memory.is_builtin or not builtin.hybrid:
+            model_api = self.config.model_api
+            if (self.config.memory.is_builtin and self.config.memory.embeddings
+                    and (model_api is None or not model_api.embedding_model)):
+                return {"model": BUILTIN_MODEL, "source": "embedded", "runtime": model_info(), "episodes": 0,
+                        "with_vector": 0, "pending": 0, "off": "the embedded model is not installed"}
+            return None
+        try:
+            out = await builtin.vector_status()
+        except StoreUnavailable:
+            return None
+        model_api = self.config.model_api
+        if model_api is None or not model_api.embedding_model:
+            out["source"] = "embedded"
+            out["runtime"] = model_info()
+        else:
+            out["source"] = "model_api"
+        return out
 
     async def list_episodes(self, *, harness: str | None = None, repo: str | None = None,
                             since: str | None = None, limit: int = 100, after: str | None = None) -> dict[str, Any]:
@@ -572,15 +599,29 @@ class MemoryService:
         rows = doctor_rows(
             self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
-            episodes_missing_vectors=missing,
+            episodes_missing_vectors=missing, embedding_model=self.builtin.embedding_model,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
             exhaustion_limit=self.supervisor.exhaustion_limit)
         return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}
 
+    async def reindex(self, *, everything: bool = False) -> dict[str, Any]:
+        """`memactors memory reindex`: wake the background embedder to give every episode without a
+        vector its vector (`everything`: retire all vectors first, so every episode is embedded again;
+        unchanged texts come back from the cache). Answers the embeddings' status at once; the CLI
+        follows it to the end. INVALID_ARGUMENT when embeddings are off."""
+        builtin = self.builtin
+        if not self.config.memory.is_builtin or not builtin.hybrid:
+            raise InvalidArgument("embeddings are off ([memory] embeddings = false, or another provider)",
+                                  field="all")
+        if everything:
+            model = builtin.vector_model
+            await self.store.write(lambda db: builtin.index.retire_vectors(db, model, everything=True))
+        builtin.wake()
+        return await self.embeddings_status() or {}
+
     async def episodes_missing_vectors(self) -> int:
-        """Built-in episodes without an embedding for the configured model (0 without one)."""
-        model_api = self.config.model_api
-        if not self.config.memory.is_builtin or model_api is None or not model_api.embedding_model:
+        """Built-in episodes without an embedding for the model in use (0 with embeddings off)."""
+        if not self.config.memory.is_builtin or not self.builtin.hybrid:
             return 0
         return await self.store.read(missing_vectors)
 
@@ -655,15 +696,24 @@ async def open_memory_service(
             settings = model_api_settings(config.model_api)
             budget = UtilityBudget(requests_per_minute=settings.requests_per_minute,
                                    daily_requests=settings.daily_requests) if settings else None
-            if settings is not None and settings.embedding_model:
+            if config.memory.embeddings and settings is not None and settings.embedding_model:
                 # REQ-11 hybrid ranking: the built-in provider embeds through the shared utility budget.
                 embed_client = ModelApiClient(settings, budget=budget)
                 stack.push_async_callback(_close_quietly, embed_client)
                 service.builtin = BuiltinProvider(
                     store, embedder=embed_client.embed, embedding_model=settings.embedding_model,
                     query_embed_deadline=config.episodes.provider_timeout / 2)
-                if config.memory.is_builtin:
-                    await service.builtin.check_vectors()  # PostgreSQL without pgvector: one WARN
+            elif config.memory.embeddings and model_dir() is not None:
+                # The embedded model (embedding.py): loaded on the first episode or query to embed.
+                service.builtin = BuiltinProvider(
+                    store, embedder=LocalEmbedder().embed, query_embedder=LocalEmbedder(query=True).embed,
+                    embedding_model=BUILTIN_MODEL, query_embed_deadline=config.episodes.provider_timeout / 2,
+                    # a local batch has no deadline: abandoning it would only throw its work away (on
+                    # a loaded machine a batch can take minutes; it then ends and the next one starts)
+                    record_embed_deadline=math.inf)
+            if config.memory.is_builtin and service.builtin.hybrid:
+                if await service.builtin.check_vectors():  # PostgreSQL without pgvector: one WARN
+                    await sup.start(ChildSpec("embedder", service.builtin.embed_worker))
 
             async def session_ready() -> None:
                 retention: Retention | None = getattr(service, "retention", None)
