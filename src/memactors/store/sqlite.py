@@ -405,7 +405,11 @@ class SqliteStore(Store):
         """Create the state directory and database if missing and apply pending migrations."""
 
         def setup() -> SqliteDb:
-            private_dir(path.parent)
+            # Only a directory made here is made private: a --db in an existing shared directory
+            # (/tmp, a project folder) must never have its mode changed (the state directory itself
+            # is made private by the daemon).
+            if not path.parent.exists():
+                private_dir(path.parent)
             private_file(path)  # SQLite creates -wal and -shm with the database file's mode
             db = _connect(path)
             migrations.apply(db)
