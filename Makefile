@@ -80,9 +80,11 @@ postgres: $(STAMP)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "PostgreSQL server binaries (initdb) still missing" >&2; exit 1; }
 	@$(BIN)/python -c "from memactors.testing.postgres import pgvector_install as i; i()"
 
-# The TUI is tested in a real terminal under tmux: install it when missing (CI runs as root).
+# The TUI is tested in a real terminal under tmux, and fish completion by fish itself: install them when
+# missing (CI runs as root).
 test-tools:
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
+	@command -v fish >/dev/null || (apt-get update -qq && apt-get install -y -qq fish >/dev/null)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"
