@@ -174,8 +174,10 @@ class MemoryService:
         engine, where it is (``user@host:port/db`` for PostgreSQL: never the password), this daemon's id
         (daemons sharing a store tell each other apart by it), whether it answers (`reachable`) and can
         write (`writable`, the store's health: a full disk), and the error while it cannot."""
-        snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
+        # The ping first: it clears (or sets) the engine's last error, which the snapshot then reports,
+        # so a store that came back is not reported with the error of the outage (issue 30).
         error = await self.store.ping()
+        snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
         out = {**snapshot, "engine": self.store.engine, "where": self.store.where,
                "daemon_id": self.store.daemon_id, "reachable": error is None}
         if error is not None:
