@@ -119,7 +119,8 @@ class PromptScrub:
     too when it is echoed whole, and each fence nonce ``[nonce]``.
 
     One Aho-Corasick automaton (leftmost longest: a line that contains another goes whole) is built per
-    run, so scrubbing an event on the loop costs one pass over its text whatever the prompt's size."""
+    run (off the loop: ~0.2 s for a 100 KiB prompt), so scrubbing an event on the loop costs one pass over
+    its text whatever the prompt's size."""
 
     def __init__(self, prompt: str | None, composed: str | None = None) -> None:
         self.prompt = prompt or None
@@ -130,7 +131,10 @@ class PromptScrub:
         shown = {ln.strip() for ln in redact_many(sorted(raw))} if raw else set()
         lines = raw | {ln for ln in shown if len(ln) >= MIN_LINE}
         wholes = {w for w in (composed, self.prompt) if w and len(w.strip()) >= MIN_LINE}
-        lines |= wholes | {redact(w) for w in wholes}
+        wholes |= {redact(w) for w in wholes}
+        # The whole prompt by str.replace, longest first, not in the automaton: a 100 KiB pattern makes
+        # it slow to build, and a whole echo is rare and cheap to look for.
+        self._wholes = tuple(sorted(wholes - lines, key=lambda w: (-len(w), w)))
         nonces = set(_FENCE_OPEN.findall(prompt or ""))
         if composed and composed != self.prompt and (first := _FENCE_OPEN.match(composed)):
             nonces.add(first.group(1))  # the briefing's fence: the first line of a composed prompt
@@ -147,6 +151,9 @@ class PromptScrub:
     def __call__(self, text: str) -> str:
         """``text`` (redacted) with every line of the operator's prompt and every nonce replaced, until
         none is left (a replacement can join two halves of another)."""
+        for whole in self._wholes:
+            if whole in text:
+                text = text.replace(whole, PROMPT)
         if self._automaton is None:
             return text
         for _ in range(_MAX_PASSES):
@@ -175,9 +182,11 @@ class PromptScrub:
 class RunWatch:
     """The events of one run, derived from its transcript as lines arrive; waited on by ``runs logs``."""
 
-    def __init__(self, prompt: str | None = None, composed: str | None = None) -> None:
-        #: The operator's prompt and the fence nonces, kept out of everything the run keeps.
-        self.scrub = PromptScrub(prompt, composed)
+    def __init__(self, prompt: str | None = None, composed: str | None = None, *,
+                 scrub: PromptScrub | None = None) -> None:
+        #: The operator's prompt and the fence nonces, kept out of everything the run keeps (built by the
+        #: caller off the loop for a run: ``scrub``).
+        self.scrub = scrub if scrub is not None else PromptScrub(prompt, composed)
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.seq = 0
         self.stderr = StderrTail()

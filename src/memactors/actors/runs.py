@@ -63,7 +63,7 @@ from ..run_process import (
     write_mcp_config,
 )
 from ..run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
-from ..run_watch import RunWatch
+from ..run_watch import PromptScrub, RunWatch
 from ..spawn import prepare_spawn
 from ..store import iso
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
@@ -299,8 +299,9 @@ class Runs:
             env.update(spec.env)
             prepared = _Prepared(cfg, adapter, spec.argv, env, workdir, None if repo is None else repo.key,
                                  None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config)
+            scrub = await trio.to_thread.run_sync(PromptScrub, plan.prompt, prompt)  # redacts the prompt: off the loop
             state = RunState(name, run_id, adapter.name, iso(now), max_turns=cfg.max_turns,
-                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(plan.prompt, prompt))
+                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(scrub=scrub))
             assert self._nursery is not None
             self._active[key] = state
             await self._nursery.start(self._supervise, prepared, state)
