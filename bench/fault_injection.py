@@ -40,7 +40,7 @@ import trio
 
 from memactors.config import ConfigHolder, load_config
 from memactors.logs import configure_logging
-from memactors.rpc import RpcError, connect_rpc
+from memactors.rpc.transport import RpcError, connect_rpc
 from memactors.service import DB_NAME, open_memory_service
 
 SERVICE = "harness.v1.MemoryService"

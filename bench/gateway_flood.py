@@ -141,7 +141,7 @@ class Http:
 async def prepare(daemon: Daemon) -> str:
     """An episode in API and a live run there; returns the run's token."""
     sys.path.insert(0, str(ROOT / "src"))
-    from memactors.rpc import connect_rpc
+    from memactors.rpc.transport import connect_rpc
 
     async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
         await rpc.call(f"{SERVICE}/IngestRun", {"record": json.loads(RECORD.read_text(encoding="utf-8"))})

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import trio
 
+from memactors.actors.spawn import prepare_spawn
 from memactors.config import ConfigHolder, load_config
 from memactors.logs import configure_logging
 from memactors.service import open_memory_service
-from memactors.spawn import prepare_spawn
 
 API = "forge.example/acme/api"
 

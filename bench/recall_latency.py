@@ -38,10 +38,10 @@ import sqlite_utils
 import sqlite_vec
 import trio
 
-from memactors._engine_sqlite import migrations
 from memactors.builtin import BuiltinProvider, embed_input, write_doc, write_vector
 from memactors.modelapi import ModelApiClient, ModelApiSettings
-from memactors.store import Store
+from memactors.store.engines import open_store
+from memactors.store.sqlite import migrations
 from memactors.testing.fake_model_api import FakeBehaviour, embedding_for, run_fake_model_api
 
 MODEL = "bench-bag-of-words"
@@ -184,7 +184,7 @@ async def run(sizes: list[int], n_queries: int, dim: int, keep: Path | None) -> 
                     episodes = synthetic_episodes(size)
                     build_s = await trio.to_thread.run_sync(build, path, episodes, dim)
                     del episodes
-                    store = await Store.open(path)
+                    store = await open_store(path)
                     try:
                         bm25 = await measure(BuiltinProvider(store), qs)
                         hybrid = await measure(BuiltinProvider(store, embedder=client.embed, embedding_model=MODEL,

@@ -51,14 +51,14 @@ from user_paths import (  # noqa: E402 -- bench/ is not a package
     write_config,
 )
 
-from memactors._engine_sqlite import _connect  # noqa: E402
 from memactors.actors.provider_session import provider_call  # noqa: E402
 from memactors.builtin import query_words  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
-from memactors.rpc import connect_rpc  # noqa: E402
+from memactors.rpc.transport import connect_rpc  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
+from memactors.store.sqlite import _connect  # noqa: E402
 
 LIMIT = 8
 PATHS = ("agent", "embedded", "session", "provider", "anchor")

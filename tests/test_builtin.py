@@ -15,6 +15,7 @@ from memactors.config import ConfigHolder
 from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import run_record, wait_ready, within
 
@@ -223,13 +224,15 @@ async def test_the_builtin_provider_serves_stdio_as_an_upstream(
     db = tmp_path / "upstream.db"
     holder = make_holder(
         f'[mcp.bi]\ncommand = "{sys.executable}"\n'
-        f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{db}"]\n')
+        f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{db}"]\n'
+        # the connection budget (5 × provider_timeout) must cover the subprocess's start on a loaded machine
+        '[memory.episodes]\nprovider_timeout = "10s"\n')
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         report = await memory.check_provider("bi")
     assert [c["status"] for c in report["checks"]] == ["pass"] * 7, report
     assert report["provider_name"] == "builtin"
-    upstream = await Store.open(db)
+    upstream = await open_store(db)
     try:
         assert await upstream.read(lambda d: d.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == 0
     finally:
@@ -354,7 +357,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
     import sqlean
 
     path = tmp_path / "old.db"
-    s = await Store.open(path)
+    s = await open_store(path)
     s.close()
     db = sqlean.connect(str(path), isolation_level=None)
     db.executescript(_PRE_0006)
@@ -363,7 +366,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
                    " content_hash) VALUES (?, ?, ?, 'ledger rounding', '', '[]', '2026-11-28', 'h')", [n, eid, scope])
         db.execute("INSERT INTO builtin_fts (rowid, text, summary) VALUES (?, 'ledger rounding', '')", [n])
     db.close()
-    s = await Store.open(path)
+    s = await open_store(path)
     try:
         p = BuiltinProvider(s)
         assert await _ids(p, "ledger") == ["ep_a"]

@@ -16,7 +16,8 @@ from memactors.actors.call_log import CallLog
 from memactors.config import ConfigHolder
 from memactors.logs import configure_logging
 from memactors.service import DB_NAME, open_memory_service
-from memactors.store import MAX_FIELD_CHARS, Store, bound_field, iso
+from memactors.store import MAX_FIELD_CHARS, bound_field, iso
+from memactors.store.engines import open_store
 from support import serving, wait_ready
 from support_providers import poll
 
@@ -62,12 +63,14 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
                 assert "mcp-session-id" not in init.headers  # no token: served without a session (issue 20)
                 headers["mcp-protocol-version"] = "2025-06-18"
                 await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                started = trio.current_time()
                 for i in range(50):
                     reply = await http.post(url, headers=headers, json={
                         "jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
                         "params": {"name": f"zep__{i}" + "A" * (1 << 20), "arguments": {"id": "ep_x"}}})
                     assert reply.status_code == 200 and "not_permitted" in reply.text
                     assert len(reply.content) < 4096  # the refusal does not echo the name either
+                span = trio.current_time() - started
             await service.call_log.flush()
             rows = await service.store.read(lambda db: db.execute(
                 "SELECT caller, server, tool, outcome FROM call_log WHERE outcome = 'denied'").fetchall())
@@ -81,11 +84,14 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
     assert grown < 256 * 1024, grown  # was 53 MB: the raw names were stored
     lines = sink.getvalue().splitlines()
     assert max(len(line) for line in lines) < 1000
-    assert len([line for line in lines if "gateway call refused" in line]) <= 2  # rate-limited per caller
+    # rate-limited per caller: a line per 10 s window at most (the gateway's LogThrottle), however long the
+    # 50 calls took (a loaded machine took over 20 s) — not one per call
+    refused = [line for line in lines if "gateway call refused" in line]
+    assert len(refused) <= 2 + int(span // 10), (len(refused), span)
 
 
 async def test_rows_are_written_in_batches_and_a_clean_stop_writes_what_is_queued(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     try:
         calls = CallLog(store, batch=100, interval=0.1)
         async with trio.open_nursery() as nursery:
@@ -107,7 +113,7 @@ async def test_rows_are_written_in_batches_and_a_clean_stop_writes_what_is_queue
 
 
 async def test_a_full_queue_drops_and_counts_rows_instead_of_waiting(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     try:
         calls = CallLog(store, capacity=10)
         for _ in range(15):  # no writer running: the queue fills, record() never blocks

@@ -30,7 +30,7 @@ from memactors import cli
 from memactors.cli import runs as cli_runs
 from memactors.config import load_config
 from memactors.daemon import Listening, run_daemon
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from support import EXAMPLES, acknowledged, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -160,7 +160,7 @@ def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
 ])
 def test_each_rpc_error_code_maps_to_its_documented_exit_status(code: str, status: int,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from memactors.rpc import RpcError
+    from memactors.rpc.transport import RpcError
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RpcError(code, "x")

@@ -13,8 +13,8 @@ import mcp.types as t
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
+from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.cli.agents import client_config
-from memactors.transcript import read_claude_transcript, run_record_from_transcript
 from support_codex import Daemon, daemon_process, git_repo
 
 DATA = Path(__file__).parent / "data"

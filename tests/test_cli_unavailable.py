@@ -32,9 +32,10 @@ from typing import Any
 import pytest
 import trio
 
-from memactors import cli, spool
+from memactors import cli
 from memactors._limits import MAX_RECORD_BYTES, record_size
-from memactors.rpc import MAX_MESSAGE_SIZE, connect_rpc
+from memactors.agents import spool
+from memactors.rpc.transport import MAX_MESSAGE_SIZE, connect_rpc
 from support import run_record, write_config
 from support_daemon import daemon_process, start_daemon
 

@@ -16,7 +16,7 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc import RpcError, connect_rpc, read_token
+from memactors.rpc.transport import RpcError, connect_rpc, read_token
 from support import EXAMPLES, acknowledged, example, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -94,7 +94,8 @@ def _start(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
     (state / "daemon.json").unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    for _ in range(1200):  # a hang guard of 60 s: a loaded machine takes seconds to start a daemon
+    deadline = time.monotonic() + 300  # a hang guard: a loaded machine takes a minute to start a daemon
+    while time.monotonic() < deadline:
         if (state / "daemon.json").exists():
             return proc
         if proc.poll() is not None:
@@ -108,7 +109,7 @@ def _start(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
 
 def _stop(proc: subprocess.Popen[str], signum: int) -> tuple[int, str]:
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=10)
+    _, err = proc.communicate(timeout=120)  # a hang guard: what is tested is a clean exit, not how soon
     return proc.returncode, err
 
 

@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import read_daemon_file, run_daemon
-from memactors.rpc import RpcError, connect_rpc, read_token
+from memactors.rpc.transport import RpcError, connect_rpc, read_token
 from support import example, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -79,7 +80,8 @@ def _start(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
     """`memactors serve` as a process under umask 022; returns once daemon.json names it."""
     proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o022))
-    for _ in range(600):
+    deadline = time.monotonic() + 300  # a hang guard: a loaded machine takes a minute to start a daemon
+    while time.monotonic() < deadline:
         found = read_daemon_file(state)
         if found and found.get("pid") == proc.pid:
             return proc

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Packages whose internals memactors drives, and where: each needs an upper bound below its next major
 #: (for 0.x, the next minor: what semantic versioning lets break).
 INTERNALS = {
-    "hypercorn": "memactors._listen runs its trio worker's Lifespan, TCPServer and WorkerContext",
+    "hypercorn": "memactors.net.listen runs its trio worker's Lifespan, TCPServer and WorkerContext",
     "mcp": "memactors.telemetry wraps mcp.shared._otel and mcp.server._otel",
 }
 

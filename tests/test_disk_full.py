@@ -23,7 +23,7 @@ import pytest
 
 from memactors.cli import memory as cli_memory
 from memactors.cli._core import EXIT_RESOURCE
-from memactors.store_health import WriteHealth, disk_full_cause
+from memactors.store.health import WriteHealth, disk_full_cause
 from support import run_record
 from support_daemon import Daemon, daemon_process
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from memactors import run_rows
+from memactors.agents import run_rows
+from memactors.agents.excerpt_repair import LOST
 from memactors.config import ConfigHolder
-from memactors.excerpt_repair import LOST
 from memactors.service import open_memory_service
 from support import run_record, wait_ready
 

@@ -23,8 +23,8 @@ import httpx2
 import pytest
 import trio
 
-from memactors.rpc import RpcError, connect_rpc
-from memactors.store import Store
+from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, write_config
 from support_daemon import Daemon, start_daemon
@@ -161,7 +161,7 @@ async def _ingest_stream(daemon: Daemon, prefix: str, count: int, acked: dict[st
 
 
 async def _store_counts(url: str, episode_ids: list[str]) -> dict[str, Any]:
-    store = await Store.open(url, daemon_id="test")
+    store = await open_store(url, daemon_id="test")
     try:
         def read(db: Any) -> dict[str, Any]:
             return {

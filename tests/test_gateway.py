@@ -15,11 +15,11 @@ import trio.lowlevel
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from memactors.actors.spawn import prepare_spawn
 from memactors.config import ConfigHolder, load_config
 from memactors.daemon import run_daemon
 from memactors.gateway import BRIEFING_URI
 from memactors.service import MemoryService
-from memactors.spawn import prepare_spawn
 from support import RESIDENT, example, serving, write_config
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors._engine_sqlite import READ_CONNECTIONS
-from memactors.rpc import connect_rpc
-from memactors.store import Store
+from memactors.rpc.transport import connect_rpc
+from memactors.store.engines import open_store
+from memactors.store.sqlite import READ_CONNECTIONS
 from support import example
 from support_daemon import daemon_process
 
@@ -17,7 +17,7 @@ SERVICE = "harness.v1.MemoryService"
 
 
 async def test_reads_share_a_bounded_pool_of_connections(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "memory.db")
+    store = await open_store(tmp_path / "memory.db")
     try:
         async with trio.open_nursery() as nursery:
             for _ in range(50):

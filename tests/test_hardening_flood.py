@@ -10,7 +10,7 @@ import httpx2
 import pytest
 import trio
 
-from memactors.rpc import connect_rpc
+from memactors.rpc.transport import connect_rpc
 from support_daemon import Daemon, start_daemon
 
 SERVICE = "harness.v1.MemoryService"

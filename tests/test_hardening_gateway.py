@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import trio
 
-from memactors.rpc import connect_rpc
+from memactors.rpc.transport import connect_rpc
 from support import example
 from support_daemon import Daemon, start_daemon
 from support_readside import gateway_client

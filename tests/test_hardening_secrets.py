@@ -20,7 +20,7 @@ import httpx2
 import pytest
 import trio
 
-from memactors.rpc import connect_rpc
+from memactors.rpc.transport import connect_rpc
 from support import run_record
 from support_daemon import start_daemon
 from support_secrets import Sample, corpus

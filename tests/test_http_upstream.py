@@ -12,7 +12,7 @@ import trio
 from memactors.builtin import BuiltinProvider
 from memactors.gateway import serve_mcp_http
 from memactors.service import open_memory_service
-from memactors.store import Store
+from memactors.store.engines import open_store
 from support import example, wait_ready
 
 TOKEN = "s3cret-upstream-token"
@@ -41,7 +41,7 @@ def _upstream(url: str, token: str) -> str:
 
 @pytest.mark.req1
 async def test_an_http_upstream_with_headers_records_and_recalls(tmp_path: Path, make_holder) -> None:  # type: ignore[no-untyped-def]
-    remote = await Store.open(tmp_path / "remote.db")
+    remote = await open_store(tmp_path / "remote.db")
     seen: list[str] = []
     try:
         async with trio.open_nursery() as nursery:
@@ -66,7 +66,7 @@ async def test_an_http_upstream_with_headers_records_and_recalls(tmp_path: Path,
 
 
 async def test_a_refused_http_upstream_is_down_not_fatal(tmp_path: Path, make_holder) -> None:  # type: ignore[no-untyped-def]
-    remote = await Store.open(tmp_path / "remote.db")
+    remote = await open_store(tmp_path / "remote.db")
     try:
         async with trio.open_nursery() as nursery:
             app = BuiltinProvider(remote).server().streamable_http_app(host="127.0.0.1")

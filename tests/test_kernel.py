@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from memactors._kernel import (
+from memactors.actors.kernel import (
     ActorFailed,
     Address,
     ChildSpec,
@@ -589,7 +589,7 @@ def test_resource_exhaustion_is_told_apart_from_logic_errors() -> None:
 
     import sqlean
 
-    from memactors._kernel import is_resource_exhaustion
+    from memactors.actors.kernel import is_resource_exhaustion
 
     assert is_resource_exhaustion(OSError(errno.EMFILE, "Too many open files"))
     assert is_resource_exhaustion(sqlean.OperationalError("database or disk is full"))

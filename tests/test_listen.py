@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from memactors._asgi import serve_lifespan
-from memactors._listen import (
+from memactors.net.asgi import serve_lifespan
+from memactors.net.listen import (
     BODY_TIMEOUT,
     FD_RESERVE,
     HANDSHAKE_TIMEOUT,
@@ -305,7 +305,7 @@ async def test_an_oversized_body_gets_413_declared_or_sent_and_a_vanished_client
 def test_the_cap_leaves_descriptors_in_reserve_for_the_store(nofile: int, cap: int) -> None:
     """Each of three listeners gets a third of what is left after FD_RESERVE, at most 256, at least 8."""
     script = (f"import resource; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile}));"
-              "from memactors._listen import connection_cap; print(connection_cap())")
+              "from memactors.net.listen import connection_cap; print(connection_cap())")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert int(out.stdout) == cap
     if nofile >= 3 * 8 + FD_RESERVE:

@@ -25,7 +25,7 @@ from memactors.builtin import search_words
 from memactors.config import ConfigHolder, load_config
 from memactors.daemon import Listening, run_daemon
 from memactors.gist import gist
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from support import EXAMPLES, example, wait_ready, write_config

@@ -167,7 +167,7 @@ async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attemp
     race it (which made one of the two answer "queued")."""
     from memactors.actors.assembler import AssembleMany
     from memactors.actors.index import RecordRun, RecordRuns
-    from memactors.ingest import prepare_record
+    from memactors.service.ingest import prepare_record
 
     record = prepare_record(run_record(run_id="p", result_text="ledger"), "p.json")
     (assembled,) = await memory.assembler.address.ask(AssembleMany(((record, None),)))
@@ -206,11 +206,11 @@ async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_workin
         tmp_path: Path, make_holder: Any) -> None:
     import sqlean
 
-    from memactors._engine_sqlite import PAGE_SIZE
     from memactors.service import open_memory_service
-    from memactors.store import Store
+    from memactors.store.engines import open_store
+    from memactors.store.sqlite import PAGE_SIZE
 
-    fresh = await Store.open(tmp_path / "new" / "memactors.db")
+    fresh = await open_store(tmp_path / "new" / "memactors.db")
     try:
         assert fresh._writer.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 8192
     finally:
@@ -323,7 +323,7 @@ async def test_issue11_a_batch_logs_one_info_line_and_still_counts_every_episode
     its INFO `run ingested` line."""
     import httpx2
 
-    from memactors.rpc import connect_rpc
+    from memactors.rpc.transport import connect_rpc
     from support_daemon import daemon_process
 
     service = "harness.v1.MemoryService"
@@ -391,7 +391,7 @@ def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> 
         render_text,
         stored_record,
     )
-    from memactors.ingest import prepare_record
+    from memactors.service.ingest import prepare_record
 
     for n, tricky in enumerate([*_TRICKY[:10], "lone \ud800 surrogate"]):
         record = stored_record(prepare_record(run_record(

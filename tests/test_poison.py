@@ -25,7 +25,7 @@ from memactors._wire import parse_run_record
 from memactors.config import load_config
 from memactors.daemon import Listening, run_daemon
 from memactors.errors import InvalidArgument
-from memactors.rpc import MAX_DEPTH, RpcError, connect_rpc, read_token
+from memactors.rpc.transport import MAX_DEPTH, RpcError, connect_rpc, read_token
 from support import run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memactors.errors import ConfigError, InvalidArgument
-from memactors.prompt import (
+from memactors.agents.prompt import (
     ARG_MAX_SINGLE,
     compose_prompt,
     fence_briefing,
@@ -18,6 +17,7 @@ from memactors.prompt import (
     render_template,
     validate_template,
 )
+from memactors.errors import ConfigError, InvalidArgument
 from memactors.wrapper import Item, Provenance, Section, fit_briefing, render_text
 
 BASE_ARGV = ("claude", "--print", "--output-format", "stream-json")

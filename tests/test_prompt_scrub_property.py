@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memactors.prompt import compose_prompt
-from memactors.run_watch import MIN_LINE, PromptScrub, RunWatch
+from memactors.agents.prompt import compose_prompt
+from memactors.agents.run_watch import MIN_LINE, PromptScrub, RunWatch
 
 AT = "2026-12-01T10:00:00.000000Z"
 # Words, not random characters: the redactor would take a long random token for a secret, and what is

@@ -21,7 +21,7 @@ from memactors.config import ConfigHolder, load_config
 from memactors.contract import schema_document
 from memactors.daemon import Listening, run_daemon
 from memactors.metrics import Metrics
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import MemoryService, open_memory_service
 from support import LogRecords, run_record, wait_ready, write_config
 from support_providers import FaultFiles, fault_toml, sample
@@ -112,7 +112,7 @@ async def test_req4_a_provider_that_ignores_scope_passes_with_a_warning(
 async def test_an_unknown_or_project_only_provider_cannot_be_checked(tmp_path: Path) -> None:
     async with daemon(tmp_path) as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
-            from memactors.rpc import RpcError
+            from memactors.rpc.transport import RpcError
 
             with pytest.raises(RpcError) as err:
                 await rpc.call(f"{SERVICE}/CheckProvider", {"provider": "zep"})

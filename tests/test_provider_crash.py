@@ -15,7 +15,7 @@ from memactors.actors.provider_session import ProviderSession, provider_call
 from memactors.config import ConfigHolder
 from memactors.metrics import Metrics
 from memactors.service import open_memory_service
-from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing import fault_provider_params
 from support import run_record, wait_ready
 from support_providers import FaultFiles, fault_toml, poll
@@ -70,7 +70,7 @@ async def test_a_respawned_provider_that_passes_its_contract_check_closes_an_ope
     the probe as soon as its contract check passed, and closes it."""
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     breaker = Breaker(threshold=1, base_open=300.0)
     session = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=5.0, breaker=breaker,

@@ -21,7 +21,7 @@ from memactors.conformance import synthetic_episode, synthetic_scope
 from memactors.errors import ProviderIncompatible, ProviderUnavailable
 from memactors.metrics import Metrics
 from memactors.service import MemoryService, open_memory_service
-from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing import fault_provider_params
 from support import run_record, wait_ready, within
 from support_providers import FaultFiles, fault_toml, poll, sample
@@ -89,7 +89,7 @@ async def test_req3_a_missing_tool_marks_the_provider_incompatible_until_a_later
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
     files.set_modes("omit_forget")
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     metrics = Metrics()
     session = ProviderSession(
         provider="fault", store=store, metrics=metrics, provider_timeout=1.0, heartbeat=0.1,
@@ -142,7 +142,7 @@ async def _kill_and_await_a_new_process(session: ProviderSession, files: FaultFi
 async def test_a_killed_subprocess_is_noticed_and_reconnected(tmp_path: Path) -> None:
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     session = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0, heartbeat=0.2,
         target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid))
@@ -198,7 +198,7 @@ async def test_the_breakers_half_open_probe_runs_under_provider_timeout(
         tmp_path: Path, trio_clock: trio.testing.MockClock) -> None:
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     breaker = Breaker(base_open=0.2)
     session = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=0.5, breaker=breaker,
@@ -271,7 +271,9 @@ async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flig
             record = run_record(run_id=f"d{i}", trace_id=f"td-{i}", result_text=f"fixed ledger rounding number {i}")
             assert (await memory.ingest_run(record))["outcome"] == "queued"
     working = (f'[memory]\nprovider = "bi"\n[mcp.bi]\ncommand = "{sys.executable}"\n'
-               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n')
+               f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio", "--db", "{upstream}"]\n'
+               # the connection budget (5 × provider_timeout) must cover the start on a loaded machine
+               '[memory.episodes]\nprovider_timeout = "10s"\n')
     async with open_memory_service(make_holder(working)) as memory:
         await wait_ready(memory)
 
@@ -281,7 +283,7 @@ async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flig
         await poll(drained, seconds=120, what="the backlog recorded through serve-builtin --stdio")
         assert await _indexed(memory) == n
         assert (await memory.status())["pending"]["record_failed"] == 0
-    store = await Store.open(upstream)
+    store = await open_store(upstream)
     try:
         assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == n
     finally:
@@ -293,7 +295,7 @@ async def _serving(tmp_path: Path, **session: Any) -> AsyncIterator[tuple[Provid
     """A running session to the stdio fault provider (heartbeat 0.2 s unless given); stopped on exit."""
     files = FaultFiles(tmp_path / "fault")
     files.root.mkdir()
-    store = await Store.open(tmp_path / "m.db")
+    store = await open_store(tmp_path / "m.db")
     running = ProviderSession(
         provider="fault", store=store, metrics=Metrics(), provider_timeout=1.0,
         target=lambda: fault_provider_params(state_file=files.state, pid_file=files.pid),

@@ -16,7 +16,7 @@ import sqlean
 
 from memactors.builtin import BuiltinProvider
 from memactors.service import MemoryService
-from memactors.store import Store
+from memactors.store.engines import open_store
 from support import run_record
 from support_readside import API, as_run, gateway_client
 
@@ -118,7 +118,7 @@ async def test_issue17_migration_0009_reindexes_an_existing_store(tmp_path: Path
     """A store written before 0009: its episode bodies are flattened and the built-in provider's
     documents re-indexed from their stored renderings (escapes read as spaces), keeping doc ids."""
     path = tmp_path / "old.db"
-    s = await Store.open(path)
+    s = await open_store(path)
     s.close()
     db = sqlean.connect(str(path), isolation_level=None)
     db.executescript(
@@ -149,7 +149,7 @@ async def test_issue17_migration_0009_reindexes_an_existing_store(tmp_path: Path
     assert db.execute("SELECT count(*) FROM builtin_fts WHERE builtin_fts MATCH 'nreconcile'").fetchone()[0] == 1
     db.close()
 
-    s = await Store.open(path)
+    s = await open_store(path)
     try:
         stored = json.loads(await s.read(lambda db: db.execute("SELECT body FROM episode_bodies").fetchone()[0]))
         assert stored["result_excerpt"] == "Pinned the clock reconcile still flakes"

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memactors.errors import ConfigError
 from memactors.redact import (
     REDACTED,
     Redactor,
+    RulesError,
     default,
     load_rules,
     redact,
@@ -352,7 +352,7 @@ def test_rules_load_from_package_data_with_provenance() -> None:
 
 def test_a_rule_that_matches_the_marker_is_refused() -> None:
     data = b"[[rules]]\nid = 'bad'\nregex = '''\\[REDACTED\\]'''\n"
-    with pytest.raises(ConfigError, match="marker"):
+    with pytest.raises(RulesError, match="marker"):
         load_rules(data, source="bad.toml")
 
 
@@ -361,8 +361,8 @@ def test_a_rule_that_matches_the_marker_is_refused() -> None:
     [b"not toml [[[", b"[meta]\nx = 1\n", b"[[rules]]\nid = 'x'\nregex = '''(unclosed'''\n",
      b"[[rules]]\nregex = 'a'\n", b"[[rules]]\nid = 'x'\nregex = 'ab'\nentropy = 'high'\n"],
 )
-def test_invalid_rule_files_raise_config_error(data: bytes) -> None:
-    with pytest.raises(ConfigError):
+def test_invalid_rule_files_raise_rules_error(data: bytes) -> None:
+    with pytest.raises(RulesError):
         load_rules(data, source="broken.toml")
 
 

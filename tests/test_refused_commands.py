@@ -21,10 +21,10 @@ import pytest
 
 from memactors.adapters import CommandRun
 from memactors.adapters.claude_code import ClaudeCodeAdapter
+from memactors.agents.run_record import build_run_record
+from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.config import HarnessConfig
-from memactors.run_record import build_run_record
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
-from memactors.transcript import read_claude_transcript, run_record_from_transcript
 from support import write_config
 from support_runs import base_env, claude_binary, claude_env, cli, daemon, make_repo
 

@@ -13,7 +13,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from memactors.errors import ConfigError, PermissionDenied, UnknownEpisode
-from memactors.rpc import (
+from memactors.rpc.transport import (
     Method,
     RpcError,
     Tokens,

@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from memactors.rpc_methods import SERVICE
+from memactors.rpc.methods import SERVICE, operator_methods
 from memactors.service import MemoryService
 from support_daemon import Daemon, daemon_process
 
@@ -77,9 +77,9 @@ async def test_every_method_declares_its_parameters_and_refuses_any_other_before
         daemon: Daemon, memory: MemoryService) -> None:
     """No method silently ignores what a caller sent. Control-tier methods too (a Forget with a typo'd
     parameter is refused before anything is forgotten)."""
-    methods = memory.rpc_methods()
+    methods = operator_methods(memory)
     undeclared = [m.name for m in methods if m.params is None]
-    assert undeclared == [], f"declare params= for {undeclared} in MemoryService.rpc_methods"
+    assert undeclared == [], f"declare params= for {undeclared} in rpc.methods.operator_methods"
     frames = [json.dumps({"id": n, "method": m.name, "params": {"zz_not_a_parameter": 1}})
               for n, m in enumerate(methods)]
     for method, reply in zip(methods, await exchange(daemon, frames, tier="control"), strict=True):

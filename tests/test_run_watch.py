@@ -10,9 +10,8 @@ import trio.testing
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
-from memactors.prompt import compose_prompt
-from memactors.redact import REDACTED, redact_tail
-from memactors.run_watch import (
+from memactors.agents.prompt import compose_prompt
+from memactors.agents.run_watch import (
     MAX_EVENT_CHARS,
     MAX_EVENTS,
     STDERR_TAIL_BYTES,
@@ -20,6 +19,7 @@ from memactors.run_watch import (
     StderrTail,
     scrub,
 )
+from memactors.redact import REDACTED, redact_tail
 
 DATA = Path(__file__).resolve().parent / "data"
 AT = "2026-12-01T10:00:00.000000Z"

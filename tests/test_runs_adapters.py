@@ -11,9 +11,9 @@ from memactors._wire import parse_run_record
 from memactors.adapters import CommandRun, FileEdit, LaunchRequest, Transcript, get_adapter
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import TAIL_CHARS, CommandAdapter
+from memactors.agents.run_record import build_run_record
 from memactors.config import DEFAULT_VERIFY_PATTERNS, HarnessConfig, load_config
 from memactors.errors import ConfigError, InvalidArgument
-from memactors.run_record import build_run_record
 from support import write_config
 
 DATA = Path(__file__).resolve().parent / "data"

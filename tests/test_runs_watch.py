@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import trio
 
-from memactors._wsclient import WsRpcError, call_once
 from memactors.cli._core import SERVICE
+from memactors.rpc.wsclient import WsRpcError, call_once
 from memactors.testing.fake_anthropic import Script, ToolUse, run_fake_anthropic
 from support import write_config
 from support_runs import (

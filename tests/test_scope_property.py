@@ -27,7 +27,7 @@ from memactors.actors.index import Index, filter_items
 from memactors.actors.provider_session import ProviderSession
 from memactors.config import Config
 from memactors.metrics import Metrics
-from memactors.store import Store
+from memactors.store.engines import open_store
 from support_readside import fixed_clock
 
 PROVIDER = "fake"
@@ -75,7 +75,7 @@ def db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("scope") / "memactors.db"
 
     async def build() -> None:
-        store = await Store.open(path)
+        store = await open_store(path)
         await store.write(_seed)
         store.close()
 
@@ -167,7 +167,7 @@ def _fake_provider(answer: dict[str, Any], seen: list[dict[str, Any]]) -> Server
 
 
 async def _through_the_choke_point(db_path: Path, payload: dict[str, Any], view: View) -> tuple[Any, list]:
-    store = await Store.open(db_path)
+    store = await open_store(db_path)
     seen: list[dict[str, Any]] = []
     server = _fake_provider(payload, seen)
     metrics = Metrics()

@@ -177,7 +177,7 @@ async def test_issue9_no_credential_family_reaches_the_state_directory_or_the_lo
 
     from memactors.config import load_config
     from memactors.daemon import run_daemon
-    from memactors.rpc import connect_rpc, read_token
+    from memactors.rpc.transport import connect_rpc, read_token
     from support import write_config
 
     service = "harness.v1.MemoryService"

@@ -16,10 +16,10 @@ import pytest
 import trio
 from loguru import logger
 
+from memactors.actors.spawn import prepare_spawn
+from memactors.agents.prompt import ARG_MAX_SINGLE
 from memactors.config import ConfigHolder
-from memactors.prompt import ARG_MAX_SINGLE
 from memactors.service import MemoryService, open_memory_service
-from memactors.spawn import prepare_spawn
 from support import run_record, wait_ready, within
 from support_readside import API, as_run, count, fault_toml, sample
 

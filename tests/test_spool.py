@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memactors import spool
+from memactors.agents import spool
 from support import write_config
 from support_codex import daemon_process, git_repo
 from test_cli_agents import transcript_in
@@ -63,7 +63,7 @@ def test_nothing_is_lost_when_hooks_append_while_senders_claim(tmp_path: Path) -
     """Four processes append 100 entries each while this one claims and completes over and over."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    writer = ("import sys; from pathlib import Path; from memactors import spool\n"
+    writer = ("import sys; from pathlib import Path; from memactors.agents import spool\n"
               "for n in range(100):\n"
               "    spool.append(Path(sys.argv[1]), {'record': {'run_id': sys.argv[2] + '-' + str(n)}})\n")
     procs = [subprocess.Popen([sys.executable, "-c", writer, str(state), f"w{i}"]) for i in range(4)]

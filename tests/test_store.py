@@ -11,11 +11,12 @@ import sqlite_utils
 import trio
 
 from memactors.store import Store
+from memactors.store.engines import open_store
 
 
 @pytest.fixture
 async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
-    s = await Store.open(store_url or tmp_path / "m.db")
+    s = await open_store(store_url or tmp_path / "m.db")
     await s.write(lambda db: db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)"))
     try:
         yield s
@@ -112,7 +113,7 @@ async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_t
     ep = assemble(rec, {s.session_id: SessionRepo(key="forge.example/acme/api", cwd=s.cwd) for s in rec.sessions},
                   excerpt_chars=600)
     path = tmp_path / "old.db"
-    (await Store.open(path)).close()
+    (await open_store(path)).close()
     db = sqlean.connect(str(path), isolation_level=None)
     db.executescript(  # back to the layout before 0007 (so before the later migrations too)
         """
@@ -134,7 +135,7 @@ async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_t
                [ep.episode_id, ep.harness, ep.run_id, ep.repo, ep.branch, ep.scope, ep.trust_class, ep.outcome,
                 ep.started_at, ep.started_at, episode_json(ep), render_text(ep)])
     db.close()
-    s = await Store.open(path)
+    s = await open_store(path)
     try:
         columns = await s.read(lambda db: {t: [c.name for c in db[t].columns] for t in ("episodes", "runs")})
         body = await s.read(lambda db: db.execute(

@@ -21,6 +21,7 @@ from memactors import graph
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, wait_ready, write_config
 from support_readside import API, as_run
@@ -84,7 +85,7 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
         await memory.agent_briefing(view, delivery="tool")  # a cached briefing
         await memory.cast_vote(fact_id=fact["id"], run_id="r1", harness="api-fixer", stance="support")
         await memory.forget(ids[3])  # a tombstone
-    source = await Store.open(tmp_path / "state" / "memactors.db")  # the call log is flushed at stop
+    source = await open_store(tmp_path / "state" / "memactors.db")  # the call log is flushed at stop
     try:
         before = await _rows(source)
         source_counts = await _counts(source)
@@ -106,7 +107,7 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
     assert f"to {shown}" in second.stdout and report["target"] == shown
     assert pg_cluster.password not in second.stdout + second.stderr
 
-    target = await Store.open(pg_url)
+    target = await open_store(pg_url)
     try:
         assert await _counts(target) == {**source_counts, "pending": source_counts["pending"]}
         after = await _rows(target)

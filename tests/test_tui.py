@@ -16,7 +16,7 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc import connect_rpc, read_token
+from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
 from support import example, run_record, wait_ready, write_config

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 _EXPORTS = {
     "Config": "config", "ConfigHolder": "config", "load_config": "config",
@@ -28,7 +28,7 @@ _EXPORTS = {
     "StoreUnavailable": "errors",
     "Episode": "models", "RunRecord": "models",
     "MemoryService": "service", "open_memory_service": "service",
-    "prepare_spawn": "spawn",
+    "prepare_spawn": "actors.spawn",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -44,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # what a type checker and an editor see
+    from .actors.spawn import prepare_spawn as prepare_spawn
     from .config import Config as Config
     from .config import ConfigHolder as ConfigHolder
     from .config import load_config as load_config
@@ -64,4 +65,3 @@ if TYPE_CHECKING:  # what a type checker and an editor see
     from .models import RunRecord as RunRecord
     from .service import MemoryService as MemoryService
     from .service import open_memory_service as open_memory_service
-    from .spawn import prepare_spawn as prepare_spawn

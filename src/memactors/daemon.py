@@ -23,14 +23,16 @@ import attrs
 import trio
 from loguru import logger
 
-from ._kernel import SupervisorFailed
+from .actors.kernel import SupervisorFailed
+from .agents.spool import send_spool
 from .config import Config, ConfigHolder, load_config
 from .errors import ConfigError, MemactorsError, StoreUnavailable
+from .gateway import start_gateway
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
-from .rpc import ensure_tokens, serve_rpc
+from .rpc.methods import operator_methods
+from .rpc.transport import ensure_tokens, serve_rpc
 from .service import open_memory_service
-from .spool import send_spool
 from .store import private_dir
 
 DAEMON_FILE = "daemon.json"
@@ -133,12 +135,12 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
     async with open_memory_service(holder, metrics=metrics) as memory, trio.open_nursery() as nursery:
         with _listen_error("[operator] listen", config.operator.address):
             op_host, op_port = await nursery.start(
-                serve_rpc, memory.rpc_methods(), config.operator.host, config.operator.port, tokens)
+                serve_rpc, operator_methods(memory), config.operator.host, config.operator.port, tokens)
         with _listen_error("[metrics] listen", config.metrics.address):
             m_host, m_port = await nursery.start(partial(
                 serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
         with _listen_error("[gateway] listen", config.gateway.address):
-            gateway_url = await memory.start_gateway(nursery)
+            gateway_url = await start_gateway(memory, nursery)
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
             metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())
@@ -159,7 +161,7 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
 
 
 async def _send_spool(memory: Any, state_dir: Path) -> None:
-    """Send the sessions a hook spooled while no daemon was reachable (spool.py), once we serve."""
+    """Send the sessions a hook spooled while no daemon was reachable (agents/spool.py), once we serve."""
     try:
         counts = await send_spool(state_dir, memory.ingest_runs)
     except (OSError, MemactorsError) as exc:  # the spool keeps what was not confirmed: nothing is lost

@@ -34,15 +34,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from . import contract
-from ._asgi import serve_lifespan
-from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
+from .net.asgi import serve_lifespan
+from .net.listen import RateLimitedLog, serve_asgi, trust_connection
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
 __all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "SessionRouter",
-           "serve_gateway"]
+           "serve_gateway", "start_gateway"]
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -373,6 +373,14 @@ def _transport_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
+async def start_gateway(memory: Any, nursery: trio.Nursery) -> str:
+    """Serve the MCP gateway for `memory` (a MemoryService) on its `[gateway] listen` in `nursery`;
+    returns its URL, also kept as ``memory.gateway_url`` (the runs it starts get it in their MCP config)."""
+    memory.gateway_url = await nursery.start(serve_gateway, memory, memory.config.gateway.host,
+                                             memory.config.gateway.port)
+    return memory.gateway_url
+
+
 async def serve_gateway(
     service: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -388,7 +396,7 @@ async def serve_mcp_http(
     app: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve an MCP streamable-HTTP ASGI app with hypercorn's trio worker on a capped listener (connection
-    cap, short head and body timeouts: see ``_listen``); reports ``http://host:port/mcp``."""
+    cap, short head and body timeouts: see ``net.listen``); reports ``http://host:port/mcp``."""
     async with trio.open_nursery() as nursery:
         bound_host, bound_port = await nursery.start(partial(serve_asgi, app, host, port, name="gateway"))
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host

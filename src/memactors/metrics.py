@@ -35,9 +35,9 @@ from prometheus_client import (
     make_asgi_app,
 )
 
-from ._asgi import serve_lifespan
-from ._listen import serve_asgi
 from .logs import get_logger
+from .net.asgi import serve_lifespan
+from .net.listen import serve_asgi
 
 __all__ = [
     "BRIEFING_OUTCOMES",
@@ -380,7 +380,7 @@ async def serve_metrics(
 ) -> NoReturn:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` with hypercorn until cancelled;
     reports ``(host, actual_port)``. Keep-alive, HTTP/1.1 and h2c come from hypercorn; the listener is
-    capped like every other (see ``_listen``)."""
+    capped like every other (see ``net.listen``)."""
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(partial(serve_asgi, metrics_app(metrics, ready), host, port, name="metrics"))
         _log.bind(host=bound[0], port=bound[1]).info("metrics listening")

@@ -39,14 +39,13 @@ from typing import Any
 import ahocorasick_rs
 import attrs
 
-from .errors import ConfigError
-
 __all__ = [
     "REDACTED",
     "STATS",
     "LineRedactor",
     "RedactionRule",
     "Redactor",
+    "RulesError",
     "default",  # noqa: F822 - provided lazily by the module __getattr__
     "load_rules",
     "redact",
@@ -61,6 +60,21 @@ __all__ = [
 
 #: The literal that replaces every secret.
 REDACTED = "[REDACTED]"
+
+
+class RulesError(ValueError):
+    """Raised when a redaction rule file is malformed (the packaged one never is: tests/test_redact.py
+    loads it); names the file and the rule's key.
+
+    Not a ``ConfigError``: this module imports nothing of memactors, because ``errors.ConfigError`` masks
+    the values it carries through ``urls``, and ``urls`` masks a URL's path with this redactor.
+    """
+
+    def __init__(self, message: str, *, file: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.key = key
 
 #: Counters of :meth:`Redactor.redact` calls and the characters they scanned since import: tests and
 #: benchmarks read them to check that each string is redacted once (issue 11's ingest profile).
@@ -158,21 +172,21 @@ class RedactionRule:
 def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
     rule_id = raw.get("id")
     if not isinstance(rule_id, str) or not rule_id:
-        raise ConfigError("redaction rule without an id", file=source)
+        raise RulesError("redaction rule without an id", file=source)
     try:
         pattern = re.compile(raw["regex"])
         allowlist = tuple(re.compile(p) for p in raw.get("allowlist", ()))
     except (KeyError, TypeError, re.error) as exc:
-        raise ConfigError(f"invalid redaction rule: {exc}", file=source, key=f"rules.{rule_id}") from exc
+        raise RulesError(f"invalid redaction rule: {exc}", file=source, key=f"rules.{rule_id}") from exc
     entropy = raw.get("entropy")
     if entropy is not None and not isinstance(entropy, int | float):
-        raise ConfigError("entropy must be a number", file=source, key=f"rules.{rule_id}.entropy")
+        raise RulesError("entropy must be a number", file=source, key=f"rules.{rule_id}.entropy")
     keywords = raw.get("keywords", [])
     if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
-        raise ConfigError("keywords must be a list of strings", file=source, key=f"rules.{rule_id}.keywords")
+        raise RulesError("keywords must be a list of strings", file=source, key=f"rules.{rule_id}.keywords")
     group = raw.get("secret_group")
     if group is not None and (not isinstance(group, int) or not 0 <= group <= pattern.groups):
-        raise ConfigError("secret_group must name a group", file=source, key=f"rules.{rule_id}.secret_group")
+        raise RulesError("secret_group must name a group", file=source, key=f"rules.{rule_id}.secret_group")
     rule = RedactionRule(
         id=rule_id,
         description=str(raw.get("description", "")),
@@ -183,7 +197,7 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         secret_group=group,
     )
     if _matches_marker(rule):
-        raise ConfigError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
+        raise RulesError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
     return rule
 
 
@@ -201,16 +215,16 @@ def _matches_marker(rule: RedactionRule) -> bool:
 def load_rules(data: bytes | None = None, *, source: str = "memactors.data/redaction_rules.toml") -> tuple[
     RedactionRule, ...
 ]:
-    """Compile the rule file (the packaged one when ``data`` is None); raises ConfigError if it is invalid."""
+    """Compile the rule file (the packaged one when ``data`` is None); raises RulesError if it is invalid."""
     if data is None:
         data = resources.files("memactors.data").joinpath("redaction_rules.toml").read_bytes()
     try:
         document = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot parse redaction rules: {exc}", file=source) from exc
+        raise RulesError(f"cannot parse redaction rules: {exc}", file=source) from exc
     raw_rules = document.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
-        raise ConfigError("no [[rules]] in redaction rules", file=source)
+        raise RulesError("no [[rules]] in redaction rules", file=source)
     return tuple(_compile(raw, source) for raw in raw_rules)
 
 

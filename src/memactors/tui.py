@@ -211,7 +211,7 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
     import trio
     import urwid
 
-    from .rpc import RpcError, connect_rpc
+    from .rpc.transport import RpcError, connect_rpc
 
     service = "harness.v1.MemoryService"
     state = TuiState(harnesses)

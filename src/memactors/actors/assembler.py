@@ -16,7 +16,6 @@ import trio
 from loguru import logger
 
 from .. import graph
-from .._kernel import open_mailbox, serve
 from ..config import Config, HarnessConfig
 from ..episode import (
     MAX_GRAPH_PATHS,
@@ -32,6 +31,7 @@ from ..errors import MemactorsError
 from ..metrics import Metrics
 from ..modelapi import SUMMARY_DEADLINE, SummaryResult
 from ..models import Episode, RunRecord
+from .kernel import open_mailbox, serve
 
 # The summary actor enforces REQ-7's 10 s itself; this margin only covers its mailbox and reply.
 _SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5

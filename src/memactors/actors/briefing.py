@@ -39,7 +39,6 @@ import trio
 from loguru import logger
 
 from .. import contract, graph
-from .._kernel import open_mailbox, serve
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed, StoreUnavailable
@@ -69,6 +68,7 @@ from .documents import (
     withhold_facts,
 )
 from .index import Filtered, KeptItem, filter_items
+from .kernel import open_mailbox, serve
 from .provider_session import provider_call
 from .view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 
@@ -164,7 +164,7 @@ class RecallAnswer:
 class BriefingRequest:
     """A briefing for a view. ``delivery`` says who reads it: ``tool``/``resource`` (a run through the
     gateway: cached, exposure written), ``prompt`` (prepared for a one-shot: cached, exposure written
-    by :func:`memactors.spawn.prepare_spawn` once it knows the briefing is prepended), ``spawn`` (a
+    by :func:`memactors.actors.spawn.prepare_spawn` once it knows the briefing is prepended), ``spawn`` (a
     resident's briefing computed at spawn: cached, no exposure), ``preview`` (operator: computed now,
     neither cached nor exposed)."""
 

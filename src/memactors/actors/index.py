@@ -20,7 +20,6 @@ import attrs
 import cattrs
 import trio
 
-from .._kernel import open_mailbox, serve
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
@@ -30,6 +29,7 @@ from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import scope_for
 from ..store import Db, Store, WallClock, iso
+from .kernel import open_mailbox, serve
 
 DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid", "text_replaced")
 

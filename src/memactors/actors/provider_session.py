@@ -47,7 +47,6 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import contract
-from .._kernel import Mailbox, open_mailbox, serve
 from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
 from ..metrics import Metrics
 from ..provider_stderr import log_stderr
@@ -56,6 +55,7 @@ from ..telemetry import guard_sdk_spans
 from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
+from .kernel import Mailbox, open_mailbox, serve
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
 #: Seconds between idle `memory_contract` checks (module-level so a real-time test can shorten it).

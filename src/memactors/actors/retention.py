@@ -37,13 +37,13 @@ import attrs
 import trio
 from loguru import logger
 
-from .._kernel import Address, open_mailbox, serve
 from .._wire import parse_time
 from ..errors import MemactorsError, StoreUnavailable, UnknownEpisode
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso
 from .index import IndexIds, stored_copy
+from .kernel import Address, open_mailbox, serve
 from .provider_session import provider_call
 
 RETRY_WINDOW = timedelta(hours=24)

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from ..run_record import StopReason
-from ..run_watch import RunWatch
+from ..agents.run_record import StopReason
+from ..agents.run_watch import RunWatch
 
 __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "StartRun"]
 

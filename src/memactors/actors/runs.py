@@ -19,7 +19,7 @@ nursery, which owns the child process, its deadline and the run record written w
    ``timed_out``, reason ``deadline``. ``CancelRun`` (``memactors runs cancel``) and stopping the daemon
    stop it the same way: outcome ``cancelled``, reason ``operator_cancel``; a cap passed: ``cancelled``,
    ``budget_exceeded``. Every stopped run is still recorded.
-3. **Record**: the run record is built from what happened (``run_record.py``'s rules) and sent down
+3. **Record**: the run record is built from what happened (``agents/run_record.py``'s rules) and sent down
    ``IngestRun``'s path, so the episode appears as soon as the process ends. The run's row in the store
    (``run_rows``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
    keeps it listable after a restart. The token then expires after a short grace.
@@ -46,14 +46,10 @@ import attrs
 import trio
 from loguru import logger
 
-from .. import graph, run_rows
-from .._kernel import open_mailbox, serve
+from .. import graph
 from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
-from ..config import Config, HarnessConfig, load_config
-from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
-from ..redact import redact, redact_tail
-from ..repo import resolve_repo
-from ..run_process import (
+from ..agents import run_rows
+from ..agents.run_process import (
     agent_env,
     drain,
     kill_group,
@@ -62,11 +58,16 @@ from ..run_process import (
     remove_mcp_configs,
     write_mcp_config,
 )
-from ..run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
-from ..run_watch import PromptScrub, RunWatch
-from ..spawn import prepare_spawn
+from ..agents.run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
+from ..agents.run_watch import PromptScrub, RunWatch
+from ..config import Config, HarnessConfig, load_config
+from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
+from ..redact import redact, redact_tail
+from ..repo import resolve_repo
 from ..store import iso
+from .kernel import open_mailbox, serve
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
+from .spawn import prepare_spawn
 
 __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "StartRun", "build_run_record", "exit_status"]
 

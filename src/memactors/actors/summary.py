@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 import trio
 
-from .._kernel import open_mailbox, serve
 from ..config import ModelApiConfig
 from ..metrics import Metrics
 from ..modelapi import ModelApiClient, ModelApiSettings, SummaryResult, UtilityBudget, summarize_episode
 from ..redact import redact
+from .kernel import open_mailbox, serve
 
 
 @attrs.frozen

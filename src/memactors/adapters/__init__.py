@@ -8,7 +8,10 @@ does all of that. So each adapter is tested on recorded streams without a proces
 through ``memactors run`` with the real agent CLI.
 
 Modules: ``claude_code`` (``claude -p --output-format stream-json --verbose … -- <prompt>``), ``codex``
-(``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``).
+(``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``). A new agent is a
+module here and its line in ``ADAPTERS`` and ``ADAPTER_CAPS`` below. May import: ``memactors.errors`` only
+(config reads ``ADAPTER_CAPS``, so this package sits with the pure modules); adapters never import each
+other.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def refused_ids(meta: Any) -> set[str]:
     """The tool_use ids a result's metadata marks as not run: refused by the permission check or the
     user (``non_execution_kind``, a ``reject`` decision). Claude Code writes it as ``tool_result_meta``
     on stream-json events; a session transcript carries the same facts as ``toolDenialKind`` and
-    ``permissionDecision`` on the entry (see ``transcript.py``)."""
+    ``permissionDecision`` on the entry (see ``agents/transcript.py``)."""
     out: set[str] = set()
     for item in meta if isinstance(meta, list) else ():
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):

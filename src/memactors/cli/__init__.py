@@ -1,5 +1,6 @@
 """The `memactors` command line. Every operator command goes through MemoryService over the websocket
-RPC (the CLI has no private path); `--json` prints the raw result for scripts.
+RPC (the CLI has no private path); `--json` prints the raw result for scripts. The top layer: it may
+import anything below it, lazily, so each command loads only what it needs (tests/test_cli.py).
 
 One module per command group over one small shared core (`_core`: configuration, the daemon's address
 and token, the RPC call, output, exit statuses): `runs` (runs ingest), `supervised` (run, runs
@@ -31,7 +32,7 @@ import argparse
 import sys
 from collections.abc import Iterator, Sequence
 
-from .. import __version__
+from .._version import __version__
 from . import agents, describe, feeds, install, memory, ops, runs, store
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
 from ._suggest import SuggestingParser
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     for group in (ops, runs, memory, feeds, agents, install, describe, store):
         group.register(sub)
     _config_everywhere(parser)
+    parser.set_defaults(root_parser=parser)  # `completion` completes the whole tree (cli.ops)
     return parser
 
 

@@ -129,9 +129,9 @@ def config_despite(args: argparse.Namespace, error: Exception) -> Config:
 
 
 def call(args: argparse.Namespace, method: str, params: dict[str, Any], tier: str = "read") -> Any:
-    """One RPC call over the standard-library websocket client (see _wsclient: the trio client's
+    """One RPC call over the standard-library websocket client (see rpc.wsclient: the trio client's
     imports alone cost more than a read command's start-up budget)."""
-    from .._wsclient import WsRpcError, call_once
+    from ..rpc.wsclient import WsRpcError, call_once
 
     config = config_for(args, tier)
     token = token_for(config, tier)

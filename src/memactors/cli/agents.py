@@ -5,7 +5,7 @@
   (Claude Code's ``.mcp.json``, Cursor's ``mcp.json``, or plain JSON).
 - ``memactors hook claude-code session-end``: Claude Code's ``SessionEnd`` hook; reads the hook input on
   stdin and ingests the session's transcript as a run record (control tier, ``IngestRun``). When no
-  daemon answers, the record goes to the state directory's spool (``memactors.spool``) instead, and is
+  daemon answers, the record goes to the state directory's spool (``memactors.agents.spool``) instead, and is
   sent by the next hook that reaches the daemon, by ``memactors spool send``, or by the daemon at start.
 - ``memactors spool [send]``: what the spool holds, and sending it now.
 
@@ -194,9 +194,9 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     Exit 0 when the record was ingested or deliberately skipped (IngestRun's outcome is printed); a
     missing harness, unreadable input or transcript is exit 2 with a message naming what is wrong.
     """
+    from ..agents.transcript import read_claude_transcript, run_record_from_transcript
     from ..errors import InvalidArgument
     from ..store import iso
-    from ..transcript import read_claude_transcript, run_record_from_transcript
 
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
@@ -244,7 +244,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
 
 def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
     """A control-tier call under the hook's own deadline (HOOK_RPC_SECONDS); UNAVAILABLE when no daemon."""
-    from .._wsclient import WsRpcError, call_once
+    from ..rpc.wsclient import WsRpcError, call_once
     from ._core import config_for, operator_url, token_for
 
     config = config_for(args, "control")
@@ -258,7 +258,7 @@ def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) ->
 
 def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str) -> Path:
     """Keep the record in the state directory's spool (0600), redacted as an episode would be."""
-    from .. import spool
+    from ..agents import spool
     from ..redact import redact_obj
     from ..store import iso
 
@@ -273,7 +273,7 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
 
 def _send_spool(args: argparse.Namespace) -> dict[str, int]:
     """Send what the spool holds over IngestRuns; undelivered entries go back. Counts by outcome."""
-    from .. import spool
+    from ..agents import spool
 
     taken = spool.claim(load(args).store.path)
     if taken is None:
@@ -308,7 +308,7 @@ def _tally(counts: dict[str, int]) -> str:
 
 def cmd_spool(args: argparse.Namespace) -> int:
     """`memactors spool`: where the spool is and how many sessions wait in it (no daemon needed)."""
-    from .. import spool
+    from ..agents import spool
 
     state = load(args).store.path
     rejected = spool.rejected_path(state)

@@ -205,7 +205,7 @@ def cmd_serve_builtin(args: argparse.Namespace) -> int:
     else the configured one (`[store] url` / MEMACTORS_STORE_URL, else the state directory's file)."""
     import trio
 
-    from ..builtin_stdio import serve_builtin_stdio
+    from ..builtin.stdio import serve_builtin_stdio
     from ..config import store_url_problem
     from ..service import DB_NAME
     from ..store import is_store_url

@@ -42,16 +42,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from . import build_parser
-
     if args.shell == "fish":  # shtab writes bash, zsh and tcsh only
         from ._fish import fish_script
 
-        print(fish_script(build_parser()), end="")
+        print(fish_script(args.root_parser), end="")
         return 0
     import shtab
 
-    print(shtab.complete(build_parser(), shell=args.shell))
+    print(shtab.complete(args.root_parser, shell=args.shell))  # the whole parser (cli.build_parser)
     return 0
 
 

@@ -122,7 +122,7 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..rpc import MAX_MESSAGE_SIZE, RpcError, connect_rpc, encode_frame
+    from ..rpc.transport import MAX_MESSAGE_SIZE, RpcError, connect_rpc, encode_frame
 
     config = core.load(args)
     token = core.token_for(config, "control")

@@ -26,11 +26,13 @@ class _Bar(core.StatusLine):
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
+    from ..builtin.index_pg import copy_vectors
     from ..config import store_url_problem
     from ..daemon import lock_state_dir
     from ..errors import ConfigError, MemactorsError
-    from ..store import Store, ensure_daemon_id
-    from ..store_migrate import migrate
+    from ..store import ensure_daemon_id
+    from ..store.engines import open_store
+    from ..store.migrate import migrate
     from ..urls import mask_url
 
     config = core.load(args)
@@ -49,11 +51,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     bar = _Bar(sys.stderr.isatty() and not args.json)
 
     async def main() -> list[Any]:
-        source = await Store.open(source_path, daemon_id="migrate")
+        source = await open_store(source_path, daemon_id="migrate")
         try:
-            target = await Store.open(url, daemon_id="migrate")
+            target = await open_store(url, daemon_id="migrate")
             try:
-                return await migrate(source, target, source_id=ensure_daemon_id(state_dir), progress=bar)
+                return await migrate(source, target, source_id=ensure_daemon_id(state_dir),
+                                     copy_vectors=copy_vectors, progress=bar)
             finally:
                 target.close()
         finally:

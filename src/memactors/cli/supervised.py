@@ -28,7 +28,7 @@ class _Daemon:
         self._args = args
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
-        from .._wsclient import WsRpcError, call_once
+        from ..rpc.wsclient import WsRpcError, call_once
 
         token = self.token
         if self.tier == "read" and method in _CONTROL_METHODS:

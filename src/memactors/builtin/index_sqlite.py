@@ -1,0 +1,179 @@
+"""The built-in provider's storage on SQLite (REQ-11 on the embedded store), as `builtin.index_pg` keeps
+PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
+
+* `builtin_docs` (one row per episode, its doc id in the scope's own range: `store.scope_doc_id`) with
+  `builtin_fts` (FTS5, `porter unicode61`, external content, kept in step by triggers: the text is
+  stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
+  the briefing order, the path candidates);
+* `builtin_vec`, a sqlite-vec `vec0` table (one float32 embedding per episode, partitioned by scope,
+  cosine distance), created once the embedding dimension is known and rebuilt empty when the model or
+  dimension changes; embeddings cached by content in `builtin_embed_cache`.
+
+The flow over them (record, embed, recall with REQ-11's fusion, forget) is `builtin.BuiltinProvider`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import sqlite_utils
+import sqlite_vec
+
+from ..store import scope_doc_id, scope_key
+from .ranking import (
+    CANDIDATES,
+    Hit,
+    _desc,
+    bm25_candidates,
+    briefing_order,
+    metadata_only,
+    path_candidates,
+)
+
+if TYPE_CHECKING:
+    from ..store.builtin_docs import DocFields
+    from .index import DocIndex
+
+
+def put_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
+            digest: str) -> tuple[int, bool]:
+    """`DocIndex.write_doc` on SQLite: insert or replace one episode's document; returns (doc_id, changed)."""
+    row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
+                     [episode_id]).fetchone()
+    if row is not None and row[1] == digest and row[2] == scope:
+        return int(row[0]), False  # recording the same episode twice changes nothing
+    if row is not None:
+        delete_doc(db, int(row[0]))
+    doc_id = scope_doc_id(db, scope)  # in the scope's own rowid range
+    insert_doc(db, doc_id=doc_id, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at,
+               digest=digest)
+    return doc_id, True
+
+
+def insert_doc(db: sqlite_utils.Database, *, doc_id: int, episode_id: str, scope: str, fields: DocFields,
+               started_at: str, digest: str) -> None:
+    """One builtin_docs row; builtin_fts follows by trigger (external content: the text is stored once)."""
+    db.execute(
+        "INSERT INTO builtin_docs (doc_id, episode_id, scope, scope_key, title, excerpt, summary, files, failures,"
+        " meta, harness, branch, outcome, started_at, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [doc_id, episode_id, scope, scope_key(scope), fields.title, fields.excerpt, fields.summary,
+         json.dumps(list(fields.files), ensure_ascii=False), json.dumps([list(f) for f in fields.failures],
+                                                                        ensure_ascii=False),
+         fields.meta, fields.harness, fields.branch, fields.outcome, started_at, digest],
+    )
+
+
+def delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
+    db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # builtin_fts follows by trigger
+    if vec_exists(db):
+        db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+
+
+def vec_exists(db: sqlite_utils.Database) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
+
+
+def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
+    """Create `builtin_vec` for (model, dim), or rebuild it empty when either changed."""
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    exists = vec_exists(db)
+    if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
+        return
+    if exists:
+        db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
+               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine)")
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
+               [model, str(dim)])
+
+
+def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str,
+                 vector: Sequence[float]) -> None:
+    """Store one episode's embedding in `builtin_vec` and in the cache."""
+    blob = sqlite_vec.serialize_float32(list(vector))
+    ensure_vec_table(db, model, len(vector))
+    db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)",
+               [digest, model, len(vector), blob])
+    db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+
+
+def cached_vector(db: sqlite_utils.Database, digest: str, model: str) -> bytes | None:
+    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def missing_vectors(db: sqlite_utils.Database) -> int:
+    total = db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]
+    if not vec_exists(db):
+        return int(total)
+    have = db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]
+    return int(total) - int(have)
+
+
+def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
+    """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each), closest
+    first."""
+    if not vec_exists(db):
+        return []
+    dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
+    if dim is None or int(dim[0]) != len(vector):
+        return []
+    blob = sqlite_vec.serialize_float32(list(vector))
+    found: list[tuple[float, str, int, str]] = []
+    for scope in scopes:
+        rows = db.execute(
+            f"SELECT v.distance, d.episode_id, d.doc_id, d.started_at FROM"
+            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH ? AND k = {CANDIDATES}"
+            f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
+            [blob, scope],
+        ).fetchall()
+        found.extend((float(r[0]), r[1], int(r[2]), r[3]) for r in rows)
+    found.sort(key=lambda r: (r[0], _desc(r[3]), r[1]))
+    return [Hit(r[1], r[2], r[3]) for r in found[:CANDIDATES]]
+
+
+def vector_from_cache(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
+    """`DocIndex.vector_from_cache` on SQLite."""
+    blob = cached_vector(db, digest, model)
+    if blob is None:
+        return False
+    exists = vec_exists(db) and db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
+    if not exists:
+        ensure_vec_table(db, model, len(blob) // 4)
+        db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+    return True
+
+
+def forget(db: sqlite_utils.Database, episode_id: str) -> bool:
+    row = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
+    if row is None:
+        return False
+    delete_doc(db, int(row[0]))
+    return True
+
+
+class SqliteIndex:
+    """`DocIndex` on SQLite: FTS5 (`builtin_fts`, BM25 with BM25_WEIGHTS, the scope's token and doc-id
+    range) and sqlite-vec (`builtin_vec`, a vec0 table partitioned by scope), which ships with the engine."""
+
+    write_doc = staticmethod(put_doc)
+    forget = staticmethod(forget)
+    text_candidates = staticmethod(bm25_candidates)
+    metadata_only = staticmethod(metadata_only)
+    briefing_order = staticmethod(briefing_order)
+    path_candidates = staticmethod(path_candidates)
+    knn = staticmethod(knn)
+    vector_from_cache = staticmethod(vector_from_cache)
+    write_vector = staticmethod(write_vector)
+    missing_vectors = staticmethod(missing_vectors)
+
+    @staticmethod
+    def check_vectors(db: sqlite_utils.Database, model: str) -> bool:
+        return True
+
+
+SQLITE_INDEX: DocIndex = SqliteIndex()

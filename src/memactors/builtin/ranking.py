@@ -1,0 +1,269 @@
+"""The built-in provider's ranking (SPEC-0030 REQ-11): which words a recall searches for, the FTS5 plan
+that finds its candidates, the order of a metadata-only query, and reciprocal rank fusion.
+
+Split out of `builtin/__init__.py` (which keeps the contract, the documents, the vectors and the stdio server)
+so the ranking reads in one sitting. The FTS5 and JSON statements here are the SQLite engine's
+(`bm25_candidates`, `metadata_only`, `briefing_order`, `path_candidates`); the pure parts
+(`search_words`, `briefing_rank`, `path_ranking`, `rrf`, `rank`) are what every engine's ranking shares.
+
+* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
+  (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
+  the work follows the caller's repository, not the store. The plan: the AND of every query word
+  first; only when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND
+  matches). Best 200 candidates by `rank` (BM25 with BM25_WEIGHTS over the content and metadata
+  columns; the scope column weighs 0).
+* The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
+  words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
+  name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
+  next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
+* The path boost (`path_candidates`, `path_ranking`): the episodes that touched a requested path, those
+  the text rankings found first in their order, the others after every text match, newest first.
+* Rankings are fused by `rrf` (Σ 1/(60 + rank)); `rank` breaks ties by recency (started_at, newest
+  first), then by episode id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import sqlite_utils
+
+from ..store import WORD, scope_key, scope_range
+from ..store.builtin_docs import BM25_WEIGHTS, CONTENT_COLUMNS, FTS_COLUMNS
+
+RRF_K = 60
+CANDIDATES = 200
+
+
+@attrs.frozen
+class Hit:
+    episode_id: str
+    doc_id: int
+    started_at: str
+
+
+def query_words(query: str) -> list[str]:
+    """The distinct words of a query, lower-cased, in order."""
+    return list(dict.fromkeys(WORD.findall(query.lower())))
+
+
+#: Words that say how a question is asked, not what it is about: English function words and the
+#: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
+#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
+#: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
+STOPWORDS = frozenset("""
+a about above after again against all already also am an and any anyone anything are around as at be
+because been before being below between both but by can could did do does doing done down during each
+ever few for from further get got had has have having he her here hers him his how i if in into is it
+its itself just last lately me more most my myself no nor not now of off on once only or other our ours
+out over own please previously recent recently same she should so some someone something still such
+than that the their theirs them then there these they this those through to too under until up us very
+was we were what when where which while who whom why will with would yet you your yours
+""".split())
+
+
+def search_words(query: str) -> list[str]:
+    """The words a recall searches for: the query's words less STOPWORDS (all of them when that would
+    leave none)."""
+    words = query_words(query)
+    kept = [w for w in words if w not in STOPWORDS]
+    return kept or words
+
+
+def rank_function(weights: Sequence[float] = ()) -> str:
+    """The BM25 rank expression with each FTS column's weight (BM25_WEIGHTS unless given)."""
+    return "bm25(" + ", ".join(repr(float(w)) for w in (weights or BM25_WEIGHTS)) + ")"
+
+
+def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
+    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
+    metadata columns.
+
+    Every word is double-quoted, so FTS5 operators in user text stay inert.
+    """
+    keys = " OR ".join(f'"{scope_key(s)}"' for s in scopes)
+    terms = f" {op} ".join(f'"{w}"' for w in words)
+    return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
+
+
+
+def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
+                    limit: int, candidates: int = CANDIDATES) -> list[Hit]:
+    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
+
+    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
+    its scope token, and the joined row's scope is checked once more. Returns the hits, best first:
+    rank (BM25 with BM25_WEIGHTS, configured as the table's rank), then recency, then id.
+
+    At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
+    number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
+    """
+    ranges = scope_ranges(db, scopes)
+    any_word = scoped_match(words, scopes, "OR")
+    plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
+    rows: list[Any] = []
+    for match in plans:
+        rows = []
+        for scope, low, high in ranges:
+            rows += db.execute(
+                f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
+                # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
+                f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
+                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
+                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
+                [match, rank_function(), low, high, scope],
+            ).fetchall()
+        if len(ranges) > 1:
+            rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
+            rows = rows[:candidates]
+        if len(rows) >= limit:
+            break
+    return [Hit(r[2], int(r[3]), r[1]) for r in rows]
+
+
+def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(scope, first doc id, last doc id) of each requested scope that has documents."""
+    wanted = list(dict.fromkeys(scopes))
+    nums = dict(db.execute(f"SELECT scope, num FROM builtin_scopes WHERE scope IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    return [(scope, *scope_range(int(nums[scope]))) for scope in wanted if scope in nums]
+
+
+def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]]) -> bool:
+    return any(db.execute("SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? LIMIT 1",
+                          [match, low, high]).fetchone() is not None for _, low, high in ranges)
+
+
+def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
+    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
+    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
+    and not in any metadata makes it a real query. At most two index probes per word."""
+    ranges = scope_ranges(db, scopes)
+    if not ranges or not words:
+        return False
+    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
+    in_meta = False
+    for w in words:
+        if _occurs(db, f'meta : "{w}"', ranges):
+            in_meta = True
+        elif _occurs(db, f'{content} : "{w}"', ranges):
+            return False
+    return in_meta
+
+
+#: Episodes of the scope considered for a metadata-only query (newest first).
+BRIEFING_CANDIDATES = 200
+
+
+def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
+    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
+    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
+
+    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
+    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
+    of: all of them newest first; those on the query's branch (every word of their branch is a word
+    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
+    run of the scope touching one of the same files — newest first. Ties by recency, then id.
+    """
+    rows: list[tuple[int, str, str, str, str, str]] = []
+    for scope, _low, _high in scope_ranges(db, scopes):
+        rows += db.execute(
+            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
+            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
+            f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
+    return briefing_rank(rows, words)
+
+
+def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[Hit]:
+    """`briefing_order`'s ranking of the scope's newest episodes with something to show, given as rows
+    (doc_id, episode_id, started_at, branch, outcome, files as JSON); every store engine uses it."""
+    rows = sorted(rows, key=lambda r: (_desc(r[2]), r[1]))[:BRIEFING_CANDIDATES]
+    wanted = set(words)
+    on_branch = [r[1] for r in rows if r[3] and set(WORD.findall(r[3].lower())) <= wanted]
+    failed_files: set[str] = set()
+    fixed: list[str] = []
+    for r in reversed(rows):  # oldest first
+        files = set(json.loads(r[5]))
+        if r[4] == "failed":
+            failed_files |= files
+        elif r[4] == "succeeded" and files & failed_files:
+            fixed.append(r[1])
+            failed_files -= files
+    fixed.reverse()
+    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
+    started = {r[1]: r[2] for r in rows}
+    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
+    return [hits[eid] for eid in rank(fused, started, len(fused))]
+
+
+def path_candidates(db: sqlite_utils.Database, paths: Sequence[str], scopes: Sequence[str],
+                    among: Sequence[int] = ()) -> list[Hit]:
+    """Episodes in `scopes` whose `files_touched` holds one of `paths` exactly (repository-relative),
+    newest first: the newest CANDIDATES of them, and any of the documents `among` (the text ranking's
+    candidates) that touched one, however old."""
+    conds = " OR ".join("EXISTS (SELECT 1 FROM json_each(d.files) WHERE value = ?)" for _ in paths)
+    rows: list[Any] = []
+    complete = True  # every episode that touched a path is in `rows` already
+    for scope, _low, _high in scope_ranges(db, scopes):
+        found = db.execute(
+            f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d WHERE d.scope = ? AND ({conds})"
+            f" ORDER BY d.started_at DESC, d.episode_id LIMIT {CANDIDATES}", [scope, *paths]).fetchall()
+        complete = complete and len(found) < CANDIDATES
+        rows += found
+    have = {int(r[1]) for r in rows}
+    wanted = [] if complete else [i for i in dict.fromkeys(among) if i not in have]
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        rows += db.execute(
+            f"SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d"
+            f" WHERE d.doc_id IN ({','.join('?' * len(chunk))}) AND d.scope IN ({','.join('?' * len(scopes))})"
+            f" AND ({conds})", [*chunk, *scopes, *paths]).fetchall()
+    hits = {r[0]: Hit(r[0], int(r[1]), r[2]) for r in rows}
+    return sorted(hits.values(), key=lambda h: (_desc(h.started_at), h.episode_id))
+
+
+def path_ranking(touched: Sequence[Hit], text_order: Sequence[str]) -> dict[str, int]:
+    """REQ-11's path boost as a ranking (episode id → rank from 1) of the episodes that touched a
+    requested path (`touched`, newest first): those the text ranking found come first, in its order;
+    the others come after as many places as the text ranking has, newest first.
+
+    Fused with the text ranking, an episode that matches the query and touched the path gains most,
+    and one that only touched the path ranks below every text match: it is returned when the text
+    matches leave room. The first pass ranked the path's episodes newest first, so in a repository where
+    most runs touch one file (attrs' `_make.py`) newer runs matching nothing of the query pushed better
+    text matches out (issue 17; docs/benchmarks.md, "Recall quality").
+    """
+    place = {eid: i for i, eid in enumerate(text_order)}
+    ids = [h.episode_id for h in touched]
+    both = sorted((eid for eid in ids if eid in place), key=place.__getitem__)
+    ranks = {eid: i for i, eid in enumerate(both, start=1)}
+    after = max(len(text_order), len(both))
+    ranks.update((eid, after + i) for i, eid in enumerate((e for e in ids if e not in place), start=1))
+    return ranks
+
+
+def rrf(rankings: Sequence[Sequence[str] | Mapping[str, int]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: Σ 1 / (k + rank) over every ranking an id appears in. A ranking is a list
+    of ids, best first (rank from 1), or a mapping of id to rank (`path_ranking`)."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        pairs = ranking.items() if isinstance(ranking, Mapping) else ((key, r) for r, key in enumerate(ranking, 1))
+        for key, rank in pairs:
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:
+    """Ids by fused score, ties by recency (started_at newest first), then id."""
+    by_id = sorted(fused)
+    by_recency = sorted(by_id, key=lambda eid: started.get(eid, ""), reverse=True)  # stable: id order kept
+    return sorted(by_recency, key=lambda eid: -fused[eid])[:limit]
+
+
+def _desc(started_at: str) -> tuple[int, ...]:
+    """Sort key for 'newest first' on ISO strings."""
+    return tuple(-ord(c) for c in started_at)

@@ -1,0 +1,1 @@
+ALTER TABLE run_callers ADD COLUMN expires_at TEXT

@@ -1,0 +1,434 @@
+"""The PostgreSQL engine of the store: one memory for daemons on many hosts (docs/fleet.md).
+
+`[store] url = "postgresql://…"` (or ``MEMACTORS_STORE_URL``) puts the whole store here: the same tables
+as the SQLite file, the same `Store.write` / `Store.read` semantics (one writer with group commit, a
+bounded pool of readers, all in worker threads), and the same SQL wherever the two engines agree (see
+`store.Db`). What is PostgreSQL's own lives in this module: the schema and its versioned migrations,
+the connection pools, row locks for claims, advisory locks for fleet-wide singletons, and full-text
+search over facts (`tsvector`, the ``english`` configuration).
+
+Connections: psycopg 3 with psycopg_pool (docs/dependencies.md says why not a trio-native driver), one
+pool of one connection for the writer and one of up to READ_CONNECTIONS for readers, in autocommit mode
+with explicit BEGIN / COMMIT (as the SQLite engine does). Every wait for a connection has a deadline
+(`connect_timeout`); reads are abandoned at their caller's deadline (a worker thread finishes them);
+writes never are (they commit whole or fail whole, and the caller is told which).
+
+Failure is contained like a provider's: a refused, dropped or timed-out connection becomes
+`StoreUnavailable` (UNAVAILABLE over RPC) naming the store as ``user@host:port/db`` — never the password
+— and the pools reconnect by themselves when the server is back.
+
+Concurrency between daemons: everything two daemons could both do is done once. A due pending row is
+claimed under ``FOR UPDATE SKIP LOCKED`` (`dialect.skip_locked`); migrations run under a transaction-level
+advisory lock; the hourly prune under a session-level one (`PgStore.singleton`). Writes that lose a
+deadlock or serialization race against another daemon are run again (`dialect.retryable`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from importlib import resources
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+import trio
+from loguru import logger
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import ConfigError, StoreUnavailable
+from ..urls import MASK, mask_url
+from . import Store, _WriteJob, iso, run_jobs, utc_now
+
+T = TypeVar("T")
+
+#: Read connections open at most at once (the readers' pool size).
+READ_CONNECTIONS = 4
+#: Seconds to wait for a connection (a pool's, or a new one) before the store is called unavailable.
+CONNECT_TIMEOUT = 2.0
+#: Seconds to wait for a pooled connection while the server is known to be down.
+FAIL_FAST = 0.25
+
+_log = logger.bind(component="store", engine="postgresql")
+# psycopg_pool logs every failed reconnection attempt at WARNING; the store logs one line per outage.
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+# -- the URL ---------------------------------------------------------------------------------------------
+
+
+def describe_url(url: str) -> str:
+    """``user@host:port/dbname`` for a store URL: what logs, errors, doctor and status show (never the
+    password). Raises ConfigError for a URL psycopg cannot read."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"[store] url = {mask_url(url)!r}: {_scrub(str(exc), url)}", key="[store] url") from None
+    host = str(parts.get("host") or "localhost")
+    port = str(parts.get("port") or "5432")
+    user = str(parts.get("user") or "")
+    db = str(parts.get("dbname") or user or "")
+    return f"{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def _password(url: str) -> str | None:
+    with contextlib.suppress(psycopg.ProgrammingError):
+        value = conninfo_to_dict(url).get("password")
+        return str(value) if value else None
+    return None
+
+
+def _scrub(message: str, url: str) -> str:
+    """A driver message with the URL's password (if it ever appears) and the URL itself masked."""
+    secret = _password(url)
+    if secret:
+        message = message.replace(secret, MASK)
+    return message.replace(url, mask_url(url))
+
+
+# -- the schema ------------------------------------------------------------------------------------------
+
+#: The schema, in order: each migration is a versioned file of this package,
+#: ``store/migrations/pg/NNNN_name.sql``, run as one simple-protocol query (text columns are
+#: ``COLLATE "C"``: ids, ISO times, keyset paging and tie-breaks sort byte-wise, as SQLite's do, whatever
+#: the database's locale). 0002 is the built-in provider's tables (``builtin.index_pg`` queries them).
+MIGRATIONS: list[tuple[str, str]] = [
+    (f.name.removesuffix(".sql"), f.read_text(encoding="utf-8"))
+    for f in sorted(resources.files("memactors.store").joinpath("migrations/pg").iterdir(), key=lambda f: f.name)
+    if f.name.endswith(".sql")
+]
+
+
+def _lock_key(name: str) -> str:
+    """SQL for the advisory-lock key of singleton `name`: per schema, so two stores in one database
+    (two schemas) never wait on each other."""
+    return f"hashtextextended(current_schema() || ':memactors:{name}', 0)"
+
+
+def migrate(conn: psycopg.Connection[Any]) -> list[str]:
+    """Apply the pending migrations in one transaction under an advisory lock (daemons starting
+    together wait for the first; the others find nothing to do). Returns the names applied."""
+    applied: list[str] = []
+    with conn.transaction():
+        conn.execute(f"SELECT pg_advisory_xact_lock({_lock_key('migrate')})")
+        conn.execute("CREATE TABLE IF NOT EXISTS memactors_migrations"
+                     ' (name TEXT COLLATE "C" PRIMARY KEY, applied_at TEXT NOT NULL)')
+        done = {row[0] for row in conn.execute("SELECT name FROM memactors_migrations")}
+        for name, sql in MIGRATIONS:
+            if name in done:
+                continue
+            conn.execute(sql.encode())  # several statements: simple query protocol, no parameters
+            conn.execute("INSERT INTO memactors_migrations (name, applied_at) VALUES (%s, %s)",
+                         [name, iso(utc_now())])
+            applied.append(name)
+    return applied
+
+
+# -- the dialect -----------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def or_query(text: str) -> str | None:
+    """A `to_tsquery` expression matching any distinct word of `text` (as `store.sqlite.fts_match` does for
+    FTS5); None when it has no words. Words are runs of letters and digits, split as the indexed text is
+    (the `tsv` columns make every other character a space first), so no tsquery operator in user text
+    survives."""
+    words = list(dict.fromkeys(_WORD.findall(text.lower())))
+    if not words:
+        return None
+    return " | ".join(words)
+
+
+class PgDialect:
+    """The SQL that is PostgreSQL's own, for code that runs on both engines (see `store.Db`)."""
+
+    name = "postgresql"
+
+    def retryable(self, exc: BaseException) -> bool:
+        """A write that lost a deadlock or serialization race against another daemon: run it again."""
+        return isinstance(exc, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+
+    def skip_locked(self, table: str) -> str:
+        """Row locks for a claim: rows another daemon is claiming right now are skipped, not waited for."""
+        return f" FOR UPDATE OF {table} SKIP LOCKED"
+
+    def contains(self, column: str) -> str:
+        """A condition: `column` contains the next parameter as a substring (case-sensitive)."""
+        return f"strpos({column}, ?) > 0"
+
+    def upsert_fact(self, db: Any, *, fact_id: str, scope: str, text: str, confidence: float, status: str,
+                    at: str) -> str:
+        """Insert or update a fact (its `tsv` column follows by itself); returns its created_at."""
+        (created_at,) = db.execute(
+            "INSERT INTO facts (id, scope, text, confidence, status, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET scope = excluded.scope,"
+            " text = excluded.text, confidence = excluded.confidence, status = excluded.status,"
+            " updated_at = excluded.updated_at RETURNING created_at",
+            [fact_id, scope, text, confidence, status, at, at]).fetchone()
+        return str(created_at)
+
+    def search_facts(self, db: Any, *, columns: str, query: str, scopes: Sequence[str], limit: int) -> list[Any] | None:
+        """Live and suspect facts in `scopes` matching any word of `query`, best `ts_rank_cd` first, then
+        confidence, then id; None when the query has no words."""
+        expression = or_query(query)
+        if expression is None:
+            return None
+        marks = ", ".join("?" for _ in scopes)
+        return db.execute(
+            f"SELECT {columns} FROM facts f, to_tsquery('english', ?) q"
+            f" WHERE f.tsv @@ q AND f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
+            " ORDER BY ts_rank_cd(f.tsv, q, 1) DESC, f.confidence DESC, f.id LIMIT ?",
+            [expression, *scopes, limit],
+        ).fetchall()
+
+
+DIALECT = PgDialect()
+
+
+@lru_cache(maxsize=1024)
+def _pg_sql(sql: str) -> str:
+    """`?` placeholders as psycopg's `%s` (and a literal `%` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PgDb:
+    """A psycopg connection as `store.Db`: `?` placeholders, rows as tuples (or dicts from `query`)."""
+
+    dialect = DIALECT
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        cur = self.conn.cursor()
+        if params:
+            cur.execute(_pg_sql(sql), params)
+        else:
+            cur.execute(sql)
+        return cur
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if rows:
+            self.conn.cursor().executemany(_pg_sql(sql), rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[dict[str, Any]]:
+        cur = self.conn.cursor(row_factory=dict_row)
+        if params:
+            cur.execute(_pg_sql(sql), params)
+        else:
+            cur.execute(sql)
+        yield from cur
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the server cannot be reached or the connection was lost (not a bug in SQL)."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout)
+
+
+class PgHealth:
+    """`store.health.WriteHealth`'s interface for a PostgreSQL store: its disk is the server's, so what
+    the surfaces report is whether the server answered the last call (`PgStore.last_error`); a full disk
+    on the server is one of the errors it answers with."""
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def failed(self, exc: BaseException) -> BaseException:
+        return exc
+
+    def succeeded(self) -> None:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        error = self._store.last_error
+        return {"path": self._store.where, "writable": error is None, "free_bytes": None, "error": error,
+                "for_seconds": None}
+
+
+class PgStore(Store):
+    """The store in a PostgreSQL database. Open with `await open_store("postgresql://…")`."""
+
+    engine = "postgresql"
+
+    def __init__(self, url: str, *, daemon_id: str = "local", connect_timeout: float = CONNECT_TIMEOUT) -> None:
+        super().__init__(daemon_id=daemon_id)
+        self._url = url
+        self._where = describe_url(url)
+        self.connect_timeout = connect_timeout
+        kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout + 0.999)),
+                  "application_name": f"memactors {daemon_id}"[:63],
+                  # a peer that vanishes (host down, network cut) is noticed in ~15 s, not the kernel's hours
+                  "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+                  "tcp_user_timeout": 15000}
+        common = {"kwargs": kwargs, "open": False, "timeout": connect_timeout, "reconnect_timeout": 2.0,
+                  "max_idle": 300.0}
+        self._writer = ConnectionPool(url, min_size=1, max_size=1, name="memactors-writer", **common)
+        self._readers = ConnectionPool(url, min_size=1, max_size=READ_CONNECTIONS, name="memactors-readers",
+                                       **common)
+        self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
+        #: The last failure to reach the server (a message without the password), None while it answers.
+        self.last_error: str | None = None
+        self._closed = False
+        self.health = PgHealth(self)
+
+    @classmethod
+    async def connect(cls, url: str, *, daemon_id: str = "local") -> PgStore:
+        """Connect, apply pending migrations (under an advisory lock), and open the pools. A server
+        that cannot be reached at start is an error naming the store (the daemon does not start)."""
+        store = cls(url, daemon_id=daemon_id)
+
+        def setup() -> list[str]:
+            with psycopg.connect(url, **store._writer.kwargs) as conn:  # type: ignore[arg-type]
+                applied = migrate(conn)
+            store._writer.open(wait=False)
+            store._readers.open(wait=False)
+            return applied
+
+        try:
+            applied = await trio.to_thread.run_sync(setup)
+        except Exception as exc:
+            store.close()
+            if _unavailable(exc):
+                raise store._error(exc, "cannot connect") from None
+            raise
+        log = _log.bind(store=store.where, daemon=daemon_id)
+        if applied:
+            log.bind(migrations=len(applied), last=applied[-1]).info("store migrated")
+        log.info("store open")
+        return store
+
+    @property
+    def where(self) -> str:
+        return f"postgresql {self._where}"
+
+    def _error(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        reason = _scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self._url)
+        return StoreUnavailable(f"store {self._where} {doing}: {reason}", store=self._where)
+
+    def _failed(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        error = self._error(exc, doing)
+        if self.last_error is None:
+            _log.bind(store=self._where, error=type(exc).__name__).warning(f"store unavailable: {error.message}")
+        self.last_error = error.message
+        return error
+
+    def _wait(self) -> float:
+        """How long to wait for a pooled connection: the connect timeout, or — while the server is known
+        to be down — a fraction of a second, so every caller learns it at once instead of each waiting
+        out the timeout (the pools keep reconnecting in the background)."""
+        return FAIL_FAST if self.last_error is not None else self.connect_timeout
+
+    def _ok(self) -> None:
+        if self.last_error is not None:
+            self.last_error = None
+            _log.bind(store=self._where).info("store reachable again")
+
+    # -- writes --------------------------------------------------------------------------------------
+    async def _write_batch(self, batch: list[_WriteJob]) -> None:
+        def run() -> None:
+            conn = self._writer.getconn(timeout=self._wait())
+            try:
+                run_jobs(PgDb(conn), batch, begin="BEGIN")
+            finally:
+                self._writer.putconn(conn)
+
+        try:
+            await trio.to_thread.run_sync(run)
+        except Exception as exc:
+            if not _unavailable(exc):
+                raise
+            error = self._failed(exc, "cannot be written")
+            for job in batch:
+                job.error = job.error or error
+            return
+        failed = next((job.error for job in batch if job.error is not None and _unavailable(job.error)), None)
+        if failed is None:
+            self._ok()
+            return
+        error = self._failed(failed, "cannot be written")
+        for job in batch:
+            if job.error is not None and _unavailable(job.error):
+                job.error = error
+
+    # -- reads ---------------------------------------------------------------------------------------
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        """`fn(db)` in a read-only REPEATABLE READ transaction on a pooled connection. Cancelled at the
+        caller's deadline (the worker thread finishes on its own): a read never holds a recall past
+        its provider_timeout, whatever the server does."""
+        try:
+            result = await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter,
+                                                   abandon_on_cancel=True)
+        except Exception as exc:
+            if _unavailable(exc):
+                raise self._failed(exc, "cannot be read") from None
+            raise
+        self._ok()
+        return result
+
+    def _read_sync(self, fn: Callable[[Any], T]) -> T:
+        if self._closed:
+            raise RuntimeError("store is closed")
+        with self._readers.connection(timeout=self._wait()) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                return fn(PgDb(conn))
+            finally:
+                if not conn.closed:
+                    conn.execute("COMMIT")
+
+    async def ping(self) -> str | None:
+        """None when the server answers a query within the connect timeout, else why not."""
+        # Bounded by the pool's connect timeout and the connection's TCP timeouts (real time, in the
+        # worker thread), not by a trio deadline: a test's autojump clock must not fail a live server.
+        try:
+            await self.read(lambda db: db.execute("SELECT 1").fetchone())
+        except StoreUnavailable as exc:
+            return exc.message
+        return None
+
+    # -- fleet-wide singletons -----------------------------------------------------------------------
+    @asynccontextmanager
+    async def singleton(self, name: str) -> AsyncIterator[bool]:
+        """A session-level advisory lock on a connection of its own, held for the block: one daemon of
+        the fleet runs the job, the others skip it (they do not wait)."""
+        url, kwargs = self._url, self._writer.kwargs
+
+        def take() -> tuple[psycopg.Connection[Any], bool]:
+            conn = psycopg.connect(url, **kwargs)  # type: ignore[arg-type]
+            got = bool(conn.execute(f"SELECT pg_try_advisory_lock({_lock_key(name)})").fetchone()[0])  # type: ignore[index]
+            return conn, got
+
+        try:
+            conn, got = await trio.to_thread.run_sync(take)
+        except Exception as exc:
+            if _unavailable(exc):
+                raise self._failed(exc, "cannot be locked") from None
+            raise
+        try:
+            yield got
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(self.connect_timeout + 5):
+                # Closing the session releases the lock too; unlocking first says so explicitly.
+                def release() -> None:
+                    with contextlib.suppress(Exception):
+                        if got:
+                            conn.execute(f"SELECT pg_advisory_unlock({_lock_key(name)})")
+                    conn.close()
+
+                await trio.to_thread.run_sync(release)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pool in (self._readers, self._writer):
+            with contextlib.suppress(Exception):
+                pool.close(timeout=5.0)

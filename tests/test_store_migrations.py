@@ -1,0 +1,43 @@
+"""The schema migrations are versioned files per engine (``store/migrations/<engine>/NNNN_name.sql``,
+package data), applied once each, in order, on a new store of either engine."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from memactors.builtin import index_pg
+from memactors.store import Store
+
+#: SQLite's two migrations that move data: Python in store/sqlite.py, with the SQL they run around it.
+PYTHON_MIGRATIONS = {"0006_builtin_scope_in_fts", "0009_flat_text_and_builtin_fields"}
+
+
+def _files(engine: str) -> list[str]:
+    folder = resources.files("memactors.store").joinpath("migrations", engine)
+    return sorted(f.name.removesuffix(".sql") for f in folder.iterdir() if f.name.endswith(".sql"))
+
+
+@pytest.mark.both_engines
+async def test_every_migration_file_is_applied_once_in_order(store: Store, engine: str) -> None:
+    if engine == "sqlite":
+        expected = sorted({*_files("sqlite"), *PYTHON_MIGRATIONS})
+        table = "_sqlite_migrations"
+    else:
+        expected = _files("pg")
+        table = "memactors_migrations"
+    applied = await store.read(lambda db: [r[0] for r in db.execute(f"SELECT name FROM {table}").fetchall()])
+    assert sorted(applied) == expected
+    assert len(applied) == len(set(applied))
+    assert expected[0].startswith("0001_") and len(expected) >= 4
+
+
+def test_the_pg_builtin_tables_are_built_as_index_pg_queries_them() -> None:
+    """0002_builtin's generated `tsv` column uses the word splitting and the scope token that
+    builtin.index_pg's queries match (a frozen migration, so a change to either must be a new one)."""
+    sql = resources.files("memactors.store").joinpath("migrations/pg/0002_builtin.sql").read_text("utf-8")
+    assert index_pg.SCOPE_TOKEN_SQL in sql
+    for column in ("'title'", "'files'", "'meta'"):
+        assert index_pg._words_sql(column.strip("'")) in sql
+    assert 'TEXT COLLATE "C"' in sql and "CREATE TABLE builtin_docs" in sql
