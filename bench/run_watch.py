@@ -4,7 +4,10 @@ derived from the transcript, each string redacted and cut), on the runs actor's 
 
 The stream is the real Claude Code session in tests/data (init, Write, a failing Bash, a result) and the
 refused-Bash session, repeated; plus a chatty ``command`` agent (one text event per line, a line with a
-token in it every tenth). Medians of ``--repeats`` timed passes; the machine is printed.
+token in it every tenth). The chatty agent again with a 100 KiB operator prompt under a 4 KiB briefing:
+each event is then also scrubbed of the operator's prompt (issue 30: one Aho-Corasick pass per event),
+and building that scrub once per run is timed too. Medians of ``--repeats`` timed passes; the machine
+is printed.
 
     .venv/bin/python bench/run_watch.py [--repeats 7] [--copies 200]
 """
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
-from memactors.agents.run_watch import RunWatch
+from memactors.agents.prompt import compose_prompt
+from memactors.agents.run_watch import PromptScrub, RunWatch
 from memactors.redact import shared
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
@@ -40,9 +44,19 @@ def command_lines(copies: int) -> list[str]:
             for n in range(40 * copies)]
 
 
-def per_line_us(adapter: object, lines: list[str], watched: bool) -> float:
+SCRUBS: dict[tuple[str, str], PromptScrub] = {}  # built once per run by the runs actor, off the loop: not per pass
+
+
+def big_prompt() -> tuple[str, str]:
+    """A 100 KiB operator prompt (2,000 distinct lines) and the prompt composed with a 4 KiB briefing."""
+    prompt = "\n".join(f"step {n}: check module_{n} against the ledger rules and report" for n in range(1600))
+    briefing = "\n".join(f"- run r{n} ok: All tests pass, nothing new to report" for n in range(80))
+    return prompt, compose_prompt(briefing, prompt)
+
+
+def per_line_us(adapter: object, lines: list[str], watched: bool, prompt: tuple[str, str] | None = None) -> float:
     parser = adapter.parser()  # type: ignore[attr-defined]
-    watch = RunWatch()
+    watch = RunWatch() if prompt is None else RunWatch(scrub=SCRUBS.setdefault(prompt, PromptScrub(*prompt)))
     feed: Callable[[str], None] = parser.feed  # type: ignore[assignment]
     started = time.perf_counter()
     if watched:
@@ -70,6 +84,19 @@ def main() -> None:
         print(f"{label:<20} {len(lines):>6} lines  parser alone {anchor:7.1f} us/line  "
               f"parser + event log {watched:7.1f} us/line  ({watched / anchor:.2f}x, "
               f"+{watched - anchor:.1f} us/line)")
+    prompt = big_prompt()
+    lines = command_lines(args.copies)
+    adapter = CommandAdapter()
+    anchor = statistics.median(per_line_us(adapter, lines, False) for _ in range(args.repeats))
+    scrubbed = statistics.median(per_line_us(adapter, lines, True, prompt) for _ in range(args.repeats))
+    built = []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        PromptScrub(*prompt)
+        built.append((time.perf_counter() - started) * 1e3)
+    print(f"{'command, 100 KiB prompt':<20} {len(lines):>6} lines  parser alone {anchor:7.1f} us/line  "
+          f"parser + event log + scrub {scrubbed:7.1f} us/line  ({scrubbed / anchor:.2f}x); "
+          f"scrub built once per run in {statistics.median(built):.1f} ms ({len(prompt[0]) // 1024} KiB prompt)")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import trio.testing
 
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.adapters.command import CommandAdapter
+from memactors.agents.prompt import compose_prompt
 from memactors.agents.run_watch import (
     MAX_EVENT_CHARS,
     MAX_EVENTS,
@@ -80,13 +81,43 @@ def test_the_stderr_tail_keeps_the_last_4_kib_in_whole_lines() -> None:
     assert tail.total == 500 * 50
 
 
-def test_scrub_removes_every_line_of_the_composed_prompt() -> None:
-    prompt = '<untrusted-data source="harness-memory" field="briefing" nonce="n0nce">\nfact text here\n' \
-             '</untrusted-data nonce="n0nce">\n\nfix the ledger'
-    echoed = f"usage: agent {prompt}\nerror: bad flag\n"
-    cleaned = scrub(echoed, prompt)
-    assert "n0nce" not in cleaned and "fact text here" not in cleaned and "fix the ledger" not in cleaned
-    assert cleaned.endswith("error: bad flag\n") and scrub("ok\n", None) == "ok\n"
+def test_scrub_removes_every_line_of_the_operator_prompt() -> None:
+    prompt = "fix the ledger in notes/ledger.md\nthen run the tests"
+    composed = compose_prompt("fact text here, from an earlier run", prompt, nonce="n0nce")
+    echoed = f"usage: agent {composed}\nerror: bad flag\nfix the ledger in notes/ledger.md --x\n"
+    cleaned = scrub(echoed, prompt, composed)
+    assert "n0nce" not in cleaned and "fix the ledger" not in cleaned and "then run the tests" not in cleaned
+    assert cleaned == "usage: agent [prompt]\nerror: bad flag\n[prompt] --x\n"
+    assert scrub("ok\n", None) == "ok\n"
+
+
+def test_scrub_keeps_an_answer_that_repeats_a_briefing_line() -> None:
+    """Issue 30: the briefing holds earlier runs' excerpts; an answer equal to one is the answer."""
+    prompt = "Check the nightly build and report."
+    briefing = "Recent episodes\n- nightly · ok · All tests pass, nothing to do."
+    composed = compose_prompt(briefing, prompt, nonce="n0nce")
+    answer = "All tests pass, nothing to do."
+    assert scrub(answer, prompt, composed) == answer
+    assert scrub(briefing, prompt, composed) == briefing
+    watch = RunWatch(prompt, composed)
+    watch.note("text", AT, text=answer)
+    watch.note("text", AT, text="- nightly · ok · All tests pass, nothing to do.")
+    watch.note("text", AT, text=prompt)
+    assert [e["text"] for e in watch.events] == [answer, "- nightly · ok · All tests pass, nothing to do.", "[prompt]"]
+
+
+def test_a_credential_holding_a_prompt_line_is_redacted_whole() -> None:
+    """Issue 33: redact first, then scrub; a scrub inside a credential would split it in two halves the
+    redactor passes (`ghp_R7kQ2mXv9L[prompt]T4sW…`)."""
+    secret = "ghp_R7kQ2mXv9L" + "pZ3wYbN8cQ" * 2 + "T4sWq1Ld"
+    line = secret[8:28]
+    prompt = f"{line}\nfix it"
+    tail = StderrTail()
+    tail.feed(f"error: token {secret} rejected\n".encode())
+    watch = RunWatch(prompt, prompt)
+    assert watch.scrub.thorough(redact_tail(tail.text() or "")) == "error: token [REDACTED] rejected\n"
+    watch.note("text", AT, text=f"token {secret}")
+    assert watch.events[0]["text"] == "token [REDACTED]"
 
 
 async def test_a_follower_wakes_on_the_next_event_and_when_the_run_ends() -> None:
@@ -109,13 +140,19 @@ async def test_a_follower_wakes_on_the_next_event_and_when_the_run_ends() -> Non
 
 
 def test_an_event_echoing_the_prompt_keeps_neither_its_lines_nor_its_nonce() -> None:
-    prompt = '<untrusted-data source="harness-memory" field="briefing" nonce="n0nce42">\nfact text here, long\n' \
-             '</untrusted-data nonce="n0nce42">\n\nfix the ledger'
-    watch = RunWatch(prompt)
-    watch.note("text", AT, text=f"echo: {prompt}")
-    text = watch.events[0]["text"]
-    assert "n0nce42" not in text and "fact text here" not in text and "fix the ledger" not in text
-    assert text.startswith("echo: <untrusted-data") and "[prompt]" in text and "[nonce]" in text
+    prompt = "fix the ledger in notes/ledger.md"
+    composed = compose_prompt("fact text here, long", prompt, nonce="n0nce42")
+    watch = RunWatch(prompt, composed)
+    watch.note("text", AT, text=f"echo: {composed}")
+    watch.note("text", AT, text=f"echo: {composed.replace(chr(10) * 2, chr(10))}\nmore")  # not whole: by line
+    first, second = (e["text"] for e in watch.events)
+    assert first == "echo: [prompt]"
+    assert "n0nce42" not in second and "fix the ledger" not in second and "[nonce]" in second
+    assert second.endswith("\n[prompt]\nmore") and "fact text here, long" in second  # the briefing is kept
+    long_line = "fix " + "the ledger " * 300  # a prompt line longer than the window an event is redacted in
+    watch = RunWatch(long_line, long_line)
+    watch.note("text", AT, text=f"echo\n{long_line}")
+    assert watch.events[0]["text"] == "echo\n[prompt]"
 
 
 def test_a_key_block_cut_by_the_tail_window_shows_none_of_its_lines() -> None:

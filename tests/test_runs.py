@@ -313,13 +313,15 @@ async def test_a_run_without_output_is_launch_failed_and_keeps_its_stderr_tail_r
             "SELECT stderr_tail FROM agent_runs WHERE run_id = ?", [state["run_id"]]).fetchone()[0])
         episode = await memory.get_episode(state["episode_id"])
     prompt = (tmp_path / "o" / "prompt-0.txt").read_text(encoding="utf-8")
-    nonce = re.search(r'nonce="([^"]+)"', prompt).group(1)  # type: ignore[union-attr]
+    nonces = set(re.findall(r'nonce="([^"]+)"', prompt))
+    assert len(nonces) == 2  # the prompt fence's and the briefing document's
     tail = state["stderr_tail"]
     assert (state["outcome"], state["reason"], state["exit_code"]) == ("failed", "launch_failed", 2)
     assert stored == tail and len(tail.encode()) <= 4096
     assert tail.endswith("error: unknown option '--no-such-flag' (token [REDACTED])\n")
     assert "ghp_" not in tail and "noise line 0000" not in tail  # redacted; only the end is kept
-    assert "[prompt]" in tail and nonce not in tail and "Ledger rounds" not in tail
+    # the usage line echoes the whole composed prompt: it goes whole, with the briefing in it
+    assert "[prompt]" in tail and not [n for n in nonces if n in tail] and "Ledger rounds" not in tail
     assert all(line.startswith(("noise line", "usage:", "[prompt]", "error:")) for line in tail.splitlines())
     assert episode["episode"]["reason"] == "launch_failed" and "no-such-flag" not in json.dumps(episode)
 
@@ -396,9 +398,11 @@ async def test_list_runs_pages_newest_first_without_stderr_tails(tmp_path: Path,
 @pytest.mark.req16
 async def test_an_agent_echoing_its_prompt_stores_no_line_of_the_composed_prompt(tmp_path: Path,
                                                                                   make_holder: Any) -> None:
-    """REQ-16: the composed prompt is never persisted. An agent that prints its prompt puts it in its
-    stdout, which becomes the run's events and its result text: both are scrubbed of the briefing's
-    lines and the fence's nonce before anything is stored."""
+    """REQ-5, REQ-16: the prompt is never persisted. An agent that prints its prompt puts it in its
+    stdout, which becomes the run's events and its result text: both are scrubbed of the operator's
+    prompt and every nonce before anything is stored. The briefing's lines are stored facts and
+    episodes, not the prompt: an event may repeat them (issue 30); the result text echoing the whole
+    composed prompt loses it whole."""
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "o"
     extra = command_harness("parrot", workdir=repo, mode="echo", out=out, extra="memory_briefing = true")
@@ -412,9 +416,14 @@ async def test_an_agent_echoing_its_prompt_stores_no_line_of_the_composed_prompt
             "SELECT rr.record, a.view, a.log FROM runs r JOIN run_records rr ON rr.id = r.record_id"
             " JOIN agent_runs a USING (harness, run_id)").fetchall() for v in row))
     prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
-    nonce = re.search(r'nonce="([^"]+)"', prompt).group(1)  # type: ignore[union-attr]
+    nonces = set(re.findall(r'nonce="([^"]+)"', prompt))
+    assert len(nonces) == 2  # the prompt fence's and the briefing document's
     assert "Ledger rounds half-even" in prompt  # the briefing was prepended
     texts = " ".join(e.get("text", "") for e in logs["events"])
     assert "my prompt was:" in texts and "[prompt]" in texts
     for kept in (texts, json.dumps(episode), stored):
-        assert nonce not in kept and "Ledger rounds half-even" not in kept and "fix the ledger" not in kept
+        assert not [nonce for nonce in nonces if nonce in kept] and "fix the ledger" not in kept
+    assert "Ledger rounds half-even" in texts  # an event line of the briefing: a stored fact
+    assert "Ledger rounds half-even" not in episode["episode"]["result_excerpt"]  # the whole prompt went
+
+

@@ -101,6 +101,11 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
     second = migrate(config, tmp_path, "--to", pg_url)  # safe to run twice
     assert second.returncode == 0, second.stderr
     assert "verified: every source row is in the target" in second.stdout
+    # issue 30: the user and host say where the copy went; only the password is hidden
+    shown = pg_url.replace(f":{pg_cluster.password}@", ":[REDACTED]@")
+    assert shown.startswith("postgresql://memactors:[REDACTED]@127.0.0.1:")
+    assert f"to {shown}" in second.stdout and report["target"] == shown
+    assert pg_cluster.password not in second.stdout + second.stderr
 
     target = await open_store(pg_url)
     try:

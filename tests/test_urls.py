@@ -23,12 +23,19 @@ from memactors.urls import MASK, mask_url, mask_urls
 from support import write_config
 from support_daemon import start_daemon
 
-PASS, KEY, TOK = "Pa55w0rdXyz", "QueryKey9Abc", "FragTok7Qrs"
-SECRET_URL = f"http://svc:{PASS}@127.0.0.1:9/mcp?api_key={KEY}&x=1#access_token={TOK}"
+PASS, KEY, TOK, HASH, REFRESH = "Pa55w0rdXyz", "QueryKey9Abc", "FragTok7Qrs", "HashVal3Def", "Refresh5Ghi"
+SECRET_URL = (f"http://svc:{PASS}@127.0.0.1:9/mcp?api_key={KEY}&x=1&hash={HASH}&refresh={REFRESH}"
+              f"#access_token={TOK}")
+SHOWN_URL = f"http://svc:{MASK}@127.0.0.1:9/mcp?api_key={MASK}&x=1&hash={MASK}&refresh={MASK}#access_token={MASK}"
 
 
 @pytest.mark.parametrize(("url", "shown"), [
-    (SECRET_URL, f"http://svc:{MASK}@127.0.0.1:9/mcp?api_key={MASK}&x=1#access_token={MASK}"),
+    (SECRET_URL, SHOWN_URL),
+    # issue 30: the user name is who connects, not a secret; only the password goes
+    ("postgresql://memactors:PW@host/db", f"postgresql://memactors:{MASK}@host/db"),
+    ("postgresql://memactors@db.internal/ledger", "postgresql://memactors@db.internal/ledger"),
+    ("postgresql://a8Fk2LmQ9xZ3vB7nR4tY6wE1@db/x", f"postgresql://{MASK}@db/x"),  # a token, by its looks
+    ("https://p.example/mcp?hash=9f8e7d&refresh=r1t2&page=2", f"https://p.example/mcp?hash={MASK}&refresh={MASK}&page=2"),
     ("https://ghs_TOKEN123@forge.example/acme/api.git", f"https://{MASK}@forge.example/acme/api.git"),
     ("postgres://app:p@ss@db.internal:5432/ledger", f"postgres://app:{MASK}@db.internal:5432/ledger"),
     ("https://acme.blob.core.windows.net/c/db.bak?sv=2022-11-02&sp=r&sig=abc%2Bdef%3D",
@@ -52,8 +59,7 @@ def test_mask_url_hides_userinfo_credential_parameters_and_token_segments(url: s
 
 def test_mask_urls_finds_urls_in_a_message_and_keeps_its_punctuation() -> None:
     message = f"cannot connect to {SECRET_URL}: refused (see https://docs.example/x)."
-    assert mask_urls(message) == (f"cannot connect to http://svc:{MASK}@127.0.0.1:9/mcp?api_key={MASK}&x=1"
-                                  f"#access_token={MASK}: refused (see https://docs.example/x).")
+    assert mask_urls(message) == f"cannot connect to {SHOWN_URL}: refused (see https://docs.example/x)."
 
 
 _URL_SAFE = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789-._~", min_size=8, max_size=40)
@@ -79,8 +85,8 @@ async def test_a_provider_stderr_line_shows_urls_without_credentials() -> None:
             await log_stderr(read_fd, logger)
     finally:
         logger.remove(sink)
-    # The redactor takes the whole userinfo first; the URL mask then takes the parameters it leaves.
-    assert lines == [f"connecting to http://{MASK}@127.0.0.1:9/mcp?api_key={MASK}&x=1#access_token={MASK}"]
+    # The URL is masked first (its user name shown), then the line redacted.
+    assert lines == [f"connecting to {SHOWN_URL}"]
 
 
 def _cli(config: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -90,7 +96,7 @@ def _cli(config: Path, home: Path, *args: str) -> subprocess.CompletedProcess[st
 
 
 def _assert_masked(text: str) -> None:
-    for secret in (PASS, KEY, TOK):
+    for secret in (PASS, KEY, TOK, HASH, REFRESH):
         assert secret not in text, text
 
 

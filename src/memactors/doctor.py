@@ -6,6 +6,7 @@ from data only (`doctor_rows` is pure), so they are tested without a daemon.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -111,28 +112,45 @@ def doctor_rows(
     return rows
 
 
+#: What a full disk says, in SQLite's and PostgreSQL's words: the only errors the disk-full row is for.
+_DISK_FULL = re.compile(r"disk (?:is )?full|no space left|could not extend file|disk quota", re.IGNORECASE)
+
+
 def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     """The store's row: pass with where it is (and the bytes free on a local disk) and this daemon's id;
-    fail when it cannot write (disk full; issue 20) or, on PostgreSQL, does not answer (issue 19)."""
+    fail when it cannot write (disk full; issue 20) or, on PostgreSQL, does not answer (issue 19).
+
+    On PostgreSQL a refused write is a lost connection that the pools are re-establishing far more often
+    than a full disk (issue 30): the row says ``reconnecting to …`` with the error seen, and speaks of
+    space only when the error did."""
     if store is None:
         return []
     who = f", daemon {store['daemon_id']}" if store.get("daemon_id") else ""
+    error = store.get("error")
+    postgres = store.get("engine") == "postgresql"
+    server = str(store.get("where") or "").removeprefix("postgresql ")
     if not store.get("reachable", True):
         # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
         # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
+        again = f", reconnecting to {server}" if postgres else ""
         return [Row("fail", "memory store",
-                    f"{store.get('where') or store.get('path')}{who}: unreachable "
-                    f"({store.get('error') or 'no answer'}); ingest answers UNAVAILABLE and recall is degraded "
+                    f"{store.get('where') or store.get('path')}{who}: unreachable{again} "
+                    f"({error or 'no answer'}); ingest answers UNAVAILABLE and recall is degraded "
                     "until it is back")]
     free = store.get("free_bytes")
     shown = "unknown" if free is None else _size(int(free))
-    place = store.get("where") if store.get("engine") == "postgresql" else store.get("path")
+    place = store.get("where") if postgres else store.get("path")
     if store.get("writable"):
-        space = "" if free is None and store.get("engine") == "postgresql" else f", {shown} free"
+        space = "" if free is None and postgres else f", {shown} free"
         return [Row("pass", "memory store", f"{place} is writable{space}{who}")]
+    if postgres and not (error and _DISK_FULL.search(str(error))):
+        return [Row("fail", "memory store",
+                    f"{place}{who}: reconnecting to {server} (last error: {error or 'a write was refused'}); "
+                    "writes answer UNAVAILABLE until the connection is back, then resume by themselves")]
+    where_free = "" if free is None and postgres else f"; {shown} free"
     return [Row("fail", "memory store",
-                f"{place} is not writable: {store.get('error') or 'database or disk is full'}; "
-                f"{shown} free; ingests and records are refused (RESOURCE_EXHAUSTED) until space is freed")]
+                f"{place} is not writable: {error or 'database or disk is full'}{where_free}; "
+                "ingests and records are refused (RESOURCE_EXHAUSTED) until space is freed")]
 
 
 def _size(n: int) -> str:

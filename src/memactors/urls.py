@@ -7,10 +7,14 @@ through :func:`mask_url` (or :func:`mask_urls` for a URL inside a message, such 
 error), which keeps what an operator needs to recognise the URL — scheme, user name, host, port, path,
 parameter names — and replaces what could be a credential with ``[REDACTED]``:
 
-* the password of the userinfo, or the whole userinfo when it has none (``https://TOKEN@host``);
+* the password of the userinfo; a userinfo without one is a user name (``postgresql://memactors@db``,
+  shown: an operator needs to know who connects where, issue 30) except on the web schemes, where it
+  is a token (``https://TOKEN@host``), or when it looks like one (the redactor finds a secret in it, or
+  it is long and random-looking);
 * the value of every query or fragment parameter whose name looks like a credential (``key``, ``token``,
-  ``secret``, ``password``, ``sig``, ``signature``, ``auth``, ``credential``, ``session``, ``code``, …,
-  anywhere in the name: ``api_key``, ``access_token``, ``X-Amz-Signature``);
+  ``secret``, ``password``, ``sig``, ``signature``, ``auth``, ``credential``, ``session``, ``code``,
+  ``hash``, ``refresh``, ``hmac``, ``salt``, …, anywhere in the name: ``api_key``, ``access_token``,
+  ``X-Amz-Signature``, ``refresh_token``);
 * a path segment the shared redactor finds a secret in (a Slack or Discord webhook token, a Telegram
   bot token), or a long random-looking one (24+ characters of letters and digits at 3.5+ bits of
   entropy: a hosted MCP server's key in its URL).
@@ -34,7 +38,10 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}://")
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s\"'<>`]+")
 #: A parameter name that may carry a credential (compared lower-cased, anywhere in the name).
 _CREDENTIAL_NAME = re.compile(
-    r"key|token|secret|pass|pwd|^pw$|sig|auth|credential|session|jwt|bearer|^code$|private|otp")
+    r"key|token|secret|pass|pwd|^pw$|sig|auth|credential|session|jwt|bearer|^code$|private|otp|hash|refresh"
+    r"|hmac|salt|nonce|cookie")
+#: Schemes whose bare userinfo (no password) is a token by convention (``https://TOKEN@forge``).
+_TOKEN_USERINFO_SCHEMES = ("http://", "https://", "ws://", "wss://", "git+https://", "git+http://")
 _SEGMENT = re.compile(r"[A-Za-z0-9_.~+=-]{24,}")
 
 
@@ -49,7 +56,10 @@ def mask_url(url: str) -> str:
     userinfo, at, hostport = authority.rpartition("@")
     if at:
         user, colon, _password = userinfo.partition(":")
-        authority = (f"{user}:{MASK}" if colon and user else MASK) + "@" + hostport
+        if colon and user:
+            authority = f"{user}:{MASK}@{hostport}"
+        elif colon or not _is_user_name(head, user):
+            authority = f"{MASK}@{hostport}"
     rest, hash_, fragment = rest.partition("#")
     path, question, query = rest.partition("?")
     path = _mask_path(head + authority, path)
@@ -98,6 +108,18 @@ def _mask_params(params: str) -> str:
             pair = f"{name}={MASK}"
         out.append(pair)
     return "&".join(out)
+
+
+def _is_user_name(head: str, user: str) -> bool:
+    """A bare userinfo that is a user name to show, not a token to hide."""
+    if not user or user == MASK or head.lower().startswith(_TOKEN_USERINFO_SCHEMES):
+        return user == MASK
+    from .redact import redact, shannon_entropy
+
+    if redact(user) != user:
+        return False
+    return not (len(user) >= 20 and re.search(r"[A-Za-z]", user) and re.search(r"[0-9]", user)
+                and shannon_entropy(user) >= 3.5)
 
 
 def _mask_path(prefix: str, path: str) -> str:

@@ -24,8 +24,8 @@ nursery, which owns the child process, its deadline and the run record written w
    (``run_rows``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
    keeps it listable after a restart. The token then expires after a short grace.
 
-The composed prompt exists only in the child's argv: it is never logged, stored or sent anywhere (the
-stderr tail is scrubbed of it, ``run_watch.scrub``).
+The composed prompt exists only in the child's argv: it is never logged, stored or sent anywhere (what
+the agent echoes of it is scrubbed of the operator's prompt and the fence's nonce, ``run_watch.PromptScrub``).
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ from ..agents.run_process import (
     write_mcp_config,
 )
 from ..agents.run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
-from ..agents.run_watch import RunWatch, scrub
+from ..agents.run_watch import PromptScrub, RunWatch
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
-from ..redact import redact_tail
+from ..redact import redact, redact_tail
 from ..repo import resolve_repo
 from ..store import iso
 from .kernel import open_mailbox, serve
@@ -83,7 +83,7 @@ PRUNE_EVERY = timedelta(hours=1)
 
 @attrs.frozen
 class _Prepared:
-    """Everything a run task needs; ``argv`` and ``prompt`` hold the composed prompt and are never logged."""
+    """Everything a run task needs; ``argv`` holds the composed prompt and is never logged."""
 
     cfg: HarnessConfig
     adapter: Adapter
@@ -96,7 +96,6 @@ class _Prepared:
     start_commit: str | None
     dirty_at_start: frozenset[str]
     mcp_config: Path | None
-    prompt: str | None
 
 
 class _RunScope:
@@ -300,10 +299,10 @@ class Runs:
                 env["MEMACTORS_MCP_CONFIG"] = str(mcp_config)
             env.update(spec.env)
             prepared = _Prepared(cfg, adapter, spec.argv, env, workdir, None if repo is None else repo.key,
-                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config,
-                                 prompt)
+                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config)
+            scrub = await trio.to_thread.run_sync(PromptScrub, plan.prompt, prompt)  # redacts the prompt: off the loop
             state = RunState(name, run_id, adapter.name, iso(now), max_turns=cfg.max_turns,
-                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(prompt))
+                             max_cost_usd=cfg.max_cost_usd, watch=RunWatch(scrub=scrub))
             assert self._nursery is not None
             self._active[key] = state
             await self._nursery.start(self._supervise, prepared, state)
@@ -435,13 +434,16 @@ class Runs:
         events: list[dict[str, Any]] = []
         try:
             tail = watch.stderr.text()
-            if tail is not None:  # redacted off the loop; never a line of the composed prompt
-                state.stderr_tail = await trio.to_thread.run_sync(lambda: redact_tail(scrub(tail, run.prompt)))
-            if run.prompt and transcript.result_text:
+            scrub = watch.scrub
+            if tail is not None:  # redacted off the loop, then scrubbed: never a line of the operator's prompt
+                state.stderr_tail = await trio.to_thread.run_sync(lambda: scrub.thorough(redact_tail(tail)))
+            if scrub.prompt is not None and transcript.result_text:
                 # An agent that echoes its prompt (a `command` agent printing its argument) would put the
-                # briefing and its nonce into the record and the episode's excerpt (REQ-16: never stored).
+                # operator's prompt and the fence's nonce into the record and the episode's excerpt (REQ-5,
+                # REQ-16). Redacted first (the record is redacted again at ingest: a no-op), so the scrub
+                # never splits a credential; a briefing line the answer repeats is the answer (issue 30).
                 result = transcript.result_text
-                transcript.result_text = await trio.to_thread.run_sync(scrub, result, run.prompt)
+                transcript.result_text = await trio.to_thread.run_sync(lambda: scrub.thorough(redact(result)))
             events, state.log_dropped = list(watch.events), watch.dropped
             changed: set[str] | None = None
             if run.toplevel is not None and spawn_error is None:

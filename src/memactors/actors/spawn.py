@@ -59,6 +59,9 @@ class SpawnPlan:
     items: Mapping[str, int]
     exposed: int
     degraded: str | None
+    #: The operator's prompt alone (a one-shot's; None for a resident): what a run's scrub keeps out of
+    #: what it stores, as opposed to the briefing prepended to it (issue 30).
+    prompt: str | None = None
 
 
 def _prompt_path(cfg: HarnessConfig, config: Config) -> Path:
@@ -109,7 +112,7 @@ async def prepare_spawn(
     kind: Literal["one_shot", "resident"] = "resident" if prompt is None else "one_shot"
     base = tuple(base_argv)
     if not cfg.memory_briefing:
-        return SpawnPlan(base if prompt is None else base + (prompt,), kind, False, None, 0, {}, 0, None)
+        return SpawnPlan(base if prompt is None else base + (prompt,), kind, False, None, 0, {}, 0, None, prompt)
 
     answer: BriefingAnswer | None = None
     view: View | None = None
@@ -152,4 +155,4 @@ async def prepare_spawn(
         service.metrics.briefing(harness, "prompt", "skipped")
         log.bind(reason=plan.reason, bytes=nbytes).warning("briefing skipped; spawning with the prompt alone")
     degraded = None if answer is None else answer.document.degraded
-    return SpawnPlan(plan.argv, kind, plan.composed, plan.reason, nbytes, items, exposed, degraded)
+    return SpawnPlan(plan.argv, kind, plan.composed, plan.reason, nbytes, items, exposed, degraded, prompt)

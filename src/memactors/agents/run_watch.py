@@ -13,6 +13,11 @@ and cut to :data:`MAX_EVENT_CHARS`; a run keeps its last :data:`MAX_EVENTS` even
 counted as ``dropped``). The agent's stderr is never parsed: its last :data:`STDERR_TAIL_BYTES` bytes
 are kept (:class:`StderrTail`) and redacted when the run ends (``redact.redact_tail``: a key block that
 the window cut is still caught), so a launch failure or a refusal says why (issue 18). Neither goes into the episode (REQ-5): they are kept with the run only.
+
+What the agent echoes of its prompt is scrubbed (:class:`PromptScrub`): the operator's prompt and the
+fence nonces, never the briefing's items, so an answer that repeats a briefing line is kept (issue 30).
+Every text is redacted first and scrubbed after (issue 33): a scrub inside a credential would split it
+into halves the redactor no longer recognises.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import re
 from collections import deque
 from typing import Any
 
+import ahocorasick_rs
 import trio
 
 from ..adapters import Transcript
-from ..redact import redact
+from ..redact import redact, redact_many
+from ..wrapper import NONCE_BYTES
 
-__all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "PromptScrub", "RunWatch", "StderrTail", "scrub"]
+__all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "MIN_LINE", "PromptScrub", "RunWatch", "StderrTail", "scrub"]
 
 #: The events a run keeps (the newest); older ones are dropped and counted.
 MAX_EVENTS = 500
@@ -36,10 +43,20 @@ MAX_EVENT_CHARS = 500
 STDERR_TAIL_BYTES = 4096
 
 
-def _cut(text: str) -> str:
-    # Cut before redacting too (a 100 KB stdout line is not redacted whole on the loop), with room to
-    # spare so a secret that straddles the first cut lies past the second one.
-    text = redact(text[:4 * MAX_EVENT_CHARS])
+def _cut(text: str, scrub: PromptScrub | None = None) -> str:
+    """``text`` redacted, then scrubbed of the operator's prompt (``scrub``), then cut to MAX_EVENT_CHARS.
+
+    Redaction comes first (issue 33): a scrub that replaced part of a credential would split it, and the
+    redactor would pass both halves. The text is cut before redacting too (a 100 KB stdout line is not
+    redacted whole on the loop), with room to spare so a secret that straddles the first cut lies past
+    the second one; a line that the first cut halves and that begins a line of the prompt is dropped.
+    """
+    window = text[:4 * MAX_EVENT_CHARS]
+    if scrub is not None and len(window) < len(text):
+        window = scrub.cut_line(window)
+    text = redact(window)
+    if scrub is not None:
+        text = scrub(text)
     return text if len(text) <= MAX_EVENT_CHARS else f"{text[:MAX_EVENT_CHARS - 1]}…"
 
 
@@ -69,56 +86,107 @@ class StderrTail:
         return data.decode("utf-8", "replace")
 
 
-def scrub(text: str, prompt: str | None) -> str:
-    """``text`` with every line of the composed prompt that occurs in it replaced by ``[prompt]``.
-
-    An agent CLI that echoes its arguments in an error (a usage line) would otherwise put the briefing,
-    its fence's nonce or the operator's prompt into what the daemon keeps; REQ-16 keeps the composed
-    prompt out of every store and log. Lines shorter than 12 characters are left alone (they say too
-    little to leak, and would scrub ordinary words).
-    """
-    if not prompt:
-        return text
-    if prompt in text:
-        text = text.replace(prompt, "[prompt]")
-    for line in sorted({ln.strip() for ln in prompt.splitlines()}, key=len, reverse=True):
-        if len(line) >= 12 and line in text:
-            text = text.replace(line, "[prompt]")
-    return text
+def scrub(text: str, prompt: str | None, composed: str | None = None) -> str:
+    """``text`` (already redacted) without the operator's ``prompt`` or the fence nonces of ``composed``
+    (the prompt the agent received): :meth:`PromptScrub.thorough`."""
+    return PromptScrub(prompt, composed).thorough(text)
 
 
-_NONCE = re.compile(r'nonce="([^"]+)"')
+#: A prompt line shorter than this is left alone: it says too little to leak, and would scrub ordinary words.
+MIN_LINE = 12
+PROMPT = "[prompt]"
+NONCE = "[nonce]"
+#: Scrub passes at most: each one replaces what the last one joined (a pattern across a marker's edge).
+_MAX_PASSES = 8
+# The opening line of a SPEC-0017 REQ-10 fence (prompt.fence): the briefing's, or an event field's that
+# an ``untrusted_inline`` template put in the operator's prompt.
+# A nonce as wrapper.new_nonce makes them (hex), in a tag of the briefing document.
+_WRAPPER_NONCE = re.compile(rf'nonce="([0-9a-f]{{{2 * NONCE_BYTES}}})"')
+_FENCE_OPEN = re.compile(r'^<untrusted-data source="[^"]*" field="[^"]*" nonce="([^"]+)">$', re.MULTILINE)
 
 
 class PromptScrub:
-    """The composed prompt's fingerprints, to keep them out of a run's events (REQ-16).
+    """What of a run's prompt may not be kept (REQ-5, REQ-16): the **operator's prompt** and the fence
+    **nonces**, nothing else.
 
-    An agent may echo its prompt on stdout (a ``command`` agent printing its argument), and each stdout
-    line of such an agent is an event. Cheap enough for every event on the loop: an event line that is
-    a line of the prompt (12 characters or more) becomes ``[prompt]``, and the fence's nonce is replaced
-    wherever it occurs, so neither the briefing's lines nor the nonce reach the store. (The stderr tail,
-    scrubbed once off the loop, gets the thorough ``scrub``.)"""
+    ``prompt`` is the operator's prompt (after ``prompt_file`` is read and a template rendered);
+    ``composed`` what the agent received, the fenced briefing before it (``prompt.compose_prompt``).
+    The briefing is not the prompt: its items are episodes and facts already stored, redacted, and an
+    answer that repeats one ("No new issues.", an earlier run's excerpt) is what the agent said, kept
+    verbatim (issue 30). So only whole lines of the operator's prompt (12 characters or more, stripped;
+    as written and as the redactor renders them, since the text scrubbed is redacted first) become
+    ``[prompt]`` wherever they occur (a usage line that echoes the argument), the whole composed prompt
+    too when it is echoed whole, and each fence nonce ``[nonce]``.
 
-    def __init__(self, prompt: str | None) -> None:
+    One Aho-Corasick automaton (leftmost longest: a line that contains another goes whole) is built per
+    run (off the loop: ~0.2 s for a 100 KiB prompt), so scrubbing an event on the loop costs one pass over
+    its text whatever the prompt's size."""
+
+    def __init__(self, prompt: str | None, composed: str | None = None) -> None:
         self.prompt = prompt or None
-        self._lines = frozenset(ln.strip() for ln in (prompt or "").splitlines() if len(ln.strip()) >= 12)
-        self._nonces = tuple(sorted(set(_NONCE.findall(prompt or ""))))
+        composed = (composed or None) if composed is not None else self.prompt
+        raw = {ln.strip() for ln in (prompt or "").splitlines()}
+        raw = {ln for ln in raw if len(ln) >= MIN_LINE}
+        self._raw = frozenset(raw)
+        shown = {ln.strip() for ln in redact_many(sorted(raw))} if raw else set()
+        lines = raw | {ln for ln in shown if len(ln) >= MIN_LINE}
+        wholes = {w for w in (composed, self.prompt) if w and len(w.strip()) >= MIN_LINE}
+        wholes |= {redact(w) for w in wholes}
+        # The whole prompt by str.replace, longest first, not in the automaton: a 100 KiB pattern makes
+        # it slow to build, and a whole echo is rare and cheap to look for.
+        self._wholes = tuple(sorted(wholes - lines, key=lambda w: (-len(w), w)))
+        nonces = set(_FENCE_OPEN.findall(prompt or ""))
+        if composed and composed != self.prompt and (first := _FENCE_OPEN.match(composed)):
+            nonces.add(first.group(1))  # the briefing's fence: the first line of a composed prompt
+            # and the nonces of the briefing document's own fences (`<memory-data … nonce="…">`)
+            nonces.update(_WRAPPER_NONCE.findall(composed[:len(composed) - len(self.prompt or "")]))
+        # A pattern inside a marker would match its own replacement forever (never a real nonce: 16 hex).
+        patterns = {p: PROMPT for p in lines} | {n: NONCE for n in nonces}
+        patterns = {p: m for p, m in patterns.items() if p and p not in PROMPT + NONCE}
+        self._patterns = sorted(patterns)
+        self._markers = [patterns[p] for p in self._patterns]
+        self._automaton = None if not self._patterns else ahocorasick_rs.AhoCorasick(
+            self._patterns, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST)
 
     def __call__(self, text: str) -> str:
-        if self.prompt is None:
+        """``text`` (redacted) with every line of the operator's prompt and every nonce replaced, until
+        none is left (a replacement can join two halves of another)."""
+        for whole in self._wholes:
+            if whole in text:
+                text = text.replace(whole, PROMPT)
+        if self._automaton is None:
             return text
-        if self._lines:
-            text = "\n".join("[prompt]" if ln.strip() in self._lines else ln for ln in text.split("\n"))
-        for nonce in self._nonces:
-            text = text.replace(nonce, "[nonce]")
+        for _ in range(_MAX_PASSES):
+            matches = self._automaton.find_matches_as_indexes(text, overlapping=False)
+            if not matches:
+                break
+            parts, at = [], 0
+            for index, start, end in matches:
+                parts += [text[at:start], self._markers[index]]
+                at = end
+            text = "".join(parts) + text[at:]
         return text
+
+    thorough = __call__
+
+    def cut_line(self, window: str) -> str:
+        """``window``, the start of a longer text, without its last line when that line (which the window
+        cut) may be the start of a line of the prompt: it is ``[prompt]`` then."""
+        head, sep, last = window.rpartition("\n")
+        last = last.strip()
+        if len(last) >= MIN_LINE and any(line.startswith(last) for line in self._raw):
+            return head + sep + PROMPT
+        return window
 
 
 class RunWatch:
     """The events of one run, derived from its transcript as lines arrive; waited on by ``runs logs``."""
 
-    def __init__(self, prompt: str | None = None) -> None:
-        self._scrub = PromptScrub(prompt)
+    def __init__(self, prompt: str | None = None, composed: str | None = None, *,
+                 scrub: PromptScrub | None = None) -> None:
+        #: The operator's prompt and the fence nonces, kept out of everything the run keeps (built by the
+        #: caller off the loop for a run: ``scrub``).
+        self.scrub = scrub if scrub is not None else PromptScrub(prompt, composed)
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.seq = 0
         self.stderr = StderrTail()
@@ -139,7 +207,7 @@ class RunWatch:
         """Add one event; string fields are redacted and cut."""
         self.seq += 1
         event = {"seq": self.seq, "at": at, "kind": kind}
-        event.update({k: _cut(self._scrub(v)) if isinstance(v, str) else v for k, v in fields.items()})
+        event.update({k: _cut(v, self.scrub) if isinstance(v, str) else v for k, v in fields.items()})
         self.events.append(event)
         self._changed.set()
         self._changed = trio.Event()

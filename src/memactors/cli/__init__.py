@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from .._version import __version__
 from . import agents, describe, feeds, install, memory, ops, runs, store
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
+from ._suggest import SuggestingParser
 
 __all__ = ["CODE_EXITS", "EXIT_INVALID", "EXIT_UNAVAILABLE", "build_parser", "main", "subparsers"]
 
@@ -70,7 +71,7 @@ def _config_everywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="memactors", description="Episodic memory and briefings for fleets of coding agents (SPEC-0030).",
         epilog="Exit codes: 0 ok, 1 the command reports a failure, 2 usage, 3 daemon unavailable, 4 not found, "
                "5 invalid argument or configuration, 6 permission denied, 7 internal error, 8 daemon out of a "

@@ -63,14 +63,14 @@ def register(sub: Any) -> None:
     claude = hook.add_parser("claude-code", help="Claude Code hooks").add_subparsers(dest="hook_event", required=True)
     p = claude.add_parser("session-end", help="SessionEnd hook: ingest the session's transcript as a run record")
     p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
-    p.add_argument("--json", action="store_true", help="print IngestRun's result")
+    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
     p.set_defaults(fn=cmd_hook_claude_session_end)
 
     p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
     p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")
     p.set_defaults(fn=cmd_spool)
     spool = p.add_subparsers(dest="spool_command")
-    q = spool.add_parser("send", help="send the spooled sessions to the daemon now (control tier, IngestRuns)")
+    q = spool.add_parser("send", help="send the spooled sessions to the daemon now (control tier)")
     q.add_argument("--json", action="store_true", help="print the counts by outcome")
     q.set_defaults(fn=cmd_spool_send)
 

@@ -33,10 +33,25 @@ __all__ = ["register", "run_id_for"]
 DEFAULT_TTL = "365d"
 
 
+#: What `install --help` and `uninstall --help` say (the module's docstring is for the code's readers).
+DESCRIPTIONS = {
+    "install": (
+        "Connect a resident agent (Claude Code or Codex) to memactors. Mints a gateway token for the harness "
+        "(running install again replaces it, and the old token stops working), then adds to the agent's own "
+        "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
+        "Code, the session-end hook that records each session. --project DIR changes that project's files, "
+        "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
+        "token is minted, no file written."),
+    "uninstall": (
+        "Remove exactly what `memactors install` added to the agent's configuration files and revoke its "
+        "token. With the daemon down the files are still cleaned, and the token lapses at its expiry."),
+}
+
+
 def register(sub: Any) -> None:
     for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
                         ("uninstall", "remove what `memactors install` wrote and revoke its token")):
-        p = sub.add_parser(verb, help=helps, description=__doc__.split("\n\n")[1] if verb == "install" else helps)
+        p = sub.add_parser(verb, help=helps, description=DESCRIPTIONS[verb])
         p.add_argument("agent", choices=("claude-code", "codex"), help="the agent whose configuration to change")
         p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
         where = p.add_mutually_exclusive_group(required=True)

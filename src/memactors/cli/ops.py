@@ -42,6 +42,11 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
+    if args.shell == "fish":  # shtab writes bash, zsh and tcsh only
+        from ._fish import fish_script
+
+        print(fish_script(args.root_parser), end="")
+        return 0
     import shtab
 
     print(shtab.complete(args.root_parser, shell=args.shell))  # the whole parser (cli.build_parser)
@@ -59,9 +64,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
                        description="Print a completion script. bash: `memactors completion bash > "
                                    "~/.local/share/bash-completion/completions/memactors`; zsh: `memactors "
-                                   "completion zsh > \"${fpath[1]}/_memactors\"`.")
-    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
+                                   "completion zsh > \"${fpath[1]}/_memactors\"`; fish: `memactors completion "
+                                   "fish > ~/.config/fish/completions/memactors.fish`.")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
     p.set_defaults(fn=cmd_completion)

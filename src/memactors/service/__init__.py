@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 import trio
+from loguru import logger
 
 from .. import graph
 from .._wire import parse_time
@@ -183,8 +184,10 @@ class MemoryService:
         engine, where it is (``user@host:port/db`` for PostgreSQL: never the password), this daemon's id
         (daemons sharing a store tell each other apart by it), whether it answers (`reachable`) and can
         write (`writable`, the store's health: a full disk), and the error while it cannot."""
-        snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
+        # The ping first: it clears (or sets) the engine's last error, which the snapshot then reports,
+        # so a store that came back is not reported with the error of the outage (issue 30).
         error = await self.store.ping()
+        snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
         out = {**snapshot, "engine": self.store.engine, "where": self.store.where,
                "daemon_id": self.store.daemon_id, "reachable": error is None}
         if error is not None:
@@ -671,6 +674,21 @@ def _summary_line(row: Any) -> dict[str, Any]:
             "recorded_at": row.recorded_at}
 
 
+async def _repair_excerpts(store: Store, config: Config) -> None:
+    """Issue 30's start-up repair: episodes stored with the excerpt `[prompt]` get their answer back from
+    their run's log, or a mark saying it is gone (`excerpt_repair`). A store that does not answer now
+    (PostgreSQL down) is repaired at a later start."""
+    from ..agents.excerpt_repair import repair_prompt_excerpts
+
+    chars = config.memory.episodes.excerpt_chars
+    try:
+        restored, marked = await store.write(lambda db: repair_prompt_excerpts(db, excerpt_chars=chars))
+    except StoreUnavailable:
+        return
+    if restored or marked:
+        logger.bind(restored=restored, marked=marked).info("episodes whose answer was taken for the prompt repaired")
+
+
 @asynccontextmanager
 async def open_memory_service(
     holder: ConfigHolder,
@@ -689,6 +707,7 @@ async def open_memory_service(
     # first redaction on the loop (a provider error, an ingest) does not stall every other caller.
     await trio.to_thread.run_sync(shared_redactor)
     try:
+        await _repair_excerpts(store, config)
         async with AsyncExitStack() as stack, open_supervisor(
                 "memory", max_restarts=5, window=60.0, backoff=0.1, max_backoff=5.0, max_burst=6) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
