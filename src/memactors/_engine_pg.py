@@ -104,7 +104,16 @@ def _c_text(sql: str) -> str:
     return _TEXT.sub('TEXT COLLATE "C"', sql)
 
 
-MIGRATIONS: list[tuple[str, str]] = [
+def _m0005_words_stay_words(conn: psycopg.Connection[Any]) -> None:
+    """Issue 25: SQLite's `0012_words_stay_words`, the same function (`_engine_sqlite.words_stay_words`)."""
+    from ._engine_sqlite import words_stay_words
+
+    words_stay_words(conn, "%s")
+
+
+#: The schema, in order: SQL (several statements, run as one simple query) or a function of the
+#: connection, inside the migration's transaction.
+MIGRATIONS: list[tuple[str, str | Callable[[psycopg.Connection[Any]], None]]] = [
     ("0001_initial", _c_text("""
         CREATE TABLE runs (
             harness TEXT NOT NULL,
@@ -295,6 +304,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (source, table_name)
         );
     """)),
+    # Escape remnants leave the stored text; the built-in provider's documents are re-indexed (issue 25).
+    ("0005_words_stay_words", _m0005_words_stay_words),
 ]
 
 
@@ -316,7 +327,10 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
         for name, sql in MIGRATIONS:
             if name in done:
                 continue
-            conn.execute(sql.encode())  # several statements: simple query protocol, no parameters
+            if callable(sql):
+                sql(conn)
+            else:
+                conn.execute(sql.encode())  # several statements: simple query protocol, no parameters
             conn.execute("INSERT INTO memactors_migrations (name, applied_at) VALUES (%s, %s)",
                          [name, iso(utc_now())])
             applied.append(name)

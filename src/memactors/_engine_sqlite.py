@@ -493,6 +493,52 @@ def _m0011_pending_claims(db: sqlite_utils.Database) -> None:
     )
 
 
+#: builtin_docs' columns of agent-written text, the JSON one last (migration 0012 and PostgreSQL's 0005
+#: rewrite them). Harness, branch and paths never held an escape: the boundary refuses control characters
+#: in them (docs/contracts.md).
+BUILTIN_TEXT_COLUMNS = ("title", "excerpt", "summary", "meta", "failures")
+
+
+def words_stay_words(db: Any, placeholder: str = "?") -> None:
+    """Migration `0012_words_stay_words` (SQLite) and `0005_words_stay_words` (PostgreSQL), issue 25:
+    what terminal escape sequences left in the stored text goes, and the built-in provider's documents
+    are indexed again.
+
+    Before it, the redactor removed an escape sequence's ESC alone (`\x1b[31mred` was stored
+    `[31mred`) and a carriage return without a space (`line\rthird` became `linethird`). New text keeps
+    words apart (`redact.strip_control`). Of what is stored, every string of every episode body and
+    every text column of `builtin_docs` loses the escape remnants (`episode.drop_escape_remnants`);
+    the changed documents are re-indexed (SQLite's FTS5 triggers, PostgreSQL's generated `tsv`). The
+    words a removed CR joined cannot be told apart again: that text was never stored with the CR.
+    Content hashes (the embedding cache's keys) are unchanged. `placeholder` is the engine's
+    parameter mark; `db` anything with `execute(sql, params)` returning a cursor."""
+    from .episode import drop_escape_remnants
+
+    q = placeholder
+    for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
+        data = json.loads(body)
+        clean = _flat_strings(data, drop_escape_remnants)
+        if clean != data:
+            db.execute(f"UPDATE episode_bodies SET body = {q} WHERE id = {q}",
+                       [json.dumps(clean, ensure_ascii=False, separators=(",", ":")), body_id])
+    columns = ", ".join(BUILTIN_TEXT_COLUMNS)
+    for doc_id, *values in db.execute(f"SELECT doc_id, {columns} FROM builtin_docs").fetchall():
+        new = [drop_escape_remnants(v) for v in values[:-1]]
+        failures = json.loads(values[-1])
+        clean = _flat_strings(failures, drop_escape_remnants)
+        new.append(values[-1] if clean == failures else json.dumps(clean, ensure_ascii=False))
+        if new != values:
+            sets = ", ".join(f"{c} = {q}" for c in BUILTIN_TEXT_COLUMNS)
+            db.execute(f"UPDATE builtin_docs SET {sets} WHERE doc_id = {q}", [*new, doc_id])
+
+
+@migrations(name="0012_words_stay_words")
+def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
+    """Issue 25: escape remnants leave the stored text and the built-in provider's documents are
+    re-indexed (`words_stay_words`)."""
+    words_stay_words(db)
+
+
 class SqliteDialect:
     """The SQL that is SQLite's own, for code that runs on both engines (see `store.Db`)."""
 
