@@ -42,7 +42,7 @@ from typing import Any
 import sqlite_vec
 from loguru import logger
 
-from .ranking import BRIEFING_CANDIDATES, Hit, _desc, briefing_harness, briefing_rank
+from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Hit, _desc, briefing_harness, briefing_rank
 from .store import Db
 
 CANDIDATES = 200
@@ -210,10 +210,11 @@ def briefing_order(db: Db, words: Sequence[str], scopes: Sequence[str]) -> list[
     rows = db.execute(
         f"SELECT {columns} FROM builtin_docs WHERE scope = ANY(?) AND (excerpt <> '' OR files <> '[]')"
         f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [list(scopes)]).fetchall()
-    names = [r[0] for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ANY(?)",
-                                      [list(scopes)]).fetchall()]
-    harnesses = briefing_harness(words, names)
-    if harnesses:
+    # The harnesses of the newest runs first; only when none fits, every harness of the scopes.
+    harnesses = briefing_harness(words, [r[6] for r in rows]) or briefing_harness(words, [
+        r[0] for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ANY(?)",
+                                 [list(scopes)]).fetchall()])
+    if harnesses and sum(r[6] in harnesses for r in rows) < HARNESS_RUNS:  # else its newest are all here
         rows += db.execute(
             f"SELECT {columns} FROM builtin_docs WHERE scope = ANY(?) AND harness = ANY(?)"
             f" AND (excerpt <> '' OR files <> '[]') ORDER BY started_at DESC, episode_id"

@@ -182,17 +182,19 @@ def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequ
     query's harness instead of BM25 (which, every episode matching alike, preferred the shortest:
     "fix typo"): `briefing_rank` over the scope's newest BRIEFING_CANDIDATES episodes that have
     something to show (an excerpt or a file; a run that wrote nothing and touched nothing is left out)
-    and the newest BRIEFING_CANDIDATES of the query's harness (`briefing_harness`), however old."""
+    and, when fewer than HARNESS_RUNS of them are the query's harness's (`briefing_harness`), its newest
+    BRIEFING_CANDIDATES however old."""
     ranges = scope_ranges(db, scopes)
     rows: list[Sequence[Any]] = []
-    names: list[str] = []
     for scope, _low, _high in ranges:
         rows += db.execute(
             f"SELECT {_BRIEFING_COLUMNS} FROM builtin_docs WHERE scope = ? AND (excerpt != '' OR files != '[]')"
             f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
-        names += [r[0] for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ?", [scope])]
-    harnesses = briefing_harness(words, names)
-    if harnesses:
+    # The harnesses of the newest runs first; only when none fits, every harness of the scope.
+    harnesses = briefing_harness(words, [r[6] for r in rows]) or briefing_harness(words, [
+        r[0] for scope, _low, _high in ranges
+        for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ?", [scope]).fetchall()])
+    if harnesses and sum(r[6] in harnesses for r in rows) < HARNESS_RUNS:  # else its newest are all here
         marks = ",".join("?" * len(harnesses))
         for scope, _low, _high in ranges:
             rows += db.execute(
@@ -233,7 +235,8 @@ def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str],
     Ties by recency, then id.
     """
     unique = {r[1]: r for r in rows}
-    rows = sorted(unique.values(), key=lambda r: (_desc(r[2]), r[1]))
+    # Newest first, then by id: two stable sorts (a reversed sort keeps equal items in their order).
+    rows = sorted(sorted(unique.values(), key=lambda r: r[1]), key=lambda r: r[2], reverse=True)
     started = {r[1]: r[2] for r in rows}
     files = {r[1]: set(json.loads(r[5])) for r in rows}
     wanted = set(words)
