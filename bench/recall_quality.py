@@ -46,7 +46,9 @@ default branch (so the run's scope is the project's), and:
   gateway, 2 through `memory briefing`" of the first pass was exactly that). Its picks — the provider's answer to REQ-14's episode query (repository,
   branch and harness name), as `Recall` with limit 3 over the operator RPC — are scored by whether
   each touched a file that the next 10 commits (the upcoming work) touch, against the harness's
-  three newest runs.
+  three newest runs; and (issue 25) whether each touched a file of the harness's own next runs (its
+  commits among the held-out ones), against the same three, and how many pairs of a repository's
+  harnesses got different picks.
 
 `--direct` skips the daemon's surfaces for the questions and calls the built-in provider in-process on
 the same store (same ranking, no REQ-9 filter or wrapper): for quick ranking experiments only.
@@ -543,6 +545,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             for h in r.harnesses:
                 mine = [c for c in kept[r.key] if r.harness(c) == h]
                 newest = sorted(mine, key=lambda c: (c.started, c.run_id), reverse=True)[:3]
+                own_next = {f for c in r.commits[-HOLDOUT:] if r.harness(c) == h for f in c.files}
                 query = " ".join((r.key, r.branch, h))
                 ans = await control.call(f"{SERVICE}/Recall", {"query": query, "repo": r.key, "limit": 3})
                 picks = [str(e.get("run_id", "?")) for e in ans.get("episodes", [])]
@@ -556,6 +559,10 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                     "picks": picks,
                     "picks_touch": sum(touches(by_run[p], upcoming) for p in picks if p in by_run),
                     "newest_touch": sum(touches(c, upcoming) for c in newest),
+                    # issue 25: the files of this harness's own next runs (its commits among the HOLDOUT)
+                    "has_next": bool(own_next),
+                    "picks_touch_own": sum(touches(by_run[p], own_next) for p in picks if p in by_run),
+                    "newest_touch_own": sum(touches(c, own_next) for c in newest),
                     "first_line": sum(" ".join(by_run[run].subject.split()) in " ".join(text.split())
                                       for run, text in shown if run in by_run),
                 })
@@ -599,6 +606,15 @@ def report(outs: dict[str, dict[str, Any]]) -> None:
               f"; the three newest runs: {sum(r['newest_touch'] for r in b)}/{3 * len(b)};"
               f" briefings showing >= 2 episodes: {sum(r['shown_gateway'] >= 2 for r in b)}/{len(b)} through the gateway,"
               f" {sum(r['shown_cli'] >= 2 for r in b)}/{len(b)} through `memory briefing`")
+        for key in dict.fromkeys(row["repo"] for row in b):
+            rows = [row for row in b if row["repo"] == key]
+            pairs = [(x, y) for i, x in enumerate(rows) for y in rows[i + 1:]]
+            nxt = [row for row in rows if row["has_next"]]
+            print(f"{key}: harness pairs with different picks {sum(x['picks'] != y['picks'] for x, y in pairs)}"
+                  f"/{len(pairs)}; picks touching the harness's own next runs"
+                  f" {sum(row['picks_touch_own'] for row in nxt)}/{sum(len(row['picks']) for row in nxt)},"
+                  f" its three newest {sum(row['newest_touch_own'] for row in nxt)}/{3 * len(nxt)}"
+                  f" ({len(nxt)} harnesses with runs among the held-out commits)")
 
 
 def main() -> None:

@@ -151,7 +151,7 @@ class _Schemas:
 
         from memactors.store.pg import MIGRATIONS
 
-        ours = {t for _, sql in MIGRATIONS for t in re.findall(r"CREATE TABLE (\w+)", sql)}
+        ours = {t for _, sql in MIGRATIONS if isinstance(sql, str) for t in re.findall(r"CREATE TABLE (\w+)", sql)}
         tables = [r[0] for r in self.cluster.admin(
             f"SELECT tablename FROM pg_tables WHERE schemaname = '{name}' AND tablename <> 'memactors_migrations'",
             dbname="memactors_tests")]

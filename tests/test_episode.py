@@ -201,7 +201,7 @@ def test_every_string_is_redacted_and_control_characters_stripped() -> None:
     ep = assemble(rec, fixed(rec), excerpt_chars=600)
     dumped = episode_json(ep) + render_text(ep)
     assert GHP not in dumped and GHP[4:] not in dumped
-    assert ep.result_excerpt == f"pushed with {REDACTED}[31m ok"
+    assert ep.result_excerpt == f"pushed with {REDACTED} ok"  # the escape sequence goes whole (issue 25)
     assert ep.branch == f"b-{REDACTED}" and ep.files_touched == (f"src/{REDACTED}.go",)
     assert "\x00" not in dumped and "\x1b" not in dumped and "\x07" not in dumped
 

@@ -300,8 +300,9 @@ def test_false_positives_survive_unchanged(text: str) -> None:
 @pytest.mark.req6
 def test_control_characters_are_stripped_tab_and_newline_kept() -> None:
     text = "a\x00b\x07c\td\ne\x1bf\x7fg\x85h\x9fi\r\nj\x0bk\x0cl"
-    assert strip_control(text) == "abc\td\nefghi\njkl"
-    assert redact(text) == "abc\td\nefghi\njkl"
+    # `ESC f` is an escape sequence (ESC and a final byte): it goes whole (issue 25); CRLF is one LF.
+    assert strip_control(text) == "abc\td\neghi\njkl"
+    assert redact(text) == "abc\td\neghi\njkl"
 
 
 @pytest.mark.req6

@@ -93,6 +93,27 @@ def flatten(text: str) -> str:
     return _BREAKS.sub(" ", text) if _BREAKS.search(text) else text
 
 
+# What an escape sequence left in a stored string before issue 25, when the redactor removed its ESC
+# alone (`\x1b[31mred` was stored `[31mred`): SGR (colours and styles, `[0m`, `[1;32m`, `[38;5;208m`),
+# a bare `[m` or `[K` not followed by a letter, erase in line or display (`[2K`, `[0J`) and cursor
+# visibility (`[?25l`). Only these forms, and never where a `]` closes the bracket soon after
+# (`[1ms]`, `[mypy]`): a bracket in prose or code is kept. Migration `0012_words_stay_words` (SQLite)
+# and `0005_words_stay_words` (PostgreSQL) remove them from the stored bodies and documents.
+_SGR = r"(?:0|1|2|3|4|5|7|8|9|2[1-9]|3[0-79]|4[0-79]|9[0-7]|10[0-7]|[34]8;5;\d{1,3}|[34]8;2;\d{1,3};\d{1,3};\d{1,3})"
+_REMNANTS = re.compile(
+    rf"( ?)(?:\[{_SGR}(?:;{_SGR})*m(?![\w.]*\])|\[[mK](?![\w\]])|\[[012][KJ](?![\w.]*\])"
+    rf"|\[\?\d{{1,4}}[hl](?![\w.]*\]))+( ?)")
+
+
+def drop_escape_remnants(text: str) -> str:
+    """`text` without what escape sequences left when only their ESC was removed (see `_REMNANTS`);
+    where a removal leaves two spaces side by side, one stays."""
+    if "[" not in text:
+        return text
+    out = _REMNANTS.sub(lambda m: " " if m.group(1) and m.group(2) else m.group(1) + m.group(2), text)
+    return out.strip() if out != text and text == text.strip() else out
+
+
 def one_line(text: str) -> str:
     """A single-line field (ids, names, repository, branch, paths, error classes): `flatten`ed."""
     return flatten(text)

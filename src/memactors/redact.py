@@ -90,9 +90,34 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]+")
 _MAX_ROUNDS = 8
 
 
+# Terminal escape sequences (ECMA-48), removed whole before the control characters (issue 25: the ESC
+# alone went and `\x1b[31mred` left `[31mred`): control strings (OSC, DCS, SOS, PM, APC) up to their
+# terminator (BEL or ST), CSI (parameters, intermediates, final byte), and every other escape sequence
+# (ESC, intermediates, final byte: `ESC ( B`, `ESC 7`, `ESC c`); 7-bit and 8-bit introducers alike. A
+# control string without its terminator is not one: only its introducer goes.
+_ESCAPES = re.compile(
+    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x00-\x1f\x7f-\x9f]*(?:\x07|\x1b\\|\x9c)"
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|\x1b[ -/]*[0-~]"
+)
+_ESCAPE_OR_CR = re.compile(r"[\x1b\r\x90-\x9f]")
+# A carriage return (alone or before LF) is a line break: it becomes LF (issue 25: it was removed, and
+# `line\rthird` became `linethird`).
+_CR = re.compile(r"\r\n?")
+
+
 def strip_control(text: str) -> str:
-    """Remove C0 control characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
+    """Remove terminal escape sequences whole, make each CR (and CRLF) one LF, then remove C0 control
+    characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
+    if _ESCAPE_OR_CR.search(text):
+        text = _CR.sub("\n", _ESCAPES.sub("", text))
     return _CONTROL.sub("", text)
+
+
+def _strip_control_alone(text: str) -> str:
+    """`strip_control` without the escape sequences: each control character alone goes (the rule before
+    issue 25), the redactor's second reading of a text whose escape sequences took other characters."""
+    return _CONTROL.sub("", _CR.sub("\n", text))
 
 
 def shannon_entropy(value: str) -> float:
@@ -279,7 +304,22 @@ class Redactor:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
         STATS["calls"] += 1
         STATS["chars"] += len(text)
-        return self._redact_stripped(strip_control(text))
+        return self._redact_text(text)
+
+    def _redact_text(self, text: str) -> str:
+        stripped = strip_control(text)
+        out = self._redact_stripped(stripped)
+        if _ESCAPES.search(text):
+            # An escape sequence goes whole, with the printable characters after its ESC: a secret with an
+            # ESC inside could lose some of them and no longer look like one. Read once more with each
+            # control character alone removed; if that finds more secrets, its answer is served (escape
+            # remnants and all): no secret is ever kept to drop an escape sequence.
+            alone = _strip_control_alone(text)
+            if alone != stripped:
+                other = self._redact_stripped(alone)
+                if other.count(REDACTED) > out.count(REDACTED):
+                    return other
+        return out
 
     def redact_many(self, texts: Sequence[str]) -> list[str]:
         """``[self.redact(t) for t in texts]``, with one keyword pass for them all.
@@ -293,7 +333,10 @@ class Redactor:
         STATS["calls"] += len(texts)
         STATS["chars"] += sum(len(t) for t in texts)
         # One scan for control characters over them all; most strings hold none.
-        stripped = [strip_control(t) for t in texts] if _CONTROL.search("".join(texts)) else list(texts)
+        joined = "".join(texts)
+        if _ESCAPES.search(joined):  # the few with an escape sequence get `redact`'s second reading
+            return [self._redact_text(t) for t in texts]
+        stripped = [strip_control(t) for t in texts] if _CONTROL.search(joined) else list(texts)
         if self._always or not self._keywords or len(stripped) < 2:
             return [self._redact_stripped(t) for t in stripped]
         lowered = [t.lower() for t in stripped]

@@ -33,7 +33,8 @@ the caller's scopes, cosine (hybrid only: the query's embedding against `builtin
 caller's scopes) and the path boost for a request carrying `paths` (the episodes whose `files_touched`
 contains one of them exactly, repository-relative) — ties by recency, then id. Without an embedding
 model the ranking is BM25 (plus the path boost) alone. A metadata-only query (REQ-14's briefing query)
-is ordered by what helps the next run instead (`ranking.briefing_order`).
+is ordered by what helps the next run of the harness it names instead (`ranking.briefing_order`: its
+own recent runs first, issue 25).
 
 Embedding happens at record time, after the text is committed, under its own deadline: a failure
 (model API down, budget spent, deadline) leaves the episode without a vector and is only logged

@@ -43,7 +43,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
-from .ranking import BRIEFING_CANDIDATES, Hit, _desc, briefing_rank
+from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Hit, _desc, briefing_harness, briefing_rank
 
 CANDIDATES = 200
 #: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —
@@ -172,12 +172,21 @@ def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
 
 def briefing_order(db: Db, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
     """`ranking.briefing_order` on PostgreSQL: `ranking.briefing_rank` over the scopes' newest episodes
-    with something to show."""
+    with something to show and the newest of the query's harness (`ranking.briefing_harness`)."""
+    columns = "doc_id, episode_id, started_at, branch, outcome, files, harness"
     rows = db.execute(
-        "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
-        " WHERE scope = ANY(?) AND (excerpt <> '' OR files <> '[]')"
+        f"SELECT {columns} FROM builtin_docs WHERE scope = ANY(?) AND (excerpt <> '' OR files <> '[]')"
         f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [list(scopes)]).fetchall()
-    return briefing_rank(rows, words)
+    # The harnesses of the newest runs first; only when none fits, every harness of the scopes.
+    harnesses = briefing_harness(words, [r[6] for r in rows]) or briefing_harness(words, [
+        r[0] for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ANY(?)",
+                                 [list(scopes)]).fetchall()])
+    if harnesses and sum(r[6] in harnesses for r in rows) < HARNESS_RUNS:  # else its newest are all here
+        rows += db.execute(
+            f"SELECT {columns} FROM builtin_docs WHERE scope = ANY(?) AND harness = ANY(?)"
+            f" AND (excerpt <> '' OR files <> '[]') ORDER BY started_at DESC, episode_id"
+            f" LIMIT {BRIEFING_CANDIDATES}", [list(scopes), sorted(harnesses)]).fetchall()
+    return briefing_rank(rows, words, harnesses)
 
 
 def path_candidates(db: Db, paths: Sequence[str], scopes: Sequence[str], among: Sequence[int] = ()) -> list[Hit]:

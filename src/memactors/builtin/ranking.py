@@ -15,7 +15,9 @@ so the ranking reads in one sitting. The FTS5 and JSON statements here are the S
 * The query's words are searched less STOPWORDS (function words and question phrasing). A query whose
   words only select the scope's episodes — REQ-14's briefing query of repository, branch and harness
   name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
-  next run (`metadata_only`, `briefing_order`: recency, this branch, failed-then-fixed; issue 17).
+  next run of the query's harness (`metadata_only`, `briefing_order`: its own recent runs on this branch,
+  then runs that fixed a failure on the files it edits most, then recency, this branch,
+  failed-then-fixed; issues 17 and 25).
 * The path boost (`path_candidates`, `path_ranking`): the episodes that touched a requested path, those
   the text rankings found first in their order, the others after every text match, newest first.
 * Rankings are fused by `rrf` (Σ 1/(60 + rank)); `rank` breaks ties by recency (started_at, newest
@@ -25,6 +27,7 @@ so the ranking reads in one sitting. The FTS5 and JSON statements here are the S
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -155,49 +158,113 @@ def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Seque
     return in_meta
 
 
-#: Episodes of the scope considered for a metadata-only query (newest first).
+#: Episodes of the scope considered for a metadata-only query (newest first), and of the query's harness.
 BRIEFING_CANDIDATES = 200
+#: The query harness's newest runs that say which files it edits most, and among which its own picks
+#: are ranked by how much of those files they touched.
+HARNESS_RUNS = 50
+#: How many of the files a harness edits most count as its ground.
+HARNESS_FILES = 10
+
+_BRIEFING_COLUMNS = "doc_id, episode_id, started_at, branch, outcome, files, harness"
 
 
 def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:
-    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run instead
-    of BM25 (which, every episode matching alike, preferred the shortest: "fix typo").
-
-    The scope's newest BRIEFING_CANDIDATES episodes that have something to show (an excerpt or a file;
-    a run that wrote nothing and touched nothing is left out), fused by reciprocal rank fusion (k = 60)
-    of: all of them newest first; those on the query's branch (every word of their branch is a word
-    of the query) newest first; and those that fixed what failed — a run that succeeded after a failed
-    run of the scope touching one of the same files — newest first. Ties by recency, then id.
-    """
-    rows: list[tuple[int, str, str, str, str, str]] = []
-    for scope, _low, _high in scope_ranges(db, scopes):
+    """A metadata-only query's answer (see `metadata_only`), ordered by what helps the next run of the
+    query's harness instead of BM25 (which, every episode matching alike, preferred the shortest:
+    "fix typo"): `briefing_rank` over the scope's newest BRIEFING_CANDIDATES episodes that have
+    something to show (an excerpt or a file; a run that wrote nothing and touched nothing is left out)
+    and, when fewer than HARNESS_RUNS of them are the query's harness's (`briefing_harness`), its newest
+    BRIEFING_CANDIDATES however old."""
+    ranges = scope_ranges(db, scopes)
+    rows: list[Sequence[Any]] = []
+    for scope, _low, _high in ranges:
         rows += db.execute(
-            "SELECT doc_id, episode_id, started_at, branch, outcome, files FROM builtin_docs"
-            " WHERE scope = ? AND (excerpt != '' OR files != '[]')"
+            f"SELECT {_BRIEFING_COLUMNS} FROM builtin_docs WHERE scope = ? AND (excerpt != '' OR files != '[]')"
             f" ORDER BY started_at DESC, episode_id LIMIT {BRIEFING_CANDIDATES}", [scope]).fetchall()
-    return briefing_rank(rows, words)
+    # The harnesses of the newest runs first; only when none fits, every harness of the scope.
+    harnesses = briefing_harness(words, [r[6] for r in rows]) or briefing_harness(words, [
+        r[0] for scope, _low, _high in ranges
+        for r in db.execute("SELECT DISTINCT harness FROM builtin_docs WHERE scope = ?", [scope]).fetchall()])
+    if harnesses and sum(r[6] in harnesses for r in rows) < HARNESS_RUNS:  # else its newest are all here
+        marks = ",".join("?" * len(harnesses))
+        for scope, _low, _high in ranges:
+            rows += db.execute(
+                f"SELECT {_BRIEFING_COLUMNS} FROM builtin_docs WHERE scope = ? AND harness IN ({marks})"
+                f" AND (excerpt != '' OR files != '[]') ORDER BY started_at DESC, episode_id"
+                f" LIMIT {BRIEFING_CANDIDATES}", [scope, *sorted(harnesses)]).fetchall()
+    return briefing_rank(rows, words, harnesses)
 
 
-def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str]) -> list[Hit]:
-    """`briefing_order`'s ranking of the scope's newest episodes with something to show, given as rows
-    (doc_id, episode_id, started_at, branch, outcome, files as JSON); every store engine uses it."""
-    rows = sorted(rows, key=lambda r: (_desc(r[2]), r[1]))[:BRIEFING_CANDIDATES]
+def briefing_harness(words: Sequence[str], names: Sequence[str]) -> frozenset[str]:
+    """The harness a metadata-only query names (REQ-14's query: repository, branch and harness name),
+    among the scope's harness `names`: one whose every word (less STOPWORDS) is a word of the query,
+    the one with the most words when several are (`api-fixer` over `api` in `acme/api`); none when no
+    name fits (a harness with no episodes yet)."""
     wanted = set(words)
-    on_branch = [r[1] for r in rows if r[3] and set(WORD.findall(r[3].lower())) <= wanted]
+    fits = {n: set(search_words(n)) for n in dict.fromkeys(names) if n}
+    fits = {n: w for n, w in fits.items() if w and w <= wanted}
+    most = max((len(w) for w in fits.values()), default=0)
+    return frozenset(n for n, w in fits.items() if len(w) == most)
+
+
+def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str],
+                  harnesses: frozenset[str] = frozenset()) -> list[Hit]:
+    """`briefing_order`'s ranking, given rows (doc_id, episode_id, started_at, branch, outcome, files as
+    JSON, harness); every store engine uses it. Issue 25: the harness counts, so two harnesses of one
+    repository get different picks, each what its next runs will need.
+
+    1. The query harness's own runs on the query's branch (every word of their branch is a word of the
+       query; any branch when no episode is on the query's branch), fused by reciprocal rank fusion
+       (k = 60) of: newest first; and by how much of the files it edits most they touched (the
+       HARNESS_FILES files most often in its HARNESS_RUNS newest runs, each weighing the number of
+       those runs that touched it), among its HARNESS_RUNS newest here.
+    2. Then the runs that fixed what failed — a run that succeeded after a failed run of the scope
+       touching one of the same files —, newest first, that touched one of those files.
+    3. Then the scope's order without a harness (as before issue 25): RRF of the scope's newest
+       BRIEFING_CANDIDATES newest first, those on the query's branch newest first, and those that fixed
+       what failed newest first. It is all there is for a query naming no harness of the scope.
+    Ties by recency, then id.
+    """
+    unique = {r[1]: r for r in rows}
+    # Newest first, then by id: two stable sorts (a reversed sort keeps equal items in their order).
+    rows = sorted(sorted(unique.values(), key=lambda r: r[1]), key=lambda r: r[2], reverse=True)
+    started = {r[1]: r[2] for r in rows}
+    files = {r[1]: set(json.loads(r[5])) for r in rows}
+    wanted = set(words)
+
+    def on_branch(r: Sequence[Any]) -> bool:
+        return bool(r[3]) and set(WORD.findall(r[3].lower())) <= wanted
+
+    branched = {r[1] for r in rows if on_branch(r)}
     failed_files: set[str] = set()
     fixed: list[str] = []
     for r in reversed(rows):  # oldest first
-        files = set(json.loads(r[5]))
         if r[4] == "failed":
-            failed_files |= files
-        elif r[4] == "succeeded" and files & failed_files:
+            failed_files |= files[r[1]]
+        elif r[4] == "succeeded" and files[r[1]] & failed_files:
             fixed.append(r[1])
-            failed_files -= files
+            failed_files -= files[r[1]]
     fixed.reverse()
-    fused = rrf([r for r in ([row[1] for row in rows], on_branch, fixed) if r])
-    started = {r[1]: r[2] for r in rows}
-    hits = {r[1]: Hit(r[1], int(r[0]), r[2]) for r in rows}
-    return [hits[eid] for eid in rank(fused, started, len(fused))]
+    newest = [r[1] for r in rows[:BRIEFING_CANDIDATES]]  # the scope's newest (the harness's older ones after)
+    kept = set(newest)
+    base = rrf([r for r in (newest, [e for e in newest if e in branched], [e for e in fixed if e in kept]) if r])
+    order = rank(base, started, len(base))
+    own = [r[1] for r in rows if len(r) >= 7 and r[6] in harnesses]
+    if not own:
+        return [_hit(unique[eid]) for eid in order]
+    here = [e for e in own if e in branched] if branched else own
+    counts = Counter(f for e in own[:HARNESS_RUNS] for f in files[e])
+    ground = {f for f, _ in counts.most_common(HARNESS_FILES)}
+    weight = {e: sum(counts[f] for f in files[e] & ground) for e in here[:HARNESS_RUNS]}
+    by_ground = [e for e in sorted(weight, key=lambda e: -weight[e]) if weight[e] > 0]  # stable: newest first
+    mine = rank(rrf([r for r in (here, by_ground) if r]), started, len(here))
+    fixes = [e for e in fixed if files[e] & ground]
+    return [_hit(unique[eid]) for eid in dict.fromkeys([*mine, *fixes, *order])]
+
+
+def _hit(row: Sequence[Any]) -> Hit:
+    return Hit(row[1], int(row[0]), row[2])
 
 
 def path_candidates(db: sqlite_utils.Database, paths: Sequence[str], scopes: Sequence[str],

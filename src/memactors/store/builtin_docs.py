@@ -9,13 +9,14 @@ import this module, so neither imports the other: it holds the fields of one epi
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from ..episode import flatten
+from ..episode import drop_escape_remnants, flatten
 from ..wrapper import ELLIPSIS, cut_at_word
 
 #: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
@@ -96,3 +97,51 @@ def doc_fields(text: str, episode: Mapping[str, Any] | None = None, *, escaped: 
         meta=" ".join(v for v in (value(name) for name in META_FIELDS) if v),
         harness=value("harness"), branch=value("branch"), outcome=value("outcome"),
     )
+
+
+def flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
+    """`value` (JSON data) with `flatten` applied to every string in it."""
+    if isinstance(value, str):
+        return flatten(value)
+    if isinstance(value, dict):
+        return {k: flat_strings(v, flatten) for k, v in value.items()}
+    if isinstance(value, list):
+        return [flat_strings(v, flatten) for v in value]
+    return value
+
+
+#: builtin_docs' columns of agent-written text, the JSON one last (migration 0012 and PostgreSQL's 0005
+#: rewrite them). Harness, branch and paths never held an escape: the boundary refuses control characters
+#: in them (docs/contracts.md).
+BUILTIN_TEXT_COLUMNS = ("title", "excerpt", "summary", "meta", "failures")
+
+
+def words_stay_words(db: Any, placeholder: str = "?") -> None:
+    """Migration `0012_words_stay_words` (SQLite) and `0005_words_stay_words` (PostgreSQL), issue 25:
+    what terminal escape sequences left in the stored text goes, and the built-in provider's documents
+    are indexed again.
+
+    Before it, the redactor removed an escape sequence's ESC alone (`\x1b[31mred` was stored
+    `[31mred`) and a carriage return without a space (`line\rthird` became `linethird`). New text keeps
+    words apart (`redact.strip_control`). Of what is stored, every string of every episode body and
+    every text column of `builtin_docs` loses the escape remnants (`episode.drop_escape_remnants`);
+    the changed documents are re-indexed (SQLite's FTS5 triggers, PostgreSQL's generated `tsv`). The
+    words a removed CR joined cannot be told apart again: that text was never stored with the CR.
+    Content hashes (the embedding cache's keys) are unchanged. `placeholder` is the engine's
+    parameter mark; `db` anything with `execute(sql, params)` returning a cursor."""
+    q = placeholder
+    for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
+        data = json.loads(body)
+        clean = flat_strings(data, drop_escape_remnants)
+        if clean != data:
+            db.execute(f"UPDATE episode_bodies SET body = {q} WHERE id = {q}",
+                       [json.dumps(clean, ensure_ascii=False, separators=(",", ":")), body_id])
+    columns = ", ".join(BUILTIN_TEXT_COLUMNS)
+    for doc_id, *values in db.execute(f"SELECT doc_id, {columns} FROM builtin_docs").fetchall():
+        new = [drop_escape_remnants(v) for v in values[:-1]]
+        failures = json.loads(values[-1])
+        clean = flat_strings(failures, drop_escape_remnants)
+        new.append(values[-1] if clean == failures else json.dumps(clean, ensure_ascii=False))
+        if new != values:
+            sets = ", ".join(f"{c} = {q}" for c in BUILTIN_TEXT_COLUMNS)
+            db.execute(f"UPDATE builtin_docs SET {sets} WHERE doc_id = {q}", [*new, doc_id])

@@ -45,6 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import ConfigError, StoreUnavailable
 from ..urls import MASK, mask_url
 from . import Store, _WriteJob, iso, run_jobs, utc_now
+from .builtin_docs import words_stay_words
 
 T = TypeVar("T")
 
@@ -94,15 +95,22 @@ def _scrub(message: str, url: str) -> str:
 
 # -- the schema ------------------------------------------------------------------------------------------
 
-#: The schema, in order: each migration is a versioned file of this package,
+def _m0005_words_stay_words(conn: psycopg.Connection[Any]) -> None:
+    """Issue 25: SQLite's `0012_words_stay_words`, the same function (`builtin_docs.words_stay_words`)."""
+    words_stay_words(conn, "%s")
+
+
+#: The schema, in order: each SQL migration is a versioned file of this package,
 #: ``store/migrations/pg/NNNN_name.sql``, run as one simple-protocol query (text columns are
 #: ``COLLATE "C"``: ids, ISO times, keyset paging and tie-breaks sort byte-wise, as SQLite's do, whatever
 #: the database's locale). 0002 is the built-in provider's tables (``builtin.index_pg`` queries them).
-MIGRATIONS: list[tuple[str, str]] = [
-    (f.name.removesuffix(".sql"), f.read_text(encoding="utf-8"))
-    for f in sorted(resources.files("memactors.store").joinpath("migrations/pg").iterdir(), key=lambda f: f.name)
-    if f.name.endswith(".sql")
-]
+#: The few that move data are functions of the connection, run inside the migration's transaction.
+MIGRATIONS: list[tuple[str, str | Callable[[psycopg.Connection[Any]], None]]] = sorted([
+    *((f.name.removesuffix(".sql"), f.read_text(encoding="utf-8"))
+      for f in resources.files("memactors.store").joinpath("migrations/pg").iterdir() if f.name.endswith(".sql")),
+    # Escape remnants leave the stored text; the built-in provider's documents are re-indexed (issue 25).
+    ("0005_words_stay_words", _m0005_words_stay_words),
+], key=lambda m: m[0])
 
 
 def _lock_key(name: str) -> str:
@@ -123,7 +131,10 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
         for name, sql in MIGRATIONS:
             if name in done:
                 continue
-            conn.execute(sql.encode())  # several statements: simple query protocol, no parameters
+            if callable(sql):
+                sql(conn)
+            else:
+                conn.execute(sql.encode())  # several statements: simple query protocol, no parameters
             conn.execute("INSERT INTO memactors_migrations (name, applied_at) VALUES (%s, %s)",
                          [name, iso(utc_now())])
             applied.append(name)

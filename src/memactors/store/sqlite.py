@@ -28,7 +28,7 @@ from sqlite_utils.migrations import Migrations
 
 from ..episode import flatten
 from . import WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
-from .builtin_docs import BM25_WEIGHTS, doc_fields
+from .builtin_docs import BM25_WEIGHTS, doc_fields, flat_strings, words_stay_words
 from .health import WriteHealth
 
 T = TypeVar("T")
@@ -175,14 +175,6 @@ def _m0008_texts_in_their_own_tables(db: sqlite_utils.Database) -> None:
     db.executescript(_sql("0008_texts_in_their_own_tables"))
 
 
-def _flat_strings(value: Any, flatten: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return flatten(value)
-    if isinstance(value, dict):
-        return {k: _flat_strings(v, flatten) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_flat_strings(v, flatten) for v in value]
-    return value
 
 
 #: builtin_fts's BM25 weights per column as configured by migration 0009 (builtin_docs.BM25_WEIGHTS).
@@ -229,7 +221,7 @@ def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
     """
     for body_id, body in db.execute("SELECT id, body FROM episode_bodies").fetchall():
         data = json.loads(body)
-        flat = _flat_strings(data, flatten)
+        flat = flat_strings(data, flatten)
         if flat != data:
             db.execute("UPDATE episode_bodies SET body = ? WHERE id = ?",
                        [json.dumps(flat, ensure_ascii=False, separators=(",", ":")), body_id])
@@ -283,6 +275,13 @@ def _m0011_pending_claims(db: sqlite_utils.Database) -> None:
     once, and the ingest path holds its fresh records for its own first attempt without moving their
     `next_at`. On SQLite the one daemon claims its rows the same way."""
     db.executescript(_sql("0011_pending_claims"))
+
+
+@migrations(name="0012_words_stay_words")
+def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
+    """Issue 25: escape remnants leave the stored text and the built-in provider's documents are
+    re-indexed (`words_stay_words`)."""
+    words_stay_words(db)
 
 
 class SqliteDialect:
