@@ -681,6 +681,15 @@ def _refused(url: str, exc: Exception) -> RpcError:
                                    f"({type(exc).__name__})")
 
 
+#: Seconds a client has, in total, to connect and finish the websocket handshake (then: UNAVAILABLE).
+CONNECT_TIMEOUT = 10.0
+
+
+def _no_answer(url: str) -> RpcError:
+    return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
+                                   f"within {CONNECT_TIMEOUT:g} s")
+
+
 def _split_url(url: str) -> tuple[str, int, str]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname:
@@ -705,24 +714,33 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
         raise RpcError("UNAUTHENTICATED", "operator token contains characters an HTTP header cannot carry")
     # No token, no header: the daemon then refuses the handshake, which is the answer the caller needs.
     headers = [(b"authorization", b"Bearer " + token.encode("ascii"))] if token else []
-    try:
-        stream = await trio.open_tcp_stream(host, port)
-    except OSError as exc:
-        raise _refused(url, exc) from None
+    # One total deadline for the TCP connect and the websocket handshake together: a peer that accepts
+    # and then closes, or never answers, ends the attempt instead of hanging it (issue 34).
+    deadline = trio.current_time() + CONNECT_TIMEOUT
+    with trio.move_on_at(deadline) as connecting:
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise _refused(url, exc) from None
+    if connecting.cancelled_caught:
+        raise _no_answer(url)
     # We own the TCP stream (rather than letting trio-websocket open it) because trio-websocket
     # leaves the socket open when the server rejects the handshake.
     entered = False
     try:
         async with trio.open_nursery() as nursery:
             host_header = host if port == 80 else f"{host}:{port}"
-            ws = await wrap_client_stream(
-                nursery,
-                stream,
-                host_header,
-                resource,
-                extra_headers=headers,
-                max_message_size=MAX_MESSAGE_SIZE,
-            )
+            with trio.move_on_at(deadline) as handshake:
+                ws = await wrap_client_stream(
+                    nursery,
+                    stream,
+                    host_header,
+                    resource,
+                    extra_headers=headers,
+                    max_message_size=MAX_MESSAGE_SIZE,
+                )
+            if handshake.cancelled_caught:
+                raise _no_answer(url)
             entered = True
             client = RpcClient(ws, url)
             nursery.start_soon(client._read_replies)
