@@ -315,6 +315,17 @@ ATTRIBUTED_SESSION_IDLE = 30 * 60.0
 ATTRIBUTED_MAX_SESSIONS = 10_000
 
 
+#: Requests without a run token answered at once (the rest get 503 at once), and the seconds one may take.
+ANONYMOUS_IN_FLIGHT = 32
+ANONYMOUS_ANSWER_TIMEOUT = 30.0
+
+
+async def _plain(send: _Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class SessionRouter:
     """The gateway's ``/mcp`` endpoint: one streamable-HTTP session manager per kind of caller.
 
@@ -339,6 +350,7 @@ class SessionRouter:
             session_idle_timeout=ATTRIBUTED_SESSION_IDLE, max_sessions=ATTRIBUTED_MAX_SESSIONS)
         self.anonymous = StreamableHTTPSessionManager(
             server, json_response=True, stateless=True, security_settings=security)
+        self._anonymous_slots = trio.Semaphore(ANONYMOUS_IN_FLIGHT)
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -357,9 +369,47 @@ class SessionRouter:
                 (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        attributed = VIEW_STATE_KEY in (scope.get("state") or {})
-        manager = self.attributed if attributed else self.anonymous
-        await manager.handle_request(scope, receive, send)
+        if VIEW_STATE_KEY in (scope.get("state") or {}):
+            await self.attributed.handle_request(scope, receive, send)
+            return
+        await self._anonymous(scope, receive, send)
+
+    async def _anonymous(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """A request without a token, bounded three ways so that no number of them can hold what a token
+        holder needs (issue 34):
+
+        * **no stream**: ``GET /mcp`` (the SSE stream a client may open for server-to-client messages) is
+          answered 405 at once, as the MCP transport allows: the gateway sends an unattributed caller
+          nothing it would need a stream for, and an open stream held a connection slot forever;
+        * **count**: at most ``ANONYMOUS_IN_FLIGHT`` are answered at once; past it, 503 at once;
+        * **total time**: one that is not answered within ``ANONYMOUS_ANSWER_TIMEOUT`` is cut off (503 if
+          nothing was sent yet), so its connection goes back to idle, where the listener may close it.
+        """
+        if scope.get("method") == "GET":
+            await _plain(send, 405, b"method not allowed: no event stream without a run token; POST to /mcp\n",
+                         ((b"allow", b"POST, DELETE"),))
+            return
+        try:
+            self._anonymous_slots.acquire_nowait()
+        except trio.WouldBlock:
+            await _plain(send, 503, b"busy: too many requests without a run token; retry\n",
+                         ((b"retry-after", b"1"),))
+            return
+        started = False
+
+        async def tracked(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            with trio.move_on_after(ANONYMOUS_ANSWER_TIMEOUT) as waited:
+                await self.anonymous.handle_request(scope, receive, tracked)
+            if waited.cancelled_caught and not started:
+                await _plain(send, 503, b"request without a run token not answered in time\n",
+                             ((b"connection", b"close"),))
+        finally:
+            self._anonymous_slots.release()
 
 
 def _transport_security(host: str) -> TransportSecuritySettings | None:
