@@ -37,7 +37,7 @@ from . import contract
 from ._asgi import serve_lifespan
 from ._listen import RateLimitedLog, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
-from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
+from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved, StoreUnavailable
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
@@ -247,6 +247,11 @@ _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
+#: The view of a caller whose token could not be checked because the store is down: a run's (so a
+#: briefing is composed, degraded, instead of refused not_attributed) with no harness, run or repository
+#: (so nothing is exposed, cached or scoped to anyone). The store being down, it can read nothing anyway.
+STORE_DOWN_VIEW = View("run", degraded="store_unavailable")
+
 #: Where the gate leaves the caller's resolved view for the handlers (the ASGI scope's ``state``), so a
 #: request that carries a token costs one store read hop (token and the run's place together), not two.
 VIEW_STATE_KEY = "memactors_view"
@@ -269,6 +274,7 @@ class BearerGate:
         self._log = logger.bind(component="gateway")
         # Anyone who can open a socket can send bad tokens: one line per client per 10 s, with a count.
         self._refusals = RateLimitedLog(interval=10.0)
+        self._store_down = RateLimitedLog(interval=10.0)
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -284,7 +290,19 @@ class BearerGate:
             await self._refuse(scope, send, "malformed",
                                "the Authorization header must be 'Bearer <run token>'")
             return
-        view = await self._service.caller_view(token)
+        try:
+            view = await self._service.caller_view(token)
+        except StoreUnavailable as exc:
+            # REQ-13 (issue 34): the token cannot be checked while the store is down, and nothing can be read
+            # for it either. The caller gets what the store-down answer holds for anyone, degraded
+            # "store_unavailable", never an HTTP 500; the gate says so once per 10 s, naming the store.
+            suppressed = self._store_down.allow("store")
+            if suppressed is not None:
+                self._log.bind(store=exc.context.get("store"), error=exc.message, suppressed=suppressed).warning(
+                    "gateway could not check a run token: store unavailable; answering degraded")
+            scope["state"] = {**(scope.get("state") or {}), VIEW_STATE_KEY: STORE_DOWN_VIEW}
+            await self._app(scope, receive, send)
+            return
         if view.kind == "unattributed":  # the token resolved to no live run
             await self._refuse(scope, send, "not_live",
                                "the bearer token is not a live run token (unknown, expired or revoked); "
