@@ -115,6 +115,9 @@ def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     if store is None:
         return []
     who = f", daemon {store['daemon_id']}" if store.get("daemon_id") else ""
+    if store.get("damaged"):  # quick_check found a damaged page (issue 34)
+        return [Row("fail", "memory store", f"{store.get('error')}{who}; recall is degraded and writes may fail "
+                                            "until it is restored")]
     if not store.get("reachable", True):
         # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
         # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
