@@ -130,8 +130,10 @@ def call_once(url: str, token: str, method: str, params: dict[str, Any], *, time
             raise WsRpcError("UNAVAILABLE", f"daemon at {url} broke off the call ({exc})") from None
 
 
-def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, method: str,
-              params: dict[str, Any], *, deadline: float, timeout: float) -> Any:
+def handshake(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, *,
+              deadline: float) -> None:
+    """The RFC 6455 upgrade with the bearer token on a connected socket, by ``deadline`` (monotonic);
+    raises WsRpcError (refused, not found, no answer in time) or ConnectionError."""
     key = base64.b64encode(os.urandom(16)).decode()
     host_header = host if port == 80 else f"{host}:{port}"
     request = (f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -160,6 +162,11 @@ def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, to
         raise WsRpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
     if status != 101:
         raise WsRpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
+
+
+def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, method: str,
+              params: dict[str, Any], *, deadline: float, timeout: float) -> Any:
+    handshake(sock, url, host, port, path, token, deadline=deadline)
     sock.settimeout(timeout)  # the handshake is done: the call itself has the caller's timeout per read
     # Anything after the headers is already the start of the first frame; we send first, so there is none.
     _send_frame(sock, 0x1, json.dumps({"id": 1, "method": method, "params": params}).encode())
