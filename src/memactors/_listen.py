@@ -31,9 +31,10 @@ So under **pressure** — every slot taken and a client waiting in the kernel's 
 makes room itself (:class:`ConnectionTable`): it closes the connection that has been longest in a
 request head or body (at least ``SHED_AFTER``, 1 s; a real client sends its whole small request at
 once), or, when none is, the one idle longest (as nginx reuses idle keep-alive connections when it runs
-out), or, when none is, the one whose request has been answered longest; one per waiting client. A
-connection that an app trusted (:func:`trust_connection`: the gateway trusts one that carried a live run
-token) is never closed. A newly started agent then waits about a second for a slot, not a deadline.
+out), one per waiting client. A connection whose request is being answered, or that an app trusted
+(:func:`trust_connection`: the gateway trusts one that carried a live run token), is never closed (the
+gateway bounds how many requests without a token it answers at once, and for how long). A newly started
+agent then waits about a second for a slot, not a deadline.
 """
 
 from __future__ import annotations
@@ -234,13 +235,12 @@ class ConnectionTable:
     ``since``, ``(IDLE, since)`` while idle between requests, None when it must be left alone (it is
     trusted). Connections in a head or body are closed first, the oldest first, once ``SHED_AFTER``
     has passed; idle ones only when none is in a head or body (a token holder's kept-alive connection is
-    not closed to make room while trickling clients can be); ``(ANSWERING, since)`` ones (an untrusted
-    request being answered) last, so no request without a token can hold a slot a token holder waits for.
+    not closed to make room while trickling clients can be).
     A connection that carried a request with a live run token is trusted (:meth:`trust`): never closed
     to make room, so clients without a token cannot push it out.
     """
 
-    SLOW, IDLE, ANSWERING = 0, 1, 2
+    SLOW, IDLE = 0, 1
 
     def __init__(self) -> None:
         self._members: dict[Any, Any] = {}  # member -> its peer (host, port)
@@ -263,7 +263,7 @@ class ConnectionTable:
 
     def victim(self, now: float) -> Any | None:
         states = [(state, m) for m in self._members if (state := m.shed_state()) is not None]
-        for phase in (self.SLOW, self.IDLE, self.ANSWERING):
+        for phase in (self.SLOW, self.IDLE):
             eligible = [(since, id(m), m) for (p, since), m in states if p == phase and now - since >= SHED_AFTER]
             if eligible:
                 return min(eligible)[2]
@@ -397,8 +397,7 @@ def _deadline_tcp_server() -> type[Any]:
             if self._in_request:
                 if connection.their_state is h11.SEND_BODY:
                     return ConnectionTable.SLOW, self._request_started
-                # Its request is being answered, and no token vouched for it: closed last (issue 34).
-                return ConnectionTable.ANSWERING, self._request_started
+                return None  # its request is being answered
             if self._head_started is not None:
                 return ConnectionTable.SLOW, self._head_started
             if self._idle_since is not None:
@@ -407,10 +406,8 @@ def _deadline_tcp_server() -> type[Any]:
 
         def shed(self) -> str:
             """Close this connection to make room (see ConnectionTable); returns the phase it was in."""
-            connection = self._h11()
-            answering = connection is not None and connection.their_state is not h11.SEND_BODY
             phase = "idle" if self._idle_since is not None and not self._in_request else (
-                ("answer" if answering else "body") if self._in_request else "head")
+                "body" if self._in_request else "head")
             self._shed = True
             if self._reading is not None:
                 self._reading.cancel()

@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import contract
 from ._asgi import serve_lifespan
-from ._listen import RateLimitedLog, serve_asgi, trust_connection
+from ._listen import RateLimitedLog, connection_cap, serve_asgi, trust_connection
 from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved, StoreUnavailable
 from .store import bound_field, iso
@@ -368,7 +368,9 @@ class SessionRouter:
             session_idle_timeout=ATTRIBUTED_SESSION_IDLE, max_sessions=ATTRIBUTED_MAX_SESSIONS)
         self.anonymous = StreamableHTTPSessionManager(
             server, json_response=True, stateless=True, security_settings=security)
-        self._anonymous_slots = trio.Semaphore(ANONYMOUS_IN_FLIGHT)
+        # At most half the listener's slots: requests being answered are never closed to make room, so
+        # those without a token must leave the rest to token holders (issue 34).
+        self._anonymous_slots = trio.Semaphore(max(1, min(ANONYMOUS_IN_FLIGHT, connection_cap() // 2)))
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -399,7 +401,8 @@ class SessionRouter:
         * **no stream**: ``GET /mcp`` (the SSE stream a client may open for server-to-client messages) is
           answered 405 at once, as the MCP transport allows: the gateway sends an unattributed caller
           nothing it would need a stream for, and an open stream held a connection slot forever;
-        * **count**: at most ``ANONYMOUS_IN_FLIGHT`` are answered at once; past it, 503 at once;
+        * **count**: at most ``ANONYMOUS_IN_FLIGHT`` (and half the listener's connection cap) are answered
+          at once; past it, 503 at once;
         * **total time**: one that is not answered within ``ANONYMOUS_ANSWER_TIMEOUT`` is cut off (503 if
           nothing was sent yet), so its connection goes back to idle, where the listener may close it.
         """
