@@ -48,6 +48,29 @@ def show(value: object) -> str:
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
+#: A key whose value is a secret (compared lower-cased, anywhere in the name): its text is never shown in
+#: an error, a log line or any output (issue 34: a pasted ``[mcp.zep] api_key`` was printed whole). A key
+#: ending ``_env`` names an environment variable, not its value, and is shown.
+SECRET_KEY = re.compile(r"key|token|secret|passw|pwd|^pw$|credential|auth|bearer|cookie|private|signature")
+SECRET_MASK = "[REDACTED]"
+
+
+def is_secret_key(name: object) -> bool:
+    text = str(name).lower()
+    return bool(SECRET_KEY.search(text)) and not text.endswith("_env")
+
+
+def mask_secrets(value: Any, key: object = None) -> Any:
+    """``value`` with every string under a secret-like key (``key`` itself, or any nested table's key)
+    replaced by ``[REDACTED]``; numbers and booleans are left as they are (they are no secret)."""
+    if isinstance(value, str):
+        return SECRET_MASK if key is not None and is_secret_key(key) else value
+    if isinstance(value, dict):
+        return {k: mask_secrets(v, k if is_secret_key(k) else key) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(mask_secrets(v, key) for v in value)
+    return value
+
 
 def table_name(parts: Sequence[str]) -> str:
     """``("mcp", "a.b")`` → ``[mcp."a.b"]``, quoting parts TOML would need quoted."""
@@ -140,6 +163,7 @@ class Table:
     def error(self, key: str | None, value: object, reason: str, *, show_value: bool = True) -> ConfigError:
         file = self.sources.file_of((*self.path, key) if key is not None else self.path)
         name = key_name(self.path, key)
+        value = mask_secrets(value, key)
         shown = show(value) if show_value else f"<{type(value).__name__}>"
         where = f"{name} = {shown}" if key is not None else name
         return ConfigError(

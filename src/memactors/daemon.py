@@ -24,7 +24,7 @@ import trio
 from loguru import logger
 
 from .actors.kernel import SupervisorFailed
-from .agents.spool import send_spool
+from .agents.spool import queued_revocations, send_spool, settle_revocations
 from .config import Config, ConfigHolder, load_config
 from .errors import ConfigError, MemactorsError, StoreUnavailable
 from .gateway import start_gateway
@@ -139,6 +139,9 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
         with _listen_error("[metrics] listen", config.metrics.address):
             m_host, m_port = await nursery.start(partial(
                 serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
+        # Before the gateway serves: a token `uninstall` revoked while the daemon was down is refused
+        # from the first request on (issue 34).
+        await _apply_revocations(memory, state_dir)
         with _listen_error("[gateway] listen", config.gateway.address):
             gateway_url = await start_gateway(memory, nursery)
         listening = Listening(
@@ -158,6 +161,24 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
             finally:
                 # A stale daemon.json would send the CLI to a port nobody listens on.
                 (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+
+
+async def _apply_revocations(memory: Any, state_dir: Path) -> None:
+    """Revoke the run tokens `memactors uninstall` queued while no daemon was reachable (spool.py)."""
+    queued = await trio.to_thread.run_sync(queued_revocations, state_dir)
+    applied: list[dict[str, str]] = []
+    for entry in queued:
+        try:
+            await memory.revoke_run_tokens(harness=entry["harness"], run_id=entry["run_id"])
+        except MemactorsError as exc:  # kept for the next start
+            logger.bind(harness=entry["harness"], run=entry["run_id"], error=type(exc).__name__).warning(
+                "queued token revocation not applied; kept for the next start")
+            continue
+        applied.append(entry)
+        logger.bind(harness=entry["harness"], run=entry["run_id"], queued_at=entry["queued_at"]).info(
+            "queued token revocation applied")
+    if queued:
+        await trio.to_thread.run_sync(settle_revocations, state_dir, applied)
 
 
 async def _send_spool(memory: Any, state_dir: Path) -> None:

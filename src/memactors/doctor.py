@@ -126,6 +126,9 @@ def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     if store is None:
         return []
     who = f", daemon {store['daemon_id']}" if store.get("daemon_id") else ""
+    if store.get("damaged"):  # quick_check found a damaged page (issue 34)
+        return [Row("fail", "memory store", f"{store.get('error')}{who}; recall is degraded and writes may fail "
+                                            "until it is restored")]
     error = store.get("error")
     postgres = store.get("engine") == "postgresql"
     server = str(store.get("where") or "").removeprefix("postgresql ")

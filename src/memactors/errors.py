@@ -127,6 +127,13 @@ class DeadlineExceeded(MemactorsError):
     code = "DEADLINE_EXCEEDED"
 
 
+class StoreDamaged(MemactorsError):
+    """The store's file cannot be used: not a database, a damaged page, or not writable (issue 34)."""
+
+    code = "FAILED_PRECONDITION"
+    mcp_code = "unavailable"
+
+
 class StoreFull(MemactorsError):
     """Raised when the store cannot write because its disk is full; names the path and the bytes free."""
 

@@ -35,9 +35,9 @@ from mcp.shared.exceptions import MCPError
 
 from . import contract
 from .actors.briefing import UNATTRIBUTED, View
-from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved
+from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved, StoreUnavailable
 from .net.asgi import serve_lifespan
-from .net.listen import RateLimitedLog, serve_asgi, trust_connection
+from .net.listen import RateLimitedLog, connection_cap, serve_asgi, trust_connection
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
@@ -247,6 +247,11 @@ _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
+#: The view of a caller whose token could not be checked because the store is down: a run's (so a
+#: briefing is composed, degraded, instead of refused not_attributed) with no harness, run or repository
+#: (so nothing is exposed, cached or scoped to anyone). The store being down, it can read nothing anyway.
+STORE_DOWN_VIEW = View("run", degraded="store_unavailable")
+
 #: Where the gate leaves the caller's resolved view for the handlers (the ASGI scope's ``state``), so a
 #: request that carries a token costs one store read hop (token and the run's place together), not two.
 VIEW_STATE_KEY = "memactors_view"
@@ -269,6 +274,7 @@ class BearerGate:
         self._log = logger.bind(component="gateway")
         # Anyone who can open a socket can send bad tokens: one line per client per 10 s, with a count.
         self._refusals = RateLimitedLog(interval=10.0)
+        self._store_down = RateLimitedLog(interval=10.0)
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -284,7 +290,19 @@ class BearerGate:
             await self._refuse(scope, send, "malformed",
                                "the Authorization header must be 'Bearer <run token>'")
             return
-        view = await self._service.caller_view(token)
+        try:
+            view = await self._service.caller_view(token)
+        except StoreUnavailable as exc:
+            # REQ-13 (issue 34): the token cannot be checked while the store is down, and nothing can be read
+            # for it either. The caller gets what the store-down answer holds for anyone, degraded
+            # "store_unavailable", never an HTTP 500; the gate says so once per 10 s, naming the store.
+            suppressed = self._store_down.allow("store")
+            if suppressed is not None:
+                self._log.bind(store=exc.context.get("store"), error=exc.message, suppressed=suppressed).warning(
+                    "gateway could not check a run token: store unavailable; answering degraded")
+            scope["state"] = {**(scope.get("state") or {}), VIEW_STATE_KEY: STORE_DOWN_VIEW}
+            await self._app(scope, receive, send)
+            return
         if view.kind == "unattributed":  # the token resolved to no live run
             await self._refuse(scope, send, "not_live",
                                "the bearer token is not a live run token (unknown, expired or revoked); "
@@ -315,6 +333,17 @@ ATTRIBUTED_SESSION_IDLE = 30 * 60.0
 ATTRIBUTED_MAX_SESSIONS = 10_000
 
 
+#: Requests without a run token answered at once (the rest get 503 at once), and the seconds one may take.
+ANONYMOUS_IN_FLIGHT = 32
+ANONYMOUS_ANSWER_TIMEOUT = 30.0
+
+
+async def _plain(send: _Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class SessionRouter:
     """The gateway's ``/mcp`` endpoint: one streamable-HTTP session manager per kind of caller.
 
@@ -339,6 +368,9 @@ class SessionRouter:
             session_idle_timeout=ATTRIBUTED_SESSION_IDLE, max_sessions=ATTRIBUTED_MAX_SESSIONS)
         self.anonymous = StreamableHTTPSessionManager(
             server, json_response=True, stateless=True, security_settings=security)
+        # At most half the listener's slots: requests being answered are never closed to make room, so
+        # those without a token must leave the rest to token holders (issue 34).
+        self._anonymous_slots = trio.Semaphore(max(1, min(ANONYMOUS_IN_FLIGHT, connection_cap() // 2)))
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -357,9 +389,48 @@ class SessionRouter:
                 (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        attributed = VIEW_STATE_KEY in (scope.get("state") or {})
-        manager = self.attributed if attributed else self.anonymous
-        await manager.handle_request(scope, receive, send)
+        if VIEW_STATE_KEY in (scope.get("state") or {}):
+            await self.attributed.handle_request(scope, receive, send)
+            return
+        await self._anonymous(scope, receive, send)
+
+    async def _anonymous(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """A request without a token, bounded three ways so that no number of them can hold what a token
+        holder needs (issue 34):
+
+        * **no stream**: ``GET /mcp`` (the SSE stream a client may open for server-to-client messages) is
+          answered 405 at once, as the MCP transport allows: the gateway sends an unattributed caller
+          nothing it would need a stream for, and an open stream held a connection slot forever;
+        * **count**: at most ``ANONYMOUS_IN_FLIGHT`` (and half the listener's connection cap) are answered
+          at once; past it, 503 at once;
+        * **total time**: one that is not answered within ``ANONYMOUS_ANSWER_TIMEOUT`` is cut off (503 if
+          nothing was sent yet), so its connection goes back to idle, where the listener may close it.
+        """
+        if scope.get("method") == "GET":
+            await _plain(send, 405, b"method not allowed: no event stream without a run token; POST to /mcp\n",
+                         ((b"allow", b"POST, DELETE"),))
+            return
+        try:
+            self._anonymous_slots.acquire_nowait()
+        except trio.WouldBlock:
+            await _plain(send, 503, b"busy: too many requests without a run token; retry\n",
+                         ((b"retry-after", b"1"),))
+            return
+        started = False
+
+        async def tracked(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            with trio.move_on_after(ANONYMOUS_ANSWER_TIMEOUT) as waited:
+                await self.anonymous.handle_request(scope, receive, tracked)
+            if waited.cancelled_caught and not started:
+                await _plain(send, 503, b"request without a run token not answered in time\n",
+                             ((b"connection", b"close"),))
+        finally:
+            self._anonymous_slots.release()
 
 
 def _transport_security(host: str) -> TransportSecuritySettings | None:

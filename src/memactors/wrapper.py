@@ -332,14 +332,16 @@ def _blocks(doc: Document) -> list[str]:
     return blocks
 
 
-def render_text(doc: Document) -> str:
+def render_text(doc: Document, *, show_degraded: bool = False) -> str:
     """The plain-text document; deterministic for a given document (nonce included).
 
-    An empty briefing renders as ``""`` (REQ-14). An empty recall still renders its headings, so the
-    agent sees the sections and any ``degraded`` marker. Raises InvalidArgument if the nonce occurs in
-    the content (a hand-built document with a bad nonce).
+    An empty briefing renders as ``""`` (REQ-14), unless ``show_degraded`` and it is degraded: then it
+    renders its headings and marker as a recall does (a briefing read while the store is down is not
+    known to be empty; the gateway tells the agent so, REQ-13). An empty recall still renders its
+    headings, so the agent sees the sections and any ``degraded`` marker. Raises InvalidArgument if the
+    nonce occurs in the content (a hand-built document with a bad nonce).
     """
-    if doc.kind == "briefing" and doc.is_empty:
+    if doc.kind == "briefing" and doc.is_empty and not (show_degraded and doc.degraded):
         return ""
     _check_nonce(doc.nonce, _content_strings(doc.sections, doc.degraded, doc.pointer))
     return "\n".join(_blocks(doc))

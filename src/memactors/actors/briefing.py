@@ -422,7 +422,7 @@ class Briefing:
         if not view.repo:
             return fit_briefing([(Section(name, ()), n, share) for name, n, share in BRIEFING_LAYOUT],
                                 max_chars=max_chars, nonce=derived_nonce(self._key, (), now),
-                                recall_pointer=RECALL_POINTER)
+                                recall_pointer=RECALL_POINTER, degraded=view.degraded)
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
@@ -485,7 +485,9 @@ class Briefing:
         if surface is not None and req.delivery != "prompt":
             doc, exposed, withheld = await self._expose(doc, view, surface, req.call_id, now,
                                                         max_chars=self._max_chars(view.harness))
-        text = render_text(doc)
+        # Through the gateway, an empty briefing composed while the store was down says so (REQ-13).
+        text = render_text(doc, show_degraded=req.delivery in ("tool", "resource")
+                           and doc.degraded == STORE_UNAVAILABLE)
         if req.delivery in ("tool", "resource"):
             outcome = "empty" if text == "" else "ok"
             self._metrics.briefing(view.harness or "", req.delivery, outcome, len(text.encode("utf-8")))

@@ -35,6 +35,9 @@ class View:
     run_id: str | None = None
     repo: str | None = None
     branch: str | None = None
+    #: Set when the caller could not be resolved because the store is down (``store_unavailable``): every
+    #: document composed for this view carries it, even one with nothing else to say.
+    degraded: str | None = None
 
     @property
     def episode_scopes(self) -> tuple[str, ...]:

@@ -33,10 +33,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BATCH", "Claim", "append", "batches", "claim", "count_lines", "pending", "reject", "rejected_path", "requeue",
+__all__ = ["BATCH", "REVOCATIONS", "Claim", "append", "batches", "queue_revocation", "queued_revocations", "settle_revocations", "claim", "count_lines", "pending", "reject", "rejected_path", "requeue",
            "send_spool", "spool_path", "tally"]
 
 SPOOL = "session-spool.jsonl"
+#: Token revocations `memactors uninstall` could not hand to the daemon (issue 34), applied at its start.
+REVOCATIONS = "revocations-spool.jsonl"
 REJECTED = "session-spool.rejected.jsonl"
 _CLAIMED = "session-spool.sending-"
 
@@ -237,3 +239,54 @@ async def send_spool(state_dir: Path, ingest_many: Any) -> dict[str, int]:
     if taken.unreadable:
         counts["unreadable"] = taken.unreadable
     return counts
+
+
+# ---------------------------------------------------------------------------------------- revocations
+
+
+def queue_revocation(state_dir: Path, harness: str, run_id: str, queued_at: str) -> Path:
+    """Keep a run's token revocation for the daemon's next start (`uninstall` with the daemon down: the
+    resident's long-lived token must not stay valid until someone runs uninstall again)."""
+    _private_dir(state_dir)
+    path = state_dir / REVOCATIONS
+    _write_lines(path, [{"harness": harness, "run_id": run_id, "queued_at": queued_at}])
+    return path
+
+
+def queued_revocations(state_dir: Path) -> list[dict[str, str]]:
+    """The revocations waiting in the queue (a torn or foreign line is skipped)."""
+    try:
+        with open(state_dir / REVOCATIONS, encoding="utf-8", errors="replace") as fh:
+            return [e for line in fh if line.strip() and (e := _entry(line)) is not None]
+    except FileNotFoundError:
+        return []
+
+
+def settle_revocations(state_dir: Path, applied: list[dict[str, str]]) -> int:
+    """Drop ``applied`` revocations from the queue (under its lock: `uninstall` may be adding one now);
+    the file goes when nothing is left. Revoking twice is harmless, so a crash in between loses nothing.
+    Returns how many are left."""
+    path = state_dir / REVOCATIONS
+    if not path.exists():
+        return 0
+    with _locked_append(path) as fd:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            entries = [e for line in fh if line.strip() and (e := _entry(line)) is not None]
+        left = [e for e in entries if e not in applied]
+        os.ftruncate(fd, 0)
+        if left:
+            os.write(fd, "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in left).encode("utf-8"))
+        os.fsync(fd)
+        if not left:
+            path.unlink(missing_ok=True)
+    return len(left)
+
+
+def _entry(line: str) -> dict[str, str] | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("harness"), str) or not isinstance(doc.get("run_id"), str):
+        return None
+    return {"harness": doc["harness"], "run_id": doc["run_id"], "queued_at": str(doc.get("queued_at", ""))}

@@ -6,8 +6,9 @@ the old token stops working), then merges into the agent's own configuration fil
 entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
 each session (``_agentfiles`` says which files and how). ``--dry-run`` prints the changes as a diff and
 touches nothing: no token is minted, no file written. ``uninstall`` removes exactly those entries and
-revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and says the
-token will lapse at its expiry.
+revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
+revocation in the state directory (``spool.queue_revocation``), which the daemon applies when it next
+starts, before its gateway serves.
 
 The user runs these; the daemon never writes an agent's configuration on its own, and nothing is typed
 into a session (REQ-15).
@@ -194,8 +195,18 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         if exc.code != "UNAVAILABLE":
             raise
         summary["revoked"] = None
-        revoke_note = (f"  the token of run {run_id} was not revoked ({exc.message}); it stops working at its "
-                       "expiry, or run uninstall again with the daemon up")
+        # Queued in the state directory: the daemon revokes it when it next starts, before it serves.
+        from datetime import UTC, datetime
+
+        from memactors.agents.spool import queue_revocation
+
+        from ._core import config_for
+
+        state_dir = config_for(args, "control").store.path
+        queue_revocation(state_dir, args.harness, run_id, datetime.now(UTC).isoformat(timespec="seconds"))
+        summary["revocation_queued"] = True
+        revoke_note = (f"  the token of run {run_id} could not be revoked now ({exc.message}); the revocation is "
+                       f"queued in {state_dir} and applied when the daemon next starts")
     if not args.json:
         where = target.project if target.project is not None else "your user configuration"
         print(f"memactors uninstalled for {args.agent} from {where}:")

@@ -55,7 +55,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     store = st.get("store")
     if store:
         free = store.get("free_bytes")
-        state = ("UNREACHABLE" if not store.get("reachable", True)
+        state = ("UNREACHABLE" if not store.get("reachable", True) else "DAMAGED" if store.get("damaged")
                  else "writable" if store["writable"] else "NOT WRITABLE")
         print(f"store      {store.get('where') or store['path']}  {state}"
               + ("" if free is None else f", {free} bytes free")
@@ -74,6 +74,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
+    elif code == EXIT_STORE_UNWRITABLE and store.get("damaged"):  # type: ignore[union-attr]
+        print(f"memactors: {store.get('error')}", file=sys.stderr)  # type: ignore[union-attr]
     elif code == EXIT_STORE_UNWRITABLE:
         print(f"memactors: store {store['path']} is not writable: {store.get('error')}; "  # type: ignore[index]
               f"{store.get('free_bytes')} bytes free", file=sys.stderr)  # type: ignore[union-attr]

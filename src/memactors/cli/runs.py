@@ -310,10 +310,14 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
 
 def _stopped(failure: BaseException, progress: Progress, counts: dict[str, int], unanswered: int) -> int:
     """The daemon went away (or refused a whole call) mid-ingest: one line for why, one for where it
-    stopped, and the exit status of the code (3 unavailable, 8 out of disk, ...). No traceback."""
+    stopped, and the exit status of the code (3 unavailable, 8 out of disk, ...). No traceback. When it
+    stopped before anything was sent (no daemon answered the handshake), the one line says so."""
     code = getattr(failure, "code", "UNAVAILABLE")
     reason = str(failure) if getattr(failure, "code", None) else \
         f"the connection to the daemon was lost ({type(failure).__name__})"
+    if not progress.done and not unanswered:  # never connected, or lost before the first record: one line
+        print(f"memactors: {code}: {reason}; no record was sent", file=sys.stderr)
+        return core.exit_for(code)
     print(f"memactors: {code}: {reason}", file=sys.stderr)
     line = f"memactors: stopped after {progress.done} record(s): {_summary(counts)}"
     if unanswered and code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):

@@ -32,8 +32,9 @@ makes room itself (:class:`ConnectionTable`): it closes the connection that has 
 request head or body (at least ``SHED_AFTER``, 1 s; a real client sends its whole small request at
 once), or, when none is, the one idle longest (as nginx reuses idle keep-alive connections when it runs
 out), one per waiting client. A connection whose request is being answered, or that an app trusted
-(:func:`trust_connection`: the gateway trusts one that carried a live run token), is never closed. A
-newly started agent then waits about a second for a slot, not a deadline.
+(:func:`trust_connection`: the gateway trusts one that carried a live run token), is never closed (the
+gateway bounds how many requests without a token it answers at once, and for how long). A newly started
+agent then waits about a second for a slot, not a deadline.
 """
 
 from __future__ import annotations
@@ -96,11 +97,23 @@ class _CountedStream(trio.abc.HalfCloseableStream):
     def __init__(self, stream: trio.SocketStream, release: Callable[[], None]) -> None:
         self._stream = stream
         self._release: Callable[[], None] | None = release
+        #: Set once the stream is closed and its slot given back.
+        self.gone = trio.Event()
+        self.accepted_at = trio.current_time()
         try:
             host, port, *_ = stream.socket.getpeername()
             self._peer = f"{host}:{port}"
+            self.address: tuple[str, int] | None = (str(host), int(port))
         except OSError:
             self._peer = "unknown"
+            self.address = None
+
+    def abort(self) -> None:
+        """Shut the connection down under whoever reads it (they see the end of the stream and close it)."""
+        try:
+            self._stream.socket.shutdown(2)  # SHUT_RDWR
+        except OSError:
+            pass
 
     @property
     def socket(self) -> Any:
@@ -131,6 +144,7 @@ class _CountedStream(trio.abc.HalfCloseableStream):
             release, self._release = self._release, None
             if release is not None:
                 release()
+            self.gone.set()
 
     def __repr__(self) -> str:
         return self._peer
@@ -146,7 +160,9 @@ class CappedListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self._slots = trio.Semaphore(cap)
         self._limited = RateLimitedLog(interval=10.0)
         #: The connections the listener may close to make room under pressure (None: it never does).
-        self.table: ConnectionTable | None = None
+        self.table: Any = None
+        #: Told of every accepted connection (the operator listener tracks them by tier).
+        self.on_accept: Callable[[_CountedStream], None] | None = None
 
     @property
     def socket(self) -> Any:
@@ -174,7 +190,10 @@ class CappedListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
                     await trio.sleep(pause)
                     pause = min(pause * 2, 1.0)
                     continue
-                return _CountedStream(stream, self._slots.release)
+                counted = _CountedStream(stream, self._slots.release)
+                if self.on_accept is not None:
+                    self.on_accept(counted)
+                return counted
         except BaseException:  # ok: the slot goes back, the error goes on
             self._slots.release()
             raise
@@ -191,7 +210,7 @@ class CappedListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             await self._slots.acquire()
             nursery.cancel_scope.cancel()
 
-    async def _make_room(self, table: ConnectionTable) -> None:
+    async def _make_room(self, table: Any) -> None:
         """While every slot is taken: each time a client waits in the backlog (the listening socket is
         readable), close the connection the table picks, and wait for it to be gone."""
         while True:
@@ -213,10 +232,10 @@ class ConnectionTable:
     """The connections of one listener, and which to close to make room under pressure.
 
     Each member answers ``shed_state()``: ``(SLOW, since)`` while in a request head or body since
-    ``since``, ``(IDLE, since)`` while idle between requests, None when it must be left alone (its
-    request is being answered, or it is trusted). Connections in a head or body are closed first, the
-    oldest first, once ``SHED_AFTER`` has passed; idle ones only when none is in a head or body (a
-    token holder's kept-alive connection is not closed to make room while trickling clients can be).
+    ``since``, ``(IDLE, since)`` while idle between requests, None when it must be left alone (it is
+    trusted). Connections in a head or body are closed first, the oldest first, once ``SHED_AFTER``
+    has passed; idle ones only when none is in a head or body (a token holder's kept-alive connection is
+    not closed to make room while trickling clients can be).
     A connection that carried a request with a live run token is trusted (:meth:`trust`): never closed
     to make room, so clients without a token cannot push it out.
     """
@@ -244,10 +263,11 @@ class ConnectionTable:
 
     def victim(self, now: float) -> Any | None:
         states = [(state, m) for m in self._members if (state := m.shed_state()) is not None]
-        slow = [(since, id(m), m) for (phase, since), m in states if phase == self.SLOW]
-        pool = slow or [(since, id(m), m) for (phase, since), m in states if phase == self.IDLE]
-        eligible = [entry for entry in pool if now - entry[0] >= SHED_AFTER]
-        return min(eligible)[2] if eligible else None
+        for phase in (self.SLOW, self.IDLE):
+            eligible = [(since, id(m), m) for (p, since), m in states if p == phase and now - since >= SHED_AFTER]
+            if eligible:
+                return min(eligible)[2]
+        return None
 
 
 #: Where :func:`serve_asgi` leaves the listener's ConnectionTable in each HTTP request's ASGI scope

@@ -196,9 +196,15 @@ def _records(params: dict[str, Any]) -> list[Any]:
 
 def _number(params: dict[str, Any], name: str) -> float:
     value = params.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(f"params.{name} must be a finite number", field=f"params.{name}")
-    return float(value)
+    try:
+        number = float(value)  # an integer past a float's range (10**400) overflows: not a finite number
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidArgument(f"params.{name} must be a finite number", field=f"params.{name}")
+    return number
 
 
 def _paths(params: dict[str, Any], name: str) -> tuple[str, ...]:

@@ -53,7 +53,7 @@ from trio_websocket import (
 
 from ..errors import ConfigError, InvalidArgument, MemactorsError, single_leaf
 from ..logs import get_logger
-from ..net.listen import HANDSHAKE_TIMEOUT, RateLimitedLog, open_capped_listener
+from ..net.listen import HANDSHAKE_TIMEOUT, SHED_AFTER, RateLimitedLog, open_capped_listener
 
 __all__ = [
     "CODES",
@@ -415,12 +415,108 @@ def peer_text(remote: object) -> str:
 class _ConnectionStats:
     calls: int = 0
     errors: dict[str, int] = attrs.Factory(dict)
+    #: Frames being answered now, and since when none has been (trio time).
+    busy: int = 0
+    idle_since: float = attrs.Factory(trio.current_time)
+
+
+def control_reserve(cap: int) -> int:
+    """Connections of an operator listener with ``cap`` slots that read-tier clients can never hold."""
+    return max(2, cap // 8)
+
+
+@attrs.define(eq=False)
+class _Member:
+    stream: Any
+    tier: Tier | None = None
+    stats: _ConnectionStats | None = None
+    evicted: bool = False
+
+    @property
+    def gone(self) -> trio.Event:
+        return self.stream.gone  # type: ignore[no-any-return]
+
+    def shed_state(self) -> tuple[int, float] | None:
+        if self.evicted:
+            return None
+        if self.tier is None:  # still in its handshake (or being refused): bounded, never trusted
+            return _SLOW, float(self.stream.accepted_at)
+        if self.tier == "read" and self.stats is not None and self.stats.busy == 0:
+            return _IDLE, self.stats.idle_since
+        return None  # a control connection, or a read one with a call in flight
+
+    def shed(self) -> str:
+        phase = "handshake" if self.tier is None else "idle"
+        self.evicted = True
+        self.stream.abort()
+        return phase
+
+
+_SLOW, _IDLE = 0, 1
+
+
+class OperatorConnections:
+    """The operator listener's connections by tier (issue 34): no client can lock the control tier out.
+
+    * Established read-tier connections never number more than ``cap - control_reserve(cap)``: a new
+      one past that closes the read connection idle longest (idle at least ``SHED_AFTER``), or is refused
+      503 when every read connection has a call in flight. So at least the reserve is left for control.
+    * Under pressure (every slot taken, a client waiting in the kernel's backlog) the listener closes a
+      connection still in its handshake for ``SHED_AFTER`` (a client without a valid token never gets
+      further), else the idle read connection idle longest; never a control connection, never a call
+      being answered.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.read_cap = cap - control_reserve(cap)
+        self._members: dict[tuple[str, int] | None, _Member] = {}
+
+    def accepted(self, stream: Any) -> None:
+        self._prune()
+        self._members[stream.address] = _Member(stream)
+
+    def _prune(self) -> None:
+        for key in [k for k, m in self._members.items() if m.gone.is_set()]:
+            del self._members[key]
+
+    def claim(self, remote: object, tier: Tier, stats: _ConnectionStats) -> bool:
+        """A handshake from ``remote`` presented a ``tier`` token: whether it may be accepted."""
+        self._prune()
+        member = self._members.get(_address(remote))
+        if tier == "read":
+            reads = [m for m in self._members.values() if m.tier == "read" and not m.evicted]
+            if len(reads) >= self.read_cap:
+                now = trio.current_time()
+                idle = [(m.stats.idle_since, id(m), m) for m in reads if m.stats is not None
+                        and m.stats.busy == 0 and now - m.stats.idle_since >= SHED_AFTER]
+                if not idle:
+                    return False
+                min(idle)[2].shed()
+        if member is not None:
+            member.tier, member.stats = tier, stats
+        return True
+
+    def victim(self, now: float) -> _Member | None:
+        states = [(state, m) for m in self._members.values() if not m.gone.is_set()
+                  and (state := m.shed_state()) is not None]
+        for phase in (_SLOW, _IDLE):
+            eligible = [(since, id(m), m) for (p, since), m in states if p == phase and now - since >= SHED_AFTER]
+            if eligible:
+                return min(eligible)[2]
+        return None
+
+
+def _address(remote: object) -> tuple[str, int] | None:
+    address, port = getattr(remote, "address", None), getattr(remote, "port", None)
+    return None if address is None or port is None else (str(address), int(port))
 
 
 async def _serve_one(
     ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore,
     peer: str = "unknown", lines: RateLimitedLog | None = None, stats: _ConnectionStats | None = None,
 ) -> None:
+    if stats is not None:
+        stats.busy += 1
     try:
         try:
             reply = await _answer(frame, table, tier, peer, lines, stats)
@@ -434,6 +530,9 @@ async def _serve_one(
             pass  # the client went away; nobody is left to tell
     finally:
         slots.release()
+        if stats is not None:
+            stats.busy -= 1
+            stats.idle_since = trio.current_time()
 
 
 async def _answer(frame: str | bytes, table: dict[str, Method], tier: Tier, peer: str,
@@ -501,6 +600,9 @@ async def serve_rpc(
         table[m.name] = m
 
     listener = await open_capped_listener(host, port, name="operator")
+    connections = OperatorConnections(listener.cap)
+    listener.table = connections
+    listener.on_accept = connections.accepted
     actual_port = listener.socket.getsockname()[1]
     own_origins = _own_origins(host, actual_port)
     # Lines a peer can cause at will (malformed frames, refused handshakes): one per peer per 10 s.
@@ -527,9 +629,16 @@ async def serve_rpc(
                     _log.bind(peer=peer, suppressed=suppressed).warning("rpc handshake refused: no or unknown token")
                 await request.reject(401, body=b"unauthenticated: present Authorization: Bearer <token>\n")
                 return
+            stats = _ConnectionStats()
+            if not connections.claim(request.remote, tier, stats):
+                suppressed = peer_lines.allow("read tier full")
+                if suppressed is not None:
+                    _log.bind(peer=peer, read_cap=connections.read_cap, suppressed=suppressed).warning(
+                        "rpc handshake refused: every read-tier connection is busy")
+                await request.reject(503, body=b"busy: every read-tier connection has a call in flight; retry\n")
+                return
             ws = await request.accept()
             _log.bind(peer=peer, tier=tier).debug("rpc connection opened")
-            stats = _ConnectionStats()
             opened = trio.current_time()
             try:
                 await _serve_connection(ws, table, tier, peer, peer_lines, stats)
@@ -681,6 +790,15 @@ def _refused(url: str, exc: Exception) -> RpcError:
                                    f"({type(exc).__name__})")
 
 
+#: Seconds a client has, in total, to connect and finish the websocket handshake (then: UNAVAILABLE).
+CONNECT_TIMEOUT = 10.0
+
+
+def _no_answer(url: str) -> RpcError:
+    return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
+                                   f"within {CONNECT_TIMEOUT:g} s")
+
+
 def _split_url(url: str) -> tuple[str, int, str]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname:
@@ -705,24 +823,33 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
         raise RpcError("UNAUTHENTICATED", "operator token contains characters an HTTP header cannot carry")
     # No token, no header: the daemon then refuses the handshake, which is the answer the caller needs.
     headers = [(b"authorization", b"Bearer " + token.encode("ascii"))] if token else []
-    try:
-        stream = await trio.open_tcp_stream(host, port)
-    except OSError as exc:
-        raise _refused(url, exc) from None
+    # One total deadline for the TCP connect and the websocket handshake together: a peer that accepts
+    # and then closes, or never answers, ends the attempt instead of hanging it (issue 34).
+    deadline = trio.current_time() + CONNECT_TIMEOUT
+    with trio.move_on_at(deadline) as connecting:
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise _refused(url, exc) from None
+    if connecting.cancelled_caught:
+        raise _no_answer(url)
     # We own the TCP stream (rather than letting trio-websocket open it) because trio-websocket
     # leaves the socket open when the server rejects the handshake.
     entered = False
     try:
         async with trio.open_nursery() as nursery:
             host_header = host if port == 80 else f"{host}:{port}"
-            ws = await wrap_client_stream(
-                nursery,
-                stream,
-                host_header,
-                resource,
-                extra_headers=headers,
-                max_message_size=MAX_MESSAGE_SIZE,
-            )
+            with trio.move_on_at(deadline) as handshake:
+                ws = await wrap_client_stream(
+                    nursery,
+                    stream,
+                    host_header,
+                    resource,
+                    extra_headers=headers,
+                    max_message_size=MAX_MESSAGE_SIZE,
+                )
+            if handshake.cancelled_caught:
+                raise _no_answer(url)
             entered = True
             client = RpcClient(ws, url)
             nursery.start_soon(client._read_replies)

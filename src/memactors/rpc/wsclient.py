@@ -16,11 +16,14 @@ import json
 import os
 import socket
 import struct
+import time
 import urllib.parse
 from typing import Any
 
 #: Largest reply accepted (the daemon's MAX_MESSAGE_SIZE).
 MAX_MESSAGE = 4 * 1024 * 1024
+#: Seconds the connect and the websocket handshake may take, together (as rpc.CONNECT_TIMEOUT).
+CONNECT_TIMEOUT = 10.0
 
 
 class WsRpcError(Exception):
@@ -107,19 +110,30 @@ def call_once(url: str, token: str, method: str, params: dict[str, Any], *, time
     token = token.strip()
     if any(not (33 <= ord(c) <= 126) for c in token):
         raise WsRpcError("UNAUTHENTICATED", "operator token contains characters an HTTP header cannot carry")
+    # One total deadline for the connect and the handshake together (issue 34): a peer that accepts and
+    # never answers, or answers a byte at a time, ends the attempt in CONNECT_TIMEOUT.
+    deadline = time.monotonic() + min(timeout, CONNECT_TIMEOUT)
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
+    except TimeoutError:
+        raise WsRpcError("UNAVAILABLE", f"daemon not reachable at {url} (no answer within "
+                                        f"{CONNECT_TIMEOUT:g} s)") from None
     except OSError as exc:
         raise WsRpcError("UNAVAILABLE", f"daemon not reachable at {url} ({type(exc).__name__})") from None
     with sock:
         try:
-            return _exchange(sock, url, host, port, path, token, method, params)
+            return _exchange(sock, url, host, port, path, token, method, params, deadline=deadline,
+                             timeout=timeout)
+        except TimeoutError:
+            raise WsRpcError("UNAVAILABLE", f"daemon at {url} did not answer in time") from None
         except (OSError, ConnectionError, ValueError) as exc:
             raise WsRpcError("UNAVAILABLE", f"daemon at {url} broke off the call ({exc})") from None
 
 
-def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, method: str,
-              params: dict[str, Any]) -> Any:
+def handshake(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, *,
+              deadline: float) -> None:
+    """The RFC 6455 upgrade with the bearer token on a connected socket, by ``deadline`` (monotonic);
+    raises WsRpcError (refused, not found, no answer in time) or ConnectionError."""
     key = base64.b64encode(os.urandom(16)).decode()
     host_header = host if port == 80 else f"{host}:{port}"
     request = (f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -129,6 +143,11 @@ def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, to
     sock.sendall((request + "\r\n").encode("ascii"))
     head = b""
     while b"\r\n\r\n" not in head:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WsRpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
+                                            f"within {CONNECT_TIMEOUT:g} s")
+        sock.settimeout(left)
         chunk = sock.recv(4096)
         if not chunk:
             raise ConnectionError("no handshake answer")
@@ -143,6 +162,12 @@ def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, to
         raise WsRpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
     if status != 101:
         raise WsRpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
+
+
+def _exchange(sock: socket.socket, url: str, host: str, port: int, path: str, token: str, method: str,
+              params: dict[str, Any], *, deadline: float, timeout: float) -> Any:
+    handshake(sock, url, host, port, path, token, deadline=deadline)
+    sock.settimeout(timeout)  # the handshake is done: the call itself has the caller's timeout per read
     # Anything after the headers is already the start of the first frame; we send first, so there is none.
     _send_frame(sock, 0x1, json.dumps({"id": 1, "method": method, "params": params}).encode())
     reply = json.loads(_read_message(sock))

@@ -190,7 +190,9 @@ class MemoryService:
         snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
         out = {**snapshot, "engine": self.store.engine, "where": self.store.where,
                "daemon_id": self.store.daemon_id, "reachable": error is None}
-        if error is not None:
+        if error is not None and self.store.engine == "sqlite":  # the file is there but damaged (issue 34)
+            out.update(reachable=True, writable=False, damaged=True, error=error)
+        elif error is not None:
             out.update(writable=False, error=error)
         return out
 

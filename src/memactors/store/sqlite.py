@@ -27,6 +27,7 @@ import trio
 from sqlite_utils.migrations import Migrations
 
 from ..episode import flatten
+from ..errors import StoreDamaged
 from . import WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
 from .builtin_docs import BM25_WEIGHTS, doc_fields, flat_strings, words_stay_words
 from .health import WriteHealth
@@ -363,6 +364,36 @@ def _fts_secure_delete(db: sqlite_utils.Database) -> None:
             db.execute(f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', 1)")
 
 
+#: Seconds a quick_check's answer is reused by `status` and `doctor` before the file is checked again.
+INTEGRITY_MAX_AGE = 10.0
+
+
+def quick_check(path: Path) -> str | None:
+    """``PRAGMA quick_check`` of the file at ``path`` on a connection of its own: None when it passes, else
+    the first problems SQLite reports, in one line naming the file."""
+    try:
+        conn = sqlean.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+        finally:
+            conn.close()
+    except sqlean.DatabaseError as exc:
+        rows = [str(exc) or type(exc).__name__]
+    if rows == ["ok"]:
+        return None
+    said = "; ".join(" ".join(r.split()) for r in rows)[:300]
+    return f"store {path} is damaged (quick_check: {said}); restore it from a backup"
+
+
+def store_damaged(path: Path, exc: BaseException) -> StoreDamaged:
+    """The one-line refusal of a store file SQLite cannot use, with SQLite's own words for why."""
+    said = str(exc) or type(exc).__name__
+    if "readonly" in said or "read-only" in said or "unable to open" in said:
+        return StoreDamaged(f"store {path} cannot be written: {said}")
+    return StoreDamaged(f"store {path} is damaged or not a memactors database: {said}; restore it from a "
+                        "backup or move it aside")
+
+
 def _connect(path: Path) -> SqliteDb:
     conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
     # sqlite-vec on every connection: the built-in provider's vec0 table lives in this file (REQ-11).
@@ -398,28 +429,58 @@ class SqliteStore(Store):
         self._readers_lock = threading.Lock()
         self._closed = False
         self.health = WriteHealth(path)
+        self._integrity_lock = trio.Lock()
+        self._integrity_at: float | None = None
+        self._integrity: str | None = None
 
     @classmethod
     async def connect(cls, path: Path, *, daemon_id: str = "local") -> SqliteStore:
         """Create the state directory and database if missing and apply pending migrations."""
 
         def setup() -> SqliteDb:
-            # Only a directory made here is made private: a --db in an existing shared directory
-            # (/tmp, a project folder) must never have its mode changed (the state directory itself
-            # is made private by the daemon).
-            if not path.parent.exists():
-                private_dir(path.parent)
-            private_file(path)  # SQLite creates -wal and -shm with the database file's mode
-            db = _connect(path)
-            migrations.apply(db)
-            _fts_secure_delete(db)
-            return db
+            # A file that is not a database, has a damaged page, or cannot be written: one line naming the
+            # file and the cause (the CLI exits 5 on it), not a traceback (issue 34).
+            try:
+                # Only a directory made here is made private: a --db in an existing shared directory
+                # (/tmp, a project folder) must never have its mode changed (the state directory
+                # itself is made private by the daemon).
+                if not path.parent.exists():
+                    private_dir(path.parent)
+                private_file(path)  # SQLite creates -wal and -shm with the database file's mode
+                db = _connect(path)
+                migrations.apply(db)
+                _fts_secure_delete(db)
+                return db
+            except sqlean.DatabaseError as exc:
+                raise store_damaged(path, exc) from None
+            except OSError as exc:
+                raise StoreDamaged(f"store {path} cannot be opened: {exc.strerror or exc}") from None
 
         return cls(path, await trio.to_thread.run_sync(setup), daemon_id=daemon_id)
 
     @property
     def where(self) -> str:
         return f"sqlite {self.path}"
+
+    async def ping(self) -> str | None:
+        """None while the file reads whole, else what is damaged in it (`status` and `doctor` ask)."""
+        return await self.integrity()
+
+    async def integrity(self) -> str | None:
+        """SQLite's ``PRAGMA quick_check`` of the file, at most once per ``INTEGRITY_MAX_AGE`` seconds
+        (callers in between get the last answer): None when it reads whole, else a one-line account of
+        what is damaged, naming the file (issue 34: garbage pages written under a running daemon left
+        status and doctor green while every recall degraded).
+
+        The check runs on a fresh read-only connection (a pooled one may hold the damaged pages' old
+        images in its cache) in a worker thread, one at a time."""
+        async with self._integrity_lock:
+            now = trio.current_time()
+            if self._integrity_at is not None and now - self._integrity_at < INTEGRITY_MAX_AGE:
+                return self._integrity
+            self._integrity = await trio.to_thread.run_sync(quick_check, self.path)
+            self._integrity_at = trio.current_time()
+            return self._integrity
 
     async def _write_batch(self, batch: list[_WriteJob]) -> None:
         await trio.to_thread.run_sync(lambda: run_jobs(self._writer, batch, begin="BEGIN IMMEDIATE"))

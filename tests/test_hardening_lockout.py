@@ -1,0 +1,155 @@
+"""Issue 34, "no one without a token locks agents out": the daemon as a process under `ulimit -n` 256 and
+1024, its gateway and operator listeners over real sockets on 127.0.0.1, flooded by clients that hold no
+run token (or only a read-tier operator token), while token holders keep being served.
+
+* 256 unauthenticated ``GET /mcp`` event streams held open: each is answered 405 at once (no stream
+  without a run token), and every token holder's recall is served;
+* clients trickling request bodies at the same time: dropped, token holders still served;
+* 400 read-token operator websockets held open: the read-tier CLI and the control tier are served
+  (read connections never take the control tier's reserve; the idle ones make room).
+
+Nothing here times how long anyone waited: each assertion is served / not served, under generous
+deadlines that only guard against a hang.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from memactors.rpc.transport import RpcError, connect_rpc
+from support_daemon import Daemon
+from test_hardening_gateway import Http, _assert_clean_log, _client_recall, _gateway_daemon, _legacy_recall
+
+SERVICE = "harness.v1.MemoryService"
+
+
+async def _event_stream(port: int, stop: trio.Event, seen: list[str]) -> None:
+    """One client without a token asking for the SSE stream, then holding its connection until `stop`."""
+    http = None
+    try:
+        with trio.move_on_after(60):
+            http = await Http.open(port)
+    except OSError:
+        pass
+    if http is None:  # still in the kernel's backlog (or refused): it never held a slot
+        seen.append("unconnected")
+        return
+    try:
+        head = (f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                "Cache-Control: no-cache\r\n\r\n").encode()
+        await http.stream.send_all(head)
+        with trio.move_on_after(60):
+            status, headers, _ = await http.response()
+            seen.append(f"{status} {headers.get('content-type', '')}")
+        await stop.wait()  # it holds the connection (kept alive, or closed under it)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, EOFError, OSError):
+        seen.append("closed")
+    finally:
+        await http.aclose()
+
+
+async def _trickler(port: int, stop: trio.Event) -> None:
+    """A request body one byte every 0.5 s, reconnecting whenever it is dropped."""
+    body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
+    while not stop.is_set():
+        try:
+            http = await Http.open(port)
+        except OSError:
+            await trio.sleep(0.1)
+            continue
+        try:
+            await http.stream.send_all(http.head(body))
+            for i in range(len(body)):
+                if stop.is_set():
+                    break
+                await http.stream.send_all(body[i : i + 1])
+                await trio.sleep(0.5)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await http.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nofile", [256, 1024])
+async def test_unauthenticated_event_streams_and_slow_bodies_never_lock_a_token_holder_out(
+        tmp_path: Path, nofile: int) -> None:
+    async with _gateway_daemon(tmp_path, "r-sse", nofile=nofile) as (daemon, url, port, token):
+        stop = trio.Event()
+        seen: list[str] = []
+        served: list[str] = []
+        async with trio.open_nursery() as nursery:
+            for _ in range(256):
+                nursery.start_soon(_event_stream, port, stop, seen)
+            for _ in range(40):
+                nursery.start_soon(_trickler, port, stop)
+            await trio.sleep(2.0)  # noqa: ASYNC251 -- the flood takes every slot before the agents come
+            with trio.fail_after(300):  # a hang guard only: before issue 34 every one of these timed out
+                for _ in range(6):
+                    served.append(await _legacy_recall(port, token))
+                    served.append(await _client_recall(url, token))
+            stop.set()
+        assert len(served) == 12 and all("ep_" in text for text in served)
+        # No stream was opened for a caller without a token: 405, or closed to make room for an agent.
+        assert seen and all(s.startswith("405") or s in ("closed", "unconnected") for s in seen), sorted(set(seen))
+        assert any(s.startswith("405") for s in seen)
+    _assert_clean_log(daemon)
+
+
+async def _read_websocket(daemon: Daemon, stop: trio.Event, outcomes: list[str], settled: trio.Event) -> None:
+    """A read-token operator client that connects, calls Status once and then holds its connection."""
+    try:
+        with trio.move_on_after(90):
+            async with connect_rpc(daemon.info["operator"], daemon.token("read")) as rpc:
+                await rpc.call(f"{SERVICE}/Status", {})
+                outcomes.append("held")
+                if len(outcomes) >= 100:
+                    settled.set()
+                await stop.wait()
+                return
+        outcomes.append("gave up")
+    except RpcError as exc:
+        outcomes.append(exc.code)
+    if len(outcomes) >= 100:
+        settled.set()
+
+
+async def _cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, stdin=b"",
+                                  capture_stdout=True, capture_stderr=True, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nofile", [256, 1024])
+async def test_four_hundred_read_token_websockets_leave_the_cli_and_the_control_tier_served(
+        tmp_path: Path, nofile: int) -> None:
+    async with _gateway_daemon(tmp_path, "r-ops", nofile=nofile) as (daemon, _url, _port, _token):
+        stop = trio.Event()
+        outcomes: list[str] = []
+        results: list[tuple[str, int, bytes]] = []
+        settled = trio.Event()  # 100 clients have an outcome: the listener is full long before this
+        async with trio.open_nursery() as nursery:
+            for _ in range(400):
+                nursery.start_soon(_read_websocket, daemon, stop, outcomes, settled)
+            with trio.fail_after(120):
+                await settled.wait()
+            with trio.fail_after(300):  # hang guards only
+                for _ in range(3):
+                    async with connect_rpc(daemon.info["operator"], daemon.token("control")) as control:
+                        minted = await control.call(f"{SERVICE}/MintRunToken", {"harness": "api-fixer",
+                                                                                "run_id": "r-ctl"})
+                    assert minted["token"]
+                    done = await _cli(daemon, "memory", "status", "--json")
+                    results.append(("status", done.returncode, done.stderr))
+            stop.set()
+        assert all(code == 0 for _, code, _ in results), results
+        assert "held" in outcomes
+        # Read clients past the read tier's share were refused or made room, never left hanging.
+        assert set(outcomes) <= {"held", "UNAVAILABLE"}, sorted(set(outcomes))
+    log = daemon.log_text()
+    assert "Traceback" not in log, log[-4000:]
