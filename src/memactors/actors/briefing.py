@@ -323,6 +323,8 @@ class Briefing:
             return Episodes((), PROVIDER_UNAVAILABLE if ok else STORE_UNAVAILABLE, ok), mine
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
+        if filtered.replaced:
+            self._metrics.text_replaced(self.provider, filtered.replaced)
         reported = payload.get("degraded")
         return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False, empty), mine
 
