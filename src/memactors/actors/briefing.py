@@ -42,7 +42,7 @@ from .. import contract, graph
 from .._kernel import open_mailbox, serve
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
-from ..errors import InvalidArgument, MemactorsError, NotAttributed, StoreUnavailable
+from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
 from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock
@@ -279,7 +279,8 @@ class Briefing:
         and ``store_unavailable``.
         """
         timeout = self._config().episodes.provider_timeout
-        budget_end = min(deadline, trio.current_time() + timeout)
+        started = trio.current_time()
+        budget_end = min(deadline, started + timeout)
         scopes = list(view.episode_scopes)
         if not scopes:
             mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
@@ -309,7 +310,7 @@ class Briefing:
                 valid, invalid = contract.split_items(payload)
                 filtered, empty, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
-                raise trio.TooSlowError
+                raise ProviderTimeout("memory_recall", budget_end - started, provider=self.provider)
         except StoreUnavailable as exc:
             self._log.bind(error=exc.message).warning("episodes degraded: store unavailable")
             return Episodes((), STORE_UNAVAILABLE, False), fallback
@@ -317,8 +318,8 @@ class Briefing:
             # Every recall degrades while the provider is down: one line per 10 s with the count folded in.
             suppressed = self._degraded_lines.allow(type(exc).__name__)
             if suppressed is not None:
-                self._log.bind(error=type(exc).__name__, suppressed=suppressed).warning(
-                    "episodes degraded: provider unavailable")
+                self._log.bind(op="memory_recall", error=type(exc).__name__, detail=str(exc)[:300],
+                               suppressed=suppressed).warning("episodes degraded: provider unavailable")
             mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
             return Episodes((), PROVIDER_UNAVAILABLE if ok else STORE_UNAVAILABLE, ok), mine
         for reason, count in filtered.dropped:
