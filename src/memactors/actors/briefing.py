@@ -17,8 +17,9 @@ a vote.
 
 Briefings are deterministic except for their episodes: the same store and the same ``now`` give the
 same bytes. The wrapper's nonce is then derived, not drawn: an HMAC (under a key drawn once per actor)
-over the document's content and ``now``, re-derived with a counter until it occurs in no content, so it
-stays unpredictable to whoever wrote the content and still identical for identical inputs.
+over the document's content (not the instant: two previews a few milliseconds apart that say the same
+are the same bytes), re-derived with a counter until it occurs in no content, so it stays unpredictable
+to whoever wrote the content and still identical for identical inputs.
 
 A run's briefing is computed once and cached in the store (``graph`` briefings table), then served
 unchanged until ``refresh``; each serve to a run writes exposure rows for the facts it shows (REQ-17),
@@ -424,7 +425,7 @@ class Briefing:
         max_chars = self._max_chars(view.harness)
         if not view.repo:
             return fit_briefing([(Section(name, ()), n, share) for name, n, share in BRIEFING_LAYOUT],
-                                max_chars=max_chars, nonce=derived_nonce(self._key, (), now),
+                                max_chars=max_chars, nonce=derived_nonce(self._key, ()),
                                 recall_pointer=RECALL_POINTER)
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
@@ -456,7 +457,7 @@ class Briefing:
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
-            nonce=derived_nonce(self._key, sections, now), recall_pointer=RECALL_POINTER,
+            nonce=derived_nonce(self._key, sections), recall_pointer=RECALL_POINTER,
             compose=BRIEFING_COMPOSED,
         )
 

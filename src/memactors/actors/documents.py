@@ -26,7 +26,6 @@ import attrs
 
 from .. import contract, graph
 from ..errors import MemactorsError
-from ..store import iso
 from ..wrapper import BRIEFING_MAX_BYTES, Document, Item, Provenance, Section, fit_briefing, fit_recall
 from .index import KeptItem
 
@@ -240,11 +239,18 @@ def collision_item(c: graph.Collision) -> Item:
     )), "", untrusted=False)
 
 
-def derived_nonce(key: bytes, sections: Sequence[Section], now: datetime) -> str:
-    """A nonce that is the same for the same content and now, and unpredictable without ``key``."""
+def derived_nonce(key: bytes, sections: Sequence[Section]) -> str:
+    """A nonce that is the same for the same content, and unpredictable without ``key``.
+
+    Derived from the content alone, not from the instant it was composed (issue 33): two previews of
+    the same store whose documents say the same thing are byte-identical however many milliseconds
+    apart they were asked for (REQ-14 "Deterministic without the provider"). Whatever ``now`` changes in
+    a document (an episode's age, a collision that expired) is content, so it changes the nonce too.
+    Text that learns one document's nonce cannot use it: a document containing it is other content,
+    with another nonce (and a derived nonce found in the content is re-derived)."""
     material = json.dumps(
         [[s.name, s.note, s.dropped, [[it.provenance.label, list(it.provenance.fields), it.text, it.untrusted]
-                                      for it in s.items]] for s in sections] + [iso(now)],
+                                      for it in s.items]] for s in sections],
         ensure_ascii=False,
     ).encode("utf-8", "surrogatepass")
     strings = [it.text for s in sections for it in s.items] + [
