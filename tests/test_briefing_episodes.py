@@ -68,7 +68,7 @@ async def stored_text(service: MemoryService, run_id: str) -> tuple[dict, str]:
 
 async def check_episodes_read_well(service: MemoryService, document: str, *, at_least: int = 2) -> list[str]:
     """The briefing shows at least `at_least` episodes, each with the one-line provenance of the daemon's
-    row and text drawn whole-word from its episode (cut at a word, never inside one); their run ids."""
+    row and text drawn from its episode, composed of whole parts of it (never cut); their run ids."""
     assert len(document) <= 2000 and len(document.encode()) <= BRIEFING_MAX_BYTES
     blocks = episode_blocks(document)
     assert len(blocks) >= at_least, document
@@ -83,8 +83,10 @@ async def check_episodes_read_well(service: MemoryService, document: str, *, at_
         assert age == f"{(NOW - started).days}d"
         assert text.strip(), line
         assert text_belongs(text, rendering)  # REQ-9's check still holds for the composed text
-        if text.endswith(ELLIPSIS):  # composed to fit: cut before a space or punctuation, never after one
-            assert not text.removesuffix(ELLIPSIS)[-1:].isspace()
+        # Composed of whole parts (issue 33): never a cut; a closing "…" only says a list left entries out.
+        last = text.strip().split(" · ")[-1]
+        assert not last.endswith(ELLIPSIS) or (last.endswith(", " + ELLIPSIS) and last.startswith(
+            ("touched ", "verify failures: "))), text
         runs.append(run_id)
     return runs
 

@@ -93,7 +93,7 @@ from .wrapper import ELLIPSIS, cut_at_word
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
-#: cuts it further at a word boundary keeps the best of it.
+#: composes a shorter one of its whole parts (`gist.compose`) keeps the best of it.
 MAX_ITEM_TEXT = 320
 #: The `title` column: the summary, else the first TITLE_CHARS characters of the excerpt (cut between words).
 TITLE_CHARS = 100

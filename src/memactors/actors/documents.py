@@ -20,13 +20,24 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from .. import contract, graph
 from ..errors import MemactorsError
-from ..wrapper import BRIEFING_MAX_BYTES, Document, Item, Provenance, Section, fit_briefing, fit_recall
+from ..gist import compose as compose_gist
+from ..wrapper import (
+    BRIEFING_MAX_BYTES,
+    Composer,
+    Document,
+    Item,
+    Provenance,
+    Section,
+    fit_briefing,
+    fit_recall,
+)
 from .index import KeptItem
 
 __all__ = [
@@ -67,8 +78,9 @@ BRIEFING_EPISODES = 3
 #: burst of empty runs, newest first, and up to 17 of them are skipped (bench/briefing_path.py: the
 #: agent path costs about the same with 20 as with 3).
 BRIEFING_CANDIDATES = contract.MAX_LIMIT
-#: Sections whose item texts the wrapper composes to fit (REQ-14 episodes; see `wrapper.fit_briefing`).
-BRIEFING_COMPOSED = ("episodes",)
+#: Sections whose item texts the wrapper composes to fit, and how (REQ-14 episodes: a shorter gist of
+#: whole parts, `gist.compose`, or the item dropped whole, never a cut text; see `wrapper.fit_briefing`).
+BRIEFING_COMPOSED: Mapping[str, Composer] = MappingProxyType({"episodes": compose_gist})
 #: Facts whose word sets are at least this similar (Jaccard: shared words over all words) are
 #: near-duplicates, shown once in an answer.
 NEAR_DUPLICATE = 0.8
