@@ -52,3 +52,32 @@ def test_the_sentinels_exist_with_a_docstring_each() -> None:
         assert (cls.__doc__ or "").startswith("Raised when")
     wrapped = errors.ProviderUnavailable("record failed", provider="zep", episode="ep_1")
     assert str(wrapped) == "record failed (episode=ep_1 provider=zep)"
+
+
+@pytest.mark.errors
+async def test_a_provider_timeout_names_the_provider_the_operation_and_the_deadline(  # type: ignore[no-untyped-def]
+        tmp_path: Path, make_holder) -> None:
+    """Issue 33: a provider that does not answer was logged `error=TooSlowError detail=""`. The record's
+    line and a degraded recall's line now name the provider, the tool and the deadline."""
+    control = tmp_path / "modes"
+    records: list[dict[str, object]] = []
+    sink = logger.add(lambda m: records.append({"message": m.record["message"], **m.record["extra"]}), level="DEBUG")
+    toml = _zep(tmp_path, control) + '[memory.episodes]\nprovider_timeout = "0.5s"\nsummary = false\n'
+    try:
+        async with open_memory_service(make_holder(toml)) as memory:
+            await wait_ready(memory)
+            await trio.Path(control).write_text("hang")  # every call but memory_contract never returns
+            result = await memory.ingest_run(example("run-42-api-fixer.json"))
+            answer = await memory.recall(query="ledger", repo="forge.example/acme/api", limit=5)
+    finally:
+        logger.remove(sink)
+    assert result["outcome"] == "queued" and answer["degraded"] == "provider_unavailable"
+    [record] = [r for r in records if r["message"] == "episode record failed"]
+    assert record["provider"] == "zep" and record["op"] == "memory_record_episode"
+    assert record["error"] == "ProviderTimeout"
+    assert record["detail"] == "memory_record_episode did not answer within 5s (deadline_s=5 operation=" \
+                               "memory_record_episode provider=zep)"
+    [degraded] = [r for r in records if r["message"] == "episodes degraded: provider unavailable"]
+    assert degraded["provider"] == "zep" and degraded["op"] == "memory_recall"
+    assert degraded["error"] == "ProviderTimeout" and "memory_recall did not answer within 0.5s" in str(
+        degraded["detail"])

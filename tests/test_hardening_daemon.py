@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import resource
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2
@@ -77,3 +81,60 @@ async def test_readyz_follows_the_provider_and_healthz_stays_up(tmp_path: Path) 
 
                 await poll(settled, what=f"/readyz {expected}")
             nursery.cancel_scope.cancel()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for `signum` (the kernel's SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) & (1 << (signum - 1)))
+
+
+@pytest.mark.slow
+def test_a_sighup_during_start_up_is_queued_and_applied_once_the_daemon_serves(tmp_path: Path) -> None:
+    """Issue 33: a SIGHUP within half a second of the operator port opening killed the daemon (SIGHUP's
+    default action: the handlers were installed after the listeners). The daemon as a process; SIGHUP
+    sent as soon as the process catches it (before that, as for any program, the kernel's default
+    applies: the test watches /proc's SigCgt mask, no sleep) and then again and again through the whole
+    start-up — config load, store, provider, the three listeners — until daemon.json appears, and once
+    more. The daemon survives, serves, and applies the reload once it serves."""
+    daemon = start_daemon(tmp_path, wait=False)
+    try:
+        pid = daemon.proc.pid
+        guard = time.monotonic() + 120  # hang guards, not timings: a loaded machine starts slowly
+        while not _catches(pid, signal.SIGHUP) and daemon.proc.poll() is None and time.monotonic() < guard:
+            time.sleep(0.001)
+        assert daemon.proc.poll() is None, daemon.log_text()[-3000:]
+        sent = 0
+        state = daemon.state / "daemon.json"
+        while time.monotonic() < guard:  # until it serves
+            os.kill(pid, signal.SIGHUP)
+            sent += 1
+            assert daemon.proc.poll() is None, f"killed by SIGHUP number {sent}:\n{daemon.log_text()[-3000:]}"
+            try:
+                if json.loads(state.read_text()).get("pid") == pid:
+                    break
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.002)
+        os.kill(pid, signal.SIGHUP)  # and one while serving
+        lines: list[str] = []
+        while time.monotonic() < guard:  # the queued reload is applied once serving, and then the last one
+            lines = daemon.log_text().splitlines()
+            serving = next((i for i, line in enumerate(lines) if "memactors serving" in line), None)
+            if serving is not None and any("configuration reloaded" in line for line in lines[serving:]):
+                break
+            assert daemon.proc.poll() is None, daemon.log_text()[-3000:]
+            time.sleep(0.01)
+        assert daemon.proc.poll() is None and sent > 1
+        serving = next(i for i, line in enumerate(lines) if "memactors serving" in line)
+        assert any("configuration reload queued until start-up completes" in line for line in lines[:serving])
+        assert not any("configuration reloaded" in line for line in lines[:serving])  # queued, not applied early
+        assert any("configuration reloaded" in line for line in lines[serving:])
+        assert "Traceback" not in daemon.log_text()
+    finally:
+        code = daemon.stop()
+    assert code == 0, daemon.log_text()[-3000:]  # and SIGTERM still stops it gracefully

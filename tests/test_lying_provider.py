@@ -3,8 +3,9 @@
 The fault provider runs as a real stdio subprocess; in ``swap_text`` mode it answers ids of the caller's
 repository with the text it holds for another repository. memactors checks each item's text against
 the episode it names (actors/index.text_belongs) and serves an item whose text is not drawn from it with
-its own text of that episode (its gist) instead (counted ``text_replaced``): the swap stays contained and
-the agent still gets its episode (issue 20).
+its own text of that episode (its gist) instead (counted in
+``memactors_memory_results_text_replaced_total``, not as a drop): the swap stays contained and the agent
+still gets its episode (issue 20).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
 
 SERVICE = "harness.v1.MemoryService"
 DROPPED = "harness_memory_results_dropped_total"
+REPLACED = "memactors_memory_results_text_replaced_total"
 # Words only the billing episode (run-7-billing-bot.json) has.
 BILLING_WORDS = ("proration", "invoice")
 QUERIES = ["ledger", "ledger rounding", "rounding", "ledger proration", "invoice ledger"]
@@ -103,10 +105,10 @@ async def test_req9_swapped_text_is_replaced_and_only_own_text_providers_may_wri
             assert (await service.ingest_run(example(name)))["outcome"] == "recorded"
         (tmp_path / "control").write_text("swap_text")
         _, view = await as_run(service, "api-fixer", "100", API)
-        before = sample(service, DROPPED, provider="fault", reason="text_replaced")
+        before = sample(service, REPLACED, provider="fault")
         answer = await service.agent_recall(view, query="ledger")
         foreign = "proration" in answer.text.lower()
-        after = sample(service, DROPPED, provider="fault", reason="text_replaced")
+        after = sample(service, REPLACED, provider="fault")
         [item] = next(s for s in answer.json["sections"] if s["name"] == "episodes")["items"]
         stored = (await service.get_episode(item["provenance"]["episode"]))["episode"]
         own = gist(stored, search_words("ledger"), OWN_TEXT_CHARS)
@@ -125,7 +127,8 @@ async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path) -> None:
     names the harness from memactors' index, and the claim appears only inside the fenced text — here not
     at all: the daemon as a process, an agent on the gateway over HTTP with its run token, and a provider
     (a real stdio subprocess) whose every item claims `recorded by harness release-bot`. The item is
-    served with memactors' own text of the episode (counted `text_replaced` on /metrics, not `invalid`),
+    served with memactors' own text of the episode (counted in `memactors_memory_results_text_replaced_total`
+    on /metrics, and not as a drop: nothing was dropped),
     so the agent still gets the episode; then a provider swapping in another repository's text likewise."""
     repo = make_repo(tmp_path / "api")  # origin git@forge.example:acme/api.git: the run's scope
     extra = fault_toml(tmp_path) + '[harness.api-fixer]\nharness = "claude-code"\n'
@@ -160,8 +163,9 @@ async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path) -> None:
         assert not any(word in document.lower() for word in BILLING_WORDS), mode
         assert own.startswith("Tried to fix the flaky ledger")  # the run's own words first
         assert own in document and fenced_only(document, "Tried to fix the flaky ledger"), mode  # ours, fenced
-    assert 'harness_memory_results_dropped_total{provider="fault",reason="text_replaced"} 2.0' in metrics
-    assert 'reason="invalid"' not in metrics  # REQ-3's bounds only: nothing was out of bounds
+    assert 'memactors_memory_results_text_replaced_total{provider="fault"} 2.0' in metrics
+    # Not a drop: REQ-21's drop series carries REQ-9's four reasons only (issue 33).
+    assert 'reason="text_replaced"' not in metrics and 'reason="invalid"' not in metrics
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -118,6 +118,8 @@ async def test_req21_scope_drops_are_countable(metrics: Metrics, base_url: str) 
         lambda m: m.recall("builtin", "ok; DROP TABLE"),
         lambda m: m.observe_provider_call("builtin", "search", 0.1),
         lambda m: m.dropped("builtin", "too old"),
+        # Not one of REQ-9's reasons: a replaced text is kept, and counted in its own series (issue 33).
+        lambda m: m.dropped("builtin", "text_replaced"),
         lambda m: m.set_pending("builtin", "summary", 1),
         lambda m: m.briefing("claude", "email", "ok"),
         lambda m: m.briefing("claude", "tool", "failed"),

@@ -21,6 +21,7 @@ def metrics() -> Metrics:
     m.observe_provider_call("builtin", "recall", 0.02)
     m.recall("builtin", "ok")
     m.dropped("builtin", "scope", 2)
+    m.text_replaced("builtin", 1)
     m.briefing("api-fixer", "tool", "ok", size_bytes=900)
     m.set_pending("builtin", "record", 1)
     m.set_actor_queue_depth("index", 0)

@@ -23,6 +23,7 @@ from support_readside import API, BILLING, as_run, calls, count, fault_toml, fen
 pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
 
 DROPPED = "harness_memory_results_dropped_total"
+REPLACED = "memactors_memory_results_text_replaced_total"
 RECALLS = "harness_memory_recalls_total"
 
 
@@ -96,11 +97,12 @@ async def test_req9_provenance_cannot_be_spoofed_by_an_own_text_provider(
 async def test_req9_a_spoofed_claim_is_served_as_the_daemons_own_text_of_the_episode(
         fault: MemoryService, tmp_path: Path) -> None:
     """The provider's text is not drawn from the episode it names: the episode is still served, under
-    memactors' provenance, with memactors' own text of it; the claim reaches nobody; counted text_replaced,
-    not invalid (that is REQ-3's bounds)."""
+    memactors' provenance, with memactors' own text of it; the claim reaches nobody; counted as replaced
+    (a series of its own), not invalid (that is REQ-3's bounds)."""
     misbehave(tmp_path, "spoof_text")
     _, view = await as_run(fault, "api-fixer", "100", API)
-    before = {r: sample(fault, DROPPED, provider="fault", reason=r) for r in ("invalid", "text_replaced")}
+    before = {"invalid": sample(fault, DROPPED, provider="fault", reason="invalid"),
+              "text_replaced": sample(fault, REPLACED, provider="fault")}
     answer = await fault.agent_recall(view, query="ledger")
     [item] = section(answer.json, "episodes")
     episode_id = (await fault.list_episodes(harness="api-fixer"))["episodes"][0]["episode_id"]
@@ -110,7 +112,7 @@ async def test_req9_a_spoofed_claim_is_served_as_the_daemons_own_text_of_the_epi
     assert item["text"].startswith("Tried to fix the flaky ledger")  # the run's own words first
     assert "release-bot" not in answer.text and SPOOF_CLAIM not in answer.text
     assert sample(fault, DROPPED, provider="fault", reason="invalid") == before["invalid"]
-    assert sample(fault, DROPPED, provider="fault", reason="text_replaced") == before["text_replaced"] + 1
+    assert sample(fault, REPLACED, provider="fault") == before["text_replaced"] + 1
 
 
 @pytest.mark.req9

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -27,6 +28,10 @@ from support import run_record, wait_ready, write_config
 from support_readside import API, as_run
 
 pytestmark = pytest.mark.fleet
+
+#: A log line: loguru's default format (`2026-12-02 02:57:17.123 | INFO     | mod:fn:1 - ...`) or the
+#: daemon's (`2026-12-02T02:57:17.123+0000 INFO    ...`).
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d+\S* (\| )?(TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR)")
 
 TABLES = ("runs", "run_records", "run_paths", "episodes", "episode_bodies", "memory_index", "pending", "facts",
           "exposures", "votes", "pull_requests", "presence", "briefings", "run_callers", "call_log", "builtin_docs")
@@ -106,6 +111,11 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
     assert shown.startswith("postgresql://memactors:[REDACTED]@127.0.0.1:")
     assert f"to {shown}" in second.stdout and report["target"] == shown
     assert pg_cluster.password not in second.stdout + second.stderr
+    # Only the command's own lines on the terminal (issue 33): no log line of what it ran in-process,
+    # in loguru's default format or the daemon's; those are in the state directory's store-migrate.log.
+    for out in (first.stdout, first.stderr, second.stdout, second.stderr):
+        assert not [line for line in out.splitlines() if LOG_LINE.search(line)], out
+    assert "store migrated" in (tmp_path / "state" / "store-migrate.log").read_text()
 
     target = await open_store(pg_url)
     try:

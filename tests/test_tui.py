@@ -3,9 +3,11 @@ terminal under tmux against a running daemon (send-keys / capture-pane)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +22,7 @@ from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
 from support import example, run_record, wait_ready, write_config
+from support_daemon import start_daemon
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
 SERVICE = "harness.v1.MemoryService"
@@ -42,7 +45,8 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
         assert wanted == Load("api-fixer")
         app.loaded(await memory.get_briefing("api-fixer"), await memory.status())
         text = "\n".join(app.lines())
-        assert "provider gone: down" in text
+        assert "provider gone: unreachable since" in text  # its real state, not "breaker closed" (issue 33)
+        assert "cannot start /nonexistent/memory-provider" in text and "breaker" not in text
         assert "provider_unavailable" in text
         assert "memory_briefing: yes" in text
         for section in ("collisions", "recent_runs", "facts", "episodes"):
@@ -194,3 +198,60 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
                                               capture_stderr=True)).returncode == 0:
                     await trio.sleep(0.1)  # the session ends when the TUI exits
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.req13
+@pytest.mark.req19
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: `make test` installs it")
+async def test_req19_a_provider_down_for_minutes_is_shown_unreachable_since_not_breaker_closed(
+        tmp_path: Path) -> None:
+    """Issue 33: `memory status`, doctor and the TUI said "breaker closed" for a provider that had been
+    down for more than 5 minutes (a provider that is down is refused before the breaker, which never
+    opens). The daemon as a process, its provider's command missing; doctor's five minutes shortened to
+    one second (the only change; `support_daemon` constants). Every surface that showed the breaker
+    says since when the provider is unreachable and its last error instead: `memory status` and
+    `doctor` as subprocesses, the TUI in a real terminal under tmux."""
+    down = '[memory]\nprovider = "gone"\n[mcp.gone]\ncommand = "/nonexistent/memory-provider"\n'
+    daemon = await trio.to_thread.run_sync(lambda: start_daemon(
+        tmp_path, extra_config=down + HARNESS, constants={"memactors.doctor.UNREACHABLE_FAIL_SECONDS": 1.0}))
+    env = {**daemon.env, "PATH": os.environ.get("PATH", ""), "TERM": "xterm-256color"}
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env,
+                                      capture_stdout=True, capture_stderr=True, check=False)
+
+    try:
+        with trio.fail_after(120):  # a hang guard: down at the first failed spawn, then past doctor's limit
+            while True:
+                st = json.loads((await cli("memory", "status", "--json")).stdout)
+                if st["state"] == "down" and st["state_for_seconds"] > 1.5:
+                    break
+                await trio.sleep(0.2)
+        assert st["breaker"] == "closed"  # what it was: the breaker never saw a call
+        assert st["condition"].startswith(f"unreachable since {st['state_since']} (")
+        assert "last error: cannot start /nonexistent/memory-provider" in st["condition"]
+
+        status = await cli("memory", "status")
+        assert status.returncode == 10  # provider down
+        line = next(x for x in status.stdout.decode().splitlines() if x.startswith("state "))
+        assert "unreachable since" in line and "cannot start /nonexistent/memory-provider" in line, line
+        assert "breaker" not in status.stdout.decode()
+
+        doctor = (await cli("doctor")).stdout.decode()
+        provider_row = next(x for x in doctor.splitlines() if re.match(r"^\w+ +memory provider  ", x))
+        assert "state unreachable since" in provider_row and "breaker" not in provider_row, doctor
+        assert re.search(r"^FAIL +memory provider reachability +gone has been unreachable", doctor, re.M), doctor
+
+        command = [sys.executable, "-m", "memactors.cli", "tui"]
+        async with tmux(tmp_path, command, env) as base:
+            main = await wait_for(base, "provider gone: unreachable since")
+            assert "breaker" not in main.splitlines()[0], main
+            await trio.run_process([*base, "send-keys", "B"])
+            overlay = unwrap(await wait_for(base, "Briefing preview: api-fixer"))
+            assert "provider gone: unreachable since" in overlay and "last error: cannot start" in overlay, overlay
+            await trio.run_process([*base, "send-keys", "Escape"])
+            await wait_for(base, "Briefing preview", present=False)
+            await trio.run_process([*base, "send-keys", "q"])
+    finally:
+        await trio.to_thread.run_sync(daemon.stop)

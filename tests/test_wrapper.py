@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from memactors import wrapper
 from memactors.actors.index import text_belongs
 from memactors.errors import InvalidArgument
+from memactors.gist import LIST_LABELS, gist, whole_parts
+from memactors.gist import compose as compose_gist
 from memactors.wrapper import (
     ELLIPSIS,
     MIN_COMPOSED_TEXT,
@@ -33,6 +35,7 @@ from memactors.wrapper import (
 )
 
 POINTER = "use the recall tool for more"
+COMPOSED = {"episodes": compose_gist}
 SHARES = {"collisions": (10, 0.25), "recent_runs": (5, 0.25), "facts": (8, 0.35), "episodes": (3, 0.25)}
 
 # --- an independent reader: what an agent that knows the format would do ------------------------------
@@ -657,16 +660,42 @@ def test_cut_at_word_prefers_a_space_and_falls_back_inside_a_path() -> None:
     assert cut_at_word(RUN_TEXT, len(RUN_TEXT)) == RUN_TEXT
 
 
+def is_whole_composition(shown: str, original: str) -> bool:
+    """`shown` is made of whole parts of `original` (REQ-14 "dropped whole, never cut", issue 33): each of
+    its segments (between ` · `) is either the first whole sentences of one of the original's prose
+    segments, or a list label with the first entries of the original's list of that label and `, …`
+    when some are left out. Nothing shown ends in a cut: no prose ends in `…`, no entry is cut."""
+    originals = whole_parts(original)
+    for segment in shown.split(" · "):
+        label = next((lb for lb in LIST_LABELS if segment.startswith(lb)), None)
+        if label is not None:
+            entries = segment[len(label):].split(", ")
+            elided = entries[-1] == ELLIPSIS
+            entries = entries[:-1] if elided else entries
+            source = next((p for p in originals if p.label == label), None)
+            if source is None or not entries or tuple(entries) != source.pieces[: len(entries)]:
+                return False
+            if elided != (len(entries) < len(source.pieces) or source.more):
+                return False
+            continue
+        if segment.endswith(ELLIPSIS) or not any(
+                segment == " ".join(p.pieces[:k]) for p in originals if not p.label
+                for k in range(1, len(p.pieces) + 1)):
+            return False
+    return True
+
+
 @pytest.mark.req14
 def test_req14_a_default_briefing_composes_two_episodes_into_the_episodes_share() -> None:
     """Issue 17: at briefing_max_chars = 2000 episode blocks did not fit the 500-character share whole
-    (with the full provenance line, none did); composed to fit, two show, their texts cut at a word."""
+    (with the full provenance line, none did); composed to fit, two show. Issue 33: each composed of
+    whole parts of its text (here its first sentence), never cut at a word with `…`."""
     inp = briefing_input([], [run(i) for i in range(5)],
                          [fact(i, f"fact {i}: the ledger needs a fixed clock in test number {i}") for i in range(20)],
                          [short_episode(i, RUN_TEXT) for i in range(3)])
     whole = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef")
     assert len(whole.sections[3].items) == 1  # whole items only: one fits
-    doc = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef", compose=("episodes",))
+    doc = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef", compose=COMPOSED)
     text = render_text(doc)
     assert len(text) <= 2000 and nbytes(text) <= 4096
     assert doc.sections[:3] == whole.sections[:3]  # the sections before are untouched
@@ -675,15 +704,16 @@ def test_req14_a_default_briefing_composes_two_episodes_into_the_episodes_share(
     assert sum(len(wrapper._item_block(it, doc.nonce)) + 1 for it in shown) <= 500
     for got, orig in zip(shown, inp[3][0].items, strict=False):
         assert got.provenance == orig.provenance and got.untrusted
-        assert got.text != orig.text and is_word_cut(got.text, orig.text)
+        assert got.text == "Fix rounding of ledger totals when posting multi-currency entries."  # a whole sentence
+        assert is_whole_composition(got.text, orig.text) and not got.text.endswith(ELLIPSIS)
         assert len(got.text) >= MIN_COMPOSED_TEXT
     parsed = parse_text(text)
     assert [e["text"] for e in parsed["sections"][3]["items"]] == [it.text for it in shown]
-    # With room for three (a bigger cap), three show; short texts are not cut at all.
-    roomy = fit_briefing(inp, max_chars=4000, compose=("episodes",))
+    # With room for three (a bigger cap), three show; short texts are not shortened at all.
+    roomy = fit_briefing(inp, max_chars=4000, compose=COMPOSED)
     assert len(roomy.sections[3].items) == 3
     short = [short_episode(i, "Bumped the ledger's decimal precision.") for i in range(3)]
-    small = fit_briefing(briefing_input([], [], [], short), max_chars=2400, compose=("episodes",))
+    small = fit_briefing(briefing_input([], [], [], short), max_chars=2400, compose=COMPOSED)
     assert small.sections[3].items == tuple(short)
 
 
@@ -691,25 +721,28 @@ def test_req14_a_default_briefing_composes_two_episodes_into_the_episodes_share(
 def test_req14_a_composed_section_shares_its_room_and_drops_only_what_cannot_keep_its_minimum() -> None:
     texts = ["Short note.", RUN_TEXT, RUN_TEXT + " " + RUN_TEXT]
     items = [short_episode(i, t) for i, t in enumerate(texts)]
-    doc = fit_briefing([(Section("episodes", items), 3, 0.35)], max_chars=2000, compose=("episodes",))
+    doc = fit_briefing([(Section("episodes", items), 3, 0.35)], max_chars=2000, compose=COMPOSED)
     shown = doc.sections[0].items
-    # The short text is given all it wants; the two long ones share the rest alike (a cut at a word
-    # leaves each a little under its part).
-    overhead = sum(len(wrapper._item_block(attrs.evolve(it, text=""), doc.nonce)) for it in items) + 3 * (
-        len('\n<item untrusted="true">\n\n</item nonce="">') + len(doc.nonce) + 1)
-    part = (700 - overhead - len("Short note.")) // 2
+    # The short text is given all it wants; the two long ones share the rest, each composed of whole
+    # sentences of its text.
     assert len(shown) == 3 and shown[0].text == "Short note."
-    assert all(0.6 * part <= len(it.text) <= part and is_word_cut(it.text, t)
+    assert all(is_whole_composition(it.text, t) and len(it.text) >= MIN_COMPOSED_TEXT
                for it, t in zip(shown[1:], texts[1:], strict=True))
     assert sum(len(wrapper._item_block(it, doc.nonce)) + 1 for it in shown) <= 700
     # A share that cannot give three their minimum shows two.
-    two = fit_briefing([(Section("episodes", items), 3, 0.25)], max_chars=2000, compose=("episodes",))
+    two = fit_briefing([(Section("episodes", items), 3, 0.25)], max_chars=2000, compose=COMPOSED)
     assert len(two.sections[0].items) == 2 and two.sections[0].dropped == 1
     # A share too small for any item's minimum shows none, and says so.
     tiny = fit_briefing([(Section("episodes", [short_episode(i, RUN_TEXT) for i in range(3)]), 3, 0.05)],
-                        max_chars=2000, compose=("episodes",))
+                        max_chars=2000, compose=COMPOSED)
     assert tiny.sections[0].items == () and tiny.sections[0].dropped == 3
     assert "(3 more not shown; use the recall tool for more)" in render_text(tiny)
+    # An item with no whole part at all (a text that was cut, nothing before the cut) is dropped whole,
+    # and a later one takes its slot.
+    cut = short_episode(0, "Sessions were pickled into the cache, which…")
+    later = fit_briefing([(Section("episodes", [cut, items[1]]), 3, 0.25)], max_chars=2000, compose=COMPOSED)
+    assert [it.provenance for it in later.sections[0].items] == [items[1].provenance]
+    assert later.sections[0].dropped == 1
 
 
 @settings(max_examples=80, deadline=None)
@@ -717,7 +750,7 @@ def test_req14_a_composed_section_shares_its_room_and_drops_only_what_cannot_kee
 def test_fit_briefing_composes_episodes_to_fit_and_leaves_the_rest_alone(
     counts: tuple[int, int, int, int], text_sizes: list[int], max_chars: int, wide: bool
 ) -> None:
-    words = ("été ledger " if wide else "the ledger ") * 200
+    words = ("été ledger. " if wide else "the ledger. ") * 200
 
     def text(i: int) -> str:
         return words[: text_sizes[i % len(text_sizes)]]
@@ -725,15 +758,69 @@ def test_fit_briefing_composes_episodes_to_fit_and_leaves_the_rest_alone(
     inp = mixed_input(counts, text, short_episode)
     nonce = "00112233445566778899aabb"
     plain = fit_briefing(inp, max_chars=max_chars, nonce=nonce)
-    doc = fit_briefing(inp, max_chars=max_chars, nonce=nonce, compose=("episodes",))
+    doc = fit_briefing(inp, max_chars=max_chars, nonce=nonce, compose=COMPOSED)
     rendered = render_text(doc)
     assert len(rendered) <= max_chars and nbytes(rendered) <= 4096
     assert doc.sections[:3] == plain.sections[:3]  # REQ-14: every section but episodes unchanged
     episodes, given = doc.sections[3], inp[3][0].items
-    assert [it.provenance for it in episodes.items] == [it.provenance for it in given[: len(episodes.items)]]
-    assert all(is_word_cut(it.text, g.text) for it, g in zip(episodes.items, given, strict=False))
+    provenance = iter(g.provenance for g in given)
+    assert all(any(it.provenance == p for p in provenance) for it in episodes.items)  # in order
+    by_provenance = {g.provenance: g for g in given}
+    assert all(is_whole_composition(it.text, by_provenance[it.provenance].text) or
+               it.text == by_provenance[it.provenance].text == "" for it in episodes.items)
     assert sum(len(wrapper._item_block(k, nonce)) + 1 for k in episodes.items) <= 0.25 * max_chars
     assert episodes.dropped == len(given) - len(episodes.items)
     assert doc.truncated == sum(s.dropped for s in doc.sections)
     if rendered:
         assert parse_text(rendered)["sections"][3]["items"] == comparable_json(doc)["sections"][3]["items"]
+
+
+_SENTENCES = st.text(alphabet=st.sampled_from("abcdefgh é€_/-"), min_size=1, max_size=90).map(
+    lambda t: " ".join(t.split()) or "x")
+
+
+@st.composite
+def episode_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A stored episode as random as REQ-5 allows where the gist reads it: a summary or not, a result
+    excerpt of sentences (some long), files touched and verify failures."""
+    def prose(n: int) -> str:
+        return " ".join(draw(_SENTENCES) + draw(st.sampled_from([".", "!", "?", ""])) for _ in range(n))
+
+    return {
+        "summary": prose(draw(st.integers(1, 3))) if draw(st.booleans()) else None,
+        "result_excerpt": prose(draw(st.integers(0, 8))),
+        "files_touched": draw(st.lists(st.from_regex(r"[a-z]{1,12}(/[a-z_]{1,20}){0,3}\.py", fullmatch=True),
+                                       max_size=8)),
+        "verify_failures": [{"error_class": c, "count": n} for c, n in draw(st.lists(
+            st.tuples(st.sampled_from(["AssertionError", "TypeError", "lint", "test_failure", "timeout"]),
+                      st.integers(1, 4)), max_size=4, unique_by=lambda f: f[0]))],
+    }
+
+
+@pytest.mark.req14
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bodies=st.lists(episode_bodies(), max_size=5), max_chars=st.integers(500, 4000),
+       others=st.tuples(st.integers(0, 10), st.integers(0, 5), st.integers(0, 12)))
+def test_req14_briefing_episode_items_are_whole_parts_never_cut(
+        bodies: list[dict[str, Any]], max_chars: int, others: tuple[int, int, int]) -> None:
+    """Issue 33, REQ-14 "an item that exceeds its share or the remaining cap is dropped whole, never
+    cut": over random episodes (their gists as the built-in provider serves them, which may already be
+    cut at a word) and random caps and neighbours, every episode item a briefing shows is composed of
+    whole parts of its text — whole sentences, whole paths, whole failure classes — and none ends in a
+    cut; the others are dropped whole and counted."""
+    from memactors.builtin import MAX_ITEM_TEXT
+
+    texts = [gist(b, (), MAX_ITEM_TEXT) or "x" for b in bodies]
+    inp = briefing_input([collision(i) for i in range(others[0])], [run(i) for i in range(others[1])],
+                         [fact(i, f"fact {i} about the ledger") for i in range(others[2])],
+                         [short_episode(i, t) for i, t in enumerate(texts)])
+    doc = fit_briefing(inp, max_chars=max_chars, compose=COMPOSED)
+    rendered = render_text(doc)
+    assert len(rendered) <= max_chars and nbytes(rendered) <= 4096
+    episodes = doc.sections[3]
+    by_provenance = {it.provenance: it.text for it in inp[3][0].items}
+    for it in episodes.items:
+        original = by_provenance[it.provenance]
+        assert it.text and is_whole_composition(it.text, original), (it.text, original)
+        assert not it.text.endswith(ELLIPSIS) or it.text.endswith(", " + ELLIPSIS)  # only a list's "more"
+    assert episodes.dropped == len(texts) - len(episodes.items)

@@ -114,21 +114,76 @@ async def run_daemon(
     loader: Callable[[], Config],
     *,
     announce: Callable[[Listening], None] = lambda listening: None,
+    early_reload: Callable[[], bool] = lambda: False,
     task_status: trio.TaskStatus[Listening] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the daemon until cancelled or signalled; reports the bound addresses once serving."""
-    holder = await trio.to_thread.run_sync(ConfigHolder, loader)
-    config = holder.current
-    state_dir = config.store.path
-    lock = await trio.to_thread.run_sync(lock_state_dir, state_dir)
-    try:
-        await _serve(holder, state_dir, announce, task_status)
-    finally:
-        os.close(lock)  # releases the flock
+    """Run the daemon until cancelled or signalled; reports the bound addresses once serving.
+
+    ``early_reload`` says whether a SIGHUP came before this function's own handlers were in place
+    (`EarlyHangup`, installed by `serve_main` before the first log line): it is queued like any other.
+
+    Signal handling is the first thing in place, before the configuration is read, the state directory
+    locked or any listener opened (issue 33): SIGHUP's default action kills a process, and a SIGHUP
+    that arrived while the listeners were still opening did. A reload asked for during start-up is
+    queued and applied once the daemon serves (several coalesce into one); SIGINT or SIGTERM during
+    start-up abandon it, and once serving stop the daemon gracefully.
+    """
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                control = _Control(stop_scope=nursery.cancel_scope)
+                if early_reload():  # after the receiver is open: no SIGHUP falls between the two
+                    control.queue_reload()
+                nursery.start_soon(_watch_signals, signals, control)
+                nursery.start_soon(_apply_reloads, control)
+                holder = await trio.to_thread.run_sync(ConfigHolder, loader)
+                config = holder.current
+                state_dir = config.store.path
+                lock = await trio.to_thread.run_sync(lock_state_dir, state_dir)
+                try:
+                    await _serve(holder, state_dir, announce, task_status, control)
+                finally:
+                    os.close(lock)  # releases the flock
+                nursery.cancel_scope.cancel()  # served and stopped: the signal and reload tasks end too
+        except BaseExceptionGroup as group:  # ok: unwrapped at this edge, re-raised whole otherwise
+            # The signal tasks do not fail: a group of one is the start-up's or the service's own
+            # exception (a configuration error, a listener that cannot bind), raised as it was before
+            # this nursery existed.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+
+@attrs.define
+class _Control:
+    """What the signal task needs to act on a signal at any point of the daemon's life."""
+
+    #: Cancelled by SIGINT/SIGTERM: the whole start-up until the daemon serves, then only the serving
+    #: nursery, so the memory service still closes gracefully (flushing what it holds).
+    stop_scope: trio.CancelScope
+    #: The configuration, once loaded and serving: reloads wait for it.
+    holder: ConfigHolder | None = None
+    serving: trio.Event = attrs.field(factory=trio.Event)
+    #: At most one reload waiting: SIGHUPs that arrive before the last is applied coalesce into it.
+    reloads: tuple[trio.MemorySendChannel[None], trio.MemoryReceiveChannel[None]] = attrs.field(
+        factory=lambda: trio.open_memory_channel[None](1))
+
+    def queue_reload(self) -> None:
+        if not self.serving.is_set():
+            logger.info("configuration reload queued until start-up completes")
+        try:
+            self.reloads[0].send_nowait(None)
+        except trio.WouldBlock:
+            pass  # one is already waiting: it reads the files as they are then
+
+    def now_serving(self, holder: ConfigHolder, scope: trio.CancelScope) -> None:
+        self.holder = holder
+        self.stop_scope = scope
+        self.serving.set()
 
 
 async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[Listening], None],
-                 task_status: trio.TaskStatus[Listening]) -> None:
+                 task_status: trio.TaskStatus[Listening], control: _Control) -> None:
     config = holder.current
     tokens = await trio.to_thread.run_sync(ensure_tokens, state_dir)
     metrics = Metrics()
@@ -147,20 +202,20 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
             metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())
-        # The handlers are in place before daemon.json tells anyone where we are: a SIGTERM sent as soon
-        # as the file appears stops the daemon gracefully instead of killing it with the default action.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        # The handlers were in place before any of this (run_daemon): a SIGTERM sent as soon as
+        # daemon.json appears stops the daemon gracefully instead of killing it with the default action.
+        try:
             await trio.to_thread.run_sync(write_daemon_file, state_dir, listening)
             logger.bind(operator=listening.operator, gateway=gateway_url, metrics=listening.metrics,
                         provider=config.memory.provider).info("memactors serving")
             announce(listening)
             task_status.started(listening)
             nursery.start_soon(_send_spool, memory, state_dir)
-            try:
-                await _signals(holder, signals, nursery.cancel_scope)
-            finally:
-                # A stale daemon.json would send the CLI to a port nobody listens on.
-                (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
+            control.now_serving(holder, nursery.cancel_scope)
+            await trio.sleep_forever()  # until a signal cancels the serving nursery
+        finally:
+            # A stale daemon.json would send the CLI to a port nobody listens on.
+            (state_dir / DAEMON_FILE).unlink(missing_ok=True)  # noqa: ASYNC240 -- one unlink at shutdown
 
 
 async def _apply_revocations(memory: Any, state_dir: Path) -> None:
@@ -242,21 +297,53 @@ def _cannot_listen(key: str, address: str, exc: BaseException) -> ConfigError:
                        key=key, value=address)
 
 
-async def _signals(holder: ConfigHolder, signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+async def _watch_signals(signals: AsyncIterator[int], control: _Control) -> None:
+    """SIGHUP queues a reload (applied by `_apply_reloads` once serving); SIGINT/SIGTERM stop."""
     async for signum in signals:
         if signum == signal.SIGHUP:
-            try:
-                await trio.to_thread.run_sync(holder.reload)  # logs "configuration reloaded" once
-            except ConfigError as exc:
-                logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
+            control.queue_reload()
             continue
-        logger.bind(signal=signal.Signals(signum).name).info("stopping")
-        scope.cancel()
+        logger.bind(signal=signal.Signals(signum).name,
+                    starting=None if control.serving.is_set() else True).info("stopping")
+        control.stop_scope.cancel()
         return
 
 
-def serve_main(config_path: Path | None) -> int:
-    """Entry point of `memactors serve`."""
+async def _apply_reloads(control: _Control) -> None:
+    """Reload the configuration for each queued SIGHUP, in order, once the daemon serves."""
+    _, receive = control.reloads
+    await control.serving.wait()
+    holder = control.holder
+    assert holder is not None
+    async for _ in receive:
+        try:
+            await trio.to_thread.run_sync(holder.reload)  # logs "configuration reloaded" once
+        except ConfigError as exc:
+            logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
+
+
+class EarlyHangup:
+    """A SIGHUP handler for the moments before `run_daemon`'s own are in place (the interpreter is
+    already running, trio is not yet): it notes the signal instead of letting SIGHUP's default action
+    kill the process, and `run_daemon` queues the reload it stands for. trio's receiver replaces it."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        signal.signal(signal.SIGHUP, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.seen = True
+
+    def take(self) -> bool:
+        seen, self.seen = self.seen, False
+        return seen
+
+
+def serve_main(config_path: Path | None, *, early_reload: Callable[[], bool] | None = None) -> int:
+    """Entry point of `memactors serve`. ``early_reload`` is the caller's own early SIGHUP note (the CLI
+    installs one before importing this module); without one, `EarlyHangup` is installed here, first."""
+    if early_reload is None:
+        early_reload = EarlyHangup().take  # a SIGHUP from here on is a reload, never the end of the process
 
     def loader() -> Config:
         return load_config(config_path)
@@ -276,7 +363,8 @@ def serve_main(config_path: Path | None) -> int:
     soft, hard = raise_nofile_limit()
     logger.bind(nofile_soft=soft, nofile_hard=hard).info("file descriptor limit")
     try:
-        trio.run(lambda: run_daemon(loader, announce=announce), restrict_keyboard_interrupt_to_checkpoints=True)
+        trio.run(lambda: run_daemon(loader, announce=announce, early_reload=early_reload),
+                 restrict_keyboard_interrupt_to_checkpoints=True)
     except SupervisorFailed as exc:
         return _gave_up(exc)
     except StoreUnavailable as exc:

@@ -64,10 +64,15 @@ def doctor_rows(
     breaker = status.get("breaker")
     if state == "ready" and breaker not in (None, "closed"):
         first = "warn"
+    # The provider's real state (Status's condition): the breaker only when it is ready — a provider
+    # that is down never reaches it, so "breaker closed" would be said through any outage (issue 33).
+    condition = status.get("condition")
+    if condition is None:
+        condition = f"{state}, breaker {breaker}" + (
+            f": {error}" if error and state not in ("ready", "incompatible") else "")
     rows.append(Row(first, "memory provider",
                     f"{provider} ({status.get('transport')}), contract {contract if contract is not None else 'unknown'}, "
-                    f"state {state}, breaker {breaker}"
-                    + (f": {error}" if error and state not in ("ready", "incompatible") else "")
+                    f"state {condition}"
                     + (": recalls are answered without episodes and records are queued until it closes"
                        if first == "warn" and state == "ready" else "")))
     rows.extend(store_rows(status.get("store")))

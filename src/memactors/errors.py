@@ -68,6 +68,17 @@ class ProviderUnavailable(MemactorsError):
     mcp_code = "unavailable"
 
 
+class ProviderTimeout(ProviderUnavailable):
+    """Raised when a call to the memory provider does not answer within its deadline; names the
+    provider, the operation (the contract tool) and the deadline, so a log line says all three."""
+
+    def __init__(self, operation: str, deadline: float, **context: object) -> None:
+        super().__init__(f"{operation} did not answer within {deadline:g}s", operation=operation,
+                         deadline_s=f"{deadline:g}", **context)
+        self.operation = operation
+        self.deadline = deadline
+
+
 class StoreUnavailable(MemactorsError):
     """Raised when the store's database cannot be reached or lost its connection (PostgreSQL down or
     unreachable); names the store as ``user@host:port/db``, never its password."""

@@ -58,9 +58,10 @@ EPISODE_OUTCOMES = frozenset({"ok", "error", "skipped"})
 SUMMARY_OUTCOMES = frozenset({"ok", "fallback"})
 RECALL_OUTCOMES = frozenset({"ok", "degraded", "error"})
 OPS = frozenset({"record", "recall", "forget", "contract"})
-#: REQ-9's drop reasons, and ``text_replaced``: an item whose text was not drawn from the episode it names,
-#: served with the daemon's own text of that episode instead of the provider's (issue 20).
-DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid", "text_replaced"})
+#: REQ-9's drop reasons, exactly (REQ-21: "reason is REQ-9's"). An item whose text was not drawn from the
+#: episode it names is not dropped but served with the daemon's own text (issue 20): that is counted in
+#: ``memactors_memory_results_text_replaced_total``, not here (issue 33).
+DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
 PENDING_KINDS = frozenset({"record", "forget"})
 DELIVERIES = frozenset({"prompt", "tool", "resource"})
 BRIEFING_OUTCOMES = frozenset({"ok", "empty", "skipped"})
@@ -169,6 +170,13 @@ class Metrics:
             ["provider", "kind"],
             registry=r,
         )
+        # Not a REQ-21 family, so outside the harness_memory_ namespace (as the queue depth below).
+        self.results_text_replaced = Counter(
+            "memactors_memory_results_text_replaced",
+            "Provider results kept but served with memactors' own text of their episode (not drawn from it).",
+            ["provider"],
+            registry=r,
+        )
         self.actor_queue_depth = Gauge(
             "memactors_actor_queue_depth",
             "Messages waiting in an actor's inbox.",
@@ -231,13 +239,20 @@ class Metrics:
         return len(self.degraded_recalls)
 
     def dropped(self, provider: str, reason: str, count: int = 1) -> None:
-        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid),
-        or served with the daemon's own text (text_replaced)."""
+        """Count ``count`` provider results dropped for a REQ-9 reason (unknown_id, forgotten, scope, invalid)."""
         if count < 0:
             raise ValueError("dropped count must not be negative")
         self.results_dropped.labels(
             _check_name(provider, "provider"), _check(reason, DROP_REASONS, "reason")
         ).inc(count)
+
+    def text_replaced(self, provider: str, count: int = 1) -> None:
+        """Count ``count`` provider results kept but served with memactors' own text of their episode,
+        because the provider's text was not drawn from it (REQ-9's text check). Not drops: a series of
+        their own, so ``harness_memory_results_dropped_total`` keeps REQ-9's four reasons."""
+        if count < 0:
+            raise ValueError("replaced count must not be negative")
+        self.results_text_replaced.labels(_check_name(provider, "provider")).inc(count)
 
     def briefing(self, harness: str, delivery: str, outcome: str, size_bytes: int | None = None) -> None:
         """Count one briefing (delivery prompt|tool|resource, outcome ok|empty|skipped); set its size if given."""

@@ -126,7 +126,10 @@ class TuiState:
         if st is None:
             return "memactors · connecting to the daemon…"
         p = st.get("pending") or {}
-        return (f"memactors · provider {st.get('provider')}: {st.get('state')} · breaker {st.get('breaker')} · "
+        # The provider's real state (Status's condition: the breaker only when it is ready, else since
+        # when and the last error), not a breaker that a provider which is down never reaches (issue 33).
+        condition = st.get("condition") or f"{st.get('state')} · breaker {st.get('breaker')}"
+        return (f"memactors · provider {st.get('provider')}: {condition} · "
                 f"pending {p.get('records', 0)} records, {p.get('forgets', 0)} forgets"
                 + (f" · failed {p.get('record_failed', 0)}/{p.get('forget_failed', 0)}"
                    if p.get("record_failed") or p.get("forget_failed") else ""))
@@ -182,7 +185,7 @@ class TuiState:
 def overlay_lines(briefing: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
     """The read-only overlay of one GetBriefing answer (REQ-19); long lines are wrapped by the view."""
     structured = briefing.get("structured") or {}
-    provider_state = status.get("state", "unknown")
+    provider_state = status.get("condition") or status.get("state", "unknown")
     lines = [
         f"Briefing preview: {briefing['harness']} (read-only, no exposure recorded)",
         f"provider {briefing.get('provider')}: {provider_state}"

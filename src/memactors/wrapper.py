@@ -18,7 +18,7 @@ import json
 import re
 import secrets
 import unicodedata
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -42,6 +42,7 @@ __all__ = [
     "fit_recall",
     "fit_briefing",
     "cut_at_word",
+    "Composer",
     "ELLIPSIS",
     "MIN_COMPOSED_TEXT",
 ]
@@ -68,7 +69,8 @@ _SEP = " · "
 #: The opening lines of an item's fence (see _item_block: the closing line carries the nonce).
 _OPEN = "<item>"
 _OPEN_UNTRUSTED = '<item untrusted="true">'
-#: What a text composed to fit ends with when words were left out.
+#: What a text cut at a word ends with (`cut_at_word`: recall's gists); a briefing's composed item shows
+#: it only to close a list that left entries out.
 ELLIPSIS = "…"
 #: The shortest text an item composed to fit is given (unless its whole text is shorter): about the
 #: opening of a sentence, a commit subject. Fewer items with this much text each beat more items with
@@ -491,41 +493,40 @@ def cut_at_word(text: str, max_chars: int, max_bytes: int | None = None) -> str:
     return head + ELLIPSIS if head else ""
 
 
-def _water_fill(sizes: Sequence[int], total: int) -> list[int]:
-    """Split ``total`` over items wanting ``sizes``: the smallest are given all they want, the rest an
-    equal part of what is left (so no item gets less than another unless it wanted less)."""
-    out = [0] * len(sizes)
-    left = max(total, 0)
-    order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
-    for k, i in enumerate(order):
-        out[i] = min(sizes[i], left // (len(order) - k))
-        left -= out[i]
-    return out
+#: Composes an item's text for a room: ``(text, max_chars, max_bytes) -> text``, the longest text of
+#: whole parts of ``text`` that fits, or ``""`` when none does (the item is then dropped whole).
+#: The briefing's episodes use `gist.compose` (issue 33).
+Composer = Callable[[str, int, int], str]
 
 
-def _composed(items: Sequence[Item], room_c: int, room_b: int, nonce: str, min_text: int) -> tuple[Item, ...] | None:
-    """``items`` with their texts cut (`cut_at_word`) so that all their blocks, each with its joining
-    newline, fit in ``room_c`` characters and ``room_b`` bytes, the room shared out by `_water_fill`;
-    None when an item would get less than ``min_text`` characters (or its whole text, when shorter)."""
+def _composed(items: Sequence[Item], room_c: int, room_b: int, nonce: str, min_text: int,
+              composer: Composer) -> tuple[Item, ...] | None:
+    """``items`` with their texts composed (``composer``) so that all their blocks, each with its joining
+    newline, fit in ``room_c`` characters and ``room_b`` bytes; None when an item would show less than
+    ``min_text`` characters (or its whole composition, when shorter), or nothing.
+
+    The room is shared as water fills: the items wanting least are composed first, each for an equal
+    part of what is left, and what a composition leaves of its part (whole parts rarely fill it
+    exactly) goes to the items after it."""
     if not items:
         return ()
     bare = [attrs.evolve(it, text="x") if it.text else it for it in items]
     over_c = sum(len(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
     over_b = sum(_nbytes(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
-    want_c = [len(it.text) for it in items]
-    if sum(min(w, min_text) for w in want_c) > room_c - over_c or over_b > room_b:
+    left_c, left_b = room_c - over_c, room_b - over_b
+    if left_c < 0 or left_b < 0:
         return None
-    chars = _water_fill(want_c, room_c - over_c)
-    nbytes = _water_fill([_nbytes(it.text) for it in items], room_b - over_b)
-    out: list[Item] = []
-    for it, c, b in zip(items, chars, nbytes, strict=True):
-        if not it.text:
-            out.append(it)
-            continue
-        text = cut_at_word(it.text, c, b)
-        if not text:  # not even its first word fits its part (a long unbroken token)
+    fulls = [composer(it.text, len(it.text), _nbytes(it.text)) if it.text else "" for it in items]
+    texted = sorted((i for i, it in enumerate(items) if it.text), key=lambda i: (len(fulls[i]), i))
+    out = list(items)
+    for k, i in enumerate(texted):
+        part_c, part_b = left_c // (len(texted) - k), left_b // (len(texted) - k)
+        text = composer(items[i].text, part_c, part_b)
+        if not text or len(text) < min(min_text, len(fulls[i])):
             return None
-        out.append(it if text == it.text else attrs.evolve(it, text=text))
+        out[i] = items[i] if text == items[i].text else attrs.evolve(items[i], text=text)
+        left_c -= len(text)
+        left_b -= _nbytes(text)
     return tuple(out)
 
 
@@ -537,7 +538,7 @@ def fit_briefing(
     recall_pointer: str = "use the recall tool for more",
     degraded: str | None = None,
     nonce: str | None = None,
-    compose: Collection[str] = (),
+    compose: Mapping[str, Composer] | None = None,
     min_text: int = MIN_COMPOSED_TEXT,
 ) -> Document:
     """REQ-14's briefing document from ``(section, max_items, share)`` triples, filled in order.
@@ -552,14 +553,17 @@ def fit_briefing(
     dropped. Same inputs and same nonce give byte-identical output. Raises InvalidArgument when the
     cap cannot hold the document's fixed overhead.
 
-    Sections named in ``compose`` (the briefing's episodes) are composed to fit instead: the first
-    ``n`` items are shown, ``n`` as large as lets each item keep at least ``min_text`` characters of
-    its text (or all of it, when shorter), and the room (the section's share, within what the cap
-    leaves) is shared out among their texts, each cut at a word boundary (`cut_at_word`) to its part.
-    The items after the first ``n`` count as dropped. A composed item is then placed whole: its text
-    is chosen for the room before it is placed, never cut after. Sections still fill in order, so a
-    composed section last in line gets what the cap leaves, up to its share.
+    Sections named in ``compose`` (the briefing's episodes) are composed to fit instead, each item's
+    text by the section's composer (`gist.compose`: a shorter text of whole parts — fewer sentences,
+    paths, failure classes — never a cut one). An item whose text has no whole part at all is dropped
+    whole; of the others the first ``n`` are shown, ``n`` as large as lets each show at least
+    ``min_text`` characters (or all its whole parts, when shorter), and the room (the section's share,
+    within what the cap leaves) is shared out among their texts. The items not shown count as dropped.
+    A composed item is then placed whole: its text is chosen for the room before it is placed, never
+    cut after. Sections still fill in order, so a composed section last in line gets what the cap
+    leaves, up to its share.
     """
+    compose = compose or {}
     secs = tuple(s for s, _, _ in sections)
     strings = list(_content_strings(secs, degraded, recall_pointer))
     if nonce is None:
@@ -604,7 +608,7 @@ def fit_briefing(
         share_c = int(share * max_chars)
         if section.name in compose:
             items, dropped, sec_c, sec_b = _compose_section(
-                section, max_items, share_c, room_c, room_b, nonce, pointer, min_text)
+                section, max_items, share_c, room_c, room_b, nonce, pointer, min_text, compose[section.name])
         else:
             items, dropped, sec_c, sec_b = _fill_section(section, max_items, share_c, room_c, room_b, nonce, pointer)
         used_c += sec_c
@@ -643,16 +647,18 @@ def _fill_section(section: Section, max_items: int, share_c: int, room_c: int, r
 
 
 def _compose_section(section: Section, max_items: int, share_c: int, room_c: int, room_b: int, nonce: str,
-                     pointer: str, min_text: int) -> tuple[tuple[Item, ...], int, int, int]:
+                     pointer: str, min_text: int, composer: Composer) -> tuple[tuple[Item, ...], int, int, int]:
     """A composed section (see `fit_briefing`): as many of its first items as keep ``min_text`` each,
-    their texts cut to share the room: (items, dropped, characters, bytes used)."""
-    candidates = section.items[: max(max_items, 0)]
+    their texts composed of whole parts to share the room: (items, dropped, characters, bytes used)."""
+    candidates = [it for it in section.items[: max(max_items, 0)]
+                  if not it.text or composer(it.text, len(it.text), _nbytes(it.text))]  # no whole part: dropped
     for n in range(len(candidates), -1, -1):
         dropped = section.dropped + len(section.items) - n
         line = _dropped_line(dropped, pointer) if dropped else None
         line_c = len(line) + 1 if line else 0
         line_b = _nbytes(line) + 1 if line else 0
-        items = _composed(candidates[:n], min(share_c, room_c - line_c), room_b - line_b, nonce, min_text)
+        items = _composed(candidates[:n], min(share_c, room_c - line_c), room_b - line_b, nonce, min_text,
+                          composer)
         if items is None:
             continue
         sec_c = sum(len(_item_block(it, nonce)) + 1 for it in items) + line_c

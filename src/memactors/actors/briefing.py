@@ -17,8 +17,9 @@ a vote.
 
 Briefings are deterministic except for their episodes: the same store and the same ``now`` give the
 same bytes. The wrapper's nonce is then derived, not drawn: an HMAC (under a key drawn once per actor)
-over the document's content and ``now``, re-derived with a counter until it occurs in no content, so it
-stays unpredictable to whoever wrote the content and still identical for identical inputs.
+over the document's content (not the instant: two previews a few milliseconds apart that say the same
+are the same bytes), re-derived with a counter until it occurs in no content, so it stays unpredictable
+to whoever wrote the content and still identical for identical inputs.
 
 A run's briefing is computed once and cached in the store (``graph`` briefings table), then served
 unchanged until ``refresh``; each serve to a run writes exposure rows for the facts it shows (REQ-17),
@@ -41,7 +42,7 @@ from loguru import logger
 from .. import contract, graph
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
-from ..errors import InvalidArgument, MemactorsError, NotAttributed, StoreUnavailable
+from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
 from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock
@@ -279,7 +280,8 @@ class Briefing:
         and ``store_unavailable``.
         """
         timeout = self._config().episodes.provider_timeout
-        budget_end = min(deadline, trio.current_time() + timeout)
+        started = trio.current_time()
+        budget_end = min(deadline, started + timeout)
         scopes = list(view.episode_scopes)
         if not scopes:
             mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
@@ -309,7 +311,7 @@ class Briefing:
                 valid, invalid = contract.split_items(payload)
                 filtered, empty, mine = await self._store.read(lambda db: recheck(db, valid, invalid))
             if scope.cancelled_caught:
-                raise trio.TooSlowError
+                raise ProviderTimeout("memory_recall", budget_end - started, provider=self.provider)
         except StoreUnavailable as exc:
             self._log.bind(error=exc.message).warning("episodes degraded: store unavailable")
             return Episodes((), STORE_UNAVAILABLE, False), fallback
@@ -317,12 +319,14 @@ class Briefing:
             # Every recall degrades while the provider is down: one line per 10 s with the count folded in.
             suppressed = self._degraded_lines.allow(type(exc).__name__)
             if suppressed is not None:
-                self._log.bind(error=type(exc).__name__, suppressed=suppressed).warning(
-                    "episodes degraded: provider unavailable")
+                self._log.bind(op="memory_recall", error=type(exc).__name__, detail=str(exc)[:300],
+                               suppressed=suppressed).warning("episodes degraded: provider unavailable")
             mine, ok = await self._local_only(local, fallback, budget_end, timeout / 4)
             return Episodes((), PROVIDER_UNAVAILABLE if ok else STORE_UNAVAILABLE, ok), mine
         for reason, count in filtered.dropped:
             self._metrics.dropped(self.provider, reason, count)
+        if filtered.replaced:
+            self._metrics.text_replaced(self.provider, filtered.replaced)
         reported = payload.get("degraded")
         return Episodes(filtered.kept, reported if isinstance(reported, str) else None, False, empty), mine
 
@@ -421,7 +425,7 @@ class Briefing:
         max_chars = self._max_chars(view.harness)
         if not view.repo:
             return fit_briefing([(Section(name, ()), n, share) for name, n, share in BRIEFING_LAYOUT],
-                                max_chars=max_chars, nonce=derived_nonce(self._key, (), now),
+                                max_chars=max_chars, nonce=derived_nonce(self._key, ()),
                                 recall_pointer=RECALL_POINTER, degraded=view.degraded)
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
@@ -453,7 +457,7 @@ class Briefing:
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
-            nonce=derived_nonce(self._key, sections, now), recall_pointer=RECALL_POINTER,
+            nonce=derived_nonce(self._key, sections), recall_pointer=RECALL_POINTER,
             compose=BRIEFING_COMPOSED,
         )
 

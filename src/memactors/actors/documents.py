@@ -20,14 +20,24 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from .. import contract, graph
 from ..errors import MemactorsError
-from ..store import iso
-from ..wrapper import BRIEFING_MAX_BYTES, Document, Item, Provenance, Section, fit_briefing, fit_recall
+from ..gist import compose as compose_gist
+from ..wrapper import (
+    BRIEFING_MAX_BYTES,
+    Composer,
+    Document,
+    Item,
+    Provenance,
+    Section,
+    fit_briefing,
+    fit_recall,
+)
 from .index import KeptItem
 
 __all__ = [
@@ -68,8 +78,9 @@ BRIEFING_EPISODES = 3
 #: burst of empty runs, newest first, and up to 17 of them are skipped (bench/briefing_path.py: the
 #: agent path costs about the same with 20 as with 3).
 BRIEFING_CANDIDATES = contract.MAX_LIMIT
-#: Sections whose item texts the wrapper composes to fit (REQ-14 episodes; see `wrapper.fit_briefing`).
-BRIEFING_COMPOSED = ("episodes",)
+#: Sections whose item texts the wrapper composes to fit, and how (REQ-14 episodes: a shorter gist of
+#: whole parts, `gist.compose`, or the item dropped whole, never a cut text; see `wrapper.fit_briefing`).
+BRIEFING_COMPOSED: Mapping[str, Composer] = MappingProxyType({"episodes": compose_gist})
 #: Facts whose word sets are at least this similar (Jaccard: shared words over all words) are
 #: near-duplicates, shown once in an answer.
 NEAR_DUPLICATE = 0.8
@@ -240,11 +251,18 @@ def collision_item(c: graph.Collision) -> Item:
     )), "", untrusted=False)
 
 
-def derived_nonce(key: bytes, sections: Sequence[Section], now: datetime) -> str:
-    """A nonce that is the same for the same content and now, and unpredictable without ``key``."""
+def derived_nonce(key: bytes, sections: Sequence[Section]) -> str:
+    """A nonce that is the same for the same content, and unpredictable without ``key``.
+
+    Derived from the content alone, not from the instant it was composed (issue 33): two previews of
+    the same store whose documents say the same thing are byte-identical however many milliseconds
+    apart they were asked for (REQ-14 "Deterministic without the provider"). Whatever ``now`` changes in
+    a document (an episode's age, a collision that expired) is content, so it changes the nonce too.
+    Text that learns one document's nonce cannot use it: a document containing it is other content,
+    with another nonce (and a derived nonce found in the content is re-derived)."""
     material = json.dumps(
         [[s.name, s.note, s.dropped, [[it.provenance.label, list(it.provenance.fields), it.text, it.untrusted]
-                                      for it in s.items]] for s in sections] + [iso(now)],
+                                      for it in s.items]] for s in sections],
         ensure_ascii=False,
     ).encode("utf-8", "surrogatepass")
     strings = [it.text for s in sections for it in s.items] + [

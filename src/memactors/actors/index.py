@@ -31,7 +31,9 @@ from ..repo import scope_for
 from ..store import Db, Store, WallClock, iso
 from .kernel import open_mailbox, serve
 
-DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid", "text_replaced")
+#: REQ-9's drop reasons, exactly (REQ-21's ``reason`` label). An item served with the daemon's own text
+#: is not dropped: `Filtered.replaced` counts those.
+DROP_REASONS = ("unknown_id", "forgotten", "scope", "invalid")
 
 
 @attrs.frozen
@@ -65,9 +67,11 @@ class KeptItem:
 @attrs.frozen
 class Filtered:
     kept: tuple[KeptItem, ...]
-    #: (reason, count), reasons from DROP_REASONS (REQ-9's four, and text_replaced: served with
-    #: the daemon's own text, not dropped)
+    #: (reason, count), reasons from DROP_REASONS (REQ-9's four)
     dropped: tuple[tuple[str, int], ...]
+    #: Kept items served with the daemon's own text of their episode in place of the provider's
+    #: (not drawn from it): kept, so not a drop; counted in a series of their own.
+    replaced: int = 0
 
 
 @attrs.frozen
@@ -433,12 +437,13 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
     `check_text` (every provider but one configured ``own_text = true``) an item whose text is not drawn
     from the episode it names (`text_belongs`: a claim "recorded by harness release-bot", another
     episode's text swapped in) is served with the daemon's own text of that episode instead, counted
-    ``text_replaced``: the agent still gets the episode the provider found, under memactors' provenance,
-    and none of the provider's words ("Provenance cannot be spoofed"); `words` (the recall's query words)
-    pick its snippet. ``invalid`` stays REQ-3's bounds.
+    ``replaced`` (not a drop: the agent still gets the episode the provider found, under memactors'
+    provenance, and none of the provider's words, "Provenance cannot be spoofed"); `words` (the recall's
+    query words) pick its snippet. ``invalid`` stays REQ-3's bounds.
     """
     visible = set(visible_scopes)
     dropped: Counter[str] = Counter()
+    replaced_count = 0
     if invalid:
         dropped["invalid"] += invalid
     kept: list[KeptItem] = []
@@ -469,7 +474,7 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
             continue  # several provider ids of one episode: serve it once
         seen.add(eid)
         if replaced:
-            dropped["text_replaced"] += 1
+            replaced_count += 1
         ep = json.loads(body)
         kept.append(KeptItem(
             provider_id=item.id, text=text, score=item.score,
@@ -480,7 +485,7 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
             ),
             episode=ep,
         ))
-    return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())))
+    return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())), replaced=replaced_count)
 
 
 def _index_rows(db: Db, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:

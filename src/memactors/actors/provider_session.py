@@ -47,7 +47,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import contract
-from ..errors import MemactorsError, ProviderIncompatible, ProviderUnavailable
+from ..errors import MemactorsError, ProviderIncompatible, ProviderTimeout, ProviderUnavailable
 from ..metrics import Metrics
 from ..provider_stderr import log_stderr
 from ..store import Store, WallClock, iso, log_call, utc_now
@@ -453,6 +453,7 @@ class ProviderSession:
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
         deadline = call.deadline
+        started = trio.current_time()
         generation = self._generation
         if self.breaker.state == "half_open":  # the single probe runs under provider_timeout
             deadline = min(deadline, trio.current_time() + self._provider_timeout)
@@ -463,7 +464,7 @@ class ProviderSession:
                 verdict = "ok"
                 return payload
             verdict = "timeout" if scope.cancelled_caught else "neutral"
-            raise ProviderUnavailable(f"{call.tool} timed out", provider=self.provider, tool=call.tool)
+            raise ProviderTimeout(call.tool, deadline - started, provider=self.provider)
         except _ConnectionLost:
             # One dead connection is one failure, not one per call that was in flight on it.
             verdict = "neutral" if self._failure_reported_for >= generation else "failure"

@@ -38,7 +38,7 @@ import trio
 from loguru import logger
 
 from .._wire import parse_time
-from ..errors import MemactorsError, StoreUnavailable, UnknownEpisode
+from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso
@@ -511,8 +511,7 @@ class Retention:
         arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
                      "episode": episode, "text": text}
         try:
-            with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
-                payload = await provider_call(self._provider_address, "memory_record_episode", arguments)
+            payload = await self._call_within("memory_record_episode", arguments)
             ids = tuple(str(i) for i in payload["ids"])
             # Index rows and the pending row's removal in one transaction; ids of an episode forgotten
             # while its record was in flight are tombstoned and queued for forget in it too.
@@ -522,8 +521,8 @@ class Retention:
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
             # what went wrong upstream: SPEC-0030 "A provider error is attributable".
-            self._log.bind(episode=episode_id, error=type(exc).__name__, detail=redact(str(exc))[:300],
-                           state=state).warning("episode record failed")
+            self._log.bind(episode=episode_id, op="memory_record_episode", error=type(exc).__name__,
+                           detail=redact(str(exc))[:300], state=state).warning("episode record failed")
             return state
         self._metrics.episode_recorded(self._provider, "ok")
         if self._failing:
@@ -543,15 +542,15 @@ class Retention:
         log = self._log.bind(episode=attempt.episode_id, target=attempt.provider)
         try:
             if attempt.provider == self._provider:
-                with trio.fail_after(max(self._provider_timeout * 5, 5.0)):
-                    payload = await provider_call(self._provider_address, "memory_forget", {"id": attempt.provider_id})
+                payload = await self._call_within("memory_forget", {"id": attempt.provider_id})
             elif attempt.provider == "builtin":
                 payload = await self._builtin_provider().forget({"id": attempt.provider_id})
             else:
                 return "unreachable"
         except (MemactorsError, trio.TooSlowError) as exc:
             state = await self._failed(attempt, exc)
-            log.bind(error=type(exc).__name__, state=state).warning("forget failed")
+            log.bind(op="memory_forget", error=type(exc).__name__, detail=redact(str(exc))[:300],
+                     state=state).warning("forget failed")
             return state
 
         def done(db: Db) -> bool:
@@ -563,6 +562,18 @@ class Retention:
             await self._store.checkpoint()  # the body is gone: no page image of it left in the WAL
         log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
         return "forgotten"
+
+    async def _call_within(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``tool`` on the provider under the retry loop's deadline (five provider_timeouts, at least
+        5 s); a call that does not answer in time raises ProviderTimeout naming the provider, the tool
+        and the deadline (a bare TooSlowError says none of them)."""
+        deadline = max(self._provider_timeout * 5, 5.0)
+        try:
+            with trio.fail_after(deadline):
+                payload: dict[str, Any] = await provider_call(self._provider_address, tool, arguments)
+        except trio.TooSlowError:
+            raise ProviderTimeout(tool, deadline, provider=self._provider) from None
+        return payload
 
     def _builtin_provider(self) -> Any:
         if self._builtin is None:

@@ -100,7 +100,7 @@ from .ranking import search_words as search_words
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
-#: cuts it further at a word boundary keeps the best of it.
+#: composes a shorter one of its whole parts (`gist.compose`) keeps the best of it.
 MAX_ITEM_TEXT = 320
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000

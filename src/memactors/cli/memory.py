@@ -41,9 +41,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return code
     info = st.get("provider_info") or {}
     print(f"provider   {st['provider']} ({st['transport']})  {info.get('name', '')} {info.get('version', '')}".rstrip())
-    print(f"state      {st['state']}  contract {st['contract']}  breaker {st['breaker']}")
-    if st.get("last_error"):
-        print(f"last error {st['last_error']}")
+    # The provider's real state: the breaker only for a ready provider (one that is down never reaches
+    # it, so it would say "closed" through any outage), else since when and the last error (issue 33).
+    condition = st.get("condition") or f"{st['state']}, breaker {st['breaker']}"
+    print(f"state      {condition}  contract {st['contract']}")
     c = st["counts"]
     if c is not None:
         print(f"episodes   {c['live_episodes']} live, {c['episodes'] - c['live_episodes']} forgotten, "

@@ -11,9 +11,21 @@ from ._core import JSON_HELP, CliError, call
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    # Before the daemon's (heavy) imports: from here a SIGHUP is noted as a reload to apply once the
+    # daemon serves, never SIGHUP's default action, which ends the process (issue 33).
+    hangups: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, frame: hangups.append(signum))
+
+    def early_reload() -> bool:
+        seen = bool(hangups)
+        hangups.clear()
+        return seen
+
     from ..daemon import serve_main
 
-    return serve_main(Path(args.config) if args.config else None)
+    return serve_main(Path(args.config) if args.config else None, early_reload=early_reload)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -23,6 +23,25 @@ class _Bar(core.StatusLine):
         self.show(f"{core.bar(done, total)} rows  {table}")
 
 
+#: The file in the state directory that `store migrate`'s log lines go to.
+MIGRATE_LOG = "store-migrate.log"
+
+
+def _log_to_file(state_dir: Path) -> Path:
+    """Route the log lines of the code `store migrate` runs in-process (opening both stores, applying
+    PostgreSQL's migrations, the copy) to ``<state dir>/store-migrate.log`` in the daemon's key=value
+    format, so stdout and stderr carry only the command's own lines (its report, its progress, its
+    error) and never loguru's default lines among them. ``MEMACTORS_LOG_LEVEL`` sets the level."""
+    import os
+
+    from ..logs import configure_logging
+
+    path = state_dir / MIGRATE_LOG
+    state_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging(os.environ.get("MEMACTORS_LOG_LEVEL", "INFO"), sink=str(path))
+    return path
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
@@ -49,6 +68,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError("FAILED_PRECONDITION", f"{exc.message}; stop it before `store migrate`") from None
     bar = _Bar(sys.stderr.isatty() and not args.json)
+    log_path = _log_to_file(state_dir)
 
     async def main() -> list[Any]:
         source = await open_store(source_path, daemon_id="migrate")
@@ -65,7 +85,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         verified = trio.run(main)
     except MemactorsError as exc:
-        raise CliError(exc.code, str(exc)) from None
+        raise CliError(exc.code, f"{exc} (its log: {log_path})") from None
     finally:
         bar.clear()
         import os
@@ -95,7 +115,8 @@ def register(sub: Any) -> None:
                     "the PostgreSQL database of --to, keeping every id and time; the built-in provider's "
                     "documents are re-indexed there. Safe to run twice; several hosts' stores can be moved into "
                     "one database. Ends with a verification count per table. Then set [store] url (or "
-                    "MEMACTORS_STORE_URL) to the same URL and start the daemon.")
+                    "MEMACTORS_STORE_URL) to the same URL and start the daemon. Its log lines go to "
+                    f"{MIGRATE_LOG} in the state directory, not to the terminal.")
     p.add_argument("--to", required=True, metavar="URL", help="postgresql://user[:password]@host:port/dbname")
     p.add_argument("--from", dest="source", metavar="PATH", help="the SQLite file (default: the state directory's)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)

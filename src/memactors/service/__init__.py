@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,32 @@ def degraded_reason(st: ProviderStatus, recalls: dict[str, Any]) -> str | None:
         return (f"the last {recalls['degraded_in_a_row']} recalls were degraded (provider_unavailable), the latest "
                 f"{int(ago)} s ago")
     return None
+
+
+def _lasted(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+def provider_condition(*, state: str, breaker: str | None, since: str | None, seconds: float,
+                       last_error: str | None) -> str:
+    """The provider's real state in one line, for every surface that used to show only the breaker
+    (`memory status`, doctor, the TUI's header; issue 33).
+
+    The breaker only ever sees calls that reach a ready provider: one that is down, connecting or
+    incompatible is refused before the breaker, which therefore stays closed however long the outage.
+    So the breaker is named only for a ready provider; otherwise the state says since when (``since``,
+    an ISO time, and how long: ``seconds``) and the last error: ``unreachable since
+    2026-12-02T03:00:00.000Z (6 min); last error: cannot start /nonexistent/memory-provider: ...``."""
+    if state == "ready":
+        return f"ready, breaker {breaker or 'closed'}"
+    word = {"down": "unreachable", "connecting": "connecting", "incompatible": "incompatible"}.get(state, state)
+    text = f"{word} since {since} ({_lasted(seconds)})" if since else word
+    return f"{text}; last error: {last_error}" if last_error else text
 
 
 #: The longest a minted run token may live (`token mint --ttl`); a resident's token is re-minted.
@@ -219,7 +245,10 @@ class MemoryService:
 
         cfg = self.config
         upstream = cfg.provider_upstream
-        recalls = self.metrics.recall_health(self.wall_clock())
+        now = self.wall_clock()
+        recalls = self.metrics.recall_health(now)
+        lasted = max(trio.current_time() - st.since, 0.0)
+        since = (now - timedelta(seconds=lasted)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "provider": self.provider,
             "transport": "in-process" if upstream is None else upstream.transport,
@@ -228,7 +257,10 @@ class MemoryService:
             "provider_info": {"name": st.provider_name, "version": st.provider_version} if st.provider_name else None,
             "breaker": st.breaker,
             "last_error": st.last_error,
-            "state_for_seconds": round(trio.current_time() - st.since, 3),
+            "state_for_seconds": round(lasted, 3),
+            "state_since": since,
+            "condition": provider_condition(state=st.state, breaker=st.breaker, since=since, seconds=lasted,
+                                            last_error=st.last_error),
             "counts": counted,
             "pending": None if pending is None else {
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
