@@ -41,7 +41,7 @@ async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_fa
     script = [
         # Codex lists MCP resources as functions; reading the briefing goes through the gateway as this run
         Turn([FunctionCall("read_mcp_resource", {"server": "memactors", "uri": "harness://memory/briefing"})]),
-        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"])]),
+        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"], timeout_ms=300_000)]),  # loaded machine
         Turn([PatchCall("*** Begin Patch\n*** Add File: NOTES.md\n+rounding is binary floating point\n"
                         "*** End Patch\n")]),
         Turn([Message("Left NOTES.md; test_rounding still fails (2.675 is not representable).")]),
@@ -84,7 +84,7 @@ async def test_the_next_codex_run_gets_the_briefing_naming_the_first_run_prepend
     codex = codex_bin()
     repo = make_repo(tmp_path / "api", failing_test=True)
     script = [
-        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"])]),
+        Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"], timeout_ms=300_000)]),  # loaded machine
         Turn([Message("test_rounding fails: 2.675 is not representable.")]),
         Turn([Message("Nothing to add.")]),
     ]

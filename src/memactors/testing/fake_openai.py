@@ -94,6 +94,9 @@ class ShellCall:
 
     command: list[str]
     workdir: str | None = None
+    #: How long the client may let the command run (Codex's `timeout_ms`, `yield_time_ms` for
+    #: `exec_command`); None: the client's default (Codex: 10 s, which a loaded machine's pytest exceeds).
+    timeout_ms: int | None = None
 
 
 @attrs.frozen
@@ -264,7 +267,7 @@ class FakeOpenAI:
                         "content": [{"type": "output_text", "text": text, "annotations": []}]}
             case FunctionCall(name=name, arguments=arguments):
                 return self._function_call(name, json.dumps(arguments))
-            case ShellCall(command=command, workdir=workdir):
+            case ShellCall(command=command, workdir=workdir, timeout_ms=timeout_ms):
                 name = next((n for n in _SHELL_TOOLS if n in offered), None)
                 if name is None:
                     raise LookupError(f"the request offered no shell tool (tools: {sorted(offered)})")
@@ -279,6 +282,8 @@ class FakeOpenAI:
                     args = {"command": command}
                 if workdir:
                     args["workdir"] = workdir
+                if timeout_ms is not None:
+                    args["yield_time_ms" if name == "exec_command" else "timeout_ms"] = timeout_ms
                 return self._function_call(name, json.dumps(args))
             case PatchCall(patch=patch):
                 tool = offered.get("apply_patch")
