@@ -211,7 +211,27 @@ def load_rules(data: bytes | None = None, *, source: str = "memactors.data/redac
     raw_rules = document.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise ConfigError("no [[rules]] in redaction rules", file=source)
-    return tuple(_compile(raw, source) for raw in raw_rules)
+    return tuple(_compile(raw, source) for raw in _expand(raw_rules, source))
+
+
+def _expand(raw_rules: list[Any], source: str) -> list[Any]:
+    """The rules with each ``include = "gitleaks"`` entry replaced by gitleaks' whole default rule set
+    (``gitleaks_rules``: read from the installed package, translated), in place, so the order of the
+    file is the order of application."""
+    if not any(isinstance(raw, Mapping) and "include" in raw for raw in raw_rules):
+        return raw_rules
+    ours = frozenset(raw["id"] for raw in raw_rules if isinstance(raw, Mapping) and isinstance(raw.get("id"), str))
+    out: list[Any] = []
+    for raw in raw_rules:
+        if isinstance(raw, Mapping) and "include" in raw:
+            if raw["include"] != "gitleaks":
+                raise ConfigError(f"unknown rule include {raw['include']!r}", file=source)
+            from . import gitleaks_rules  # read only when a rule file asks for it
+
+            out += gitleaks_rules.rules(ours)
+        else:
+            out.append(raw)
+    return out
 
 
 @attrs.frozen
