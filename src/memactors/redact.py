@@ -26,7 +26,6 @@ Three properties the rest of the daemon relies on:
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import re
 import tomllib
@@ -117,6 +116,11 @@ class RedactionRule:
     #: Earlier phases are replaced first, so a context rule sees ``token: [REDACTED]`` rather than
     #: widening a vendor token's span to the words after it.
     phase: int = 1
+    #: The pattern is tried only where one of its keywords starts (``re.Pattern.match`` at each
+    #: occurrence the keyword automaton found), not at every position: for rules whose match begins at
+    #: a keyword, and which would otherwise start with a lookbehind or an alternation ``re`` cannot
+    #: scan for quickly.
+    anchored: bool = False
 
     def is_secret(self, value: str) -> bool:
         """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
@@ -164,16 +168,32 @@ class RedactionRule:
         """Replace every secret this rule finds in ``text`` (one pass)."""
         return _replace_spans(text, list(self.spans(text, lambda t: t)))
 
-    def spans(self, text: str, redact: Callable[[str], str]) -> Iterator[tuple[int, int]]:
+    def matches(self, text: str, starts: Sequence[int] | None = None) -> Iterator[re.Match[str]]:
+        """The pattern's matches in ``text``; for an anchored rule given the keywords' ``starts``, only
+        those beginning at one of them (non-overlapping, as ``finditer``'s)."""
+        if not self.anchored or starts is None:
+            yield from self.pattern.finditer(text)
+            return
+        done = 0
+        for start in sorted(set(starts)):
+            if start < done:
+                continue
+            match = self.pattern.match(text, start)
+            if match is not None:
+                done = max(match.end(), start + 1)
+                yield match
+
+    def spans(self, text: str, redact: Callable[[str], str],
+              starts: Sequence[int] | None = None) -> Iterator[tuple[int, int]]:
         """The spans of ``text`` this rule finds secrets at (``redact``: for a detector that decodes)."""
         if self.detector is not None:
             detect = DETECTORS[self.detector]
-            for match in self.pattern.finditer(text):
+            for match in self.matches(text, starts):
                 for start, end in detect(match, redact):
                     if end > start and self.is_secret(text[start:end]):
                         yield start, end
             return
-        for match in self.pattern.finditer(text):
+        for match in self.matches(text, starts):
             span = self.secret_span(match)
             if span is not None and span[1] > span[0]:
                 yield span
@@ -218,6 +238,10 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         raise ConfigError("base64_keywords must be a list of strings", file=source,
                           key=f"rules.{rule_id}.base64_keywords")
     keywords = keywords + [f for word in encoded for f in sorted(base64_fragments(word))]
+    anchored = raw.get("anchored", False)
+    if not isinstance(anchored, bool) or (anchored and not keywords):
+        raise ConfigError("anchored must be true or false, and needs keywords", file=source,
+                          key=f"rules.{rule_id}.anchored")
     phase = raw.get("phase", 1)
     if phase not in (1, 2, 3):
         raise ConfigError("phase must be 1, 2 or 3", file=source, key=f"rules.{rule_id}.phase")
@@ -237,6 +261,7 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         secret_group=group,
         detector=detector,
         phase=phase,
+        anchored=anchored,
     )
     if _matches_marker(rule):
         raise ConfigError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
@@ -329,12 +354,24 @@ class Redactor:
         keyword that occurs (overlapping ones too), as gitleaks does; testing each of the ~250 keywords
         with `in` cost 40 % of an ingest's CPU. Most strings hold no keyword: they run no pattern but
         the keyword-less ones."""
+        return [rule for rule, _ in self._scan(text)]
+
+    def _scan(self, text: str) -> list[tuple[RedactionRule, list[int] | None]]:
+        """`candidates`, each with where its keywords start in ``text`` (for anchored rules; None when
+        lower-casing changed the text's length, so positions would not map: then the rule scans)."""
         chosen = set(self._always)
+        starts: dict[int, list[int]] = {}
         if self._keywords:
-            keywords = self._keywords
-            for index in {m[0] for m in self._automaton.find_matches_as_indexes(text.lower(), overlapping=True)}:
-                chosen.update(self._by_keyword[keywords[index]])
-        return [self.rules[i] for i in sorted(chosen)]
+            keywords, rules = self._keywords, self.rules
+            lowered = text.lower()
+            for index, start, _ in self._automaton.find_matches_as_indexes(lowered, overlapping=True):
+                for position in self._by_keyword[keywords[index]]:
+                    chosen.add(position)
+                    if rules[position].anchored:
+                        starts.setdefault(position, []).append(start)
+            if len(lowered) != len(text):
+                starts = {}
+        return [(self.rules[i], starts.get(i)) for i in sorted(chosen)]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
@@ -367,7 +404,7 @@ class Redactor:
     def secret_spans(self, text: str) -> list[tuple[int, int]]:
         """The spans of ``text`` (control characters already stripped) that one round of the rules
         replaces, merged; :class:`LineRedactor` maps them onto its last line."""
-        spans = [span for rule in self.candidates(text) for span in rule.spans(text, self._redact_stripped)]
+        spans = [span for rule, starts in self._scan(text) for span in rule.spans(text, self._redact_stripped, starts)]
         spans.sort()
         merged: list[tuple[int, int]] = []
         for start, end in spans:
@@ -382,16 +419,23 @@ class Redactor:
         # together (a union): a rule applied first can no longer cut a longer secret another rule would
         # take whole (ours takes `glpat-…` up to a dot, gitleaks' routable rule takes the dot and on).
         for _ in range(_MAX_ROUNDS):
-            rules = self.candidates(current)
-            result = current
+            scanned, result = self._scan(current), current
             # Phases 1 (shapes) and 2 (contexts) each as a union; phase 3 (the wide generic key = value
             # rules) rule by rule, so a generic rule never widens a span a precise one has replaced.
+            # Keyword positions are found again whenever a replacement has moved them.
             for phase in (1, 2):
-                result = _replace_spans(result, [span for rule in rules if rule.phase == phase
-                                                 for span in rule.spans(result, self._redact_stripped)])
-            for rule in rules:
+                spans = [span for rule, starts in scanned if rule.phase == phase
+                         for span in rule.spans(result, self._redact_stripped, starts)]
+                if spans:
+                    result = _replace_spans(result, spans)
+                    scanned = self._scan(result)
+            for rule, _ in list(scanned):
                 if rule.phase == 3:
-                    result = _replace_spans(result, list(rule.spans(result, self._redact_stripped)))
+                    starts = next((s for r, s in scanned if r is rule), None)
+                    spans = list(rule.spans(result, self._redact_stripped, starts))
+                    if spans:
+                        result = _replace_spans(result, spans)
+                        scanned = self._scan(result)
             if result == current:
                 return result
             current = result
@@ -419,9 +463,29 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
             return value
 
 
-@functools.cache
+_SHARED: list[Redactor] = []
+#: True while the shared rules compile: a ConfigError raised by a broken rule is then not redacted
+#: (there is no redactor yet to do it, and asking for one would compile the rules again).
+_COMPILING = False
+
+
 def _shared() -> Redactor:
-    return Redactor()
+    global _COMPILING
+    if not _SHARED:
+        _COMPILING = True
+        try:
+            _SHARED.append(Redactor())
+        finally:
+            _COMPILING = False
+    return _SHARED[0]
+
+
+def redact_config_error(message: str, context: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """A ConfigError's message and context values, redacted (as they are while the rules compile)."""
+    if _COMPILING:
+        return message, context
+    return redact(message), {k: redact_obj(v) if isinstance(v, str | list | tuple | dict) else v
+                             for k, v in context.items()}
 
 
 def shared() -> Redactor:
