@@ -43,6 +43,11 @@ def test_every_format_is_redacted_line_by_line_as_provider_stderr_is() -> None:
     assert _leaks(full(), _by_lines) == []
 
 
+def test_every_format_is_redacted_flattened_onto_one_line() -> None:
+    # A one-line field (a harness, branch or session name) holds a sample with its line breaks gone.
+    assert [(s.id, redact(s.one_line)[:160]) for s in full() if s.found_in(redact(s.one_line))] == []
+
+
 def test_every_format_is_redacted_in_a_tail_that_starts_anywhere() -> None:
     # The 4 KiB stderr tail: the beginning may be cut. Whole samples after a cut line stay redacted.
     assert _leaks(full(), lambda t: redact_tail("...cut line\n" + t)) == []

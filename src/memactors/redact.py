@@ -339,6 +339,19 @@ class Redactor:
     def _rules_by_keyword(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(i for i, rule in enumerate(self.rules) if k in rule.keywords) for k in self._keywords}
 
+    #: keyword index -> the anchored rules that name it; the keyword indexes that have any.
+    _anchored_by_keyword: dict[int, tuple[int, ...]] = attrs.field(init=False)
+    _anchored_keywords: frozenset[int] = attrs.field(init=False)
+
+    @_anchored_by_keyword.default
+    def _anchored_rules_by_keyword(self) -> dict[int, tuple[int, ...]]:
+        out = {n: tuple(i for i in self._by_keyword[k] if self.rules[i].anchored) for n, k in enumerate(self._keywords)}
+        return {n: rules for n, rules in out.items() if rules}
+
+    @_anchored_keywords.default
+    def _keywords_of_anchored_rules(self) -> frozenset[int]:
+        return frozenset(self._anchored_by_keyword)
+
     @_always.default
     def _keywordless(self) -> frozenset[int]:
         return frozenset(i for i, rule in enumerate(self.rules) if not rule.keywords)
@@ -362,16 +375,20 @@ class Redactor:
         chosen = set(self._always)
         starts: dict[int, list[int]] = {}
         if self._keywords:
-            keywords, rules = self._keywords, self.rules
+            keywords, by_keyword = self._keywords, self._by_keyword
             lowered = text.lower()
-            for index, start, _ in self._automaton.find_matches_as_indexes(lowered, overlapping=True):
-                for position in self._by_keyword[keywords[index]]:
-                    chosen.add(position)
-                    if rules[position].anchored:
-                        starts.setdefault(position, []).append(start)
-            if len(lowered) != len(text):
-                starts = {}
-        return [(self.rules[i], starts.get(i)) for i in sorted(chosen)]
+            found = self._automaton.find_matches_as_indexes(lowered, overlapping=True)
+            hit = {m[0] for m in found}
+            for index in hit:
+                chosen.update(by_keyword[keywords[index]])
+            anchored = hit & self._anchored_keywords
+            if anchored and len(lowered) == len(text):
+                for index, start, _ in found:
+                    if index in anchored:
+                        for position in self._anchored_by_keyword[index]:
+                            starts.setdefault(position, []).append(start)
+        rules = self.rules
+        return [(rules[i], starts.get(i) if rules[i].anchored else None) for i in sorted(chosen)]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""

@@ -56,6 +56,19 @@ def _k8s_json(match: re.Match[str], redact: Callable[[str], str]) -> Iterable[Sp
             yield value.span(1)
 
 
+_FLAT_PAIR = re.compile(r"([\w.-]{1,253}):[ \t]++([^\s]++)")
+
+
+def _k8s_flat(match: re.Match[str], redact: Callable[[str], str]) -> Iterable[Span]:
+    if match.group("field").lower() != "stringdata" and _KIND_SECRET_FLAT.search(match.string) is None:
+        return
+    for pair in _FLAT_PAIR.finditer(match.string, match.start("body"), match.end("body")):
+        if pair.group(1) in ("apiVersion", "kind", "metadata", "type"):
+            break  # the next document's fields: the Secret's data ended
+        yield pair.span(2)
+
+
+_KIND_SECRET_FLAT = re.compile(r"""(?i)\bkind:[ \t]*["']?secret\b""")
 _PRINTABLE = re.compile(r"[\t\n\r -~\u00a0-\uffff]*")
 
 
@@ -102,6 +115,7 @@ DETECTORS: dict[str, Detector] = {
     "cookie-values": _cookie_values,
     "k8s-secret-yaml": _k8s_yaml,
     "k8s-secret-json": _k8s_json,
+    "k8s-secret-flat": _k8s_flat,
     "base64-credential": _base64_credential,
 }
 
