@@ -483,7 +483,9 @@ def from_rules() -> tuple[Sample, ...]:
             if not any(k in text.lower() for k in rule.keywords):
                 # gitleaks' keyword is the vendor's name beside the token (airtable, facebook): say it
                 text = f"{rule.keywords[0]} = {text}"
-            parts = tuple(run for run in re.findall(r"[A-Za-z0-9]{8,}", secret))
+            # the random runs only: a literal of the pattern (the "rubygems" of rubygems_…) is no secret
+            parts = tuple(run for run in re.findall(r"[A-Za-z0-9]{8,}", secret)
+                          if run.lower() not in rule.pattern.pattern.lower())
             if not parts:
                 continue
             out.append(Sample(id=f"g31-{rule.id}", what=rule.id, before="config: ", secret=text, after=" (end)",
