@@ -32,17 +32,23 @@ class MemactorsError(Exception):
 class ConfigError(MemactorsError):
     """Raised when a configuration file cannot be loaded; names the file, the key and the value.
 
-    The value is kept with every URL in it masked (``urls.mask_values``): it is printed and logged with
-    the error, and an upstream's URL may carry a password, a key or a token.
+    The value is kept with every URL in it masked (``urls.mask_values``) and the message and context
+    redacted (``redact.redact_config_error``): it is printed and logged with the error, and an
+    upstream's URL or a misplaced key may carry a password, a key or a token.
     """
 
     code = "INVALID_ARGUMENT"
 
     def __init__(self, message: str = "", **context: object) -> None:
+        from .redact import redact_config_error  # lazily: redact imports this module
+
         if "value" in context:
             from .urls import mask_values
 
             context["value"] = mask_values(context["value"])
+        # The message and every context value through the shared redactor too (issue 31): a config
+        # file's rejected value, or a parser's message quoting a line, may hold a credential.
+        message, context = redact_config_error(message, context)
         super().__init__(message, **context)
 
 

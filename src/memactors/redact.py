@@ -25,19 +25,21 @@ Three properties the rest of the daemon relies on:
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 import re
 import tomllib
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from itertools import accumulate
 from typing import Any
 
 import ahocorasick_rs
 import attrs
+
+from .redact_detectors import DETECTORS, base64_fragments
 
 __all__ = [
     "REDACTED",
@@ -146,6 +148,19 @@ class RedactionRule:
     #: part in the match and is not empty (gitleaks' default), the whole match when there is none.
     #: None (hand-written rules) means the named-group convention below.
     secret_group: int | None = None
+    #: A structural detector (``redact_detectors.DETECTORS``) that says which spans of a match are
+    #: secrets; None means the match's secret span (below).
+    detector: str | None = None
+    #: 1: a token found by its own shape (prefixes, key blocks, URL userinfo); 2: a secret found by its
+    #: context (a key name, a flag, a header); 3: the wide generic key = value rules, one at a time.
+    #: Earlier phases are replaced first, so a context rule sees ``token: [REDACTED]`` rather than
+    #: widening a vendor token's span to the words after it.
+    phase: int = 1
+    #: The pattern is tried only where one of its keywords starts (``re.Pattern.match`` at each
+    #: occurrence the keyword automaton found), not at every position: for rules whose match begins at
+    #: a keyword, and which would otherwise start with a lookbehind or an alternation ``re`` cannot
+    #: scan for quickly.
+    anchored: bool = False
 
     def is_secret(self, value: str) -> bool:
         """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
@@ -191,7 +206,56 @@ class RedactionRule:
 
     def apply(self, text: str) -> str:
         """Replace every secret this rule finds in ``text`` (one pass)."""
-        return self.pattern.sub(self._replace, text)
+        return _replace_spans(text, list(self.spans(text, lambda t: t)))
+
+    def matches(self, text: str, starts: Sequence[int] | None = None) -> Iterator[re.Match[str]]:
+        """The pattern's matches in ``text``; for an anchored rule given the keywords' ``starts``, only
+        those beginning at one of them (non-overlapping, as ``finditer``'s)."""
+        if not self.anchored or starts is None:
+            yield from self.pattern.finditer(text)
+            return
+        done = 0
+        for start in sorted(set(starts)):
+            if start < done:
+                continue
+            match = self.pattern.match(text, start)
+            if match is not None:
+                done = max(match.end(), start + 1)
+                yield match
+
+    def spans(self, text: str, redact: Callable[[str], str],
+              starts: Sequence[int] | None = None) -> Iterator[tuple[int, int]]:
+        """The spans of ``text`` this rule finds secrets at (``redact``: for a detector that decodes)."""
+        if self.detector is not None:
+            detect = DETECTORS[self.detector]
+            for match in self.matches(text, starts):
+                for start, end in detect(match, redact):
+                    if end > start and self.is_secret(text[start:end]):
+                        yield start, end
+            return
+        for match in self.matches(text, starts):
+            span = self.secret_span(match)
+            if span is not None and span[1] > span[0]:
+                yield span
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with the union of ``spans`` replaced by one marker per run of overlapping or touching
+    spans."""
+    if not spans:
+        return text
+    spans.sort()
+    out: list[str] = []
+    done = 0
+    start, end = spans[0]
+    for s, e in spans[1:]:
+        if s <= end:
+            end = max(end, e)
+            continue
+        out += [text[done:start], REDACTED]
+        done, (start, end) = end, (s, e)
+    out += [text[done:start], REDACTED, text[end:]]
+    return "".join(out)
 
 
 def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
@@ -209,6 +273,21 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
     keywords = raw.get("keywords", [])
     if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
         raise RulesError("keywords must be a list of strings", file=source, key=f"rules.{rule_id}.keywords")
+    encoded = raw.get("base64_keywords", [])
+    if not isinstance(encoded, list) or not all(isinstance(k, str) and k for k in encoded):
+        raise RulesError("base64_keywords must be a list of strings", file=source,
+                          key=f"rules.{rule_id}.base64_keywords")
+    keywords = keywords + [f for word in encoded for f in sorted(base64_fragments(word))]
+    anchored = raw.get("anchored", False)
+    if not isinstance(anchored, bool) or (anchored and not keywords):
+        raise RulesError("anchored must be true or false, and needs keywords", file=source,
+                          key=f"rules.{rule_id}.anchored")
+    phase = raw.get("phase", 1)
+    if phase not in (1, 2, 3):
+        raise RulesError("phase must be 1, 2 or 3", file=source, key=f"rules.{rule_id}.phase")
+    detector = raw.get("detector")
+    if detector is not None and detector not in DETECTORS:
+        raise RulesError(f"unknown detector {detector!r}", file=source, key=f"rules.{rule_id}.detector")
     group = raw.get("secret_group")
     if group is not None and (not isinstance(group, int) or not 0 <= group <= pattern.groups):
         raise RulesError("secret_group must name a group", file=source, key=f"rules.{rule_id}.secret_group")
@@ -220,6 +299,9 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         allowlist=allowlist,
         keywords=tuple(sorted({k.lower() for k in keywords})),
         secret_group=group,
+        detector=detector,
+        phase=phase,
+        anchored=anchored,
     )
     if _matches_marker(rule):
         raise RulesError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
@@ -230,9 +312,8 @@ def _matches_marker(rule: RedactionRule) -> bool:
     """Whether a rule would redact any part of a marker, which would break idempotence."""
     for probe in (REDACTED, f"{REDACTED}{REDACTED}", f"x={REDACTED}", f"://{REDACTED}@h"):
         markers = [(m.start(), m.end()) for m in re.finditer(re.escape(REDACTED), probe)]
-        for match in rule.pattern.finditer(probe):
-            span = rule.secret_span(match)
-            if span is not None and any(span[0] < end and start < span[1] for start, end in markers):
+        for span in rule.spans(probe, lambda t: t):
+            if any(span[0] < end and start < span[1] for start, end in markers):
                 return True
     return False
 
@@ -250,7 +331,30 @@ def load_rules(data: bytes | None = None, *, source: str = "memactors.data/redac
     raw_rules = document.get("rules")
     if not isinstance(raw_rules, list) or not raw_rules:
         raise RulesError("no [[rules]] in redaction rules", file=source)
-    return tuple(_compile(raw, source) for raw in raw_rules)
+    return tuple(_compile(raw, source) for raw in _expand(raw_rules, source))
+
+
+def _expand(raw_rules: list[Any], source: str) -> list[Any]:
+    """The rules with each ``include = "gitleaks"`` entry replaced by gitleaks' whole default rule set
+    (``gitleaks_rules``: read from the installed package, translated), in place, so the order of the
+    file is the order of application."""
+    if not any(isinstance(raw, Mapping) and "include" in raw for raw in raw_rules):
+        return raw_rules
+    ours = frozenset(raw["id"] for raw in raw_rules if isinstance(raw, Mapping) and isinstance(raw.get("id"), str))
+    out: list[Any] = []
+    for raw in raw_rules:
+        if isinstance(raw, Mapping) and "include" in raw:
+            if raw["include"] != "gitleaks":
+                raise RulesError(f"unknown rule include {raw['include']!r}", file=source)
+            from . import gitleaks_rules  # read only when a rule file asks for it
+
+            try:
+                out += gitleaks_rules.rules(ours)
+            except gitleaks_rules.GitleaksError as exc:
+                raise RulesError(str(exc), file=source) from exc
+        else:
+            out.append(raw)
+    return out
 
 
 @attrs.frozen
@@ -278,6 +382,19 @@ class Redactor:
     def _rules_by_keyword(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(i for i, rule in enumerate(self.rules) if k in rule.keywords) for k in self._keywords}
 
+    #: keyword index -> the anchored rules that name it; the keyword indexes that have any.
+    _anchored_by_keyword: dict[int, tuple[int, ...]] = attrs.field(init=False)
+    _anchored_keywords: frozenset[int] = attrs.field(init=False)
+
+    @_anchored_by_keyword.default
+    def _anchored_rules_by_keyword(self) -> dict[int, tuple[int, ...]]:
+        out = {n: tuple(i for i in self._by_keyword[k] if self.rules[i].anchored) for n, k in enumerate(self._keywords)}
+        return {n: rules for n, rules in out.items() if rules}
+
+    @_anchored_keywords.default
+    def _keywords_of_anchored_rules(self) -> frozenset[int]:
+        return frozenset(self._anchored_by_keyword)
+
     @_always.default
     def _keywordless(self) -> frozenset[int]:
         return frozenset(i for i, rule in enumerate(self.rules) if not rule.keywords)
@@ -293,12 +410,28 @@ class Redactor:
         keyword that occurs (overlapping ones too), as gitleaks does; testing each of the ~250 keywords
         with `in` cost 40 % of an ingest's CPU. Most strings hold no keyword: they run no pattern but
         the keyword-less ones."""
+        return [rule for rule, _ in self._scan(text)]
+
+    def _scan(self, text: str) -> list[tuple[RedactionRule, list[int] | None]]:
+        """`candidates`, each with where its keywords start in ``text`` (for anchored rules; None when
+        lower-casing changed the text's length, so positions would not map: then the rule scans)."""
         chosen = set(self._always)
+        starts: dict[int, list[int]] = {}
         if self._keywords:
-            keywords = self._keywords
-            for index in {m[0] for m in self._automaton.find_matches_as_indexes(text.lower(), overlapping=True)}:
-                chosen.update(self._by_keyword[keywords[index]])
-        return [self.rules[i] for i in sorted(chosen)]
+            keywords, by_keyword = self._keywords, self._by_keyword
+            lowered = text.lower()
+            found = self._automaton.find_matches_as_indexes(lowered, overlapping=True)
+            hit = {m[0] for m in found}
+            for index in hit:
+                chosen.update(by_keyword[keywords[index]])
+            anchored = hit & self._anchored_keywords
+            if anchored and len(lowered) == len(text):
+                for index, start, _ in found:
+                    if index in anchored:
+                        for position in self._anchored_by_keyword[index]:
+                            starts.setdefault(position, []).append(start)
+        rules = self.rules
+        return [(rules[i], starts.get(i) if rules[i].anchored else None) for i in sorted(chosen)]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
@@ -346,11 +479,41 @@ class Redactor:
             hit.add(bisect_right(ends, start))
         return [self._redact_stripped(t) if n in hit else t for n, t in enumerate(stripped)]
 
+    def secret_spans(self, text: str) -> list[tuple[int, int]]:
+        """The spans of ``text`` (control characters already stripped) that one round of the rules
+        replaces, merged; :class:`LineRedactor` maps them onto its last line."""
+        spans = [span for rule, starts in self._scan(text) for span in rule.spans(text, self._redact_stripped, starts)]
+        spans.sort()
+        merged: list[tuple[int, int]] = []
+        for start, end in spans:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return merged
+
     def _redact_stripped(self, current: str) -> str:
+        # Within a phase every candidate rule looks at the same text and their secret spans are replaced
+        # together (a union): a rule applied first can no longer cut a longer secret another rule would
+        # take whole (ours takes `glpat-…` up to a dot, gitleaks' routable rule takes the dot and on).
         for _ in range(_MAX_ROUNDS):
-            result = current
-            for rule in self.candidates(current):
-                result = rule.apply(result)
+            scanned, result = self._scan(current), current
+            # Phases 1 (shapes) and 2 (contexts) each as a union; phase 3 (the wide generic key = value
+            # rules) rule by rule, so a generic rule never widens a span a precise one has replaced.
+            # Keyword positions are found again whenever a replacement has moved them.
+            for phase in (1, 2):
+                spans = [span for rule, starts in scanned if rule.phase == phase
+                         for span in rule.spans(result, self._redact_stripped, starts)]
+                if spans:
+                    result = _replace_spans(result, spans)
+                    scanned = self._scan(result)
+            for rule, _ in list(scanned):
+                if rule.phase == 3:
+                    starts = next((s for r, s in scanned if r is rule), None)
+                    spans = list(rule.spans(result, self._redact_stripped, starts))
+                    if spans:
+                        result = _replace_spans(result, spans)
+                        scanned = self._scan(result)
             if result == current:
                 return result
             current = result
@@ -378,9 +541,29 @@ def _walk(value: Any, fn: Callable[[str], str]) -> Any:
             return value
 
 
-@functools.cache
+_SHARED: list[Redactor] = []
+#: True while the shared rules compile: a ConfigError raised by a broken rule is then not redacted
+#: (there is no redactor yet to do it, and asking for one would compile the rules again).
+_COMPILING = False
+
+
 def _shared() -> Redactor:
-    return Redactor()
+    global _COMPILING
+    if not _SHARED:
+        _COMPILING = True
+        try:
+            _SHARED.append(Redactor())
+        finally:
+            _COMPILING = False
+    return _SHARED[0]
+
+
+def redact_config_error(message: str, context: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """A ConfigError's message and context values, redacted (as they are while the rules compile)."""
+    if _COMPILING:
+        return message, context
+    return redact(message), {k: redact_obj(v) if isinstance(v, str | list | tuple | dict) else v
+                             for k, v in context.items()}
 
 
 def shared() -> Redactor:
@@ -416,9 +599,12 @@ def rule_ids(rules: Iterable[RedactionRule] | None = None) -> list[str]:
     return [rule.id for rule in (_shared().rules if rules is None else rules)]
 
 
-#: A private key block's first and last lines (PEM, OpenSSH, PKCS#8, encrypted, PGP armor).
-_BLOCK_BEGIN = re.compile(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
-_BLOCK_END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+#: A private key block's first and last lines (PEM, OpenSSH, PKCS#8, encrypted, PGP armor; an SSH2
+#: block; a PuTTY .ppk file, which begins with its PuTTY-User-Key-File line and ends with Private-MAC).
+_BLOCK_BEGIN = re.compile(r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+                          r"|---- BEGIN SSH2 (?:ENCRYPTED )?PRIVATE KEY ----|(?i:PuTTY-User-Key-File-[0-9]{1,3}:)")
+_BLOCK_END = re.compile(r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+                        r"|---- END SSH2 (?:ENCRYPTED )?PRIVATE KEY ----|(?i:Private-MAC:)[ \t]*[0-9A-Fa-f]*")
 #: A line inside such a block: base64 (standard or url-safe; empty lines too), an armor or PEM header
 #: (``Version: GnuPG``, ``Proc-Type: 4,ENCRYPTED``, ``DEK-Info: …``), a PGP checksum (``=ab12``).
 _BLOCK_BODY = re.compile(r"[A-Za-z0-9+/=_-]*|[A-Za-z][A-Za-z0-9-]{0,40}:[^\n]*")
@@ -438,10 +624,29 @@ class LineRedactor:
     line goes through the redactor as it is.
     """
 
-    def __init__(self, redactor: Redactor | None = None, max_block_lines: int = 1000) -> None:
-        self._redact = (redactor or _shared()).redact
+    def __init__(self, redactor: Redactor | None = None, max_block_lines: int = 1000,
+                 context_lines: int = 32, context_chars: int = 8192) -> None:
+        self._redactor = redactor or _shared()
+        self._redact = self._redactor.redact
         self._max = max_block_lines
         self._in_block: int | None = None  # lines dropped so far in the open block
+        # The lines before (stripped, in memory only): a secret whose context is on an earlier line
+        # (a Secret's stringData: header, `password: |`, `cat config/master.key`) is found in them.
+        self._context: collections.deque[str] = collections.deque(maxlen=context_lines)
+        self._context_chars = context_chars
+
+    def _in_context(self, text: str) -> str:
+        """``text`` redacted as the last line of the recent lines: the spans found in the joined text
+        that fall on this line are replaced, then the line is redacted alone as well."""
+        text = strip_control(text)
+        context = "\n".join(self._context)[-self._context_chars :]
+        self._context.append(text[: self._context_chars])
+        if not context:
+            return self._redact(text)
+        joined = f"{context}\n{text}"
+        offset = len(joined) - len(text)
+        spans = [(max(a, offset) - offset, b - offset) for a, b in self._redactor.secret_spans(joined) if b > offset]
+        return self._redact(_replace_spans(text, spans))
 
     def line(self, text: str) -> str | None:
         """The line to show for ``text``, redacted, or None when it is part of a key block (dropped)."""
@@ -450,7 +655,7 @@ class LineRedactor:
             if end is not None:
                 self._in_block = None
                 rest = text[end.end() :]
-                return self._redact(rest) if rest.strip() else None
+                return self._in_context(rest) if rest.strip() else None
             if self._in_block < self._max and _BLOCK_BODY.fullmatch(text.strip()):
                 self._in_block += 1
                 return None
@@ -458,8 +663,8 @@ class LineRedactor:
         begin = _BLOCK_BEGIN.search(text)
         if begin is not None and _BLOCK_END.search(text, begin.end()) is None:
             self._in_block = 0
-            return self._redact(text[: begin.start()]) + REDACTED
-        return self._redact(text)
+            return self._in_context(text[: begin.start()]) + REDACTED
+        return self._in_context(text)
 
 
 #: A line of key material proper (base64, a PGP checksum): what a key block's body lines are. Narrower

@@ -78,6 +78,8 @@ def mask_urls(text: str) -> str:
     def one(match: re.Match[str]) -> str:
         url = match.group()
         core = url.rstrip(".,;:!?)]}")  # the sentence's punctuation after a URL is not part of it
+        if core.endswith(MASK[:-1]) and url[len(core) :].startswith("]"):
+            core += "]"  # ... but the "]" of a marker the redactor put there is
         return mask_url(core) + url[len(core) :]
 
     return _URL_IN_TEXT.sub(one, text)
