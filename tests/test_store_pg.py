@@ -613,7 +613,7 @@ async def test_issue25_pgvector_backfill_retires_vectors_of_an_older_embedding_t
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=16)) as api:
         settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
                                     embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await Store.open(vector_url)
+        store = await open_store(vector_url)
         try:
             async with ModelApiClient(settings) as client:
                 p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")

@@ -23,7 +23,8 @@ from memactors.builtin import BuiltinProvider
 from memactors.episode import SessionRepo, assemble, drop_escape_remnants
 from memactors.redact import REDACTED, redact
 from memactors.service import MemoryService
-from memactors.store import Store, scope_key
+from memactors.store import scope_key
+from memactors.store.engines import open_store
 from support import run_record
 from support_readside import API, as_run, gateway_client
 
@@ -130,7 +131,7 @@ async def test_the_migration_cleans_stored_bodies_and_reindexes_the_builtin_docu
     """A store written before issue 25 (an escape sequence's remnant in a body and in its document):
     the migration (SQLite 0012, PostgreSQL 0005) rewrites both and recall finds the word."""
     target = store_url or tmp_path / "m.db"
-    store = await Store.open(target)
+    store = await open_store(target)
     p = BuiltinProvider(store)
     old = "Pinned the clock [31mred[0m flake gone"
     body: dict[str, Any] = {"episode_id": "ep_old", "result_excerpt": old, "summary": None,
@@ -147,7 +148,7 @@ async def test_the_migration_cleans_stored_bodies_and_reindexes_the_builtin_docu
     await store.write(seed)
     assert (await p.recall({"query": "red", "scope": [A], "limit": 5}))["items"] == []  # "31mred" is the word
     store.close()
-    reopened = await Store.open(target)
+    reopened = await open_store(target)
     try:
         stored = await reopened.read(lambda db: db.execute(
             "SELECT body FROM episode_bodies WHERE id = 424242").fetchone()[0])
