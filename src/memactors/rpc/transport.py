@@ -791,7 +791,7 @@ def _refused(url: str, exc: Exception) -> RpcError:
 
 
 #: Seconds a client has, in total, to connect and finish the websocket handshake (then: UNAVAILABLE).
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 30.0
 
 
 def _no_answer(url: str) -> RpcError:

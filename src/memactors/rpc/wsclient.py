@@ -23,7 +23,7 @@ from typing import Any
 #: Largest reply accepted (the daemon's MAX_MESSAGE_SIZE).
 MAX_MESSAGE = 4 * 1024 * 1024
 #: Seconds the connect and the websocket handshake may take, together (as rpc.CONNECT_TIMEOUT).
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 30.0
 
 
 class WsRpcError(Exception):
