@@ -76,11 +76,14 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
                 buffer = b""
             for raw in lines:
                 # Every line goes through the redactor, suppressed ones too: it must see a key's first
-                # line to drop the lines after it. URLs are masked first, so a URL's user name stays
-                # shown (the redactor's userinfo rule would take it with the password).
-                text = lines_redactor.line(mask_urls(raw.decode("utf-8", "replace").rstrip("\r")))
+                # line to drop the lines after it. The redactor goes first, so a credential that is a
+                # whole URL's userinfo (a Sidekiq gems URL: user and password are both the secret) is
+                # seen whole; then URLs are masked. A URL's user name may go with its password here:
+                # in a log, a false positive is cheaper than a leak (docs/redaction.md).
+                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
                 if text is None or not text.strip():
                     continue
+                text = mask_urls(text)
                 if tail is not None:
                     tail.add(text)
                 now = trio.current_time()
