@@ -192,7 +192,8 @@ async def test_a_slow_embedding_model_does_not_hold_up_recall(
     assert [i["id"] for i in out["items"]] == ["ep_1"]
 
 
-@pytest.mark.both_engines
+# SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
+# tests in test_store_pg.py (test_issue25_…, test_issue19_with_pgvector_…) cover that engine.
 async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
@@ -207,7 +208,8 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
     assert await store.read(missing_vectors) == 0
 
 
-@pytest.mark.both_engines
+# SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
+# tests in test_store_pg.py (test_issue25_…, test_issue19_with_pgvector_…) cover that engine.
 async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
     holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')

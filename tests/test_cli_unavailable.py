@@ -180,6 +180,7 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "memory briefing": (["memory", "briefing", "api-fixer"], None),
         "memory forget": (["memory", "forget", ep, "--yes"], None),
         "memory provider check": (["memory", "provider", "check"], None),
+        "memory reindex": (["memory", "reindex"], None),
         "runs ingest": (["runs", "ingest", record], None),
         "runs ingest -": (["runs", "ingest", "-"], json.dumps(run_record(run_id="stdin"))),
         "run": (["run", "api-fixer"], None),

@@ -179,7 +179,9 @@ async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_se
             async with trio.open_nursery() as nursery:
                 for _ in range(40):
                     nursery.start_soon(flood, 250)
-        assert len(answered) == 10_000 and set(answered) == {200}
+        # Every request answered; past the tokenless cap (issue 34: at most 32, half the slots) a caller
+        # without a token gets 503 at once instead of a place a token holder needs.
+        assert len(answered) == 10_000 and set(answered) <= {200, 503} and 200 in answered
         grown = _rss_mb(daemon.pid) - before
         # After the flood a token holder opens a session of its own (it got 503 here) and recalls.
         text = await _legacy_recall(port, token)

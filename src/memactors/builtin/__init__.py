@@ -313,10 +313,16 @@ class BuiltinProvider:
         model = self.vector_model
         await self.store.write(lambda db: index.retire_vectors(db, model, everything=everything))
         done = 0
+        seen: set[int] = set()
         while True:
             rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
+            # A batch that brings no new document ends the pass: a store that cannot hold vectors (a
+            # PostgreSQL database without pgvector) keeps answering the same ones, whose vectors went
+            # to the cache only.
+            rows = [r for r in rows if int(r[0]) not in seen]
             if not rows:
                 return done
+            seen.update(int(r[0]) for r in rows)
             batch = [(int(r[0]), str(r[1]), embedding_text(r[2] or "", r[3] or "", json.loads(r[4] or "[]"),
                                                             json.loads(r[5] or "[]"))) for r in rows]
             keyed = [(doc_id, scope, text, text_digest(text)) for doc_id, scope, text in batch]
