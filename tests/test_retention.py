@@ -230,6 +230,9 @@ async def test_req10_a_finished_tombstone_is_deleted_one_retention_period_after_
     clock = ShiftableClock()
     holder = make_holder('[memory.episodes]\nretention = "30d"\n')
     async with open_memory_service(holder, wall_clock=clock) as memory:
+        # Ready first: an ingest before the provider answers is only pending there, and a forget right
+        # after it then finds nothing to forget at the provider (seen once at load).
+        await wait_ready(memory)
         first = (await memory.ingest_run(_run(1)))["episode_id"]
         second = (await memory.ingest_run(_run(2)))["episode_id"]
         out = await memory.forget(first)
