@@ -219,7 +219,7 @@ class _Background:
             texts, box, done, token = self._jobs.get()
             try:
                 box.append(shared_model().encode(texts))
-            except BaseException as exc:  # noqa: BLE001 -- handed back to the caller, re-raised there
+            except BaseException as exc:  # noqa: BLE001  # ok: a worker thread, not trio; handed back and re-raised by the caller
                 box.append(exc)
             with contextlib.suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(done.set, trio_token=token)

@@ -108,7 +108,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             print(f"\nmemactors: the embedder failed ({st['last_error']}); it tries again by itself; "
                   f"{st.get('pending')} episodes still without a vector", file=sys.stderr)
             return EXIT_FAILED
-        time.sleep(0.5)
+        time.sleep(0.5)  # ok: the CLI is synchronous (no trio loop); polls the daemon twice a second
         st = call(args, "Status", {}).get("embeddings") or {}
     seconds = time.monotonic() - started
     print(f"\n{st.get('with_vector', 0)} of {st.get('episodes', 0)} episodes have a vector for {st.get('model')}"
