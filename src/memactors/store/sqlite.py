@@ -53,7 +53,7 @@ def fts_match(query: str) -> str | None:
 
 
 #: The schema, applied at open. Each migration's SQL is a versioned file of this package
-#: (``store/migrations/sqlite/NNNN_name.sql``); the two that move data (0006, 0009) are Python below,
+#: (``store/migrations/sqlite/NNNN_name.sql``); the three that move data (0006, 0009, 0012) are Python below,
 #: with the SQL they run around it.
 migrations = Migrations("memactors")
 
