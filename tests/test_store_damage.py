@@ -36,31 +36,44 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
             if line.strip() and not line[:4].isdigit()]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "directory", "read-only"])
+def _immutable(*paths: Path, on: bool) -> None:
+    """Root ignores file modes (CI runs as root); the immutable attribute stops root as well."""
+    subprocess.run(["chattr", "+i" if on else "-i", *map(str, paths)], check=True)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory", "read-only", "state-directory"])
 def test_a_store_that_cannot_be_used_at_start_is_one_line_and_exit_5(tmp_path: Path, damage: str) -> None:
     state = tmp_path / "state"
     state.mkdir()
     db = state / "memactors.db"
+    root = os.geteuid() == 0  # root ignores modes: the immutable attribute makes a file read-only for it
+    locked: list[Path] = []
     if damage == "garbage":
         db.write_bytes(os.urandom(3 * 8192))
     elif damage == "directory":
         db.mkdir()
-    else:
-        if os.geteuid() == 0:
-            pytest.skip("root writes a read-only file anyway")
+    elif damage == "read-only":  # the file cannot be written; the directory can (its WAL, its lock)
         db.touch()
         db.chmod(0o400)
-        state.chmod(0o500)
+        locked = [db] if root else []
+    else:  # the state directory itself cannot be created: a file is in its place
+        state.rmdir()
+        state.write_text("not a directory\n")
+    if locked:
+        _immutable(*locked, on=True)
     try:
         done = _serve(tmp_path)
     finally:
-        state.chmod(0o700)
+        if locked:
+            _immutable(*locked, on=False)
     assert done.returncode == 5, (done.returncode, done.stderr[-3000:])
     assert "Traceback" not in done.stdout + done.stderr
     lines = _error_lines(done)
     assert len(lines) == 1, lines
-    assert str(db) in lines[0]
-    cause = {"garbage": "not a database", "directory": "Is a directory", "read-only": "readonly"}[damage]
+    named = state if damage == "state-directory" else db
+    assert str(named) in lines[0]
+    cause = {"garbage": "not a database", "directory": "Is a directory",
+             "read-only": "not permitted" if root else "readonly", "state-directory": "File exists"}[damage]
     assert cause in lines[0], lines[0]
 
 

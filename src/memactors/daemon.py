@@ -26,7 +26,7 @@ from loguru import logger
 from .actors.kernel import SupervisorFailed
 from .agents.spool import queued_revocations, send_spool, settle_revocations
 from .config import Config, ConfigHolder, load_config
-from .errors import ConfigError, MemactorsError, StoreUnavailable
+from .errors import ConfigError, MemactorsError, StoreDamaged, StoreUnavailable
 from .gateway import start_gateway
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
@@ -86,10 +86,15 @@ def lock_state_dir(state_dir: Path) -> int:
     """Take the state directory for this process: an exclusive `flock` on `daemon.lock`, held (by the
     returned descriptor) until the process exits. A second daemon on the same directory fails at once,
     naming the directory and the pid holding it, before it touches anything there (daemon.json
-    included). Blocking file I/O: call it through a thread from async code."""
-    private_dir(state_dir)
+    included). A directory that cannot be made private or written (not ours, immutable, a read-only
+    mount) is one line naming it and the cause, like a store file that cannot be used (issue 34).
+    Blocking file I/O: call it through a thread from async code."""
     path = state_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        private_dir(state_dir)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StoreDamaged(f"state directory {state_dir} cannot be used: {exc.strerror or exc}") from None
     os.fchmod(fd, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
