@@ -325,6 +325,7 @@ async def test_ten_thousand_malformed_frames_give_a_handful_of_log_lines(url: st
 
     sink = io.StringIO()
     configure_logging(sink=sink)
+    started = trio.current_time()
     try:
         async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {tokens.read}".encode())]) as ws:
             for i in range(10_000):
@@ -334,6 +335,9 @@ async def test_ten_thousand_malformed_frames_give_a_handful_of_log_lines(url: st
                 assert reply["error"]["code"] == "INVALID_ARGUMENT"
     finally:
         configure_logging()
+    took = trio.current_time() - started
     lines = [line for line in sink.getvalue().splitlines() if "malformed frame" in line]
-    assert 1 <= len(lines) <= 5, len(lines)
+    # One line per peer per 10 s window: a quiet machine sends the 10,000 frames within one or two
+    # windows, a loaded one (CI saw 7 lines at load 15) within more; never one line per frame.
+    assert 1 <= len(lines) <= 2 + took / 10, (len(lines), took)
     assert all(len(line) < 400 for line in sink.getvalue().splitlines())

@@ -74,16 +74,13 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
                 # a line that never ends is cut, not buffered; at EOF a last line without "\n" counts too
                 lines.append(buffer)
                 buffer = b""
-            for raw in lines:
-                # Every line goes through the redactor, suppressed ones too: it must see a key's first
-                # line to drop the lines after it. The redactor goes first, so a credential that is a
-                # whole URL's userinfo (a Sidekiq gems URL: user and password are both the secret) is
-                # seen whole; then URLs are masked. A URL's user name may go with its password here:
-                # in a log, a false positive is cheaper than a leak (docs/redaction.md).
-                text = lines_redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
-                if text is None or not text.strip():
-                    continue
-                text = mask_urls(text)
+            if not lines:
+                continue
+            # Redaction is CPU work (the whole rule set per line): a chunk's lines go through it in a
+            # worker thread, so a provider printing megabytes at start never holds up the loop (the
+            # daemon's handshakes waited 30 s behind it at load 15). One task feeds the redactor, in
+            # order, so its memory of the lines before stays right.
+            for text in await trio.to_thread.run_sync(_redact_lines, lines_redactor, lines):
                 if tail is not None:
                     tail.add(text)
                 now = trio.current_time()
@@ -96,3 +93,20 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
                     continue
                 logged += 1
                 log.bind(line=text[:STDERR_LINE_CHARS], chars=len(text)).info("provider stderr")
+
+
+def _redact_lines(redactor: LineRedactor, lines: list[bytes]) -> list[str]:
+    """Each line redacted, then its URLs masked; lines the redactor drops (a key block's body) or that
+    are blank are left out.
+
+    Every line goes through the redactor, suppressed ones too: it must see a key's first line to drop
+    the lines after it. The redactor goes first, so a credential that is a whole URL's userinfo (a
+    Sidekiq gems URL: user and password are both the secret) is seen whole; then URLs are masked. A
+    URL's user name may go with its password here: in a log, a false positive is cheaper than a leak
+    (docs/redaction.md)."""
+    out = []
+    for raw in lines:
+        text = redactor.line(raw.decode("utf-8", "replace").rstrip("\r"))
+        if text is not None and text.strip():
+            out.append(mask_urls(text))
+    return out
