@@ -12,6 +12,7 @@ from typing import Any
 from memactors.rpc.wsclient import call_once
 from support import run_record
 from support_daemon import Daemon, start_daemon
+from support_runs import command_harness, make_repo
 
 SERVICE = "harness.v1.MemoryService/"
 API = "forge.example/acme/api"
@@ -54,8 +55,14 @@ def seed(daemon: Daemon) -> dict[str, str]:
     return {name: by_run[record["run_id"]] for name, record in records.items()}
 
 
-def console_daemon(tmp_path: Path, **options: Any) -> Daemon:
-    return start_daemon(tmp_path, extra_config=CONSOLE_CONFIG, **options)
+def console_daemon(tmp_path: Path, *, runs: bool = False, **options: Any) -> Daemon:
+    """The daemon with the console on; with ``runs``, also harness ``long``, whose one-shot runs the
+    stand-in agent in ``sleep`` mode (it waits until stopped) with the command adapter."""
+    extra = CONSOLE_CONFIG
+    if runs:
+        repo = make_repo(tmp_path / "repo")
+        extra += command_harness("long", workdir=repo, mode="sleep", out=tmp_path / "out")
+    return start_daemon(tmp_path, extra_config=extra, **options)
 
 
 def csrf_of(html: str) -> str:

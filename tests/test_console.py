@@ -193,3 +193,37 @@ def test_issue29_console_lists_filters_and_pages_episodes(seeded: tuple[Daemon, 
         assert health.status_code == 200 and "<svg" in health.text and 'id="doctor"' in health.text
         briefing = client.get("/briefings/api-fixer")
         assert briefing.status_code == 200 and 'id="figures"' in briefing.text
+
+
+def test_issue29_console_follows_a_run_log_over_server_sent_events_and_cancels_it(tmp_path: Path) -> None:
+    daemon = console_daemon(tmp_path, runs=True)
+    try:
+        started = rpc(daemon, "StartRun", harness="long")
+        run_id = started["run_id"]
+        with sign_in(daemon, "read") as reader, sign_in(daemon, "control") as operator:
+            listed = reader.get("/runs", params={"state": "running"})
+            assert f'data-run="{run_id}"' in listed.text
+            page = reader.get(f"/runs/{run_id}", params={"harness": "long"})
+            assert 'data-live="yes"' in page.text and 'id="cancel"' in page.text
+            refused = reader.post(f"/runs/{run_id}/cancel?harness=long", data={"confirm": "yes",
+                                  "csrf": csrf_of(page.text)}, headers=_origin(daemon))
+            assert refused.status_code == 403
+            assert rpc(daemon, "GetRun", "read", run_id=run_id)["state"] == "running"
+            with reader.stream("GET", f"/runs/{run_id}/events", params={"harness": "long", "after": 0}) as events:
+                assert events.headers["content-type"].startswith("text/event-stream")
+                lines = events.iter_lines()
+                assert next(lines) == "retry: 2000"
+                confirm = operator.get(f"/runs/{run_id}/cancel", params={"harness": "long"})
+                done = operator.post(f"/runs/{run_id}/cancel?harness=long",
+                                     data={"confirm": "yes", "csrf": csrf_of(confirm.text)}, headers=_origin(daemon))
+                assert done.status_code == 200 and 'id="done"' in done.text
+                seen: list[str] = []
+                for line in lines:  # the stream ends after its `end` event: no timing involved
+                    seen.append(line)
+                    if line == "event: end":
+                        break
+            assert any("cancel asked" in line for line in seen), seen
+            assert any(line.startswith("data: ") and "cancelled" in line for line in seen), seen
+            assert rpc(daemon, "WaitRun", "read", run_id=run_id, harness="long")["outcome"] == "cancelled"
+    finally:
+        daemon.stop()

@@ -17,7 +17,7 @@ Checks, in order, on every request:
 * **Session**: every page but sign-in needs a session cookie; without one a browser is sent to sign in.
 
 Every response carries a Content-Security-Policy allowing only this origin's own stylesheet and script
-(no inline script at all), ``X-Frame-Options: DENY``, ``nosniff``, ``no-referrer`` and ``no-store``.
+(no inline script at all), ``X-Frame-Options: DENY``, ``nosniff``, a same-origin referrer policy and ``no-store``.
 Templates are autoescaped; agent-written text (episode text and fields, recall and briefing items,
 run logs, stderr tails) is additionally shown inside ``.untrusted`` blocks marked as such.
 """
@@ -65,7 +65,7 @@ _SECURITY_HEADERS = [
     (b"content-security-policy", _CSP.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make browsers send `Origin: null`
     (b"cache-control", b"no-store"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
@@ -158,6 +158,8 @@ class ConsoleApp:
             if name not in _STATIC:
                 return self._text(404, "not found\n")
             return Response(body=self._static[name], content_type=_STATIC[name])
+        if request.path == "/favicon.ico":
+            return Response(status=204)
         if request.method not in ("GET", "HEAD", "POST"):
             return self._text(405, "method not allowed\n", [(b"allow", b"GET, HEAD, POST")])
         if request.method == "POST":
@@ -232,7 +234,10 @@ class ConsoleApp:
     # -- sign-in ------------------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
         if request.method != "POST":
-            pre = secrets.token_urlsafe(32)
+            # Kept across loads (another tab, a favicon fetch) so an open sign-in form stays valid.
+            pre = request.cookies.get(PRE_COOKIE, "")
+            if not re.fullmatch(r"[A-Za-z0-9_-]{43}", pre):
+                pre = secrets.token_urlsafe(32)
             response = self._page("login.html", None, csrf=pre, failed=False, token_dir=self.token_dir)
             response.headers.append(_cookie(PRE_COOKIE, pre, max_age=600))
             return response
@@ -381,7 +386,9 @@ class ConsoleApp:
                     await write(f"id: {event.get('seq')}\nevent: line\ndata: {data}\n\n".encode())
                 after = logs["next"]
                 if logs["state"] != "running" and not logs["events"]:
-                    await write(f"event: end\ndata: {json.dumps({'state': logs['state']})}\n\n".encode())
+                    final = await self.call(session, "GetRun", run_id=run_id, harness=harness)
+                    ended = {"state": final["state"], "outcome": final["outcome"], "reason": final["reason"]}
+                    await write(f"event: end\ndata: {json.dumps(ended)}\n\n".encode())
                     return
                 if not logs["events"]:
                     await write(b": waiting\n\n")  # a comment: tells a vanished client's socket apart

@@ -34,6 +34,8 @@ class Chart:
     #: (label, one value per interval), oldest first.
     series: tuple[tuple[str, tuple[float, ...]], ...]
     seconds: float
+    #: What the legend sums up: "total" over the window (counts) or the "last" interval's value (a mean).
+    summary: str = "total"
 
     @property
     def total(self) -> dict[str, float]:
@@ -59,8 +61,9 @@ class Chart:
         return Markup("".join(parts))  # every interpolated text above is escaped or a number
 
     def legend(self) -> list[tuple[str, str, str]]:
-        """(colour, label, total over the window) per series."""
-        return [(_PALETTE[i % len(_PALETTE)], label, _short(sum(values)))
+        """(colour, label, the series' total over the window or its last value) per series."""
+        return [(_PALETTE[i % len(_PALETTE)], label,
+                 _short(sum(values)) if self.summary == "total" else f"last {_short(values[-1] if values else 0.0)}")
                 for i, (label, values) in enumerate(self.series)]
 
 
@@ -106,7 +109,7 @@ class Sampler:
         seconds = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
         return [
             Chart("Recalls by outcome", "per interval", self._deltas(points, "recalls"), seconds),
-            Chart("Provider latency (mean)", "ms", self._latency(points), seconds),
+            Chart("Provider latency (mean)", "ms", self._latency(points), seconds, summary="last"),
             Chart("Results dropped by reason", "per interval", self._deltas(points, "dropped"), seconds),
         ]
 

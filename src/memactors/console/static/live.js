@@ -14,7 +14,7 @@
   source.addEventListener("end", function (message) {
     source.close();
     var ended = JSON.parse(message.data);
-    if (state) { state.textContent = "ended (" + ended.state + ")"; state.dataset.state = "ended"; }
+    if (state) { state.textContent = "ended (" + (ended.outcome || ended.state) + ")"; state.dataset.state = "ended"; }
     log.dataset.live = "ended";
   });
   source.addEventListener("error", function () {
