@@ -150,7 +150,7 @@ class ConsoleApp:
             _log.bind(path=scope.get("path"), error_type=type(exc).__name__, at=where, missing=missing).error(
                 "console page failed")
             response = self._text(500, "internal error; see the daemon log\n")
-        await _send(send, response, head=scope["method"] == "HEAD")
+        await _send(send, response, head=scope["method"] == "HEAD", receive=receive)
 
     async def handle(self, request: Request) -> Response:
         if request.path.startswith("/static/"):
@@ -530,7 +530,7 @@ async def _read_request(scope: dict[str, Any], receive: Any) -> Request:
                    form=form, host=host)
 
 
-async def _send(send: Any, response: Response, *, head: bool) -> None:
+async def _send(send: Any, response: Response, *, head: bool, receive: Any) -> None:
     headers = [(b"content-type", response.content_type.encode()), *_SECURITY_HEADERS, *response.headers]
     if response.stream is None:
         headers.append((b"content-length", str(len(response.body)).encode()))
@@ -542,8 +542,16 @@ async def _send(send: Any, response: Response, *, head: bool) -> None:
     async def write(chunk: bytes) -> None:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-    try:
-        await response.stream(write)
-    except MemactorsError as exc:
-        await write(f"event: error\ndata: {json.dumps({'code': exc.code, 'message': str(exc)})}\n\n".encode())
+    async def until_gone(scope: trio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()  # the browser left (tab closed, page changed): stop polling for it
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(until_gone, nursery.cancel_scope)
+        try:
+            await response.stream(write)
+        except MemactorsError as exc:
+            await write(f"event: error\ndata: {json.dumps({'code': exc.code, 'message': str(exc)})}\n\n".encode())
+        nursery.cancel_scope.cancel()
     await send({"type": "http.response.body", "body": b""})
