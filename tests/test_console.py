@@ -3,6 +3,8 @@ the tiers, scope isolation in the recall playground, agent-written text rendered
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.req19]
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, dict[str, str]]]:
-    daemon = console_daemon(tmp_path_factory.mktemp("console"))
+    # Two episodes a page, so three episodes make two pages.
+    daemon = console_daemon(tmp_path_factory.mktemp("console"), constants={"memactors.console.app.PAGE_SIZE": 2})
     try:
         yield daemon, seed(daemon)
     finally:
@@ -137,6 +140,10 @@ def test_issue29_console_read_token_is_refused_a_forget_and_control_token_forget
         daemon.stop()
 
 
+def _listed(page: str) -> list[str]:
+    return re.findall(r'<tr data-episode="([^"]+)">', page)
+
+
 def _recall(client: httpx2.Client, daemon: Daemon, **form: str) -> httpx2.Response:
     page = client.get("/recall")
     return client.post("/recall", data={"csrf": csrf_of(page.text), **form}, headers=_origin(daemon))
@@ -177,8 +184,15 @@ def test_issue29_console_shows_an_xss_payload_inert_and_marked_untrusted(
 def test_issue29_console_lists_filters_and_pages_episodes(seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, ids = seeded
     with sign_in(daemon, "read") as client:
-        everything = client.get("/episodes")
-        assert all(ids[name] in everything.text for name in ("api", "api2", "web"))
+        first = client.get("/episodes")
+        shown = _listed(first.text)
+        assert len(shown) == 2 and 'id="next-page"' in first.text
+        second = client.get(html.unescape(re.search(r'<a href="([^"]+)" id="next-page"', first.text).group(1)))
+        assert second.status_code == 200 and 'id="next-page"' not in second.text and 'id="first-page"' in second.text
+        assert sorted(shown + _listed(second.text)) == sorted(ids.values())  # every episode once
+        # The outcome filter reads on through the service's pages until a console page is full.
+        succeeded = client.get("/episodes", params={"outcome": "succeeded"})
+        assert sorted(_listed(succeeded.text)) == sorted([ids["api"], ids["web"]])
         by_repo = client.get("/episodes", params={"repo": "acme/web"})  # owner/name is read as the key
         assert ids["web"] in by_repo.text and ids["api"] not in by_repo.text
         by_outcome = client.get("/episodes", params={"outcome": "failed"})
