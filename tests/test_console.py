@@ -123,7 +123,7 @@ def test_issue29_console_read_token_is_refused_a_forget_and_control_token_forget
             assert rpc(daemon, "GetEpisode", "read", episode_id=target)["forgotten_at"] is None
             for control in ("/health/check-provider", "/runs/x/cancel"):
                 assert reader.post(control, data={"confirm": "yes", "csrf": csrf_of(page.text)},
-                                   headers=_origin(daemon)).status_code in (403, 404)
+                                   headers=_origin(daemon)).status_code == 403
         with sign_in(daemon, "control") as operator:
             page = operator.get(f"/episodes/{target}/forget")
             unconfirmed = operator.post(f"/episodes/{target}/forget", data={"csrf": csrf_of(page.text)},
@@ -136,6 +136,13 @@ def test_issue29_console_read_token_is_refused_a_forget_and_control_token_forget
             assert rpc(daemon, "GetEpisode", "read", episode_id=target)["forgotten_at"] is not None
             shown = operator.get(f"/episodes/{target}")
             assert 'id="forgotten"' in shown.text and 'id="forget"' not in shown.text
+            # The provider check, also behind a confirmation, through CheckProvider.
+            page = operator.get("/health/check-provider")
+            assert 'id="confirm"' in page.text and 'id="needs-control"' not in page.text
+            checked = operator.post("/health/check-provider", data={"confirm": "yes", "csrf": csrf_of(page.text)},
+                                    headers=_origin(daemon))
+            assert checked.status_code == 200 and 'id="done"' in checked.text
+            assert '&#34;ok&#34;: true' in checked.text, checked.text[-3000:]
     finally:
         daemon.stop()
 
