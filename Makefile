@@ -104,6 +104,7 @@ postgres: $(STAMP)
 test-tools:
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
 	@command -v fish >/dev/null || (apt-get update -qq && apt-get install -y -qq fish >/dev/null)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow"

@@ -17,6 +17,7 @@ the tables mean.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from .urls import mask_url
 
 __all__ = [
     "Config",
+    "ConsoleConfig",
     "ConfigHolder",
     "EpisodesConfig",
     "HarnessConfig",
@@ -70,6 +72,7 @@ GLOBAL_ONLY_TABLES = (
     "operator",
     "gateway",
     "metrics",
+    "console",
     "telemetry",
     "mcp_policy",
 )
@@ -266,6 +269,20 @@ class ListenConfig:
 
 
 @attrs.frozen
+class ConsoleConfig:
+    """``[console]`` (issue 29): the web console's own loopback listener, off unless ``enabled``.
+
+    Off by default: it is the one surface a web browser talks to, and a browser is the one client any
+    page the operator opens can steer (forged form posts, DNS rebinding), so serving it is the
+    operator's choice; and a daemon upgraded in place must not start failing because the new port is
+    taken on its host.
+    """
+
+    enabled: bool = False
+    listen: ListenConfig = ListenConfig("127.0.0.1", 7379)
+
+
+@attrs.frozen
 class TelemetryConfig:
     """``[telemetry]`` (REQ-18)."""
 
@@ -286,6 +303,7 @@ class Config:
     operator: ListenConfig = ListenConfig("127.0.0.1", 7377)
     gateway: ListenConfig = ListenConfig("127.0.0.1", 7378)
     metrics: ListenConfig = ListenConfig("127.0.0.1", 9477)
+    console: ConsoleConfig = attrs.Factory(ConsoleConfig)
     telemetry: TelemetryConfig = attrs.Factory(TelemetryConfig)
     source: tuple[Path, ...] = ()
     #: The global file this configuration was loaded for (read or not), so a run can load the same
@@ -376,6 +394,15 @@ def _parse_listen(text: str) -> ListenConfig | None:
     if port > 65535:
         return None
     return ListenConfig(m.group("v6") or m.group("host"), port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 _UNTRUSTED_EVENT = re.compile(r"\{\{\s*untrusted\s+event\.[A-Za-z0-9_.\-\[\]]+\s*\}\}")
@@ -514,6 +541,7 @@ _KNOWN_TABLES = (
     "operator",
     "gateway",
     "metrics",
+    "console",
     "telemetry",
 )
 
@@ -585,6 +613,15 @@ def _build(
         listeners[table] = _listen(t, "listen", default)
         t.finish()
 
+    console_t = root.sub("console")
+    console_enabled = console_t.bool_("enabled", False)
+    console_listen = _listen(console_t, "listen", "127.0.0.1:7379")
+    if not _is_loopback(console_listen.host):
+        raise console_t.error("listen", console_listen.address,
+                              "must be a loopback address (127.0.0.1, [::1] or localhost): the console is "
+                              "for a browser on this machine")
+    console_t.finish()
+
     telemetry_t = root.sub("telemetry")
     telemetry = TelemetryConfig(export_all=telemetry_t.bool_("export_all", False))
     telemetry_t.finish()
@@ -602,6 +639,7 @@ def _build(
         operator=listeners["operator"],
         gateway=listeners["gateway"],
         metrics=listeners["metrics"],
+        console=ConsoleConfig(enabled=console_enabled, listen=console_listen),
         telemetry=telemetry,
         source=read,
     )

@@ -70,6 +70,8 @@ class Listening:
     metrics: str
     state_dir: str
     pid: int
+    #: The web console's address (issue 29); None unless ``[console] enabled``.
+    console: str | None = None
 
 
 def write_daemon_file(state_dir: Path, listening: Listening) -> None:
@@ -193,9 +195,10 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
     tokens = await trio.to_thread.run_sync(ensure_tokens, state_dir)
     metrics = Metrics()
     async with open_memory_service(holder, metrics=metrics) as memory, trio.open_nursery() as nursery:
+        methods = operator_methods(memory)  # the RPC's table; the console calls the same methods
         with _listen_error("[operator] listen", config.operator.address):
             op_host, op_port = await nursery.start(
-                serve_rpc, operator_methods(memory), config.operator.host, config.operator.port, tokens)
+                serve_rpc, methods, config.operator.host, config.operator.port, tokens)
         with _listen_error("[metrics] listen", config.metrics.address):
             m_host, m_port = await nursery.start(partial(
                 serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
@@ -204,9 +207,20 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
         await _apply_revocations(memory, state_dir)
         with _listen_error("[gateway] listen", config.gateway.address):
             gateway_url = await start_gateway(memory, nursery)
+        console_url = None
+        if config.console.enabled:
+            from .console import serve_console  # jinja2 and the templates only when the console is on
+
+            with _listen_error("[console] listen", config.console.listen.address):
+                c_host, c_port = await nursery.start(partial(
+                    serve_console, methods, tokens, metrics.registry, config.console.listen.host,
+                    config.console.listen.port, harnesses=lambda: sorted(holder.current.harness),
+                    token_dir=str(state_dir)))
+            console_url = f"http://{'[' + c_host + ']' if ':' in c_host else c_host}:{c_port}/"
         listening = Listening(
             operator=f"ws://{op_host}:{op_port}/harness.v1", gateway=gateway_url,
-            metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid())
+            metrics=f"http://{m_host}:{m_port}/metrics", state_dir=str(state_dir), pid=os.getpid(),
+            console=console_url)
         # The handlers were in place before any of this (run_daemon): a SIGTERM sent as soon as
         # daemon.json appears stops the daemon gracefully instead of killing it with the default action.
         try:
@@ -359,6 +373,8 @@ def serve_main(config_path: Path | None, *, early_reload: Callable[[], bool] | N
         if listening.gateway:
             print(f"  gateway (MCP) {listening.gateway}", flush=True)
         print(f"  metrics       {listening.metrics}", flush=True)
+        if listening.console:
+            print(f"  console       {listening.console}", flush=True)
         print("Ctrl-C stops it.", flush=True)
 
     # Whatever else lands in the state directory (logs, a future file) is private too; the known files

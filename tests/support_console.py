@@ -1,0 +1,71 @@
+"""The web console's tests' daemon (issue 29): a real `memactors serve` with `[console] enabled`, two
+configured harnesses in two repositories, and episodes ingested over the operator RPC, one of them an
+XSS payload."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from memactors.rpc.wsclient import call_once
+from support import run_record
+from support_daemon import Daemon, start_daemon
+from support_runs import command_harness, make_repo
+
+SERVICE = "harness.v1.MemoryService/"
+API = "forge.example/acme/api"
+WEB = "forge.example/acme/web"
+#: What an agent wrote as its result in the web repository: script, if it ever ran, would set the title.
+XSS = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">ledger rounding'
+
+CONSOLE_CONFIG = (
+    '[console]\nenabled = true\nlisten = "127.0.0.1:0"\n'
+    '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
+    '[harness.web-fixer]\nharness = "claude-code"\nmemory_briefing = true\n'
+)
+
+
+def rpc(daemon: Daemon, method: str, tier: str = "control", **params: Any) -> Any:
+    return call_once(daemon.info["operator"], daemon.token(tier), SERVICE + method, params)
+
+
+def seed(daemon: Daemon) -> dict[str, str]:
+    """Ingest the test episodes; wait (polling Status) until the provider holds all of them. Returns
+    episode ids by name."""
+    records = {
+        "api": run_record(run_id="1", result_text="fixed the ledger rounding in the api"),
+        "api2": run_record(run_id="2", outcome="failed", reason="exit_nonzero",
+                           result_text="could not reproduce the ledger rounding"),
+        "web": run_record(harness="web-fixer", run_id="3", result_text=XSS,
+                          sessions=[{"session_id": "s3", "cwd": "/srv/web", "repo": WEB, "git_branch": "main"}]),
+    }
+    for record in records.values():
+        rpc(daemon, "IngestRun", record=record)
+    deadline = time.monotonic() + 120  # a hang guard on a loaded machine, not a timing under test
+    while True:
+        status = rpc(daemon, "Status", "read")
+        if status["pending"]["records"] == 0 and (status["counts"] or {}).get("indexed_ids", 0) >= len(records):
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+    listed = rpc(daemon, "ListEpisodes", "read", limit=100)["episodes"]
+    by_run = {row["run_id"]: row["episode_id"] for row in listed}
+    return {name: by_run[record["run_id"]] for name, record in records.items()}
+
+
+def console_daemon(tmp_path: Path, *, runs: bool = False, **options: Any) -> Daemon:
+    """The daemon with the console on; with ``runs``, also harness ``long``, whose one-shot runs the
+    stand-in agent in ``sleep`` mode (it waits until stopped) with the command adapter."""
+    extra = CONSOLE_CONFIG
+    if runs:
+        repo = make_repo(tmp_path / "repo")
+        extra += command_harness("long", workdir=repo, mode="sleep", out=tmp_path / "out")
+    return start_daemon(tmp_path, extra_config=extra, **options)
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, html[:2000]
+    return match.group(1)

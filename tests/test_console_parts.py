@@ -1,0 +1,100 @@
+"""The web console's parts without a daemon (issue 29): its configuration key, its sessions' expiry and
+the health page's charts over the daemon's own counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memactors.config import load_config
+from memactors.console.charts import Sampler
+from memactors.console.sessions import Sessions, same_token
+from memactors.errors import ConfigError
+from memactors.metrics import Metrics
+
+
+def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "harness.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path, env={"HOME": str(tmp_path)})
+
+
+def test_issue29_console_is_off_by_default_on_loopback_7379(tmp_path: Path) -> None:
+    config = _load(tmp_path, "")
+    assert config.console.enabled is False
+    assert config.console.listen.address == "127.0.0.1:7379"
+    on = _load(tmp_path, '[console]\nenabled = true\nlisten = "[::1]:0"\n')
+    assert on.console.enabled and on.console.listen.host == "::1"
+
+
+@pytest.mark.parametrize(("text", "key", "words"), [
+    ('[console]\nlisten = "0.0.0.0:7379"\n', "[console] listen", "loopback"),
+    ('[console]\nlisten = "192.168.1.4:7379"\n', "[console] listen", "loopback"),
+    ('[console]\nlisten = "7379"\n', "[console] listen", "host:port"),
+    ('[console]\nenabled = "yes"\n', "[console] enabled", ""),
+    ('[console]\nport = 7379\n', "[console] port", ""),
+])
+def test_issue29_console_config_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, text)
+    assert key in info.value.message and words in info.value.message
+
+
+def test_issue29_console_config_is_global_only(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".harness").mkdir(parents=True)
+    project = repo / ".harness" / "harness.toml"
+    project.write_text('[console]\nenabled = true\n', encoding="utf-8")
+    (tmp_path / "harness.toml").write_text("", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "harness.toml", project_files=[project], env={"HOME": str(tmp_path)})
+    assert "console" in info.value.message
+
+
+def test_issue29_console_sessions_expire_idle_and_old_and_are_bounded() -> None:
+    now = [0.0]
+    sessions = Sessions(clock=lambda: now[0], idle=10, max_age=25, cap=2)
+    a = sessions.create("read")
+    assert sessions.get(a.sid) is a and sessions.get("nope") is None and sessions.get(None) is None
+    now[0] = 9
+    assert sessions.get(a.sid) is a  # seen: idle restarts
+    now[0] = 18
+    assert sessions.get(a.sid) is a
+    now[0] = 26
+    assert sessions.get(a.sid) is None  # past the absolute age however busy
+    b = sessions.create("control")
+    now[0] = 37
+    assert sessions.get(b.sid) is None  # idle
+    first, second, third = sessions.create("read"), sessions.create("read"), sessions.create("read")
+    assert sessions.get(first.sid) is None and sessions.get(second.sid) and sessions.get(third.sid)
+    assert a.csrf != b.csrf and same_token(a.csrf, a.csrf) and not same_token(b.csrf, a.csrf)
+    assert not same_token(None, a.csrf) and not same_token("", a.csrf)
+
+
+def test_issue29_console_charts_draw_the_daemons_counters_per_interval() -> None:
+    metrics = Metrics()
+    now = [0.0]
+    sampler = Sampler(metrics.registry, clock=lambda: now[0])
+    sampler.sample()
+    for outcome in ("ok", "ok", "degraded"):
+        metrics.recall("builtin", outcome)
+    metrics.dropped("builtin", "scope", 2)
+    metrics.observe_provider_call("builtin", "recall", 0.010)
+    metrics.observe_provider_call("builtin", "recall", 0.030)
+    now[0] = 10
+    sampler.sample()
+    metrics.recall("builtin", "ok")
+    now[0] = 20
+    sampler.sample()
+    recalls, latency, dropped = sampler.charts()
+    assert dict(recalls.series) == {"degraded": (1.0, 0.0), "ok": (2.0, 1.0)}
+    assert recalls.total == {"degraded": 1.0, "ok": 3.0}
+    assert dict(dropped.series) == {"scope": (2.0, 0.0)}
+    assert dict(latency.series)["recall"] == pytest.approx((20.0, 0.0))
+    svg = str(recalls.svg())
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "peak 2" in svg
+    # An hour's window: samples older than it are let go.
+    now[0] = 20 + 3600
+    sampler.sample()
+    assert [t for t, _ in sampler.points] == [20.0, 3620.0]
