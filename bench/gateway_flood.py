@@ -15,6 +15,14 @@ token holder's recall latency during a slow-body flood, against the daemon as a 
    time, as a newly started agent does. Printed: p50 / p99 / max of each, and how many failed (no
    answer within 30 s; after three such failures and no answer the series stops: locked out). The
    anchor is the same recall with no flood.
+3. **Event-stream flood** (issue 34): A clients without a token each open ``GET /mcp`` asking for an
+   event stream and keep it open (reconnecting when answered or dropped), while the token holder
+   recalls as in 2.
+4. **Operator websocket flood** (issue 34): W read-token websockets held open and idle, while a
+   control-tier client (connected before the flood) and a read-tier client opening a fresh connection
+   each time (as the CLI does) call ``Status`` R times. Printed: p50 / p99 / max and refusals.
+
+``--nofile N`` starts each daemon under ``ulimit -n N`` (the issue's 256 and 1024).
 
 The machine (CPU count, load average) is printed first: other work on it shows in every figure.
 """
@@ -60,7 +68,7 @@ def status_kb(pid: int, field: str) -> int:
 
 
 class Daemon:
-    def __init__(self, workdir: Path, src: Path | None) -> None:
+    def __init__(self, workdir: Path, src: Path | None, nofile: int | None = None) -> None:
         state = workdir / "state"
         state.mkdir(parents=True)
         self.state = state
@@ -72,8 +80,14 @@ class Daemon:
         if src is not None:
             env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
         self.log = (workdir / "daemon.log").open("wb")
+        def limit() -> None:
+            if nofile is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=limit)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -275,22 +289,124 @@ async def slow_body_flood(daemon: Daemon, token: str, attackers: int, count: int
     print(summary("recall, flood, fresh connection", *during_fresh))
 
 
+async def stream_attacker(port: int, stop: trio.Event, counts: dict[str, int]) -> None:
+    """A client without a token asking for an event stream, holding it open for as long as it is let."""
+    head = (f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n").encode()
+    while not stop.is_set():
+        try:
+            conn = await Http.open(port)
+        except OSError:
+            await trio.sleep(0.1)
+            continue
+        counts["connections"] += 1
+        try:
+            await conn.stream.send_all(head)
+            while not stop.is_set():
+                with trio.move_on_after(1.0):
+                    chunk = await conn.stream.receive_some(4096)
+                    if not chunk:
+                        break
+                    if chunk.startswith(b"HTTP/1.1 "):
+                        status = chunk[9:12].decode("ascii", "replace")
+                        counts[status] = counts.get(status, 0) + 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            counts["dropped"] += 1
+        finally:
+            await conn.aclose()
+
+
+async def stream_flood(daemon: Daemon, token: str, attackers: int, count: int) -> None:
+    kept = await Http.open(daemon.port)
+    stop = trio.Event()
+    counts = {"connections": 0, "dropped": 0}
+    async with trio.open_nursery() as nursery:
+        for _ in range(attackers):
+            nursery.start_soon(stream_attacker, daemon.port, stop, counts)
+        await trio.sleep(2.0)
+        during_kept = await recalls(daemon.port, token, count, fresh=False, keep=kept)
+        during_fresh = await recalls(daemon.port, token, count, fresh=True)
+        stop.set()
+    await kept.aclose()
+    answered = {k: v for k, v in counts.items() if k.isdigit()}
+    print(f"event-stream flood: {attackers} tokenless GET /mcp streams, {counts['connections']} connections "
+          f"opened, answers {answered}, {counts['dropped']} dropped")
+    print(summary("recall, flood, kept-alive", *during_kept))
+    print(summary("recall, flood, fresh connection", *during_fresh))
+
+
+async def statuses(url: str, token: str, count: int, rpc: object | None = None) -> tuple[list[float], int]:
+    """Status ``count`` times, 0.25 s apart: on ``rpc`` (kept), or on a fresh connection each time."""
+    from memactors.rpc.transport import RpcError, connect_rpc
+
+    times, failed = [], 0
+    for _ in range(count):
+        started = time.monotonic()
+        try:
+            with trio.fail_after(30):
+                if rpc is not None:
+                    await rpc.call(f"{SERVICE}/Status", {})  # type: ignore[attr-defined]
+                else:
+                    async with connect_rpc(url, token) as fresh:
+                        await fresh.call(f"{SERVICE}/Status", {})
+            times.append(time.monotonic() - started)
+        except (trio.TooSlowError, RpcError):
+            failed += 1
+        await trio.sleep(0.25)
+    return times, failed
+
+
+async def websocket_flood(daemon: Daemon, sockets: int, count: int) -> None:
+    from memactors.rpc.transport import RpcError, connect_rpc
+
+    url, read, control = daemon.info["operator"], daemon.token("read"), daemon.token("control")
+    opened, refused = 0, 0
+    stop = trio.Event()
+
+    async def hold(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        nonlocal opened, refused
+        try:
+            async with connect_rpc(url, read):
+                opened += 1
+                task_status.started()
+                await stop.wait()
+        except RpcError:
+            refused += 1
+            task_status.started()
+
+    async with connect_rpc(url, control) as kept:
+        base_control = await statuses(url, control, count, kept)
+        base_read = await statuses(url, read, count)
+        async with trio.open_nursery() as nursery:
+            for _ in range(sockets):
+                await nursery.start(hold)
+            during_control = await statuses(url, control, count, kept)
+            during_read = await statuses(url, read, count)
+            stop.set()
+    print(f"operator websocket flood: {sockets} read-token websockets held idle ({opened} opened, "
+          f"{refused} refused)")
+    print(summary("Status, no flood, control, kept", *base_control))
+    print(summary("Status, no flood, read, fresh", *base_read))
+    print(summary("Status, flood, control, kept", *during_control))
+    print(summary("Status, flood, read, fresh (CLI)", *during_read))
+
+
 async def main(args: argparse.Namespace) -> None:
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load {os.getloadavg()[0]:.2f}; daemon code: {args.src or ROOT / 'src'}")
+          f"load {os.getloadavg()[0]:.2f}; daemon code: {args.src or ROOT / 'src'}; "
+          f"ulimit -n {args.nofile or 'unchanged'}")
+    sys.path.insert(0, str(ROOT / "src"))
     with tempfile.TemporaryDirectory(prefix="gateway-flood-") as tmp:
-        daemon = Daemon(Path(tmp) / "a", args.src)
-        try:
-            token = await prepare(daemon)
-            await initialize_flood(daemon, token, args.initializes)
-        finally:
-            daemon.stop()
-        daemon = Daemon(Path(tmp) / "b", args.src)
-        try:
-            token = await prepare(daemon)
-            await slow_body_flood(daemon, token, args.attackers, args.recalls)
-        finally:
-            daemon.stop()
+        phases = {"initialize": lambda d, t: initialize_flood(d, t, args.initializes),
+                  "slow-body": lambda d, t: slow_body_flood(d, t, args.attackers, args.recalls),
+                  "event-stream": lambda d, t: stream_flood(d, t, args.attackers, args.recalls),
+                  "websocket": lambda d, t: websocket_flood(d, args.websockets, args.recalls)}
+        for name in args.phases.split(","):
+            daemon = Daemon(Path(tmp) / name, args.src, args.nofile)
+            try:
+                token = await prepare(daemon)
+                await phases[name](daemon, token)
+            finally:
+                daemon.stop()
 
 
 if __name__ == "__main__":
@@ -298,5 +414,9 @@ if __name__ == "__main__":
     parser.add_argument("--src", type=Path, help="run the daemon from this source tree (PYTHONPATH)")
     parser.add_argument("--initializes", type=int, default=10_000)
     parser.add_argument("--attackers", type=int, default=300)
+    parser.add_argument("--websockets", type=int, default=400)
     parser.add_argument("--recalls", type=int, default=40)
+    parser.add_argument("--nofile", type=int, help="the daemon's ulimit -n (issue 34: 256, 1024)")
+    parser.add_argument("--phases", default="initialize,slow-body,event-stream,websocket",
+                        help="comma-separated: initialize, slow-body, event-stream, websocket")
     trio.run(main, parser.parse_args())
