@@ -25,6 +25,7 @@ anything was malformed or rejected, as `runs ingest` does.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -32,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from . import _core as core
@@ -207,6 +209,130 @@ def git_found(args: argparse.Namespace) -> tuple[list[Found], dict[str, Any]]:
     return found, {"repo": repo.key, "branch": repo.branch, "commits": len(commits)}
 
 
+# -- agent sessions --------------------------------------------------------------------------------------
+
+class Repos:
+    """Which repository a session's directory is in (git, cached per directory): its toplevel, or None
+    for a directory that is gone or in no repository."""
+
+    def __init__(self) -> None:
+        self._top: dict[str, str | None] = {}
+
+    def toplevel(self, cwd: str) -> str | None:
+        if cwd not in self._top:
+            top = _git_text(["-C", cwd, "rev-parse", "--show-toplevel"]) if os.path.isdir(cwd) else None
+            self._top[cwd] = os.path.realpath(top) if top else None
+        return self._top[cwd]
+
+
+def _inside(path: str, cwd: str, toplevel: str) -> bool:
+    absolute = os.path.realpath(os.path.join(cwd, path))
+    return absolute == toplevel or absolute.startswith(toplevel.rstrip("/") + "/")
+
+
+def read_lines(path: Path) -> tuple[list[str] | None, str | None]:
+    """A JSON-lines file's lines, or why it is malformed: not UTF-8, unreadable, or a line that is not a
+    JSON object before the last one (a last line cut short is a session still being written: read past)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte {exc.start})"
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
+    lines = text.splitlines()
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    for i, (n, line) in enumerate(numbered):
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except RecursionError:
+            ok = False
+        except ValueError:
+            if i == len(numbered) - 1 and i > 0:
+                continue
+            ok = False
+        if not ok:
+            return None, f"line {n} is not a JSON object"
+    if not numbered:
+        return None, "empty"
+    return lines, None
+
+
+def session_found(path: Path, label: str, session: Any, *, adapter: str, harness: str, since: str | None,
+                  repos: Repos) -> Found:
+    """A session read from its file, as the record to send (or why it is left out)."""
+    from ..agents.transcript import run_record_from_transcript
+
+    if not session.session_id or not session.started_at or not session.cwd:
+        return Found(label, skipped="no session in it")
+    if since is not None and utc(session.ended_at or session.started_at) < since:
+        return Found(label, skipped="older than --since")
+    top = repos.toplevel(session.cwd)
+    if top is None:
+        return Found(label, skipped="no repository")
+    # Nothing outside the repository is sent: an edit elsewhere on the machine is dropped here.
+    session.edits = [e for e in session.edits if _inside(e.path, session.cwd, top)]
+    record = run_record_from_transcript(session, harness=harness, fallback_session_id=path.stem,
+                                        fallback_cwd=session.cwd, ended_at=session.ended_at or session.started_at,
+                                        trigger_name=f"import {adapter}")
+    record["adapter"] = adapter
+    if record.get("result_text") and len(record["result_text"]) > MAX_RESULT_CHARS:
+        record["result_text"] = record["result_text"][-MAX_RESULT_CHARS:]
+    return Found(label, record)
+
+
+def sessions_found(args: argparse.Namespace, adapter: str, files: list[Path]) -> list[Found]:
+    """Each file read with its adapter's reader; a malformed one named with why."""
+    from ..agents.codex_rollout import read_codex_rollout
+    from ..agents.transcript import read_claude_transcript
+    from ..config import DEFAULT_VERIFY_PATTERNS
+
+    harness_cfg = None
+    try:
+        harness_cfg = core.load(args).harness.get(args.harness)
+    except Exception:  # ok: a missing or broken configuration only means the default verify patterns
+        harness_cfg = None
+    patterns = harness_cfg.verify_patterns if harness_cfg else DEFAULT_VERIFY_PATTERNS
+    read = read_claude_transcript if adapter == "claude-code" else read_codex_rollout
+    since = since_of(args.since)
+    repos = Repos()
+    out: list[Found] = []
+    for path in files:
+        label = str(path)
+        if since is not None and utc(datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat()) < since:
+            out.append(Found(label, skipped="older than --since"))  # nothing written to it since
+            continue
+        lines, problem = read_lines(path)
+        if problem is not None:
+            out.append(Found(label, problem=problem))
+            continue
+        session = read(lines, patterns)
+        out.append(session_found(path, label, session, adapter=adapter, harness=args.harness, since=since,
+                                 repos=repos))
+    return out
+
+
+def transcript_files(root: Path, pattern: str) -> list[Path]:
+    """The session files under `root`, sorted; Claude Code's subagent transcripts (a session's
+    ``subagents/`` directory) are part of their session, not sessions of their own."""
+    if not root.is_dir():
+        raise CliError("NOT_FOUND", f"--dir {root}: no such directory")
+    return sorted(p for p in root.rglob(pattern) if p.is_file() and "subagents" not in p.relative_to(root).parts)
+
+
+def cmd_import_claude_code(args: argparse.Namespace) -> int:
+    default = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
+    root = Path(args.dir).expanduser() if args.dir else default
+    found = sessions_found(args, "claude-code", transcript_files(root, "*.jsonl"))
+    return send(args, found, "claude-code", {"dir": str(root), "files": len(found)})
+
+
+def cmd_import_codex(args: argparse.Namespace) -> int:
+    default = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
+    root = Path(args.dir).expanduser() if args.dir else default
+    found = sessions_found(args, "codex", transcript_files(root, "rollout-*.jsonl"))
+    return send(args, found, "codex", {"dir": str(root), "files": len(found)})
+
+
 # -- sending ---------------------------------------------------------------------------------------------
 
 def send(args: argparse.Namespace, found: list[Found], what: str, about: dict[str, Any]) -> int:
@@ -343,3 +469,19 @@ def register(sub: Any) -> None:
                    help="the repository key to record under (default: its origin remote's, else local<path>)")
     _common(p, "imported", "the harness the episodes belong to (default: imported)")
     p.set_defaults(fn=cmd_import_git)
+
+    for name, fn, where, pattern in (
+            ("claude-code", cmd_import_claude_code, "$CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects",
+             "*.jsonl"),
+            ("codex", cmd_import_codex, "$CODEX_HOME/sessions, else ~/.codex/sessions", "rollout-*.jsonl")):
+        p = imp.add_parser(
+            name, help=f"each past {name} session becomes an episode (control tier)",
+            description=f"Each {name} session file ({pattern} under --dir) becomes a closed run record, ingested "
+                        "as a live run's is: its edits inside its repository, its verify commands' results, its "
+                        "last answer, model and cost; never the prompt, tool arguments or tool output. A session "
+                        "whose directory is in no repository is left out. A malformed file is named and skipped; "
+                        "the rest go in (exit 1 when any was malformed). Importing again adds nothing.")
+        p.add_argument("--dir", metavar="DIR", help=f"where the sessions are (default: {where})")
+        _common(p, name, f"the harness the episodes belong to (default: {name}; name your resident's "
+                         "harness to merge with the sessions its hook recorded)")
+        p.set_defaults(fn=fn)
