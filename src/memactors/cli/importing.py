@@ -148,12 +148,15 @@ class GitRepo:
     def commits(self, since: str | None) -> list[tuple[str, str, str, str, list[str]]]:
         """(sha, author time UTC, committer time UTC, message, paths) of every non-merge commit reachable
         from the revision, newest first; with `since`, only those authored at or after it."""
+        if self.revs != ["--all"] and _git_text([*self.git, "rev-parse", "--verify", "-q",
+                                                 f"{self.revs[0]}^{{commit}}"]) is None:
+            if self.revs == ["HEAD"]:
+                return []  # a repository without a commit yet: nothing to import
+            raise CliError("INVALID_ARGUMENT", f"--rev {self.revs[0]}: no such commit in the repository")
         done = _git([*self.git, "-c", "core.quotepath=off", "log", "--no-merges", "--no-renames", "-z",
                      "--name-only", "--format=%x1e%H%x1f%aI%x1f%cI%x1f%B%x1f", *self.revs, "--"])
         if done.returncode != 0:
             message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            if "does not have any commits" in " ".join(message):
-                return []
             raise CliError("INVALID_ARGUMENT", f"git log {' '.join(self.revs)}: {message[-1] if message else 'failed'}")
         out: list[tuple[str, str, str, str, list[str]]] = []
         for chunk in done.stdout.decode("utf-8", "replace").split("\x1e"):
