@@ -8,7 +8,8 @@ list|show|wait|cancel|logs), `memory` (REQ-19's memory
 commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MCP client
 configurations, hooks and the session spool for residents), `install` (install / uninstall a resident's
 configuration), `ops` (serve, doctor, tui, completion), `describe` (a harness and its prompt source),
-`store` (store migrate: the one command that works on the store itself, with the daemon stopped).
+`store` (store migrate, and in `store_portable` export, import, backup and restore: the commands that work
+on the store itself), `importing` (import git|claude-code|codex: past history sent as run records).
 
 The CLI finds the daemon the way the daemon finds its state: `--config` (before or after the
 subcommand), else `$HARNESS_CONFIG`, else `$XDG_CONFIG_HOME/harness/harness.toml` (default
