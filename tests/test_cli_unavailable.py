@@ -172,6 +172,21 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
     (tmp_path / "proj").mkdir(exist_ok=True)
     hook = json.dumps({"session_id": "s-1", "transcript_path": str(TRANSCRIPT), "cwd": str(tmp_path)})
     ep = "ep_00000000000000000000"
+    history = tmp_path / "history"  # `import` reads its sources, then sends what it found (issue 27)
+    if not history.exists():
+        subprocess.run(["git", "init", "-q", str(history)], check=True)
+        subprocess.run(["git", "-C", str(history), "-c", "user.name=dev", "-c", "user.email=dev@example.invalid",
+                        "commit", "-q", "--allow-empty", "-m", "start"], check=True)
+    sessions = tmp_path / "claude-projects" / "p"
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / "s-1.jsonl").write_text(TRANSCRIPT.read_text(encoding="utf-8").replace("{CWD}", str(history)),
+                                        encoding="utf-8")
+    rollouts = tmp_path / "codex-sessions" / "2026" / "11" / "30"
+    rollouts.mkdir(parents=True, exist_ok=True)
+    (rollouts / "rollout-2026-11-30T10-00-00-c1.jsonl").write_text("\n".join(json.dumps(line) for line in (
+        {"timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta", "payload": {"id": "c-1", "cwd": str(history)}},
+        {"timestamp": "2026-11-30T10:01:00.000Z", "type": "event_msg",
+         "payload": {"type": "agent_message", "message": "done"}})) + "\n", encoding="utf-8")
     return {
         "memory status": (["memory", "status"], None),
         "memory episodes": (["memory", "episodes"], None),
@@ -205,6 +220,9 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "spool send": (["spool", "send"], None),
         "describe": (["describe", "api-fixer"], None),
         "describe --json": (["describe", "api-fixer", "--json"], None),
+        "import git": (["import", "git", "--repo", str(history)], None),
+        "import claude-code": (["import", "claude-code", "--dir", str(sessions.parent)], None),
+        "import codex": (["import", "codex", "--dir", str(tmp_path / "codex-sessions")], None),
     }
 
 
@@ -214,8 +232,10 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"), "uninstall": (0, "")}
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
-#: migrate` works on a stopped daemon's store (tests/test_store_migrate.py).
-OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate"}
+#: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`
+#: read or write the store itself (tests/test_store_export.py, tests/test_store_backup.py).
+OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate",
+           "store export", "store import", "store backup", "store restore"}
 
 
 def test_the_table_covers_every_command_that_connects(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The `store` group: `store migrate --to postgresql://…` (issue 19, docs/fleet.md).
+"""The `store` group: `store migrate --to postgresql://…` (issue 19, docs/fleet.md); `store export` /
+`store import` (versioned JSON lines) and `store backup` / `store restore` (issue 27, docs/operations.md),
+in `store_portable`.
 
 Not an RPC command: it moves the daemon's own store, so the daemon must not be running on it. It takes
 the state directory's lock (as the daemon does) for the copy and refuses, naming the pid, while a
@@ -107,8 +109,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    store = sub.add_parser("store", help="the daemon's store: move it to PostgreSQL (docs/fleet.md)").add_subparsers(
+    from . import store_portable
+
+    store = sub.add_parser("store", help="the daemon's store: move it to PostgreSQL (docs/fleet.md); export, "
+                                         "import, backup, restore").add_subparsers(
         dest="store_command", required=True, metavar="COMMAND")
+    store_portable.register(store)
     p = store.add_parser(
         "migrate", help="copy the SQLite store into a PostgreSQL one (stop the daemon first)",
         description="Copy every table of the SQLite store (the state directory's memactors.db, or --from) into "
