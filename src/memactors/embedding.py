@@ -10,7 +10,7 @@ on disk, and the graph is built in milliseconds at load.
 
 * **Lazy, once per process.** Nothing is read until the first text is embedded (an episode or a query);
   `shared_model()` then loads the session once (0.1–0.3 s; the 91 MB weights file mapped, the linear
-  layers' weights packed for the CPU's GEMM, ~60 MB more resident) and every provider of the process
+  layers' weights packed for the CPU's GEMM, ~75 MB more resident) and every provider of the process
   shares it. A daemon that never embeds never loads it, so a test suite of short daemons pays nothing.
 * **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls. Episodes
   are embedded by one background thread per process at nice +5 (ingest and recall keep their share of
