@@ -14,6 +14,13 @@ in-process MCP client the daemon uses:
   cosine over the sqlite-vec table and the path boost are fused by RRF. The episodes' vectors are
   computed locally with the same deterministic function, so the build does not go through HTTP.
 
+* **embedded** (`--embedded`, instead of hybrid) — the default configuration's hybrid ranking: each
+  query embedded by the embedded all-MiniLM-L6-v2 (`memactors.embedding.LocalEmbedder`, onnxruntime on
+  one thread, as the daemon runs it), fused with BM25 and the path ranking. The episodes' vectors are
+  seeded random unit vectors (embedding 10k synthetic episodes would take minutes and change nothing
+  in what a recall costs: a brute-force `vec0` search reads every vector of the scope whatever they
+  hold); the model is loaded during the warm-up calls.
+
 A quarter of the queries carry one requested path. Latency is wall time per call (median, p99, max),
 after 10 warm-up calls. It prints the machine it ran on; docs/benchmarks.md has the figures.
 """
@@ -38,7 +45,7 @@ import sqlite_utils
 import sqlite_vec
 import trio
 
-from memactors.builtin import BuiltinProvider, embed_input, write_doc, write_vector
+from memactors.builtin import BuiltinProvider, embed_input, vector_model, write_doc, write_vector
 from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.store.engines import open_store
 from memactors.store.sqlite import migrations
@@ -107,9 +114,17 @@ def queries(n: int, seed: int = 11) -> list[dict[str, Any]]:
     return out
 
 
-def build(path: Path, episodes: list[dict[str, Any]], dim: int) -> float:
-    """Bulk-load the episodes (and their vectors) with the provider's own helpers; returns seconds."""
+def random_unit(rng: random.Random, dim: int) -> list[float]:
+    v = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    norm = sum(x * x for x in v) ** 0.5
+    return [x / norm for x in v]
+
+
+def build(path: Path, episodes: list[dict[str, Any]], dim: int, model: str = MODEL) -> float:
+    """Bulk-load the episodes (and their vectors) with the provider's own helpers; returns seconds.
+    Vectors of the bench's bag of words for `MODEL`, seeded random unit vectors for another model."""
     started = time.perf_counter()
+    rng = random.Random(13)
     conn = sqlean.connect(str(path), isolation_level=None)
     conn.enable_load_extension(True)
     sqlite_vec.load(conn)
@@ -123,8 +138,9 @@ def build(path: Path, episodes: list[dict[str, Any]], dim: int) -> float:
         for ep in episodes[start:start + BATCH]:
             doc_id, digest, _ = write_doc(db, episode_id=ep["episode_id"], scope=ep["scope"], text=ep["text"],
                                           summary=ep["summary"], files=ep["files"], started_at=ep["started_at"])
-            vector = embedding_for(embed_input(ep["text"], ep["summary"]), dim, "bag_of_words")
-            write_vector(db, doc_id=doc_id, scope=ep["scope"], model=MODEL, digest=digest, vector=vector)
+            vector = (embedding_for(embed_input(ep["text"], ep["summary"]), dim, "bag_of_words") if model == MODEL
+                      else random_unit(rng, dim))
+            write_vector(db, doc_id=doc_id, scope=ep["scope"], model=model, digest=digest, vector=vector)
         db.execute("COMMIT")
     db.execute("PRAGMA optimize")
     conn.close()
@@ -170,6 +186,36 @@ def machine() -> dict[str, Any]:
             "python": sys.version.split()[0], "sqlite": sqlite_version, "sqlite_vec": vec_version}
 
 
+async def run_embedded(sizes: list[int], n_queries: int, keep: Path | None) -> dict[str, Any]:
+    """BM25 only against the default configuration's hybrid ranking with the embedded model."""
+    from memactors.embedding import BUILTIN_MODEL, DIM, LocalEmbedder, model_info
+
+    results: dict[str, Any] = {"machine": machine(), "dim": DIM, "runs": []}
+    qs = queries(n_queries)
+    for size in sizes:
+        with tempfile.TemporaryDirectory(dir=keep) as tmp:
+            path = Path(tmp) / "bench.db"
+            episodes = synthetic_episodes(size)
+            build_s = await trio.to_thread.run_sync(build, path, episodes, DIM, vector_model(BUILTIN_MODEL))
+            del episodes
+            store = await open_store(path)
+            try:
+                bm25 = await measure(BuiltinProvider(store), qs)
+                embedded = await measure(BuiltinProvider(
+                    store, embedder=LocalEmbedder().embed, query_embedder=LocalEmbedder(query=True).embed,
+                    embedding_model=BUILTIN_MODEL, query_embed_deadline=10.0), qs)
+                bm25_again = await measure(BuiltinProvider(store), qs)  # the load may have moved meanwhile
+            finally:
+                store.close()
+            run_ = {"episodes": size, "build_s": round(build_s, 1), "db_mb": round(path.stat().st_size / 2**20, 1),
+                    "bm25": bm25, "embedded": embedded, "bm25_again": bm25_again, "runtime": model_info(),
+                    "ratio_p50": round(embedded["median_ms"] / statistics.mean(
+                        [bm25["median_ms"], bm25_again["median_ms"]]), 2)}
+            results["runs"].append(run_)
+            print_run(run_)
+    return results
+
+
 async def run(sizes: list[int], n_queries: int, dim: int, keep: Path | None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine(), "dim": dim, "runs": []}
     qs = queries(n_queries)
@@ -200,10 +246,14 @@ async def run(sizes: list[int], n_queries: int, dim: int, keep: Path | None) -> 
 
 def print_run(r: dict[str, Any]) -> None:
     print(f"{r['episodes']:>7} episodes  built in {r['build_s']} s, {r['db_mb']} MB", flush=True)
-    for mode in ("bm25", "hybrid"):
+    for mode in ("bm25", "hybrid", "embedded", "bm25_again"):
+        if mode not in r:
+            continue
         m = r[mode]
         print(f"    {mode:<6}  median {m['median_ms']:>7} ms   p99 {m['p99_ms']:>7} ms   max {m['max_ms']:>7} ms"
               f"   ({m['queries']} queries, {m['with_results']} with results, {m['degraded']} degraded)", flush=True)
+    if "ratio_p50" in r:
+        print(f"    embedded p50 / BM25-only p50 = {r['ratio_p50']}  (runtime: {r['runtime'].get('runtime')})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,11 +263,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384)")
     parser.add_argument("--tmp", type=Path, help="directory for the temporary stores (default: system temp)")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
+    parser.add_argument("--embedded", action="store_true",
+                        help="BM25 only against the embedded model's hybrid ranking (the default configuration)")
     args = parser.parse_args(argv)
     info = machine()
     print(f"machine: {info['platform']}; {info['cpu']} x{info['cpu_count']}; python {info['python']};"
-          f" sqlite {info['sqlite']}; sqlite-vec {info['sqlite_vec']}; dim {args.dim}", flush=True)
-    results = trio.run(run, args.sizes, args.queries, args.dim, args.tmp)
+          f" sqlite {info['sqlite']}; sqlite-vec {info['sqlite_vec']}; dim {args.dim};"
+          f" load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    results = (trio.run(run_embedded, args.sizes, args.queries, args.tmp) if args.embedded
+               else trio.run(run, args.sizes, args.queries, args.dim, args.tmp))
     if args.json:
         print(json.dumps(results, indent=2))
 

