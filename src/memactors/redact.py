@@ -34,6 +34,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from itertools import accumulate
+from re import _constants as _sre
+from re import _parser as _sre_parse
 from typing import Any
 
 import ahocorasick_rs
@@ -108,6 +110,19 @@ _ESCAPE_OR_CR = re.compile(r"[\x1b\r\x90-\x9f]")
 _CR = re.compile(r"\r\n?")
 
 
+# The two characters that ``re``'s IGNORECASE matches to an ASCII letter but ``str.lower`` leaves as
+# they are (dotless i, long s; the Kelvin sign lowers to k, and İ lowers to two characters, which the
+# keyword positions check): folded in the lower-cased text the keywords are looked for in, so a
+# ``(?i:secret)`` rule is chosen, and tried, where the text says ``ſecret``.
+_FOLD = str.maketrans({"\u0131": "i", "\u017f": "s"})
+
+
+def _lower(text: str) -> str:
+    """``text`` lower-cased for the keyword automaton (`_FOLD`)."""
+    lowered = text.lower()
+    return lowered if lowered.isascii() else lowered.translate(_FOLD)
+
+
 def strip_control(text: str) -> str:
     """Remove terminal escape sequences whole, make each CR (and CRLF) one LF, then remove C0 control
     characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
@@ -157,10 +172,13 @@ class RedactionRule:
     #: widening a vendor token's span to the words after it.
     phase: int = 1
     #: The pattern is tried only where one of its keywords starts (``re.Pattern.match`` at each
-    #: occurrence the keyword automaton found), not at every position: for rules whose match begins at
-    #: a keyword, and which would otherwise start with a lookbehind or an alternation ``re`` cannot
-    #: scan for quickly.
+    #: occurrence the keyword automaton found, less each of ``leads``), not at every position: for
+    #: rules whose match begins at a keyword (or a fixed distance from one), and which would otherwise
+    #: start with a lookbehind or an alternation ``re`` cannot scan for quickly. Set by the rule file,
+    #: or found from the pattern itself (`anchor_leads`).
     anchored: bool = False
+    #: How far before a keyword's start a match may begin (negative: after it, past a lookbehind).
+    leads: tuple[int, ...] = (0,)
 
     def is_secret(self, value: str) -> bool:
         """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
@@ -214,9 +232,11 @@ class RedactionRule:
         if not self.anchored or starts is None:
             yield from self.pattern.finditer(text)
             return
-        done = 0
-        for start in sorted(set(starts)):
-            if start < done:
+        done, limit = 0, len(text)
+        leads = self.leads
+        at = set(starts) if leads == (0,) else {p - lead for p in starts for lead in leads}
+        for start in sorted(at):
+            if start < done or start > limit:
                 continue
             match = self.pattern.match(text, start)
             if match is not None:
@@ -282,6 +302,8 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
     if not isinstance(anchored, bool) or (anchored and not keywords):
         raise RulesError("anchored must be true or false, and needs keywords", file=source,
                           key=f"rules.{rule_id}.anchored")
+    leads = anchor_leads(pattern, keywords)
+    anchored = anchored or leads is not None
     phase = raw.get("phase", 1)
     if phase not in (1, 2, 3):
         raise RulesError("phase must be 1, 2 or 3", file=source, key=f"rules.{rule_id}.phase")
@@ -302,10 +324,95 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         detector=detector,
         phase=phase,
         anchored=anchored,
+        leads=leads or (0,),
     )
     if _matches_marker(rule):
         raise RulesError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
     return rule
+
+
+_ZERO_WIDTH = frozenset({_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT})
+_REPEATS = frozenset({_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT})
+#: A match's literal beginning is followed this far for a keyword (and no further)...
+_HEAD_LIMIT = 48
+#: ... along at most this many ways (alternatives multiply): past either, the rule scans.
+_HEAD_WAYS = 256
+
+
+class _NotAtKeyword(Exception):
+    """A way for a pattern to begin that holds none of its keywords at a fixed place."""
+
+
+def _heads(items: Any, pending: frozenset[str], words: tuple[str, ...], leads: set[int]) -> frozenset[str]:
+    """The heads still pending after the parsed pattern ``items``, from the ``pending`` ones.
+
+    A head is the lower-cased literal text a match has begun with, followed until a keyword ends in
+    it: then where that keyword starts in the head goes into ``leads`` and the head is settled
+    (dropped). Anything but a literal (a class, any character) while a head is pending, a head longer
+    than `_HEAD_LIMIT` or more than `_HEAD_WAYS` of them raise `_NotAtKeyword`."""
+    for op, av in items:
+        if not pending:
+            break
+        if op in _ZERO_WIDTH:  # \b, ^, lookarounds: they consume nothing
+            continue
+        if op is _sre.LITERAL or (op is _sre.IN and av and all(o is _sre.LITERAL for o, _ in av)):
+            out: set[str] = set()
+            for head in pending:
+                for code in ([av] if op is _sre.LITERAL else [c for _, c in av]):
+                    grown = head + chr(code).lower()
+                    word = next((k for k in words if grown.endswith(k)), None)
+                    if word is not None:
+                        leads.add(len(grown) - len(word))
+                    elif len(grown) >= _HEAD_LIMIT:
+                        raise _NotAtKeyword
+                    else:
+                        out.add(grown)
+            pending = frozenset(out)
+        elif op is _sre.SUBPATTERN:
+            pending = _heads(av[3], pending, words, leads)
+        elif op is _sre.ATOMIC_GROUP:
+            pending = _heads(av, pending, words, leads)
+        elif op is _sre.BRANCH:
+            pending = frozenset().union(*(_heads(branch, pending, words, leads) for branch in av[1]))
+        elif op in _REPEATS:
+            low, high, sub = av
+            once = _heads(sub, pending, words, leads)
+            if once and high != 1:  # heads that a further repetition would go on: not followed
+                raise _NotAtKeyword
+            pending = pending | once if low == 0 else once
+        else:  # a class, any character, a back reference
+            raise _NotAtKeyword
+        if len(pending) > _HEAD_WAYS:
+            raise _NotAtKeyword
+    return pending
+
+
+def anchor_leads(pattern: re.Pattern[str], keywords: Iterable[str]) -> tuple[int, ...] | None:
+    """Where, relative to one of ``keywords`` in the lower-cased text, every match of ``pattern``
+    begins — each way the pattern can start (past its zero-width assertions) is literal text holding a
+    keyword at a fixed place (``lead`` characters from the match's start; a leading literal lookbehind
+    counts as text before the match, so its lead is negative) — or None when some way is not.
+
+    Such a rule is tried only at those places (`RedactionRule.anchored`): the same matches as a scan,
+    which can find none elsewhere, instead of a try at every character. ``re`` skips ahead quickly
+    only to a case-sensitive literal prefix, which a ``(?i:…)`` alternation, a leading ``\\b`` or a
+    lookbehind is not."""
+    words = tuple(sorted({k.lower() for k in keywords}, key=len, reverse=True))
+    if not words:
+        return None
+    try:
+        items = list(_sre_parse.parse(pattern.pattern, pattern.flags).data)
+        behind = 0
+        if items and items[0][0] is _sre.ASSERT and items[0][1][0] == -1 \
+                and all(op is _sre.LITERAL for op, _ in items[0][1][1]):
+            behind = len(items[0][1][1])  # (?<=://)…: the literal before the match is a head too
+            items = list(items[0][1][1]) + items[1:]
+        leads: set[int] = set()
+        if _heads(items, frozenset({""}), words, leads):
+            return None  # a match can end before any keyword
+    except (_NotAtKeyword, re.error, RecursionError):
+        return None
+    return tuple(sorted(lead - behind for lead in leads))
 
 
 def _matches_marker(rule: RedactionRule) -> bool:
@@ -419,7 +526,7 @@ class Redactor:
         starts: dict[int, list[int]] = {}
         if self._keywords:
             keywords, by_keyword = self._keywords, self._by_keyword
-            lowered = text.lower()
+            lowered = _lower(text)
             found = self._automaton.find_matches_as_indexes(lowered, overlapping=True)
             hit = {m[0] for m in found}
             for index in hit:
@@ -472,7 +579,7 @@ class Redactor:
         stripped = [strip_control(t) for t in texts] if _CONTROL.search(joined) else list(texts)
         if self._always or not self._keywords or len(stripped) < 2:
             return [self._redact_stripped(t) for t in stripped]
-        lowered = [t.lower() for t in stripped]
+        lowered = [_lower(t) for t in stripped]
         ends = list(accumulate(len(t) + 1 for t in lowered))  # each string's end (+ its NUL) in `joined`
         hit: set[int] = set()
         for _, start, _ in self._automaton.find_matches_as_indexes("\0".join(lowered), overlapping=True):
