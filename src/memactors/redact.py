@@ -123,9 +123,30 @@ def _lower(text: str) -> str:
     return lowered if lowered.isascii() else lowered.translate(_FOLD)
 
 
+#: The ASCII characters `strip_control` keeps: tab, newline and the printable ones.
+_ASCII_KEPT = bytes([9, 10, *range(0x20, 0x7F)])
+_C1_OR_ESC = re.compile(r"[\x1b\x90-\x9f]")
+
+
+def _has_control(text: str) -> bool:
+    """Whether `strip_control` would change ``text``. An ASCII text (most are) is checked as bytes:
+    ``re``'s class search costs ~30 ns a character, deleting the kept bytes ~1."""
+    if text.isascii():
+        return bool(text.encode("ascii").translate(None, _ASCII_KEPT))
+    return _CONTROL.search(text) is not None
+
+
+def _may_escape(text: str) -> bool:
+    """Whether ``text`` holds an escape sequence's introducer (ESC, or a C1 one): `_ESCAPES` can match
+    only then."""
+    return "\x1b" in text or (not text.isascii() and _C1_OR_ESC.search(text) is not None)
+
+
 def strip_control(text: str) -> str:
     """Remove terminal escape sequences whole, make each CR (and CRLF) one LF, then remove C0 control
     characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
+    if not _has_control(text):
+        return text
     if _ESCAPE_OR_CR.search(text):
         text = _CR.sub("\n", _ESCAPES.sub("", text))
     return _CONTROL.sub("", text)
@@ -489,18 +510,25 @@ class Redactor:
     def _rules_by_keyword(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(i for i, rule in enumerate(self.rules) if k in rule.keywords) for k in self._keywords}
 
-    #: keyword index -> the anchored rules that name it; the keyword indexes that have any.
-    _anchored_by_keyword: dict[int, tuple[int, ...]] = attrs.field(init=False)
-    _anchored_keywords: frozenset[int] = attrs.field(init=False)
+    #: keyword index -> positions of the rules that name it; rule position -> its keywords' indexes.
+    _by_keyword_index: tuple[tuple[int, ...], ...] = attrs.field(init=False)
+    _keyword_indexes: tuple[tuple[int, ...], ...] = attrs.field(init=False)
 
-    @_anchored_by_keyword.default
-    def _anchored_rules_by_keyword(self) -> dict[int, tuple[int, ...]]:
-        out = {n: tuple(i for i in self._by_keyword[k] if self.rules[i].anchored) for n, k in enumerate(self._keywords)}
-        return {n: rules for n, rules in out.items() if rules}
+    @_by_keyword_index.default
+    def _rules_by_keyword_index(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self._by_keyword[k] for k in self._keywords)
 
-    @_anchored_keywords.default
-    def _keywords_of_anchored_rules(self) -> frozenset[int]:
-        return frozenset(self._anchored_by_keyword)
+    @_keyword_indexes.default
+    def _keywords_by_rule(self) -> tuple[tuple[int, ...], ...]:
+        index = {k: n for n, k in enumerate(self._keywords)}
+        return tuple(tuple(index[k] for k in rule.keywords) for rule in self.rules)
+
+    #: rule position -> its phase.
+    _phases: tuple[int, ...] = attrs.field(init=False)
+
+    @_phases.default
+    def _phase_by_rule(self) -> tuple[int, ...]:
+        return tuple(rule.phase for rule in self.rules)
 
     @_always.default
     def _keywordless(self) -> frozenset[int]:
@@ -522,23 +550,36 @@ class Redactor:
     def _scan(self, text: str) -> list[tuple[RedactionRule, list[int] | None]]:
         """`candidates`, each with where its keywords start in ``text`` (for anchored rules; None when
         lower-casing changed the text's length, so positions would not map: then the rule scans)."""
-        chosen = set(self._always)
-        starts: dict[int, list[int]] = {}
-        if self._keywords:
-            keywords, by_keyword = self._keywords, self._by_keyword
-            lowered = _lower(text)
-            found = self._automaton.find_matches_as_indexes(lowered, overlapping=True)
-            hit = {m[0] for m in found}
-            for index in hit:
-                chosen.update(by_keyword[keywords[index]])
-            anchored = hit & self._anchored_keywords
-            if anchored and len(lowered) == len(text):
-                for index, start, _ in found:
-                    if index in anchored:
-                        for position in self._anchored_by_keyword[index]:
-                            starts.setdefault(position, []).append(start)
+        chosen, positions = self._find(text)
         rules = self.rules
-        return [(rules[i], starts.get(i) if rules[i].anchored else None) for i in sorted(chosen)]
+        return [(rules[i], self._starts(i, positions)) for i in chosen]
+
+    def _find(self, text: str) -> tuple[list[int], dict[int, list[int]] | None]:
+        """The candidate rules' positions in `rules` (in order), and where each keyword found starts
+        (keyword index -> positions; None when lower-casing changed the text's length)."""
+        if not self._keywords:
+            return sorted(self._always), None
+        found = self._automaton.find_matches_as_indexes(lowered := _lower(text), overlapping=True)
+        if not found:
+            return sorted(self._always), {}
+        positions: dict[int, list[int]] = {}
+        for index, start, _ in found:
+            if index in positions:
+                positions[index].append(start)
+            else:
+                positions[index] = [start]
+        chosen = set(self._always)
+        by_index = self._by_keyword_index
+        for index in positions:
+            chosen.update(by_index[index])
+        return sorted(chosen), positions if len(lowered) == len(text) else None
+
+    def _starts(self, rule: int, positions: dict[int, list[int]] | None) -> list[int] | None:
+        """Where an anchored rule's keywords start, from `_find`'s ``positions``; None for a rule that
+        scans (or when positions do not map)."""
+        if positions is None or not self.rules[rule].anchored:
+            return None
+        return [p for index in self._keyword_indexes[rule] if index in positions for p in positions[index]]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
@@ -549,7 +590,7 @@ class Redactor:
     def _redact_text(self, text: str) -> str:
         stripped = strip_control(text)
         out = self._redact_stripped(stripped)
-        if _ESCAPES.search(text):
+        if _may_escape(text) and _ESCAPES.search(text):
             # An escape sequence goes whole, with the printable characters after its ESC: a secret with an
             # ESC inside could lose some of them and no longer look like one. Read once more with each
             # control character alone removed; if that finds more secrets, its answer is served (escape
@@ -574,9 +615,9 @@ class Redactor:
         STATS["chars"] += sum(len(t) for t in texts)
         # One scan for control characters over them all; most strings hold none.
         joined = "".join(texts)
-        if _ESCAPES.search(joined):  # the few with an escape sequence get `redact`'s second reading
+        if _may_escape(joined) and _ESCAPES.search(joined):  # the few with one get `redact`'s second reading
             return [self._redact_text(t) for t in texts]
-        stripped = [strip_control(t) for t in texts] if _CONTROL.search(joined) else list(texts)
+        stripped = [strip_control(t) for t in texts] if _has_control(joined) else list(texts)
         if self._always or not self._keywords or len(stripped) < 2:
             return [self._redact_stripped(t) for t in stripped]
         lowered = [_lower(t) for t in stripped]
@@ -603,28 +644,32 @@ class Redactor:
         # Within a phase every candidate rule looks at the same text and their secret spans are replaced
         # together (a union): a rule applied first can no longer cut a longer secret another rule would
         # take whole (ours takes `glpat-…` up to a dot, gitleaks' routable rule takes the dot and on).
+        phase_of, spans_of = self._phases, self._spans
+        chosen, positions = self._find(current)
         for _ in range(_MAX_ROUNDS):
-            scanned, result = self._scan(current), current
+            result = current
             # Phases 1 (shapes) and 2 (contexts) each as a union; phase 3 (the wide generic key = value
             # rules) rule by rule, so a generic rule never widens a span a precise one has replaced.
-            # Keyword positions are found again whenever a replacement has moved them.
+            # Keyword positions are found again whenever a replacement has moved them (and the last
+            # finding is the next round's: it is of the text that round starts with).
             for phase in (1, 2):
-                spans = [span for rule, starts in scanned if rule.phase == phase
-                         for span in rule.spans(result, self._redact_stripped, starts)]
+                spans = [span for i in chosen if phase_of[i] == phase for span in spans_of(i, result, positions)]
                 if spans:
                     result = _replace_spans(result, spans)
-                    scanned = self._scan(result)
-            for rule, _ in list(scanned):
-                if rule.phase == 3:
-                    starts = next((s for r, s in scanned if r is rule), None)
-                    spans = list(rule.spans(result, self._redact_stripped, starts))
-                    if spans:
-                        result = _replace_spans(result, spans)
-                        scanned = self._scan(result)
+                    chosen, positions = self._find(result)
+            for i in [i for i in chosen if phase_of[i] == 3]:
+                # A rule whose keywords a replacement removed still runs (scanning: no positions).
+                spans = list(spans_of(i, result, positions if i in chosen else None))
+                if spans:
+                    result = _replace_spans(result, spans)
+                    chosen, positions = self._find(result)
             if result == current:
                 return result
             current = result
         return current
+
+    def _spans(self, rule: int, text: str, positions: dict[int, list[int]] | None) -> Iterator[tuple[int, int]]:
+        return self.rules[rule].spans(text, self._redact_stripped, self._starts(rule, positions))
 
     def redact_obj(self, value: Any) -> Any:
         """Redact every string inside nested dicts, lists and tuples; dict keys and non-strings are kept.
