@@ -1,13 +1,18 @@
 """Ingest throughput with today's redactor and with the redactor of an earlier commit, same daemon code.
 
-    .venv/bin/python bench/redact_ingest.py [--baseline 8f9bbd3] [--records 2000] [--runs 3]
+    .venv/bin/python bench/redact_ingest.py [--baseline 8f9bbd3] [--records 2000] [--runs 5] [--no-daemon]
 
 Each run starts a fresh daemon (`memactors serve`, built-in provider, SQLite) whose shared redactor is
 either today's or the one at ``--baseline`` (bench/_baseline_redactor.py, put in place before the daemon
 starts), and sends ``--records`` realistic run records (bench/user_paths.py's, a quarter of them with a
 few credentials and key = value lines in their text) over the operator RPC in batches of 500
 (`IngestRuns`). Runs alternate baseline and today's, so both see the same machine load; the medians of
-records per second are printed with their ratio.
+records per second are printed with their ratio. That is the user's path: `memactors runs ingest` and
+the spool drain send the same RPC (bench/cli_ingest.py times the CLI process around it).
+
+Beside it, the redaction alone on the same records, in this process: each record's strings through
+`Redactor.redact_many` (what the ingest's `clean_many` calls), today's and the baseline's, as µs per KB
+of string text and records per second (medians of ``--runs``).
 """
 
 from __future__ import annotations
@@ -92,11 +97,52 @@ async def one_run(rev: str, batch: list[dict[str, Any]]) -> float:
                     await proc.wait()
 
 
+def strings(value: Any, out: list[str]) -> list[str]:
+    """Every string of ``value`` (a record), as the ingest collects them."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            strings(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            strings(v, out)
+    return out
+
+
+def function_only(rev: str, batch: list[dict[str, Any]], runs: int) -> None:
+    """The redaction of the records' strings alone, today's and the baseline's, alternating."""
+    from _baseline_redactor import baseline_redactor
+
+    from memactors.redact import Redactor
+
+    per_record = [strings(r, []) for r in batch]
+    kb = sum(len(t) for texts in per_record for t in texts) / 1024
+    redactors = {"baseline": baseline_redactor(rev), "now": Redactor()}
+    times: dict[str, list[float]] = {name: [] for name in redactors}
+    for _ in range(runs):
+        for name, redactor in redactors.items():
+            started = time.perf_counter()
+            for texts in per_record:
+                redactor.redact_many(texts)
+            times[name].append(time.perf_counter() - started)
+    print(f"redaction alone ({kb:.0f} KB of strings, redact_many per record), median of {runs}:")
+    for name, spent in times.items():
+        median = statistics.median(spent)
+        print(f"  {name:>8} {median / kb * 1e6:8.1f} µs/KB  {len(batch) / median:8.0f} rec/s")
+    ratio = statistics.median(times["now"]) / statistics.median(times["baseline"])
+    print(f"  now / baseline: {ratio:.2f}x the time")
+
+
 async def amain(args: argparse.Namespace) -> None:
     print(f"machine: {machine()}")
     batch = records(args.records)
     kb = sum(len(json.dumps(r)) for r in batch) / 1024
     print(f"{len(batch)} records, {kb:.0f} KB of JSON; baseline redactor at {args.baseline}")
+    function_only(args.baseline, batch, args.runs)
+    if args.no_daemon:
+        return
+    print(f"through the daemon (IngestRuns over the operator RPC, batches of 500), {args.runs} runs:")
     rates: dict[str, list[float]] = {"baseline": [], "now": []}
     for _ in range(args.runs):
         rates["baseline"].append(await one_run(args.baseline, batch))
@@ -104,13 +150,15 @@ async def amain(args: argparse.Namespace) -> None:
         print(f"  baseline {rates['baseline'][-1]:8.0f} rec/s   now {rates['now'][-1]:8.0f} rec/s", flush=True)
     before, now = statistics.median(rates["baseline"]), statistics.median(rates["now"])
     print(f"median: baseline {before:.0f} rec/s, now {now:.0f} rec/s ({(now / before - 1) * 100:+.1f} %)")
+    print(f"load after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default="8f9bbd3")
     parser.add_argument("--records", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-daemon", action="store_true", help="only the redaction alone")
     trio.run(amain, parser.parse_args())
 
 

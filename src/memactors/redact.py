@@ -34,6 +34,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from itertools import accumulate
+from re import _constants as _sre
+from re import _parser as _sre_parse
 from typing import Any
 
 import ahocorasick_rs
@@ -108,9 +110,43 @@ _ESCAPE_OR_CR = re.compile(r"[\x1b\r\x90-\x9f]")
 _CR = re.compile(r"\r\n?")
 
 
+# The two characters that ``re``'s IGNORECASE matches to an ASCII letter but ``str.lower`` leaves as
+# they are (dotless i, long s; the Kelvin sign lowers to k, and İ lowers to two characters, which the
+# keyword positions check): folded in the lower-cased text the keywords are looked for in, so a
+# ``(?i:secret)`` rule is chosen, and tried, where the text says ``ſecret``.
+_FOLD = str.maketrans({"\u0131": "i", "\u017f": "s"})
+
+
+def _lower(text: str) -> str:
+    """``text`` lower-cased for the keyword automaton (`_FOLD`)."""
+    lowered = text.lower()
+    return lowered if lowered.isascii() else lowered.translate(_FOLD)
+
+
+#: The ASCII characters `strip_control` keeps: tab, newline and the printable ones.
+_ASCII_KEPT = bytes([9, 10, *range(0x20, 0x7F)])
+_C1_OR_ESC = re.compile(r"[\x1b\x90-\x9f]")
+
+
+def _has_control(text: str) -> bool:
+    """Whether `strip_control` would change ``text``. An ASCII text (most are) is checked as bytes:
+    ``re``'s class search costs ~30 ns a character, deleting the kept bytes ~1."""
+    if text.isascii():
+        return bool(text.encode("ascii").translate(None, _ASCII_KEPT))
+    return _CONTROL.search(text) is not None
+
+
+def _may_escape(text: str) -> bool:
+    """Whether ``text`` holds an escape sequence's introducer (ESC, or a C1 one): `_ESCAPES` can match
+    only then."""
+    return "\x1b" in text or (not text.isascii() and _C1_OR_ESC.search(text) is not None)
+
+
 def strip_control(text: str) -> str:
     """Remove terminal escape sequences whole, make each CR (and CRLF) one LF, then remove C0 control
     characters (keeping tab and newline), DEL, C1 controls and lone surrogates."""
+    if not _has_control(text):
+        return text
     if _ESCAPE_OR_CR.search(text):
         text = _CR.sub("\n", _ESCAPES.sub("", text))
     return _CONTROL.sub("", text)
@@ -157,10 +193,13 @@ class RedactionRule:
     #: widening a vendor token's span to the words after it.
     phase: int = 1
     #: The pattern is tried only where one of its keywords starts (``re.Pattern.match`` at each
-    #: occurrence the keyword automaton found), not at every position: for rules whose match begins at
-    #: a keyword, and which would otherwise start with a lookbehind or an alternation ``re`` cannot
-    #: scan for quickly.
+    #: occurrence the keyword automaton found, less each of ``leads``), not at every position: for
+    #: rules whose match begins at a keyword (or a fixed distance from one), and which would otherwise
+    #: start with a lookbehind or an alternation ``re`` cannot scan for quickly. Set by the rule file,
+    #: or found from the pattern itself (`anchor_leads`).
     anchored: bool = False
+    #: How far before a keyword's start a match may begin (negative: after it, past a lookbehind).
+    leads: tuple[int, ...] = (0,)
 
     def is_secret(self, value: str) -> bool:
         """Whether a matched ``value`` passes the rule's entropy floor and is not allowlisted."""
@@ -214,9 +253,16 @@ class RedactionRule:
         if not self.anchored or starts is None:
             yield from self.pattern.finditer(text)
             return
-        done = 0
-        for start in sorted(set(starts)):
-            if start < done:
+        done, limit = 0, len(text)
+        leads = self.leads
+        at = set(starts) if leads == (0,) else {p - lead for p in starts for lead in leads}
+        if len(at) * _DENSE > limit:
+            # Keywords every few characters (an adversarial text, a dump of headers): one C scan from the
+            # first place a match can begin costs less than a Python call at each; same matches.
+            yield from self.pattern.finditer(text, max(min(at), 0))
+            return
+        for start in sorted(at):
+            if start < done or start > limit:
                 continue
             match = self.pattern.match(text, start)
             if match is not None:
@@ -237,6 +283,10 @@ class RedactionRule:
             span = self.secret_span(match)
             if span is not None and span[1] > span[0]:
                 yield span
+
+
+#: An anchored rule scans instead when its places are denser than one per this many characters.
+_DENSE = 16
 
 
 def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
@@ -282,6 +332,8 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
     if not isinstance(anchored, bool) or (anchored and not keywords):
         raise RulesError("anchored must be true or false, and needs keywords", file=source,
                           key=f"rules.{rule_id}.anchored")
+    leads = anchor_leads(pattern, keywords)
+    anchored = anchored or leads is not None
     phase = raw.get("phase", 1)
     if phase not in (1, 2, 3):
         raise RulesError("phase must be 1, 2 or 3", file=source, key=f"rules.{rule_id}.phase")
@@ -302,10 +354,95 @@ def _compile(raw: Mapping[str, Any], source: str) -> RedactionRule:
         detector=detector,
         phase=phase,
         anchored=anchored,
+        leads=leads or (0,),
     )
     if _matches_marker(rule):
         raise RulesError("redaction rule matches the [REDACTED] marker", file=source, key=f"rules.{rule_id}")
     return rule
+
+
+_ZERO_WIDTH = frozenset({_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT})
+_REPEATS = frozenset({_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT})
+#: A match's literal beginning is followed this far for a keyword (and no further)...
+_HEAD_LIMIT = 48
+#: ... along at most this many ways (alternatives multiply): past either, the rule scans.
+_HEAD_WAYS = 256
+
+
+class _NotAtKeyword(Exception):
+    """A way for a pattern to begin that holds none of its keywords at a fixed place."""
+
+
+def _heads(items: Any, pending: frozenset[str], words: tuple[str, ...], leads: set[int]) -> frozenset[str]:
+    """The heads still pending after the parsed pattern ``items``, from the ``pending`` ones.
+
+    A head is the lower-cased literal text a match has begun with, followed until a keyword ends in
+    it: then where that keyword starts in the head goes into ``leads`` and the head is settled
+    (dropped). Anything but a literal (a class, any character) while a head is pending, a head longer
+    than `_HEAD_LIMIT` or more than `_HEAD_WAYS` of them raise `_NotAtKeyword`."""
+    for op, av in items:
+        if not pending:
+            break
+        if op in _ZERO_WIDTH:  # \b, ^, lookarounds: they consume nothing
+            continue
+        if op is _sre.LITERAL or (op is _sre.IN and av and all(o is _sre.LITERAL for o, _ in av)):
+            out: set[str] = set()
+            for head in pending:
+                for code in ([av] if op is _sre.LITERAL else [c for _, c in av]):
+                    grown = head + chr(code).lower()
+                    word = next((k for k in words if grown.endswith(k)), None)
+                    if word is not None:
+                        leads.add(len(grown) - len(word))
+                    elif len(grown) >= _HEAD_LIMIT:
+                        raise _NotAtKeyword
+                    else:
+                        out.add(grown)
+            pending = frozenset(out)
+        elif op is _sre.SUBPATTERN:
+            pending = _heads(av[3], pending, words, leads)
+        elif op is _sre.ATOMIC_GROUP:
+            pending = _heads(av, pending, words, leads)
+        elif op is _sre.BRANCH:
+            pending = frozenset().union(*(_heads(branch, pending, words, leads) for branch in av[1]))
+        elif op in _REPEATS:
+            low, high, sub = av
+            once = _heads(sub, pending, words, leads)
+            if once and high != 1:  # heads that a further repetition would go on: not followed
+                raise _NotAtKeyword
+            pending = pending | once if low == 0 else once
+        else:  # a class, any character, a back reference
+            raise _NotAtKeyword
+        if len(pending) > _HEAD_WAYS:
+            raise _NotAtKeyword
+    return pending
+
+
+def anchor_leads(pattern: re.Pattern[str], keywords: Iterable[str]) -> tuple[int, ...] | None:
+    """Where, relative to one of ``keywords`` in the lower-cased text, every match of ``pattern``
+    begins — each way the pattern can start (past its zero-width assertions) is literal text holding a
+    keyword at a fixed place (``lead`` characters from the match's start; a leading literal lookbehind
+    counts as text before the match, so its lead is negative) — or None when some way is not.
+
+    Such a rule is tried only at those places (`RedactionRule.anchored`): the same matches as a scan,
+    which can find none elsewhere, instead of a try at every character. ``re`` skips ahead quickly
+    only to a case-sensitive literal prefix, which a ``(?i:…)`` alternation, a leading ``\\b`` or a
+    lookbehind is not."""
+    words = tuple(sorted({k.lower() for k in keywords}, key=len, reverse=True))
+    if not words:
+        return None
+    try:
+        items = list(_sre_parse.parse(pattern.pattern, pattern.flags).data)
+        behind = 0
+        if items and items[0][0] is _sre.ASSERT and items[0][1][0] == -1 \
+                and all(op is _sre.LITERAL for op, _ in items[0][1][1]):
+            behind = len(items[0][1][1])  # (?<=://)…: the literal before the match is a head too
+            items = list(items[0][1][1]) + items[1:]
+        leads: set[int] = set()
+        if _heads(items, frozenset({""}), words, leads):
+            return None  # a match can end before any keyword
+    except (_NotAtKeyword, re.error, RecursionError):
+        return None
+    return tuple(sorted(lead - behind for lead in leads))
 
 
 def _matches_marker(rule: RedactionRule) -> bool:
@@ -382,18 +519,25 @@ class Redactor:
     def _rules_by_keyword(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(i for i, rule in enumerate(self.rules) if k in rule.keywords) for k in self._keywords}
 
-    #: keyword index -> the anchored rules that name it; the keyword indexes that have any.
-    _anchored_by_keyword: dict[int, tuple[int, ...]] = attrs.field(init=False)
-    _anchored_keywords: frozenset[int] = attrs.field(init=False)
+    #: keyword index -> positions of the rules that name it; rule position -> its keywords' indexes.
+    _by_keyword_index: tuple[tuple[int, ...], ...] = attrs.field(init=False)
+    _keyword_indexes: tuple[tuple[int, ...], ...] = attrs.field(init=False)
 
-    @_anchored_by_keyword.default
-    def _anchored_rules_by_keyword(self) -> dict[int, tuple[int, ...]]:
-        out = {n: tuple(i for i in self._by_keyword[k] if self.rules[i].anchored) for n, k in enumerate(self._keywords)}
-        return {n: rules for n, rules in out.items() if rules}
+    @_by_keyword_index.default
+    def _rules_by_keyword_index(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self._by_keyword[k] for k in self._keywords)
 
-    @_anchored_keywords.default
-    def _keywords_of_anchored_rules(self) -> frozenset[int]:
-        return frozenset(self._anchored_by_keyword)
+    @_keyword_indexes.default
+    def _keywords_by_rule(self) -> tuple[tuple[int, ...], ...]:
+        index = {k: n for n, k in enumerate(self._keywords)}
+        return tuple(tuple(index[k] for k in rule.keywords) for rule in self.rules)
+
+    #: rule position -> its phase.
+    _phases: tuple[int, ...] = attrs.field(init=False)
+
+    @_phases.default
+    def _phase_by_rule(self) -> tuple[int, ...]:
+        return tuple(rule.phase for rule in self.rules)
 
     @_always.default
     def _keywordless(self) -> frozenset[int]:
@@ -415,23 +559,36 @@ class Redactor:
     def _scan(self, text: str) -> list[tuple[RedactionRule, list[int] | None]]:
         """`candidates`, each with where its keywords start in ``text`` (for anchored rules; None when
         lower-casing changed the text's length, so positions would not map: then the rule scans)."""
-        chosen = set(self._always)
-        starts: dict[int, list[int]] = {}
-        if self._keywords:
-            keywords, by_keyword = self._keywords, self._by_keyword
-            lowered = text.lower()
-            found = self._automaton.find_matches_as_indexes(lowered, overlapping=True)
-            hit = {m[0] for m in found}
-            for index in hit:
-                chosen.update(by_keyword[keywords[index]])
-            anchored = hit & self._anchored_keywords
-            if anchored and len(lowered) == len(text):
-                for index, start, _ in found:
-                    if index in anchored:
-                        for position in self._anchored_by_keyword[index]:
-                            starts.setdefault(position, []).append(start)
+        chosen, positions = self._find(text)
         rules = self.rules
-        return [(rules[i], starts.get(i) if rules[i].anchored else None) for i in sorted(chosen)]
+        return [(rules[i], self._starts(i, positions)) for i in chosen]
+
+    def _find(self, text: str) -> tuple[list[int], dict[int, list[int]] | None]:
+        """The candidate rules' positions in `rules` (in order), and where each keyword found starts
+        (keyword index -> positions; None when lower-casing changed the text's length)."""
+        if not self._keywords:
+            return sorted(self._always), None
+        found = self._automaton.find_matches_as_indexes(lowered := _lower(text), overlapping=True)
+        if not found:
+            return sorted(self._always), {}
+        positions: dict[int, list[int]] = {}
+        for index, start, _ in found:
+            if index in positions:
+                positions[index].append(start)
+            else:
+                positions[index] = [start]
+        chosen = set(self._always)
+        by_index = self._by_keyword_index
+        for index in positions:
+            chosen.update(by_index[index])
+        return sorted(chosen), positions if len(lowered) == len(text) else None
+
+    def _starts(self, rule: int, positions: dict[int, list[int]] | None) -> list[int] | None:
+        """Where an anchored rule's keywords start, from `_find`'s ``positions``; None for a rule that
+        scans (or when positions do not map)."""
+        if positions is None or not self.rules[rule].anchored:
+            return None
+        return [p for index in self._keyword_indexes[rule] if index in positions for p in positions[index]]
 
     def redact(self, text: str) -> str:
         """Return ``text`` with control characters stripped and every secret replaced; idempotent."""
@@ -442,7 +599,7 @@ class Redactor:
     def _redact_text(self, text: str) -> str:
         stripped = strip_control(text)
         out = self._redact_stripped(stripped)
-        if _ESCAPES.search(text):
+        if _may_escape(text) and _ESCAPES.search(text):
             # An escape sequence goes whole, with the printable characters after its ESC: a secret with an
             # ESC inside could lose some of them and no longer look like one. Read once more with each
             # control character alone removed; if that finds more secrets, its answer is served (escape
@@ -467,12 +624,12 @@ class Redactor:
         STATS["chars"] += sum(len(t) for t in texts)
         # One scan for control characters over them all; most strings hold none.
         joined = "".join(texts)
-        if _ESCAPES.search(joined):  # the few with an escape sequence get `redact`'s second reading
+        if _may_escape(joined) and _ESCAPES.search(joined):  # the few with one get `redact`'s second reading
             return [self._redact_text(t) for t in texts]
-        stripped = [strip_control(t) for t in texts] if _CONTROL.search(joined) else list(texts)
+        stripped = [strip_control(t) for t in texts] if _has_control(joined) else list(texts)
         if self._always or not self._keywords or len(stripped) < 2:
             return [self._redact_stripped(t) for t in stripped]
-        lowered = [t.lower() for t in stripped]
+        lowered = [_lower(t) for t in stripped]
         ends = list(accumulate(len(t) + 1 for t in lowered))  # each string's end (+ its NUL) in `joined`
         hit: set[int] = set()
         for _, start, _ in self._automaton.find_matches_as_indexes("\0".join(lowered), overlapping=True):
@@ -496,28 +653,32 @@ class Redactor:
         # Within a phase every candidate rule looks at the same text and their secret spans are replaced
         # together (a union): a rule applied first can no longer cut a longer secret another rule would
         # take whole (ours takes `glpat-…` up to a dot, gitleaks' routable rule takes the dot and on).
+        phase_of, spans_of = self._phases, self._spans
+        chosen, positions = self._find(current)
         for _ in range(_MAX_ROUNDS):
-            scanned, result = self._scan(current), current
+            result = current
             # Phases 1 (shapes) and 2 (contexts) each as a union; phase 3 (the wide generic key = value
             # rules) rule by rule, so a generic rule never widens a span a precise one has replaced.
-            # Keyword positions are found again whenever a replacement has moved them.
+            # Keyword positions are found again whenever a replacement has moved them (and the last
+            # finding is the next round's: it is of the text that round starts with).
             for phase in (1, 2):
-                spans = [span for rule, starts in scanned if rule.phase == phase
-                         for span in rule.spans(result, self._redact_stripped, starts)]
+                spans = [span for i in chosen if phase_of[i] == phase for span in spans_of(i, result, positions)]
                 if spans:
                     result = _replace_spans(result, spans)
-                    scanned = self._scan(result)
-            for rule, _ in list(scanned):
-                if rule.phase == 3:
-                    starts = next((s for r, s in scanned if r is rule), None)
-                    spans = list(rule.spans(result, self._redact_stripped, starts))
-                    if spans:
-                        result = _replace_spans(result, spans)
-                        scanned = self._scan(result)
+                    chosen, positions = self._find(result)
+            for i in [i for i in chosen if phase_of[i] == 3]:
+                # A rule whose keywords a replacement removed still runs (scanning: no positions).
+                spans = list(spans_of(i, result, positions if i in chosen else None))
+                if spans:
+                    result = _replace_spans(result, spans)
+                    chosen, positions = self._find(result)
             if result == current:
                 return result
             current = result
         return current
+
+    def _spans(self, rule: int, text: str, positions: dict[int, list[int]] | None) -> Iterator[tuple[int, int]]:
+        return self.rules[rule].spans(text, self._redact_stripped, self._starts(rule, positions))
 
     def redact_obj(self, value: Any) -> Any:
         """Redact every string inside nested dicts, lists and tuples; dict keys and non-strings are kept.
