@@ -12,12 +12,16 @@ STAMP      := $(VENV)/.installed-test
 # Codex is tested at two versions: the pinned one, and a newer one in its own prefix (codex-next), so a
 # change in how Codex treats MCP tools shows up here first. server-memory is the official MCP memory
 # server: a third-party server that `memory provider check` must turn away with a pointer to the docs.
+# Gemini CLI and OpenCode are the gemini-cli and opencode harness kinds (issue 26); OpenCode's npm package
+# ships its prebuilt binary.
 AGENTS                := .cache/agents
 CLAUDE_CODE_VERSION   := 2.1.328
 CODEX_VERSION         := 0.169.0
 CODEX_NEXT_VERSION    := 0.171.0
 SERVER_MEMORY_VERSION := 2026.8.31
-AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)
+GEMINI_CLI_VERSION    := 0.61.0
+OPENCODE_VERSION      := 1.18.33
+AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)-$(GEMINI_CLI_VERSION)-$(OPENCODE_VERSION)
 NPM_INSTALL           := npm install --no-audit --no-fund --save-exact --loglevel=error
 
 .PHONY: run test test-fast test-tools lint bench clean agents promtool postgres
@@ -54,11 +58,14 @@ lint: $(STAMP)
 $(AGENTS_STAMP):
 	mkdir -p $(AGENTS)/codex-next
 	$(NPM_INSTALL) --prefix $(AGENTS) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
-		@openai/codex@$(CODEX_VERSION) @modelcontextprotocol/server-memory@$(SERVER_MEMORY_VERSION)
+		@openai/codex@$(CODEX_VERSION) @modelcontextprotocol/server-memory@$(SERVER_MEMORY_VERSION) \
+		@google/gemini-cli@$(GEMINI_CLI_VERSION) opencode-ai@$(OPENCODE_VERSION)
 	$(NPM_INSTALL) --prefix $(AGENTS)/codex-next @openai/codex@$(CODEX_NEXT_VERSION)
 	$(AGENTS)/node_modules/.bin/claude --version | grep -F '$(CLAUDE_CODE_VERSION)'
 	$(AGENTS)/node_modules/.bin/codex --version | grep -F '$(CODEX_VERSION)'
 	$(AGENTS)/codex-next/node_modules/.bin/codex --version | grep -F '$(CODEX_NEXT_VERSION)'
+	$(AGENTS)/node_modules/.bin/gemini --version | grep -F '$(GEMINI_CLI_VERSION)'
+	$(AGENTS)/node_modules/.bin/opencode --version | grep -F '$(OPENCODE_VERSION)'
 	test -x $(AGENTS)/node_modules/.bin/mcp-server-memory
 	touch $@
 

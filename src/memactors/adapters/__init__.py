@@ -8,7 +8,9 @@ does all of that. So each adapter is tested on recorded streams without a proces
 through ``memactors run`` with the real agent CLI.
 
 Modules: ``claude_code`` (``claude -p --output-format stream-json --verbose … -- <prompt>``), ``codex``
-(``codex exec --json …``) and ``command`` (a generic argv template with ``{prompt}``). A new agent is a
+(``codex exec --json …``), ``gemini_cli`` (``gemini --output-format stream-json … --prompt <prompt>``),
+``opencode`` (``opencode run --format json … -- <prompt>``) and ``command`` (a generic argv template with
+``{prompt}``). A new agent is a
 module here and its line in ``ADAPTERS`` and ``ADAPTER_CAPS`` below. May import: ``memactors.errors`` only
 (config reads ``ADAPTER_CAPS``, so this package sits with the pure modules); adapters never import each
 other.
@@ -142,6 +144,8 @@ ADAPTERS: Mapping[str, str] = {
     "claude-code": "memactors.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "memactors.adapters.codex:CodexAdapter",
     "command": "memactors.adapters.command:CommandAdapter",
+    "gemini-cli": "memactors.adapters.gemini_cli:GeminiCliAdapter",
+    "opencode": "memactors.adapters.opencode:OpenCodeAdapter",
 }
 
 
@@ -153,6 +157,8 @@ ADAPTER_CAPS: Mapping[str, frozenset[str]] = {
     "claude-code": frozenset({"max_turns", "max_cost_usd"}),
     "codex": frozenset(),
     "command": frozenset(),
+    "gemini-cli": frozenset(),
+    "opencode": frozenset(),
 }
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _agentfiles_more as _more
 from ._core import CliError
 from .agents import CLAUDE_ALLOW, claude_server, codex_server
 from .agents import SERVER_NAME as SERVER
@@ -51,7 +52,7 @@ HOOK_MARK = "hook claude-code session-end"
 HOOK_TIMEOUT = 30
 EXCLUDE_MARK = "# memactors install: holds a gateway token, keep out of version control"
 TOKEN_PLACEHOLDER = "<token minted by install>"
-AGENTS = ("claude-code", "codex")
+AGENTS = ("claude-code", "codex", *_more.AGENTS)
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,9 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
         changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command)
     elif target.agent == "codex":
         changes = _plan_codex(target, env, install=install, url=url, token=token)
+    elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
+        changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
+                   in _more.plan(target.agent, target.project, env, install=install, url=url, token=token)]
     else:
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {target.agent!r}")
     if target.project is not None:

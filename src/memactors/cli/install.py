@@ -1,6 +1,6 @@
 """`memactors install` and `memactors uninstall`: connect a resident agent to memactors in one command.
 
-``install claude-code|codex --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
+``install claude-code|codex|gemini-cli|opencode --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
 entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
@@ -37,7 +37,7 @@ DEFAULT_TTL = "365d"
 #: What `install --help` and `uninstall --help` say (the module's docstring is for the code's readers).
 DESCRIPTIONS = {
     "install": (
-        "Connect a resident agent (Claude Code or Codex) to memactors. Mints a gateway token for the harness "
+        "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
         "Code, the session-end hook that records each session. --project DIR changes that project's files, "
@@ -53,14 +53,17 @@ def register(sub: Any) -> None:
     for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
                         ("uninstall", "remove what `memactors install` wrote and revoke its token")):
         p = sub.add_parser(verb, help=helps, description=DESCRIPTIONS[verb])
-        p.add_argument("agent", choices=("claude-code", "codex"), help="the agent whose configuration to change")
+        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode"),
+                       help="the agent whose configuration to change")
         p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--project", metavar="DIR",
-                           help="this project only (its .mcp.json and .claude/settings.local.json, or .codex/config.toml)")
+                           help="this project only (its .mcp.json and .claude/settings.local.json, .codex/config.toml, "
+                                ".gemini/settings.json or opencode.json)")
         where.add_argument("--user", action="store_true",
-                           help="every project of this user (~/.claude.json and ~/.claude/settings.json, or "
-                                "$CODEX_HOME/config.toml)")
+                           help="every project of this user (~/.claude.json and ~/.claude/settings.json, "
+                                "$CODEX_HOME/config.toml, ~/.gemini/settings.json or "
+                                "~/.config/opencode/opencode.json)")
         p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
         p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
         if verb == "install":
