@@ -3,6 +3,7 @@ database host").
 
 * after PostgreSQL restarts, the first ingest through the CLI on a running daemon succeeds first try;
 * a daemon's connections killed by the server (`pg_terminate_backend`): the next recall and ingest succeed;
+* the store's connections reset (TCP RST, through a proxy on 127.0.0.1): the next read and write succeed;
 * a write whose connection dies before its COMMIT is run again, once, on a new connection; one whose
   connection dies while its COMMIT is on the wire is never run again (it may have committed);
 * failover on a primary and a streaming standby (`pg_basebackup -R`, synchronous replication), the
@@ -16,7 +17,10 @@ database host").
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -170,6 +174,72 @@ async def test_issue28_a_write_whose_connection_dies_during_commit_is_never_run_
         assert await store.write(lambda db: db.execute("SELECT 1").fetchone()[0]) == 1  # the writer is back
     finally:
         store.close()
+
+
+class ResettingProxy:
+    """A TCP proxy on 127.0.0.1 to a PostgreSQL server that can reset every connection through it (an
+    RST to both sides, as a NAT or a load balancer that drops its state does)."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.port = 0
+        self.live: list[tuple[trio.SocketStream, trio.SocketStream]] = []
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, self._one, listeners)
+
+    async def _one(self, client: trio.SocketStream) -> None:
+        server = await trio.open_tcp_stream("127.0.0.1", self.target)
+        pair = (client, server)
+        self.live.append(pair)
+
+        async def pump(src: trio.SocketStream, dst: trio.SocketStream) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while data := await src.receive_some(65536):
+                    await dst.send_all(data)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pump, client, server)
+                nursery.start_soon(pump, server, client)
+        finally:
+            if pair in self.live:  # the client closed it (the pool retired a connection)
+                self.live.remove(pair)
+            for stream in pair:
+                stream.socket.close()
+
+    def reset_all(self) -> int:
+        """RST both sides of every connection through the proxy; returns how many connections."""
+        count = len(self.live)
+        for pair in self.live:
+            for stream in pair:
+                if stream.socket.fileno() != -1:
+                    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    stream.socket.close()  # linger 0: the kernel sends an RST, not a FIN
+        self.live.clear()
+        return count
+
+
+async def test_issue28_after_a_tcp_reset_the_next_read_and_write_succeed(pg_cluster: Cluster, pg_url: str) -> None:
+    proxy = ResettingProxy(pg_cluster.port)
+    async with trio.open_nursery() as nursery:
+        await proxy.serve(nursery)
+        url = pg_url.replace(f":{pg_cluster.port}/", f":{proxy.port}/")
+        store = await open_store(url, daemon_id="t")
+        try:
+            await store.write(lambda db: db.execute("CREATE TABLE t28t (n INT)"))
+            await store.write(lambda db: db.execute("INSERT INTO t28t VALUES (1)"))
+            assert await store.read(lambda db: db.execute("SELECT count(*) FROM t28t").fetchone()[0]) == 1
+            assert proxy.reset_all() >= 2  # the writer's connection and a reader's
+            assert await store.read(lambda db: db.execute("SELECT count(*) FROM t28t").fetchone()[0]) == 1
+            assert proxy.reset_all() >= 1
+            await store.write(lambda db: db.execute("INSERT INTO t28t VALUES (2)"))
+            assert await store.read(lambda db: db.execute("SELECT count(*) FROM t28t").fetchone()[0]) == 2
+        finally:
+            store.close()
+            nursery.cancel_scope.cancel()
 
 
 # -- failover: a primary and a streaming standby --------------------------------------------------------

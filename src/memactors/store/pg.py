@@ -268,15 +268,15 @@ class PgDb:
         yield from cur
 
 
+#: A write refused because the session's server is read-only: a hot standby, or a primary demoted (or
+#: made read-only, ``default_transaction_read_only``) while this daemon was connected to it.
+_READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
+
+
 def _unavailable(exc: BaseException) -> bool:
     """Whether `exc` says the server cannot be reached or the connection was lost (not a bug in SQL), or
     that the server cannot take writes now (a standby, a demoted primary: another server is the one)."""
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | _READ_ONLY)
-
-
-#: A write refused because the session's server is read-only: a hot standby, or a primary demoted (or
-#: made read-only, ``default_transaction_read_only``) while this daemon was connected to it.
-_READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
 
 
 def _gone(conn: psycopg.Connection[Any]) -> bool:
