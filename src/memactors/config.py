@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import attrs
 
@@ -647,17 +647,50 @@ def _build(
 
 def store_url_problem(url: str) -> str | None:
     """Why `url` cannot be a store URL, or None. Only PostgreSQL is a store engine besides the SQLite
-    file: ``postgresql://[user[:password]@][host][:port]/dbname[?param=value…]``."""
+    file: ``postgresql://[user[:password]@][host][:port][,host2[:port2]…]/dbname[?param=value…]`` — the
+    libpq multi-host form finds the primary after a failover (docs/fleet.md). A
+    ``target_session_attrs`` that would let the daemon use a standby is refused: memactors reads and
+    writes on the primary only (issue 28)."""
     if not url.startswith(("postgresql://", "postgres://")):
         return 'must be a PostgreSQL URL: "postgresql://user@host:5432/dbname" (leave it out for SQLite)'
     try:
         parts = urlsplit(url)
-        if "," not in parts.netloc:  # libpq's multi-host form (host1:5432,host2:5432) has no one port
+        if "," not in parts.netloc:
             parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+        else:
+            problem = _hosts_problem(parts.netloc.rpartition("@")[2])
+            if problem:
+                return problem
     except ValueError as exc:
         return f"is not a valid URL ({exc})"
     if not parts.path.strip("/") and "dbname=" not in parts.query:
         return "must name a database: postgresql://user@host:5432/dbname"
+    attrs_given = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "target_session_attrs"]
+    for value in attrs_given:
+        if value not in _PRIMARY_ONLY:
+            return (f"has target_session_attrs={value}, which lets the daemon use a server that is not the "
+                    "primary; memactors reads and writes on the primary only: use target_session_attrs="
+                    "read-write (the default) or primary")
+    return None
+
+
+#: The ``target_session_attrs`` a store URL may name: both mean the primary.
+_PRIMARY_ONLY = ("read-write", "primary")
+
+
+def _hosts_problem(hosts: str) -> str | None:
+    """What is wrong with the ``host1:port1,host2:port2`` list of a libpq multi-host URL, or None."""
+    for item in hosts.split(","):
+        host, port = item, ""
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest.removeprefix(":")
+        elif ":" in item:
+            host, _, port = item.rpartition(":")
+        if not host:
+            return f"has an empty host in its host list {hosts!r}: postgresql://user@h1:5432,h2:5432/dbname"
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            return f"has port {port!r} for host {host!r}, not a number from 1 to 65535"
     return None
 
 

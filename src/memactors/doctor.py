@@ -150,7 +150,9 @@ def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     place = store.get("where") if postgres else store.get("path")
     if store.get("writable"):
         space = "" if free is None and postgres else f", {shown} free"
-        return [Row("pass", "memory store", f"{place} is writable{space}{who}")]
+        # Issue 28: with a multi-host URL, which server is the primary this daemon writes to now.
+        primary = f", primary {store['primary']}" if postgres and store.get("primary") else ""
+        return [Row("pass", "memory store", f"{place} is writable{primary}{space}{who}")]
     if postgres and not (error and _DISK_FULL.search(str(error))):
         return [Row("fail", "memory store",
                     f"{place}{who}: reconnecting to {server} (last error: {error or 'a write was refused'}); "

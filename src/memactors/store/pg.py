@@ -17,6 +17,16 @@ Failure is contained like a provider's: a refused, dropped or timed-out connecti
 `StoreUnavailable` (UNAVAILABLE over RPC) naming the store as ``user@host:port/db`` — never the password
 — and the pools reconnect by themselves when the server is back.
 
+A caller never pays for the pools' dead connections (issue 28). A pooled connection is looked at as it
+is checked out (`_usable`: has the server said anything on it while it sat idle — a FATAL on restart or
+`pg_terminate_backend`, a FIN, a reset — or is it on a server that cannot take writes?) and replaced
+when it is dead; and a statement that fails because the connection is gone is run again on a fresh
+one, but only when nothing can have been committed (reads always; writes only when the COMMIT was
+never sent, `_rerun_batch` says why). Every connection asks for ``target_session_attrs=read-write``
+unless the URL names one: with a libpq multi-host URL (``postgresql://h1:5432,h2:5432/db``) the pools
+find the primary after a failover, never read from or write to a standby, and a writer on a server made
+read-only (a demoted primary) notices on its next write and reconnects.
+
 Concurrency between daemons: everything two daemons could both do is done once. A due pending row is
 claimed under ``FOR UPDATE SKIP LOCKED`` (`dialect.skip_locked`); migrations run under a transaction-level
 advisory lock; the hourly prune under a session-level one (`PgStore.singleton`). Writes that lose a
@@ -28,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import select
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -55,6 +67,12 @@ READ_CONNECTIONS = 4
 CONNECT_TIMEOUT = 2.0
 #: Seconds to wait for a pooled connection while the server is known to be down.
 FAIL_FAST = 0.25
+#: How many times a read, or a write batch that never reached its COMMIT, is tried when the server
+#: closed its connection under it (a restart, `pg_terminate_backend`, a reset, a failover).
+ATTEMPTS = 3
+#: The ``target_session_attrs`` every connection asks for unless the URL names one (config refuses the
+#: values that would allow a standby): a multi-host URL finds the primary, never a standby.
+SESSION_ATTRS = "read-write"
 
 _log = logger.bind(component="store", engine="postgresql")
 # psycopg_pool logs every failed reconnection attempt at WARNING; the store logs one line per outage.
@@ -71,11 +89,18 @@ def describe_url(url: str) -> str:
         parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"[store] url = {mask_url(url)!r}: {_scrub(str(exc), url)}", key="[store] url") from None
-    host = str(parts.get("host") or "localhost")
-    port = str(parts.get("port") or "5432")
     user = str(parts.get("user") or "")
     db = str(parts.get("dbname") or user or "")
-    return f"{user + '@' if user else ''}{host}:{port}/{db}"
+    return f"{user + '@' if user else ''}{_servers(parts)}/{db}"
+
+
+def _servers(parts: dict[str, Any]) -> str:
+    """``host:port`` of each server of a (libpq multi-host) URL, comma-separated: ``h1:5432,h2:5432``."""
+    hosts = str(parts.get("host") or "localhost").split(",")
+    ports = str(parts.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    return ",".join(f"{h or 'localhost'}:{p or '5432'}" for h, p in zip(hosts, ports, strict=False))
 
 
 def _password(url: str) -> str | None:
@@ -216,9 +241,13 @@ class PgDb:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
+        #: Whether a COMMIT was sent on this connection (`_rerun_batch`: after it, never run again).
+        self.commit_sent = False
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         cur = self.conn.cursor()
+        if sql == "COMMIT":
+            self.commit_sent = True
         if params:
             cur.execute(_pg_sql(sql), params)
         else:
@@ -239,9 +268,73 @@ class PgDb:
         yield from cur
 
 
+#: A write refused because the session's server is read-only: a hot standby, or a primary demoted (or
+#: made read-only, ``default_transaction_read_only``) while this daemon was connected to it.
+_READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
+
+
 def _unavailable(exc: BaseException) -> bool:
-    """Whether `exc` says the server cannot be reached or the connection was lost (not a bug in SQL)."""
-    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout)
+    """Whether `exc` says the server cannot be reached or the connection was lost (not a bug in SQL), or
+    that the server cannot take writes now (a standby, a demoted primary: another server is the one)."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | _READ_ONLY)
+
+
+def _gone(conn: psycopg.Connection[Any]) -> bool:
+    """Whether `conn` is lost: the server closed it, or the network did."""
+    return bool(conn.closed or conn.broken)
+
+
+def _read_only_server(conn: psycopg.Connection[Any], *, writes: bool) -> bool:
+    """Whether `conn`'s server says (in the parameters PostgreSQL 14+ reports to every session) that it
+    is a hot standby — never used, for reads or writes — or, for the writer, that its transactions are
+    read-only by default (a demoted or fenced primary)."""
+    info = conn.info
+    if info.parameter_status("in_hot_standby") == "on":
+        return True
+    return writes and info.parameter_status("default_transaction_read_only") == "on"
+
+
+def _usable(conn: psycopg.Connection[Any], *, writes: bool) -> bool:
+    """Whether a connection checked out of a pool is worth using, without a round trip when nothing
+    happened to it: an idle connection the server has said nothing on is alive. When something did
+    arrive — the FATAL of a restart or of `pg_terminate_backend`, the end of the stream, a reset, or a
+    parameter change (a reload that made the server read-only) — one empty query reads it and tells."""
+    if _gone(conn):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        arrived = bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    if arrived:
+        try:
+            conn.execute("")
+        except psycopg.Error:
+            return False
+    return not _read_only_server(conn, writes=writes)
+
+
+def _rerun_batch(db: PgDb, batch: list[_WriteJob]) -> bool:
+    """Whether a write batch that failed may be run again on another connection: only when nothing of it
+    can have been committed.
+
+    * Any job refused as a read-only transaction: the batch's transaction was read-only from its BEGIN
+      (``transaction_read_only`` is fixed when a transaction starts, and a read-write transaction never
+      gets this error), so it wrote nothing, whatever else it did — even if its COMMIT then ran.
+    * The connection is gone and its COMMIT was never sent: PostgreSQL rolls back a transaction whose
+      session ends before COMMIT, so none of it is in the database.
+    * The connection went while the COMMIT was on the wire (`PgDb.commit_sent`): the server may have
+      committed and its answer been lost. Never run again — a second run could commit twice what the
+      caller will be told once; the callers are told UNAVAILABLE, and what they send again is a
+      duplicate of what may be there (episode ids are content-derived).
+
+    Jobs are functions of the database (`run_jobs` runs them again already after a deadlock), so a
+    rerun does what the first run would have."""
+    errors = [job.error for job in batch if job.error is not None]
+    if any(isinstance(e, _READ_ONLY) for e in errors):
+        return True
+    return _gone(db.conn) and not db.commit_sent and any(_unavailable(e) for e in errors)
 
 
 class PgHealth:
@@ -261,7 +354,7 @@ class PgHealth:
     def snapshot(self) -> dict[str, Any]:
         error = self._store.last_error
         return {"path": self._store.where, "writable": error is None, "free_bytes": None, "error": error,
-                "for_seconds": None}
+                "for_seconds": None, "primary": self._store.primary}
 
 
 class PgStore(Store):
@@ -279,6 +372,8 @@ class PgStore(Store):
                   # a peer that vanishes (host down, network cut) is noticed in ~15 s, not the kernel's hours
                   "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
                   "tcp_user_timeout": 15000}
+        if "target_session_attrs" not in conninfo_to_dict(url):
+            kwargs["target_session_attrs"] = SESSION_ATTRS  # the primary, whichever host it is now
         common = {"kwargs": kwargs, "open": False, "timeout": connect_timeout, "reconnect_timeout": 2.0,
                   "max_idle": 300.0}
         self._writer = ConnectionPool(url, min_size=1, max_size=1, name="memactors-writer", **common)
@@ -287,6 +382,8 @@ class PgStore(Store):
         self._read_limiter = trio.CapacityLimiter(READ_CONNECTIONS)
         #: The last failure to reach the server (a message without the password), None while it answers.
         self.last_error: str | None = None
+        #: ``host:port`` of the server (the primary) the last call that succeeded ran on (doctor shows it).
+        self.primary: str | None = None
         self._closed = False
         self.health = PgHealth(self)
 
@@ -337,6 +434,26 @@ class PgStore(Store):
         out the timeout (the pools keep reconnecting in the background)."""
         return FAIL_FAST if self.last_error is not None else self.connect_timeout
 
+    def _checkout(self, pool: ConnectionPool[Any], *, writes: bool) -> psycopg.Connection[Any]:
+        """A connection of `pool` that `_usable` accepts, within one wait (`_wait`): the dead ones it
+        meets are closed and handed back (the pool replaces them), so the caller gets a live one or,
+        when the server is not there, the pool's timeout."""
+        deadline = time.monotonic() + self._wait()
+        while True:
+            conn = pool.getconn(timeout=max(deadline - time.monotonic(), 0.001))
+            if _usable(conn, writes=writes):
+                return conn
+            with contextlib.suppress(Exception):
+                conn.close()
+            pool.putconn(conn)  # closed: the pool discards it and opens another in the background
+            if time.monotonic() >= deadline:
+                raise PoolTimeout(f"no usable connection in {self._wait():.2f} s")
+
+    def _answered(self, conn: psycopg.Connection[Any]) -> None:
+        """Note the server `conn` ran a call on: the primary, as doctor names it."""
+        with contextlib.suppress(Exception):
+            self.primary = f"{conn.info.host}:{conn.info.port}"
+
     def _ok(self) -> None:
         if self.last_error is not None:
             self.last_error = None
@@ -345,11 +462,26 @@ class PgStore(Store):
     # -- writes --------------------------------------------------------------------------------------
     async def _write_batch(self, batch: list[_WriteJob]) -> None:
         def run() -> None:
-            conn = self._writer.getconn(timeout=self._wait())
-            try:
-                run_jobs(PgDb(conn), batch, begin="BEGIN")
-            finally:
-                self._writer.putconn(conn)
+            for attempt in range(1, ATTEMPTS + 1):
+                conn = self._checkout(self._writer, writes=True)
+                db = PgDb(conn)
+                try:
+                    run_jobs(db, batch, begin="BEGIN")
+                    again = attempt < ATTEMPTS and _rerun_batch(db, batch)
+                    if again or any(isinstance(j.error, _READ_ONLY) for j in batch):
+                        # Lost, or on a server that cannot take writes: the pool opens another
+                        # connection (target_session_attrs finds the primary now).
+                        conn.close()
+                    elif not _gone(conn):
+                        self._answered(conn)
+                finally:
+                    self._writer.putconn(conn)
+                if not again:
+                    return
+                _log.bind(store=self._where, attempt=attempt).info(
+                    "store connection lost before the commit; writing again on a new connection")
+                for job in batch:
+                    job.error, job.result = None, None
 
         try:
             await trio.to_thread.run_sync(run)
@@ -385,15 +517,27 @@ class PgStore(Store):
         return result
 
     def _read_sync(self, fn: Callable[[Any], T]) -> T:
-        if self._closed:
-            raise RuntimeError("store is closed")
-        with self._readers.connection(timeout=self._wait()) as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        for attempt in range(1, ATTEMPTS + 1):
+            if self._closed:
+                raise RuntimeError("store is closed")
+            conn = self._checkout(self._readers, writes=False)
             try:
-                return fn(PgDb(conn))
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                try:
+                    result = fn(PgDb(conn))
+                finally:
+                    if not conn.closed:
+                        conn.execute("COMMIT")
+                self._answered(conn)
+                return result
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                # A read-only transaction changes nothing: when its connection went under it (a restart,
+                # pg_terminate_backend, a reset), it is read again on another; any other error is its own.
+                if attempt == ATTEMPTS or not _gone(conn):
+                    raise
             finally:
-                if not conn.closed:
-                    conn.execute("COMMIT")
+                self._readers.putconn(conn)
+        raise AssertionError("unreachable")  # the last attempt returned or raised
 
     async def ping(self) -> str | None:
         """None when the server answers a query within the connect timeout, else why not."""

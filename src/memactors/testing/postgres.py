@@ -23,6 +23,15 @@ users have); the harness itself connects as the superuser over the socket.
     with Cluster() as cluster:
         url = cluster.create_database("t1")     # postgresql://memactors:…@127.0.0.1:PORT/t1
         cluster.stop(); cluster.start()          # an outage, same port
+
+A streaming standby of a cluster (issue 28): `pg_basebackup -R` from the primary into a second cluster,
+optionally synchronous (the primary's commits wait for the standby's flush), and what a failover does
+to them:
+
+    standby = primary.standby(synchronous=True)
+    url = primary.failover_url(standby, "t1")   # postgresql://…@127.0.0.1:P1,127.0.0.1:P2/t1?target_session_attrs=read-write
+    primary.kill()                               # kill -9 of the postmaster and every backend
+    standby.promote()
 """
 
 from __future__ import annotations
@@ -120,6 +129,14 @@ def _stage(install: Path, into: Path) -> Path:
     return into
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -135,7 +152,7 @@ class Cluster:
     """
 
     def __init__(self, *, durable: bool = False, extra: tuple[str, ...] = (), pgvector: bool = False,
-                 install: Path | None = None) -> None:
+                 install: Path | None = None, primary: Cluster | None = None) -> None:
         #: The pgvector server tree this cluster's server comes from (``pgvector=True``), else None.
         self.install = (install or pgvector_install()) if pgvector or install is not None else None
         self.bindir = tree_bindir(self.install) if self.install is not None else server_bindir()
@@ -150,8 +167,10 @@ class Cluster:
         self.extra = extra
         self._running = False
         self._databases = 0
+        if primary is not None:  # a standby: the primary's roles, so its password
+            self.password = primary.password
         try:
-            self._init()
+            self._init() if primary is None else self._init_standby(primary)
         except BaseException:  # ok: a half-started cluster is stopped and removed, then the error goes on
             self.close()
             raise
@@ -203,6 +222,86 @@ class Cluster:
         self._append(conf, "\n".join(settings) + "\n")
         self.start()
         self.admin(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{self.password}' CREATEDB")
+
+    def _init_standby(self, primary: Cluster) -> None:
+        """This cluster as a streaming standby of `primary`: a base backup with WAL streamed and
+        ``standby.signal`` + ``primary_conninfo`` written (`-R`), on its own port and socket directory."""
+        self.sockets.mkdir()
+        if self._as_postgres:
+            info = pwd.getpwnam("postgres")
+            for path in (self.root, self.sockets):
+                os.chown(path, info.pw_uid, info.pw_gid)
+        os.chmod(self.root, 0o755)
+        self._run(str(self.bindir / "pg_basebackup"), "-h", str(primary.sockets), "-p", str(primary.port),
+                  "-U", "postgres", "-D", str(self.data), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+        # The copied postgresql.conf is the primary's: later lines win, so this cluster's port and
+        # sockets go last (postgresql.auto.conf is the primary's ALTER SYSTEM, made before any here).
+        self._append(self.data / "postgresql.conf",
+                     f"port = {self.port}\nunix_socket_directories = '{self.sockets}'\nhot_standby = on\n")
+        self.start()
+
+    def standby(self, *, synchronous: bool = False) -> Cluster:
+        """A new cluster streaming from this one (see the module docstring). ``synchronous``: this
+        primary's commits wait until the standby has flushed them (``synchronous_standby_names = '*'``,
+        ``synchronous_commit = on``), so whatever it acknowledged survives its loss; otherwise they
+        stream asynchronously (the last commits before a crash may be lost)."""
+        standby = Cluster(durable=self.durable, install=self.install, primary=self)
+        if synchronous:
+            # After the base backup, so the standby (a primary once promoted) does not wait for a standby
+            # of its own that does not exist.
+            self.admin("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            self.admin("ALTER SYSTEM SET synchronous_commit = 'on'")
+            self.admin("SELECT pg_reload_conf()")
+            standby.wait_streaming(self, synchronous=True)
+        return standby
+
+    def wait_streaming(self, primary: Cluster, *, synchronous: bool = False, timeout: float = 60) -> None:
+        """Wait until `primary` shows this standby streaming (``sync`` when `synchronous`)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        want = "sync" if synchronous else None
+        while True:
+            rows = primary.admin("SELECT state, sync_state FROM pg_stat_replication")
+            if any(state == "streaming" and (want is None or sync == want) for state, sync in rows):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the standby on port {self.port} is not streaming from {primary.port}: {rows}")
+            time.sleep(0.1)  # polls the primary's view of its standbys
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (`pg_ctl promote`, waiting until it accepts writes)."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def follow(self, primary: Cluster) -> None:
+        """Make this (stopped, cleanly shut down) former primary a standby of `primary` — a switchover:
+        it restarts in recovery and streams `primary`'s new timeline."""
+        self._append(self.data / "postgresql.auto.conf",
+                     f"primary_conninfo = 'host={primary.sockets} port={primary.port} user=postgres'\n"
+                     "recovery_target_timeline = 'latest'\nsynchronous_standby_names = ''\n")
+        self._run("touch", str(self.data / "standby.signal"))
+
+    def kill(self) -> None:
+        """kill -9 the server: its postmaster and every process it started (as a host that dies takes
+        them all); the kernel closes their sockets. Waits until they are gone."""
+        import signal
+        import time
+
+        pid = int((self.data / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        pids = [pid, *(int(c) for c in children.read_text().split())] if children.exists() else [pid]
+        for one in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(one, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{one}").exists() and _alive(one) for one in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)  # polls the processes' state
+        self._running = False
+
+    def failover_url(self, standby: Cluster, dbname: str) -> str:
+        """A libpq multi-host URL naming this server and `standby`, asking for the read-write one."""
+        return (f"postgresql://{ROLE}:{self.password}@127.0.0.1:{self.port},127.0.0.1:{standby.port}/{dbname}"
+                "?target_session_attrs=read-write")
 
     def _append(self, path: Path, text: str) -> None:
         if self._as_postgres:
