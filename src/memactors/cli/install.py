@@ -163,6 +163,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     for change in changes:
         files.write(change)
     summary.update(expires_at=minted.get("expires_at"), revoked=minted.get("revoked", 0))
+    # The daemon must know [harness.<name>] to brief the resident: one added just now is reloaded.
+    reload = summary["daemon_config"] = _daemon_knows(args, config)
     if not args.json:
         where = target.project if target.project is not None else "your user configuration"
         print(f"memactors installed for {args.agent} in {where}, as harness {args.harness}:")
@@ -171,8 +173,62 @@ def cmd_install(args: argparse.Namespace) -> int:
         rotated = f"; {minted['revoked']} earlier token(s) revoked" if minted.get("revoked") else ""
         print(f"  token for run {run_id} expires {minted.get('expires_at') or 'never'}{rotated}"
               " (run install again to rotate it)")
-    _print_notes(args, notes)
+    if not args.json and reload == "reloaded":
+        print(f"  the daemon did not know [harness.{args.harness}] yet: sent it SIGHUP, and it reloaded its "
+              "configuration")
+    _print_notes(args, notes + _reload_notes(args, config, reload))
     return 0
+
+
+#: How long install waits for the daemon to pick up [harness.<name>] after its SIGHUP.
+RELOAD_WAIT_SECONDS = 10.0
+
+
+def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
+    """Make sure the running daemon has this harness's table (issue 26). ``known``: it had it;
+    ``reloaded``: it had not, so it was sent SIGHUP (its pid from daemon.json) and now has it;
+    ``not_reloaded``: it still has not (another configuration file, a broken edit, no signal allowed);
+    ``unknown``: it did not answer."""
+    import signal
+    import time
+
+    from ._core import read_daemon_file
+
+    def knows() -> bool | None:
+        try:
+            call(args, "DescribeHarness", {"harness": args.harness})
+        except CliError as exc:
+            return False if exc.code == "INVALID_ARGUMENT" else None
+        return True
+
+    first = knows()
+    if first is None:
+        return "unknown"  # the daemon did not answer: nothing to say about its configuration
+    if first:
+        return "known"
+    found = read_daemon_file(config.store.path) or {}
+    pid = found.get("pid")
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError:
+            return "not_reloaded"
+        deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if knows():
+                return "reloaded"
+            time.sleep(0.1)  # a CLI command polling another process; no event loop here
+    return "not_reloaded"
+
+
+def _reload_notes(args: argparse.Namespace, config: Any, reload: str) -> list[str]:
+    if reload != "not_reloaded":
+        return []
+    where = config.global_path or "harness.toml"
+    return [f"the running daemon does not know [harness.{args.harness}], though {where} has it: it reads another "
+            "configuration file, or its reload failed (`memactors doctor` says why). Fix that, then send it "
+            "SIGHUP (kill -HUP <pid in daemon.json>) or restart it; until then the resident's token is refused "
+            "a briefing"]
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:

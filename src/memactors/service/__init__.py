@@ -638,7 +638,8 @@ class MemoryService:
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
             episodes_missing_vectors=missing, embedding_model=self.builtin.embedding_model,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
-            exhaustion_limit=self.supervisor.exhaustion_limit)
+            exhaustion_limit=self.supervisor.exhaustion_limit,
+            config_state=self.holder.state())
         return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}
 
     async def reindex(self, *, everything: bool = False) -> dict[str, Any]:
