@@ -112,6 +112,11 @@ def codex_file(target: Target, env: Mapping[str, str]) -> Path:
 
 # -- JSON -------------------------------------------------------------------------------------------------
 
+def read_text(path: Path) -> str | None:
+    """A file's text, None when it does not exist."""
+    return _read(path)
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
@@ -134,8 +139,30 @@ def _json(path: Path, text: str | None) -> dict[str, Any]:
     return data
 
 
-def _dump(data: dict[str, Any]) -> str | None:
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n" if data else None
+def _dump(data: dict[str, Any], like: str | None = None) -> str | None:
+    return _dumps(data, like) if data else None
+
+
+def _dumps(data: dict[str, Any], like: str | None) -> str:
+    """``data`` as JSON in the layout of ``like`` (the file as it was): its indent (spaces or a tab; a
+    one-line file stays on one line) and whether it ends with a line break. Default: two spaces, a
+    final line break."""
+    indent: int | str | None = 2
+    end = "\n"
+    if like is not None and like.strip():
+        end = "\n" if like.endswith("\n") else ""
+        lines = like.strip().splitlines()
+        if len(lines) == 1:
+            indent = None
+        else:
+            for line in lines[1:]:
+                stripped = line.lstrip(" \t")
+                if stripped and stripped != line:
+                    lead = line[: len(line) - len(stripped)]
+                    indent = lead if "\t" in lead else len(lead)
+                    break
+    separators = (", ", ": ") if indent is None else (",", ": ")
+    return json.dumps(data, indent=indent, ensure_ascii=False, separators=separators) + end
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -204,7 +231,7 @@ def _claude_settings(path: Path, text: str | None, *, install: bool, hook_comman
         session_end.append({"hooks": [{"type": "command", "command": hook_command, "timeout": HOOK_TIMEOUT}]})
     _prune(permissions, "allow")
     _prune(settings, "permissions", "enabledMcpjsonServers", "env")
-    return _dump(settings)
+    return _dump(settings, text)
 
 
 def _claude_servers(path: Path, text: str | None, entry: dict[str, Any] | None) -> str | None:
@@ -214,9 +241,9 @@ def _claude_servers(path: Path, text: str | None, entry: dict[str, Any] | None) 
     if entry is not None:
         servers[SERVER] = entry
     if path.name == ".claude.json":  # Claude Code's own state file: never removed, even when "empty"
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return _dumps(data, text)
     _prune(data, "mcpServers")
-    return _dump(data)
+    return _dump(data, text)
 
 
 # -- TOML (Codex) -----------------------------------------------------------------------------------------
@@ -248,7 +275,40 @@ def _codex_config(path: Path, text: str | None, server: dict[str, Any] | None) -
     elif servers is not None and not servers:
         del doc["mcp_servers"]
     out = tomlkit.dumps(doc)
+    if server is None and text is not None and out != text:
+        # tomlkit keeps the blank line install put before the table it removed: a file ends as it did
+        # before (with one line break, or none), never with a blank line more.
+        out = out.rstrip("\n") + ("\n" if text.endswith("\n") else "")
     return out if out.strip() else None
+
+
+# -- byte-exact uninstall ----------------------------------------------------------------------------------
+
+def same_content(path: Path, a: str | None, b: str | None) -> bool:
+    """Whether two texts of ``path`` hold the same data (JSON or TOML parsed; any other file compared by
+    its lines), whatever their layout: a file install found holding none of memactors' entries."""
+    if a is None or b is None:
+        return a is b
+    try:
+        if path.suffix == ".json":
+            return json.loads(a or "{}") == json.loads(b or "{}")
+        if path.suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(a) == tomllib.loads(b)
+    except ValueError:
+        return a == b
+    return a.splitlines() == b.splitlines()
+
+
+def missing_dirs(path: Path) -> list[Path]:
+    """The directories above ``path`` that do not exist yet (outermost first): what writing it creates."""
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing[::-1]
 
 
 # -- git: a file holding the token stays out of version control ----------------------------------------------

@@ -160,8 +160,11 @@ def cmd_install(args: argparse.Namespace) -> int:
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
     changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook)
+    manifest_path = _manifest_path(config.store.path, run_id)
+    manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
     for change in changes:
         files.write(change)
+    _save_manifest(manifest_path, manifest)
     summary.update(expires_at=minted.get("expires_at"), revoked=minted.get("revoked", 0))
     # The daemon must know [harness.<name>] to brief the resident: one added just now is reloaded.
     reload = summary["daemon_config"] = _daemon_knows(args, config)
@@ -233,16 +236,24 @@ def _reload_notes(args: argparse.Namespace, config: Any, reload: str) -> list[st
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     from . import _agentfiles as files
+    from ._core import config_for
 
     target = _target(args)
-    changes = files.plan(target, env=dict(os.environ), install=False)
     run_id = run_id_for(args.agent, target.project)
+    manifest_path = _manifest_path(config_for(args, "read").store.path, run_id)
+    manifest = _load_manifest(manifest_path)
+    changes, modes = _uninstall_plan(files.plan(target, env=dict(os.environ), install=False), manifest)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id}
     if args.dry_run:
         _report(args, changes, summary, None)
         return 0
     for change in changes:
         files.write(change)
+        if change.after is not None and modes.get(str(change.path)) is not None:
+            os.chmod(change.path, modes[str(change.path)])
+    removed = _remove_created_dirs(manifest)
+    manifest_path.unlink(missing_ok=True)
+    summary["removed_dirs"] = [str(d) for d in removed]
     try:
         revoked = call(args, "RevokeRunTokens", {"harness": args.harness, "run_id": run_id}, tier="control")
         summary["revoked"] = revoked.get("revoked", 0)
@@ -268,8 +279,117 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         print(f"memactors uninstalled for {args.agent} from {where}:")
     _report(args, changes, summary, None)
     if not args.json:
+        for directory in removed:
+            print(f"  removed {directory}/: install created it")
         print(revoke_note)
     return 0
+
+
+# -- byte-exact uninstall (issue 26) ---------------------------------------------------------------------------
+#
+# install keeps, in the state directory (0700; the file 0600: a file's earlier text may hold the user's own
+# secrets), what each file it changed held before and what it wrote, and the directories it created.
+# uninstall puts back the earlier bytes of every file still as install left it, removes the files and the
+# (empty) directories install created, and only for a file changed since (by the user, or by the agent
+# rewriting its own state file) removes memactors' entries from what is there, in that file's layout.
+
+def _manifest_path(state_dir: Path, run_id: str) -> Path:
+    return Path(state_dir) / "installs" / f"{run_id}.json"
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"files": {}, "dirs": []}
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        return {"files": {}, "dirs": []}
+    return {"files": data["files"], "dirs": [d for d in data.get("dirs") or () if isinstance(d, str)]}
+
+
+def _save_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return None
+
+
+def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old: dict[str, Any]) -> dict[str, Any]:
+    """What uninstall needs to undo these changes byte for byte: per file the text before the first
+    install (kept across re-installs while the file is as the last install left it) and the text written."""
+    from . import _agentfiles as files
+
+    clean = {str(c.path): c for c in files.plan(target, env=env, install=False)}
+    entries: dict[str, Any] = dict(old["files"])
+    dirs = [d for d in old["dirs"] if Path(d).is_dir()]
+    for change in changes:
+        key = str(change.path)
+        earlier = entries.get(key)
+        if isinstance(earlier, dict) and earlier.get("after") == change.before:
+            before, mode = earlier.get("before"), earlier.get("mode")
+        else:
+            # First install here (or the file changed since the last): its text without memactors' entries,
+            # byte for byte when it held none.
+            stripped = clean[key].after if key in clean else change.before
+            same = change.before is None or files.same_content(change.path, change.before, stripped)
+            before = change.before if same else stripped
+            mode = _mode(change.path)
+        if change.after is not None:
+            dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
+        entries[key] = {"before": before, "after": change.after, "mode": mode}
+    return {"files": entries, "dirs": dirs}
+
+
+def _uninstall_plan(changes: list[Any], manifest: dict[str, Any]) -> tuple[list[Any], dict[str, int | None]]:
+    """The uninstall changes: a file still as install wrote it gets its earlier bytes back (or goes, when
+    install created it); any other has memactors' entries removed, in its own layout, and becomes its
+    earlier bytes when that is all that differs."""
+    from . import _agentfiles as files
+
+    out: list[Any] = []
+    modes: dict[str, int | None] = {}
+    planned = {str(c.path): c for c in changes}
+    for key, entry in manifest["files"].items():
+        if not isinstance(entry, dict):
+            continue
+        path = Path(key)
+        current = files.read_text(path)
+        semantic = planned.pop(key, None)
+        if current == entry.get("after"):
+            after = entry.get("before")
+        elif semantic is not None and files.same_content(path, semantic.after, entry.get("before")):
+            after = entry.get("before")
+        elif semantic is not None:
+            out.append(semantic)
+            continue
+        else:
+            continue  # changed since, and nothing of memactors' in it any more
+        modes[key] = entry.get("mode") if isinstance(entry.get("mode"), int) else None
+        what = "restored byte for byte as it was before install" if after is not None else "removed: install created it"
+        out.append(files.Change(path, current, after, private=False, what=what))
+    out += planned.values()
+    return out, modes
+
+
+def _remove_created_dirs(manifest: dict[str, Any]) -> list[Path]:
+    """Remove the directories install created, deepest first, when they are empty now."""
+    removed = []
+    for directory in sorted({Path(d) for d in manifest["dirs"]}, key=lambda d: len(d.parts), reverse=True):
+        try:
+            directory.rmdir()
+        except OSError:
+            continue  # not empty (the user keeps something there) or gone already
+        removed.append(directory)
+    return removed
 
 
 def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, str]) -> list[str]:
