@@ -42,6 +42,7 @@ def doctor_rows(
     exhaustion_alarm: float = 300.0,
     exhaustion_limit: float = 1800.0,
     config_state: Mapping[str, Any] | None = None,
+    session_start: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """The memory rows of `harness doctor` (REQ-19) plus REQ-18's note about where episodes go.
 
@@ -114,6 +115,12 @@ def doctor_rows(
     rows.append(privacy_note(config))
     if config_state is not None:
         rows.append(config_row(config_state))
+    if session_start and session_start.get("count"):
+        rows.append(Row("warn", "resident session start",
+                        f"{session_start['count']} resident sessions started without their briefing in the last "
+                        f"24 hours ({', '.join(session_start.get('harnesses') or ()) or 'unknown harness'}), the last "
+                        f"at {session_start.get('last_at')}: {session_start.get('last_error')} (their SessionStart "
+                        "hook could not reach the gateway in time; the sessions were not held up)"))
     briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
     rows.append(Row("info", "memory briefing prepend",
                     "harnesses with memory_briefing = true: " + (", ".join(briefed) if briefed else "none")))

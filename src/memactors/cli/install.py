@@ -100,6 +100,19 @@ def _hook_command(args: argparse.Namespace) -> str:
     return shlex.join([*argv, "hook", "claude-code", "session-end", "--harness", args.harness])
 
 
+def _start_command(args: argparse.Namespace, target: Any) -> str:
+    """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
+    install wrote for ``target`` (read from the agent's files, never from argv)."""
+    if args.agent != "claude-code":
+        return ""
+    argv = [sys.executable, "-m", "memactors.cli"]
+    config = args.config or os.environ.get("HARNESS_CONFIG")
+    if config:
+        argv += ["--config", str(Path(config).expanduser().resolve())]
+    where = ["--project", str(target.project)] if target.project is not None else ["--user"]
+    return shlex.join([*argv, "hook", "claude-code", "session-start", "--harness", args.harness, *where])
+
+
 def _diff(change: Any, token: str | None) -> str:
     import difflib
 
@@ -144,14 +157,15 @@ def cmd_install(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     url = gateway_url(config)
     hook = _hook_command(args)
+    start = _start_command(args, target)
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook)
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
     run_id = run_id_for(args.agent, target.project)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
                                "gateway": url}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
-        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook)
+        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -159,7 +173,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     minted = call(args, "MintRunToken", {"harness": args.harness, "run_id": run_id, "workdir": workdir,
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
-    changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook)
+    changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
+                         start_command=start)
     manifest_path = _manifest_path(config.store.path, run_id)
     manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
     for change in changes:
