@@ -122,6 +122,8 @@ def test_issue26_a_file_changed_after_install_loses_only_memactors_entries_in_it
     (repo / ".claude").mkdir()
     settings = repo / ".claude" / "settings.local.json"
     settings.write_text(ODD_SETTINGS, encoding="utf-8")
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.write_text(ODD_EXCLUDE, encoding="utf-8")
     home = tmp_path / "home"
     for agent in ("codex", "claude-code"):
         assert memactors(daemon, "install", agent, "--harness", "coder", "--project", str(repo),
@@ -141,3 +143,5 @@ def test_issue26_a_file_changed_after_install_loses_only_memactors_entries_in_it
     kept = settings.read_text(encoding="utf-8")
     assert "memactors" not in kept and '\t"theme": "dark"' in kept  # its tab indent kept
     assert json.loads(kept) == {**json.loads(ODD_SETTINGS), "theme": "dark"}
+    # both installs marked lines in .git/info/exclude; both uninstalls leave it as it was, byte for byte
+    assert exclude.read_bytes() == ODD_EXCLUDE.encode()

@@ -369,7 +369,9 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
             if ignored is not None and ignored.returncode == 0 and pattern not in lines:
                 continue  # the project ignores it already (.gitignore): nothing to add
             kept += [EXCLUDE_MARK, pattern]
-    after = "\n".join(kept) + "\n" if kept else ("" if before is not None else None)
+    # A file that had no final line break keeps none when uninstall takes memactors' lines out of it.
+    end = "\n" if install or (before or "").endswith("\n") else ""
+    after = "\n".join(kept) + end if kept else ("" if before is not None else None)
     if after == before or (before is None and not kept):
         return None
     return Change(exclude, before, after, private=False,
