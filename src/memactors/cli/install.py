@@ -4,9 +4,11 @@
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
 entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
-each session (``_agentfiles`` says which files and how). ``--dry-run`` prints the changes as a diff and
-touches nothing: no token is minted, no file written. ``uninstall`` removes exactly those entries and
-revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
+each session and the ``SessionStart`` hook that gives it its briefing (``_agentfiles`` says which files
+and how; ``_session_start`` is that hook). It then makes sure the running daemon knows the harness (a
+SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
+minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
+the state directory's ``installs/``), removes what install created and revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
 revocation in the state directory (``spool.queue_revocation``), which the daemon applies when it next
 starts, before its gateway serves.
 
@@ -40,11 +42,13 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code or Codex) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code, the session-end hook that records each session. --project DIR changes that project's files, "
+        "Code, the session-end hook that records each session and the session-start hook that gives it its "
+        "briefing. A daemon that does not know the harness yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
     "uninstall": (
-        "Remove exactly what `memactors install` added to the agent's configuration files and revoke its "
+        "Put the agent's configuration files back byte for byte as `memactors install` found them (files and "
+        "directories it created are removed; a file changed since loses only memactors' entries) and revoke its "
         "token. With the daemon down the files are still cleaned, and the token lapses at its expiry."),
 }
 
