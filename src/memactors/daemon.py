@@ -1,6 +1,7 @@
 """`memactors serve`: the standalone daemon around the embedded memory service.
 
-It loads the configuration (keeping the last good one on a failed SIGHUP reload), opens the service,
+It loads the configuration, opens the service, reloads the configuration on SIGHUP and when harness.toml
+or a harness_d drop-in changes on disk (keeping the last good one when a reload fails, REQ-1),
 and serves the operator RPC (websocket), the agent gateway (MCP over streamable HTTP) and /metrics on
 loopback. The listen addresses actually bound are written to `daemon.json` in the state directory, so
 the CLI finds the daemon (and its tokens) without flags. SIGINT and SIGTERM stop it gracefully.
@@ -13,7 +14,7 @@ import json
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from loguru import logger
 
 from .actors.kernel import SupervisorFailed
 from .agents.spool import queued_revocations, send_spool, settle_revocations
-from .config import Config, ConfigHolder, load_config
+from .config import Config, ConfigHolder, config_fingerprint, load_config
 from .errors import ConfigError, MemactorsError, StoreDamaged, StoreUnavailable
 from .gateway import start_gateway
 from .logs import configure_logging
@@ -122,9 +123,13 @@ async def run_daemon(
     *,
     announce: Callable[[Listening], None] = lambda listening: None,
     early_reload: Callable[[], bool] = lambda: False,
+    config_poll: float | None = None,
     task_status: trio.TaskStatus[Listening] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until cancelled or signalled; reports the bound addresses once serving.
+
+    ``config_poll``: seconds between looks at the configuration files (default
+    :data:`CONFIG_POLL_SECONDS`; 0 turns the file watch off, leaving SIGHUP).
 
     ``early_reload`` says whether a SIGHUP came before this function's own handlers were in place
     (`EarlyHangup`, installed by `serve_main` before the first log line): it is queued like any other.
@@ -143,6 +148,9 @@ async def run_daemon(
                     control.queue_reload()
                 nursery.start_soon(_watch_signals, signals, control)
                 nursery.start_soon(_apply_reloads, control)
+                poll = CONFIG_POLL_SECONDS if config_poll is None else config_poll
+                if poll > 0:
+                    nursery.start_soon(_watch_config_files, control, poll)
                 holder = await trio.to_thread.run_sync(ConfigHolder, loader)
                 config = holder.current
                 state_dir = config.store.path
@@ -341,6 +349,46 @@ async def _apply_reloads(control: _Control) -> None:
             logger.bind(error=str(exc)).error("configuration reload failed; keeping the last good one")
 
 
+#: How often the daemon looks at harness.toml and its drop-ins for an edit (a stat of each, no read).
+CONFIG_POLL_SECONDS = 1.0
+
+
+def _config_poll(env: Mapping[str, str]) -> float | None:
+    """``MEMACTORS_CONFIG_POLL_SECONDS``: how often to look at the files; 0 leaves only SIGHUP."""
+    text = env.get("MEMACTORS_CONFIG_POLL_SECONDS")
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"MEMACTORS_CONFIG_POLL_SECONDS = {text!r}: not a number of seconds",
+                          key="MEMACTORS_CONFIG_POLL_SECONDS") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"MEMACTORS_CONFIG_POLL_SECONDS = {text!r}: must be 0 or more seconds",
+                          key="MEMACTORS_CONFIG_POLL_SECONDS")
+    return value
+
+
+async def _watch_config_files(control: _Control, interval: float = CONFIG_POLL_SECONDS) -> None:
+    """Queue a reload when the global file or a drop-in changed on disk (issue 26), as SIGHUP does.
+
+    Polls the files' stat fingerprint (``config_fingerprint``) once the daemon serves: a file edited,
+    added or removed is noticed within ``interval``. The holder records what each attempt saw, so a
+    broken edit is tried once, logged, and the last good configuration stays (REQ-1) until the file
+    changes again."""
+    await control.serving.wait()
+    holder = control.holder
+    assert holder is not None
+    queued: tuple[Any, ...] | None = None
+    while True:
+        await trio.sleep(interval)
+        now = await trio.to_thread.run_sync(config_fingerprint, holder.current.global_path)
+        if now != holder.seen and now != queued:
+            queued = now
+            logger.bind(path=str(holder.current.global_path)).info("configuration files changed; reloading")
+            control.queue_reload()
+
+
 class EarlyHangup:
     """A SIGHUP handler for the moments before `run_daemon`'s own are in place (the interpreter is
     already running, trio is not yet): it notes the signal instead of letting SIGHUP's default action
@@ -384,7 +432,8 @@ def serve_main(config_path: Path | None, *, early_reload: Callable[[], bool] | N
     soft, hard = raise_nofile_limit()
     logger.bind(nofile_soft=soft, nofile_hard=hard).info("file descriptor limit")
     try:
-        trio.run(lambda: run_daemon(loader, announce=announce, early_reload=early_reload),
+        trio.run(lambda: run_daemon(loader, announce=announce, early_reload=early_reload,
+                                    config_poll=_config_poll(os.environ)),
                  restrict_keyboard_interrupt_to_checkpoints=True)
     except SupervisorFailed as exc:
         return _gave_up(exc)

@@ -41,6 +41,8 @@ def doctor_rows(
     exhausted: Mapping[str, Mapping[str, Any]] | None = None,
     exhaustion_alarm: float = 300.0,
     exhaustion_limit: float = 1800.0,
+    config_state: Mapping[str, Any] | None = None,
+    session_start: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """The memory rows of `harness doctor` (REQ-19) plus REQ-18's note about where episodes go.
 
@@ -111,10 +113,30 @@ def doctor_rows(
                         f"{episodes_missing_vectors} built-in episodes have no vector for {model}"
                         " (the background embedder fills them in; `memactors memory reindex` shows it)"))
     rows.append(privacy_note(config))
+    if config_state is not None:
+        rows.append(config_row(config_state))
+    if session_start and session_start.get("count"):
+        rows.append(Row("warn", "resident session start",
+                        f"{session_start['count']} resident sessions started without their briefing in the last "
+                        f"24 hours ({', '.join(session_start.get('harnesses') or ()) or 'unknown harness'}), the last "
+                        f"at {session_start.get('last_at')}: {session_start.get('last_error')} (their SessionStart "
+                        "hook could not reach the gateway in time; the sessions were not held up)"))
     briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
     rows.append(Row("info", "memory briefing prepend",
                     "harnesses with memory_briefing = true: " + (", ".join(briefed) if briefed else "none")))
     return rows
+
+
+def config_row(state: Mapping[str, Any]) -> Row:
+    """The configuration in force (issue 26): where it was loaded from and when; a warning naming the
+    error when the last reload failed, the last good configuration staying in force (REQ-1)."""
+    where = state.get("global_path") or "defaults"
+    loaded = f"loaded from {where} ({len(state.get('files') or ())} files) at {state.get('loaded_at')}"
+    if state.get("error"):
+        return Row("warn", "configuration",
+                   f"the reload at {state.get('failed_at')} failed: {state['error']}; the configuration {loaded} "
+                   "stays in force (fix the file: the daemon reloads it when it changes, or on SIGHUP)")
+    return Row("pass", "configuration", f"{loaded}; reloaded on SIGHUP and when a file changes")
 
 
 #: What a full disk says, in SQLite's and PostgreSQL's words: the only errors the disk-full row is for.

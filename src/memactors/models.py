@@ -14,6 +14,7 @@ Outcome = Literal["succeeded", "failed", "cancelled", "timed_out", "crashed"]
 Reason = Literal[
     "completed", "exit_nonzero", "verify_failed", "budget_exceeded", "deadline",
     "operator_cancel", "signal", "spawn_error", "launch_failed", "internal_error",
+    "verify_incomplete",
 ]
 TrustClass = Literal["standard", "untrusted_input"]
 CostSource = Literal["reported", "estimated", "unknown"]

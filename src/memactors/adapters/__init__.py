@@ -87,11 +87,18 @@ class FileEdit:
 
 @attrs.frozen
 class CommandRun:
-    """The agent ran a shell command; ``exit_code`` None when it is not known."""
+    """The agent ran a shell command; ``exit_code`` None when it is not known.
+
+    ``finished`` False: the agent CLI ran the command but reported no end for it, or an end without an
+    exit status (Codex never sent its ``item.completed``; Claude Code's Bash timed out or was
+    interrupted). A command the CLI refused to run has no exit status either but is ``finished``: it
+    tested nothing. The run record turns an unfinished verify call into ``verify_incomplete`` (issue 26).
+    """
 
     command: str
     exit_code: int | None
     at: str
+    finished: bool = True
 
 
 @attrs.define
@@ -116,6 +123,10 @@ class Transcript:
     edits: list[FileEdit] = attrs.field(factory=list)
     commands: list[CommandRun] = attrs.field(factory=list)
     tool_calls: list[str] = attrs.field(factory=list)   # tool names only, in order (never arguments)
+    #: Commands started whose end the stream has not reported (yet): the CLI's item/tool id ->
+    #: (how many ``commands`` had ended when it started, the command with ``finished`` False). A parser
+    #: moves one into ``commands`` when its end arrives; what is left at the end of the run never finished.
+    running: dict[str, tuple[int, CommandRun]] = attrs.field(factory=dict)
 
 
 class StreamParser(Protocol):

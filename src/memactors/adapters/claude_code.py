@@ -21,7 +21,9 @@ The stream is Claude Code's JSON lines, one object per line:
   result. Its exit status: N when the content starts with Claude Code's ``Exit code N`` line, 0 when
   ``is_error`` is false, and **unknown** otherwise — in particular for a command Claude Code refused
   to run (a ``system``/``permission_denied`` event names it, and its result's meta carries
-  ``non_execution_kind`` or a ``reject`` decision): the command never ran, so it is no test result;
+  ``non_execution_kind`` or a ``reject`` decision): the command never ran, so it is no test result.
+  A command that did run but whose result has no exit status (timed out, interrupted) or never came
+  is ``finished=False``: a verify call among those makes the run ``verify_incomplete`` (issue 26);
 * ``{"type": "system", "subtype": "permission_denied", "tool_use_id", ...}`` — a refused tool call;
 * ``{"type": "result", "subtype", "is_error", "result", "duration_ms", "total_cost_usd", ...}`` — the
   agent's own verdict and final answer.
@@ -132,14 +134,21 @@ class ClaudeCodeParser:
             tool_id = _str(block.get("id"))
             if command and tool_id:
                 self._bash[tool_id] = (command, at)
+                # Until its tool_result arrives: a Bash call whose result never comes never finished.
+                self.transcript.running[tool_id] = (len(self.transcript.commands),
+                                                    CommandRun(command, None, at, finished=False))
 
     def _tool_result(self, block: dict[str, Any], at: str) -> None:
         tool_id = _str(block.get("tool_use_id"))
         if tool_id is None or tool_id not in self._bash:
             return
         command, _ = self._bash.pop(tool_id)
-        code = None if tool_id in self._refused else bash_exit_status(block)
-        self.transcript.commands.append(CommandRun(command, code, at))
+        self.transcript.running.pop(tool_id, None)
+        refused = tool_id in self._refused
+        code = None if refused else bash_exit_status(block)
+        # A refused command never ran (finished, no status); an error result without an exit status
+        # (Claude Code's Bash timed out or was interrupted) is a command that did not finish.
+        self.transcript.commands.append(CommandRun(command, code, at, finished=refused or code is not None))
 
 
 def refused_ids(meta: Any) -> set[str]:

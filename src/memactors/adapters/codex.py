@@ -93,6 +93,15 @@ class CodexParser:
             case "thread.started":
                 if isinstance(event.get("thread_id"), str):
                     tr.session_id = event["thread_id"]
+            case "item.started":
+                item = event.get("item")
+                if isinstance(item, dict) and item.get("type") == "command_execution":
+                    command, item_id = item.get("command"), item.get("id")
+                    if isinstance(command, str) and isinstance(item_id, str):
+                        # Kept until its item.completed: a command Codex never reports the end of (it ran
+                        # past Codex's command window) never finished, and the run record says so.
+                        tr.running[item_id] = (len(tr.commands), CommandRun(
+                            command=unwrap_shell(command), exit_code=None, at=at, finished=False))
             case "item.completed":
                 item = event.get("item")
                 if isinstance(item, dict):
@@ -127,9 +136,15 @@ class CodexParser:
                 command = item.get("command")
                 if not isinstance(command, str):
                     raise TypeError("command_execution.command is not a string")
+                if isinstance(item.get("id"), str):
+                    tr.running.pop(item["id"], None)
                 code = item.get("exit_code")
                 exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
-                tr.commands.append(CommandRun(command=unwrap_shell(command), exit_code=exit_code, at=at))
+                # "declined": Codex refused to run it, so it tested nothing (finished, no status); an end
+                # without an exit status otherwise is a command that did not finish.
+                finished = exit_code is not None or item.get("status") == "declined"
+                tr.commands.append(CommandRun(command=unwrap_shell(command), exit_code=exit_code, at=at,
+                                              finished=finished))
                 tr.tool_calls.append("command_execution")
             case "file_change":
                 tr.tool_calls.append("file_change")

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from ..adapters import Transcript
+from ..adapters import CommandRun, Transcript
 from ..config import HarnessConfig
 
 __all__ = ["MAX_RESULT_CHARS", "StopReason", "build_run_record", "cap_reached", "git_changed", "git_start"]
@@ -92,7 +92,7 @@ def cap_reached(stopped: StopReason | None, transcript: Transcript) -> str | Non
 
 
 def _outcome(transcript: Transcript, *, exit_code: int | None, stopped: StopReason | None, spawn_error: bool,
-             verify_ok: list[bool], output: bool) -> tuple[str, str]:
+             verify_ok: list[bool | None], output: bool) -> tuple[str, str]:
     if spawn_error:
         return "crashed", "spawn_error"
     if stopped == "deadline":
@@ -113,9 +113,24 @@ def _outcome(transcript: Transcript, *, exit_code: int | None, stopped: StopReas
         return "failed", "exit_nonzero"
     if exit_code:
         return "failed", "exit_nonzero"
+    if verify_ok and verify_ok[-1] is None:
+        # The last test command the agent ran never reported its end: nothing says it passed (issue 26).
+        return "failed", "verify_incomplete"
     if verify_ok and not verify_ok[-1]:
         return "failed", "verify_failed"
     return "succeeded", "completed"
+
+
+def _in_order(transcript: Transcript) -> list[CommandRun]:
+    """The commands that ended, with those that never did (``running``) placed where they started."""
+    waiting = sorted(transcript.running.values(), key=lambda pc: pc[0])
+    out: list[CommandRun] = []
+    for i, command in enumerate(transcript.commands):
+        while waiting and waiting[0][0] <= i:
+            out.append(waiting.pop(0)[1])
+        out.append(command)
+    out += [c for _, c in waiting]
+    return out
 
 
 def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessConfig, transcript: Transcript,
@@ -130,11 +145,12 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
     cancelled/budget_exceeded; death by a signal nobody sent crashed/signal; a non-zero exit with no
     line of output (``output`` false) failed/launch_failed; the agent's own error result
     failed/budget_exceeded (its ``error_max_*`` kinds) or failed/exit_nonzero; a non-zero exit
-    failed/exit_nonzero; a last test command that failed failed/verify_failed; else succeeded/completed.
+    failed/exit_nonzero; a last test command that never finished (no end or no exit status reported)
+    failed/verify_incomplete; a last test command that failed failed/verify_failed; else succeeded/completed.
     Edits: the files the agent's tool calls wrote that git shows changed since the start (all of them
     when git cannot tell), plus files git shows changed that no tool call named and that were clean at
     the start (written by a shell command). Verify events: the commands matching ``verify_patterns``
-    that have an exit status (a refused command has none).
+    that have an exit status (a refused or unfinished command has none).
     """
     session_id = transcript.session_id or f"{run_id}-main"
     events: list[dict[str, Any]] = []
@@ -164,12 +180,17 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
             continue
         seen.add(path)
         events.append({"kind": "edit", "session_id": session_id, "at": ended_at, "path": path})
-    verify_ok: list[bool] = []
-    for command in transcript.commands:
-        # A verify event needs an exit status: a command the agent CLI refused to run (or that never
-        # finished) tested nothing, so it is neither a pass nor a failure.
-        if command.exit_code is None or not _verify_matches(command.command, cfg.verify_patterns):
+    verify_ok: list[bool | None] = []   # each verify call's verdict in order; None: it never finished
+    for command in _in_order(transcript):
+        if not _verify_matches(command.command, cfg.verify_patterns):
             continue
+        if not command.finished:
+            # Ran, but its end (or exit status) never came: no verify event (it is neither a pass nor a
+            # failure), and if no later test command reported, the run is failed/verify_incomplete.
+            verify_ok.append(None)
+            continue
+        if command.exit_code is None:
+            continue  # the agent CLI refused to run it: it tested nothing
         ok = command.exit_code == 0
         verify_ok.append(ok)
         events.append({"kind": "verify", "session_id": session_id, "at": command.at, "ok": ok,

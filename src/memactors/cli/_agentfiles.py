@@ -39,14 +39,18 @@ from typing import Any
 
 from . import _agentfiles_more as _more
 from ._core import CliError
+from ._session_start import TOKEN_ENV
+from ._session_start import claude_files as _claude_files
 from .agents import CLAUDE_ALLOW, claude_server, codex_server
 from .agents import SERVER_NAME as SERVER
 
-#: The variable a project's settings.local.json sets to the token and its .mcp.json header reads. Not
-#: MEMACTORS_RUN_TOKEN: that one is a supervised run's own (adapters), which settings must not shadow.
-TOKEN_ENV = "MEMACTORS_RESIDENT_TOKEN"
 #: Recognises the SessionEnd hook entry install writes (whatever interpreter or --config it names).
 HOOK_MARK = "hook claude-code session-end"
+#: Recognises the SessionStart hook entry install writes (issue 26: the briefing at session start).
+START_MARK = "hook claude-code session-start"
+#: The SessionStart hook's declared timeout: its own exchange with the gateway gives up far sooner
+#: (agents/session_start.TIMEOUT_SECONDS), so a daemon down or slow never holds a session up.
+START_TIMEOUT = 10
 #: Claude Code gives SessionEnd hooks 1.5 s in all unless one declares a timeout: the hook's start-up and
 #: one RPC need more on a busy machine (it spools before its own 15 s RPC deadline).
 HOOK_TIMEOUT = 30
@@ -96,12 +100,7 @@ def _home(env: Mapping[str, str]) -> Path:
 
 def claude_files(target: Target, env: Mapping[str, str]) -> tuple[Path, Path]:
     """(the file holding the MCP server entry, the settings file) for Claude Code."""
-    if target.project is not None:
-        return target.project / ".mcp.json", target.project / ".claude" / "settings.local.json"
-    config_dir = env.get("CLAUDE_CONFIG_DIR")
-    if config_dir:
-        return Path(config_dir) / ".claude.json", Path(config_dir) / "settings.json"
-    return _home(env) / ".claude.json", _home(env) / ".claude" / "settings.json"
+    return _claude_files(target.project, env)
 
 
 def codex_file(target: Target, env: Mapping[str, str]) -> Path:
@@ -112,6 +111,11 @@ def codex_file(target: Target, env: Mapping[str, str]) -> Path:
 
 
 # -- JSON -------------------------------------------------------------------------------------------------
+
+def read_text(path: Path) -> str | None:
+    """A file's text, None when it does not exist."""
+    return _read(path)
+
 
 def _read(path: Path) -> str | None:
     try:
@@ -135,8 +139,30 @@ def _json(path: Path, text: str | None) -> dict[str, Any]:
     return data
 
 
-def _dump(data: dict[str, Any]) -> str | None:
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n" if data else None
+def _dump(data: dict[str, Any], like: str | None = None) -> str | None:
+    return _dumps(data, like) if data else None
+
+
+def _dumps(data: dict[str, Any], like: str | None) -> str:
+    """``data`` as JSON in the layout of ``like`` (the file as it was): its indent (spaces or a tab; a
+    one-line file stays on one line) and whether it ends with a line break. Default: two spaces, a
+    final line break."""
+    indent: int | str | None = 2
+    end = "\n"
+    if like is not None and like.strip():
+        end = "\n" if like.endswith("\n") else ""
+        lines = like.strip().splitlines()
+        if len(lines) == 1:
+            indent = None
+        else:
+            for line in lines[1:]:
+                stripped = line.lstrip(" \t")
+                if stripped and stripped != line:
+                    lead = line[: len(line) - len(stripped)]
+                    indent = lead if "\t" in lead else len(lead)
+                    break
+    separators = (", ", ": ") if indent is None else (",", ": ")
+    return json.dumps(data, indent=indent, ensure_ascii=False, separators=separators) + end
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -161,30 +187,33 @@ def _prune(data: dict[str, Any], *keys: str) -> None:
             del data[key]
 
 
-def _is_our_hook(entry: Any) -> bool:
-    return isinstance(entry, dict) and SERVER in str(entry.get("command", "")) and HOOK_MARK in str(
+def _is_our_hook(entry: Any, mark: str = HOOK_MARK) -> bool:
+    return isinstance(entry, dict) and SERVER in str(entry.get("command", "")) and mark in str(
         entry.get("command", ""))
 
 
 def _without_our_hooks(settings: dict[str, Any], path: Path) -> None:
     hooks = settings.get("hooks")
-    if not isinstance(hooks, dict) or not isinstance(hooks.get("SessionEnd"), list):
+    if not isinstance(hooks, dict):
         return
-    kept = []
-    for group in hooks["SessionEnd"]:
-        if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-            remaining = [h for h in group["hooks"] if not _is_our_hook(h)]
-            if not remaining:
-                continue
-            group = {**group, "hooks": remaining}
-        kept.append(group)
-    hooks["SessionEnd"] = kept
-    _prune(hooks, "SessionEnd")
+    for event, mark in (("SessionEnd", HOOK_MARK), ("SessionStart", START_MARK)):
+        if not isinstance(hooks.get(event), list):
+            continue
+        kept = []
+        for group in hooks[event]:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                remaining = [h for h in group["hooks"] if not _is_our_hook(h, mark)]
+                if not remaining:
+                    continue
+                group = {**group, "hooks": remaining}
+            kept.append(group)
+        hooks[event] = kept
+        _prune(hooks, event)
     _prune(settings, "hooks")
 
 
 def _claude_settings(path: Path, text: str | None, *, install: bool, hook_command: str, token: str | None,
-                     project: bool) -> str | None:
+                     project: bool, start_command: str = "") -> str | None:
     settings = _json(path, text)
     _without_our_hooks(settings, path)
     permissions = _table(settings, "permissions", path)
@@ -203,9 +232,13 @@ def _claude_settings(path: Path, text: str | None, *, install: bool, hook_comman
         hooks = _table(settings, "hooks", path)
         session_end = _list(hooks, "SessionEnd", path)
         session_end.append({"hooks": [{"type": "command", "command": hook_command, "timeout": HOOK_TIMEOUT}]})
+        if start_command:
+            session_start = _list(hooks, "SessionStart", path)
+            session_start.append({"hooks": [{"type": "command", "command": start_command,
+                                             "timeout": START_TIMEOUT}]})
     _prune(permissions, "allow")
     _prune(settings, "permissions", "enabledMcpjsonServers", "env")
-    return _dump(settings)
+    return _dump(settings, text)
 
 
 def _claude_servers(path: Path, text: str | None, entry: dict[str, Any] | None) -> str | None:
@@ -215,9 +248,9 @@ def _claude_servers(path: Path, text: str | None, entry: dict[str, Any] | None) 
     if entry is not None:
         servers[SERVER] = entry
     if path.name == ".claude.json":  # Claude Code's own state file: never removed, even when "empty"
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return _dumps(data, text)
     _prune(data, "mcpServers")
-    return _dump(data)
+    return _dump(data, text)
 
 
 # -- TOML (Codex) -----------------------------------------------------------------------------------------
@@ -249,7 +282,40 @@ def _codex_config(path: Path, text: str | None, server: dict[str, Any] | None) -
     elif servers is not None and not servers:
         del doc["mcp_servers"]
     out = tomlkit.dumps(doc)
+    if server is None and text is not None and out != text:
+        # tomlkit keeps the blank line install put before the table it removed: a file ends as it did
+        # before (with one line break, or none), never with a blank line more.
+        out = out.rstrip("\n") + ("\n" if text.endswith("\n") else "")
     return out if out.strip() else None
+
+
+# -- byte-exact uninstall ----------------------------------------------------------------------------------
+
+def same_content(path: Path, a: str | None, b: str | None) -> bool:
+    """Whether two texts of ``path`` hold the same data (JSON or TOML parsed; any other file compared by
+    its lines), whatever their layout: a file install found holding none of memactors' entries."""
+    if a is None or b is None:
+        return a is b
+    try:
+        if path.suffix == ".json":
+            return json.loads(a or "{}") == json.loads(b or "{}")
+        if path.suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(a) == tomllib.loads(b)
+    except ValueError:
+        return a == b
+    return a.splitlines() == b.splitlines()
+
+
+def missing_dirs(path: Path) -> list[Path]:
+    """The directories above ``path`` that do not exist yet (outermost first): what writing it creates."""
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing[::-1]
 
 
 # -- git: a file holding the token stays out of version control ----------------------------------------------
@@ -304,7 +370,9 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
             if ignored is not None and ignored.returncode == 0 and pattern not in lines:
                 continue  # the project ignores it already (.gitignore): nothing to add
             kept += [EXCLUDE_MARK, pattern]
-    after = "\n".join(kept) + "\n" if kept else ("" if before is not None else None)
+    # A file that had no final line break keeps none when uninstall takes memactors' lines out of it.
+    end = "\n" if install or (before or "").endswith("\n") else ""
+    after = "\n".join(kept) + end if kept else ("" if before is not None else None)
     if after == before or (before is None and not kept):
         return None
     return Change(exclude, before, after, private=False,
@@ -314,11 +382,12 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
 # -- the plans -----------------------------------------------------------------------------------------------
 
 def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = "", token: str = TOKEN_PLACEHOLDER,
-         hook_command: str = "") -> list[Change]:
+         hook_command: str = "", start_command: str = "") -> list[Change]:
     """The changes installing (or uninstalling) memactors for ``target`` makes; raises CliError, naming the
     file, when one cannot be merged (nothing is written then)."""
     if target.agent == "claude-code":
-        changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command)
+        changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command,
+                               start_command=start_command)
     elif target.agent == "codex":
         changes = _plan_codex(target, env, install=install, url=url, token=token)
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
@@ -334,7 +403,7 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
 
 
 def _plan_claude(target: Target, env: Mapping[str, str], *, install: bool, url: str, token: str,
-                 hook_command: str) -> list[Change]:
+                 hook_command: str, start_command: str = "") -> list[Change]:
     servers_path, settings_path = claude_files(target, env)
     project = target.project is not None
     entry = None
@@ -346,8 +415,9 @@ def _plan_claude(target: Target, env: Mapping[str, str], *, install: bool, url: 
                      what=what if install else f"MCP server {SERVER} removed")
     before = _read(settings_path)
     after = _claude_settings(settings_path, before, install=install, hook_command=hook_command, token=token,
-                             project=project)
-    what = ("token in env, " if project else "") + f"allow {' and '.join(CLAUDE_ALLOW)}, SessionEnd hook"
+                             project=project, start_command=start_command)
+    what = ("token in env, " if project else "") + f"allow {' and '.join(CLAUDE_ALLOW)}, SessionEnd hook" + (
+        ", SessionStart hook (the briefing)" if start_command else "")
     settings = Change(settings_path, before, after, private=project,
                       what=what if install else "memactors' token, allow entries and hook removed")
     return [servers, settings]

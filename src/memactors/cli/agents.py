@@ -65,6 +65,9 @@ def register(sub: Any) -> None:
     p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
     p.set_defaults(fn=cmd_hook_claude_session_end)
+    from ._session_start import register_session_start
+
+    register_session_start(claude)
 
     p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
     p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")

@@ -4,9 +4,11 @@
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
 entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
-each session (``_agentfiles`` says which files and how). ``--dry-run`` prints the changes as a diff and
-touches nothing: no token is minted, no file written. ``uninstall`` removes exactly those entries and
-revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
+each session and the ``SessionStart`` hook that gives it its briefing (``_agentfiles`` says which files
+and how; ``_session_start`` is that hook). It then makes sure the running daemon knows the harness (a
+SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
+minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
+the state directory's ``installs/``), removes what install created and revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
 revocation in the state directory (``spool.queue_revocation``), which the daemon applies when it next
 starts, before its gateway serves.
 
@@ -40,11 +42,13 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code, the session-end hook that records each session. --project DIR changes that project's files, "
+        "Code, the session-end hook that records each session and the session-start hook that gives it its "
+        "briefing. A daemon that does not know the harness yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
     "uninstall": (
-        "Remove exactly what `memactors install` added to the agent's configuration files and revoke its "
+        "Put the agent's configuration files back byte for byte as `memactors install` found them (files and "
+        "directories it created are removed; a file changed since loses only memactors' entries) and revoke its "
         "token. With the daemon down the files are still cleaned, and the token lapses at its expiry."),
 }
 
@@ -103,6 +107,19 @@ def _hook_command(args: argparse.Namespace) -> str:
     return shlex.join([*argv, "hook", "claude-code", "session-end", "--harness", args.harness])
 
 
+def _start_command(args: argparse.Namespace, target: Any) -> str:
+    """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
+    install wrote for ``target`` (read from the agent's files, never from argv)."""
+    if args.agent != "claude-code":
+        return ""
+    argv = [sys.executable, "-m", "memactors.cli"]
+    config = args.config or os.environ.get("HARNESS_CONFIG")
+    if config:
+        argv += ["--config", str(Path(config).expanduser().resolve())]
+    where = ["--project", str(target.project)] if target.project is not None else ["--user"]
+    return shlex.join([*argv, "hook", "claude-code", "session-start", "--harness", args.harness, *where])
+
+
 def _diff(change: Any, token: str | None) -> str:
     import difflib
 
@@ -147,14 +164,15 @@ def cmd_install(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     url = gateway_url(config)
     hook = _hook_command(args)
+    start = _start_command(args, target)
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook)
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
     run_id = run_id_for(args.agent, target.project)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
                                "gateway": url}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
-        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook)
+        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -162,10 +180,16 @@ def cmd_install(args: argparse.Namespace) -> int:
     minted = call(args, "MintRunToken", {"harness": args.harness, "run_id": run_id, "workdir": workdir,
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
-    changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook)
+    changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
+                         start_command=start)
+    manifest_path = _manifest_path(config.store.path, run_id)
+    manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
     for change in changes:
         files.write(change)
+    _save_manifest(manifest_path, manifest)
     summary.update(expires_at=minted.get("expires_at"), revoked=minted.get("revoked", 0))
+    # The daemon must know [harness.<name>] to brief the resident: one added just now is reloaded.
+    reload = summary["daemon_config"] = _daemon_knows(args, config)
     if not args.json:
         where = target.project if target.project is not None else "your user configuration"
         print(f"memactors installed for {args.agent} in {where}, as harness {args.harness}:")
@@ -174,22 +198,84 @@ def cmd_install(args: argparse.Namespace) -> int:
         rotated = f"; {minted['revoked']} earlier token(s) revoked" if minted.get("revoked") else ""
         print(f"  token for run {run_id} expires {minted.get('expires_at') or 'never'}{rotated}"
               " (run install again to rotate it)")
-    _print_notes(args, notes)
+    if not args.json and reload == "reloaded":
+        print(f"  the daemon did not know [harness.{args.harness}] yet: sent it SIGHUP, and it reloaded its "
+              "configuration")
+    _print_notes(args, notes + _reload_notes(args, config, reload))
     return 0
+
+
+#: How long install waits for the daemon to pick up [harness.<name>] after its SIGHUP.
+RELOAD_WAIT_SECONDS = 10.0
+
+
+def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
+    """Make sure the running daemon has this harness's table (issue 26). ``known``: it had it;
+    ``reloaded``: it had not, so it was sent SIGHUP (its pid from daemon.json) and now has it;
+    ``not_reloaded``: it still has not (another configuration file, a broken edit, no signal allowed);
+    ``unknown``: it did not answer."""
+    import signal
+    import time
+
+    from ._core import read_daemon_file
+
+    def knows() -> bool | None:
+        try:
+            call(args, "DescribeHarness", {"harness": args.harness})
+        except CliError as exc:
+            return False if exc.code == "INVALID_ARGUMENT" else None
+        return True
+
+    first = knows()
+    if first is None:
+        return "unknown"  # the daemon did not answer: nothing to say about its configuration
+    if first:
+        return "known"
+    found = read_daemon_file(config.store.path) or {}
+    pid = found.get("pid")
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except OSError:
+            return "not_reloaded"
+        deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if knows():
+                return "reloaded"
+            time.sleep(0.1)  # a CLI command polling another process; no event loop here
+    return "not_reloaded"
+
+
+def _reload_notes(args: argparse.Namespace, config: Any, reload: str) -> list[str]:
+    if reload != "not_reloaded":
+        return []
+    where = config.global_path or "harness.toml"
+    return [f"the running daemon does not know [harness.{args.harness}], though {where} has it: it reads another "
+            "configuration file, or its reload failed (`memactors doctor` says why). Fix that, then send it "
+            "SIGHUP (kill -HUP <pid in daemon.json>) or restart it; until then the resident's token is refused "
+            "a briefing"]
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     from . import _agentfiles as files
+    from ._core import config_for
 
     target = _target(args)
-    changes = files.plan(target, env=dict(os.environ), install=False)
     run_id = run_id_for(args.agent, target.project)
+    manifest_path = _manifest_path(config_for(args, "read").store.path, run_id)
+    manifest = _load_manifest(manifest_path)
+    changes, modes = _uninstall_plan(files.plan(target, env=dict(os.environ), install=False), manifest)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id}
     if args.dry_run:
         _report(args, changes, summary, None)
         return 0
     for change in changes:
         files.write(change)
+        if change.after is not None and modes.get(str(change.path)) is not None:
+            os.chmod(change.path, modes[str(change.path)])
+    removed = _remove_created_dirs(manifest)
+    manifest_path.unlink(missing_ok=True)
+    summary["removed_dirs"] = [str(d) for d in removed]
     try:
         revoked = call(args, "RevokeRunTokens", {"harness": args.harness, "run_id": run_id}, tier="control")
         summary["revoked"] = revoked.get("revoked", 0)
@@ -215,8 +301,117 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         print(f"memactors uninstalled for {args.agent} from {where}:")
     _report(args, changes, summary, None)
     if not args.json:
+        for directory in removed:
+            print(f"  removed {directory}/: install created it")
         print(revoke_note)
     return 0
+
+
+# -- byte-exact uninstall (issue 26) ---------------------------------------------------------------------------
+#
+# install keeps, in the state directory (0700; the file 0600: a file's earlier text may hold the user's own
+# secrets), what each file it changed held before and what it wrote, and the directories it created.
+# uninstall puts back the earlier bytes of every file still as install left it, removes the files and the
+# (empty) directories install created, and only for a file changed since (by the user, or by the agent
+# rewriting its own state file) removes memactors' entries from what is there, in that file's layout.
+
+def _manifest_path(state_dir: Path, run_id: str) -> Path:
+    return Path(state_dir) / "installs" / f"{run_id}.json"
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"files": {}, "dirs": []}
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        return {"files": {}, "dirs": []}
+    return {"files": data["files"], "dirs": [d for d in data.get("dirs") or () if isinstance(d, str)]}
+
+
+def _save_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return None
+
+
+def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old: dict[str, Any]) -> dict[str, Any]:
+    """What uninstall needs to undo these changes byte for byte: per file the text before the first
+    install (kept across re-installs while the file is as the last install left it) and the text written."""
+    from . import _agentfiles as files
+
+    clean = {str(c.path): c for c in files.plan(target, env=env, install=False)}
+    entries: dict[str, Any] = dict(old["files"])
+    dirs = [d for d in old["dirs"] if Path(d).is_dir()]
+    for change in changes:
+        key = str(change.path)
+        earlier = entries.get(key)
+        if isinstance(earlier, dict) and earlier.get("after") == change.before:
+            before, mode = earlier.get("before"), earlier.get("mode")
+        else:
+            # First install here (or the file changed since the last): its text without memactors' entries,
+            # byte for byte when it held none.
+            stripped = clean[key].after if key in clean else change.before
+            same = change.before is None or files.same_content(change.path, change.before, stripped)
+            before = change.before if same else stripped
+            mode = _mode(change.path)
+        if change.after is not None:
+            dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
+        entries[key] = {"before": before, "after": change.after, "mode": mode}
+    return {"files": entries, "dirs": dirs}
+
+
+def _uninstall_plan(changes: list[Any], manifest: dict[str, Any]) -> tuple[list[Any], dict[str, int | None]]:
+    """The uninstall changes: a file still as install wrote it gets its earlier bytes back (or goes, when
+    install created it); any other has memactors' entries removed, in its own layout, and becomes its
+    earlier bytes when that is all that differs."""
+    from . import _agentfiles as files
+
+    out: list[Any] = []
+    modes: dict[str, int | None] = {}
+    planned = {str(c.path): c for c in changes}
+    for key, entry in manifest["files"].items():
+        if not isinstance(entry, dict):
+            continue
+        path = Path(key)
+        current = files.read_text(path)
+        semantic = planned.pop(key, None)
+        if current == entry.get("after"):
+            after = entry.get("before")
+        elif semantic is not None and files.same_content(path, semantic.after, entry.get("before")):
+            after = entry.get("before")
+        elif semantic is not None:
+            out.append(semantic)
+            continue
+        else:
+            continue  # changed since, and nothing of memactors' in it any more
+        modes[key] = entry.get("mode") if isinstance(entry.get("mode"), int) else None
+        what = "restored byte for byte as it was before install" if after is not None else "removed: install created it"
+        out.append(files.Change(path, current, after, private=False, what=what))
+    out += planned.values()
+    return out, modes
+
+
+def _remove_created_dirs(manifest: dict[str, Any]) -> list[Path]:
+    """Remove the directories install created, deepest first, when they are empty now."""
+    removed = []
+    for directory in sorted({Path(d) for d in manifest["dirs"]}, key=lambda d: len(d.parts), reverse=True):
+        try:
+            directory.rmdir()
+        except OSError:
+            continue  # not empty (the user keeps something there) or gone already
+        removed.append(directory)
+    return removed
 
 
 def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, str]) -> list[str]:

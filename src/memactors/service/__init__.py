@@ -633,12 +633,16 @@ class MemoryService:
                 missing = await self.episodes_missing_vectors()
             except StoreUnavailable as exc:
                 status["store"].update(reachable=False, writable=False, error=exc.message)
+        from ..agents.session_start import recent_failures
+
+        started = await trio.to_thread.run_sync(recent_failures, self.config.store.path, now)
         rows = doctor_rows(
             self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
             episodes_missing_vectors=missing, embedding_model=self.builtin.embedding_model,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
-            exhaustion_limit=self.supervisor.exhaustion_limit)
+            exhaustion_limit=self.supervisor.exhaustion_limit,
+            config_state=self.holder.state(), session_start=started)
         return {"rows": [attrs.asdict(r) for r in rows], "ok": all(r.status != "fail" for r in rows)}
 
     async def reindex(self, *, everything: bool = False) -> dict[str, Any]:

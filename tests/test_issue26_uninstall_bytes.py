@@ -1,0 +1,147 @@
+"""Issue 26: `memactors uninstall` puts back, byte for byte (`cmp`), every file `install` changed — JSON in its own
+layout, Codex's TOML without a blank line more — and removes the files and directories install created. The
+CLI as a subprocess against the daemon as a process, for claude-code and codex, per project and per user,
+with no files at all and with the user's own files in odd layouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support_codex import Daemon, daemon_process, git_repo
+
+pytestmark = pytest.mark.slow
+
+HARNESS = '[harness.coder]\nharness = "claude-code"\n'
+#: The user's own files, in layouts json.dumps / tomlkit would not write.
+ODD_MCP = '{\n    "mcpServers": {\n        "github": {"type": "http", "url": "https://example.invalid/mcp"}\n    }\n}'
+ODD_SETTINGS = '{\n\t"model": "opus",\n\t"permissions": {"allow": ["Bash(git status)"]},\n\t"note": "caf\\u00e9 \u00e9"\n}\n'
+ODD_CODEX = ('# my Codex settings\nmodel   =   "gpt-5.5"   # the one I like\n\n\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'
+             'args = [ "--stdio" ]\n')
+ODD_EXCLUDE = "# git ls-files --others --exclude-from=.git/info/exclude\n*.swp"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
+        yield running
+
+
+def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**daemon.env, "HOME": str(home)}
+    env.pop("CODEX_HOME", None)
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file and directory under root (but git's object store, which install never touches)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(".git/") and not rel.startswith(".git/info"):
+            continue
+        out[rel] = "dir" if path.is_dir() else "file"
+    return out
+
+
+def assert_cmp_identical(before: Path, after: Path) -> None:
+    """The same entries, and every file `cmp`-identical to its copy taken before install."""
+    assert tree(after) == tree(before)
+    for rel, kind in tree(before).items():
+        if kind == "file":
+            done = subprocess.run(["cmp", str(before / rel), str(after / rel)], capture_output=True, text=True,
+                                  check=False)
+            assert done.returncode == 0, (rel, done.stdout, (after / rel).read_bytes())
+
+
+def round_trip(daemon: Daemon, agent: str, where: list[str], place: Path, home: Path, tmp_path: Path) -> None:
+    snapshot = tmp_path / "before"
+    shutil.copytree(place, snapshot, symlinks=True)
+    done = memactors(daemon, "install", agent, "--harness", "coder", *where, home=home)
+    assert done.returncode == 0, done.stderr
+    assert tree(place) != tree(snapshot) or any(  # install did change something
+        (place / r).read_bytes() != (snapshot / r).read_bytes() for r, k in tree(place).items() if k == "file")
+    done = memactors(daemon, "uninstall", agent, "--harness", "coder", *where, home=home)
+    assert done.returncode == 0, done.stderr
+    assert_cmp_identical(snapshot, place)
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_issue26_uninstall_in_a_project_without_files_leaves_the_project_as_it_was(
+        daemon: Daemon, tmp_path: Path, agent: str) -> None:
+    repo = git_repo(tmp_path / "ledger")
+    round_trip(daemon, agent, ["--project", str(repo)], repo, tmp_path / "home", tmp_path)
+    assert not (repo / ".claude").exists() and not (repo / ".codex").exists()  # the directories it created
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_issue26_uninstall_in_a_project_restores_oddly_formatted_files_byte_for_byte(
+        daemon: Daemon, tmp_path: Path, agent: str) -> None:
+    repo = git_repo(tmp_path / "ledger")
+    (repo / ".mcp.json").write_text(ODD_MCP, encoding="utf-8")
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.local.json").write_text(ODD_SETTINGS, encoding="utf-8")
+    (repo / ".codex").mkdir()
+    (repo / ".codex" / "config.toml").write_text(ODD_CODEX, encoding="utf-8")
+    os.chmod(repo / ".codex" / "config.toml", 0o640)
+    (repo / ".git" / "info" / "exclude").write_text(ODD_EXCLUDE, encoding="utf-8")
+    round_trip(daemon, agent, ["--project", str(repo)], repo, tmp_path / "home", tmp_path)
+    assert (repo / ".codex" / "config.toml").stat().st_mode & 0o777 == 0o640  # its mode too
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+@pytest.mark.parametrize("files", ["none", "odd"])
+def test_issue26_uninstall_for_the_user_restores_the_home_byte_for_byte(
+        daemon: Daemon, tmp_path: Path, agent: str, files: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    if files == "odd":
+        (home / ".claude").mkdir()
+        (home / ".claude.json").write_text('{"numStartups": 3, "mcpServers": {}}', encoding="utf-8")
+        (home / ".claude" / "settings.json").write_text(ODD_SETTINGS, encoding="utf-8")
+        (home / ".codex").mkdir()
+        (home / ".codex" / "config.toml").write_text(ODD_CODEX.rstrip("\n"), encoding="utf-8")  # no final newline
+    round_trip(daemon, agent, ["--user"], home, home, tmp_path)
+
+
+def test_issue26_a_file_changed_after_install_loses_only_memactors_entries_in_its_own_layout(
+        daemon: Daemon, tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "ledger")
+    (repo / ".codex").mkdir()
+    config = repo / ".codex" / "config.toml"
+    config.write_text(ODD_CODEX, encoding="utf-8")
+    (repo / ".claude").mkdir()
+    settings = repo / ".claude" / "settings.local.json"
+    settings.write_text(ODD_SETTINGS, encoding="utf-8")
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.write_text(ODD_EXCLUDE, encoding="utf-8")
+    home = tmp_path / "home"
+    for agent in ("codex", "claude-code"):
+        assert memactors(daemon, "install", agent, "--harness", "coder", "--project", str(repo),
+                         home=home).returncode == 0
+    # the user edits both files after install
+    config.write_text(config.read_text(encoding="utf-8") + '\n[profiles.fast]\nmodel = "gpt-5.5-mini"\n',
+                      encoding="utf-8")
+    data = json.loads(settings.read_text(encoding="utf-8"))
+    data["theme"] = "dark"
+    settings.write_text(json.dumps(data, indent="\t") + "\n", encoding="utf-8")
+    for agent in ("codex", "claude-code"):
+        done = memactors(daemon, "uninstall", agent, "--harness", "coder", "--project", str(repo), home=home)
+        assert done.returncode == 0, done.stderr
+    text = config.read_text(encoding="utf-8")
+    assert "memactors" not in text and not text.endswith("\n\n")  # no blank line more at the end
+    assert text.startswith(ODD_CODEX) and text.endswith('[profiles.fast]\nmodel = "gpt-5.5-mini"\n')
+    kept = settings.read_text(encoding="utf-8")
+    assert "memactors" not in kept and '\t"theme": "dark"' in kept  # its tab indent kept
+    assert json.loads(kept) == {**json.loads(ODD_SETTINGS), "theme": "dark"}
+    # both installs marked lines in .git/info/exclude; both uninstalls leave it as it was, byte for byte
+    assert exclude.read_bytes() == ODD_EXCLUDE.encode()
