@@ -507,6 +507,13 @@ class OperatorConnections:
 
 
 def _address(remote: object) -> tuple[str, int] | None:
+    """The (host, port) key of a handshake's ``request.remote``. trio-websocket builds an Endpoint only
+    for a bare ``trio.SocketStream``; for the listener's counted stream it gives the stream's repr,
+    ``host:port``. Without this every established connection stayed "in its handshake" for the table:
+    the read-tier cap never counted, and under pressure a control connection could be shed."""
+    if isinstance(remote, str):
+        host, _, port = remote.rpartition(":")
+        return (host, int(port)) if host and port.isdigit() else None
     address, port = getattr(remote, "address", None), getattr(remote, "port", None)
     return None if address is None or port is None else (str(address), int(port))
 
