@@ -119,7 +119,7 @@ async def test_a_flood_of_half_open_connections_on_every_listener_leaves_the_dae
             assert await _gateway_answers(daemon) == 200
             stop.set()
         # the canary kept getting answers all along (and was cut off at most a few times)
-        assert len([a for a in answers if a != "reconnected"]) > 10 and answers.count("reconnected") <= 5, answers
+        assert len([a for a in answers if a != "reconnected"]) > 10 and "reconnected" not in answers, answers
     finally:
         for s in floods:
             s.close()

@@ -459,8 +459,8 @@ class OperatorConnections:
     """The operator listener's connections by tier (issue 34): no client can lock the control tier out.
 
     * Established read-tier connections never number more than ``cap - control_reserve(cap)``: a new
-      one past that closes the read connection idle longest (idle at least ``SHED_AFTER``), or is refused
-      503 when every read connection has a call in flight. So at least the reserve is left for control.
+      one past that closes the read connection idle longest, or is refused 503 when every read
+      connection has a call in flight. So at least the reserve is left for control.
     * Under pressure (every slot taken, a client waiting in the kernel's backlog) the listener closes a
       connection still in its handshake for ``SHED_AFTER`` (a client without a valid token never gets
       further), else the idle read connection idle longest; never a control connection, never a call
@@ -486,9 +486,10 @@ class OperatorConnections:
         if tier == "read":
             reads = [m for m in self._members.values() if m.tier == "read" and not m.evicted]
             if len(reads) >= self.read_cap:
-                now = trio.current_time()
-                idle = [(m.stats.idle_since, id(m), m) for m in reads if m.stats is not None
-                        and m.stats.busy == 0 and now - m.stats.idle_since >= SHED_AFTER]
+                # The read connection idle longest makes room; only when every one has a call in
+                # flight is the newcomer refused (503). A client reconnecting in a loop then pushes out
+                # its own kind, idle longest first, never a call being answered nor a control client.
+                idle = [(m.stats.idle_since, id(m), m) for m in reads if m.stats is not None and m.stats.busy == 0]
                 if not idle:
                     return False
                 min(idle)[2].shed()
@@ -507,6 +508,13 @@ class OperatorConnections:
 
 
 def _address(remote: object) -> tuple[str, int] | None:
+    """The (host, port) key of a handshake's ``request.remote``. trio-websocket builds an Endpoint only
+    for a bare ``trio.SocketStream``; for the listener's counted stream it gives the stream's repr,
+    ``host:port``. Without this every established connection stayed "in its handshake" for the table:
+    the read-tier cap never counted, and under pressure a control connection could be shed."""
+    if isinstance(remote, str):
+        host, _, port = remote.rpartition(":")
+        return (host, int(port)) if host and port.isdigit() else None
     address, port = getattr(remote, "address", None), getattr(remote, "port", None)
     return None if address is None or port is None else (str(address), int(port))
 
