@@ -214,6 +214,8 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "token mint": (["token", "mint", "api-fixer"], None),
         "mcp-config": (["mcp-config", "api-fixer"], None),
         "hook claude-code session-end": (["hook", "claude-code", "session-end", "--harness", "api-fixer"], hook),
+        "hook claude-code session-start": (["hook", "claude-code", "session-start", "--harness", "api-fixer",
+                                            "--project", str(tmp_path / "proj")], json.dumps({"source": "startup"})),
         "install": (["install", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")], None),
         "uninstall": (["uninstall", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")],
                       None),
@@ -227,9 +229,11 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 
 
 #: Commands whose documented answer to an unreachable daemon is not exit 3 (still one line, no traceback):
-#: the session hook spools the session and exits 0 (a failed hook would alarm the user), `uninstall`
-#: cleans the files and says the token lapses at its expiry.
-DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"), "uninstall": (0, "")}
+#: the session hook spools the session and exits 0 (a failed hook would alarm the user), the session-start
+#: hook starts the session at once without a briefing (issue 26), `uninstall` cleans the files and says the
+#: token lapses at its expiry.
+DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
+                "hook claude-code session-start": (0, "no briefing at session start"), "uninstall": (0, "")}
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`
