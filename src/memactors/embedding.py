@@ -21,7 +21,7 @@ on disk, and the graph is built in milliseconds at load.
 * **Bounded input.** A text is cut at `MAX_TOKENS` word pieces (the model was trained on 128; its
   window is 256): `builtin.embedding_text` puts the run's own words first, so what is cut is the tail.
 
-`embedding_text` (what is embedded for an episode, issue 32) lives in `builtin.py` beside the other
+`embedding_text` (what is embedded for an episode, issue 32) lives in `builtin/__init__.py` beside the other
 episode renderings; this module only turns texts into vectors.
 """
 
