@@ -19,8 +19,9 @@ other.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -135,6 +136,35 @@ class StreamParser(Protocol):
     transcript: Transcript
 
     def feed(self, line: str, *, at: str) -> None: ...
+
+
+class JsonLinesParser:
+    """A StreamParser over a CLI's one-JSON-object-per-line stream: counts the lines, and those it could
+    not use (not a JSON object, or a field of an unexpected type: the line is skipped, the run kept);
+    a subclass reads each event in ``_event``."""
+
+    transcript: Transcript
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.unparsed = 0
+
+    def feed(self, line: str, *, at: str) -> None:
+        self.lines += 1
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            self.unparsed += 1
+            return
+        try:
+            self._event(event, at)
+        except (TypeError, ValueError, AttributeError):
+            self.unparsed += 1
+
+    def _event(self, event: dict[str, Any], at: str) -> None:
+        raise NotImplementedError
 
 
 class Adapter(Protocol):

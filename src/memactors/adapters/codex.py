@@ -28,7 +28,7 @@ import os
 import shlex
 from typing import Any
 
-from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
 
 __all__ = ["APPROVAL_KEY", "APPROVE", "GATEWAY_SERVER_NAME", "TOKEN_ENV", "CodexAdapter", "CodexParser", "unwrap_shell"]
 
@@ -62,30 +62,14 @@ def unwrap_shell(command: str) -> str:
     return command
 
 
-class CodexParser:
+class CodexParser(JsonLinesParser):
     """Reads ``codex exec --json`` lines into a :class:`Transcript`; never raises on bad input."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.transcript = Transcript()
         #: Token usage summed over the turns seen (``turn.completed.usage``); zeros until one completes.
         self.usage: dict[str, int] = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
-        self.lines = 0
-        self.unparsed = 0
-
-    def feed(self, line: str, *, at: str) -> None:
-        self.lines += 1
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unparsed += 1  # codex prints nothing but JSON with --json; a stray line is counted, not fatal
-            return
-        if not isinstance(event, dict):
-            self.unparsed += 1
-            return
-        try:
-            self._event(event, at)
-        except (TypeError, ValueError, AttributeError):
-            self.unparsed += 1  # a field of an unexpected type: skip the line, keep the run
 
     def _event(self, event: dict[str, Any], at: str) -> None:
         tr = self.transcript

@@ -40,11 +40,10 @@ Only these facts are kept; a line that is not JSON (debug text) or not one of th
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
 
 __all__ = ["GATEWAY_SERVER_NAME", "SETTINGS_ENV", "GeminiCliAdapter", "GeminiCliParser", "memory_tools",
            "shell_exit_status"]
@@ -80,37 +79,17 @@ def shell_exit_status(result: dict[str, Any]) -> int | None:
     return 0 if output.startswith("Output:") else None
 
 
-class GeminiCliParser:
+class GeminiCliParser(JsonLinesParser):
     """Reads ``gemini --output-format stream-json`` lines into a :class:`Transcript`; never raises."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.transcript = Transcript()
         #: Token usage from the result event's stats (zeros until it arrives).
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}   # tool_id -> (tool name, parameters)
         self._text: list[str] = []   # the pieces of the answer being streamed
         self._in_turn = False   # the last event was the model's (text or a tool call)
-        self.lines = 0
-        self.unparsed = 0
-
-    def feed(self, line: str, *, at: str) -> None:
-        self.lines += 1
-        line = line.strip()
-        if not line.startswith("{"):
-            self.unparsed += 1
-            return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unparsed += 1
-            return
-        if not isinstance(event, dict):
-            self.unparsed += 1
-            return
-        try:
-            self._event(event, at)
-        except (TypeError, ValueError, AttributeError):
-            self.unparsed += 1
 
     def _event(self, event: dict[str, Any], at: str) -> None:
         t = self.transcript

@@ -36,7 +36,7 @@ import json
 import re
 from typing import Any
 
-from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
 
 __all__ = ["CONFIG_ENV", "GATEWAY_SERVER_NAME", "TOKEN_ENV", "OpenCodeAdapter", "OpenCodeParser", "gateway_config"]
 
@@ -53,36 +53,16 @@ def gateway_config(url: str, token: str) -> dict[str, Any]:
             "enabled": True}
 
 
-class OpenCodeParser:
+class OpenCodeParser(JsonLinesParser):
     """Reads ``opencode run --format json`` lines into a :class:`Transcript`; never raises."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.transcript = Transcript()
         #: Token usage summed over the steps (``step_finish.part.tokens``).
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0}
         self._cost = 0.0
         self._costed = False
-        self.lines = 0
-        self.unparsed = 0
-
-    def feed(self, line: str, *, at: str) -> None:
-        self.lines += 1
-        line = line.strip()
-        if not line.startswith("{"):
-            self.unparsed += 1
-            return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unparsed += 1
-            return
-        if not isinstance(event, dict):
-            self.unparsed += 1
-            return
-        try:
-            self._event(event, at)
-        except (TypeError, ValueError, AttributeError):
-            self.unparsed += 1
 
     def _event(self, event: dict[str, Any], at: str) -> None:
         t = self.transcript
