@@ -21,7 +21,6 @@ are read past and never kept.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Iterable, Sequence
@@ -29,7 +28,7 @@ from typing import Any
 
 from ..adapters.codex import unwrap_shell
 from ..config import DEFAULT_VERIFY_PATTERNS
-from .transcript import Edit, SessionTranscript, Verify
+from .transcript import Edit, SessionTranscript, Verify, read_entries
 
 __all__ = ["read_codex_rollout"]
 
@@ -40,19 +39,7 @@ def read_codex_rollout(lines: Iterable[str], verify_patterns: Sequence[str] = DE
     patterns = [re.compile(p) for p in verify_patterns]
     out = SessionTranscript()
     seen_calls: set[tuple[str, str]] = set()  # a command or change reported twice (item and legacy event) counts once
-    for line in lines:
-        if not line.strip():
-            continue
-        out.lines += 1
-        try:
-            entry = json.loads(line)
-            if isinstance(entry, dict):
-                _entry(out, entry, patterns, seen_calls)
-            else:
-                out.unparsed += 1
-        except (ValueError, TypeError, AttributeError):
-            out.unparsed += 1
-    return out
+    return read_entries(lines, out, lambda entry: _entry(out, entry, patterns, seen_calls))
 
 
 def _str(value: Any) -> str | None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_VERIFY_PATTERNS",
     "SessionTranscript",
     "read_claude_transcript",
+    "read_entries",
     "run_record_from_transcript",
 ]
 
@@ -91,6 +92,14 @@ def read_claude_transcript(lines: Iterable[str], verify_patterns: Sequence[str] 
     patterns = [re.compile(p) for p in verify_patterns]
     out = SessionTranscript()
     pending: dict[str, tuple[str, str, str]] = {}  # tool_use id → (kind, path-or-command, at)
+    return read_entries(lines, out, lambda entry: _entry(out, entry, pending, patterns))
+
+
+def read_entries(lines: Iterable[str], out: SessionTranscript,
+                 handle: Callable[[dict[str, Any]], None]) -> SessionTranscript:
+    """Each non-blank line of a session file that is a JSON object, to ``handle``; lines counted in
+    ``out``, and those that are no JSON object or hold a field of an unexpected type counted unparsed
+    (skipped, never fatal)."""
     for line in lines:
         if not line.strip():
             continue
@@ -98,7 +107,7 @@ def read_claude_transcript(lines: Iterable[str], verify_patterns: Sequence[str] 
         try:
             entry = json.loads(line)
             if isinstance(entry, dict):
-                _entry(out, entry, pending, patterns)
+                handle(entry)
             else:
                 out.unparsed += 1
         except (ValueError, TypeError, AttributeError):
