@@ -242,7 +242,7 @@ def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
         while time.monotonic() < deadline:
             if knows():
                 return "reloaded"
-            time.sleep(0.1)  # a CLI command polling another process; no event loop here
+            time.sleep(0.1)  # ok: a CLI command polling another process; no event loop here
     return "not_reloaded"
 
 

@@ -267,7 +267,7 @@ class Cluster:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the standby on port {self.port} is not streaming from {primary.port}: {rows}")
-            time.sleep(0.1)  # polls the primary's view of its standbys
+            time.sleep(0.1)  # ok: a blocking test helper (called through a thread), polls the primary's view of its standbys
 
     def promote(self) -> None:
         """Promote this standby to a primary (`pg_ctl promote`, waiting until it accepts writes)."""
@@ -295,7 +295,7 @@ class Cluster:
                 os.kill(one, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while any(Path(f"/proc/{one}").exists() and _alive(one) for one in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)  # polls the processes' state
+            time.sleep(0.02)  # ok: a blocking test helper (called through a thread), polls the processes' state
         self._running = False
 
     def failover_url(self, standby: Cluster, dbname: str) -> str:
