@@ -6,8 +6,7 @@ in onnxruntime, one thread).
     .venv/bin/python bench/embed_speed.py --episodes 200 --seconds 5          # shorter, synthetic texts
 
 **Episodes.** With a repository (a clone or a bare git directory), the texts are what the built-in
-provider embeds for an episode of each commit (`builtin.embedding_text`: the commit message, then up to
-8 paths it touched), as `bench/recall_quality.py` records them; without one, synthetic sentences of
+provider embeds for an episode of each commit (`builtin.embedding_text`: the commit message's words), as `bench/recall_quality.py` records them; without one, synthetic sentences of
 10–120 words. They go through `_Model.encode` in batches of `builtin.EMBED_BATCH` (16), as the
 background embedder hands them over, each batch cut by `embedding.batches`; also, for comparison,
 one text per run, and plain batches of 16 padded to their longest text. The measure is the CPU time
@@ -65,8 +64,8 @@ def repo_texts(repo: Path, n: int) -> list[str]:
                          capture_output=True, text=True, check=True).stdout
     texts = []
     for chunk in out.split("\0")[1:]:
-        message, _, files = chunk.partition("\x01")
-        texts.append(embedding_text("", message.strip(), [f for f in files.split() if f], []))
+        message, _, _files = chunk.partition("\x01")
+        texts.append(embedding_text("", message.strip(), []))
     random.Random(5).shuffle(texts)
     return texts[:n]
 

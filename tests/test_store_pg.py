@@ -632,3 +632,22 @@ async def test_issue25_pgvector_backfill_retires_vectors_of_an_older_embedding_t
                 assert await store.read(missing_vectors) == 0
         finally:
             store.close()
+
+
+async def test_issue32_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> None:
+    """PostgreSQL with pgvector: the text hits' score is the words matched then the cover density
+    (the engine's order), the cosine hits' pgvector's similarity (1 − `<=>`); the same checks as
+    SQLite's (`test_builtin._scored_hits`)."""
+    from memactors.modelapi import ModelApiClient, ModelApiSettings
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+    from test_builtin import _scored_hits
+
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
+        settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
+                                    embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
+        store = await open_store(vector_url)
+        try:
+            async with ModelApiClient(settings) as client:
+                await _scored_hits(store, client)
+        finally:
+            store.close()

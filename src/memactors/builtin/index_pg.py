@@ -135,16 +135,19 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
     for n, expression in enumerate(plans):
         # OR-ed words: an episode matching more of them ranks first (BM25's idf and term saturation give
         # the SQLite engine that order; cover density alone would put two repeated words above three).
-        matched = (" + ".join(["(d.tsv @@ to_tsquery('english', ?))::int"] * len(pieces)) + " DESC, ") if n else ""
+        # The score (`Hit.score`, for hybrid fusion) follows the order: the words matched, then the
+        # cover density rank squashed into [0, 1).
+        matched = " + ".join(["(d.tsv @@ to_tsquery('english', ?))::int"] * len(pieces)) if n else "0"
         rows = db.execute(
-            "SELECT d.episode_id, d.doc_id, d.started_at FROM builtin_docs d, to_tsquery('english', ?) q,"
-            " to_tsquery('simple', ?) s WHERE d.tsv @@ (q && s) AND d.scope = ANY(?)"
-            f" ORDER BY {matched}ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
-            f" d.episode_id LIMIT {int(candidates)}",
-            [expression, scopes_query(scopes), list(scopes), *(pieces if n else [])]).fetchall()
+            f"SELECT episode_id, doc_id, started_at, matched + cd / (1 + cd) FROM ("
+            f" SELECT d.episode_id, d.doc_id, d.started_at, {matched} AS matched,"
+            f" ts_rank_cd('{RANK_WEIGHTS}', d.tsv, q, 1) AS cd FROM builtin_docs d, to_tsquery('english', ?) q,"
+            " to_tsquery('simple', ?) s WHERE d.tsv @@ (q && s) AND d.scope = ANY(?)) m"
+            f" ORDER BY matched DESC, cd DESC, started_at DESC, episode_id LIMIT {int(candidates)}",
+            [*(pieces if n else []), expression, scopes_query(scopes), list(scopes)]).fetchall()
         if len(rows) >= limit:
             break
-    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
+    return [Hit(r[0], int(r[1]), r[2], float(r[3])) for r in rows]
 
 
 def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
@@ -315,12 +318,12 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     db.execute(f"SET LOCAL hnsw.ef_search = {CANDIDATES}")
     db.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
     rows = db.execute(
-        "SELECT episode_id, doc_id, started_at FROM ("
+        "SELECT episode_id, doc_id, started_at, distance FROM ("
         " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"
         " FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id WHERE v.scope = ANY(?)"
         f" ORDER BY distance LIMIT {CANDIDATES}) s ORDER BY distance, started_at DESC, episode_id",
         [_literal(vector), list(scopes)]).fetchall()
-    return [Hit(r[0], int(r[1]), r[2]) for r in rows]
+    return [Hit(r[0], int(r[1]), r[2], 1.0 - float(r[3])) for r in rows]
 
 
 def missing_vectors(db: Db) -> int:

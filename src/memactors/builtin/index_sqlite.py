@@ -166,7 +166,7 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
         ).fetchall()
         found.extend((float(r[0]), r[1], int(r[2]), r[3]) for r in rows)
     found.sort(key=lambda r: (r[0], _desc(r[3]), r[1]))
-    return [Hit(r[1], r[2], r[3]) for r in found[:CANDIDATES]]
+    return [Hit(r[1], r[2], r[3], 1.0 - r[0]) for r in found[:CANDIDATES]]
 
 
 def vector_from_cache(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str) -> bool:

@@ -46,6 +46,9 @@ class Hit:
     episode_id: str
     doc_id: int
     started_at: str
+    #: The ranking's own score, higher is better (BM25 negated, cosine similarity): `fuse_hybrid` reads
+    #: it; its scale is the ranking's, so it is compared only within one ranking's list.
+    score: float = 0.0
 
 
 def query_words(query: str) -> list[str]:
@@ -124,7 +127,7 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
             rows = rows[:candidates]
         if len(rows) >= limit:
             break
-    return [Hit(r[2], int(r[3]), r[1]) for r in rows]
+    return [Hit(r[2], int(r[3]), r[1], -float(r[0])) for r in rows]
 
 
 def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -316,6 +319,42 @@ def rrf(rankings: Sequence[Sequence[str] | Mapping[str, int]], k: int = RRF_K) -
         pairs = ranking.items() if isinstance(ranking, Mapping) else ((key, r) for r, key in enumerate(ranking, 1))
         for key, rank in pairs:
             fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+#: Hybrid fusion (issue 32), chosen by `bench/fusion_sweep.py` on the real histories of httpx, attrs and
+#: black: each ranking gives its best FUSE_DEPTH; BM25's weight in the score blend (cosine's is 1 − it).
+FUSE_DEPTH = 20
+TEXT_WEIGHT = 0.4
+#: BM25's first hit stays first when its score is at least this many times the second's: a question in
+#: the run's own words (plain RRF let a middling item with a good cosine outrank it: own-words MRR
+#: 1.000 → 0.938).
+CONFIDENT = 1.3
+
+
+def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit]) -> dict[str, float]:
+    """Hybrid recall's fused score (episode id → score in [0, 2]) of the text ranking's and the cosine
+    ranking's hits (each best first, `Hit.score` higher is better).
+
+    Each ranking's best FUSE_DEPTH scores are min-max normalised to [0, 1] (a ranking of one, or of
+    equal scores, gives 1), and an episode's score is TEXT_WEIGHT × its text score + (1 − TEXT_WEIGHT)
+    × its cosine score (0 where it is not in that list). When BM25 is confident — its first hit scores
+    CONFIDENT times its second, or it has one hit — that hit's score is raised by 1, above every other.
+
+    Measured against REQ-11's RRF (k = 60) of the same two lists (bench/fusion_sweep.py, 266 questions
+    through the built-in provider): every question set at or above BM25 alone, where RRF lost 6 points
+    of own-words MRR; docs/contracts.md has the figures."""
+    def normalised(hits: Sequence[Hit]) -> dict[str, float]:
+        best = {h.episode_id: h.score for h in hits[:FUSE_DEPTH]}
+        if not best:
+            return {}
+        low, high = min(best.values()), max(best.values())
+        return {eid: (v - low) / (high - low) if high > low else 1.0 for eid, v in best.items()}
+
+    t, c = normalised(text), normalised(cosine)
+    fused = {eid: TEXT_WEIGHT * t.get(eid, 0.0) + (1 - TEXT_WEIGHT) * c.get(eid, 0.0) for eid in (*t, *c)}
+    if text and (len(text) == 1 or (text[1].score > 0 and text[0].score >= CONFIDENT * text[1].score)):
+        fused[text[0].episode_id] += 1.0
     return fused
 
 
