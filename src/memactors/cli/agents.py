@@ -7,6 +7,9 @@
   stdin and ingests the session's transcript as a run record (control tier, ``IngestRun``). When no
   daemon answers, the record goes to the state directory's spool (``memactors.agents.spool``) instead, and is
   sent by the next hook that reaches the daemon, by ``memactors spool send``, or by the daemon at start.
+- ``memactors hook codex session-end|session-start``: the same for Codex's ``SessionEnd`` and
+  ``SessionStart`` hooks (``cli/_codex_hooks.py`` says which events and why): the session's rollout file
+  becomes the run record.
 - ``memactors spool [send]``: what the spool holds, and sending it now.
 
 ``memactors install`` / ``uninstall`` (``cli/install.py``) write these into an agent's own configuration
@@ -27,7 +30,7 @@ from typing import Any
 
 from ._core import CliError, call, load, read_daemon_file
 
-__all__ = ["client_config", "register"]
+__all__ = ["client_config", "deliver_session", "register"]
 
 #: The server name the gateway gets in client configurations (Claude Code shows ``mcp__memactors__recall``).
 SERVER_NAME = "memactors"
@@ -68,6 +71,14 @@ def register(sub: Any) -> None:
     from ._session_start import register_session_start
 
     register_session_start(claude)
+    codex = hook.add_parser("codex", help="Codex hooks").add_subparsers(dest="hook_event", required=True)
+    p = codex.add_parser("session-end", help="SessionEnd hook: ingest the session's rollout file as a run record")
+    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
+    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
+    p.set_defaults(fn=cmd_hook_codex_session_end)
+    from ._codex_hooks import register_session_start as register_codex_session_start
+
+    register_codex_session_start(codex)
 
     p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
     p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")
@@ -224,7 +235,53 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
         fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
-    source = f"claude-code session-end {hook['session_id']}"
+    return deliver_session(args, record, f"claude-code session-end {hook['session_id']}")
+
+
+def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
+    """Codex's SessionEnd hook input on stdin → the session's rollout file → its run record → IngestRun
+    (spooled when no daemon answers), as Claude Code's. A missing harness, unreadable input or rollout is
+    exit 2, naming what is wrong. Messages go to stderr: Codex reads a hook's stdout as its answer."""
+    from ..agents.codex_rollout import read_codex_rollout
+    from ..agents.transcript import run_record_from_transcript
+    from ..errors import InvalidArgument
+    from ..store import iso
+    from ._codex_hooks import rollout_of
+
+    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
+    if not harness:
+        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
+                              field="--harness")
+    cfg = harness_config(load(args), harness)
+    try:
+        hook = json.loads(sys.stdin.read() or "null")
+    except ValueError as exc:
+        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
+                              field="stdin") from None
+    if not isinstance(hook, dict) or not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
+        raise InvalidArgument("the hook input must be a JSON object with a session_id", field="stdin")
+    path = hook.get("transcript_path")
+    rollout = Path(path) if isinstance(path, str) and path else rollout_of(hook["session_id"], os.environ)
+    if rollout is None:
+        raise InvalidArgument(f"session {hook['session_id']} has no rollout file (transcript_path is null and "
+                              "none is under $CODEX_HOME/sessions)", field="transcript_path")
+    try:
+        with open(rollout, encoding="utf-8", errors="replace") as f:
+            session = read_codex_rollout(f, cfg.verify_patterns)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read the rollout {rollout}: {exc.strerror}", field="transcript_path") from None
+    record = run_record_from_transcript(
+        session, harness=harness, fallback_session_id=hook["session_id"],
+        fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
+    record["adapter"] = "codex"
+    return deliver_session(args, record, f"codex session-end {hook['session_id']}", out=sys.stderr)
+
+
+def deliver_session(args: argparse.Namespace, record: dict[str, Any], source: str, *, out: Any = None) -> int:
+    """Hand a resident session's run record to the daemon (IngestRun), or spool it when no daemon answers;
+    then send what earlier hooks spooled. Shared by every agent's session-end hook (Claude Code, Codex), so
+    the spool-when-down rule is one rule. ``out``: where the one-line outcome goes (default stdout)."""
+    out = out or sys.stdout
     try:
         result = _hook_call(args, "IngestRun", {"record": record, "source": source})
     except CliError as exc:
@@ -236,11 +293,11 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
               "the daemon is next reached (`memactors spool send`, the next session's hook, or daemon start)",
               file=sys.stderr)
         return 0
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2, sort_keys=True), file=out)
     else:
         detail = result.get("episode_id") or result.get("reason", "")
-        print(f"session {record['run_id']}: {result.get('outcome')} {detail}".rstrip())
+        print(f"session {record['run_id']}: {result.get('outcome')} {detail}".rstrip(), file=out)
     _send_spool_quietly(args)
     return 0
 
