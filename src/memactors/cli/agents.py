@@ -241,7 +241,8 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
 def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     """Codex's SessionEnd hook input on stdin → the session's rollout file → its run record → IngestRun
     (spooled when no daemon answers), as Claude Code's. A missing harness, unreadable input or rollout is
-    exit 2, naming what is wrong. Messages go to stderr: Codex reads a hook's stdout as its answer."""
+    exit 5 (invalid argument), naming what is wrong. Messages go to stderr, leaving stdout to Codex's
+    hook protocol."""
     from ..agents.codex_rollout import read_codex_rollout
     from ..agents.transcript import run_record_from_transcript
     from ..errors import InvalidArgument
