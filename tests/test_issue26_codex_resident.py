@@ -49,15 +49,46 @@ async def install(daemon: Daemon, repo: Path, codex_home: Path) -> subprocess.Co
     return done
 
 
-async def codex_exec(codex: Path, repo: Path, env: dict[str, str], base_url: str, prompt: str) -> list[dict]:
+async def codex_exec(codex: Path, repo: Path, env: dict[str, str], base_url: str, prompt: str, *,
+                     bypass_hook_trust: bool = True) -> list[dict]:
     """A headless resident session in the (trusted) project: its JSON events."""
+    bypass = ["--dangerously-bypass-hook-trust"] if bypass_hook_trust else []
     done = await trio.run_process(
-        [str(codex), "exec", "--json", "--trust", "--dangerously-bypass-hook-trust",
+        [str(codex), "exec", "--json", "--trust", *bypass,
          "--dangerously-bypass-approvals-and-sandbox", *fake_provider_args(base_url), "--", prompt],
         cwd=repo, env=env, stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
     out = done.stdout.decode(errors="replace")
     assert done.returncode == 0, (out[-2000:], done.stderr.decode(errors="replace")[-2000:])
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def trust_hooks_as_slash_hooks_does(codex: Path, repo: Path, env: dict[str, str]) -> list[str]:
+    """Trust every hook Codex lists for ``repo`` through its app-server, the API its TUI's ``/hooks`` uses:
+    ``hooks/list`` gives each hook's key and current hash, ``config/batchWrite`` records them as trusted
+    (``[hooks.state."<key>"] trusted_hash`` in the user's config.toml). Returns the hooks' commands."""
+    with subprocess.Popen([str(codex), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, env=env, cwd=repo) as server:
+        assert server.stdin is not None and server.stdout is not None
+
+        def call(n: int, method: str, params: dict) -> dict:
+            server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n")
+            server.stdin.flush()
+            for line in server.stdout:  # blocks until the server's next message: no polling
+                answer = json.loads(line)
+                if answer.get("id") == n:
+                    assert "result" in answer, answer
+                    return answer["result"]
+            raise AssertionError(f"codex app-server exited before answering {method}")
+
+        call(1, "initialize", {"clientInfo": {"name": "memactors-tests", "version": "1"}})
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "initialized"}) + "\n")
+        [listed] = call(2, "hooks/list", {"cwds": [str(repo)]})["data"]
+        hooks = listed["hooks"]
+        call(3, "config/batchWrite", {"edits": [
+            {"keyPath": f'hooks.state."{h["key"]}"', "value": {"trusted_hash": h["currentHash"]},
+             "mergeStrategy": "upsert"} for h in hooks]})
+        server.stdin.close()
+    return [h["command"] for h in hooks if h["trustStatus"] != "trusted"]
 
 
 def thread_id(events: list[dict]) -> str:
@@ -107,6 +138,32 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
     assert detail["episode_id"] == episode["episode_id"] and detail["files_touched"] == ["NOTES.md"]
     assert detail["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
     assert [e["run_id"] for e in json.loads(listed.stdout)["episodes"]] == [session]
+
+
+async def test_issue26_codex_skips_the_hooks_until_they_are_trusted_then_briefs_and_records_the_session(
+        tmp_path: Path) -> None:
+    codex = codex_bin()
+    repo = make_repo(tmp_path / "api", failing_test=True)
+    env = codex_env(tmp_path / "codex-home")
+    with daemon_process(tmp_path, HARNESS, env=env) as daemon:
+        fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
+        assert fact.returncode == 0, fact.stderr
+        await install(daemon, repo, tmp_path / "codex-home")
+        # not trusted yet: a headless session runs without the hooks, and says nothing about them
+        async with run_fake_openai([Turn([Message("Nothing to do.")])]) as untrusted:
+            before = await codex_exec(codex, repo, env, untrusted.base_url, "Say hello.", bypass_hook_trust=False)
+        assert FACT not in json.dumps(untrusted.model_calls[0].body)
+        assert not [e for e in before if "hook" in json.dumps(e).lower()]
+        # the user trusts them (what /hooks does); from then on every session is briefed and recorded
+        trusted = trust_hooks_as_slash_hooks_does(codex, repo, env)
+        async with run_fake_openai(SCRIPT) as fake:
+            after = await codex_exec(codex, repo, env, fake.base_url, "Fix the ledger rounding test.",
+                                     bypass_hook_trust=False)
+        listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
+    assert sorted(" hook codex session-start " in c or " hook codex session-end " in c for c in trusted) == [
+        True, True]
+    assert FACT in json.dumps(fake.model_calls[0].body)
+    assert [e["run_id"] for e in json.loads(listed.stdout)["episodes"]] == [thread_id(after)]
 
 
 async def test_issue26_a_codex_session_with_the_daemon_down_is_spooled_and_delivered_when_it_is_back(
@@ -171,7 +228,8 @@ def test_issue26_install_codex_adds_its_hooks_beside_the_users_own_and_uninstall
     assert start["hooks"][0]["command"].endswith("hook codex session-start --harness coder --project "
                                                  f"{repo.resolve()}")
     assert " hook codex session-end --harness coder" in end["hooks"][0]["command"]
-    assert {h["timeout"] for h in (start["hooks"][0], end["hooks"][0])} == {10, 30}
+    # SessionEnd at Codex's most (it clamps a longer one to 3 s, with a warning in every session)
+    assert (start["hooks"][0]["timeout"], end["hooks"][0]["timeout"]) == (10, 3)
     # installing again rotates the token and adds no second hook
     assert reinstalled["hooks"] == data["hooks"]
     assert reinstalled["mcp_servers"]["memactors"]["http_headers"] != data["mcp_servers"]["memactors"]["http_headers"]

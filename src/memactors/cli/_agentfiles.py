@@ -95,10 +95,6 @@ class Target:
 
 # -- where the files are ----------------------------------------------------------------------------------
 
-def _home(env: Mapping[str, str]) -> Path:
-    home = env.get("HOME")
-    return Path(home) if home else Path.home()
-
 
 def claude_files(target: Target, env: Mapping[str, str]) -> tuple[Path, Path]:
     """(the file holding the MCP server entry, the settings file) for Claude Code."""

@@ -41,10 +41,11 @@ __all__ = ["END_MARK", "START_MARK", "codex_config_path", "merge_hooks", "regist
 END_MARK = "hook codex session-end"
 START_MARK = "hook codex session-start"
 #: Seconds Codex gives each handler (its ``timeout``). The session-start hook's own exchange with the gateway
-#: gives up far sooner (agents/session_start.TIMEOUT_SECONDS); the session-end hook spools before its RPC
-#: deadline (agents.HOOK_RPC_SECONDS).
+#: gives up far sooner (agents/session_start.TIMEOUT_SECONDS). Codex allows a SessionEnd handler 3 s at most
+#: (it clamps a longer timeout, with a warning; without one it allows 1 s): the session-end hook spools the
+#: record first and then sends the spool (agents.CODEX_SEND_SECONDS).
 START_TIMEOUT = 10
-END_TIMEOUT = 30
+END_TIMEOUT = 3
 _EVENTS = (("SessionStart", START_MARK, START_TIMEOUT), ("SessionEnd", END_MARK, END_TIMEOUT))
 
 

@@ -242,11 +242,10 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     """Codex's SessionEnd hook input on stdin → the session's rollout file → its run record → IngestRun
     (spooled when no daemon answers), as Claude Code's. A missing harness, unreadable input or rollout is
     exit 5 (invalid argument), naming what is wrong. Messages go to stderr, leaving stdout to Codex's
-    hook protocol."""
+    hook protocol. Spooled first, then sent (:func:`_spool_then_send`): Codex stops the hook after 3 s."""
     from ..agents.codex_rollout import read_codex_rollout
     from ..agents.transcript import run_record_from_transcript
     from ..errors import InvalidArgument
-    from ..store import iso
     from ._codex_hooks import rollout_of
 
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
@@ -273,9 +272,31 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"cannot read the rollout {rollout}: {exc.strerror}", field="transcript_path") from None
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
-        fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
+        fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=_now())
     record["adapter"] = "codex"
-    return deliver_session(args, record, f"codex session-end {hook['session_id']}", out=sys.stderr)
+    return _spool_then_send(args, record, f"codex session-end {hook['session_id']}")
+
+
+#: Codex gives a SessionEnd hook 3 s at most (0.169.0 and 0.171.0 clamp a longer timeout, "clamping SessionEnd
+#: hook timeout to 3s") and stops it past that; the send after the spooling must end well before.
+CODEX_SEND_SECONDS = 1.5
+
+
+def _spool_then_send(args: argparse.Namespace, record: dict[str, Any], source: str) -> int:
+    """Claude Code's rule (the daemon, else the spool) under Codex's 3 s: the record is spooled first, a
+    local append that is durable before any network, and then the spool is sent (IngestRuns). A hook stopped
+    while sending loses nothing: the next sender adopts what it had claimed, and ingest is idempotent. A daemon
+    down or slow leaves it spooled, for the next session's hook, `memactors spool send` or the daemon's start."""
+    path = _spool_record(args, record, source)
+    try:
+        counts = _send_spool(args, timeout=CODEX_SEND_SECONDS)
+    except (CliError, OSError) as exc:
+        print(f"memactors: session {record['run_id']} spooled to {path} ({getattr(exc, 'message', exc)}); it is "
+              "sent when the daemon is next reached (`memactors spool send`, the next session's hook, or daemon "
+              "start)", file=sys.stderr)
+        return 0
+    print(f"session {record['run_id']}: sent with the spool ({_tally(counts)})", file=sys.stderr)
+    return 1 if counts.get("rejected") else 0
 
 
 def deliver_session(args: argparse.Namespace, record: dict[str, Any], source: str, *, out: Any = None) -> int:
@@ -303,7 +324,14 @@ def deliver_session(args: argparse.Namespace, record: dict[str, Any], source: st
     return 0
 
 
-def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
+def _now() -> str:
+    """Now in the store's one text form of a time (``store.iso``), without importing the store: a quarter
+    of a second of a hook's start-up, which Codex allows 3 s in all."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any],
+               timeout: float = HOOK_RPC_SECONDS) -> Any:
     """A control-tier call under the hook's own deadline (HOOK_RPC_SECONDS); UNAVAILABLE when no daemon."""
     from ..rpc.wsclient import WsRpcError, call_once
     from ._core import config_for, operator_url, token_for
@@ -312,7 +340,7 @@ def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) ->
     token = token_for(config, "control")
     try:
         return call_once(operator_url(config), token, f"harness.v1.MemoryService/{method}", params,
-                         timeout=HOOK_RPC_SECONDS)
+                         timeout=timeout)
     except WsRpcError as exc:
         raise CliError(exc.code, f"{exc.code}: {exc.message}") from None
 
@@ -321,10 +349,9 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
     """Keep the record in the state directory's spool (0600), redacted as an episode would be."""
     from ..agents import spool
     from ..redact import redact_obj
-    from ..store import iso
 
     state = load(args).store.path
-    entry = {"record": redact_obj(record), "source": source, "spooled_at": iso(datetime.now(UTC))}
+    entry = {"record": redact_obj(record), "source": source, "spooled_at": _now()}
     try:
         return spool.append(state, entry)
     except OSError as exc:
@@ -332,7 +359,7 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
                                       f"{spool.spool_path(state)}: {exc.strerror or exc}") from None
 
 
-def _send_spool(args: argparse.Namespace) -> dict[str, int]:
+def _send_spool(args: argparse.Namespace, timeout: float = HOOK_RPC_SECONDS) -> dict[str, int]:
     """Send what the spool holds over IngestRuns; undelivered entries go back. Counts by outcome."""
     from ..agents import spool
 
@@ -344,7 +371,8 @@ def _send_spool(args: argparse.Namespace) -> dict[str, int]:
     sent = 0
     try:
         for batch, records in spool.batches(taken.entries):
-            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records})["results"], counts, refused)
+            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records}, timeout)["results"], counts,
+                        refused)
             sent += len(batch)
     finally:
         # What was not confirmed goes back (sending it again is harmless: ingest is idempotent).
