@@ -427,9 +427,9 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
                      "Codex asks, or start the first headless session with `codex exec --trust …`")
     if args.agent == "codex":
         notes.append("Codex runs memactors' SessionStart hook (the briefing) and SessionEnd hook (records the "
-                     "session) only once you trust them: open /hooks in Codex and trust both (Codex asks at the "
-                     "next start). A headless `codex exec` whose hooks you vetted may pass "
-                     "--dangerously-bypass-hook-trust instead")
+                     "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
+                     "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
+                     "resident\", says how to trust them without the TUI)")
     if args.agent == "claude-code" and target.project is not None:
         notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
                      "without --allowedTools or --mcp-config")
