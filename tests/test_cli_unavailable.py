@@ -216,6 +216,11 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "hook claude-code session-end": (["hook", "claude-code", "session-end", "--harness", "api-fixer"], hook),
         "hook claude-code session-start": (["hook", "claude-code", "session-start", "--harness", "api-fixer",
                                             "--project", str(tmp_path / "proj")], json.dumps({"source": "startup"})),
+        "hook codex session-end": (["hook", "codex", "session-end", "--harness", "api-fixer"], json.dumps({
+            "session_id": "c-1", "transcript_path": str(rollouts / "rollout-2026-11-30T10-00-00-c1.jsonl"),
+            "cwd": str(history)})),
+        "hook codex session-start": (["hook", "codex", "session-start", "--harness", "api-fixer", "--project",
+                                      str(tmp_path / "proj")], json.dumps({"source": "startup"})),
         "install": (["install", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")], None),
         "uninstall": (["uninstall", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")],
                       None),
@@ -233,7 +238,8 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 #: hook starts the session at once without a briefing (issue 26), `uninstall` cleans the files and says the
 #: token lapses at its expiry.
 DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
-                "hook claude-code session-start": (0, "no briefing at session start"), "uninstall": (0, "")}
+                "hook claude-code session-start": (0, "no briefing at session start"), "uninstall": (0, ""),
+                "hook codex session-end": (0, "spooled"), "hook codex session-start": (0, "no briefing at session start")}
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`

@@ -96,7 +96,7 @@ def _close(url: str, headers: dict[str, str]) -> None:
 
 
 def additional_context(fenced: str) -> str:
-    """Claude Code's SessionStart hook output adding ``fenced`` to the session's context."""
+    """The SessionStart hook output adding ``fenced`` to the session's context (Claude Code's and Codex's)."""
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": fenced}})
 
 

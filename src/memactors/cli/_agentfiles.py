@@ -17,8 +17,9 @@ claude-code     ``DIR/.mcp.json`` (the header reads the token from    ``DIR/.cla
                 a project may commit)                                 ``enabledMcpjsonServers``, ``hooks.SessionEnd``
 claude-code     ``~/.claude.json`` ``mcpServers`` (user scope, as     ``~/.claude/settings.json``:
 --user          ``claude mcp add -s user`` writes it)                  ``permissions.allow``, ``hooks.SessionEnd``
-codex --project ``DIR/.codex/config.toml`` ``[mcp_servers.memactors]``: url, bearer header, approval mode
-codex --user    ``$CODEX_HOME/config.toml`` (default ``~/.codex/config.toml``), the same table
+codex --project ``DIR/.codex/config.toml`` ``[mcp_servers.memactors]``: url, bearer header, approval mode;
+                ``[[hooks.SessionStart]]`` and ``[[hooks.SessionEnd]]`` (``_codex_hooks``)
+codex --user    ``$CODEX_HOME/config.toml`` (default ``~/.codex/config.toml``), the same tables
 ==============  ===================================================  ======================================
 
 ``$CLAUDE_CONFIG_DIR`` moves Claude Code's user files (``.claude.json`` and ``settings.json`` both live
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _agentfiles_more as _more
+from ._codex_hooks import codex_config_path, merge_hooks
 from ._core import CliError
 from ._session_start import TOKEN_ENV
 from ._session_start import claude_files as _claude_files
@@ -93,10 +95,6 @@ class Target:
 
 # -- where the files are ----------------------------------------------------------------------------------
 
-def _home(env: Mapping[str, str]) -> Path:
-    home = env.get("HOME")
-    return Path(home) if home else Path.home()
-
 
 def claude_files(target: Target, env: Mapping[str, str]) -> tuple[Path, Path]:
     """(the file holding the MCP server entry, the settings file) for Claude Code."""
@@ -104,10 +102,7 @@ def claude_files(target: Target, env: Mapping[str, str]) -> tuple[Path, Path]:
 
 
 def codex_file(target: Target, env: Mapping[str, str]) -> Path:
-    if target.project is not None:
-        return target.project / ".codex" / "config.toml"
-    codex_home = env.get("CODEX_HOME")
-    return (Path(codex_home) if codex_home else _home(env) / ".codex") / "config.toml"
+    return codex_config_path(target.project, env)
 
 
 # -- JSON -------------------------------------------------------------------------------------------------
@@ -255,7 +250,19 @@ def _claude_servers(path: Path, text: str | None, entry: dict[str, Any] | None) 
 
 # -- TOML (Codex) -----------------------------------------------------------------------------------------
 
-def _codex_config(path: Path, text: str | None, server: dict[str, Any] | None) -> str | None:
+def _codex_config(path: Path, text: str | None, server: dict[str, Any] | None, *, end_command: str = "",
+                  start_command: str = "") -> str | None:
+    """``text`` without memactors' table and hooks, then (``server`` given) with them added again: install's
+    output depends only on the file without memactors' entries, so installing twice gives the same file but
+    for the token, and uninstalling gives back that file."""
+    clean = _codex_merge(path, text, None)
+    if server is None:
+        return clean
+    return _codex_merge(path, clean, server, end_command=end_command, start_command=start_command)
+
+
+def _codex_merge(path: Path, text: str | None, server: dict[str, Any] | None, *, end_command: str = "",
+                 start_command: str = "") -> str | None:
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
@@ -281,6 +288,9 @@ def _codex_config(path: Path, text: str | None, server: dict[str, Any] | None) -
         servers[SERVER] = table
     elif servers is not None and not servers:
         del doc["mcp_servers"]
+    # The SessionStart / SessionEnd hooks (issue 26: _codex_hooks); with server None, only taken out.
+    merge_hooks(doc, end_command=end_command if server is not None else "",
+                start_command=start_command if server is not None else "")
     out = tomlkit.dumps(doc)
     if server is None and text is not None and out != text:
         # tomlkit keeps the blank line install put before the table it removed: a file ends as it did
@@ -389,7 +399,8 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
         changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command,
                                start_command=start_command)
     elif target.agent == "codex":
-        changes = _plan_codex(target, env, install=install, url=url, token=token)
+        changes = _plan_codex(target, env, install=install, url=url, token=token, hook_command=hook_command,
+                              start_command=start_command)
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
                    in _more.plan(target.agent, target.project, env, install=install, url=url, token=token)]
@@ -423,13 +434,17 @@ def _plan_claude(target: Target, env: Mapping[str, str], *, install: bool, url: 
     return [servers, settings]
 
 
-def _plan_codex(target: Target, env: Mapping[str, str], *, install: bool, url: str, token: str) -> list[Change]:
+def _plan_codex(target: Target, env: Mapping[str, str], *, install: bool, url: str, token: str,
+                hook_command: str = "", start_command: str = "") -> list[Change]:
     path = codex_file(target, env)
     server = codex_server(url, token) if install else None
     before = _read(path)
-    return [Change(path, before, _codex_config(path, before, server), private=True,
-                   what=f"[mcp_servers.{SERVER}] with its token, tools approved" if install
-                   else f"[mcp_servers.{SERVER}] removed")]
+    after = _codex_config(path, before, server, end_command=hook_command, start_command=start_command)
+    hooks = (", SessionEnd hook (records the session)" if hook_command else "") + (
+        ", SessionStart hook (the briefing)" if start_command else "")
+    return [Change(path, before, after, private=True,
+                   what=f"[mcp_servers.{SERVER}] with its token, tools approved{hooks}" if install
+                   else f"[mcp_servers.{SERVER}] and memactors' hooks removed")]
 
 
 def write(change: Change) -> None:

@@ -12,11 +12,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "claude_files", "cmd_hook_claude_session_start", "register_session_start"]
+__all__ = ["TOKEN_ENV", "brief_session", "claude_files", "cmd_hook_claude_session_start",
+           "register_session_start"]
 
 #: The variable a project's settings.local.json sets to the token and its .mcp.json header reads. Not
 #: MEMACTORS_RUN_TOKEN: that one is a supervised run's own (adapters), which settings must not shadow.
@@ -77,7 +78,13 @@ def _resident_gateway(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_hook_claude_session_start(args: argparse.Namespace) -> int:
-    """Claude Code's SessionStart hook: print the resident's briefing, fenced, as additionalContext.
+    """Claude Code's SessionStart hook: print the resident's briefing, fenced, as additionalContext."""
+    return brief_session(args, lambda: _resident_gateway(args))
+
+
+def brief_session(args: argparse.Namespace, gateway: Callable[[], tuple[str, str]]) -> int:
+    """A SessionStart hook (Claude Code's, Codex's: both read ``hookSpecificOutput.additionalContext``): the
+    hook input on stdin, the briefing from the gateway ``gateway()`` names (URL, token), printed fenced.
 
     Always exit 0 and never wait long: on any failure (no token, the daemon down or slow) it prints nothing
     — the session starts at once without a briefing — and the failure is counted for doctor."""
@@ -92,7 +99,7 @@ def cmd_hook_claude_session_start(args: argparse.Namespace) -> int:
         hook = {}
     source = hook.get("source") if isinstance(hook, dict) else None
     try:
-        url, token = _resident_gateway(args)
+        url, token = gateway()
         # A new session (startup, /clear) gets its briefing composed afresh; resume and compact the
         # session's own, already composed (REQ-15: once per session).
         text = fetch_briefing(url, token, refresh=source in (None, "startup", "clear"))

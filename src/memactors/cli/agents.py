@@ -7,6 +7,9 @@
   stdin and ingests the session's transcript as a run record (control tier, ``IngestRun``). When no
   daemon answers, the record goes to the state directory's spool (``memactors.agents.spool``) instead, and is
   sent by the next hook that reaches the daemon, by ``memactors spool send``, or by the daemon at start.
+- ``memactors hook codex session-end|session-start``: the same for Codex's ``SessionEnd`` and
+  ``SessionStart`` hooks (``cli/_codex_hooks.py`` says which events and why): the session's rollout file
+  becomes the run record.
 - ``memactors spool [send]``: what the spool holds, and sending it now.
 
 ``memactors install`` / ``uninstall`` (``cli/install.py``) write these into an agent's own configuration
@@ -27,7 +30,7 @@ from typing import Any
 
 from ._core import CliError, call, load, read_daemon_file
 
-__all__ = ["client_config", "register"]
+__all__ = ["client_config", "deliver_session", "register"]
 
 #: The server name the gateway gets in client configurations (Claude Code shows ``mcp__memactors__recall``).
 SERVER_NAME = "memactors"
@@ -68,6 +71,14 @@ def register(sub: Any) -> None:
     from ._session_start import register_session_start
 
     register_session_start(claude)
+    codex = hook.add_parser("codex", help="Codex hooks").add_subparsers(dest="hook_event", required=True)
+    p = codex.add_parser("session-end", help="SessionEnd hook: ingest the session's rollout file as a run record")
+    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
+    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
+    p.set_defaults(fn=cmd_hook_codex_session_end)
+    from ._codex_hooks import register_session_start as register_codex_session_start
+
+    register_codex_session_start(codex)
 
     p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
     p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")
@@ -224,7 +235,75 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
         fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
-    source = f"claude-code session-end {hook['session_id']}"
+    return deliver_session(args, record, f"claude-code session-end {hook['session_id']}")
+
+
+def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
+    """Codex's SessionEnd hook input on stdin → the session's rollout file → its run record → IngestRun
+    (spooled when no daemon answers), as Claude Code's. A missing harness, unreadable input or rollout is
+    exit 5 (invalid argument), naming what is wrong. Messages go to stderr, leaving stdout to Codex's
+    hook protocol. Spooled first, then sent (:func:`_spool_then_send`): Codex stops the hook after 3 s."""
+    from ..agents.codex_rollout import read_codex_rollout
+    from ..agents.transcript import run_record_from_transcript
+    from ..errors import InvalidArgument
+    from ._codex_hooks import rollout_of
+
+    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
+    if not harness:
+        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
+                              field="--harness")
+    cfg = harness_config(load(args), harness)
+    try:
+        hook = json.loads(sys.stdin.read() or "null")
+    except ValueError as exc:
+        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
+                              field="stdin") from None
+    if not isinstance(hook, dict) or not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
+        raise InvalidArgument("the hook input must be a JSON object with a session_id", field="stdin")
+    path = hook.get("transcript_path")
+    rollout = Path(path) if isinstance(path, str) and path else rollout_of(hook["session_id"], os.environ)
+    if rollout is None:
+        raise InvalidArgument(f"session {hook['session_id']} has no rollout file (transcript_path is null and "
+                              "none is under $CODEX_HOME/sessions)", field="transcript_path")
+    try:
+        with open(rollout, encoding="utf-8", errors="replace") as f:
+            session = read_codex_rollout(f, cfg.verify_patterns)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read the rollout {rollout}: {exc.strerror}", field="transcript_path") from None
+    record = run_record_from_transcript(
+        session, harness=harness, fallback_session_id=hook["session_id"],
+        fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=_now())
+    record["adapter"] = "codex"
+    return _spool_then_send(args, record, f"codex session-end {hook['session_id']}")
+
+
+#: Codex gives a SessionEnd hook 3 s at most (0.169.0 and 0.171.0 clamp a longer timeout, "clamping SessionEnd
+#: hook timeout to 3s") and stops it past that; the send after the spooling must end well before.
+CODEX_SEND_SECONDS = 1.5
+
+
+def _spool_then_send(args: argparse.Namespace, record: dict[str, Any], source: str) -> int:
+    """Claude Code's rule (the daemon, else the spool) under Codex's 3 s: the record is spooled first, a
+    local append that is durable before any network, and then the spool is sent (IngestRuns). A hook stopped
+    while sending loses nothing: the next sender adopts what it had claimed, and ingest is idempotent. A daemon
+    down or slow leaves it spooled, for the next session's hook, `memactors spool send` or the daemon's start."""
+    path = _spool_record(args, record, source)
+    try:
+        counts = _send_spool(args, timeout=CODEX_SEND_SECONDS)
+    except (CliError, OSError) as exc:
+        print(f"memactors: session {record['run_id']} spooled to {path} ({getattr(exc, 'message', exc)}); it is "
+              "sent when the daemon is next reached (`memactors spool send`, the next session's hook, or daemon "
+              "start)", file=sys.stderr)
+        return 0
+    print(f"session {record['run_id']}: sent with the spool ({_tally(counts)})", file=sys.stderr)
+    return 1 if counts.get("rejected") else 0
+
+
+def deliver_session(args: argparse.Namespace, record: dict[str, Any], source: str, *, out: Any = None) -> int:
+    """Hand a resident session's run record to the daemon (IngestRun), or spool it when no daemon answers;
+    then send what earlier hooks spooled. Shared by every agent's session-end hook (Claude Code, Codex), so
+    the spool-when-down rule is one rule. ``out``: where the one-line outcome goes (default stdout)."""
+    out = out or sys.stdout
     try:
         result = _hook_call(args, "IngestRun", {"record": record, "source": source})
     except CliError as exc:
@@ -236,16 +315,23 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
               "the daemon is next reached (`memactors spool send`, the next session's hook, or daemon start)",
               file=sys.stderr)
         return 0
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2, sort_keys=True), file=out)
     else:
         detail = result.get("episode_id") or result.get("reason", "")
-        print(f"session {record['run_id']}: {result.get('outcome')} {detail}".rstrip())
+        print(f"session {record['run_id']}: {result.get('outcome')} {detail}".rstrip(), file=out)
     _send_spool_quietly(args)
     return 0
 
 
-def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
+def _now() -> str:
+    """Now in the store's one text form of a time (``store.iso``), without importing the store: a quarter
+    of a second of a hook's start-up, which Codex allows 3 s in all."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any],
+               timeout: float = HOOK_RPC_SECONDS) -> Any:
     """A control-tier call under the hook's own deadline (HOOK_RPC_SECONDS); UNAVAILABLE when no daemon."""
     from ..rpc.wsclient import WsRpcError, call_once
     from ._core import config_for, operator_url, token_for
@@ -254,7 +340,7 @@ def _hook_call(args: argparse.Namespace, method: str, params: dict[str, Any]) ->
     token = token_for(config, "control")
     try:
         return call_once(operator_url(config), token, f"harness.v1.MemoryService/{method}", params,
-                         timeout=HOOK_RPC_SECONDS)
+                         timeout=timeout)
     except WsRpcError as exc:
         raise CliError(exc.code, f"{exc.code}: {exc.message}") from None
 
@@ -263,10 +349,9 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
     """Keep the record in the state directory's spool (0600), redacted as an episode would be."""
     from ..agents import spool
     from ..redact import redact_obj
-    from ..store import iso
 
     state = load(args).store.path
-    entry = {"record": redact_obj(record), "source": source, "spooled_at": iso(datetime.now(UTC))}
+    entry = {"record": redact_obj(record), "source": source, "spooled_at": _now()}
     try:
         return spool.append(state, entry)
     except OSError as exc:
@@ -274,7 +359,7 @@ def _spool_record(args: argparse.Namespace, record: dict[str, Any], source: str)
                                       f"{spool.spool_path(state)}: {exc.strerror or exc}") from None
 
 
-def _send_spool(args: argparse.Namespace) -> dict[str, int]:
+def _send_spool(args: argparse.Namespace, timeout: float = HOOK_RPC_SECONDS) -> dict[str, int]:
     """Send what the spool holds over IngestRuns; undelivered entries go back. Counts by outcome."""
     from ..agents import spool
 
@@ -286,7 +371,8 @@ def _send_spool(args: argparse.Namespace) -> dict[str, int]:
     sent = 0
     try:
         for batch, records in spool.batches(taken.entries):
-            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records})["results"], counts, refused)
+            spool.tally(batch, _hook_call(args, "IngestRuns", {"records": records}, timeout)["results"], counts,
+                        refused)
             sent += len(batch)
     finally:
         # What was not confirmed goes back (sending it again is harmless: ingest is idempotent).

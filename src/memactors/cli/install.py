@@ -3,7 +3,7 @@
 ``install claude-code|codex|gemini-cli|opencode --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
-entry, the allow-list for the memory tools and, for Claude Code, the ``SessionEnd`` hook that records
+entry, the allow-list for the memory tools and, for Claude Code and Codex, the ``SessionEnd`` hook that records
 each session and the ``SessionStart`` hook that gives it its briefing (``_agentfiles`` says which files
 and how; ``_session_start`` is that hook). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
@@ -42,7 +42,7 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code, the session-end hook that records each session and the session-start hook that gives it its "
+        "Code and Codex, the session-end hook that records each session and the session-start hook that gives it its "
         "briefing. A daemon that does not know the harness yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
@@ -99,25 +99,27 @@ def _target(args: argparse.Namespace) -> Any:
 
 def _hook_command(args: argparse.Namespace) -> str:
     """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
-    command read when it was named explicitly (Claude Code's environment may not carry HARNESS_CONFIG)."""
+    command read when it was named explicitly (the agent's environment may not carry HARNESS_CONFIG).
+    Claude Code's and Codex's (`hook codex session-end`); other agents' plans do not use it."""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    return shlex.join([*argv, "hook", "claude-code", "session-end", "--harness", args.harness])
+    agent = "codex" if args.agent == "codex" else "claude-code"
+    return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
     """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
     install wrote for ``target`` (read from the agent's files, never from argv)."""
-    if args.agent != "claude-code":
+    if args.agent not in ("claude-code", "codex"):
         return ""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
     where = ["--project", str(target.project)] if target.project is not None else ["--user"]
-    return shlex.join([*argv, "hook", "claude-code", "session-start", "--harness", args.harness, *where])
+    return shlex.join([*argv, "hook", args.agent, "session-start", "--harness", args.harness, *where])
 
 
 def _diff(change: Any, token: str | None) -> str:
@@ -423,6 +425,11 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
     if args.agent == "codex" and target.project is not None and not _codex_trusts(target.project, env):
         notes.append(f"Codex reads {target.project}/.codex/config.toml only in a trusted project: trust it when "
                      "Codex asks, or start the first headless session with `codex exec --trust …`")
+    if args.agent == "codex":
+        notes.append("Codex runs memactors' SessionStart hook (the briefing) and SessionEnd hook (records the "
+                     "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
+                     "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
+                     "resident\", says how to trust them without the TUI)")
     if args.agent == "claude-code" and target.project is not None:
         notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
                      "without --allowedTools or --mcp-config")
