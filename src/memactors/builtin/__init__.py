@@ -479,26 +479,28 @@ class BuiltinProvider:
         degraded: str | None = None
         if not hybrid:  # one read transaction, one worker-thread hop
             ranked = await self.store.read(text_only)
-        else:
-            cosine: list[Hit] = []
+        else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
             text: list[Hit] = []
+            vector: list[float] | None = None
 
             async def text_side() -> None:
                 nonlocal text
                 text = await self.store.read(text_ranking)
 
             async def vector_side() -> None:
-                nonlocal degraded, cosine
+                nonlocal vector
                 vector = await self._embed_query(query)
-                if vector is None:
-                    degraded = "embeddings_unavailable"
-                    return
-                cosine = await self.store.read(lambda db: index.knn(db, vector, scopes))
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
-            ranked = await self.store.read(lambda db: fuse(db, text, cosine))
+            if vector is None:
+                degraded = "embeddings_unavailable"
+
+            def knn_and_fuse(db: Any, vector: list[float] | None = vector) -> list[tuple[str, str, float]]:
+                return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
+
+            ranked = await self.store.read(knn_and_fuse)
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
                                          for eid, text, score in ranked]}
         if degraded:
