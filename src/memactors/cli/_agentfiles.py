@@ -403,7 +403,8 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
                               start_command=start_command)
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
-                   in _more.plan(target.agent, target.project, env, install=install, url=url, token=token)]
+                   in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
+                                 hook_command=hook_command, start_command=start_command)]
     else:
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {target.agent!r}")
     if target.project is not None:

@@ -16,6 +16,16 @@ opencode            ``DIR/opencode.json`` ``mcp.memactors``: ``type: remote``, t
 opencode --user     ``$XDG_CONFIG_HOME/opencode/opencode.json`` (default ``~/.config/opencode/opencode.json``)
 ==================  ==========================================================================================
 
+Besides the server, install makes each session recorded and briefed (issue 26):
+
+* **gemini-cli**: the same ``settings.json`` gets ``hooks.SessionStart`` (``memactors hook gemini-cli
+  session-start``: the briefing as the hook's ``additionalContext``) and ``hooks.SessionEnd`` (``memactors
+  hook gemini-cli session-end``: the session file → a run record), each named ``memactors-…``.
+* **opencode**: a plugin, ``DIR/.opencode/plugins/memactors.js`` or ``~/.config/opencode/plugins/memactors.js``
+  (``_opencode_plugin``): the briefing through ``experimental.chat.system.transform``, the session's parts
+  piped to ``memactors hook opencode session-end`` when OpenCode exits. install creates it, uninstall
+  removes it (no token in it: it runs the hook commands, which read the token from ``opencode.json``).
+
 The gateway serves only ``recall`` and ``briefing``, both read-only, so trusting the server trusts
 exactly those.
 """
@@ -28,11 +38,20 @@ from pathlib import Path
 from typing import Any
 
 from ._core import CliError
+from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
-__all__ = ["AGENTS", "gemini_file", "gemini_server", "opencode_file", "opencode_server", "plan"]
+__all__ = ["AGENTS", "GEMINI_MARKS", "gemini_file", "gemini_server", "opencode_file", "opencode_plugin_file",
+           "opencode_server", "plan"]
 
 AGENTS = ("gemini-cli", "opencode")
+#: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
+#: interpreter or --config its command names).
+GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
+#: Gemini CLI's hook timeouts are milliseconds. The briefing's own exchange gives up after 3 s; the
+#: session end's RPC after 15 s, and then it spools.
+_GEMINI_TIMEOUTS = {"SessionStart": 10_000, "SessionEnd": 30_000}
+_GEMINI_NAMES = {"SessionStart": "memactors-briefing", "SessionEnd": "memactors-record-session"}
 
 
 def gemini_server(url: str, token: str) -> dict[str, Any]:
@@ -65,8 +84,48 @@ def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
     return (Path(config) if config else _home(env) / ".config") / "opencode" / "opencode.json"
 
 
-def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None) -> str | None:
-    """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None)."""
+def opencode_plugin_file(project: Path | None, env: Mapping[str, str]) -> Path:
+    """Where OpenCode loads a plugin from without being told (``{plugin,plugins}/*.js`` of its config dirs)."""
+    if project is not None:
+        return project / ".opencode" / "plugins" / "memactors.js"
+    return opencode_file(None, env).parent / "plugins" / "memactors.js"
+
+
+def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None) -> None:
+    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again."""
+    hooks = data.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise CliError("INVALID_ARGUMENT", f"{path}: hooks is not an object; nothing was changed")
+    for event, mark in GEMINI_MARKS.items():
+        groups = hooks.get(event)
+        if isinstance(groups, list):
+            kept = []
+            for group in groups:
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    rest = [h for h in group["hooks"] if not (isinstance(h, dict) and mark in str(h.get("command")))]
+                    if not rest:
+                        continue
+                    group = {**group, "hooks": rest}
+                kept.append(group)
+            hooks[event] = kept
+        elif groups is not None:
+            raise CliError("INVALID_ARGUMENT", f"{path}: hooks.{event} is not a list; nothing was changed")
+        if commands and commands.get(event):
+            hooks.setdefault(event, []).append({"hooks": [{
+                "type": "command", "name": _GEMINI_NAMES[event], "command": commands[event],
+                "timeout": _GEMINI_TIMEOUTS[event]}]})
+        if hooks.get(event) == []:
+            del hooks[event]
+    if hooks:
+        data["hooks"] = hooks
+    else:
+        data.pop("hooks", None)
+
+
+def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
+           hooks: dict[str, str] | None = None) -> str | None:
+    """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None); for
+    Gemini CLI's settings (``hooks`` not None) memactors' hook entries too."""
     data: dict[str, Any] = {}
     if text is not None and text.strip():
         try:
@@ -84,6 +143,8 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None)
         servers[SERVER] = entry
     if not servers:
         del data[key]
+    if hooks is not None:
+        _gemini_hooks(path, data, hooks if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
         return None
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -98,18 +159,30 @@ def _read(path: Path) -> str | None:
         raise CliError("INVALID_ARGUMENT", f"cannot read {path}: {exc.strerror}") from None
 
 
-def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str,
-         token: str) -> list[tuple[Path, str | None, str | None, bool, str]]:
+def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,
+         hook_command: str = "", start_command: str = "") -> list[tuple[Path, str | None, str | None, bool, str]]:
     """The changes installing (or uninstalling) memactors for ``agent`` makes: (path, text before, text
-    after, private, what) for each file."""
+    after, private, what) for each file. ``hook_command`` records a session when it ends and
+    ``start_command`` gives it its briefing (shell command lines; empty: not installed)."""
     if agent == "gemini-cli":
-        path, key, entry = gemini_file(project, env), "mcpServers", gemini_server(url, token)
-        what = f"mcpServers.{SERVER} with its token, trusted"
-    elif agent == "opencode":
-        path, key, entry = opencode_file(project, env), "mcp", opencode_server(url, token)
-        what = f"mcp.{SERVER} (remote) with its token"
-    else:
-        raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")
-    before = _read(path)
-    after = _merge(path, before, key, entry if install else None)
-    return [(path, before, after, True, what if install else f"{key}.{SERVER} removed")]
+        path = gemini_file(project, env)
+        before = _read(path)
+        hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
+        after = _merge(path, before, "mcpServers", gemini_server(url, token) if install else None, hooks)
+        what = f"mcpServers.{SERVER} with its token, trusted" + (
+            ", SessionStart hook (the briefing), SessionEnd hook (records the session)" if install and any(
+                hooks.values()) else "")
+        return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
+    if agent == "opencode":
+        path = opencode_file(project, env)
+        before = _read(path)
+        after = _merge(path, before, "mcp", opencode_server(url, token) if install else None)
+        changes = [(path, before, after, True, f"mcp.{SERVER} (remote) with its token" if install
+                    else f"mcp.{SERVER} removed")]
+        plugin = opencode_plugin_file(project, env)
+        was = _read(plugin)
+        source = plugin_source(start_command, hook_command) if install and (start_command or hook_command) else None
+        changes.append((plugin, was, source, False, "plugin: the briefing at session start, each session recorded"
+                        if source is not None else "memactors' plugin removed"))
+        return changes
+    raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")

@@ -100,19 +100,19 @@ def _target(args: argparse.Namespace) -> Any:
 def _hook_command(args: argparse.Namespace) -> str:
     """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
     command read when it was named explicitly (the agent's environment may not carry HARNESS_CONFIG).
-    Claude Code's and Codex's (`hook codex session-end`); other agents' plans do not use it."""
+    Claude Code's, Codex's, Gemini CLI's (`hook <agent> session-end`); OpenCode's plugin runs it at exit."""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    agent = "codex" if args.agent == "codex" else "claude-code"
+    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode") else "claude-code"
     return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
     """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
     install wrote for ``target`` (read from the agent's files, never from argv)."""
-    if args.agent not in ("claude-code", "codex"):
+    if args.agent not in ("claude-code", "codex", "gemini-cli", "opencode"):
         return ""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
@@ -430,6 +430,11 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
                      "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
                      "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
                      "resident\", says how to trust them without the TUI)")
+    if args.agent == "gemini-cli" and target.project is not None:
+        notes.append(f"Gemini CLI reads {target.project}/.gemini/settings.json (the server and the hooks) only in a "
+                     "trusted folder: trust it when Gemini CLI asks. For a headless `gemini -p` set "
+                     "GEMINI_CLI_TRUST_WORKSPACE=true: its --skip-trust comes too late for the project's settings "
+                     "(0.61 reads them before it reads its flags)")
     if args.agent == "claude-code" and target.project is not None:
         notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
                      "without --allowedTools or --mcp-config")
