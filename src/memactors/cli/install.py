@@ -167,14 +167,18 @@ def cmd_install(args: argparse.Namespace) -> int:
     url = gateway_url(config)
     hook = _hook_command(args)
     start = _start_command(args, target)
-    # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
     run_id = run_id_for(args.agent, target.project)
+    # OpenCode's plugin lives beside install's manifest (cli/_agentfiles_more says why).
+    plugin = _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js") \
+        if args.agent == "opencode" else None
+    # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
                                "gateway": url}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
-        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
+        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start,
+                             plugin_file=plugin)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -183,8 +187,9 @@ def cmd_install(args: argparse.Namespace) -> int:
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
     changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
-                         start_command=start)
+                         start_command=start, plugin_file=plugin)
     manifest_path = _manifest_path(config.store.path, run_id)
+    manifest_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, before a plugin is put there
     manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
     for change in changes:
         files.write(change)
