@@ -46,10 +46,10 @@ def trust(home: Path, folder: Path) -> None:
     (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(folder): "TRUST_FOLDER"}), encoding="utf-8")
 
 
-async def gemini_p(prompt: str, *, cwd: Path, env: dict[str, str]) -> dict:
+async def gemini_p(prompt: str, *, cwd: Path, env: dict[str, str], flags: tuple[str, ...] = ()) -> dict:
     """A headless session (`gemini -p`, tools approved by --approval-mode yolo, as a user scripting it would)."""
-    done = await trio.run_process([str(agent_bin(GEMINI_BIN)), "--model", GEMINI_MODEL, "--approval-mode", "yolo",
-                                   "--output-format", "json", "-p", prompt], cwd=cwd, env={**env, "PWD": str(cwd)},
+    done = await trio.run_process([str(agent_bin(GEMINI_BIN)), *flags, "--model", GEMINI_MODEL, "--approval-mode",
+                                   "yolo", "--output-format", "json", "-p", prompt], cwd=cwd, env={**env, "PWD": str(cwd)},
                                   stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     return json.loads(done.stdout)
@@ -121,17 +121,17 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
     assert settings.read_bytes() == OWN_SETTINGS.encode()
 
 
-async def test_issue26_gemini_cli_with_the_daemon_down_starts_at_once_unbriefed_and_its_session_is_spooled_then_sent(
+async def test_issue26_gemini_cli_for_the_user_with_the_daemon_down_starts_at_once_unbriefed_and_is_spooled_then_sent(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
-    with daemon_process(tmp_path, harness(repo)) as daemon:
-        done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--project", str(repo))
-        assert done.returncode == 0, done.stderr
-        env = daemon.env
     async with run_fake_gemini([Turn([FunctionCall("run_shell_command", {"command": f"{PYTEST} test_ledger.py"})]),
                                 Turn([Text("Offline, and the test fails.")])]) as fake:
-        env = {**env, **gemini_user(tmp_path, fake.base_url), "GEMINI_CLI_TRUST_WORKSPACE": "true"}
-        answer = await gemini_p("Run the ledger test.", cwd=repo, env=env)
+        env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
+        with daemon_process(tmp_path, harness(repo), env=env) as daemon:
+            done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--user")
+            assert done.returncode == 0, done.stderr
+        # the user's settings: --skip-trust is enough for them (it is not for a project's)
+        answer = await gemini_p("Run the ledger test.", cwd=repo, env=daemon.env, flags=("--skip-trust",))
     # no briefing, no memory tools reached, and the session waited for neither
     assert "harness-memory" not in json.dumps(fake.agent_requests()[0].body)
     failures = (tmp_path / "state" / "session-start-failures.jsonl").read_text(encoding="utf-8").splitlines()

@@ -3,9 +3,10 @@
 ``install claude-code|codex|gemini-cli|opencode --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
-entry, the allow-list for the memory tools and, for Claude Code and Codex, the ``SessionEnd`` hook that records
-each session and the ``SessionStart`` hook that gives it its briefing (``_agentfiles`` says which files
-and how; ``_session_start`` is that hook). It then makes sure the running daemon knows the harness (a
+entry, the allow-list for the memory tools and, for Claude Code, Codex and Gemini CLI, the ``SessionEnd``
+hook that records each session and the ``SessionStart`` hook that gives it its briefing (for OpenCode a
+plugin doing both; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
+``residents`` are those hooks). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
 minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
 the state directory's ``installs/``), removes what install created and revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
@@ -42,8 +43,9 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code and Codex, the session-end hook that records each session and the session-start hook that gives it its "
-        "briefing. A daemon that does not know the harness yet is sent SIGHUP to reload. --project DIR changes that project's files, "
+        "Code, Codex and Gemini CLI, the session-end hook that records each session and the session-start hook "
+        "that gives it its briefing (for OpenCode, a plugin doing both). A daemon that does not know the harness "
+        "yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
     "uninstall": (
