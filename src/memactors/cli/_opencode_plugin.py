@@ -7,10 +7,11 @@ session-end hook a command could run, so the plugin does both itself:
 
 * ``experimental.chat.system.transform`` (called before each model request, with the ``sessionID``):
   on a session's first request it runs ``memactors hook opencode session-start`` (asynchronously, 10 s
-  at most; the hook's own exchange gives up after 3 s and then prints nothing) and adds what it printed,
-  the fenced briefing, to the system prompt of every request of that session (a subagent's session gets
-  its root session's). ``--resume`` tells the hook when OpenCode did not create the session in this
-  process (``opencode run --session``/``--continue``): the briefing composed for it earlier is served.
+  at most; the hook's own exchange gives up after 3 s and then prints nothing) with the hook input Claude
+  Code's and Gemini CLI's session-start hooks get, ``{"source": "startup"}`` (``"resume"`` for a session
+  OpenCode did not create in this process: ``opencode run --session``/``--continue``, whose briefing was
+  composed before), and adds the ``hookSpecificOutput.additionalContext`` it printed, the fenced briefing,
+  to the system prompt of every request of that session (a subagent's session gets its root session's).
 * The bus events (``event`` hook): ``session.created`` / ``session.updated`` (its directory, times,
   parent), ``message.updated`` (which messages are the assistant's, the model), ``message.part.updated``
   (each part as last updated, cut to what the record needs: a tool's name, status, path or command and
@@ -81,12 +82,22 @@ function cut(part) {
   return out
 }
 
+function context(stdout) {
+  try {
+    return String(JSON.parse(stdout).hookSpecificOutput.additionalContext || "")
+  } catch {
+    return "" // nothing printed: no briefing (the daemon down or slow, or an empty briefing)
+  }
+}
+
 function briefing(id, resume) {
   if (!START.length) return Promise.resolve("")
   if (!briefings.has(id)) {
     briefings.set(id, new Promise((resolve) => {
-      execFile(START[0], [...START.slice(1), ...(resume ? ["--resume"] : [])], { timeout: 10000, maxBuffer: 1 << 20 },
-        (error, stdout) => resolve(error ? "" : String(stdout)))
+      const child = execFile(START[0], START.slice(1), { timeout: 10000, maxBuffer: 1 << 20 },
+        (error, stdout) => resolve(error ? "" : context(String(stdout))))
+      child.stdin?.on("error", () => {})
+      child.stdin?.end(JSON.stringify({ session_id: id, source: resume ? "resume" : "startup" }))
     }))
   }
   return briefings.get(id)

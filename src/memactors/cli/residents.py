@@ -6,15 +6,17 @@ at a session's start and end (issue 26), as ``memactors install`` wrote it into 
   before the session's first prompt (headless: prepended to the prompt, inside ``<hook_context>``).
 - ``hook gemini-cli session-end``: Gemini CLI's ``SessionEnd`` hook; reads the session file its input names
   (``transcript_path``) into a run record (``agents.resident_sessions``).
-- ``hook opencode session-start``: run by memactors' OpenCode plugin at a session's first model request;
-  prints the fenced briefing, which the plugin adds to the system prompt.
+- ``hook opencode session-start``: run by memactors' OpenCode plugin at a session's first model request, with
+  ``{"source": "startup" | "resume"}`` on stdin; prints the same JSON, whose fenced briefing the plugin adds
+  to the system prompt.
 - ``hook opencode session-end``: run by the plugin when OpenCode exits, the session's parts on stdin.
 
 The briefing comes from the gateway with the resident's own token, read from the file install wrote
-(never from argv), as ``hook claude-code session-start`` does (REQ-15's tool semantics); the daemon down
-or slow gives nothing at once, counted for doctor. A record the daemon cannot take now is spooled, as
-``hook claude-code session-end`` does. Every hook exits 0 on those paths: a session never waits or fails
-for memactors; Gemini CLI's stdout carries nothing but the hook's JSON.
+(never from argv), by the same code as Claude Code's and Codex's session-start hooks (``_session_start.
+brief_session``: REQ-15's tool semantics; the daemon down or slow gives nothing at once, counted for
+doctor). The record goes the way theirs do (``agents.deliver_session``: the daemon, else the spool). Every
+hook exits 0 on those paths: a session never waits or fails for memactors; stdout carries nothing but the
+hook's JSON (Gemini CLI parses it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._core import CliError, load
+from ._core import load
 
 __all__ = ["register"]
 
@@ -47,9 +49,6 @@ def register(sub: Any) -> None:
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--project", metavar="DIR", help="installed with --project DIR (its token is read there)")
         where.add_argument("--user", action="store_true", help="installed with --user")
-        if agent == "opencode":
-            p.add_argument("--resume", action="store_true",
-                           help="a session OpenCode did not create now: its earlier briefing is served")
         p.set_defaults(fn=cmd_session_start, agent=agent)
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
@@ -73,41 +72,24 @@ def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     return str(url), str(header).removeprefix("Bearer ").strip()
 
 
-def _hook_input() -> dict[str, Any]:
-    try:
-        data = json.loads(sys.stdin.read() or "{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def cmd_session_start(args: argparse.Namespace) -> int:
-    """Print the briefing (Gemini CLI: as its hook JSON); on any failure nothing, exit 0, failure counted."""
-    from ..agents.prompt import fence_briefing
-    from ..agents.session_start import BriefingUnavailable, additional_context, fetch_briefing, record_failure
+    """The briefing as the hook's ``additionalContext``; on any failure nothing, exit 0, the failure counted."""
+    from ._session_start import brief_session
 
-    if args.agent == "gemini-cli":
-        source = _hook_input().get("source")
-        refresh = source in (None, "startup", "clear")  # resume: the session's own briefing, already composed
-    else:
-        refresh = not args.resume
+    return brief_session(args, lambda: _gateway(args))
+
+
+def _hook_input() -> dict[str, Any]:
+    from ..errors import InvalidArgument
+
     try:
-        url, token = _gateway(args)
-        text = fetch_briefing(url, token, refresh=refresh)
-    except (BriefingUnavailable, RuntimeError) as exc:
-        try:
-            from ._core import config_for
-
-            record_failure(config_for(args, "read").store.path, harness=args.harness, error=str(exc),
-                           at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"))
-        except Exception:  # noqa: BLE001 -- ok: counting must never stop a session from starting
-            pass
-        print(f"memactors: no briefing at session start: {exc}", file=sys.stderr)
-        return 0
-    if text.strip():
-        fenced = fence_briefing(text)
-        print(additional_context(fenced) if args.agent == "gemini-cli" else fenced)
-    return 0
+        data = json.loads(sys.stdin.read() or "null")
+    except ValueError as exc:
+        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
+                              field="stdin") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("the hook input on stdin must be a JSON object", field="stdin")
+    return data
 
 
 # -- session end ---------------------------------------------------------------------------------------------
@@ -143,25 +125,11 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
 def cmd_session_end(args: argparse.Namespace) -> int:
     """The session's run record → IngestRun; spooled when no daemon answers. Nothing on stdout."""
     from ..errors import InvalidArgument
-    from .agents import _hook_call, _send_spool_quietly, _spool_record
+    from .agents import deliver_session
 
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
                               field="--harness")
     record = _record(args, harness, _hook_input())
-    source = f"{args.agent} session-end {record['run_id']}"
-    try:
-        result = _hook_call(args, "IngestRun", {"record": record, "source": source})
-    except CliError as exc:
-        if exc.code != "UNAVAILABLE":
-            raise
-        path = _spool_record(args, record, source)
-        print(f"memactors: session {record['run_id']} spooled to {path} ({exc.message}); it is sent when "
-              "the daemon is next reached (`memactors spool send`, the next session's hook, or daemon start)",
-              file=sys.stderr)
-        return 0
-    detail = result.get("episode_id") or result.get("reason", "")
-    print(f"memactors: session {record['run_id']}: {result.get('outcome')} {detail}".rstrip(), file=sys.stderr)
-    _send_spool_quietly(args)
-    return 0
+    return deliver_session(args, record, f"{args.agent} session-end {record['run_id']}", out=sys.stderr)
