@@ -4,10 +4,16 @@ the parts memactors' OpenCode plugin collects): what becomes the run record, and
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from memactors.agents.resident_sessions import gemini_session, opencode_session, resident_record
 from memactors.config import HarnessConfig
+from support import write_config
 from support_runs import make_repo
 
 PROMPT = "the user's prompt, never kept"
@@ -94,3 +100,23 @@ def test_issue26_the_opencode_plugins_parts_give_edits_exit_statuses_cost_and_th
     assert record["cost_usd"] == 0.75 and record["cost_source"] == "reported"
     assert record["result_text"] == "Left NOTES.md; the test still fails."
     assert record["model"]["served"] == "fake/fake-model" and record["run_id"] == "ses_1"
+
+
+@pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])
+def test_issue26_a_user_installs_hooks_leave_a_memactors_run_to_the_daemon(tmp_path: Path, agent: str) -> None:
+    """In a session `memactors run` started (MEMACTORS_RUN_ID in its environment) a user install's hooks fire
+    too: no second briefing, no second record (the daemon records the run from its stream)."""
+    config = write_config(tmp_path, f'[harness.coder]\nharness = "{agent}"\n')
+    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path), "MEMACTORS_RUN_ID": "r-1"}
+    session = tmp_path / "session.jsonl"
+    session.write_text("\n".join(gemini_lines()) + "\n", encoding="utf-8")
+    end = {"session_id": "s-1", "transcript_path": str(session), "cwd": str(tmp_path), "directory": str(tmp_path),
+           "parts": [{"type": "text", "text": "done"}]}
+    for event, stdin in (("session-start", {"source": "startup"}), ("session-end", end)):
+        where = ["--user"] if event == "session-start" else []
+        done = subprocess.run([sys.executable, "-m", "memactors.cli", "hook", agent, event, "--harness", "coder",
+                               *where], input=json.dumps(stdin), env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    state = tmp_path / "state"
+    assert not (state / "session-spool.jsonl").exists() and not (state / "session-start-failures.jsonl").exists()
