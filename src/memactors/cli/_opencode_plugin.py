@@ -39,8 +39,10 @@ _SOURCE = r"""__MARK__
 // `memactors uninstall opencode` removes this file. See docs/connect-an-agent.md ("OpenCode as a resident").
 import { execFile, spawnSync } from "node:child_process"
 
-const START = __START__
-const END = __END__
+// In a session `memactors run` started, the daemon briefs and records it: the hooks would do nothing.
+const SUPERVISED = Boolean(process.env.MEMACTORS_RUN_ID)
+const START = SUPERVISED ? [] : __START__
+const END = SUPERVISED ? [] : __END__
 const sessions = new Map() // id -> { parent, directory, created, updated, model, here, errors }
 const roles = new Map() // message id -> "user" | "assistant"
 const parts = new Map() // part id -> [first seen, session id, part cut to what the record needs]
