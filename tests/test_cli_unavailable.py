@@ -187,6 +187,11 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         {"timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta", "payload": {"id": "c-1", "cwd": str(history)}},
         {"timestamp": "2026-11-30T10:01:00.000Z", "type": "event_msg",
          "payload": {"type": "agent_message", "message": "done"}})) + "\n", encoding="utf-8")
+    gemini = tmp_path / "gemini-session.jsonl"  # a Gemini CLI session file (issue 26)
+    gemini.write_text("\n".join(json.dumps(line) for line in (
+        {"sessionId": "g-1", "startTime": "2026-11-30T10:00:00.000Z", "kind": "main"},
+        {"id": "m1", "timestamp": "2026-11-30T10:01:00.000Z", "type": "gemini", "content": "done"})) + "\n",
+        encoding="utf-8")
     return {
         "memory status": (["memory", "status"], None),
         "memory episodes": (["memory", "episodes"], None),
@@ -221,6 +226,15 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
             "cwd": str(history)})),
         "hook codex session-start": (["hook", "codex", "session-start", "--harness", "api-fixer", "--project",
                                       str(tmp_path / "proj")], json.dumps({"source": "startup"})),
+        "hook gemini-cli session-end": (["hook", "gemini-cli", "session-end", "--harness", "api-fixer"], json.dumps({
+            "session_id": "g-1", "transcript_path": str(gemini), "cwd": str(history)})),
+        "hook gemini-cli session-start": (["hook", "gemini-cli", "session-start", "--harness", "api-fixer",
+                                           "--project", str(tmp_path / "proj")], json.dumps({"source": "startup"})),
+        "hook opencode session-end": (["hook", "opencode", "session-end", "--harness", "api-fixer"], json.dumps({
+            "session_id": "ses_1", "directory": str(history), "started_at": 1796219270782, "parts": [
+                {"type": "text", "text": "done"}]})),
+        "hook opencode session-start": (["hook", "opencode", "session-start", "--harness", "api-fixer", "--project",
+                                         str(tmp_path / "proj")], json.dumps({"source": "startup"})),
         "install": (["install", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")], None),
         "uninstall": (["uninstall", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")],
                       None),
@@ -239,7 +253,11 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 #: token lapses at its expiry.
 DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
                 "hook claude-code session-start": (0, "no briefing at session start"), "uninstall": (0, ""),
-                "hook codex session-end": (0, "spooled"), "hook codex session-start": (0, "no briefing at session start")}
+                "hook codex session-end": (0, "spooled"), "hook codex session-start": (0, "no briefing at session start"),
+                "hook gemini-cli session-end": (0, "spooled"),
+                "hook gemini-cli session-start": (0, "no briefing at session start"),
+                "hook opencode session-end": (0, "spooled"),
+                "hook opencode session-start": (0, "no briefing at session start")}
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`

@@ -1,6 +1,6 @@
 """Issue 26: `memactors run` with the real OpenCode (pinned) against the loopback fake of the OpenAI Responses API.
 
-The daemon as a process spawns `opencode run --format json … -- <briefing + prompt>` with the gateway in
+The daemon as a process spawns `opencode run --format json …`, the briefing and prompt on stdin, with the gateway in
 `OPENCODE_CONFIG_CONTENT` (the token read by OpenCode from the environment); the model (scripted) calls
 `recall`, runs the failing test, writes a file and answers; the opencode adapter reads the stream, and the
 episode says what the agent really did."""
@@ -61,7 +61,8 @@ def test_issue26_opencode_launch_gives_the_gateway_in_its_config_content_with_th
                             permission_mode="auto", gateway_url="http://127.0.0.1:1/mcp", run_token="tok-secret")
     spec = OpenCodeAdapter().launch(request)
     assert spec.argv[:8] == ("opencode", "run", "--format", "json", "--dir", "/w", "--title", "memactors run r1")
-    assert spec.argv[-2:] == ("--", "-fix it") and "--auto" in spec.argv
+    # the prompt on stdin, not as an argument OpenCode would re-quote
+    assert spec.stdin == "-fix it" and "-fix it" not in spec.argv and "--auto" in spec.argv
     assert json.loads(spec.env["OPENCODE_CONFIG_CONTENT"]) == {"mcp": {"memactors": {
         "type": "remote", "url": "http://127.0.0.1:1/mcp", "enabled": True, "oauth": False,
         "headers": {"Authorization": "Bearer {env:MEMACTORS_RUN_TOKEN}"}}}}
@@ -147,13 +148,12 @@ async def test_issue26_an_opencode_run_calls_recall_and_becomes_an_episode_with_
     assert calls == [(f"oc-fixer/{run['run_id']}", "recall", "ok")]
     [recalled] = fake.tool_outputs(1)
     assert recalled.count('<memory-data kind="recall"') == 1 and seeded in recalled and "Decimal quantize" in recalled
-    # REQ-16: the fenced briefing precedes the configured prompt in the first user message. OpenCode 1.18
-    # re-quotes a message argument that contains a space ("…" with each " escaped as \"), so the fence
-    # reaches the model inside quotes, its attribute quotes escaped (docs/connect-an-agent.md).
+    # REQ-16: the fenced briefing precedes the configured prompt in the first user message, exactly as
+    # composed: given on stdin, the prompt is not re-quoted as OpenCode 1.18 re-quotes an argument with a space
     prompt = user_text(fake.model_calls[0].body)
-    fence = '<memory-data kind=\\"briefing\\"'
-    assert fence in prompt and PROMPT in prompt, prompt[:2000]
-    assert prompt.index(fence) < prompt.index(PROMPT)
+    assert prompt.startswith('<untrusted-data source="harness-memory" field="briefing"'), prompt[:2000]
+    assert '<memory-data kind="briefing"' in prompt and prompt.endswith(f"\n\n{PROMPT}"), prompt[-2000:]
+    assert '\\"' not in prompt
     assert PROMPT not in log
     # `runs logs`: the recall tool, the failed test with its exit status, the edit, the result with its cost
     kinds = [(e["kind"], e.get("name") or e.get("path")) for e in events]

@@ -78,5 +78,6 @@ async def test_issue26_opencode_installed_for_the_user_recalls_headless_and_unin
     calls = gateway_calls(daemon.state)
     [recalled] = fake.tool_outputs(1)
     assert seeded in recalled and "Decimal quantize" in recalled, agent.stdout.decode(errors="replace")[-2000:]
-    assert calls == [(f"coder/{run_id_for('opencode', None)}", "recall", "ok")]
+    run = f"coder/{run_id_for('opencode', None)}"
+    assert calls == [(run, "briefing", "ok"), (run, "recall", "ok")]  # the plugin briefs the session first
     assert json.loads(config.read_text(encoding="utf-8")) == own

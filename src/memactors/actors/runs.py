@@ -52,6 +52,7 @@ from ..agents import run_rows
 from ..agents.run_process import (
     agent_env,
     drain,
+    feed_stdin,
     kill_group,
     kill_orphan,
     pump_lines,
@@ -96,6 +97,8 @@ class _Prepared:
     start_commit: str | None
     dirty_at_start: frozenset[str]
     mcp_config: Path | None
+    #: What the agent reads on stdin (the adapter's ``LaunchSpec.stdin``); None: /dev/null.
+    stdin: str | None = None
 
 
 class _RunScope:
@@ -299,7 +302,8 @@ class Runs:
                 env["MEMACTORS_MCP_CONFIG"] = str(mcp_config)
             env.update(spec.env)
             prepared = _Prepared(cfg, adapter, spec.argv, env, workdir, None if repo is None else repo.key,
-                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config)
+                                 None if repo is None else repo.toplevel, branch, start_commit, dirty, mcp_config,
+                                 spec.stdin)
             scrub = await trio.to_thread.run_sync(PromptScrub, plan.prompt, prompt)  # redacts the prompt: off the loop
             state = RunState(name, run_id, adapter.name, iso(now), max_turns=cfg.max_turns,
                              max_cost_usd=cfg.max_cost_usd, watch=RunWatch(scrub=scrub))
@@ -336,7 +340,8 @@ class Runs:
         spawn_error: str | None = None
         try:
             proc = await trio.lowlevel.open_process(
-                list(run.argv), cwd=run.workdir, env=run.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                list(run.argv), cwd=run.workdir, env=run.env,
+                stdin=subprocess.DEVNULL if run.stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True)
             state.pid = proc.pid
         except OSError as exc:
@@ -393,6 +398,8 @@ class Runs:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump_lines, proc.stdout, on_line, pumped)
             nursery.start_soon(drain, proc.stderr, watch.stderr.feed)
+            if proc.stdin is not None and run.stdin is not None:
+                nursery.start_soon(feed_stdin, proc.stdin, run.stdin)
             with trio.CancelScope(deadline=trio.current_time() + run.cfg.timeout) as scope:
                 state.scope = scope
                 if state.stop_reason is not None:

@@ -72,10 +72,14 @@ class LaunchRequest:
 
 @attrs.frozen
 class LaunchSpec:
-    """The process to start: argv (argv[0] resolved on PATH by the runs actor) and extra environment."""
+    """The process to start: argv (argv[0] resolved on PATH by the runs actor) and extra environment.
+
+    ``stdin``: text the runs actor writes to the agent's stdin, which it then closes (the prompt, for a CLI
+    that would alter it as an argument); None: stdin is ``/dev/null``."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = attrs.field(factory=dict)
+    stdin: str | None = None
 
 
 @attrs.frozen

@@ -1,7 +1,11 @@
-"""The ``opencode`` adapter: ``opencode run --format json --dir <workdir> --title … [-m M] -- <prompt>``.
+"""The ``opencode`` adapter: ``opencode run --format json --dir <workdir> --title … [-m M]``, the prompt on stdin.
 
 argv: ``<command> run --format json --dir <workdir> --title "memactors run <id>" [--model M]
-[--auto] [extra_args...] -- <prompt>``: the prompt is the last element (REQ-16), after ``--``.
+[--auto] [extra_args...]``; the prompt (the fenced briefing, then the configured prompt: REQ-16) is
+written to its stdin, which is then closed. Not an argument: OpenCode 1.18 joins its message arguments
+with spaces and re-quotes each one that contains a space (``"…"``, every ``"`` inside escaped as ``\"``),
+so the model would get the prompt in quotes with the fence's attributes escaped; what it reads from a
+stdin that is not a terminal it sends as it is (with no message argument, the message is stdin's text).
 ``--dir`` names the working directory (OpenCode takes its project from ``$PWD``, which a daemon's
 child inherits from the daemon, so ``PWD`` is set too); ``--title`` spares a model call that would
 only title the session; ``permission_mode = "auto"`` passes ``--auto`` (approve every permission not
@@ -156,9 +160,7 @@ class OpenCodeAdapter:
         if request.run_token:
             env[TOKEN_ENV] = request.run_token
         argv += list(request.extra_args)
-        if request.prompt is not None:
-            argv += ["--", request.prompt]
-        return LaunchSpec(argv=tuple(argv), env=env)
+        return LaunchSpec(argv=tuple(argv), env=env, stdin=request.prompt)
 
     def parser(self) -> OpenCodeParser:
         return OpenCodeParser()

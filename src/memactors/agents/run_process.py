@@ -19,8 +19,8 @@ from typing import Any
 
 import trio
 
-__all__ = ["MAX_LINE", "agent_env", "drain", "kill_group", "kill_orphan", "pump_lines", "remove_mcp_configs",
-           "write_mcp_config"]
+__all__ = ["MAX_LINE", "agent_env", "drain", "feed_stdin", "kill_group", "kill_orphan", "pump_lines",
+           "remove_mcp_configs", "write_mcp_config"]
 
 #: A stdout line longer than this is skipped (never held whole in memory).
 MAX_LINE = 8 * 1024 * 1024
@@ -133,3 +133,14 @@ async def drain(stream: Any, feed: Callable[[bytes], None]) -> None:
             feed(chunk)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+
+
+async def feed_stdin(stream: Any, text: str) -> None:
+    """Write ``text`` (the prompt, for an adapter that gives it on stdin) to the agent's stdin and close it:
+    the end of input is what tells the agent the prompt is complete. An agent that exits without reading
+    it breaks the pipe: its exit status and stream say what happened, so that is not an error here."""
+    async with stream:
+        try:
+            await stream.send_all(text.encode("utf-8"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass

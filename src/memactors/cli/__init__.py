@@ -34,7 +34,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from .._version import __version__
-from . import agents, describe, feeds, importing, install, memory, ops, runs, store
+from . import agents, describe, feeds, importing, install, memory, ops, residents, runs, store
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
 from ._suggest import SuggestingParser
 
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"memactors {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (ops, runs, memory, feeds, agents, install, describe, store, importing):
+    for group in (ops, runs, memory, feeds, agents, residents, install, describe, store, importing):
         group.register(sub)
     _config_everywhere(parser)
     parser.set_defaults(root_parser=parser)  # `completion` completes the whole tree (cli.ops)

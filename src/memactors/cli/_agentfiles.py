@@ -392,9 +392,9 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
 # -- the plans -----------------------------------------------------------------------------------------------
 
 def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = "", token: str = TOKEN_PLACEHOLDER,
-         hook_command: str = "", start_command: str = "") -> list[Change]:
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None) -> list[Change]:
     """The changes installing (or uninstalling) memactors for ``target`` makes; raises CliError, naming the
-    file, when one cannot be merged (nothing is written then)."""
+    file, when one cannot be merged (nothing is written then). ``plugin_file``: where OpenCode's plugin goes."""
     if target.agent == "claude-code":
         changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command,
                                start_command=start_command)
@@ -403,7 +403,8 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
                               start_command=start_command)
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
-                   in _more.plan(target.agent, target.project, env, install=install, url=url, token=token)]
+                   in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
+                                 hook_command=hook_command, start_command=start_command, plugin_file=plugin_file)]
     else:
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {target.agent!r}")
     if target.project is not None:

@@ -16,6 +16,19 @@ opencode            ``DIR/opencode.json`` ``mcp.memactors``: ``type: remote``, t
 opencode --user     ``$XDG_CONFIG_HOME/opencode/opencode.json`` (default ``~/.config/opencode/opencode.json``)
 ==================  ==========================================================================================
 
+Besides the server, install makes each session recorded and briefed (issue 26):
+
+* **gemini-cli**: the same ``settings.json`` gets ``hooks.SessionStart`` (``memactors hook gemini-cli
+  session-start``: the briefing as the hook's ``additionalContext``) and ``hooks.SessionEnd`` (``memactors
+  hook gemini-cli session-end``: the session file → a run record), each named ``memactors-…``.
+* **opencode**: a plugin (``_opencode_plugin``: the briefing through ``experimental.chat.system.transform``,
+  the session's parts piped to ``memactors hook opencode session-end`` when OpenCode exits), kept in
+  memactors' state directory (``installs/<run id>.opencode-plugin.js``) and named in the same
+  ``opencode.json``'s ``plugin`` list as a ``file://`` URL. Not in ``.opencode/plugins/``: OpenCode installs
+  its plugin SDK (thousands of files under ``node_modules``) into every ``.opencode`` directory it finds,
+  which would leave the user's project changed after uninstall. No token in it: it runs the hook commands,
+  which read the token from ``opencode.json``.
+
 The gateway serves only ``recall`` and ``briefing``, both read-only, so trusting the server trusts
 exactly those.
 """
@@ -28,11 +41,23 @@ from pathlib import Path
 from typing import Any
 
 from ._core import CliError
+from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
-__all__ = ["AGENTS", "gemini_file", "gemini_server", "opencode_file", "opencode_server", "plan"]
+__all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
+           "opencode_server", "plan"]
 
 AGENTS = ("gemini-cli", "opencode")
+#: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
+#: interpreter or --config its command names).
+GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
+#: Gemini CLI's hook timeouts are milliseconds. The briefing's own exchange gives up after 3 s; the
+#: session end's RPC after 15 s, and then it spools.
+_GEMINI_TIMEOUTS = {"SessionStart": 10_000, "SessionEnd": 30_000}
+_GEMINI_NAMES = {"SessionStart": "memactors-briefing", "SessionEnd": "memactors-record-session"}
+#: How the OpenCode plugin's file ends (``installs/<run id>.opencode-plugin.js``): what marks the ``plugin``
+#: entry install wrote.
+PLUGIN_SUFFIX = ".opencode-plugin.js"
 
 
 def gemini_server(url: str, token: str) -> dict[str, Any]:
@@ -65,8 +90,67 @@ def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
     return (Path(config) if config else _home(env) / ".config") / "opencode" / "opencode.json"
 
 
-def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None) -> str | None:
-    """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None)."""
+def _our_plugin(entry: Any) -> Path | None:
+    """The plugin file an ``opencode.json`` ``plugin`` entry names, when install wrote that entry."""
+    if isinstance(entry, str) and entry.startswith("file://") and entry.endswith(PLUGIN_SUFFIX) and (
+            "/installs/resident-opencode-" in entry):
+        return Path(entry.removeprefix("file://"))
+    return None
+
+
+def _opencode_plugins(path: Path, data: dict[str, Any], plugin: Path | None) -> list[Path]:
+    """Remove install's entries from ``data["plugin"]`` (returning the files they named) and add ``plugin``."""
+    entries = data.get("plugin", [])
+    if not isinstance(entries, list):
+        raise CliError("INVALID_ARGUMENT", f"{path}: plugin is not a list; nothing was changed")
+    ours = [found for e in entries if (found := _our_plugin(e)) is not None]
+    entries = [e for e in entries if _our_plugin(e) is None]
+    if plugin is not None:
+        entries.append(f"file://{plugin}")
+    if entries:
+        data["plugin"] = entries
+    else:
+        data.pop("plugin", None)
+    return ours
+
+
+def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None) -> None:
+    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again."""
+    hooks = data.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise CliError("INVALID_ARGUMENT", f"{path}: hooks is not an object; nothing was changed")
+    for event, mark in GEMINI_MARKS.items():
+        groups = hooks.get(event)
+        if isinstance(groups, list):
+            kept = []
+            for group in groups:
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    rest = [h for h in group["hooks"] if not (isinstance(h, dict) and mark in str(h.get("command")))]
+                    if not rest:
+                        continue
+                    group = {**group, "hooks": rest}
+                kept.append(group)
+            hooks[event] = kept
+        elif groups is not None:
+            raise CliError("INVALID_ARGUMENT", f"{path}: hooks.{event} is not a list; nothing was changed")
+        if commands and commands.get(event):
+            hooks.setdefault(event, []).append({"hooks": [{
+                "type": "command", "name": _GEMINI_NAMES[event], "command": commands[event],
+                "timeout": _GEMINI_TIMEOUTS[event]}]})
+        if hooks.get(event) == []:
+            del hooks[event]
+    if hooks:
+        data["hooks"] = hooks
+    else:
+        data.pop("hooks", None)
+
+
+def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
+           hooks: dict[str, str] | None = None, plugin: Path | None = None, found: list[Path] | None = None
+           ) -> str | None:
+    """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None); for
+    Gemini CLI's settings (``hooks`` not None) memactors' hook entries too; for OpenCode's (``found`` not
+    None) its ``plugin`` entry, the files earlier entries named added to ``found``."""
     data: dict[str, Any] = {}
     if text is not None and text.strip():
         try:
@@ -84,6 +168,10 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None)
         servers[SERVER] = entry
     if not servers:
         del data[key]
+    if hooks is not None:
+        _gemini_hooks(path, data, hooks if entry is not None else None)
+    if found is not None:
+        found += _opencode_plugins(path, data, plugin if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
         return None
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -98,18 +186,36 @@ def _read(path: Path) -> str | None:
         raise CliError("INVALID_ARGUMENT", f"cannot read {path}: {exc.strerror}") from None
 
 
-def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str,
-         token: str) -> list[tuple[Path, str | None, str | None, bool, str]]:
+def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None
+         ) -> list[tuple[Path, str | None, str | None, bool, str]]:
     """The changes installing (or uninstalling) memactors for ``agent`` makes: (path, text before, text
-    after, private, what) for each file."""
+    after, private, what) for each file. ``hook_command`` records a session when it ends and
+    ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
+    running them is written to ``plugin_file``."""
     if agent == "gemini-cli":
-        path, key, entry = gemini_file(project, env), "mcpServers", gemini_server(url, token)
-        what = f"mcpServers.{SERVER} with its token, trusted"
-    elif agent == "opencode":
-        path, key, entry = opencode_file(project, env), "mcp", opencode_server(url, token)
-        what = f"mcp.{SERVER} (remote) with its token"
-    else:
-        raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")
-    before = _read(path)
-    after = _merge(path, before, key, entry if install else None)
-    return [(path, before, after, True, what if install else f"{key}.{SERVER} removed")]
+        path = gemini_file(project, env)
+        before = _read(path)
+        hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
+        after = _merge(path, before, "mcpServers", gemini_server(url, token) if install else None, hooks)
+        what = f"mcpServers.{SERVER} with its token, trusted" + (
+            ", SessionStart hook (the briefing), SessionEnd hook (records the session)" if install and any(
+                hooks.values()) else "")
+        return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
+    if agent == "opencode":
+        path = opencode_file(project, env)
+        before = _read(path)
+        plugin = plugin_file if install and plugin_file is not None and (start_command or hook_command) else None
+        earlier: list[Path] = []
+        after = _merge(path, before, "mcp", opencode_server(url, token) if install else None, plugin=plugin,
+                       found=earlier)
+        changes = [(path, before, after, True, f"mcp.{SERVER} (remote) with its token" + (
+            ", memactors' plugin" if plugin else "") if install else f"mcp.{SERVER} and memactors' plugin removed")]
+        if plugin is not None:
+            changes.append((plugin, _read(plugin), plugin_source(start_command, hook_command), False,
+                            "OpenCode plugin: the briefing at session start, each session recorded"))
+        for old in earlier:
+            if old != plugin and old.exists():
+                changes.append((old, _read(old), None, False, "memactors' OpenCode plugin removed"))
+        return changes
+    raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")

@@ -3,9 +3,10 @@
 ``install claude-code|codex|gemini-cli|opencode --harness NAME (--project DIR | --user) [--dry-run]`` mints a gateway token
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
-entry, the allow-list for the memory tools and, for Claude Code and Codex, the ``SessionEnd`` hook that records
-each session and the ``SessionStart`` hook that gives it its briefing (``_agentfiles`` says which files
-and how; ``_session_start`` is that hook). It then makes sure the running daemon knows the harness (a
+entry, the allow-list for the memory tools and, for Claude Code, Codex and Gemini CLI, the ``SessionEnd``
+hook that records each session and the ``SessionStart`` hook that gives it its briefing (for OpenCode a
+plugin doing both; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
+``residents`` are those hooks). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
 minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
 the state directory's ``installs/``), removes what install created and revokes the token (``RevokeRunTokens``); with the daemon down it still cleans the files and queues the
@@ -42,8 +43,9 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code and Codex, the session-end hook that records each session and the session-start hook that gives it its "
-        "briefing. A daemon that does not know the harness yet is sent SIGHUP to reload. --project DIR changes that project's files, "
+        "Code, Codex and Gemini CLI, the session-end hook that records each session and the session-start hook "
+        "that gives it its briefing (for OpenCode, a plugin doing both). A daemon that does not know the harness "
+        "yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
     "uninstall": (
@@ -100,19 +102,19 @@ def _target(args: argparse.Namespace) -> Any:
 def _hook_command(args: argparse.Namespace) -> str:
     """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
     command read when it was named explicitly (the agent's environment may not carry HARNESS_CONFIG).
-    Claude Code's and Codex's (`hook codex session-end`); other agents' plans do not use it."""
+    Claude Code's, Codex's, Gemini CLI's (`hook <agent> session-end`); OpenCode's plugin runs it at exit."""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    agent = "codex" if args.agent == "codex" else "claude-code"
+    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode") else "claude-code"
     return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
     """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
     install wrote for ``target`` (read from the agent's files, never from argv)."""
-    if args.agent not in ("claude-code", "codex"):
+    if args.agent not in ("claude-code", "codex", "gemini-cli", "opencode"):
         return ""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
@@ -167,14 +169,18 @@ def cmd_install(args: argparse.Namespace) -> int:
     url = gateway_url(config)
     hook = _hook_command(args)
     start = _start_command(args, target)
-    # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
     run_id = run_id_for(args.agent, target.project)
+    # OpenCode's plugin lives beside install's manifest (cli/_agentfiles_more says why).
+    plugin = _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js") \
+        if args.agent == "opencode" else None
+    # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
                                "gateway": url}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
-        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start)
+        changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start,
+                             plugin_file=plugin)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -183,8 +189,9 @@ def cmd_install(args: argparse.Namespace) -> int:
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
     changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
-                         start_command=start)
+                         start_command=start, plugin_file=plugin)
     manifest_path = _manifest_path(config.store.path, run_id)
+    manifest_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, before a plugin is put there
     manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
     for change in changes:
         files.write(change)
@@ -430,6 +437,11 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
                      "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
                      "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
                      "resident\", says how to trust them without the TUI)")
+    if args.agent == "gemini-cli" and target.project is not None:
+        notes.append(f"Gemini CLI reads {target.project}/.gemini/settings.json (the server and the hooks) only in a "
+                     "trusted folder: trust it when Gemini CLI asks. For a headless `gemini -p` set "
+                     "GEMINI_CLI_TRUST_WORKSPACE=true: its --skip-trust comes too late for the project's settings "
+                     "(0.61 reads them before it reads its flags)")
     if args.agent == "claude-code" and target.project is not None:
         notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
                      "without --allowedTools or --mcp-config")

@@ -144,9 +144,17 @@ class FakeGemini:
         path = scope["path"]
         request = GeminiRequest(scope["method"], path, body, headers)
         self.requests.append(request)
-        if scope["method"] == "POST" and path.endswith(":countTokens"):
+        try:
+            await self._reply(scope["method"], path, body, request, send)
+        except LookupError as exc:
+            # A script calling a tool the CLI did not declare: 400, which Gemini CLI does not retry (a 500
+            # would be retried ten times over minutes), with the tools it did declare in the message.
+            await _json(send, 400, {"error": {"code": 400, "message": str(exc), "status": "INVALID_ARGUMENT"}})
+
+    async def _reply(self, method: str, path: str, body: Any, request: GeminiRequest, send: _Send) -> None:
+        if method == "POST" and path.endswith(":countTokens"):
             await _json(send, 200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
-        elif scope["method"] == "POST" and path.endswith(":streamGenerateContent"):
+        elif method == "POST" and path.endswith(":streamGenerateContent"):
             chunks = self._answer(request)
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
@@ -154,12 +162,12 @@ class FakeGemini:
                 await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\r\n\r\n".encode(),
                             "more_body": True})
             await send({"type": "http.response.body", "body": b""})
-        elif scope["method"] == "POST" and path.endswith(":generateContent"):
+        elif method == "POST" and path.endswith(":generateContent"):
             chunks = self._answer(request)
             parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
             await _json(send, 200, {**chunks[-1], "candidates": [{**chunks[-1]["candidates"][0],
                                                                   "content": {"role": "model", "parts": parts}}]})
-        elif scope["method"] == "POST" and path.endswith(":embedContent"):
+        elif method == "POST" and path.endswith(":embedContent"):
             await _json(send, 200, {"embedding": {"values": [0.0] * 8}})
         else:
             await _json(send, 404, {"error": {"code": 404, "message": f"not found: {path}", "status": "NOT_FOUND"}})
