@@ -102,10 +102,11 @@ def test_issue26_the_opencode_plugins_parts_give_edits_exit_statuses_cost_and_th
     assert record["model"]["served"] == "fake/fake-model" and record["run_id"] == "ses_1"
 
 
-@pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])
+@pytest.mark.parametrize("agent", ["gemini-cli", "opencode", "claude-code", "codex"])
 def test_issue26_a_user_installs_hooks_leave_a_memactors_run_to_the_daemon(tmp_path: Path, agent: str) -> None:
     """In a session `memactors run` started (MEMACTORS_RUN_ID in its environment) a user install's hooks fire
-    too: no second briefing, no second record (the daemon records the run from its stream)."""
+    too: no second briefing, no second record (the daemon records the run from its stream) — for every
+    agent's hooks, Claude Code's and Codex's as well as Gemini CLI's and OpenCode's."""
     config = write_config(tmp_path, f'[harness.coder]\nharness = "{agent}"\n')
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path), "MEMACTORS_RUN_ID": "r-1"}
     session = tmp_path / "session.jsonl"

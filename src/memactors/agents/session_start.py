@@ -40,6 +40,19 @@ class BriefingUnavailable(Exception):
     """The gateway gave no briefing in time; the message says why (no token, refused, down, slow)."""
 
 
+def inside_a_run() -> str | None:
+    """The run id when this session is a ``memactors run`` (the runs actor sets ``MEMACTORS_RUN_ID`` for the
+    agent, and its hooks and plugins inherit it): a user install's hooks fire in those sessions too, but the
+    daemon records that run from its stream and gave it its briefing in its prompt (REQ-16), so every
+    agent's session hooks do nothing there — no second briefing, no second record."""
+    return os.environ.get("MEMACTORS_RUN_ID") or None
+
+
+def not_recorded_here(run: str) -> str:
+    """What a session-end hook says on stderr when it skips a supervised run's session."""
+    return f"memactors: not recorded here: this session is run {run}, which the daemon records itself"
+
+
 def _post(url: str, body: dict[str, Any], headers: dict[str, str], deadline: float) -> tuple[Any, Any]:
     left = deadline - time.monotonic()
     if left <= 0:

@@ -91,8 +91,16 @@ def brief_session(args: argparse.Namespace, gateway: Callable[[], tuple[str, str
     from datetime import UTC, datetime
 
     from ..agents.prompt import fence_briefing
-    from ..agents.session_start import BriefingUnavailable, additional_context, fetch_briefing, record_failure
+    from ..agents.session_start import (
+        BriefingUnavailable,
+        additional_context,
+        fetch_briefing,
+        inside_a_run,
+        record_failure,
+    )
 
+    if inside_a_run():
+        return 0  # a `memactors run`: its prompt carries its briefing already (REQ-16)
     try:
         hook = json.loads(sys.stdin.read() or "{}")
     except ValueError:

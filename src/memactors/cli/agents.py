@@ -208,10 +208,15 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     Exit 0 when the record was ingested or deliberately skipped (IngestRun's outcome is printed); a
     missing harness, unreadable input or transcript is exit 2 with a message naming what is wrong.
     """
+    from ..agents.session_start import inside_a_run, not_recorded_here
     from ..agents.transcript import read_claude_transcript, run_record_from_transcript
     from ..errors import InvalidArgument
     from ..store import iso
 
+    run = inside_a_run()
+    if run:
+        print(not_recorded_here(run), file=sys.stderr)
+        return 0
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
@@ -244,10 +249,15 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     exit 5 (invalid argument), naming what is wrong. Messages go to stderr, leaving stdout to Codex's
     hook protocol. Spooled first, then sent (:func:`_spool_then_send`): Codex stops the hook after 3 s."""
     from ..agents.codex_rollout import read_codex_rollout
+    from ..agents.session_start import inside_a_run, not_recorded_here
     from ..agents.transcript import run_record_from_transcript
     from ..errors import InvalidArgument
     from ._codex_hooks import rollout_of
 
+    run = inside_a_run()
+    if run:
+        print(not_recorded_here(run), file=sys.stderr)
+        return 0
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
         raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",

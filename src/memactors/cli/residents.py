@@ -72,19 +72,10 @@ def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     return str(url), str(header).removeprefix("Bearer ").strip()
 
 
-def _inside_a_run() -> str | None:
-    """The run id when this session is a ``memactors run`` (the runs actor sets ``MEMACTORS_RUN_ID`` for the
-    agent, and its hooks and plugins inherit it): a user install's hooks fire in those sessions too, but the
-    daemon records that run from its stream and gave it its briefing in its prompt (REQ-16)."""
-    return os.environ.get("MEMACTORS_RUN_ID") or None
-
-
 def cmd_session_start(args: argparse.Namespace) -> int:
     """The briefing as the hook's ``additionalContext``; on any failure nothing, exit 0, the failure counted."""
     from ._session_start import brief_session
 
-    if _inside_a_run():
-        return 0  # its prompt carries its briefing already
     return brief_session(args, lambda: _gateway(args))
 
 
@@ -133,13 +124,13 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
 
 def cmd_session_end(args: argparse.Namespace) -> int:
     """The session's run record → IngestRun; spooled when no daemon answers. Nothing on stdout."""
+    from ..agents.session_start import inside_a_run, not_recorded_here
     from ..errors import InvalidArgument
     from .agents import deliver_session
 
-    run = _inside_a_run()
+    run = inside_a_run()
     if run:
-        print(f"memactors: not recorded here: this session is run {run}, which the daemon records itself",
-              file=sys.stderr)
+        print(not_recorded_here(run), file=sys.stderr)
         return 0
     harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
     if not harness:
