@@ -165,4 +165,4 @@ def cmd_hook_codex_session_start(args: argparse.Namespace) -> int:
     when the daemon is down or slow, and the failure counted for doctor."""
     from ._session_start import brief_session
 
-    return brief_session(args, lambda: _resident_gateway(args))
+    return brief_session(args, _resident_gateway)

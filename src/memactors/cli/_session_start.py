@@ -79,15 +79,41 @@ def _resident_gateway(args: argparse.Namespace) -> tuple[str, str]:
 
 def cmd_hook_claude_session_start(args: argparse.Namespace) -> int:
     """Claude Code's SessionStart hook: print the resident's briefing, fenced, as additionalContext."""
-    return brief_session(args, lambda: _resident_gateway(args))
+    return brief_session(args, _resident_gateway)
 
 
-def brief_session(args: argparse.Namespace, gateway: Callable[[], tuple[str, str]]) -> int:
-    """A SessionStart hook (Claude Code's, Codex's: both read ``hookSpecificOutput.additionalContext``): the
-    hook input on stdin, the briefing from the gateway ``gateway()`` names (URL, token), printed fenced.
+def _project_install(args: argparse.Namespace, hook: Any,
+                     gateway: Callable[[argparse.Namespace], tuple[str, str]]) -> Path | None:
+    """For a ``--user`` hook: the directory of the session (its ``cwd``, or one above it) where this agent
+    has a ``--project`` install of its own, if any. Both hooks fire in such a session; the project's, the
+    more specific, briefs it, so the user's stays silent (one briefing a session)."""
+    if not getattr(args, "user", False):
+        return None
+    try:
+        mine: tuple[str, str] | None = gateway(args)
+    except (RuntimeError, OSError):
+        mine = None
+    cwd = hook.get("cwd") if isinstance(hook, dict) else None
+    start = Path(cwd if isinstance(cwd, str) and cwd else os.getcwd())
+    for place in (start, *start.parents):
+        try:
+            found = gateway(argparse.Namespace(**{**vars(args), "user": False, "project": str(place)}))
+        except (RuntimeError, OSError):
+            continue
+        # The home directory's "project" file can be the user's own (Gemini CLI's ~/.gemini/settings.json,
+        # Codex's ~/.codex/config.toml): the same install, whose token is the same.
+        if found != mine:
+            return place
+    return None
+
+
+def brief_session(args: argparse.Namespace, gateway: Callable[[argparse.Namespace], tuple[str, str]]) -> int:
+    """A SessionStart hook (Claude Code's, Codex's, Gemini CLI's, OpenCode's): the hook input on stdin, the
+    briefing from the gateway ``gateway(args)`` names (URL, token) for this install, printed fenced.
 
     Always exit 0 and never wait long: on any failure (no token, the daemon down or slow) it prints nothing
-    — the session starts at once without a briefing — and the failure is counted for doctor."""
+    — the session starts at once without a briefing — and the failure is counted for doctor. A ``--user``
+    hook in a project with its own install of the agent leaves the session to that one's hook."""
     from datetime import UTC, datetime
 
     from ..agents.prompt import fence_briefing
@@ -106,8 +132,10 @@ def brief_session(args: argparse.Namespace, gateway: Callable[[], tuple[str, str
     except ValueError:
         hook = {}
     source = hook.get("source") if isinstance(hook, dict) else None
+    if _project_install(args, hook, gateway) is not None:
+        return 0
     try:
-        url, token = gateway()
+        url, token = gateway(args)
         # A new session (startup, /clear) gets its briefing composed afresh; resume and compact the
         # session's own, already composed (REQ-15: once per session).
         text = fetch_briefing(url, token, refresh=source in (None, "startup", "clear"))

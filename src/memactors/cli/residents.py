@@ -76,7 +76,7 @@ def cmd_session_start(args: argparse.Namespace) -> int:
     """The briefing as the hook's ``additionalContext``; on any failure nothing, exit 0, the failure counted."""
     from ._session_start import brief_session
 
-    return brief_session(args, lambda: _gateway(args))
+    return brief_session(args, _gateway)
 
 
 def _hook_input() -> dict[str, Any]:
