@@ -161,7 +161,9 @@ def main() -> None:
     data = load_questions(changelog=False)
     repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
     given = {r.key for r in repos}
-    questions = [q for q in data["questions"] if q["repo"] in given and q["kind"] in ("same", "other")]
+    # Not the second held-out set: it checks the method this sweep chose, so no sweep reads it.
+    questions = [q for q in data["questions"] if q["repo"] in given and q["kind"] in ("same", "other")
+                 and q.get("set") != "heldout2"]
     for r in repos:
         r.commits = read_commits(r.path)[:-HOLDOUT]
     cache = Path(args.cache) if args.cache else None
