@@ -32,7 +32,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def test_onnxruntime_gives_the_numpy_forward_pass_vectors_alone_and_in_one_batch() -> None:
     """The float graph gives the reference vectors (cosine ≥ 0.999); the int8 graph the model runs
-    (`onnx_graph`'s default) stays within cosine 0.98 of them, alone or padded in a batch."""
+    (`onnx_graph`'s default) stays close to them (cosine ≥ 0.975; 0.983–0.995 measured), alone or
+    padded in a batch."""
     model = shared_model()
     texts, expected = REFERENCE["texts"], REFERENCE["vectors"]
     assert max(len(model.tokenizer.encode(t).ids) for t in texts) == MAX_TOKENS  # one text is cut
@@ -45,7 +46,7 @@ def test_onnxruntime_gives_the_numpy_forward_pass_vectors_alone_and_in_one_batch
         [exact] = floats.encode([text])
         assert len(alone) == DIM and abs(math.sqrt(sum(x * x for x in alone)) - 1) < 1e-5
         assert cosine(exact, want) >= 0.999, text
-        assert 0.98 <= cosine(alone, want) < 0.99999, text  # int8: close, and not the float graph
+        assert 0.975 <= cosine(alone, want) < 0.99999, text  # int8: close, and not the float graph
         assert cosine(batched, alone) >= 0.99999, text  # a text's vector never depends on its batch-mates
     # the six texts are different: a runtime answering one vector for all would fail above, and here
     assert max(cosine(together[0], v) for v in together[2:]) < 0.9
@@ -75,3 +76,21 @@ def test_batches_hold_each_text_once_of_similar_lengths(lengths: list[int]) -> N
         assert 1 <= len(batch) <= MAX_BATCH
         padded = len(batch) * max(lengths[i] for i in batch)
         assert len(batch) == 1 or padded <= PAD_SLACK * sum(lengths[i] for i in batch)
+
+
+def test_the_int8_weights_fit_every_x86_64_cpus_integer_kernels() -> None:
+    """The int8 weights are 7-bit (±WEIGHT_LEVELS = 63): a CPU without AVX-512 VNNI adds pairs of
+    u8 activation × s8 weight products in 16 bits, and 2 × 255 × 63 fits where 2 × 255 × 127 saturates,
+    so the vectors are the same on every x86-64 CPU (this one's kernels included)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    path = model_dir()
+    assert path is not None
+    graph = onnx.load_from_string(embedding.onnx_graph(path)).graph
+    weights = [numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert len(weights) >= 36  # every linear layer's weights, and their zero points
+    assert max(int(np.abs(w).max()) for w in weights) == embedding.WEIGHT_LEVELS
+    assert 2 * 255 * embedding.WEIGHT_LEVELS <= 2 ** 15 - 1
+    assert {n.op_type for n in graph.node} >= {"DynamicQuantizeLinear", "MatMulInteger"}
