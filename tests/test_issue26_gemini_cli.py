@@ -152,3 +152,19 @@ async def _gemini_run(tmp_path: Path) -> None:
     assert any(e["kind"] == "command" and e["exit_code"] == 1 and "test_ledger.py" in e["command"] for e in events)
     assert events[0]["kind"] == "session" and events[0]["model"] == GEMINI_MODEL
     assert any(e["kind"] == "result" and e["ok"] is True for e in events)
+
+
+@pytest.mark.slow
+async def test_issue26_a_gemini_cli_run_whose_settings_file_gemini_would_skip_is_refused_naming_the_directory(
+        tmp_path: Path) -> None:
+    """Gemini CLI silently skips a system settings file below a directory group or others may write (as
+    pytest's tmp_path under /tmp is): the run would have no memory tools. `memactors run` refuses it,
+    naming the directory and `[store] path`, and starts no agent."""
+    repo = make_repo(tmp_path / "api")
+    assert (os.stat("/tmp").st_mode & 0o002) and tmp_path.is_relative_to("/tmp")  # ok: one stat, the premise
+    with daemon_process(tmp_path, gemini_harness("gem-fixer", workdir=repo)) as daemon:
+        done = await daemon.acli("run", "gem-fixer", "--wait", "--json")
+        listed = await daemon.acli("runs", "list", "--json")
+    assert done.returncode != 0
+    assert "[store] path" in done.stderr and "/tmp" in done.stderr and "no memory tools" in done.stderr, done.stderr
+    assert json.loads(listed.stdout)["runs"] == [], listed.stdout

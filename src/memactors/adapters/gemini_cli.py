@@ -41,8 +41,11 @@ Only these facts are kept; a line that is not JSON (debug text) or not one of th
 from __future__ import annotations
 
 import re
+import stat
+from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
 
 __all__ = ["GATEWAY_SERVER_NAME", "SETTINGS_ENV", "GeminiCliAdapter", "GeminiCliParser", "memory_tools",
@@ -164,6 +167,24 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _check_settings_path(path: Path) -> None:
+    """Refuse, naming the directory, a run whose MCP config Gemini CLI would skip: it ignores a system
+    settings file below a directory that group or others may write ("Parent directory '/tmp' is
+    insecure"), silently — the agent would run without its memory tools. The state directory decides
+    where the file is, so the fix is `[store] path`."""
+    for parent in path.parents:
+        try:
+            mode = parent.stat().st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError(
+                f"gemini-cli skips a settings file below a directory others may write ({parent}, mode "
+                f"{stat.S_IMODE(mode):o}), so this run's MCP config {path} would be ignored and the agent would "
+                "have no memory tools: set [store] path to a directory whose parents only their owner may write",
+                key="store.path", value=str(parent))
+
+
 class GeminiCliAdapter:
     """``gemini --output-format stream-json --debug --skip-trust … --prompt <prompt>``."""
 
@@ -182,6 +203,7 @@ class GeminiCliAdapter:
         argv += ["--allowed-tools", ",".join(tools)]
         env: dict[str, str] = {}
         if request.mcp_config_path:
+            _check_settings_path(Path(request.mcp_config_path))
             env[SETTINGS_ENV] = request.mcp_config_path
         argv += list(request.extra_args)
         if request.prompt is not None:
