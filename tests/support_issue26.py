@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import sqlite3
 import subprocess
@@ -76,12 +77,23 @@ def gateway_calls(state: Path) -> list[tuple[str, str, str]]:
         db.close()
 
 
+def _others_may_write(path: Path) -> bool:
+    """Whether a directory above `path` (that exists) may be written by group or others: Gemini CLI's test."""
+    return any(p.exists() and p.stat().st_mode & 0o022 for p in path.parents)
+
+
 @contextmanager
 def secure_dir(name: str) -> Iterator[Path]:
     """A private directory none of whose parents others may write: Gemini CLI skips a system settings file
     (the run's MCP config, in the daemon's state directory) below a directory writable by group or others,
-    such as /tmp, where pytest's tmp_path lives. Under the worktree's git-ignored .cache, removed after."""
-    base = REPO / ".cache" / "test-tmp"
+    such as /tmp, where pytest's tmp_path lives. Under the worktree's git-ignored .cache (or, for a
+    clone below such a directory, under ~/.cache), removed after."""
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)  # the account's, not the suite's isolated $HOME
+    base = next((b for b in (REPO / ".cache" / "test-tmp", home / ".cache" / "memactors-test-tmp")
+                 if not _others_may_write(b)), None)
+    if base is None:
+        raise RuntimeError(f"no private directory for {name}: {REPO} and {home} both lie below a directory "
+                           "group or others may write (Gemini CLI would skip the run's settings); clone elsewhere")
     base.mkdir(mode=0o755, parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
     path.chmod(0o700)
