@@ -45,9 +45,7 @@ Ranked = list[tuple[str, float]]  # (run id, score), best first
 
 
 async def collect(repos: list[Repo], questions: list[dict[str, Any]], state: Path) -> list[dict[str, Any]]:
-    """Each question with its text ranking (run id, BM25 rank value) and cosine ranking (run id, distance)."""
-    import sqlite_vec
-
+    """Each question with its text ranking and its cosine ranking: (run id, `Hit.score`), best first."""
     from memactors.builtin.index_sqlite import SqliteIndex
     from memactors.embedding import LocalEmbedder
     from memactors.repo import scope_for
@@ -65,24 +63,12 @@ async def collect(repos: list[Repo], questions: list[dict[str, Any]], state: Pat
 
             def text(db: Any, words: Sequence[str] = words, scopes: Sequence[str] = scopes) -> Ranked:
                 hits = index.text_candidates(db, words, scopes, LIMIT, ranking.CANDIDATES) if words else []
-                found = []
-                for hit in hits:
-                    value = db.execute(
-                        "SELECT builtin_fts.rank FROM builtin_fts WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ?"
-                        " AND rowid = ?", [ranking.scoped_match(words, scopes, "OR"), ranking.rank_function(),
-                                            hit.doc_id]).fetchone()
-                    found.append((runs.get(hit.episode_id, "?"), -float(value[0]) if value else 0.0))
-                return found
+                return [(runs.get(h.episode_id, "?"), h.score) for h in hits]  # the scores the fusion reads
 
             vector = (await embed([q["query"]]))[0]
 
             def cosine(db: Any, scopes: Sequence[str] = scopes, vector: list[float] = vector) -> Ranked:
-                blob = sqlite_vec.serialize_float32(vector)
-                rows = db.execute(
-                    f"SELECT v.distance, d.episode_id FROM (SELECT doc_id, distance FROM builtin_vec WHERE embedding"
-                    f" MATCH ? AND k = {ranking.CANDIDATES} AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id"
-                    f" ORDER BY v.distance", [blob, scopes[0]]).fetchall()
-                return [(runs.get(r[1], "?"), 1.0 - float(r[0])) for r in rows]  # cosine distance → similarity
+                return [(runs.get(h.episode_id, "?"), h.score) for h in index.knn(db, vector, scopes)]
 
             out.append({**q, "text": await store.read(text), "cosine": await store.read(cosine)})
     finally:
@@ -130,6 +116,24 @@ def text_first(n: int, inner: Callable[[Ranked, Ranked], list[str]]) -> Callable
     return fuse
 
 
+def gated(ratio: float, inner: Callable[[Ranked, Ranked], list[str]]) -> Callable[[Ranked, Ranked], list[str]]:
+    """The text ranking's first hit kept first when it scores `ratio` times its second (or is alone)."""
+    def fuse(text: Ranked, cos: Ranked) -> list[str]:
+        confident = len(text) == 1 or (len(text) > 1 and text[1][1] > 0 and text[0][1] >= ratio * text[1][1])
+        head = [text[0][0]] if confident else []
+        return list(dict.fromkeys([*head, *inner(text, cos)]))
+    return fuse
+
+
+def shipped(text: Ranked, cos: Ranked) -> list[str]:
+    """What recall runs: `ranking.fuse_hybrid` (the best of a gate and a score blend, chosen here)."""
+    def hits(ranked: Ranked) -> list[ranking.Hit]:
+        return [ranking.Hit(run, n, "", value) for n, (run, value) in enumerate(ranked)]
+
+    fused = ranking.fuse_hybrid(hits(text), hits(cos))
+    return sorted(fused, key=lambda run: -fused[run])
+
+
 def score(questions: list[dict[str, Any]], fuse: Callable[[Ranked, Ranked], list[str]]) -> dict[str, float]:
     rr: dict[str, list[float]] = {}
     for q in questions:
@@ -149,6 +153,10 @@ METHODS: dict[str, Callable[[Ranked, Ranked], list[str]]] = {
     **{f"convex top{d} a{a}": convex(d, a) for d in (20, 50) for a in (0.3, 0.4, 0.5, 0.6, 0.7)},
     **{f"text{n} + rrf top20": text_first(n, rrf(20)) for n in (1, 2)},
     **{f"text1 + convex top20 a{a}": text_first(1, convex(20, a)) for a in (0.3, 0.5)},
+    **{f"gate{r} convex top{d} a{a}": gated(r, convex(d, a)) for r in (1.05, 1.2, 1.3, 1.5) for d in (20, 50)
+       for a in (0.4, 0.5)},
+    **{f"gate{r} rrf top20": gated(r, rrf(20)) for r in (1.2, 1.3)},
+    "fuse_hybrid (main)": shipped,
 }
 
 

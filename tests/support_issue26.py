@@ -13,6 +13,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from support import run_record
+from support_runs import REPO_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin"
@@ -25,6 +29,27 @@ OPENCODE_VERSION = "1.18.33"
 GEMINI_MODEL = "gemini-2.5-flash"
 #: OpenCode's provider/model for the fake Responses API (configured in the user's opencode.json).
 OPENCODE_MODEL = "fake/fake-model"
+
+
+#: A fact of the repository a resident's session-start briefing must carry.
+FACT = "ledger amounts round with Decimal, never float"
+
+
+async def seed(daemon: Any, tmp_path: Path) -> str:
+    """An earlier run's episode in the repository (through `memactors runs ingest`); returns its id."""
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+                       encoding="utf-8")
+    done = await daemon.acli("runs", "ingest", str(earlier), "--json")
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)
+    return str(result["episode_id"])
+
+
+async def add_fact(daemon: Any) -> None:
+    """FACT, in the repository's scope (`memactors facts add`)."""
+    done = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
+    assert done.returncode == 0, done.stderr
 
 
 def agent_bin(path: Path) -> Path:

@@ -28,12 +28,12 @@ from support_codex import (
     fake_provider_args,
     git_repo,
 )
+from support_issue26 import FACT, add_fact
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
 HARNESS = '[harness.coder]\nharness = "codex"\n'
-FACT = "ledger amounts round with Decimal, never float"
 SCRIPT = [
     Turn([PatchCall("*** Begin Patch\n*** Add File: NOTES.md\n+rounding is binary floating point\n*** End Patch\n")]),
     Turn([ShellCall(["bash", "-lc", f"{PYTEST} test_ledger.py"], timeout_ms=300_000)]),  # a loaded machine
@@ -110,8 +110,7 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
     async with run_fake_openai(SCRIPT) as fake:
         env = codex_env(tmp_path / "codex-home")
         with daemon_process(tmp_path, HARNESS, env=env) as daemon:
-            fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
-            assert fact.returncode == 0, fact.stderr
+            await add_fact(daemon)
             installed = await install(daemon, repo, tmp_path / "codex-home")
             events = await codex_exec(codex, repo, env, fake.base_url, "Fix the ledger rounding test.")
             # Codex has returned: its SessionEnd hook ran before it exited, so the episode is there now
@@ -146,8 +145,7 @@ async def test_issue26_codex_skips_the_hooks_until_they_are_trusted_then_briefs_
     repo = make_repo(tmp_path / "api", failing_test=True)
     env = codex_env(tmp_path / "codex-home")
     with daemon_process(tmp_path, HARNESS, env=env) as daemon:
-        fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
-        assert fact.returncode == 0, fact.stderr
+        await add_fact(daemon)
         await install(daemon, repo, tmp_path / "codex-home")
         # not trusted yet: a headless session runs without the hooks, and says nothing about them
         async with run_fake_openai([Turn([Message("Nothing to do.")])]) as untrusted:

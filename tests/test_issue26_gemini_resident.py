@@ -18,14 +18,21 @@ import trio
 
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support import run_record
 from support_codex import Daemon, daemon_process
-from support_issue26 import GEMINI_BIN, GEMINI_MODEL, agent_bin, gateway_calls, gemini_user
+from support_issue26 import (
+    FACT,
+    GEMINI_BIN,
+    GEMINI_MODEL,
+    add_fact,
+    agent_bin,
+    gateway_calls,
+    gemini_user,
+    seed,
+)
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
-FACT = "ledger amounts round with Decimal, never float"
 #: The user's own settings, in a layout json.dumps would not write: uninstall must give these bytes back.
 OWN_SETTINGS = '{\n    "model": {"name": "gemini-2.5-flash"},\n    "hooks": {"AfterTool": [{"hooks": [{"type": "command", ' \
                '"command": "true"}]}]}\n}'
@@ -69,18 +76,12 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
     settings = repo / ".gemini" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(OWN_SETTINGS, encoding="utf-8")
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
     async with run_fake_gemini(script()) as fake:
         env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
         trust(tmp_path, repo)
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
-            assert fact.returncode == 0, fact.stderr
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
+            await add_fact(daemon)
+            seeded = await seed(daemon, tmp_path)
             done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             assert "GEMINI_CLI_TRUST_WORKSPACE" in done.stderr  # the note on trusting the folder

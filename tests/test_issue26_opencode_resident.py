@@ -18,14 +18,21 @@ import trio
 
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support import run_record
 from support_codex import Daemon, daemon_process
-from support_issue26 import OPENCODE_BIN, OPENCODE_MODEL, agent_bin, gateway_calls, opencode_user
+from support_issue26 import (
+    FACT,
+    OPENCODE_BIN,
+    OPENCODE_MODEL,
+    add_fact,
+    agent_bin,
+    gateway_calls,
+    opencode_user,
+    seed,
+)
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
-FACT = "ledger amounts round with Decimal, never float"
 
 
 def harness(repo: Path) -> str:
@@ -72,17 +79,11 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
 async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_and_its_session_becomes_an_episode(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
     async with run_fake_openai(script(repo)) as fake:
         env = {**os.environ, **opencode_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
-            assert fact.returncode == 0, fact.stderr
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
+            await add_fact(daemon)
+            seeded = await seed(daemon, tmp_path)
             before = snapshot(repo)
             done = memactors(daemon, "install", "opencode", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr

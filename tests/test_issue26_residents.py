@@ -16,7 +16,6 @@ import trio
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import FunctionCall, Message, run_fake_openai
 from memactors.testing.fake_openai import Turn as OpenAITurn
-from support import run_record
 from support_codex import Daemon, daemon_process
 from support_issue26 import (
     OPENCODE_BIN,
@@ -24,6 +23,7 @@ from support_issue26 import (
     agent_bin,
     gateway_calls,
     opencode_user,
+    seed,
 )
 from support_runs import make_repo
 
@@ -37,14 +37,6 @@ def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, check=False)
 
 
-async def seed(daemon: Daemon, tmp_path: Path) -> str:
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
-    done = await daemon.acli("runs", "ingest", str(earlier), "--json")
-    assert done.returncode == 0, done.stderr
-    [result] = json.loads(done.stdout)
-    return str(result["episode_id"])
 
 
 async def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str]) -> trio.CompletedProcess[bytes]:

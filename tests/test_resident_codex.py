@@ -15,7 +15,6 @@ import trio
 
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
-from support import run_record
 from support_codex import (
     CODEX_VERSIONS,
     Daemon,
@@ -25,6 +24,7 @@ from support_codex import (
     fake_provider_args,
     run_codex,
 )
+from support_issue26 import seed
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow
@@ -37,15 +37,6 @@ SCRIPT = [
 ]
 
 
-async def seed(daemon: Daemon, tmp_path: Path) -> str:
-    """An earlier run's episode in the repository; returns its id."""
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
-    done = await daemon.acli("runs", "ingest", str(earlier), "--json")
-    assert done.returncode == 0, done.stderr
-    [result] = json.loads(done.stdout)
-    return str(result["episode_id"])
 
 
 def gateway_calls(daemon: Daemon) -> list[tuple[str, str, str]]:

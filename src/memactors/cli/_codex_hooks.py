@@ -129,13 +129,9 @@ def merge_hooks(doc: Any, *, end_command: str, start_command: str) -> None:
 
 def register_session_start(codex: Any) -> None:
     """``memactors hook codex session-start`` (``cli/agents.py`` registers ``session-end`` beside it)."""
-    p = codex.add_parser("session-start", help="SessionStart hook: this resident's briefing, fenced, as the "
-                                               "session's additional context (nothing when the daemon is down)")
-    p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--project", metavar="DIR", help="installed with --project DIR (its token is read there)")
-    where.add_argument("--user", action="store_true", help="installed with --user")
-    p.set_defaults(fn=cmd_hook_codex_session_start)
+    from ._session_start import add_session_start
+
+    add_session_start(codex, cmd_hook_codex_session_start)
 
 
 def rollout_of(session_id: str, env: Mapping[str, str]) -> Path | None:

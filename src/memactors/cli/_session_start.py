@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "brief_session", "claude_files", "cmd_hook_claude_session_start",
-           "register_session_start"]
+__all__ = ["START_HELP", "TOKEN_ENV", "add_session_start", "brief_session", "claude_files",
+           "cmd_hook_claude_session_start", "register_session_start"]
 
 #: The variable a project's settings.local.json sets to the token and its .mcp.json header reads. Not
 #: MEMACTORS_RUN_TOKEN: that one is a supervised run's own (adapters), which settings must not shadow.
@@ -46,15 +46,26 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def register_session_start(claude: Any) -> None:
-    """``memactors hook claude-code session-start``: the SessionStart hook install writes (issue 26)."""
-    p = claude.add_parser("session-start", help="SessionStart hook: this resident's briefing, fenced, as the "
-                                                 "session's additional context (nothing when the daemon is down)")
+#: The help of a session-start hook whose agent prints the briefing as the session's additional context.
+START_HELP = ("SessionStart hook: this resident's briefing, fenced, as the session's additional context "
+              "(nothing when the daemon is down)")
+
+
+def add_session_start(events: Any, fn: Callable[[argparse.Namespace], int], *, help: str = START_HELP,
+                      **defaults: Any) -> None:
+    """``memactors hook <agent> session-start --harness NAME (--project DIR | --user)``, for every agent: the
+    arguments say which install's files hold the gateway and the token (never argv)."""
+    p = events.add_parser("session-start", help=help)
     p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--project", metavar="DIR", help="installed with --project DIR (its token is read there)")
     where.add_argument("--user", action="store_true", help="installed with --user")
-    p.set_defaults(fn=cmd_hook_claude_session_start)
+    p.set_defaults(fn=fn, **defaults)
+
+
+def register_session_start(claude: Any) -> None:
+    """``memactors hook claude-code session-start``: the SessionStart hook install writes (issue 26)."""
+    add_session_start(claude, cmd_hook_claude_session_start)
 
 
 def _resident_gateway(args: argparse.Namespace) -> tuple[str, str]:

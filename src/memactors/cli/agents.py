@@ -63,22 +63,18 @@ def register(sub: Any) -> None:
 
     hook = sub.add_parser("hook", help="agent hooks that record resident sessions").add_subparsers(
         dest="hook_agent", required=True)
-    claude = hook.add_parser("claude-code", help="Claude Code hooks").add_subparsers(dest="hook_event", required=True)
-    p = claude.add_parser("session-end", help="SessionEnd hook: ingest the session's transcript as a run record")
-    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
-    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
-    p.set_defaults(fn=cmd_hook_claude_session_end)
+    from ._codex_hooks import register_session_start as register_codex_session_start
     from ._session_start import register_session_start
 
-    register_session_start(claude)
-    codex = hook.add_parser("codex", help="Codex hooks").add_subparsers(dest="hook_event", required=True)
-    p = codex.add_parser("session-end", help="SessionEnd hook: ingest the session's rollout file as a run record")
-    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
-    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
-    p.set_defaults(fn=cmd_hook_codex_session_end)
-    from ._codex_hooks import register_session_start as register_codex_session_start
-
-    register_codex_session_start(codex)
+    for agent, title, session_file, end, register_start in (
+            ("claude-code", "Claude Code hooks", "transcript", cmd_hook_claude_session_end, register_session_start),
+            ("codex", "Codex hooks", "rollout file", cmd_hook_codex_session_end, register_codex_session_start)):
+        events = hook.add_parser(agent, help=title).add_subparsers(dest="hook_event", required=True)
+        p = events.add_parser("session-end", help=f"SessionEnd hook: ingest the session's {session_file} as a run record")
+        p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
+        p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON (outcome, episode)")
+        p.set_defaults(fn=end)
+        register_start(events)
 
     p = sub.add_parser("spool", help="sessions a hook spooled while the daemon was down (see `spool send`)")
     p.add_argument("--json", action="store_true", help="print {path, pending, rejected}")
@@ -202,33 +198,53 @@ def cmd_mcp_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def session_end_harness(args: argparse.Namespace) -> str | None:
+    """The harness a session-end hook records the session as (``--harness``, else ``MEMACTORS_HARNESS``);
+    None, said on stderr, inside a ``memactors run``, which the daemon records itself. Every agent's
+    session-end hook starts here."""
+    from ..agents.session_start import inside_a_run, not_recorded_here
+    from ..errors import InvalidArgument
+
+    run = inside_a_run()
+    if run:
+        print(not_recorded_here(run), file=sys.stderr)
+        return None
+    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
+    if not harness:
+        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
+                              field="--harness")
+    return str(harness)
+
+
+def hook_input() -> dict[str, Any]:
+    """A hook's input on stdin: one JSON object, else InvalidArgument naming stdin."""
+    from ..errors import InvalidArgument
+
+    try:
+        data = json.loads(sys.stdin.read() or "null")
+    except ValueError as exc:
+        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
+                              field="stdin") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("the hook input on stdin must be a JSON object", field="stdin")
+    return data
+
+
 def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     """Claude Code's SessionEnd hook input on stdin → the session's run record → IngestRun.
 
     Exit 0 when the record was ingested or deliberately skipped (IngestRun's outcome is printed); a
     missing harness, unreadable input or transcript is exit 2 with a message naming what is wrong.
     """
-    from ..agents.session_start import inside_a_run, not_recorded_here
     from ..agents.transcript import read_claude_transcript, run_record_from_transcript
     from ..errors import InvalidArgument
     from ..store import iso
 
-    run = inside_a_run()
-    if run:
-        print(not_recorded_here(run), file=sys.stderr)
+    harness = session_end_harness(args)
+    if harness is None:
         return 0
-    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
-    if not harness:
-        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
-                              field="--harness")
     cfg = harness_config(load(args), harness)
-    try:
-        hook = json.loads(sys.stdin.read() or "null")
-    except ValueError as exc:
-        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
-                              field="stdin") from None
-    if not isinstance(hook, dict):
-        raise InvalidArgument("the hook input on stdin must be a JSON object", field="stdin")
+    hook = hook_input()
     for field in ("session_id", "transcript_path"):
         if not isinstance(hook.get(field), str) or not hook[field]:
             raise InvalidArgument(f"the hook input has no {field}", field=field)
@@ -249,26 +265,16 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     exit 5 (invalid argument), naming what is wrong. Messages go to stderr, leaving stdout to Codex's
     hook protocol. Spooled first, then sent (:func:`_spool_then_send`): Codex stops the hook after 3 s."""
     from ..agents.codex_rollout import read_codex_rollout
-    from ..agents.session_start import inside_a_run, not_recorded_here
     from ..agents.transcript import run_record_from_transcript
     from ..errors import InvalidArgument
     from ._codex_hooks import rollout_of
 
-    run = inside_a_run()
-    if run:
-        print(not_recorded_here(run), file=sys.stderr)
+    harness = session_end_harness(args)
+    if harness is None:
         return 0
-    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
-    if not harness:
-        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
-                              field="--harness")
     cfg = harness_config(load(args), harness)
-    try:
-        hook = json.loads(sys.stdin.read() or "null")
-    except ValueError as exc:
-        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
-                              field="stdin") from None
-    if not isinstance(hook, dict) or not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
+    hook = hook_input()
+    if not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
         raise InvalidArgument("the hook input must be a JSON object with a session_id", field="stdin")
     path = hook.get("transcript_path")
     rollout = Path(path) if isinstance(path, str) and path else rollout_of(hook["session_id"], os.environ)

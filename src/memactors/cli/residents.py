@@ -36,6 +36,8 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``gemini-cli`` and ``opencode`` to ``memactors hook`` (``cli.agents`` makes that group)."""
+    from ._session_start import add_session_start
+
     hook = sub.choices["hook"]
     [groups] = [a for a in hook._actions if isinstance(a, argparse._SubParsersAction)]
     for agent, start_help, end_help in (
@@ -44,12 +46,7 @@ def register(sub: Any) -> None:
             ("opencode", "run by memactors' OpenCode plugin: print this resident's briefing, fenced",
              "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record")):
         events = groups.add_parser(agent, help=f"{agent} hooks").add_subparsers(dest="hook_event", required=True)
-        p = events.add_parser("session-start", help=start_help)
-        p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
-        where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--project", metavar="DIR", help="installed with --project DIR (its token is read there)")
-        where.add_argument("--user", action="store_true", help="installed with --user")
-        p.set_defaults(fn=cmd_session_start, agent=agent)
+        add_session_start(events, cmd_session_start, help=start_help, agent=agent)
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
         p.set_defaults(fn=cmd_session_end, agent=agent)
@@ -77,19 +74,6 @@ def cmd_session_start(args: argparse.Namespace) -> int:
     from ._session_start import brief_session
 
     return brief_session(args, _gateway)
-
-
-def _hook_input() -> dict[str, Any]:
-    from ..errors import InvalidArgument
-
-    try:
-        data = json.loads(sys.stdin.read() or "null")
-    except ValueError as exc:
-        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
-                              field="stdin") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("the hook input on stdin must be a JSON object", field="stdin")
-    return data
 
 
 # -- session end ---------------------------------------------------------------------------------------------
@@ -124,17 +108,10 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
 
 def cmd_session_end(args: argparse.Namespace) -> int:
     """The session's run record → IngestRun; spooled when no daemon answers. Nothing on stdout."""
-    from ..agents.session_start import inside_a_run, not_recorded_here
-    from ..errors import InvalidArgument
-    from .agents import deliver_session
+    from .agents import deliver_session, hook_input, session_end_harness
 
-    run = inside_a_run()
-    if run:
-        print(not_recorded_here(run), file=sys.stderr)
+    harness = session_end_harness(args)
+    if harness is None:
         return 0
-    harness = args.harness or os.environ.get("MEMACTORS_HARNESS")
-    if not harness:
-        raise InvalidArgument("the session's harness is unknown: pass --harness NAME or set MEMACTORS_HARNESS",
-                              field="--harness")
-    record = _record(args, harness, _hook_input())
+    record = _record(args, harness, hook_input())
     return deliver_session(args, record, f"{args.agent} session-end {record['run_id']}", out=sys.stderr)
