@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -75,6 +76,7 @@ from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
 from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
 from ..store.builtin_docs import FTS_COLUMNS as FTS_COLUMNS
 from ..store.builtin_docs import DocFields, doc_fields
+from . import ranking as _ranking
 from .index import DocIndex as DocIndex
 from .index_sqlite import SQLITE_INDEX, put_doc
 from .index_sqlite import cached_vector as cached_vector
@@ -84,18 +86,21 @@ from .index_sqlite import write_vector as write_vector
 from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
 from .ranking import CANDIDATES as CANDIDATES
 from .ranking import FUSE_DEPTH as FUSE_DEPTH
+from .ranking import RELEVANCE_FLOOR as RELEVANCE_FLOOR
 from .ranking import RRF_K as RRF_K
 from .ranking import STOPWORDS as STOPWORDS
 from .ranking import Hit as Hit
 from .ranking import bm25_candidates as bm25_candidates
 from .ranking import briefing_order as briefing_order
 from .ranking import briefing_rank as briefing_rank
+from .ranking import coverage as coverage
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
 from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
 from .ranking import rank as rank
+from .ranking import relevance as relevance
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
@@ -249,7 +254,7 @@ class BuiltinProvider:
     def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
                  query_embed_deadline: float = QUERY_EMBED_DEADLINE,
                  record_embed_deadline: float = RECORD_EMBED_DEADLINE,
-                 query_embedder: Embedder | None = None) -> None:
+                 query_embedder: Embedder | None = None, relevance_floor: float | None = None) -> None:
         if (embedder is None) != (not embedding_model):
             raise ValueError("embedder and embedding_model go together")
         self.store = store
@@ -260,6 +265,9 @@ class BuiltinProvider:
         self.query_embedder = query_embedder or embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
+        #: An item scoring below it (`ranking.relevance`, 0–1) is not served (issue 38); None:
+        #: `ranking.RELEVANCE_FLOOR`.
+        self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
         #: What the background embedder has done since start (`memory status`).
         self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
@@ -436,8 +444,8 @@ class BuiltinProvider:
             if words:
                 # The text ranking alone (no path boost, no cosine): the answer is its first `limit`, so
                 # ask for those.
-                return index.text_candidates(db, words, scopes, limit,
-                                             CANDIDATES if paths else FUSE_DEPTH if hybrid else limit)
+                # (FUSE_DEPTH, not `limit`: the ones under the relevance floor leave room for the next.)
+                return index.text_candidates(db, words, scopes, limit, CANDIDATES if paths else FUSE_DEPTH)
             return []
 
         def fuse(db: Any, text: list[Hit], cosine: list[Hit]) -> list[tuple[str, str, float]]:
@@ -446,32 +454,43 @@ class BuiltinProvider:
             hits = {h.episode_id: h for h in cosine}
             hits.update((h.episode_id, h) for h in text)
             started = {eid: h.started_at for eid, h in hits.items()}
+            # What the score is made of (issue 38): the words each candidate holds and, hybrid, which of
+            # the text ranking's have a vector (one without is ranked on its text alone).
+            candidates = [*text, *cosine[:FUSE_DEPTH]]
+            evidence = index.evidence(db, words, scopes, [h.doc_id for h in candidates], vectors=bool(cosine))
+            embedded = {h.episode_id for h in candidates if h.doc_id in evidence.vectored}
             # BM25 alone: REQ-11's order (RRF of the one ranking is its order). Hybrid: issue 32's
             # fusion of the best FUSE_DEPTH of each ranking (`ranking.fuse_hybrid`).
             text_rank = [h.episode_id for h in text]
-            fused = fuse_hybrid(text, cosine) if cosine else rrf([text_rank[:FUSE_DEPTH]] if text else [])
+            fused = (fuse_hybrid(text, cosine, embedded) if cosine
+                     else rrf([text_rank[:FUSE_DEPTH]] if text else []))
+            covered = coverage(evidence)
+            similarity = {h.episode_id: h.score for h in cosine}
+            median = statistics.median(h.score for h in cosine[:FUSE_DEPTH]) if cosine else None
+            vectored = {h.episode_id for h in cosine} | embedded
+            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), median, vector=eid in vectored)
+                     for eid, h in hits.items()}
+            floor = 0.0 if meta_mode else (
+                _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)
             if paths:
                 # The path ranking is decisive: the episodes that touched a requested path, newest
                 # first (what an agent about to edit it needs), the text match breaking ties; then the
-                # other matches by fused score.
+                # other matches by fused score, those above the floor.
                 text_order = rank(fused, started, len(fused))
                 touched = index.path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
                 for hit in touched:
                     hits.setdefault(hit.episode_id, hit)
                     started.setdefault(hit.episode_id, hit.started_at)
+                    score[hit.episode_id] = 1.0  # it touched a path the caller asked about
                 path_rank = path_ranking(touched, fused)
                 order = sorted(path_rank, key=path_rank.__getitem__)[:limit]
                 if len(order) < limit:
-                    order += [eid for eid in text_order if eid not in path_rank][:limit - len(order)]
-                # The score says the order: the path's episodes above every other match.
-                top = len(order) + 1
-                scores = {eid: (2.0 + (top - i) / top if eid in path_rank else fused.get(eid, 0.0))
-                          for i, eid in enumerate(order)}
+                    order += [eid for eid in text_order
+                              if eid not in path_rank and score[eid] >= floor][:limit - len(order)]
             else:
-                order = rank(fused, started, limit)
-                scores = fused
+                order = [eid for eid in rank(fused, started, len(fused)) if score[eid] >= floor][:limit]
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
-            return [(eid, texts[eid], scores[eid]) for eid in order if eid in texts]
+            return [(eid, texts[eid], score[eid]) for eid in order if eid in texts]
 
         def text_only(db: Any) -> list[tuple[str, str, float]]:
             return fuse(db, text_ranking(db), [])
@@ -501,7 +520,7 @@ class BuiltinProvider:
                 return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
 
             ranked = await self.store.read(knn_and_fuse)
-        out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
+        out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 4)}
                                          for eid, text, score in ranked]}
         if degraded:
             out["degraded"] = degraded

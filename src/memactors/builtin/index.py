@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..store.builtin_docs import DocFields
-from .ranking import Hit
+from .ranking import Evidence, Hit
 
 
 class DocIndex(Protocol):
@@ -55,6 +55,12 @@ class DocIndex(Protocol):
 
     def knn(self, db: Any, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
         """The best CANDIDATES episodes of `scopes` by cosine distance to `vector`; none without vectors."""
+        ...
+
+    def evidence(self, db: Any, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
+                 vectors: bool = False) -> Evidence:
+        """What the relevance score is made of (`ranking.Evidence`): the scopes' documents, each word's
+        documents, the words each of `doc_ids` holds and, with `vectors`, which of them have a vector."""
         ...
 
     def vector_from_cache(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
