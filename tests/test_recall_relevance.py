@@ -123,3 +123,23 @@ def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:
     structured = answer["structured"]
     return [i for s in structured["sections"] if s["name"] == "episodes" for i in s["items"]]
 
+
+
+async def test_status_doctor_and_metrics_say_how_many_episodes_wait_for_a_vector_and_since_when(
+        hybrid: MemoryService, fake: FakeModelApi) -> None:
+    memory = hybrid
+    fake.behaviour.embed_status = 503  # the model down: the back-fill cannot catch up
+    await _ingest(memory, "1", "ledger rounding fixed", "2026-11-20T09:00:00Z")
+    await _ingest(memory, "2", "invoice totals page", "2026-11-21T09:00:00Z")
+    status = (await memory.status())["embeddings"]
+    assert status["pending"] == 2 and status["pending_since"]
+    row = next(r for r in (await memory.doctor())["rows"] if r["name"] == "memory embeddings")
+    assert row["status"] == "warn" and f"2 built-in episodes have no vector for fake-embed since {status['pending_since']}" in row["message"]
+    exposition = memory.metrics.exposition().decode()
+    assert "memactors_embeddings_pending 2.0" in exposition
+    assert "memactors_embeddings_pending_seconds" in exposition
+    fake.behaviour.embed_status = 200
+    assert await memory.builtin.embed_pending() == 2
+    status = (await memory.status())["embeddings"]
+    assert status["pending"] == 0 and status["pending_since"] is None
+    assert "memactors_embeddings_pending 0.0" in memory.metrics.exposition().decode()

@@ -57,6 +57,7 @@ import hashlib
 import json
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import mcp.types as t
@@ -272,6 +273,11 @@ class BuiltinProvider:
         #: What the background embedder has done since start (`memory status`).
         self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
                                             "last_error": None, "running": False}
+        #: Episodes without a vector as this process last counted them (a record adds one, a pass
+        #: recounts), and since when there have been some (UTC, ISO; None when every one has its
+        #: vector): `memory status`, doctor and the metrics read them without a store read.
+        self.pending_vectors = 0
+        self.pending_since: str | None = None
         self._wake: trio.Event | None = None
         self._pass_done: trio.Event | None = None
 
@@ -304,8 +310,10 @@ class BuiltinProvider:
         digest = content_hash(text, summary)
         fields = record_fields(text, summary, files, episode if isinstance(episode, dict) else None)
 
-        await self.store.write(lambda db: self.index.write_doc(
+        _doc_id, changed = await self.store.write(lambda db: self.index.write_doc(
             db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
+        if changed and self.hybrid:
+            self._count_pending(self.pending_vectors + 1)
         self.wake()
         return {"ids": [episode_id]}
 
@@ -378,7 +386,10 @@ class BuiltinProvider:
                 self._wake = trio.Event()
                 self.embed_stats["running"] = True
                 try:
-                    count = await self.embed_pending()
+                    self._count_pending(await self.store.read(self.index.missing_vectors))
+                    count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
+                                                     self._count_pending(max(0, at - done), keep=True))
+                    self._count_pending(await self.store.read(self.index.missing_vectors))
                     self.embed_stats["last_error"] = None
                     if count:
                         _log.bind(episodes=count, model=self.embedding_model).debug("episodes embedded")
@@ -397,6 +408,15 @@ class BuiltinProvider:
         finally:
             self._wake = None
             self._release_waiters()
+
+    def _count_pending(self, count: int, *, keep: bool = False) -> None:
+        """Note how many episodes wait for a vector; since when there have been some. `keep`: an
+        estimate during a pass (never clears the time)."""
+        self.pending_vectors = count
+        if count and self.pending_since is None:
+            self.pending_since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        elif not count and not keep:
+            self.pending_since = None
 
     def wake(self) -> None:
         """Have the background embedder look for documents without a vector now."""
@@ -420,8 +440,13 @@ class BuiltinProvider:
         """The vectors' state for `memory status`: documents, with a vector, pending, and the worker's
         counts."""
         total, have = await self.store.read(self.index.vector_count)
+        if total == have:
+            self._count_pending(0)
+        elif self.pending_since is None:  # left from before this start (or a reindex --all)
+            self._count_pending(total - have)
         return {"model": self.embedding_model, "text_version": EMBED_TEXT_VERSION, "episodes": total,
-                "with_vector": have, "pending": total - have, **self.embed_stats}
+                "with_vector": have, "pending": total - have, "pending_since": self.pending_since,
+                **self.embed_stats}
 
     # -- recall ---------------------------------------------------------------------------------
     async def recall(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -640,6 +640,7 @@ class MemoryService:
             self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
             episodes_missing_vectors=missing, embedding_model=self.builtin.embedding_model,
+            missing_vectors_since=self.builtin.pending_since if missing else None,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
             exhaustion_limit=self.supervisor.exhaustion_limit,
             config_state=self.holder.state(), session_start=started)
@@ -769,6 +770,8 @@ async def open_memory_service(
                     # a loaded machine a batch can take minutes; it then ends and the next one starts)
                     record_embed_deadline=math.inf)
             if config.memory.is_builtin and service.builtin.hybrid:
+                builtin = service.builtin
+                metrics.watch_embeddings(lambda: (builtin.pending_vectors, builtin.pending_since))
                 if await service.builtin.check_vectors():  # PostgreSQL without pgvector: one WARN
                     await sup.start(ChildSpec("embedder", service.builtin.embed_worker))
 
