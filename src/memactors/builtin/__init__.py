@@ -332,8 +332,12 @@ class BuiltinProvider:
         await self.store.write(lambda db: index.retire_vectors(db, model, everything=everything))
         done = 0
         seen: set[int] = set()
+        before: int | None = None  # keyset paging, newest first: each page starts below the last one
         while True:
-            rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
+            rows = await self.store.read(lambda db, before=before: index.pending_docs(db, EMBED_BATCH, before))
+            if not rows and before is not None:  # recorded meanwhile, above the cursor: one more look from the top
+                before = None
+                rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
             # A batch that brings no new document ends the pass: a store that cannot hold vectors (a
             # PostgreSQL database without pgvector) keeps answering the same ones, whose vectors went
             # to the cache only.
@@ -341,6 +345,7 @@ class BuiltinProvider:
             if not rows:
                 return done
             seen.update(int(r[0]) for r in rows)
+            before = min(int(r[0]) for r in rows)
             batch = [(int(r[0]), str(r[1]), embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]")))
                      for r in rows]
             keyed = [(doc_id, scope, text, text_digest(text)) for doc_id, scope, text in batch]
