@@ -139,7 +139,7 @@ async def test_status_doctor_and_metrics_say_how_many_episodes_wait_for_a_vector
     assert "memactors_embeddings_pending 2.0" in exposition
     assert "memactors_embeddings_pending_seconds" in exposition
     fake.behaviour.embed_status = 200
-    assert await memory.builtin.embed_pending() == 2
+    await memory.builtin.embed_pending()  # (the worker's own retry, 30 s on, may have begun on a loaded machine)
     status = (await memory.status())["embeddings"]
     assert status["pending"] == 0 and status["pending_since"] is None
     assert "memactors_embeddings_pending 0.0" in memory.metrics.exposition().decode()
