@@ -70,6 +70,8 @@ from ..builtin import BuiltinProvider, missing_vectors
 from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
 from ..doctor import doctor_rows
 from ..embedding import BUILTIN_MODEL, LocalEmbedder, model_dir, model_info
+from ..gist import lead
+from ..wrapper import cut_at_word
 from ..errors import (
     ConfigError,
     InvalidArgument,
@@ -301,18 +303,25 @@ class MemoryService:
         return out
 
     async def list_episodes(self, *, harness: str | None = None, repo: str | None = None,
-                            since: str | None = None, limit: int = 100, after: str | None = None) -> dict[str, Any]:
-        """One page of episodes, newest first: ``{episodes, total, next_cursor}`` (and ``repo_match``
-        when a repository was given: what it was read as). Pass ``next_cursor`` back as ``after`` for
-        the next page; it is None on the last one."""
+                            since: str | None = None, limit: int = 100, after: str | None = None,
+                            outcome: str | None = None, paths: tuple[str, ...] = (),
+                            run_id: str | None = None) -> dict[str, Any]:
+        """One page of episodes, newest first by when their run started: ``{episodes, total,
+        next_cursor}`` (and ``repo_match`` when a repository was given: what it was read as). Each row
+        carries the episode's ``gist`` (the run's own first words) and ``files``. Pass ``next_cursor``
+        back as ``after`` for the next page; it is None on the last one. ``outcome`` keeps one run
+        outcome, ``paths`` the episodes whose run touched any of them, ``run_id`` one run's."""
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be 1..{MAX_PAGE}, got {limit}", field="limit")
+        if outcome is not None and outcome not in RUN_OUTCOMES:
+            raise InvalidArgument(f"outcome must be one of {', '.join(RUN_OUTCOMES)}", field="outcome")
         since_iso = parse_since(since, self.wall_clock()) if since else None
         repo_match = await self.match_repo(repo) if repo else None
         if repo_match is not None:
             repo = repo_match["key"]
         page: EpisodePage = await self.index.address.ask(ListEpisodes(
-            harness=harness, repo=repo, since=since_iso, limit=limit, after=after))
+            harness=harness, repo=repo, since=since_iso, limit=limit, after=after, outcome=outcome,
+            paths=tuple(paths), run_id=run_id))
         result: dict[str, Any] = {"episodes": [_summary_line(r) for r in page.rows], "total": page.total,
                                   "next_cursor": page.next_cursor}
         if repo_match is not None:
@@ -706,10 +715,27 @@ def parse_since(text: str, now: datetime) -> str:
                               field="since") from None
 
 
+#: The run outcomes an episode may have (REQ-5), in the order people read them.
+RUN_OUTCOMES = ("succeeded", "failed", "cancelled", "timed_out", "crashed", "capped")
+#: Widest an episode list row's gist is (the run's own first words, cut between words).
+LIST_GIST_CHARS = 200
+#: Most files one episode list row names (the episode itself names them all).
+LIST_FILES = 20
+
+
 def _summary_line(row: Any) -> dict[str, Any]:
+    """One ListEpisodes row: where and when, and what the run said (``gist``: its summary, else the start
+    of its result excerpt) and touched (``files``), so a list of episodes can be read, not only opened."""
+    ep = row.episode
+    said = cut_at_word(lead({"summary": ep.summary, "result_excerpt": ep.result_excerpt}), LIST_GIST_CHARS) \
+        if ep is not None else ""
     return {"episode_id": row.episode_id, "harness": row.harness, "run_id": row.run_id, "repo": row.repo,
             "branch": row.branch, "outcome": row.outcome, "started_at": row.started_at,
-            "recorded_at": row.recorded_at}
+            "recorded_at": row.recorded_at, "gist": said,
+            "files": list(ep.files_touched[:LIST_FILES]) if ep is not None else [],
+            "files_total": len(ep.files_touched) if ep is not None else 0,
+            "duration_ms": ep.duration_ms if ep is not None else None,
+            "cost_usd": ep.cost_usd if ep is not None else None}
 
 
 async def _repair_excerpts(store: Store, config: Config) -> None:
