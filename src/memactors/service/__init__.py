@@ -70,8 +70,6 @@ from ..builtin import BuiltinProvider, missing_vectors
 from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
 from ..doctor import doctor_rows
 from ..embedding import BUILTIN_MODEL, LocalEmbedder, model_dir, model_info
-from ..gist import lead
-from ..wrapper import cut_at_word
 from ..errors import (
     ConfigError,
     InvalidArgument,
@@ -79,6 +77,7 @@ from ..errors import (
     StoreUnavailable,
     UnknownEpisode,
 )
+from ..gist import lead
 from ..metrics import Metrics
 from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
@@ -87,6 +86,7 @@ from ..repo import match_repo, repo_key, resolve_repo, scope_for
 from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
 from ..store.engines import open_store
 from ..telemetry import guard_sdk_spans
+from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
 
