@@ -124,6 +124,22 @@ def doctor_rows(
     briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
     rows.append(Row("info", "memory briefing prepend",
                     "harnesses with memory_briefing = true: " + (", ".join(briefed) if briefed else "none")))
+    rows += install_doctor_rows(status.get("installs") or ())
+    return rows
+
+
+def install_doctor_rows(installs: Sequence[Mapping[str, Any]]) -> list[Row]:
+    """One row per resident install (issue 40): when it last got a briefing and recorded a session; a
+    warning naming the likely cause for that agent when its sessions stopped arriving (``installs``)."""
+    rows = []
+    for i in installs:
+        name = f"install {i['agent']} {i['scope']} ({i['harness']})"
+        seen = (f"last session recorded {i.get('last_session_at') or 'never'}, last briefing served "
+                f"{i.get('last_briefing_at') or 'never'}, last seen at the gateway {i.get('last_connected_at') or 'never'}")
+        if i.get("problem"):
+            rows.append(Row("warn", name, f"{i['problem']} ({seen})"))
+        else:
+            rows.append(Row("pass", name, f"{i.get('sessions', 0)} sessions recorded; {seen}"))
     return rows
 
 

@@ -73,6 +73,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f" with a vector, {emb['pending']} pending")
     elif st.get("embeddings", 0) is None:
         print("embeddings off (BM25 only)")
+    for i in st.get("installs") or ():
+        print(f"install    {i['agent']} {i['scope']} ({i['harness']}): "
+              + ("working" if i["ok"] else "SILENT") + f"; last session {i.get('last_session_at') or 'never'},"
+              f" last briefing {i.get('last_briefing_at') or 'never'}")
     if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)

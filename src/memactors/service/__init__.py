@@ -78,7 +78,7 @@ from ..errors import (
     UnknownEpisode,
 )
 from ..gist import lead
-from ..metrics import Metrics
+from ..metrics import INGEST_OUTCOMES, Metrics
 from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
 from ..redact import shared as shared_redactor
@@ -88,6 +88,7 @@ from ..store.engines import open_store
 from ..telemetry import guard_sdk_spans
 from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
+from .installs import InstallActivity, install_rows, read_installs
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
 
 DB_NAME = "memactors.db"
@@ -168,6 +169,8 @@ class MemoryService:
         #: MCP config), else None.
         self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
+        #: What this daemon saw of each resident install (gateway requests, briefings); issue 40.
+        self.installs = InstallActivity(started=wall_clock())
 
     @property
     def config(self) -> Config:
@@ -185,7 +188,9 @@ class MemoryService:
         """
         (result,) = await ingest(self, [(data, source, harness_config)])
         if isinstance(result, BaseException):
+            self._count_ingested(data, "rejected")
             raise result
+        self._count_ingested(data, str(result.get("outcome")))
         return result
 
     async def ingest_runs(self, entries: list[Any]) -> dict[str, Any]:
@@ -197,7 +202,22 @@ class MemoryService:
         runs and episodes (each record in its own savepoint), committed before any is answered — then
         its episodes are recorded to the provider concurrently.
         """
-        return await ingest_batch(self, entries)
+        answer = await ingest_batch(self, entries)
+        for entry, result in zip(entries, answer.get("results") or (), strict=False):
+            self._count_ingested(entry.get("record") if isinstance(entry, dict) else None, str(result.get("outcome")))
+        return answer
+
+    def _count_ingested(self, data: Any, outcome: str) -> None:
+        """Issue 40's metrics: a resident's session record (its trigger ``session-end``), or an imported one
+        (``import <source>``), by what became of it. Other records (runs, `runs ingest`) are not counted here."""
+        if not isinstance(data, dict) or outcome not in INGEST_OUTCOMES:
+            return
+        trigger = data.get("trigger")
+        name = str(trigger.get("name") or "") if isinstance(trigger, dict) else ""
+        if name == "session-end" or name.startswith("session-end"):
+            self.metrics.resident_session(str(data.get("adapter") or ""), outcome)
+        elif name.startswith("import "):
+            self.metrics.imported(name.removeprefix("import ").strip(), outcome)
 
     async def summarize(self, text: str) -> SummaryResult:
         return await self.summary.summarize(text)
@@ -276,7 +296,18 @@ class MemoryService:
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
             },
             "embeddings": await self.embeddings_status() if store["reachable"] else None,
+            "installs": await self.install_status() if store["reachable"] else None,
         }
+
+    async def install_status(self) -> list[dict[str, Any]] | None:
+        """Each resident install (agent, scope, harness) with when the agent last reached the gateway,
+        its last briefing and its last recorded session, and whether it looks silent (issue 40); None when
+        the store does not answer."""
+        try:
+            stored = await self.store.read(read_installs)
+        except StoreUnavailable:
+            return None
+        return install_rows(stored, self.installs, self.wall_clock())
 
     async def embeddings_status(self) -> dict[str, Any] | None:
         """The built-in provider's embeddings (REQ-11): which model, where it runs, how many episodes
@@ -429,6 +460,7 @@ class MemoryService:
         caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
+        self.installs.saw(caller.harness, caller.run_id, now)
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
                                   workdir=caller.workdir or None, place=place)
 
@@ -446,9 +478,12 @@ class MemoryService:
         The provider part ends by `episodes_deadline` (trio time) if given, else by the caller's deadline.
         """
         deadline = trio.current_effective_deadline() if episodes_deadline is None else episodes_deadline
-        return await self.briefing.address.ask(BriefingRequest(
+        answer: BriefingAnswer = await self.briefing.address.ask(BriefingRequest(
             view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
             deadline=deadline, call_id=call_id))
+        if view.exposed_run is not None:
+            self.installs.briefed_at(*view.exposed_run, self.wall_clock())
+        return answer
 
     # -- runs (memactors run) ---------------------------------------------------------------------------
     async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None

@@ -1,0 +1,119 @@
+"""Issue 40, "silence is reported": every `memactors install` says whether it is working. A real Codex
+installed in a project whose hooks were never trusted runs one `codex exec` session (against the loopback
+Responses fake): it reaches the gateway with its token, but no session is recorded. `memory status --json`,
+`doctor` (both as subprocesses), the console's health page and `/metrics` (checked by promtool) show it:
+doctor warns naming Codex's hook trust (`/hooks`). Then a session record arrives as the hook would send it,
+and the install is working again. The daemon's "a day" is shortened to a second (`SILENT_SECONDS`, the only
+change; `support_daemon` constants)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+
+from memactors.cli.install import run_id_for
+from memactors.testing.fake_openai import Message, Turn, run_fake_openai
+from support import run_record
+from support_codex import codex_bin, codex_env, fake_provider_args, run_codex
+from support_console import csrf_of, rpc
+from support_daemon import start_daemon
+from support_runs import make_repo
+
+pytestmark = pytest.mark.slow
+
+HARNESS = '[harness.coder]\nharness = "codex"\n[console]\nenabled = true\nlisten = "127.0.0.1:0"\n'
+
+
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            head, _, value = line.rpartition(" ")
+            got = ",".join(sorted(head[len(name) + 1:-1].split(",")))
+            if got == want:
+                return float(value)
+    return None
+
+
+async def test_a_codex_whose_hooks_were_never_trusted_is_reported_silent_with_its_trust_step(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    home = codex_env(tmp_path / "codex-home")
+    daemon = await trio.to_thread.run_sync(lambda: start_daemon(
+        tmp_path, extra_config=HARNESS, constants={"memactors.service.installs.SILENT_SECONDS": 1.0}))
+    env = {**daemon.env, "CODEX_HOME": home["CODEX_HOME"]}
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, stdin=b"",
+                                      capture_stdout=True, capture_stderr=True, check=False)
+
+    try:
+        installed = await cli("install", "codex", "--harness", "coder", "--project", str(repo))
+        assert installed.returncode == 0, installed.stderr.decode()
+        before = json.loads((await cli("memory", "status", "--json")).stdout)["installs"]
+        assert [(i["agent"], i["scope"], i["harness"]) for i in before] == [("codex", "project", "coder")]
+        assert before[0]["last_session_at"] is None and before[0]["last_connected_at"] is None
+
+        # One session: the project trusted (MCP config read), its hooks never trusted (`/hooks`).
+        async with run_fake_openai([Turn([Message("Nothing to recall for this.")])]) as fake:
+            done = await run_codex([str(codex_bin()), "exec", "--json", "--trust", *fake_provider_args(fake.base_url),
+                                    "--", "say hello"], cwd=repo, env=home)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+        with trio.fail_after(60):  # a hang guard: the daemon's "day" is one second
+            while True:
+                [install] = json.loads((await cli("memory", "status", "--json")).stdout)["installs"]
+                if "reached the gateway" in (install["problem"] or ""):
+                    break
+                await trio.sleep(0.2)
+        assert install["run_id"] == run_id_for("codex", repo.resolve())
+        assert install["last_connected_at"] is not None and install["last_session_at"] is None
+        assert "/hooks" in install["problem"] and "Codex runs hooks only after you trust them" in install["problem"]
+
+        doctor = await cli("doctor")
+        text = doctor.stdout.decode()
+        [row] = [line for line in text.splitlines() if "install codex project (coder)" in line]
+        assert "warn" in row.lower() and "/hooks" in row, text
+
+        # The console's health page says the same, for people.
+        base = daemon.info["console"].rstrip("/")
+        async with httpx2.AsyncClient(base_url=base, follow_redirects=True) as web:
+            page = await web.get("/login")
+            await web.post("/login", data={"token": daemon.token("read"), "csrf": csrf_of(page.text)},
+                           headers={"origin": base})
+            health = (await web.get("/health")).text
+        assert 'class="install-stale" data-agent="codex"' in health and "/hooks" in health
+
+        # A session recorded (as Codex's SessionEnd hook sends it, once trusted): working again, counted.
+        record = run_record(harness="coder", adapter="codex", run_id="019a-session",
+                            trigger={"source": "manual", "name": "session-end"},
+                            sessions=[{"session_id": "019a-session", "cwd": str(repo), "repo": "forge.example/acme/api",
+                                       "git_branch": "main"}])
+        assert rpc(daemon, "IngestRun", record=record, source="codex session-end 019a-session")["outcome"] in (
+            "recorded", "queued")
+        [install] = json.loads((await cli("memory", "status", "--json")).stdout)["installs"]
+        assert install["ok"] and install["sessions"] == 1 and install["last_session_at"] is not None
+
+        async with httpx2.AsyncClient() as http:
+            exposition = (await http.get(daemon.info["metrics"])).text
+    finally:
+        await trio.to_thread.run_sync(daemon.stop)
+    assert _metric(exposition, "harness_memory_resident_sessions_total", agent="codex", outcome="recorded") == 1 \
+        or _metric(exposition, "harness_memory_resident_sessions_total", agent="codex", outcome="queued") == 1
+    for family in ("harness_memory_runs_started_total", "harness_memory_runs_ended_total",
+                   "harness_memory_run_duration_seconds", "harness_memory_imported_records_total"):
+        assert f"# TYPE {family.removesuffix('_total')}" in exposition or f"# TYPE {family}" in exposition
+    # Labels stay within SPEC-0013's rules: no run id, repository or path in any of issue 40's series.
+    for line in exposition.splitlines():
+        if line.startswith(("harness_memory_resident", "harness_memory_run", "harness_memory_imported")):
+            assert "019a" not in line and "forge.example" not in line and str(repo) not in line, line
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    checked = subprocess.run([promtool, "check", "metrics"], input=exposition.encode(), capture_output=True,
+                             check=False)
+    assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
