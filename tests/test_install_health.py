@@ -114,6 +114,6 @@ async def test_a_codex_whose_hooks_were_never_trusted_is_reported_silent_with_it
             assert "019a" not in line and "forge.example" not in line and str(repo) not in line, line
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
-    checked = subprocess.run([promtool, "check", "metrics"], input=exposition.encode(), capture_output=True,
-                             check=False)
+    checked = await trio.run_process([promtool, "check", "metrics"], stdin=exposition.encode(),
+                                     capture_stdout=True, capture_stderr=True, check=False)
     assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
