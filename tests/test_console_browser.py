@@ -205,6 +205,10 @@ def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path,
         imported = subprocess.run([sys.executable, "-m", "memactors.cli", "import", "git", "--repo", str(repo),
                                    "--json"], env=daemon.env, capture_output=True, text=True, timeout=300, check=False)
         assert imported.returncode == 0, imported.stderr
+        # Two installs, as `memactors install` mints them: one that recorded a session, one that never did.
+        for agent in ("claude-code", "codex"):
+            rpc(daemon, "MintRunToken", harness="api-fixer", run_id=f"resident-{agent}-project-0123abcd",
+                workdir=str(tmp_path / "history"), ttl_seconds=3600)
         base = daemon.info["console"].rstrip("/")
         chrome = browser
         _sign_in(chrome, base, daemon.token("read"), "read")
@@ -269,6 +273,10 @@ def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path,
             assert _raw_values(shown) == [], (page, [re.findall(".{0,80}" + p + ".{0,40}", shown) for p in _raw_values(shown)])
             assert "pwned" not in chrome.title
         chrome.get(base + "/health")
+        installs = chrome.find_element(By.ID, "installs")
+        assert {r.get_attribute("data-agent") for r in installs.find_elements(By.CSS_SELECTOR, "tr[data-agent]")} == {
+            "claude-code", "codex"}
+        chrome.execute_script("arguments[0].scrollIntoView()", installs)
         chrome.save_screenshot(str(shots / "health.png"))
         _sign_out(chrome)
         assert _raw_values(chrome.find_element(By.TAG_NAME, "body").text) == []
