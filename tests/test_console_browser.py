@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -176,6 +177,12 @@ def test_issue29_console_in_a_real_browser(tmp_path: Path, browser: webdriver.Ch
         assert chrome.find_elements(By.CSS_SELECTOR, "#charts svg")
         chrome.save_screenshot(str(shots / "health-1280x800.png"))
         assert XSS not in chrome.title
+        # The run is counted (issue 40): started, ended cancelled, its duration observed; no run id in a label.
+        exposition = httpx2.get(daemon.info["metrics"]).text
+        assert 'harness_memory_runs_started_total{harness="long"} 1.0' in exposition
+        assert 'harness_memory_runs_ended_total{harness="long",outcome="cancelled"} 1.0' in exposition
+        assert 'harness_memory_run_duration_seconds_count{harness="long"} 1.0' in exposition
+        assert run_id not in exposition
     finally:
         daemon.stop()
 
@@ -205,6 +212,10 @@ def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path,
         imported = subprocess.run([sys.executable, "-m", "memactors.cli", "import", "git", "--repo", str(repo),
                                    "--json"], env=daemon.env, capture_output=True, text=True, timeout=300, check=False)
         assert imported.returncode == 0, imported.stderr
+        exposition = httpx2.get(daemon.info["metrics"]).text  # the five commits, counted by source and outcome
+        counted = sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
+                      if line.startswith("harness_memory_imported_records_total{") and 'source="git"' in line)
+        assert counted == 5, exposition
         # Two installs, as `memactors install` mints them: one that recorded a session, one that never did.
         for agent in ("claude-code", "codex"):
             rpc(daemon, "MintRunToken", harness="api-fixer", run_id=f"resident-{agent}-project-0123abcd",
