@@ -117,3 +117,47 @@ async def test_a_codex_whose_hooks_were_never_trusted_is_reported_silent_with_it
     checked = await trio.run_process([promtool, "check", "metrics"], stdin=exposition.encode(),
                                      capture_stdout=True, capture_stderr=True, check=False)
     assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+
+
+def test_silence_is_judged_per_install_with_the_cause_its_agent_most_often_has() -> None:
+    """The rules behind doctor's install rows, on fixed times: seen at the gateway and no session within a
+    day warns; a day of daemon without a session warns (a day-old install); a recorded session, a young
+    install or a daemon up for less than a day does not; each warning names that agent's likely cause."""
+    from datetime import UTC, datetime, timedelta
+
+    from memactors.service.installs import InstallActivity, install_rows
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    day, hour = timedelta(days=1), timedelta(hours=1)
+
+    def stored(agent: str, *, installed: datetime, session: datetime | None = None) -> dict[str, object]:
+        return {"agent": agent, "scope": "project", "harness": f"h-{agent}", "run_id": f"resident-{agent}-project-0123abcd",
+                "workdir": "/srv/api", "installed_at": installed.isoformat(), "expires_at": None,
+                "last_session_at": session.isoformat() if session else None, "sessions": 1 if session else 0,
+                "cached_briefing_at": None}
+
+    long_up = InstallActivity(started=now - 3 * day)
+    long_up.saw("h-codex", "resident-codex-project-0123abcd", now - 2 * day)
+    long_up.saw("h-claude-code", "resident-claude-code-project-0123abcd", now - 2 * hour)
+    long_up.briefed_at("h-gemini-cli", "resident-gemini-cli-project-0123abcd", now - 2 * day)
+    long_up.saw("h-x", "run-42", now)  # not an install's run: not kept
+    rows = {r["agent"]: r for r in install_rows([
+        stored("codex", installed=now - 10 * day, session=now - 5 * day),  # seen since, no session: silent
+        stored("gemini-cli", installed=now - 10 * day),  # briefed two days ago, never a session
+        stored("claude-code", installed=now - 10 * day, session=now - 3 * hour),  # seen 2 h ago: still in session
+        stored("opencode", installed=now - 10 * day, session=now - 30 * day),  # a day of daemon, no session
+        stored("pi", installed=now - hour),  # installed an hour ago
+    ], long_up, now)}
+    assert ("run-42" not in str(long_up.connected)) and len(long_up.connected) == 2
+    assert not rows["codex"]["ok"] and "reached the gateway" in rows["codex"]["problem"]
+    assert "`/hooks`" in rows["codex"]["problem"] and "spool" in rows["codex"]["problem"]
+    assert not rows["gemini-cli"]["ok"] and "trusted folder" in rows["gemini-cli"]["problem"]
+    assert rows["gemini-cli"]["last_briefing_at"].startswith("2026-12-05T12:00:00")
+    assert rows["claude-code"]["ok"] and rows["claude-code"]["problem"] is None
+    assert not rows["opencode"]["ok"] and "while the daemon ran for the last 72 h" in rows["opencode"]["problem"]
+    assert "plugin" in rows["opencode"]["problem"]
+    assert rows["pi"]["ok"]
+    # A daemon up for an hour has not seen a day of silence, whatever the store says.
+    fresh = install_rows([stored("opencode", installed=now - 10 * day, session=now - 30 * day)],
+                         InstallActivity(started=now - hour), now)
+    assert fresh[0]["ok"]
