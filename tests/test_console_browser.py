@@ -241,6 +241,7 @@ def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path,
         chrome.find_element(By.ID, "search-go").click()
         answer = WebDriverWait(chrome, WAIT).until(ec.presence_of_element_located((By.ID, "answer")))
         assert "Round ledger totals with Decimal quantize" in answer.text, answer.text
+        chrome.execute_script("arguments[0].scrollIntoView()", answer)
         chrome.save_screenshot(str(shots / "search.png"))
         link = next(a for a in chrome.find_elements(By.CSS_SELECTOR, "#answer article.item a.episode-link")
                     if "quantize" in a.find_element(By.XPATH, "./ancestor::article").text)
