@@ -161,3 +161,19 @@ def test_silence_is_judged_per_install_with_the_cause_its_agent_most_often_has()
     fresh = install_rows([stored("opencode", installed=now - 10 * day, session=now - 30 * day)],
                          InstallActivity(started=now - hour), now)
     assert fresh[0]["ok"]
+
+
+def test_doctor_names_a_daemon_down_at_session_start_first_for_a_silent_install() -> None:
+    from memactors.doctor import install_doctor_rows
+
+    silent = {"agent": "claude-code", "scope": "user", "harness": "api-fixer", "problem": "no session recorded",
+              "last_session_at": None, "last_briefing_at": None, "last_connected_at": None}
+    working = {**silent, "agent": "codex", "harness": "coder", "problem": None, "sessions": 3}
+    started = {"count": 2, "last_at": "2026-12-07T09:00:00Z", "last_error": "timed out", "harnesses": ["api-fixer"]}
+    rows = install_doctor_rows([silent, working], started)
+    assert [(r.status, r.name) for r in rows] == [("warn", "install claude-code user (api-fixer)"),
+                                                  ("pass", "install codex user (coder)")]
+    assert rows[0].message.startswith("sessions of api-fixer started while the daemon did not answer (last at "
+                                      "2026-12-07T09:00:00Z); no session recorded")
+    assert rows[1].message.startswith("3 sessions recorded")
+    assert install_doctor_rows([silent], None)[0].message.startswith("no session recorded")
