@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -177,3 +178,28 @@ def test_doctor_names_a_daemon_down_at_session_start_first_for_a_silent_install(
                                       "2026-12-07T09:00:00Z); no session recorded")
     assert rows[1].message.startswith("3 sessions recorded")
     assert install_doctor_rows([silent], None)[0].message.startswith("no session recorded")
+
+
+@pytest.mark.both_engines
+async def test_installs_are_read_from_the_store_on_either_engine(memory: Any, engine: str) -> None:
+    """The installs `memory status` lists, from the store (SQLite and PostgreSQL): a resident token install
+    minted, the gateway resolving it, a briefing served, a session recorded; a non-resident run token is
+    no install."""
+    from memactors.service.installs import SILENT_SECONDS
+
+    assert SILENT_SECONDS == 86400.0
+    minted = await memory.mint_run_token(harness="api-fixer", run_id="resident-claude-code-user-0123abcd",
+                                         ttl_seconds=3600)
+    await memory.mint_run_token(harness="api-fixer", run_id="42", ttl_seconds=3600)
+    [fresh] = await memory.install_status()
+    assert (fresh["agent"], fresh["scope"], fresh["harness"], fresh["sessions"]) == ("claude-code", "user", "api-fixer", 0)
+    assert fresh["ok"] and fresh["last_connected_at"] is None and fresh["last_session_at"] is None
+    view = await memory.caller_view(minted["token"])
+    await memory.agent_briefing(view, delivery="tool")
+    await memory.ingest_run(run_record(run_id="s-1", trigger={"source": "manual", "name": "session-end"}),
+                            source="claude-code session-end s-1")
+    [after] = await memory.install_status()
+    assert after["last_connected_at"] and after["last_briefing_at"] and after["last_session_at"]
+    assert after["sessions"] == 1 and after["ok"]
+    assert memory.metrics.resident_sessions.labels("claude-code", "recorded")._value.get() \
+        + memory.metrics.resident_sessions.labels("claude-code", "queued")._value.get() == 1
