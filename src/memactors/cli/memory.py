@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..humanize import mb
 from . import _core as core
 from ._core import EXIT_FAILED, JSON_HELP, CliError, call, confirm
 from ._readable import readable
@@ -60,7 +61,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = ("UNREACHABLE" if not store.get("reachable", True) else "DAMAGED" if store.get("damaged")
                  else "writable" if store["writable"] else "NOT WRITABLE")
         print(f"store      {store.get('where') or store['path']}  {state}"
-              + ("" if free is None else f", {free} bytes free")
+              + ("" if free is None else f", {mb(free)} free")
               + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
     emb = st.get("embeddings")
     if emb and emb.get("off"):
