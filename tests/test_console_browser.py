@@ -276,6 +276,9 @@ def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path,
         chrome.get(base + "/briefings/api-fixer")
         links = chrome.find_elements(By.CSS_SELECTOR, "article.item a.episode-link")
         assert links and all("/episodes/" in a.get_attribute("href") for a in links)
+        links[0].click()  # a briefing's item names its run: the link finds that run's episode
+        WebDriverWait(chrome, WAIT).until(ec.presence_of_element_located((By.ID, "episode-card")))
+        assert "/episodes/ep_" in chrome.current_url
         pages = ["/episodes", "/timeline", f"/episodes/{ids['web']}", f"/episodes/{ids['api2']}", "/briefings",
                  "/briefings/api-fixer", "/runs", "/health", "/health/check-provider", "/recall",
                  f"/episodes/{ids['api']}/forget"]
