@@ -29,6 +29,7 @@ from support_runs import make_repo
 
 pytestmark = pytest.mark.slow
 
+API = "forge.example/acme/api"
 HARNESS = '[harness.coder]\nharness = "codex"\n[console]\nenabled = true\nlisten = "127.0.0.1:0"\n'
 
 
@@ -203,3 +204,13 @@ async def test_installs_are_read_from_the_store_on_either_engine(memory: Any, en
     assert after["sessions"] == 1 and after["ok"]
     assert memory.metrics.resident_sessions.labels("claude-code", "recorded")._value.get() \
         + memory.metrics.resident_sessions.labels("claude-code", "queued")._value.get() == 1
+    # A project install of the same agent on the same harness: its sessions are the ones run inside it.
+    await memory.mint_run_token(harness="api-fixer", run_id="resident-claude-code-project-89abcdef",
+                                workdir="/srv/api", ttl_seconds=3600)
+    for n, cwd in enumerate(("/srv/api", "/srv/api/sub", "/srv/apix", "/home/me")):
+        await memory.ingest_run(run_record(run_id=f"p-{n}", trigger={"source": "manual", "name": "session-end"},
+                                           sessions=[{"session_id": f"p-{n}", "cwd": cwd, "repo": API,
+                                                      "git_branch": "main"}]), source=f"session-end p-{n}")
+    by_scope = {i["scope"]: i for i in await memory.install_status()}
+    # /srv/api and /srv/api/sub (and the first session, run in /srv/api) are the project's; /srv/apix is not
+    assert (by_scope["project"]["sessions"], by_scope["user"]["sessions"]) == (3, 2), by_scope

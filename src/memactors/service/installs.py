@@ -6,7 +6,8 @@ An install is the resident's run token, which `install` mints as run ``resident-
 <8 hex>`` (``cli.install.run_id_for``) and keeps in ``run_callers`` until `uninstall` revokes it: the
 store, not the files install writes, is where every daemon sharing it finds the installs. A session is a
 run record its session-end hook (or OpenCode's plugin) ingested: a ``runs`` row of the install's harness
-whose adapter is the agent. The gateway and briefing times are this daemon's own (in memory, since it
+whose adapter is the agent (with a project's and the user's install of one agent on one harness, the
+project's are those run inside its directory). The gateway and briefing times are this daemon's own (in memory, since it
 started); the cached briefing's time in the store stands in for a briefing served before.
 
 Silence is reported (doctor warns) when the agent reached the gateway or got a briefing and no session
@@ -18,6 +19,7 @@ agent, a daemon down when the session ended (its record waits in the spool) or w
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -80,7 +82,11 @@ class InstallActivity:
 
 
 def read_installs(db: Any) -> list[dict[str, Any]]:
-    """Every resident install in the store with its last recorded session and cached briefing (one read)."""
+    """Every resident install in the store with its last recorded session and cached briefing (one read).
+
+    A session belongs to the install of its harness and agent; when one agent has several installs on one
+    harness (a project's and the user's), to the project install whose directory holds the session's
+    working directory, else to the user's (`_attribute`)."""
     out = []
     rows = db.execute("SELECT harness, run_id, max(workdir), min(created_at), max(expires_at) FROM run_callers"
                       " WHERE run_id LIKE 'resident-%' GROUP BY harness, run_id ORDER BY harness, run_id").fetchall()
@@ -89,15 +95,57 @@ def read_installs(db: Any) -> list[dict[str, Any]]:
         if m is None:
             continue
         agent = m.group("agent")
-        last = db.execute("SELECT max(ingested_at), count(*) FROM runs WHERE harness = ? AND adapter = ?",
-                          [harness, _ADAPTER.get(agent, agent)]).fetchone()
         cached = db.execute("SELECT computed_at FROM briefings WHERE harness = ? AND run_id = ?",
                             [harness, run_id]).fetchone()
         out.append({"agent": agent, "scope": m.group("scope"), "harness": str(harness), "run_id": str(run_id),
                     "workdir": str(workdir or "") or None, "installed_at": created, "expires_at": expires,
-                    "last_session_at": last[0] if last else None, "sessions": int(last[1] or 0) if last else 0,
-                    "cached_briefing_at": cached[0] if cached else None})
+                    "last_session_at": None, "sessions": 0, "cached_briefing_at": cached[0] if cached else None})
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in out:
+        groups.setdefault((row["harness"], row["agent"]), []).append(row)
+    for (harness, agent), installs in groups.items():
+        adapter = _ADAPTER.get(agent, agent)
+        if len(installs) == 1:
+            last = db.execute("SELECT max(ingested_at), count(*) FROM runs WHERE harness = ? AND adapter = ?",
+                              [harness, adapter]).fetchone()
+            installs[0].update(last_session_at=last[0], sessions=int(last[1] or 0))
+            continue
+        sessions = db.execute("SELECT r.record, s.ingested_at FROM runs s LEFT JOIN run_records r ON r.id = s.record_id"
+                              " WHERE s.harness = ? AND s.adapter = ? ORDER BY s.ingested_at DESC LIMIT ?",
+                              [harness, adapter, ATTRIBUTED_SESSIONS]).fetchall()
+        for record, ingested in sessions:
+            owner = _attribute(_cwds(record), installs)
+            if owner is not None:
+                owner["sessions"] += 1
+                owner["last_session_at"] = _latest(owner["last_session_at"], ingested)
     return out
+
+
+#: With several installs of one agent on one harness, how many of its latest sessions are attributed.
+ATTRIBUTED_SESSIONS = 1000
+
+
+def _cwds(record: Any) -> list[str]:
+    try:
+        data = json.loads(record) if isinstance(record, str) else record
+        return [str(s["cwd"]) for s in data.get("sessions") or () if isinstance(s, dict) and s.get("cwd")]
+    except (ValueError, TypeError, AttributeError):
+        return []
+
+
+def _attribute(cwds: list[str], installs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The install a session belongs to: the project install whose directory holds one of its working
+    directories (the deepest), else the user install, else none."""
+    best, depth = None, -1
+    for row in installs:
+        root = row.get("workdir")
+        if row["scope"] != "project" or not root:
+            continue
+        if any(cwd == root or cwd.startswith(root.rstrip("/") + "/") for cwd in cwds) and len(root) > depth:
+            best, depth = row, len(root)
+    if best is not None:
+        return best
+    return next((row for row in installs if row["scope"] == "user"), None)
 
 
 def _latest(*times: Any) -> datetime | None:
