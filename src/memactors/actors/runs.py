@@ -30,6 +30,7 @@ the agent echoes of it is scrubbed of the operator's prompt and the fence's nonc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -335,6 +336,7 @@ class Runs:
         wall = self._service.wall_clock
         started_wall = wall()
         started = trio.current_time()
+        self._service.metrics.run_started(state.harness)
         parser = run.adapter.parser()
         code: int | None = None
         spawn_error: str | None = None
@@ -482,6 +484,8 @@ class Runs:
             state.ended_at, state.duration_ms = iso(ended), max(0, duration_ms)
             if state.outcome is None:
                 state.outcome, state.reason = "crashed", "internal_error"
+            with contextlib.suppress(ValueError):  # REQ-5 outcomes only; a metric never fails a run
+                self._service.metrics.run_ended(state.harness, str(state.outcome), duration_ms / 1000)
             try:
                 # Rewritten before the run leaves _active, so a lookup always finds it in one place.
                 await self._service.store.write(lambda db: run_rows.upsert(
