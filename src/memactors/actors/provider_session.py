@@ -315,7 +315,9 @@ class ProviderSession:
                 if missing:
                     raise ProviderIncompatible(f"provider lacks {', '.join(missing)}", provider=self.provider)
                 payload = await self._raw_call(client, "memory_contract", {})
-                self._info = contract.check_contract(payload, provider=self.provider)
+                # Kept before the version check: status names the contract an incompatible provider spoke.
+                self._info = contract.contract_info(payload, provider=self.provider)
+                contract.check_supported(self._info, provider=self.provider)
         except ProviderIncompatible as exc:
             self._ever_checked = True
             self._set_state("incompatible", str(exc))
