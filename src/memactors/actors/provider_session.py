@@ -177,7 +177,7 @@ class ProviderSession:
                 nursery.start_soon(self._stderr_loop, read_fd)
                 nursery.start_soon(self._connection_loop)
                 task_status.started(self.address)
-                await serve(self._mailbox, self._handle, concurrency=32)
+                await serve(self._mailbox, self._handle, concurrency=32, context=self._about)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -426,6 +426,12 @@ class ProviderSession:
                 self._log.bind(error=type(exc).__name__).warning("call log write failed")
 
     # -- requests -----------------------------------------------------------------------------------
+    def _about(self, message: object) -> dict[str, object]:
+        """What a failed request's log line names: the provider, and the contract tool it called."""
+        if isinstance(message, ProviderCall):
+            return {"provider": self.provider, "op": message.tool}
+        return {"provider": self.provider}
+
     async def _handle(self, message: object) -> object:
         match message:
             case ProviderCall():
