@@ -211,3 +211,16 @@ def test_sighups_from_the_first_moments_of_memactors_serve_never_kill_it(tmp_pat
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize(("argv", "serve"), [
+    (["serve"], True), (["--config", "serve", "serve"], True), (["--config=h.toml", "serve"], True),
+    (["serve", "--config", "h.toml"], True), (["--config", "serve"], False), (["memory", "status"], False),
+    (["run", "serve"], False), (["--help"], False), ([], False),
+])
+def test_only_the_serve_command_line_catches_sighup_before_its_imports(argv: list[str], serve: bool) -> None:
+    """The early SIGHUP disposition is the daemon's alone: any other command keeps SIGHUP's default (a
+    hung-up terminal still ends `memactors run --wait`), and `--config`'s value is not a command."""
+    from memactors._hangup import names_serve
+
+    assert names_serve(argv) is serve
