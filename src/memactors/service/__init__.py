@@ -219,8 +219,8 @@ class MemoryService:
         elif name.startswith("import "):
             self.metrics.imported(name.removeprefix("import ").strip(), outcome)
 
-    async def summarize(self, text: str) -> SummaryResult:
-        return await self.summary.summarize(text)
+    async def summarize(self, text: str, episode_id: str | None = None) -> SummaryResult:
+        return await self.summary.summarize(text, episode_id)
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
