@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import mcp.types as t
 import pytest
 import trio
 
@@ -17,7 +19,8 @@ from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
-from support import run_record, wait_ready, within
+from support import RESIDENT, run_record, serving, wait_ready, within
+from support_readside import as_run, gateway_client
 
 pytestmark = pytest.mark.req11
 
@@ -223,7 +226,8 @@ async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         assert ok["degraded"] is None
         assert [e["episode_id"] for e in ok["episodes"]] == [result["episode_id"]]
         fake.behaviour.embed_status = 503
-        fallback = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
+        # A query not asked before (a repeated one has its vector cached and needs no model).
+        fallback = await memory.recall(query="rounding ledger", repo="forge.example/acme/api")
         assert fallback["degraded"] == "embeddings_unavailable"
         assert [e["episode_id"] for e in fallback["episodes"]] == [result["episode_id"]]
 
@@ -494,3 +498,29 @@ async def test_issue32_sqlite_scores_its_hits_for_the_fusion(
     """SQLite: BM25 (negated FTS5 rank) and sqlite-vec's cosine similarity (1 − distance). PostgreSQL
     with pgvector: `test_store_pg.py::test_issue32_postgresql_scores_its_hits_for_the_fusion`."""
     await _scored_hits(store, embed_client)
+
+
+async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
+        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+    """The query's vector is cached by model and text: the same question through the gateway a second
+    time (another run's agent, even) is answered alike with no embedding request; a new one makes one."""
+    holder = make_holder(RESIDENT + f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    async with serving(holder) as (memory, url):
+        for i, text in enumerate(("ledger rounding fixed", "invoice totals rounded in the ledger")):
+            await memory.ingest_run(run_record(run_id=str(i + 1), trace_id=f"t-{i}", result_text=text))
+        assert await memory.builtin.wait_embedded() == 0
+        documents = []
+        for run in ("100", "101"):
+            token, _ = await as_run(memory, "api-fixer", run, "forge.example/acme/api")
+            before = len(fake.requests_to("/v1/embeddings"))
+            async with gateway_client(url, token) as client:
+                result = await client.call_tool("recall", {"query": "ledger rounding", "limit": 5})
+            assert not result.is_error
+            text = "".join(c.text for c in result.content if isinstance(c, t.TextContent))
+            documents.append(re.findall(r"^- episode · .*?· run (\w+)", text, re.M))
+            model_runs = len(fake.requests_to("/v1/embeddings")) - before
+            assert model_runs == (1 if run == "100" else 0)
+        assert documents[0] == documents[1] and documents[0]
+        async with gateway_client(url, token) as client:
+            assert not (await client.call_tool("recall", {"query": "invoice totals", "limit": 5})).is_error
+        assert len(fake.requests_to("/v1/embeddings")) - before == 1  # a new question is embedded
