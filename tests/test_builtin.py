@@ -18,6 +18,7 @@ from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
+from memactors.store.sqlite import _connect
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import RESIDENT, run_record, serving, wait_ready, within
 from support_readside import as_run, gateway_client
@@ -524,3 +525,50 @@ async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
         async with gateway_client(url, token) as client:
             assert not (await client.call_tool("recall", {"query": "invoice totals", "limit": 5})).is_error
         assert len(fake.requests_to("/v1/embeddings")) - before == 1  # a new question is embedded
+
+
+def _old_vec_table(path: Path) -> int:
+    """Rebuild a store's `builtin_vec` as stores made before VEC_CHUNK have it (vec0's default chunk of
+    1024 vectors per scope); the bytes its vectors then take."""
+    db = _connect(path)
+    try:
+        dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
+        db.execute("BEGIN")
+        rows = db.execute("SELECT doc_id, scope, embedding FROM builtin_vec").fetchall()
+        db.execute("DROP TABLE builtin_vec")
+        db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
+                   f" scope TEXT PARTITION KEY, embedding float[{dim}] distance_metric=cosine)")
+        db.execute("DELETE FROM builtin_meta WHERE key = 'vec_chunk'")
+        for row in rows:
+            db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", list(row))
+        db.execute("COMMIT")
+        return _vector_bytes(db)
+    finally:
+        db.conn.close()
+
+
+def _vector_bytes(db: Any) -> int:
+    return int(db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'builtin_vec%'").fetchone()[0])
+
+
+async def test_a_store_made_with_vec0s_default_chunks_is_compacted_at_start_with_its_vectors_kept(
+        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+    holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        for i, text in enumerate(("ledger rounding fixed", "invoice page rounding")):
+            await memory.ingest_run(run_record(run_id=str(i + 1), trace_id=f"t-{i}", result_text=text))
+        assert await memory.builtin.wait_embedded() == 0
+        before = await memory.recall(query="rounding", repo="forge.example/acme/api")
+        path = memory.store.path
+    old_bytes = _old_vec_table(path)
+    requests = len(fake.requests_to("/v1/embeddings"))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        status = await memory.builtin.vector_status()
+        assert status["with_vector"] == 2 and status["pending"] == 0  # kept, not back-filled again
+        after = await memory.recall(query="rounding", repo="forge.example/acme/api")
+        assert after["episodes"] == before["episodes"] and after["episodes"]
+        new_bytes = await memory.store.read(_vector_bytes)
+    assert len(fake.requests_to("/v1/embeddings")) == requests + 1  # the recall's query only
+    assert new_bytes < old_bytes / 4, (old_bytes, new_bytes)
