@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import statistics
 import sys
@@ -49,8 +48,10 @@ from recall_path import corpus  # noqa: E402
 from user_paths import REPOS, SERVICE, anchor_sql, daemon, gateway_client, machine, pct, repo, write_config  # noqa: E402
 
 from memactors.actors.provider_session import provider_call  # noqa: E402
-from memactors.builtin import query_words  # noqa: E402
-from memactors.builtin import index_sqlite  # noqa: E402
+from memactors.builtin import (
+    index_sqlite,  # noqa: E402
+    query_words,  # noqa: E402
+)
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.embedding import shared_model  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
@@ -105,15 +106,15 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], profi
             scope = scope_for(repo(z))
             vec = model.encode([q])[0]
             sql, params = anchor_sql("and+tok", query_words(q), scope, nums.get(scope, 0))
-            steps: list[tuple[str, Any]] = [
-                ("fts5", lambda: raw.execute(sql, params).fetchall()),
-                ("knn", lambda: index_sqlite.knn(raw, vec, [scope])),
-                ("embed", lambda: model.encode([f"{q} {n}"])),
-            ]
-            for name, fn in steps:
-                t = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            raw.execute(sql, params).fetchall()
+            times["fts5"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            index_sqlite.knn(raw, vec, [scope])
+            times["knn"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            model.encode([f"{q} {n}"])
+            times["embed"].append(time.perf_counter() - t)
             # each layer its own variant of the query, so that no layer reuses another's embedding
             t = time.perf_counter()
             await svc.builtin.recall({"query": f"{q} p{n}", "scope": [scope], "limit": LIMIT})
