@@ -265,6 +265,7 @@ class MemoryService:
             "pending": None if pending is None else {
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
+                "record_quarantined": pending.get("record_quarantined", 0),
             },
             "store": store,
             "recalls": recalls,
