@@ -126,7 +126,7 @@ def test_a_bad_episode_body_in_an_import_is_refused_by_line_and_the_daemon_start
     lines[episodes[0]] = bad
     path = write_lines(tmp_path / "bad.jsonl", lines)
     done = cli(env, "store", "import", str(path), "--json")
-    assert done.returncode == 5, done.stderr  # INVALID_ARGUMENT: something was refused
+    assert done.returncode == 1, done.stderr  # it ran and reports a failure: a line was refused
     summary = json.loads(done.stdout)
     assert summary["refused"] == [{"line": bad_line, "type": "episode",
                                    "reason": summary["refused"][0]["reason"]}]

@@ -448,6 +448,36 @@ def assemble(
     )
 
 
+#: The longest result excerpt an episode may carry (the contract schema's bound; `[memory.episodes]
+#: excerpt_chars` is at most this).
+MAX_EXCERPT_CHARS = 2000
+
+
+def reclean_episode(episode: Episode, *, repo: str) -> Episode:
+    """An episode from outside this daemon (a `store import` file) made as `assemble` makes one: every
+    string cleaned (REQ-6) and bounded again, lines flattened, `repo` (an already checked repository key)
+    its repository and the scope derived from it, never taken from the file. Idempotent on an
+    episode this daemon assembled."""
+    summary = episode.summary
+    if summary is not None:
+        summary = clean(flatten(summary)).strip()
+        if not summary or len(summary) > MAX_SUMMARY_CHARS:
+            summary = None
+    return attrs.evolve(
+        episode,
+        harness=_bounded(episode.harness), adapter=_bounded(episode.adapter), run_id=_bounded(episode.run_id),
+        trace_id=_bounded(episode.trace_id), model=_bounded(episode.model), repo=_bounded(repo),
+        branch=_bounded(episode.branch), started_at=_bounded(episode.started_at),
+        files_touched=tuple(_bounded(f) for f in episode.files_touched[:MAX_FILES]),
+        pull_request=_bounded(episode.pull_request) if episode.pull_request else None,
+        verify_failures=tuple(attrs.evolve(v, error_class=_bounded(v.error_class))
+                              for v in episode.verify_failures[:MAX_VERIFY_CLASSES]),
+        result_excerpt=_flat_excerpt(clean(episode.result_excerpt), MAX_EXCERPT_CHARS),
+        summary=summary,
+        scope=scope_for(repo),
+    )
+
+
 # -- text rendering -----------------------------------------------------------------------------------
 
 def _line_value(value: object) -> str:
