@@ -138,3 +138,122 @@ def test_a_bad_episode_body_in_an_import_is_refused_by_line_and_the_daemon_start
                  and s["counts"]["indexed_ids"] >= 1)
         assert daemon.proc.poll() is None
         assert ok_json(daemon.env, "memory", "episodes", "--repo", REPO)["total"] == 1
+
+
+def _episode_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    return json.loads(json.dumps(next(x for x in lines if x["type"] == "episode" and x["text"])))
+
+
+def _crafted(template: dict[str, Any], n: int, **body: Any) -> dict[str, Any]:
+    """The template's episode line with a new id (ep_ + n) and these body fields replaced."""
+    line = json.loads(json.dumps(template))
+    episode_id = f"ep_{n:020x}"
+    episode = {**json.loads(line["text"]), "episode_id": episode_id, "run_id": f"crafted-{n}", **body}
+    line["row"].update(episode_id=episode_id, run_id=f"crafted-{n}")
+    line["text"] = json.dumps(episode)
+    return line
+
+
+@pytest.mark.slow
+def test_malformed_rows_are_refused_by_line_and_reason_and_the_good_rows_kept(tmp_path: Path) -> None:
+    """The audit's malformed rows — an episode text "hello", {}, [] or with wrong types, a non-string id,
+    an object text, a fact confidence "x", 10^400 and NaN, a 100,000-deep line, an oversized episode and
+    an oversized line — each refused by its line number without a traceback; every good row is in, and
+    the daemon on the result starts, lists and records what went in."""
+    from memactors._limits import MAX_EPISODE_BODY_BYTES, MAX_IMPORT_LINE_BYTES
+
+    lines, _, _ = exported(tmp_path, run_record())
+    template = _episode_line(lines)
+    fact = {"type": "fact", "row": {"id": "f_good", "scope": f"project:{REPO}", "text": "Ledger rounds half up.",
+                                    "confidence": 0.5, "status": "live", "created_at": "2026-01-01T00:00:00Z",
+                                    "updated_at": "2026-01-01T00:00:00Z"}}
+    bad: list[Any] = [
+        {**_crafted(template, 1), "text": "hello"},
+        {**_crafted(template, 2), "text": "{}"},
+        {**_crafted(template, 3), "text": "[]"},
+        _crafted(template, 4, duration_ms="long", files_touched="x"),
+        {**_crafted(template, 5), "row": {**template["row"], "episode_id": 12345}},
+        {**_crafted(template, 6), "text": {"an": "object"}},
+        {"type": "fact", "row": {**fact["row"], "id": "f_x", "confidence": "x"}},
+        json.dumps({"type": "fact", "row": {**fact["row"], "id": "f_big"}}).replace('"confidence": 0.5',
+                                                                                     '"confidence": 1' + "0" * 400),
+        json.dumps({"type": "fact", "row": {**fact["row"], "id": "f_nan", "confidence": float("nan")}}),
+        "[" * 100_000 + "]" * 100_000,
+        _crafted(template, 7, result_excerpt="x" * (MAX_EPISODE_BODY_BYTES + 1)),
+        json.dumps({**_crafted(template, 8), "pad": "y" * (MAX_IMPORT_LINE_BYTES + 10)}),
+    ]
+    good = [_crafted(template, 100), fact]
+    file_lines = [lines[0], good[0], *bad, good[1], lines[-1]]
+    path = write_lines(tmp_path / "mixed.jsonl", file_lines)
+    where, config, env = target(tmp_path)
+    done = cli(env, "store", "import", str(path), "--json")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    summary = json.loads(done.stdout)
+    refused = {r["line"]: r for r in summary["refused"]}
+    assert sorted(refused) == list(range(3, 3 + len(bad))), summary["refused"]
+    reasons = [refused[n]["reason"] for n in sorted(refused)]
+    assert "not JSON" in reasons[0] and "not a JSON object" in reasons[2]
+    assert "confidence" in reasons[6] and "confidence" in reasons[7] and "confidence" in reasons[8]
+    assert "nested too deeply" in reasons[9]
+    assert f"limit is {MAX_EPISODE_BODY_BYTES}" in reasons[10] and f"limit is {MAX_IMPORT_LINE_BYTES}" in reasons[11]
+    assert "episode_id" in reasons[4]
+    assert summary["added"] == {"episode": 1, "fact": 1} and summary["queued_for_provider"] == 1
+    text = cli(env, "store", "import", str(path))
+    assert text.returncode == 1 and "line 3 refused (episode)" in text.stderr and "1 already there" not in text.stdout
+    with daemon_process(where, config=config) as daemon:
+        wait_for(daemon, "the good episode recorded", lambda s: s["pending"]["records"] == 0
+                 and s["counts"]["indexed_ids"] >= 1)
+        listed = ok_json(daemon.env, "memory", "episodes", "--repo", REPO)
+        assert [e["episode_id"] for e in listed["episodes"]] == [f"ep_{100:020x}"]
+        assert daemon.proc.poll() is None
+
+
+TOKEN = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+
+
+@pytest.mark.slow
+async def test_an_imported_episode_is_redacted_and_scoped_by_its_repository_over_the_gateway(tmp_path: Path) -> None:
+    """A crafted line: an episode of acme/other given acme/api's scope, a `ghp_` token in its excerpt. It is
+    never served to an acme/api run token, and acme/other's run gets it without the token."""
+    import trio
+
+    from memactors.rpc.transport import connect_rpc
+    from support_readside import gateway_client
+
+    lines, _, _ = await trio.to_thread.run_sync(exported, tmp_path, run_record())
+    template = _episode_line(lines)
+    crafted = _crafted(template, 9, repo=OTHER, scope=f"project:{REPO}",
+                       result_excerpt=f"zanzibar ledger fix, pushed with {TOKEN} to the remote")
+    crafted["row"].update(repo=REPO, scope=f"project:{REPO}")  # the row lies too
+    path = write_lines(tmp_path / "crafted.jsonl", [lines[0], crafted, lines[-1]])
+    where, config, env = target(tmp_path)
+    done = await trio.to_thread.run_sync(lambda: cli(env, "store", "import", str(path), "--json"))
+    assert done.returncode == 0, done.stderr
+    daemon = await trio.to_thread.run_sync(lambda: start_daemon(where, config=config))
+    try:
+        await trio.to_thread.run_sync(lambda: wait_for(daemon, "recorded", lambda s: s["pending"]["records"] == 0
+                                                       and s["counts"]["indexed_ids"] >= 1))
+        tokens = {}
+        async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
+            for repo in (REPO, OTHER):
+                run_id = f"r-{repo.rsplit('/', 1)[1]}"
+                await rpc.call("harness.v1.MemoryService/ReportPresence", {
+                    "harness": "api-fixer", "run_id": run_id, "session_id": f"s-{run_id}", "repo": repo,
+                    "branch": "main"})
+                minted = await rpc.call("harness.v1.MemoryService/MintRunToken",
+                                        {"harness": "api-fixer", "run_id": run_id})
+                tokens[repo] = str(minted["token"])
+        answers = {}
+        for repo, token in tokens.items():
+            async with gateway_client(daemon.info["gateway"], token) as client:
+                result = await client.call_tool("recall", {"query": "zanzibar ledger"})
+            assert result.is_error is False
+            answers[repo] = "".join(getattr(c, "text", "") for c in result.content)
+        assert "zanzibar" not in answers[REPO]
+        assert "zanzibar" in answers[OTHER] and TOKEN not in answers[OTHER] and TOKEN[4:20] not in answers[OTHER]
+        listed = await trio.to_thread.run_sync(lambda: ok_json(daemon.env, "memory", "episodes", "--repo", OTHER))
+        assert [e["episode_id"] for e in listed["episodes"]] == [f"ep_{9:020x}"]
+        assert TOKEN[4:20] not in json.dumps(listed)
+    finally:
+        await trio.to_thread.run_sync(daemon.stop)

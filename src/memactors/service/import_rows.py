@@ -54,6 +54,8 @@ _FACT_BYTES = 4096
 #: Episode fields the contract lets be null where the model keeps "" (an episode this daemon assembles
 #: never has a null there) or 0.
 _NULL_AS_EMPTY = ("trace_id", "model", "branch")
+#: The largest number a stored episode or row carries (JSON's safe integers; a store column is 64-bit).
+_MAX_NUMBER = 2**53
 
 
 @functools.cache
@@ -139,6 +141,13 @@ def _body(text: Any, episode_id: str) -> tuple[dict[str, Any], str]:
     bad = _non_finite(data)
     if bad is not None:
         raise RowRefused(f"the episode's {bad} must be a finite number")
+    for key in ("duration_ms", "cost_usd"):
+        if isinstance(data.get(key), int | float) and not -_MAX_NUMBER <= data[key] <= _MAX_NUMBER:
+            raise RowRefused(f"the episode's {key} is out of range")
+    for n, failure in enumerate(data.get("verify_failures") or ()):
+        count = failure.get("count") if isinstance(failure, dict) else None
+        if isinstance(count, int) and count > _MAX_NUMBER:
+            raise RowRefused(f"the episode's verify_failures[{n}].count is out of range")
     error = best_match(_episode_validator().iter_errors(data))
     if error is not None:
         raise RowRefused(f"the episode's {_path(error)} is invalid ({error.validator})")
@@ -187,7 +196,7 @@ def _check_run(item: dict[str, Any]) -> dict[str, Any]:
     if text is None:  # a run whose record was scrubbed with its forgotten episode
         duration = row.get("duration_ms")
         if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int) or duration < 0
-                                     or duration > 2**53):
+                                     or duration > _MAX_NUMBER):
             raise RowRefused("duration_ms must be a whole number of milliseconds")
         return {"type": "run", "text": None, "row": {
             "harness": _string(row, "harness"), "run_id": _string(row, "run_id"), "adapter": _string(row, "adapter"),
@@ -241,8 +250,8 @@ def _check_fact(item: dict[str, Any]) -> dict[str, Any]:
             raise RowRefused("scope must be 'fleet' or 'project:<repository key>'")
         scope = scope_for(_repo(scope.removeprefix("project:"), "scope"))
     confidence = row.get("confidence")
-    if (isinstance(confidence, bool) or not isinstance(confidence, int | float) or not math.isfinite(confidence)
-            or not 0.0 <= confidence <= 1.0):
+    if (isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1
+            or not math.isfinite(confidence)):
         raise RowRefused("confidence must be a number from 0 to 1")
     text = _string(row, "text", limit=_FACT_BYTES, line=False)
     return {"type": "fact", "row": {
