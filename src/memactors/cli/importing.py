@@ -79,17 +79,18 @@ def since_of(text: str | None, now: datetime | None = None) -> str | None:
         return None
     from datetime import timedelta
 
-    from .._toml_tables import parse_duration
+    from .._toml_tables import is_duration, parse_duration
     from ..errors import ConfigError
 
     now = now or datetime.now(UTC)
     try:
         return (now - timedelta(seconds=parse_duration(text))).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        if is_duration(text):  # a duration past the longest one: say so, with the limit
+            raise CliError("INVALID_ARGUMENT", f"--since {exc.message}") from None
     try:
         return utc(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise CliError("INVALID_ARGUMENT", "--since is neither a duration (90d, 12h) nor an RFC 3339 time") from None
 
 
