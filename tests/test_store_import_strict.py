@@ -78,10 +78,12 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
 
 
 @pytest.mark.slow
-def test_an_unreadable_pending_record_is_quarantined_and_the_daemon_serves(tmp_path: Path) -> None:
-    """A stored body that is not an episode (written before import checked bodies, or damaged) with a
-    pending record: the daemon starts and serves, the record is set aside and counted, doctor warns, the
-    log names the episode, `memory episodes` still answers, and `memory forget` clears it."""
+@pytest.mark.parametrize("damage", ["not an episode", "past the size bound"])
+def test_an_unreadable_pending_record_is_quarantined_and_the_daemon_serves(tmp_path: Path, damage: str) -> None:
+    """A stored body that is not an episode, or one of 5 MB (more than an RPC frame holds; written before
+    import checked bodies, or damaged), with a pending record: the daemon starts and serves, the record
+    is set aside and counted, doctor warns, the log names the episode, `memory episodes` (the list and
+    the one episode) still answers, and `memory forget` clears it."""
     import sqlean
 
     config = write_config(tmp_path)
@@ -91,7 +93,9 @@ def test_an_unreadable_pending_record_is_quarantined_and_the_daemon_serves(tmp_p
         [done] = ok_json(daemon.env, "runs", "ingest", str(path))
     episode_id = done["episode_id"]
     db = sqlean.connect(str(tmp_path / "state" / "memactors.db"), isolation_level=None)
-    db.execute("UPDATE episode_bodies SET body = 'hello'")
+    body = json.loads(db.execute("SELECT body FROM episode_bodies").fetchone()[0])
+    body["result_excerpt"] = "ledger " * (5 * 1024 * 1024 // 7)
+    db.execute("UPDATE episode_bodies SET body = ?", ["hello" if damage == "not an episode" else json.dumps(body)])
     db.execute("INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at) VALUES"
                " ('record', 'builtin', ?, '', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z')",
                [episode_id])
@@ -106,6 +110,8 @@ def test_an_unreadable_pending_record_is_quarantined_and_the_daemon_serves(tmp_p
         assert "pending record quarantined" in daemon.log_text() and episode_id in daemon.log_text()
         listed = ok_json(daemon.env, "memory", "episodes", "--repo", REPO)
         assert [e["episode_id"] for e in listed["episodes"]] == [episode_id]
+        one = cli(daemon.env, "memory", "episodes", episode_id, "--json")
+        assert one.returncode == 0 and len(one.stdout) < 100_000, one.stderr
         ok_json(daemon.env, "memory", "forget", episode_id, "--yes")
         wait_for(daemon, "the quarantined record gone with its episode",
                  lambda s: s["pending"]["record_quarantined"] == 0)

@@ -20,6 +20,7 @@ import attrs
 import cattrs
 import trio
 
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
@@ -264,8 +265,11 @@ EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON
 
 
 def _readable(body: str) -> Episode | None:
-    """The stored episode, or None for a body that is not one (a damaged row, or one an older `store
-    import` let in: its pending record is quarantined): listed without its text, never an INTERNAL."""
+    """The stored episode, or None for a body that is not one or is past MAX_EPISODE_BODY_BYTES (a
+    damaged row, or one an older `store import` let in: its pending record is quarantined): listed
+    without its text, never an INTERNAL or an answer past the RPC's frame limit."""
+    if len(body) > MAX_EPISODE_BODY_BYTES:  # (an episode this daemon assembles is a few KiB)
+        return None
     try:
         return episode_from_dict(json.loads(body))
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError, cattrs.BaseValidationError):

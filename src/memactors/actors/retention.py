@@ -37,6 +37,7 @@ import attrs
 import trio
 from loguru import logger
 
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
 from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
 from ..metrics import Metrics
@@ -140,6 +141,8 @@ QUARANTINED = "quarantined: "
 def readable_copy(body: str) -> tuple[tuple[dict[str, Any], str] | None, str | None]:
     """`stored_copy(body)`, or None and why it cannot be read: a body no check let in (an older import, a
     damaged row) must never crash the retry loop into a daemon that cannot start (issue 45)."""
+    if len(body) > MAX_EPISODE_BODY_BYTES:
+        return None, f"the stored episode is {len(body)} characters; the limit is {MAX_EPISODE_BODY_BYTES}"
     try:
         episode, text = stored_copy(body)
     except RecursionError:
