@@ -1,6 +1,6 @@
 """A duration past the longest one (`999999999d`), or a time a date cannot reach, in every input that takes
 one — `memory episodes --since`, the console's `since` filter, `store export --since`, `import git
---since` and a configured duration — is a clear "invalid argument" naming the flag or key and the limit
+--since`, `token mint --ttl` and a configured duration — is a clear "invalid argument" naming the flag or key and the limit
 (exit 5, HTTP 400), never INTERNAL, a 500 or a traceback. The CLI as a subprocess, the daemon as a
 process, the console over HTTP."""
 
@@ -46,6 +46,7 @@ def test_a_duration_past_the_longest_is_refused_naming_the_flag_and_the_limit(tm
         refused(cli(env, "store", "export", "--since", "0001-01-01T00:00:00+01:00"), "--since")
         repo = make_repo(tmp_path / "repo")
         refused(cli(env, "import", "git", "--repo", str(repo), "--since", LONG), "--since", LIMIT)
+        refused(cli(env, "token", "mint", "api-fixer", "--ttl", LONG), "--ttl", LIMIT)
         assert cli(env, "memory", "episodes", "--since", "36500d").returncode == 0  # the limit itself is taken
         base = daemon.info["console"].rstrip("/")
         with httpx2.Client(base_url=base, timeout=60, follow_redirects=False) as client:
