@@ -215,7 +215,8 @@ def _check_run(item: dict[str, Any]) -> dict[str, Any]:
         record: RunRecord = stored_record(prepare_record(data, "the run record"))
     except InvalidArgument as exc:
         raise RowRefused(str(exc)) from None
-    if (record.harness, record.run_id) != (row.get("harness"), row.get("run_id")):
+    given = tuple(clean(v) if isinstance(v, str) else v for v in (row.get("harness"), row.get("run_id")))
+    if (record.harness, record.run_id) != given:  # (compared as cleaned: an older store's row may hold more)
         raise RowRefused("the run record's harness and run_id are not its row's")
     raw = converter.unstructure(record)
     raw.pop("prompt", None)
