@@ -221,7 +221,8 @@ TOKEN = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
 @pytest.mark.slow
 async def test_an_imported_episode_is_redacted_and_scoped_by_its_repository_over_the_gateway(tmp_path: Path) -> None:
     """A crafted line: an episode of acme/other given acme/api's scope, a `ghp_` token in its excerpt. It is
-    never served to an acme/api run token, and acme/other's run gets it without the token."""
+    never served to an acme/api run token, and acme/other's run gets it without the token; a run record
+    and a fact holding the token (what an older store's redactor missed) are stored without it."""
     import trio
 
     from memactors.rpc.transport import connect_rpc
@@ -232,7 +233,14 @@ async def test_an_imported_episode_is_redacted_and_scoped_by_its_repository_over
     crafted = _crafted(template, 9, repo=OTHER, scope=f"project:{REPO}",
                        result_excerpt=f"zanzibar ledger fix, pushed with {TOKEN} to the remote")
     crafted["row"].update(repo=REPO, scope=f"project:{REPO}")  # the row lies too
-    path = write_lines(tmp_path / "crafted.jsonl", [lines[0], crafted, lines[-1]])
+    # An older store's run record and fact, with what its redactor missed.
+    run = json.loads(json.dumps(next(x for x in lines if x["type"] == "run")))
+    record = {**json.loads(run["text"]), "run_id": "crafted-run", "result_text": f"pushed with {TOKEN}"}
+    run["row"]["run_id"], run["text"] = "crafted-run", json.dumps(record)
+    fact = {"type": "fact", "row": {"id": "f_crafted", "scope": f"project:{OTHER}", "text": f"use {TOKEN} to push",
+                                    "confidence": 0.5, "status": "live", "created_at": "2026-01-01T00:00:00Z",
+                                    "updated_at": "2026-01-01T00:00:00Z"}}
+    path = write_lines(tmp_path / "crafted.jsonl", [lines[0], run, crafted, fact, lines[-1]])
     where, config, env = target(tmp_path)
     done = await trio.to_thread.run_sync(lambda: cli(env, "store", "import", str(path), "--json"))
     assert done.returncode == 0, done.stderr
@@ -261,5 +269,8 @@ async def test_an_imported_episode_is_redacted_and_scoped_by_its_repository_over
         listed = await trio.to_thread.run_sync(lambda: ok_json(daemon.env, "memory", "episodes", "--repo", OTHER))
         assert [e["episode_id"] for e in listed["episodes"]] == [f"ep_{9:020x}"]
         assert TOKEN[4:20] not in json.dumps(listed)
+        again = await trio.to_thread.run_sync(lambda: cli(daemon.env, "store", "export"))
+        assert again.returncode == 0 and '"f_crafted"' in again.stdout and "crafted-run" in again.stdout
+        assert TOKEN[4:20] not in again.stdout  # not in the episode, the run record or the fact
     finally:
         await trio.to_thread.run_sync(daemon.stop)
