@@ -331,6 +331,11 @@ class Store:
         """Run `fn(db)` on a pooled read connection, in one read transaction (a snapshot), off the trio loop."""
         raise NotImplementedError
 
+    def damage(self, exc: BaseException) -> str | None:
+        """One line naming the store when ``exc`` says its file is damaged (SQLite's malformed pages), else
+        None: `status` and `doctor` report it instead of failing INTERNAL."""
+        return None
+
     async def ping(self) -> str | None:
         """None when the store answers now, else why not (a PostgreSQL server down or unreachable).
         The SQLite file is always there while the daemon runs."""
