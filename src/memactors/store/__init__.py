@@ -287,6 +287,9 @@ class Store:
         #: Whether writes succeed (set by the engine): a write that fails for lack of space raises StoreFull
         #: (store.health); `snapshot()` is what Status, doctor and /readyz show.
         self.health: Any = None
+        #: How many times the store came back after being unreachable (an engine that can be: PostgreSQL):
+        #: the built-in provider's breaker half-opens on it, so recall is back with the store (issue 45).
+        self.recoveries = 0
 
     @property
     def where(self) -> str:
