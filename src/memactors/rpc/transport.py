@@ -827,6 +827,38 @@ def _refused(url: str, exc: Exception) -> RpcError:
 CONNECT_TIMEOUT = 30.0
 
 
+class _WatchedStream(trio.abc.Stream):
+    """The client's TCP stream, noting when the peer closes it (end of stream, or reset)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self.peer_closed = trio.Event()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        try:
+            data = await self._stream.receive_some(max_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.peer_closed.set()
+            raise
+        if not data:
+            self.peer_closed.set()
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def _no_answer(url: str) -> RpcError:
     return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
                                    f"within {CONNECT_TIMEOUT:g} s")
@@ -869,20 +901,31 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
     # We own the TCP stream (rather than letting trio-websocket open it) because trio-websocket
     # leaves the socket open when the server rejects the handshake.
     entered = False
+    watched = _WatchedStream(stream)
     try:
         async with trio.open_nursery() as nursery:
             host_header = host if port == 80 else f"{host}:{port}"
+            ws: WebSocketConnection | None = None
             with trio.move_on_at(deadline) as handshake:
-                ws = await wrap_client_stream(
-                    nursery,
-                    stream,
-                    host_header,
-                    resource,
-                    extra_headers=headers,
-                    max_message_size=MAX_MESSAGE_SIZE,
-                )
+                async with trio.open_nursery() as race:
+                    # trio-websocket waits for a handshake answer even after the peer has closed the
+                    # connection: a peer that hangs up ends the attempt at once, as the other commands'
+                    # client does, not after CONNECT_TIMEOUT (issue 45: `runs ingest` took 30 s).
+                    race.start_soon(_cancel_when_set, watched.peer_closed, race.cancel_scope)
+                    ws = await wrap_client_stream(
+                        nursery,
+                        watched,
+                        host_header,
+                        resource,
+                        extra_headers=headers,
+                        max_message_size=MAX_MESSAGE_SIZE,
+                    )
+                    race.cancel_scope.cancel()
             if handshake.cancelled_caught:
                 raise _no_answer(url)
+            if ws is None:
+                raise RpcError("UNAVAILABLE", f"daemon at {url} broke off the websocket handshake (the "
+                                              "connection was closed)")
             entered = True
             client = RpcClient(ws, url)
             nursery.start_soon(client._read_replies)
