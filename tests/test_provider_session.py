@@ -71,7 +71,7 @@ async def test_req3_an_unsupported_contract_version_is_not_used(
     async with open_memory_service(make_holder(fault_toml(files, "contract_v2"))) as memory:
         await wait_ready(memory, "incompatible")
         status = await memory.status()
-        assert status["state"] == "incompatible" and status["contract"] is None
+        assert status["state"] == "incompatible" and status["contract"] == 2  # the version it announced
         assert "contract 2" in status["last_error"]
         result = await memory.ingest_run(_run(1))
         assert result["outcome"] == "queued"
@@ -188,7 +188,8 @@ async def test_killing_the_upstream_while_runs_keep_ending_loses_no_episode(
         # Up to one breaker opening (30 s) plus a retry: records wait out a dead provider, none is lost.
         await poll(all_indexed, seconds=90, what="every episode recorded")
         status = await memory.status()
-        assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
+        assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0,
+                                     "record_quarantined": 0}
         assert len(memory.supervisor._restarts) == restarts_before, "no actor crashed"
         assert set(memory.supervisor.running()) >= {"provider_session", "index", "retention", "assembler"}
     assert len(files.stored()) == n

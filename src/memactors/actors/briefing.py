@@ -49,7 +49,6 @@ from ..store import Db, Store, WallClock
 from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
 from .documents import (
     BRIEFING_CANDIDATES,
-    BRIEFING_COMPOSED,
     BRIEFING_EPISODES,
     BRIEFING_LAYOUT,
     FACT_POOL,
@@ -346,9 +345,15 @@ class Briefing:
             try:
                 return await self._store.read(local), True
             except StoreUnavailable as exc:
-                self._log.bind(error=exc.message).warning("local reads degraded: store unavailable")
+                # Every recall during a store outage: one line per 10 s, the count folded in (issue 45).
+                suppressed = self._degraded_lines.allow("local store unavailable")
+                if suppressed is not None:
+                    self._log.bind(error=exc.message, suppressed=suppressed).warning(
+                        "local reads degraded: store unavailable")
                 return fallback, False
-        self._log.warning("local reads degraded: store did not answer in time")
+        suppressed = self._degraded_lines.allow("local store slow")
+        if suppressed is not None:
+            self._log.bind(suppressed=suppressed).warning("local reads degraded: store did not answer in time")
         return fallback, False
 
     # -- recall (REQ-12, REQ-13, REQ-17) -----------------------------------------------------------
@@ -474,7 +479,6 @@ class Briefing:
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
             nonce=derived_nonce(self._key, sections), recall_pointer=RECALL_POINTER,
-            compose=BRIEFING_COMPOSED,
         )
 
     async def briefing(self, req: BriefingRequest) -> BriefingAnswer:

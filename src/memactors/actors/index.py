@@ -20,6 +20,7 @@ import attrs
 import cattrs
 import trio
 
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
@@ -263,6 +264,18 @@ def stored_copy(body: str) -> tuple[dict[str, Any], str]:
 EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON b.id = e.body_id"
 
 
+def _readable(body: str) -> Episode | None:
+    """The stored episode, or None for a body that is not one or is past MAX_EPISODE_BODY_BYTES (a
+    damaged row, or one an older `store import` let in: its pending record is quarantined): listed
+    without its text, never an INTERNAL or an answer past the RPC's frame limit."""
+    if len(body) > MAX_EPISODE_BODY_BYTES:  # (an episode this daemon assembles is a few KiB)
+        return None
+    try:
+        return episode_from_dict(json.loads(body))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, cattrs.BaseValidationError):
+        return None
+
+
 def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()
     if with_index:
@@ -271,7 +284,7 @@ def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
                 "SELECT provider, provider_id, forgotten_at FROM memory_index WHERE episode_id = ?"
                 " ORDER BY provider, provider_id", [r["episode_id"]]).fetchall()
         )
-    episode = episode_from_dict(json.loads(r["body"])) if r["body"] else None
+    episode = _readable(r["body"]) if r["body"] else None
     return EpisodeRow(
         episode_id=r["episode_id"], harness=r["harness"], run_id=r["run_id"], repo=r["repo"], branch=r["branch"],
         scope=r["scope"], outcome=r["outcome"], started_at=r["started_at"], recorded_at=r["recorded_at"],
@@ -312,11 +325,24 @@ class EpisodePage:
 
 def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None,
                   since: str | None = None, limit: int = 100, after: str | None = None,
-                  include_forgotten: bool = False) -> EpisodePage:
-    """One page, newest first, keyset-paged on (started_at DESC, episode_id): `after` is the cursor of
-    the previous page's last row, so pages stay stable while episodes are added. `total` counts every
-    row the filters match (all pages)."""
-    where, params = [], []
+                  include_forgotten: bool = False, outcome: str | None = None,
+                  paths: tuple[str, ...] = (), run_id: str | None = None) -> EpisodePage:
+    """One page, newest first (by when the run started), keyset-paged on (started_at DESC, episode_id):
+    `after` is the cursor of the previous page's last row, so pages stay stable while episodes are
+    added. `total` counts every row the filters match (all pages). `outcome` keeps one run outcome;
+    `paths` keeps the episodes whose run touched any of them (the runs' `run_paths`)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if run_id:
+        where.append("run_id = ?")
+        params.append(run_id)
+    if outcome:
+        where.append("outcome = ?")
+        params.append(outcome)
+    if paths:
+        where.append("EXISTS (SELECT 1 FROM run_paths p WHERE p.harness = e.harness AND p.run_id = e.run_id"
+                     f" AND p.path IN ({','.join('?' * len(paths))}))")
+        params += list(paths)
     if harness:
         where.append("harness = ?")
         params.append(harness)
@@ -329,7 +355,7 @@ def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None
     if not include_forgotten:
         where.append("forgotten_at IS NULL")
     filters = " WHERE " + " AND ".join(where) if where else ""
-    total = int(db.execute("SELECT count(*) FROM episodes" + filters, params).fetchone()[0])
+    total = int(db.execute("SELECT count(*) FROM episodes e" + filters, params).fetchone()[0])
     page_where, page_params = list(where), list(params)
     if after:
         started_at, episode_id = decode_cursor(after)
@@ -589,6 +615,9 @@ class ListEpisodes:
     since: str | None = None
     limit: int = 100
     after: str | None = None
+    outcome: str | None = None
+    paths: tuple[str, ...] = ()
+    run_id: str | None = None
 
 
 class Index:
@@ -624,6 +653,7 @@ class Index:
             case ListEpisodes():
                 q = message
                 return await self._store.read(lambda db: list_episodes(
-                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after))
+                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after,
+                    outcome=q.outcome, paths=q.paths, run_id=q.run_id))
             case _:
                 raise TypeError(f"index cannot handle {type(message).__name__}")

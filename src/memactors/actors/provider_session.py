@@ -157,6 +157,10 @@ class ProviderSession:
         self._standby_ok = True  # false once a spare exited before use: this provider cannot run twice
         self._spare_starting = False
         self._log = logger.bind(actor="provider_session", provider=provider)
+        #: The provider runs in this process on the daemon's store (the built-in one): its failures while
+        #: the store is unreachable are the store's, and the store coming back half-opens its breaker.
+        self._in_process = False
+        self._store_recoveries = store.recoveries
 
     @property
     def mailbox(self) -> Mailbox[Any]:
@@ -177,7 +181,7 @@ class ProviderSession:
                 nursery.start_soon(self._stderr_loop, read_fd)
                 nursery.start_soon(self._connection_loop)
                 task_status.started(self.address)
-                await serve(self._mailbox, self._handle, concurrency=32)
+                await serve(self._mailbox, self._handle, concurrency=32, context=self._about)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -244,6 +248,7 @@ class ProviderSession:
 
     def _transport(self) -> Target:
         target = self._target()
+        self._in_process = not isinstance(target, (mcp.StdioServerParameters, str))
         if isinstance(target, mcp.StdioServerParameters):
             return self._stdio(target)
         return target
@@ -315,7 +320,9 @@ class ProviderSession:
                 if missing:
                     raise ProviderIncompatible(f"provider lacks {', '.join(missing)}", provider=self.provider)
                 payload = await self._raw_call(client, "memory_contract", {})
-                self._info = contract.check_contract(payload, provider=self.provider)
+                # Kept before the version check: status names the contract an incompatible provider spoke.
+                self._info = contract.contract_info(payload, provider=self.provider)
+                contract.check_supported(self._info, provider=self.provider)
         except ProviderIncompatible as exc:
             self._ever_checked = True
             self._set_state("incompatible", str(exc))
@@ -424,6 +431,12 @@ class ProviderSession:
                 self._log.bind(error=type(exc).__name__).warning("call log write failed")
 
     # -- requests -----------------------------------------------------------------------------------
+    def _about(self, message: object) -> dict[str, object]:
+        """What a failed request's log line names: the provider, and the contract tool it called."""
+        if isinstance(message, ProviderCall):
+            return {"provider": self.provider, "op": message.tool}
+        return {"provider": self.provider}
+
     async def _handle(self, message: object) -> object:
         match message:
             case ProviderCall():
@@ -450,6 +463,12 @@ class ProviderSession:
             raise ProviderIncompatible("provider is incompatible", provider=self.provider, tool=call.tool)
         if client is None or self._state != "ready":
             raise ProviderUnavailable(f"provider is {self._state}", provider=self.provider, tool=call.tool)
+        if self._in_process and self._store.recoveries != self._store_recoveries:
+            # The store is back (a PostgreSQL failover ended): the built-in provider failed only because
+            # the store did, so this call is the half-open probe now, not after the open time (30 s):
+            # the first recall after the promotion succeeds (docs/fleet.md).
+            self._store_recoveries = self._store.recoveries
+            self.breaker.probe_now()
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
         deadline = call.deadline
@@ -476,6 +495,9 @@ class ProviderSession:
                 verdict = "failure"
             raise
         finally:
+            if (verdict in ("failure", "timeout") and self._in_process
+                    and getattr(self._store, "last_error", None) is not None):
+                verdict = "neutral"  # the store is unreachable: no verdict on the provider that reads it
             self.breaker.report(verdict)  # type: ignore[arg-type]
             self._update_up()
 
