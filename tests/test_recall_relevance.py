@@ -93,6 +93,7 @@ async def test_an_episode_without_its_vector_yet_ranks_where_bm25_alone_ranks_it
     assert half["degraded"] is None  # the cosine ranking took part
     # The same store ranked by text alone (the query not embedded, as with `embeddings = false`).
     memory.builtin.query_embedder = _failing_embedder
+    memory.builtin._query_vectors.clear()  # the query's vector is cached: asked afresh, it fails
     text_only = await memory.recall(query=query, repo=API)
     assert text_only["degraded"] == "embeddings_unavailable"
     assert _ids(text_only)[0] == answer_id
