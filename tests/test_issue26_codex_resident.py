@@ -43,7 +43,7 @@ SCRIPT = [
 
 async def install(daemon: Daemon, repo: Path, codex_home: Path) -> subprocess.CompletedProcess[bytes]:
     done = await trio.run_process(
-        [sys.executable, "-m", "memactors.cli", "install", "codex", "--harness", "coder", "--project", str(repo)],
+        [sys.executable, "-m", "memactors.cli", "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)],
         env={**daemon.env, "CODEX_HOME": str(codex_home)}, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     return done
@@ -209,11 +209,11 @@ def test_issue26_install_codex_adds_its_hooks_beside_the_users_own_and_uninstall
     with daemon_process(tmp_path, HARNESS) as daemon:
         env = {**daemon.env, "HOME": str(tmp_path / "home")}
         argv = [sys.executable, "-m", "memactors.cli", "--config", daemon.env["HARNESS_CONFIG"]]
-        done = subprocess.run([*argv, "install", "codex", "--harness", "coder", "--project", str(repo)], env=env,
+        done = subprocess.run([*argv, "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)], env=env,
                               capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         data = tomllib.loads(config.read_text(encoding="utf-8"))
-        again = subprocess.run([*argv, "install", "codex", "--harness", "coder", "--project", str(repo)], env=env,
+        again = subprocess.run([*argv, "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)], env=env,
                                capture_output=True, text=True, timeout=120, check=False)
         assert again.returncode == 0, again.stderr
         reinstalled = tomllib.loads(config.read_text(encoding="utf-8"))

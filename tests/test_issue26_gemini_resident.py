@@ -82,7 +82,7 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
-            done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--project", str(repo))
+            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             assert "GEMINI_CLI_TRUST_WORKSPACE" in done.stderr  # the note on trusting the folder
             installed = json.loads(settings.read_text(encoding="utf-8"))
@@ -129,7 +129,7 @@ async def test_issue26_gemini_cli_for_the_user_with_the_daemon_down_starts_at_on
                                 Turn([Text("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--user")
+            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         # the user's settings: --skip-trust is enough for them (it is not for a project's)
         answer = await gemini_p("Run the ledger test.", cwd=repo, env=daemon.env, flags=("--skip-trust",))

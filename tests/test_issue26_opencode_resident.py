@@ -85,7 +85,7 @@ async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_an
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
             before = snapshot(repo)
-            done = memactors(daemon, "install", "opencode", "--harness", "coder", "--project", str(repo))
+            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             plugin, source = installed_plugin(repo / "opencode.json")
             assert plugin.parent == daemon.state / "installs"  # not in the project: nothing of OpenCode's there
@@ -129,7 +129,7 @@ async def test_issue26_opencode_with_the_daemon_down_starts_at_once_unbriefed_an
                                 Turn([Message("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **opencode_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "opencode", "--harness", "coder", "--user")
+            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         assert installed_plugin(tmp_path / ".config" / "opencode" / "opencode.json")[1] is not None
         events = await opencode_run("Run the ledger test.", cwd=repo, env=daemon.env)

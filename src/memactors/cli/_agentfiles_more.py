@@ -35,12 +35,12 @@ exactly those.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._core import CliError
+from ._jsonfile import dumps_like, loads_object, read_exact
 from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
@@ -151,15 +151,7 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
     """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None); for
     Gemini CLI's settings (``hooks`` not None) memactors' hook entries too; for OpenCode's (``found`` not
     None) its ``plugin`` entry, the files earlier entries named added to ``found``."""
-    data: dict[str, Any] = {}
-    if text is not None and text.strip():
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise CliError("INVALID_ARGUMENT", f"{path} is not valid JSON ({exc}); fix or move it, then run "
-                                               "again (nothing was changed)") from None
-        if not isinstance(data, dict):
-            raise CliError("INVALID_ARGUMENT", f"{path} does not hold a JSON object; nothing was changed")
+    data = loads_object(path, text)
     servers = data.setdefault(key, {})
     if not isinstance(servers, dict):
         raise CliError("INVALID_ARGUMENT", f"{path}: {key} is not an object; nothing was changed")
@@ -174,16 +166,11 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
         found += _opencode_plugins(path, data, plugin if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
         return None
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return dumps_like(data, text)
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CliError("INVALID_ARGUMENT", f"cannot read {path}: {exc.strerror}") from None
+    return read_exact(path)
 
 
 def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,

@@ -4,8 +4,10 @@
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
 entry, the allow-list for the memory tools and, for Claude Code, Codex and Gemini CLI, the ``SessionEnd``
-hook that records each session and the ``SessionStart`` hook that gives it its briefing (for OpenCode a
-plugin doing both; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
+hook that records each session (for OpenCode a plugin). The resident pulls its briefing (the ``briefing``
+tool and resource; the gateway's MCP ``instructions`` tell it to read it before it starts work): only
+``--briefing-at-start`` adds the ``SessionStart`` hook that prints it into each session as context (a
+departure from REQ-15 the operator chooses, docs/contracts.md; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
 ``residents`` are those hooks). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
 minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
@@ -43,8 +45,9 @@ DESCRIPTIONS = {
         "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code, Codex and Gemini CLI, the session-end hook that records each session and the session-start hook "
-        "that gives it its briefing (for OpenCode, a plugin doing both). A daemon that does not know the harness "
+        "Code, Codex and Gemini CLI, the session-end hook that records each session (for OpenCode, a plugin). "
+        "The agent pulls its briefing with the briefing tool, as the server's instructions tell it; "
+        "--briefing-at-start also prints it into each new session (a session-start hook). A daemon that does not know the harness "
         "yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
@@ -73,6 +76,11 @@ def register(sub: Any) -> None:
         p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
         p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
         if verb == "install":
+            p.add_argument("--briefing-at-start", action="store_true",
+                           help="also print the briefing into each new session as context (a session-start hook; "
+                                "for OpenCode, its plugin). A departure from REQ-15 the operator chooses: the "
+                                "agent gets its briefing without asking, at the cost of tokens in every session "
+                                "(docs/contracts.md). Default: the agent pulls it with the briefing tool")
             p.add_argument("--ttl", metavar="D", default=DEFAULT_TTL,
                            help=f"how long the token lives, e.g. 90d (default {DEFAULT_TTL}, at most 366d)")
             p.set_defaults(fn=cmd_install)
@@ -112,9 +120,10 @@ def _hook_command(args: argparse.Namespace) -> str:
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
-    """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
-    install wrote for ``target`` (read from the agent's files, never from argv)."""
-    if args.agent not in ("claude-code", "codex", "gemini-cli", "opencode"):
+    """The SessionStart hook, only with ``--briefing-at-start`` (REQ-15: by default the resident pulls its
+    briefing, nothing is pushed into its session): fetches this resident's briefing from the gateway, with
+    the token install wrote for ``target`` (read from the agent's files, never from argv)."""
+    if not getattr(args, "briefing_at_start", False):
         return ""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
@@ -176,7 +185,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
     files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
-                               "gateway": url}
+                               "gateway": url, "briefing_at_start": bool(start)}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
         changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start,
@@ -368,11 +377,14 @@ def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old:
         if isinstance(earlier, dict) and earlier.get("after") == change.before:
             before, mode = earlier.get("before"), earlier.get("mode")
         else:
-            # First install here (or the file changed since the last): its text without memactors' entries,
-            # byte for byte when it held none.
+            # First install here (or the file changed since the last): its exact bytes (its absence: None)
+            # unless it holds memactors' entries already (an earlier install whose record is gone), then its
+            # text without them. Never a normalised text for a file of the user's own: an empty object, an
+            # empty server table or an opencode.json holding only its $schema is put back as it was.
             stripped = clean[key].after if key in clean else change.before
-            same = change.before is None or files.same_content(change.path, change.before, stripped)
-            before = change.before if same else stripped
+            ours = change.before is not None and files.holds_ours(change.before) and not files.same_content(
+                change.path, change.before, stripped)
+            before = stripped if ours else change.before
             mode = _mode(change.path)
         if change.after is not None:
             dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
@@ -433,8 +445,10 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
         notes.append(f"Codex reads {target.project}/.codex/config.toml only in a trusted project: trust it when "
                      "Codex asks, or start the first headless session with `codex exec --trust …`")
     if args.agent == "codex":
-        notes.append("Codex runs memactors' SessionStart hook (the briefing) and SessionEnd hook (records the "
-                     "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
+        hooks = ("SessionStart hook (the briefing) and SessionEnd hook (records the session)"
+                 if getattr(args, "briefing_at_start", False) else "SessionEnd hook (records the session)")
+        notes.append(f"Codex runs memactors' {hooks} only once you trust them: open /hooks in Codex and trust "
+                     "them. Until then a "
                      "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
                      "resident\", says how to trust them without the TUI)")
     if args.agent == "gemini-cli" and target.project is not None:

@@ -62,7 +62,7 @@ def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     path, key = ((gemini_file(project, os.environ), "mcpServers") if args.agent == "gemini-cli"
                  else (opencode_file(project, os.environ), "mcp"))
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))[key]["memactors"]
+        entry = json.loads(path.read_text(encoding="utf-8-sig"))[key]["memactors"]
         url, header = entry["url"], entry["headers"]["Authorization"]
     except (OSError, ValueError, KeyError, TypeError):
         raise RuntimeError(f"{path} has no memactors server (run `memactors install {args.agent}`)") from None
