@@ -39,6 +39,7 @@ from ..adapters.gemini_cli import GeminiCliParser
 from ..adapters.opencode import OpenCodeParser
 from ..config import HarnessConfig
 from .run_record import build_run_record, git_start
+from .transcript import duration_ms
 
 __all__ = ["gemini_session", "opencode_session", "resident_record"]
 
@@ -179,11 +180,7 @@ def resident_record(transcript: Transcript, *, harness: str, adapter: str, cfg: 
                     cwd: str, started_at: str, ended_at: str, trigger_name: str = "session-end") -> dict[str, Any]:
     """The closed run record of one resident session (run id: the session id)."""
     branch, _, _ = git_start(cwd)
-    try:
-        duration = int((datetime.fromisoformat(ended_at.replace("Z", "+00:00"))
-                        - datetime.fromisoformat(started_at.replace("Z", "+00:00"))).total_seconds() * 1000)
-    except ValueError:
-        duration = 0
+    duration = duration_ms(started_at, ended_at)
     transcript.session_id = transcript.session_id or session_id
     record = build_run_record(harness=harness, adapter=adapter, run_id=session_id, cfg=cfg, transcript=transcript,
                               exit_code=0, stopped=None, spawn_error=False, started_at=started_at,
