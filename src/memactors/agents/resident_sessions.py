@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -41,7 +42,7 @@ from ..config import HarnessConfig
 from .run_record import build_run_record, git_start
 from .transcript import duration_ms
 
-__all__ = ["gemini_session", "opencode_session", "resident_record"]
+__all__ = ["gemini_session", "opencode_session", "qwen_session", "resident_record"]
 
 #: The wrapper Gemini CLI puts around a tool's output in the text its model gets (and in its session file).
 _UNTRUSTED = ("<untrusted_context>\n", "\n</untrusted_context>")
@@ -131,6 +132,70 @@ def gemini_session(lines: Iterable[str]) -> GeminiSession:
                 for event in _tool_events(call):
                     out.parser.feed(json.dumps(event), at=_str(call.get("timestamp")) or at)
     # Any event that is not the model's text completes the answer being read (the last one: the result text).
+    out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")
+    return out
+
+
+_EXIT_LINE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
+
+
+def _qwen_result(call_id: str, response: Any, status: Any) -> dict[str, Any]:
+    """A Qwen Code ``functionResponse`` as Gemini CLI's ``tool_result`` event. Qwen Code reports a shell
+    command that exited non-zero as an error whose text still carries its ``Exit Code: N`` line: that is
+    a command that finished (a failed test), so it is read as one, with that status."""
+    result: dict[str, Any] = {"type": "tool_result", "tool_id": call_id,
+                              "status": "success" if status == "success" else "error"}
+    if isinstance(response, dict):
+        if isinstance(response.get("output"), str):
+            result["output"] = response["output"]
+        elif isinstance(response.get("error"), str) and _EXIT_LINE.search(response["error"]):
+            result.update(status="success", output=response["error"])
+    return result
+
+
+def qwen_session(lines: Iterable[str]) -> GeminiSession:
+    """Read a Qwen Code chat recording (``~/.qwen/projects/<project>/chats/<session id>.jsonl``, the
+    ``transcript_path`` of its hooks: one JSON entry a line, ``type`` ``user`` / ``assistant`` /
+    ``tool_result`` / ``system``, each with ``sessionId``, ``timestamp``, ``cwd``). Qwen Code is a Gemini CLI
+    fork and keeps Gemini's message parts: an assistant's ``functionCall`` parts and text, a tool result's
+    ``functionResponse``; they are fed to Gemini CLI's reader as its stream events. The user's prompts and
+    the system entries are read past (their times bound the session). A bad line is skipped."""
+    out = GeminiSession()
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        at = _str(entry.get("timestamp")) or out.ended_at or ""
+        if _str(entry.get("timestamp")):
+            out.started_at = min(out.started_at or at, at)
+            out.ended_at = max(out.ended_at or at, at)
+        if out.parser.transcript.session_id is None and _str(entry.get("sessionId")):
+            out.parser.feed(json.dumps({"type": "init", "session_id": entry["sessionId"]}), at=at)
+        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+        parts = [p for p in message.get("parts") or () if isinstance(p, dict)]
+        if entry.get("type") == "assistant":
+            if _str(entry.get("model")):
+                out.parser.transcript.model = entry["model"]
+            text = "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+            if text.strip():
+                out.parser.feed(json.dumps({"type": "message", "role": "assistant", "content": text}), at=at)
+            for part in parts:
+                call = part.get("functionCall")
+                if isinstance(call, dict) and _str(call.get("id")) and _str(call.get("name")):
+                    out.parser.feed(json.dumps({"type": "tool_use", "tool_name": call["name"], "tool_id": call["id"],
+                                                "parameters": call.get("args") if isinstance(call.get("args"), dict)
+                                                else {}}), at=at)
+        elif entry.get("type") == "tool_result":
+            status = (entry.get("toolCallResult") or {}).get("status") if isinstance(
+                entry.get("toolCallResult"), dict) else None
+            for part in parts:
+                response = part.get("functionResponse")
+                if isinstance(response, dict) and _str(response.get("id")):
+                    out.parser.feed(json.dumps(_qwen_result(response["id"], response.get("response"), status)),
+                                    at=at)
     out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")
     return out
 

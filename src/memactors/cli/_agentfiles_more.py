@@ -45,9 +45,9 @@ from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
 __all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
-           "opencode_server", "plan"]
+           "opencode_server", "plan", "qwen_file", "qwen_server"]
 
-AGENTS = ("gemini-cli", "opencode")
+AGENTS = ("gemini-cli", "opencode", "qwen-code")
 #: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
 #: interpreter or --config its command names).
 GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
@@ -71,6 +71,12 @@ def opencode_server(url: str, token: str) -> dict[str, Any]:
             "enabled": True}
 
 
+def qwen_server(url: str, token: str) -> dict[str, Any]:
+    """The gateway's entry in Qwen Code's ``mcpServers``: ``httpUrl`` is its streamable-HTTP transport (a
+    ``url`` alone would be SSE); ``trust`` so a session calls the read-only tools without asking."""
+    return {"httpUrl": url, "headers": {"Authorization": f"Bearer {token}"}, "trust": True}
+
+
 def _home(env: Mapping[str, str]) -> Path:
     home = env.get("HOME")
     return Path(home) if home else Path.home()
@@ -81,6 +87,11 @@ def gemini_file(project: Path | None, env: Mapping[str, str]) -> Path:
         return project / ".gemini" / "settings.json"
     home = env.get("GEMINI_CLI_HOME")
     return (Path(home) if home else _home(env)) / ".gemini" / "settings.json"
+
+
+def qwen_file(project: Path | None, env: Mapping[str, str]) -> Path:
+    """Qwen Code's settings: a project's ``.qwen/settings.json``, else ``~/.qwen/settings.json``."""
+    return (project if project is not None else _home(env)) / ".qwen" / "settings.json"
 
 
 def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
@@ -114,12 +125,15 @@ def _opencode_plugins(path: Path, data: dict[str, Any], plugin: Path | None) -> 
     return ours
 
 
-def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None) -> None:
-    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again."""
+def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None,
+                  agent: str = "gemini-cli") -> None:
+    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again (Gemini
+    CLI's layout, which Qwen Code, its fork, keeps)."""
     hooks = data.get("hooks", {})
     if not isinstance(hooks, dict):
         raise CliError("INVALID_ARGUMENT", f"{path}: hooks is not an object; nothing was changed")
-    for event, mark in GEMINI_MARKS.items():
+    for event, gemini_mark in GEMINI_MARKS.items():
+        mark = gemini_mark.replace("gemini-cli", agent)
         groups = hooks.get(event)
         if isinstance(groups, list):
             kept = []
@@ -146,8 +160,8 @@ def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | N
 
 
 def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
-           hooks: dict[str, str] | None = None, plugin: Path | None = None, found: list[Path] | None = None
-           ) -> str | None:
+           hooks: dict[str, str] | None = None, plugin: Path | None = None, found: list[Path] | None = None,
+           agent: str = "gemini-cli") -> str | None:
     """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None); for
     Gemini CLI's settings (``hooks`` not None) memactors' hook entries too; for OpenCode's (``found`` not
     None) its ``plugin`` entry, the files earlier entries named added to ``found``."""
@@ -161,7 +175,7 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
     if not servers:
         del data[key]
     if hooks is not None:
-        _gemini_hooks(path, data, hooks if entry is not None else None)
+        _gemini_hooks(path, data, hooks if entry is not None else None, agent)
     if found is not None:
         found += _opencode_plugins(path, data, plugin if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
@@ -180,14 +194,15 @@ def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: b
     after, private, what) for each file. ``hook_command`` records a session when it ends and
     ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
     running them is written to ``plugin_file``."""
-    if agent == "gemini-cli":
-        path = gemini_file(project, env)
+    if agent in ("gemini-cli", "qwen-code"):
+        path = gemini_file(project, env) if agent == "gemini-cli" else qwen_file(project, env)
         before = _read(path)
         hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
-        after = _merge(path, before, "mcpServers", gemini_server(url, token) if install else None, hooks)
+        server = (gemini_server if agent == "gemini-cli" else qwen_server)(url, token) if install else None
+        after = _merge(path, before, "mcpServers", server, hooks, agent=agent)
         what = f"mcpServers.{SERVER} with its token, trusted" + (
-            ", SessionStart hook (the briefing), SessionEnd hook (records the session)" if install and any(
-                hooks.values()) else "")
+            ", SessionStart hook (the briefing)" if install and start_command else "") + (
+            ", SessionEnd hook (records the session)" if install and hook_command else "")
         return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
     if agent == "opencode":
         path = opencode_file(project, env)

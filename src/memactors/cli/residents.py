@@ -1,5 +1,7 @@
-"""``memactors hook gemini-cli …`` and ``memactors hook opencode …``: what a resident Gemini CLI or OpenCode runs
-at a session's start and end (issue 26), as ``memactors install`` wrote it into the agent's configuration.
+"""``memactors hook gemini-cli|opencode|qwen-code …``: what a resident Gemini CLI, OpenCode or Qwen Code runs at a
+session's start and end (issue 26), as ``memactors install`` wrote it into the agent's configuration.
+Qwen Code, a Gemini CLI fork, has Gemini's hooks; its session file is its chat recording
+(``agents.resident_sessions.qwen_session``).
 
 - ``hook gemini-cli session-start``: Gemini CLI's ``SessionStart`` hook. Its stdout, ``{"hookSpecificOutput":
   {"hookEventName": "SessionStart", "additionalContext": <fenced briefing>}}``, is what Gemini CLI puts
@@ -44,7 +46,9 @@ def register(sub: Any) -> None:
             ("gemini-cli", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
              "SessionEnd hook: the session file (transcript_path) as a run record"),
             ("opencode", "run by memactors' OpenCode plugin: print this resident's briefing, fenced",
-             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record")):
+             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record"),
+            ("qwen-code", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
+             "SessionEnd hook: the chat recording (transcript_path) as a run record")):
         events = groups.add_parser(agent, help=f"{agent} hooks").add_subparsers(dest="hook_event", required=True)
         add_session_start(events, cmd_session_start, help=start_help, agent=agent)
         p = events.add_parser("session-end", help=end_help)
@@ -56,14 +60,15 @@ def register(sub: Any) -> None:
 
 def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     """(gateway URL, token) of the memactors server entry install wrote for this place."""
-    from ._agentfiles_more import gemini_file, opencode_file
+    from ._agentfiles_more import gemini_file, opencode_file, qwen_file
 
     project = Path(args.project) if args.project else None
-    path, key = ((gemini_file(project, os.environ), "mcpServers") if args.agent == "gemini-cli"
-                 else (opencode_file(project, os.environ), "mcp"))
+    path, key = {"gemini-cli": (gemini_file(project, os.environ), "mcpServers"),
+                 "qwen-code": (qwen_file(project, os.environ), "mcpServers")}.get(
+        args.agent, (opencode_file(project, os.environ), "mcp"))
     try:
         entry = json.loads(path.read_text(encoding="utf-8-sig"))[key]["memactors"]
-        url, header = entry["url"], entry["headers"]["Authorization"]
+        url, header = entry.get("url") or entry["httpUrl"], entry["headers"]["Authorization"]
     except (OSError, ValueError, KeyError, TypeError):
         raise RuntimeError(f"{path} has no memactors server (run `memactors install {args.agent}`)") from None
     return str(url), str(header).removeprefix("Bearer ").strip()
@@ -79,20 +84,20 @@ def cmd_session_start(args: argparse.Namespace) -> int:
 # -- session end ---------------------------------------------------------------------------------------------
 
 def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dict[str, Any]:
-    from ..agents.resident_sessions import gemini_session, opencode_session, resident_record
+    from ..agents.resident_sessions import gemini_session, opencode_session, qwen_session, resident_record
     from ..errors import InvalidArgument
     from ..store import iso
     from .agents import harness_config
 
     cfg = harness_config(load(args), harness)
     now = iso(datetime.now(UTC))
-    if args.agent == "gemini-cli":
+    if args.agent in ("gemini-cli", "qwen-code"):
         for field in ("session_id", "transcript_path"):
             if not isinstance(hook.get(field), str) or not hook[field]:
                 raise InvalidArgument(f"the hook input has no {field}", field=field)
         try:
             with open(hook["transcript_path"], encoding="utf-8", errors="replace") as f:
-                session = gemini_session(f)
+                session = (gemini_session if args.agent == "gemini-cli" else qwen_session)(f)
         except OSError as exc:
             raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
