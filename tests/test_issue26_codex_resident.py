@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
 from support_codex import (
     CODEX_VERSIONS,
@@ -125,6 +126,8 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
     assert "Bearer" not in start["hooks"][0]["command"]  # the token is read from config.toml, never argv
     # the briefing reached the model's context before its first answer: fenced, with the repository's fact
     first = json.dumps(fake.model_calls[0].body)
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(fake.model_calls[0].body) and "Before you start work, read your briefing once" in json.dumps(fake.model_calls[0].body)
     assert FACT in first and 'source=\\"harness-memory\\" field=\\"briefing\\"' in first
     assert "Fix the ledger rounding test." in fake.first_user_text()  # the user's prompt, as typed
     # the session became an episode, recalled by the CLI: its edited file, its failed test, its answer

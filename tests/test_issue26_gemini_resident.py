@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from memactors.cli.install import run_id_for
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
 from support_codex import Daemon, daemon_process
 from support_issue26 import (
@@ -102,6 +103,8 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
     # the session started with its briefing: the SessionStart hook's context before the prompt, fenced
     agent = fake.agent_requests()
     prompt = agent[0].first_user_text()
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(agent[0].body) and "Before you start work, read your briefing once" in json.dumps(agent[0].body)
     assert FACT in prompt and 'source="harness-memory" field="briefing"' in prompt
     assert prompt.index(FACT) < prompt.index("What do we know about the ledger rounding?")
     # the model called recall as an MCP tool and got the earlier episode back

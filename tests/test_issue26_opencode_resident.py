@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from memactors.cli.install import run_id_for
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
 from support_codex import Daemon, daemon_process
 from support_issue26 import (
@@ -103,6 +104,8 @@ async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_an
         calls = gateway_calls(daemon.state)
     # the session started with its briefing in the system prompt, before the model was first asked anything
     first = json.dumps(fake.model_calls[0].body)
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(fake.model_calls[0].body) and "Before you start work, read your briefing once" in json.dumps(fake.model_calls[0].body)
     assert FACT in first and 'source=\\"harness-memory\\" field=\\"briefing\\"' in first
     # the model called recall and got the earlier episode back
     [recalled] = fake.tool_outputs(1)

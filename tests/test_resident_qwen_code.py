@@ -54,7 +54,7 @@ async def test_an_installed_qwen_code_session_recalls_and_is_recorded_when_the_u
               Step([Reply("Left NOTES.md; test_rounding still fails.")])]
     async with run_fake_chat(script) as fake:
         env = {**os.environ, **qwen_user(tmp_path, fake.base_url)}
-        with daemon_process(tmp_path, f'[harness.coder]\nharness = "claude-code"\nworkdir = "{repo}"\n',
+        with daemon_process(tmp_path, f'[harness.coder]\nharness = "qwen-code"\nworkdir = "{repo}"\n',
                             env=env) as daemon:
             await add_fact(daemon)
             done = memactors(daemon, "install", "qwen-code", "--harness", "coder", "--project", str(repo))

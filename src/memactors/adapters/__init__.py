@@ -191,6 +191,7 @@ ADAPTERS: Mapping[str, str] = {
     "command": "memactors.adapters.command:CommandAdapter",
     "gemini-cli": "memactors.adapters.gemini_cli:GeminiCliAdapter",
     "opencode": "memactors.adapters.opencode:OpenCodeAdapter",
+    "qwen-code": "memactors.adapters.qwen_code:QwenCodeAdapter",
 }
 
 
@@ -204,6 +205,7 @@ ADAPTER_CAPS: Mapping[str, frozenset[str]] = {
     "command": frozenset(),
     "gemini-cli": frozenset(),
     "opencode": frozenset(),
+    "qwen-code": frozenset(),
 }
 
 

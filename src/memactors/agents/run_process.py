@@ -35,12 +35,14 @@ def agent_env(config: Any, environ: Any) -> dict[str, str]:
     return env
 
 
-def write_mcp_config(directory: Path, gateway_url: str, token: str) -> Path:
-    """Claude Code's ``--mcp-config`` JSON naming the gateway with this run's token; mode 0600."""
+def write_mcp_config(directory: Path, gateway_url: str, token: str, adapter: Any = None) -> Path:
+    """The run's MCP config JSON naming the gateway with this run's token, mode 0600: Claude Code's
+    ``--mcp-config`` format, or the adapter's own when it has one (``adapter.mcp_config(url, token)``)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / f"mcp-{secrets.token_hex(8)}.json"
-    body = {"mcpServers": {"memactors": {"type": "http", "url": gateway_url,
-                                         "headers": {"Authorization": f"Bearer {token}"}}}}
+    own = getattr(adapter, "mcp_config", None)
+    body = own(gateway_url, token) if callable(own) else {"mcpServers": {"memactors": {
+        "type": "http", "url": gateway_url, "headers": {"Authorization": f"Bearer {token}"}}}}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(body, f)
