@@ -67,8 +67,14 @@ async def test_an_installed_qwen_code_session_recalls_and_is_recorded_when_the_u
                 [str(qwen), "--yolo", "-i", "Fix the ledger rounding test."], cwd=repo, env={**daemon.env, **env},
                 done_when=b"still fails"))
             assert status == 0, screen[-3000:].decode(errors="replace")
-            listed = json.loads(memactors(daemon, "memory", "episodes", "--harness", "coder", "--json").stdout)
-            assert listed["episodes"], (screen[-3000:].decode(errors="replace"), daemon.log.read_text(encoding="utf-8")[-3000:])
+            # the hook delivers from a detached child (Qwen Code gives it 2 s at exit): wait for the episode
+            with trio.fail_after(120):  # a hang guard, not a timing assertion
+                while True:
+                    listed = json.loads(memactors(daemon, "memory", "episodes", "--harness", "coder",
+                                                  "--json").stdout)
+                    if listed["episodes"]:
+                        break
+                    await trio.sleep(0.2)  # another process's state
             [row] = listed["episodes"]
             episode = json.loads(memactors(daemon, "memory", "episodes", row["episode_id"], "--json").stdout)[
                 "episode"]

@@ -119,4 +119,24 @@ def cmd_session_end(args: argparse.Namespace) -> int:
     if harness is None:
         return 0
     record = _record(args, harness, hook_input())
+    if args.agent == "qwen-code" and _detached():
+        return 0  # the parent: Qwen Code may exit now; the detached child delivers the record
     return deliver_session(args, record, f"{args.agent} session-end {record['run_id']}", out=sys.stderr)
+
+
+def _detached() -> bool:
+    """Qwen Code gives each exit cleanup, its SessionEnd hook among them, 2 s and then exits, taking the hook
+    down: the record (made before, so a bad input still fails visibly) is delivered (or spooled) by a child
+    in a session of its own, which outlives Qwen Code. True in the parent, which returns at once; False in the child (and where fork fails:
+    then the record is made in this process, as for the other agents)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid:
+        return True
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)  # Qwen Code's pipes close when it exits: nothing may be written to them
+    return False
