@@ -291,7 +291,7 @@ def holds_ours(text: str) -> bool:
     """Whether a file's text holds anything install writes: every entry names the server (``memactors``:
     the server key, ``mcp__memactors__…``, ``memactors.cli`` hook commands, ``MEMACTORS_RESIDENT_TOKEN``,
     the exclude mark) or, for OpenCode, its plugin file."""
-    return SERVER in text.lower() or _more.PLUGIN_SUFFIX in text
+    return SERVER in text.lower() or _more.PLUGIN_SUFFIX in text or _more.PI_SUFFIX in text
 
 
 def missing_dirs(path: Path) -> list[Path]:
@@ -368,7 +368,8 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
 # -- the plans -----------------------------------------------------------------------------------------------
 
 def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = "", token: str = TOKEN_PLACEHOLDER,
-         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None) -> list[Change]:
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None,
+         tool_command: str = "") -> list[Change]:
     """The changes installing (or uninstalling) memactors for ``target`` makes; raises CliError, naming the
     file, when one cannot be merged (nothing is written then). ``plugin_file``: where OpenCode's plugin goes."""
     if target.agent == "claude-code":
@@ -380,7 +381,8 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
                    in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
-                                 hook_command=hook_command, start_command=start_command, plugin_file=plugin_file)]
+                                 hook_command=hook_command, start_command=start_command, plugin_file=plugin_file,
+                                 tool_command=tool_command)]
     else:
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {target.agent!r}")
     if target.project is not None:

@@ -35,6 +35,7 @@ exactly those.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,13 @@ from typing import Any
 from ._core import CliError
 from ._jsonfile import dumps_like, loads_object, read_exact
 from ._opencode_plugin import plugin_source
+from ._pi_extension import extension_source
 from .agents import SERVER_NAME as SERVER
 
 __all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
            "opencode_server", "plan", "qwen_file", "qwen_server"]
 
-AGENTS = ("gemini-cli", "opencode", "qwen-code")
+AGENTS = ("gemini-cli", "opencode", "pi", "qwen-code")
 #: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
 #: interpreter or --config its command names).
 GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
@@ -55,6 +57,9 @@ GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "
 #: session end's RPC after 15 s, and then it spools.
 _GEMINI_TIMEOUTS = {"SessionStart": 10_000, "SessionEnd": 30_000}
 _GEMINI_NAMES = {"SessionStart": "memactors-briefing", "SessionEnd": "memactors-record-session"}
+#: How the pi extension's file ends (``installs/<run id>.pi-extension.ts``): what marks install's entry in
+#: pi's ``settings.json`` ``extensions``.
+PI_SUFFIX = ".pi-extension.ts"
 #: How the OpenCode plugin's file ends (``installs/<run id>.opencode-plugin.js``): what marks the ``plugin``
 #: entry install wrote.
 PLUGIN_SUFFIX = ".opencode-plugin.js"
@@ -92,6 +97,28 @@ def gemini_file(project: Path | None, env: Mapping[str, str]) -> Path:
 def qwen_file(project: Path | None, env: Mapping[str, str]) -> Path:
     """Qwen Code's settings: a project's ``.qwen/settings.json``, else ``~/.qwen/settings.json``."""
     return (project if project is not None else _home(env)) / ".qwen" / "settings.json"
+
+
+def pi_file(project: Path | None, env: Mapping[str, str]) -> Path:
+    """pi's settings: a project's ``.pi/settings.json``, else ``~/.pi/agent/settings.json``."""
+    return project / ".pi" / "settings.json" if project is not None else _home(env) / ".pi" / "agent" / "settings.json"
+
+
+def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | None:
+    """``text`` with install's entry in ``extensions`` removed and, for ``extension``, added again."""
+    data = loads_object(path, text)
+    entries = data.get("extensions", [])
+    if not isinstance(entries, list):
+        raise CliError("INVALID_ARGUMENT", f"{path}: extensions is not a list; nothing was changed")
+    entries = [e for e in entries if not (isinstance(e, str) and e.endswith(PI_SUFFIX)
+                                          and "/installs/resident-pi-" in e)]
+    if extension is not None:
+        entries.append(str(extension))
+    if entries:
+        data["extensions"] = entries
+    else:
+        data.pop("extensions", None)
+    return dumps_like(data, text) if data else None
 
 
 def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
@@ -188,7 +215,7 @@ def _read(path: Path) -> str | None:
 
 
 def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,
-         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None, tool_command: str = ""
          ) -> list[tuple[Path, str | None, str | None, bool, str]]:
     """The changes installing (or uninstalling) memactors for ``agent`` makes: (path, text before, text
     after, private, what) for each file. ``hook_command`` records a session when it ends and
@@ -204,6 +231,26 @@ def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: b
             ", SessionStart hook (the briefing)" if install and start_command else "") + (
             ", SessionEnd hook (records the session)" if install and hook_command else "")
         return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
+    if agent == "pi":
+        if install and start_command:
+            raise CliError("INVALID_ARGUMENT", "--briefing-at-start: pi has no session-start context to give; its "
+                                               "extension's briefing tool is how it reads its briefing")
+        path = pi_file(project, env)
+        before = _read(path)
+        extension = plugin_file if install else None
+        changes = [(path, before, _pi_settings(path, before, extension), False,
+                    "extensions += memactors' extension (recall, briefing; each session recorded)" if install
+                    else "memactors' extension removed")]
+        if plugin_file is not None:
+            gateway = plugin_file.with_name(plugin_file.name.removesuffix(PI_SUFFIX) + ".pi-gateway.json")
+            changes.append((plugin_file, _read(plugin_file),
+                            extension_source(tool_command, hook_command) if install else None, False,
+                            "pi extension: the memory tools, each session recorded" if install
+                            else "memactors' pi extension removed"))
+            changes.append((gateway, _read(gateway), json.dumps({"url": url, "token": token}) + "\n" if install
+                            else None, True, "the gateway URL and this resident's token" if install
+                            else "the resident's token removed"))
+        return changes
     if agent == "opencode":
         path = opencode_file(project, env)
         before = _read(path)

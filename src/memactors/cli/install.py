@@ -42,7 +42,7 @@ DEFAULT_TTL = "365d"
 #: What `install --help` and `uninstall --help` say (the module's docstring is for the code's readers).
 DESCRIPTIONS = {
     "install": (
-        "Connect a resident agent (Claude Code, Codex, Gemini CLI, OpenCode or Qwen Code) to memactors. Mints a gateway token for the harness "
+        "Connect a resident agent (Claude Code, Codex, Gemini CLI, OpenCode, pi or Qwen Code) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
         "Code, Codex and Gemini CLI, the session-end hook that records each session (for OpenCode, a plugin). "
@@ -62,17 +62,17 @@ def register(sub: Any) -> None:
     for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
                         ("uninstall", "remove what `memactors install` wrote and revoke its token")):
         p = sub.add_parser(verb, help=helps, description=DESCRIPTIONS[verb])
-        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode", "qwen-code"),
+        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode", "pi", "qwen-code"),
                        help="the agent whose configuration to change")
         p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--project", metavar="DIR",
                            help="this project only (its .mcp.json and .claude/settings.local.json, .codex/config.toml, "
-                                ".gemini/settings.json, opencode.json or .qwen/settings.json)")
+                                ".gemini/settings.json, opencode.json, .pi/settings.json or .qwen/settings.json)")
         where.add_argument("--user", action="store_true",
                            help="every project of this user (~/.claude.json and ~/.claude/settings.json, "
                                 "$CODEX_HOME/config.toml, ~/.gemini/settings.json, "
-                                "~/.config/opencode/opencode.json or ~/.qwen/settings.json)")
+                                "~/.config/opencode/opencode.json, ~/.pi/agent/settings.json or ~/.qwen/settings.json)")
         p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
         p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
         if verb == "install":
@@ -115,7 +115,7 @@ def _hook_command(args: argparse.Namespace) -> str:
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode", "qwen-code") else "claude-code"
+    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode", "pi", "qwen-code") else "claude-code"
     return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
 
 
@@ -131,6 +131,18 @@ def _start_command(args: argparse.Namespace, target: Any) -> str:
         argv += ["--config", str(Path(config).expanduser().resolve())]
     where = ["--project", str(target.project)] if target.project is not None else ["--user"]
     return shlex.join([*argv, "hook", args.agent, "session-start", "--harness", args.harness, *where])
+
+
+def _tool_command(args: argparse.Namespace, target: Any) -> str:
+    """pi's extension runs this for a memory tool call (``hook pi tool … <tool>``): pi has no MCP client."""
+    if args.agent != "pi":
+        return ""
+    argv = [sys.executable, "-m", "memactors.cli"]
+    config = args.config or os.environ.get("HARNESS_CONFIG")
+    if config:
+        argv += ["--config", str(Path(config).expanduser().resolve())]
+    where = ["--project", str(target.project)] if target.project is not None else ["--user"]
+    return shlex.join([*argv, "hook", "pi", "tool", "--harness", args.harness, *where])
 
 
 def _diff(change: Any, token: str | None) -> str:
@@ -180,16 +192,18 @@ def cmd_install(args: argparse.Namespace) -> int:
     start = _start_command(args, target)
     run_id = run_id_for(args.agent, target.project)
     # OpenCode's plugin lives beside install's manifest (cli/_agentfiles_more says why).
-    plugin = _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js") \
-        if args.agent == "opencode" else None
+    plugin = {"opencode": _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js"),
+              "pi": _manifest_path(config.store.path, run_id).with_suffix(".pi-extension.ts")}.get(args.agent)
+    tool = _tool_command(args, target)
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin)
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin,
+               tool_command=tool)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
                                "gateway": url, "briefing_at_start": bool(start)}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
         changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start,
-                             plugin_file=plugin)
+                             plugin_file=plugin, tool_command=tool)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -198,7 +212,7 @@ def cmd_install(args: argparse.Namespace) -> int:
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
     changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
-                         start_command=start, plugin_file=plugin)
+                         start_command=start, plugin_file=plugin, tool_command=tool)
     manifest_path = _manifest_path(config.store.path, run_id)
     manifest_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, before a plugin is put there
     manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))

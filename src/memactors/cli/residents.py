@@ -54,6 +54,20 @@ def register(sub: Any) -> None:
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
         p.set_defaults(fn=cmd_session_end, agent=agent)
+    events = groups.add_parser("pi", help="pi hooks (run by memactors' pi extension)").add_subparsers(
+        dest="hook_event", required=True)
+    p = events.add_parser("session-end", help="run by memactors' pi extension when a session shuts down: its "
+                                              "session file as a run record")
+    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
+    p.set_defaults(fn=cmd_session_end, agent="pi")
+    p = events.add_parser("tool", help="run by memactors' pi extension: one memory tool call at the gateway "
+                                       "(arguments as JSON on stdin), its text on stdout")
+    p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--project", metavar="DIR", help="installed with --project DIR")
+    where.add_argument("--user", action="store_true", help="installed with --user")
+    p.add_argument("tool", choices=("recall", "briefing"), help="the gateway tool")
+    p.set_defaults(fn=cmd_pi_tool, agent="pi")
 
 
 # -- session start -------------------------------------------------------------------------------------------
@@ -81,10 +95,52 @@ def cmd_session_start(args: argparse.Namespace) -> int:
     return brief_session(args, _gateway)
 
 
+def pi_gateway_file(state_dir: Path, project: Path | None) -> Path:
+    """Where install keeps a pi resident's gateway URL and token (mode 0600, in the private ``installs/``):
+    pi has no configuration of its own for an MCP server to hold them."""
+    from .install import run_id_for
+
+    return Path(state_dir) / "installs" / f"{run_id_for('pi', project)}.pi-gateway.json"
+
+
+def cmd_pi_tool(args: argparse.Namespace) -> int:
+    """One ``recall`` or ``briefing`` call at the gateway for pi's extension: the arguments on stdin, the tool's
+    text on stdout. Inside a ``memactors run`` the run's own gateway and token (its environment); otherwise
+    the resident's, from the file install wrote. Exit 1 with the reason on stderr when the call failed."""
+    from ..agents.session_start import BriefingUnavailable, call_tool
+    from ._core import config_for
+    from .agents import hook_input
+
+    arguments = hook_input()
+    url, token = os.environ.get("MEMACTORS_GATEWAY_URL"), os.environ.get("MEMACTORS_RUN_TOKEN")
+    if not (url and token):
+        path = pi_gateway_file(config_for(args, "read").store.path,
+                               Path(args.project).resolve() if args.project else None)
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+            url, token = str(found["url"]), str(found["token"])
+        except (OSError, ValueError, KeyError, TypeError):
+            print(f"memactors: {path} has no gateway (run `memactors install pi`)", file=sys.stderr)
+            return 1
+    try:
+        text = call_tool(url, token, args.tool, arguments, timeout=20.0)
+    except BriefingUnavailable as exc:
+        print(f"memactors: {exc}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
 # -- session end ---------------------------------------------------------------------------------------------
 
 def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dict[str, Any]:
-    from ..agents.resident_sessions import gemini_session, opencode_session, qwen_session, resident_record
+    from ..agents.resident_sessions import (
+        gemini_session,
+        opencode_session,
+        pi_session,
+        qwen_session,
+        resident_record,
+    )
     from ..errors import InvalidArgument
     from ..store import iso
     from .agents import harness_config
@@ -102,6 +158,17 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
             raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
         session_id, cwd = str(hook["session_id"]), str(hook.get("cwd") or os.getcwd())
+    elif args.agent == "pi":
+        if not isinstance(hook.get("session_file"), str) or not hook["session_file"]:
+            raise InvalidArgument("the extension's input has no session_file", field="session_file")
+        try:
+            with open(hook["session_file"], encoding="utf-8", errors="replace") as f:
+                session = pi_session(f)
+        except OSError as exc:
+            raise InvalidArgument(f"cannot read session_file: {exc.strerror}", field="session_file") from None
+        transcript, started, ended = session.transcript, session.started_at, session.ended_at
+        session_id = transcript.session_id or Path(hook["session_file"]).stem
+        cwd = str(hook.get("cwd") or os.getcwd())
     else:
         if not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
             raise InvalidArgument("the plugin's input has no session_id", field="session_id")
