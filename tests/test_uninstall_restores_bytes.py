@@ -161,6 +161,8 @@ AGENT_FILES = {
     ("opencode", "user"): (".config/opencode/opencode.json",),
     ("qwen-code", "project"): (".qwen/settings.json",),
     ("qwen-code", "user"): (".qwen/settings.json",),
+    ("pi", "project"): (".pi/settings.json",),
+    ("pi", "user"): (".pi/agent/settings.json",),
 }
 #: Odd but valid JSON files a user may have (bytes, exactly).
 JSON_CORPUS = {
@@ -186,7 +188,7 @@ JSONC = b'{\n  // my settings\n  "theme": "dark",\n}\n'
 
 
 @pytest.mark.parametrize("scope", ["project", "user"])
-@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "pi"])
 def test_uninstall_leaves_every_odd_but_valid_user_file_byte_identical(
         daemon: Daemon, tmp_path: Path, agent: str, scope: str) -> None:
     files = AGENT_FILES[(agent, scope)]
@@ -211,7 +213,7 @@ def test_uninstall_leaves_every_odd_but_valid_user_file_byte_identical(
         assert_cmp_identical(snapshot, place)
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "opencode", "qwen-code"])
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "opencode", "qwen-code", "pi"])
 def test_install_refuses_a_json_file_with_comments_naming_it_and_changes_nothing(
         daemon: Daemon, tmp_path: Path, agent: str) -> None:
     repo = git_repo(tmp_path / "ledger")
