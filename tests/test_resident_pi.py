@@ -28,6 +28,12 @@ pytestmark = pytest.mark.slow
 
 PI_BIN = BIN / "pi"
 PI_VERSION = "0.73.1"
+
+
+def test_make_installs_the_pinned_pi() -> None:
+    shown = subprocess.run([str(agent_bin(PI_BIN)), "--version"], capture_output=True, text=True, timeout=120,
+                           check=True)
+    assert (shown.stdout + shown.stderr).split()[-1] == PI_VERSION  # pi prints it on stderr
 #: The user's own project settings, in a layout json.dumps would not write: uninstall gives these bytes back.
 OWN_SETTINGS = '{"theme": "dark", "extensions": ["./tools/mine.ts"]}'
 
@@ -52,8 +58,6 @@ def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_an_installed_pi_session_recalls_through_the_extension_and_is_recorded_when_it_shuts_down(
         tmp_path: Path) -> None:
     pi = agent_bin(PI_BIN)
-    shown = subprocess.run([str(pi), "--version"], capture_output=True, text=True, timeout=120, check=True)
-    assert (shown.stdout + shown.stderr).split()[-1] == PI_VERSION  # pi prints it on stderr
     repo = make_repo(tmp_path / "api", failing_test=True)
     (repo / "tools").mkdir()
     (repo / "tools" / "mine.ts").write_text("export default function () {}\n", encoding="utf-8")

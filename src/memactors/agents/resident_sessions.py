@@ -38,6 +38,7 @@ from typing import Any
 from ..adapters import Transcript
 from ..adapters.gemini_cli import GeminiCliParser
 from ..adapters.opencode import OpenCodeParser
+from ..adapters.pi import pi_event
 from ..config import HarnessConfig
 from .run_record import build_run_record, git_start
 from .transcript import duration_ms
@@ -200,11 +201,6 @@ def qwen_session(lines: Iterable[str]) -> GeminiSession:
     return out
 
 
-#: pi's tools as Gemini CLI's (whose reader keeps the facts): an edit's path is ``path`` in pi.
-_PI_TOOLS = {"write": "write_file", "edit": "write_file", "bash": "run_shell_command"}
-_PI_EXIT = re.compile(r"Command exited with code (-?\d+)\s*\Z")
-
-
 def pi_session(lines: Iterable[str]) -> GeminiSession:
     """Read a pi session file (``~/.pi/agent/sessions/<cwd>/<time>_<id>.jsonl``: a ``session`` header with
     ``id`` and ``cwd``, then ``message`` entries whose ``message`` is an assistant's (``toolCall`` and ``text``
@@ -224,36 +220,8 @@ def pi_session(lines: Iterable[str]) -> GeminiSession:
         if _str(entry.get("timestamp")):
             out.started_at = min(out.started_at or at, at)
             out.ended_at = max(out.ended_at or at, at)
-        if entry.get("type") == "session" and _str(entry.get("id")):
-            out.parser.feed(json.dumps({"type": "init", "session_id": entry["id"]}), at=at)
-            continue
-        message = entry.get("message") if entry.get("type") == "message" else None
-        if not isinstance(message, dict):
-            continue
-        blocks = [b for b in message.get("content") or () if isinstance(b, dict)]
-        if message.get("role") == "assistant":
-            if _str(message.get("model")):
-                out.parser.transcript.model = message["model"]
-            text = "".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
-            if text.strip():
-                out.parser.feed(json.dumps({"type": "message", "role": "assistant", "content": text}), at=at)
-            for block in blocks:
-                if block.get("type") != "toolCall" or not _str(block.get("id")) or not _str(block.get("name")):
-                    continue
-                arguments = block.get("arguments") if isinstance(block.get("arguments"), dict) else {}
-                name = _PI_TOOLS.get(block["name"], block["name"])
-                params = {"file_path": arguments.get("path")} if name == "write_file" else arguments
-                out.parser.feed(json.dumps({"type": "tool_use", "tool_name": name, "tool_id": block["id"],
-                                            "parameters": params}), at=at)
-        elif message.get("role") == "toolResult" and _str(message.get("toolCallId")):
-            text = "".join(b.get("text", "") for b in blocks if isinstance(b.get("text"), str))
-            exited = _PI_EXIT.search(text)
-            code = int(exited.group(1)) if exited else (None if message.get("isError") else 0)
-            result: dict[str, Any] = {"type": "tool_result", "tool_id": message["toolCallId"],
-                                      "status": "error" if message.get("isError") and code is None else "success"}
-            if code is not None:
-                result["output"] = f"Exit Code: {code}"
-            out.parser.feed(json.dumps(result), at=at)
+        for event in pi_event(entry):
+            out.parser.feed(json.dumps(event), at=at)
     out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")
     return out
 

@@ -40,10 +40,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.pi_extension import extension_source
 from ._core import CliError
 from ._jsonfile import dumps_like, loads_object, read_exact
 from ._opencode_plugin import plugin_source
-from ._pi_extension import extension_source
 from .agents import SERVER_NAME as SERVER
 
 __all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",

@@ -62,8 +62,8 @@ def register(sub: Any) -> None:
     p.set_defaults(fn=cmd_session_end, agent="pi")
     p = events.add_parser("tool", help="run by memactors' pi extension: one memory tool call at the gateway "
                                        "(arguments as JSON on stdin), its text on stdout")
-    p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
-    where = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--harness", help="the [harness.<name>] the resident runs as (in a `memactors run`: the run's)")
+    where = p.add_mutually_exclusive_group()
     where.add_argument("--project", metavar="DIR", help="installed with --project DIR")
     where.add_argument("--user", action="store_true", help="installed with --user")
     p.add_argument("tool", choices=("recall", "briefing"), help="the gateway tool")
