@@ -110,13 +110,12 @@ def _target(args: argparse.Namespace) -> Any:
 def _hook_command(args: argparse.Namespace) -> str:
     """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
     command read when it was named explicitly (the agent's environment may not carry HARNESS_CONFIG).
-    Claude Code's, Codex's, Gemini CLI's (`hook <agent> session-end`); OpenCode's plugin runs it at exit."""
+    ``hook <agent> session-end`` for every agent; OpenCode's plugin and pi's extension run it themselves."""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode", "pi", "qwen-code") else "claude-code"
-    return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
+    return shlex.join([*argv, "hook", args.agent, "session-end", "--harness", args.harness])
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
