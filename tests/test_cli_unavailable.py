@@ -277,7 +277,7 @@ DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`
 #: read or write the store itself (tests/test_store_export.py, tests/test_store_backup.py).
 OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate",
-           "store export", "store import", "store backup", "store restore"}
+           "store export", "store import", "store backup", "store restore", "store check"}
 
 
 def test_the_table_covers_every_command_that_connects(tmp_path: Path) -> None:

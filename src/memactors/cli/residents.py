@@ -143,6 +143,7 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
     )
     from ..errors import InvalidArgument
     from ..store import iso
+    from ._hook_io import open_transcript
     from .agents import harness_config
 
     cfg = harness_config(load(args), harness)
@@ -151,21 +152,15 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
         for field in ("session_id", "transcript_path"):
             if not isinstance(hook.get(field), str) or not hook[field]:
                 raise InvalidArgument(f"the hook input has no {field}", field=field)
-        try:
-            with open(hook["transcript_path"], encoding="utf-8", errors="replace") as f:
-                session = (gemini_session if args.agent == "gemini-cli" else qwen_session)(f)
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
+        with open_transcript(hook["transcript_path"]) as lines:
+            session = (gemini_session if args.agent == "gemini-cli" else qwen_session)(lines)
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
         session_id, cwd = str(hook["session_id"]), str(hook.get("cwd") or os.getcwd())
     elif args.agent == "pi":
         if not isinstance(hook.get("session_file"), str) or not hook["session_file"]:
             raise InvalidArgument("the extension's input has no session_file", field="session_file")
-        try:
-            with open(hook["session_file"], encoding="utf-8", errors="replace") as f:
-                session = pi_session(f)
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read session_file: {exc.strerror}", field="session_file") from None
+        with open_transcript(hook["session_file"], field="session_file") as lines:
+            session = pi_session(lines)
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
         session_id = transcript.session_id or Path(hook["session_file"]).stem
         cwd = str(hook.get("cwd") or os.getcwd())
@@ -194,8 +189,9 @@ def cmd_session_end(args: argparse.Namespace) -> int:
 def _detached() -> bool:
     """Qwen Code gives each exit cleanup, its SessionEnd hook among them, 2 s and then exits, taking the hook
     down: the record (made before, so a bad input still fails visibly) is delivered (or spooled) by a child
-    in a session of its own, which outlives Qwen Code. True in the parent, which returns at once; False in the child (and where fork fails:
-    then the record is made in this process, as for the other agents)."""
+    in a session of its own, which outlives Qwen Code. True in the parent, which returns at once; False in
+    the child (and where fork fails: then the record is delivered by this process, as for the other
+    agents)."""
     try:
         pid = os.fork()
     except OSError:
