@@ -93,8 +93,12 @@ HELDOUT_DATA = DATA.with_name("heldout_other_words.json")
 #: bench/fusion_sweep.py, which had read the first one: the check set no tuning has read. fusion_sweep
 #: leaves it out.
 HELDOUT2_DATA = DATA.with_name("heldout2_other_words.json")
+#: Questions with no answer in the history (issue 38): a recall should answer each with nothing.
+NOANSWER_DATA = DATA.with_name("noanswer_questions.json")
 #: The modes one run compares: BM25 alone ([memory] embeddings = false) and the default configuration
-#: (the embedded model, hybrid ranking).
+#: (the embedded model, hybrid ranking); `fresh` is the default configuration asked as soon as `runs
+#: ingest` has returned and every record is recorded, while the vectors are still being back-filled
+#: (what an agent meets right after an import; issue 38).
 MODES = ("bm25", "embedded")
 #: Path questions labelled by recency: the answers are the RECENT newest ingested runs that touched the path.
 RECENT = 3
@@ -104,7 +108,8 @@ GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other"
           ("path", "first"): "path", ("path", "hard"): "path", ("same", "black"): "black same",
           ("other", "black"): "black other", ("other", "heldout"): "heldout other words",
           ("other", "heldout2"): "heldout-2 other words (untuned)",
-          ("path-recency", "first"): "path (recency)", ("path-recency", "hard"): "path (recency)"}
+          ("path-recency", "first"): "path (recency)", ("path-recency", "hard"): "path (recency)",
+          ("none", "noanswer"): "no answer (MRR: share answered with nothing)"}
 #: The changelog questions' groups, by how many content words of the commit's subject they share.
 CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
@@ -197,7 +202,7 @@ def run_record(repo: Repo, c: Commit) -> dict[str, Any]:
 def load_questions(*, changelog: bool = False) -> dict[str, Any]:
     """The hand-written questions; with `changelog`, the changelog questions after them."""
     data = json.loads(DATA.read_text(encoding="utf-8"))
-    for path, name in ((HELDOUT_DATA, "heldout"), (HELDOUT2_DATA, "heldout2")):
+    for path, name in ((HELDOUT_DATA, "heldout"), (HELDOUT2_DATA, "heldout2"), (NOANSWER_DATA, "noanswer")):
         if path.exists():
             data["questions"] += [{**q, "set": name} for q in json.loads(path.read_text(encoding="utf-8"))["questions"]]
     if changelog and CHANGELOG_DATA.exists():
@@ -368,6 +373,14 @@ class Scores:
 
     def add(self, q: dict[str, Any], found: list[tuple[str, str]], subjects: dict[str, str]) -> None:
         self.n += 1
+        if not q["answers"]:  # a no-answer question: "hit" is answering with nothing
+            for k in self.hits:
+                self.hits[k] += not found
+            self.rr += not found
+            self.items += len(found)
+            if found:
+                self.misses.append(q["query"])
+            return
         runs = [r for r, _ in found]
         rank = next((i + 1 for i, r in enumerate(runs) if r in q["answers"]), None)
         for k in self.hits:
@@ -433,7 +446,7 @@ def touches(commit: Commit, upcoming: set[str]) -> bool:
 async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Path, *, direct: bool,
                    mode: str = "embedded", briefings_wanted: bool = True) -> dict[str, Any]:
     state = root / f"state-{mode}"
-    config = config_for(root, state, repos, mode)
+    config = config_for(root, state, repos, "embedded" if mode == "fresh" else mode)
     records = root / "records"
     records.mkdir(exist_ok=True)
     kept: dict[str, list[Commit]] = {}
@@ -473,6 +486,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                     await trio.sleep(1.0)
             out["embedded_s"] = round(time.perf_counter() - t, 1)
             out["embeddings"] = emb
+        if mode == "fresh":  # asked now, while the back-fill runs: how many vectors were missing at the start
+            out["pending_at_questions"] = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending")
         tokens: dict[str, str] = {}
         for r in repos:
             # A fresh run's place is its workdir's before its first session (REQ-9): a checkout whose
@@ -494,7 +509,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             g = group(q)
             for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
                 scores.setdefault(key, Scores()).add(q, found, subjects)
-            if q.get("set") == "heldout2":  # its own row only: "all" stays comparable with earlier runs
+            if q.get("set") in ("heldout2", "noanswer"):  # its own row only: "all" stays comparable with earlier runs
                 return
             if q["kind"] not in ("path", "path-recency", "changelog"):  # the NL questions together, per corpus
                 key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"
@@ -502,6 +517,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             if q["kind"] not in ("path", "path-recency", "changelog"):  # every NL question ("all questions")
                 scores.setdefault("all", Scores()).add(q, found, subjects)
         times: list[float] = []
+        scored: list[dict[str, Any]] = []  # --direct: every question's items and scores (the floor's calibration)
         if direct:
             from memactors.builtin import BuiltinProvider
             from memactors.repo import scope_for
@@ -510,7 +526,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             store = await open_store(state / "memactors.db")
             stack.callback(store.close)
             provider = BuiltinProvider(store)
-            if mode == "embedded":
+            if mode in ("embedded", "fresh"):
                 from memactors.embedding import BUILTIN_MODEL, LocalEmbedder
 
                 provider = BuiltinProvider(store, embedder=LocalEmbedder().embed, embedding_model=BUILTIN_MODEL,
@@ -526,6 +542,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                     f"SELECT episode_id, run_id FROM episodes WHERE episode_id IN ({','.join('?' * len(items))})",
                     [i["id"] for i in items]).fetchall()))
                 score(q, [(by_id.get(i["id"], "?"), i["text"]) for i in items])
+                scored.append({"query": q["query"], "kind": q["kind"], "set": q.get("set"), "answers": q["answers"],
+                               "items": [[by_id.get(i["id"], "?"), i["score"]] for i in items]})
         else:
             clients = {}
             for r in repos:
@@ -546,6 +564,10 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
         out["recall_ms_p50"] = round(statistics.median(times) * 1000, 1)
         out["misses"] = {k: s.misses for k, s in scores.items()}
+        if mode == "fresh":
+            out["pending_after_questions"] = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending")
+        if scored:
+            out["scored"] = scored
 
         # -- briefings --------------------------------------------------------------------------------
         briefings = []
@@ -588,6 +610,9 @@ def report(outs: dict[str, dict[str, Any]]) -> None:
     for mode, out in outs.items():
         line = f"[{mode}] episodes: {out['episodes']}  ingest: {out['ingest']} in {out['ingest_s']} s"
         line += f" (all recorded at {out.get('recorded_s')} s)"
+        if "pending_at_questions" in out:
+            line += (f"; asked with {out['pending_at_questions']} episodes without a vector"
+                     f" ({out.get('pending_after_questions')} after the questions)")
         if "embedded_s" in out:
             emb = out.get("embeddings") or {}
             total = sum(out["episodes"].values())

@@ -36,7 +36,9 @@ async def populate(service: MemoryService, *, facts: int = 20, runs: int = 5, ot
         await service.ingest_run(run_record(
             run_id=f"r{i}", trace_id=f"t{i}", started_at=f"2026-11-2{i}T09:00:00Z",
             ended_at=f"2026-11-2{i}T09:10:00Z", result_text=f"api-fixer main ledger run {i}",
-            sessions=[{"session_id": "s", "cwd": "/srv/api", "repo": API, "git_branch": "main"}]))
+            sessions=[{"session_id": "s", "cwd": "/srv/api", "repo": API, "git_branch": "main"}],
+            # an edit: a run that only answered one short line is trivial and takes no briefing slot
+            events=[{"kind": "edit", "session_id": "s", "at": f"2026-11-2{i}T09:05:00Z", "path": f"src/ledger{i}.py"}]))
     for i in range(facts):
         await service.add_fact(scope=f"project:{API}", text=f"fact number {i:02d} about the ledger",
                                confidence=round(0.3 + i / 40, 3))
@@ -63,7 +65,12 @@ async def test_req14_sections_keep_their_order_and_bounds(fixed: MemoryService) 
     assert [c["provenance"]["harness"] for c in items(answer.json, "collisions")] == ["other-0", "other-1", "other-2"]
     runs = next(s for s in answer.json["sections"] if s["name"] == "recent_runs")
     shown = [r["provenance"]["run"] for r in runs["items"]]
-    assert shown and shown == ["r4", "r3", "r2", "r1", "r0"][: len(shown)] and runs["dropped"] == 5 - len(shown)
+    # Newest first, each with its gist, none the episodes section shows already (issue 38).
+    # (An episode the section picked but dropped to fit is not repeated either.)
+    in_episodes = {e["provenance"]["run"] for e in items(answer.json, "episodes")}
+    assert shown and shown == sorted(shown, reverse=True) and not set(shown) & in_episodes
+    assert len(shown) + runs["dropped"] + len(in_episodes) <= 5
+    assert all(r["text"].startswith("api-fixer main ledger run ") for r in runs["items"])
     facts = next(s for s in answer.json["sections"] if s["name"] == "facts")
     assert 0 < len(facts["items"]) <= 8 and facts["dropped"] == 20 - len(facts["items"])
     assert f"({facts['dropped']} more not shown; use the recall tool for more)" in answer.text
@@ -195,3 +202,22 @@ async def test_req14_a_default_briefing_over_a_repository_with_matching_episodes
     for it in shown:
         assert it["text"] in answer.text  # whole, never cut
         assert it["text"].startswith("api-fixer main ledger run ")  # the run's own words (issue 17's gist)
+
+
+async def test_trivial_runs_take_no_briefing_slot_and_recent_runs_say_what_each_run_did(
+        fixed: MemoryService) -> None:
+    await populate(fixed, facts=0, runs=5, others=0)
+    for i in range(3):  # newer than every informative run: a `claude -p "hello"` each
+        await fixed.ingest_run(run_record(
+            run_id=f"hello{i}", trace_id=f"h{i}", started_at=f"2026-11-28T1{i}:00:00Z",
+            ended_at=f"2026-11-28T1{i}:00:05Z", result_text="Hello! How can I help you today?",
+            sessions=[{"session_id": "s", "cwd": "/srv/api", "repo": API, "git_branch": "main"}]))
+    _, view = await as_run(fixed, "api-fixer", "100", API)
+    answer = await fixed.agent_briefing(view, delivery="tool")
+    runs = items(answer.json, "recent_runs")
+    episodes = items(answer.json, "episodes")
+    shown = [i["provenance"]["run"] for i in (*runs, *episodes)]
+    assert runs and episodes and not any(r.startswith("hello") for r in shown)
+    assert len(shown) == len(set(shown))  # no section repeats another's item
+    for run in runs:
+        assert run["text"].startswith("api-fixer main ledger run ") and "src/ledger" in run["text"]

@@ -147,7 +147,8 @@ async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_fal
 
 async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
-    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
+    # No floor: the fusion's candidates, however weak (the fake model's cosines are not the embedded one's).
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0)
     await p.record(_args("ep_1", "rounding error in invoices"))
     await p.record(_args("ep_2", "totally different words here"))
     assert fake.requests_to("/v1/embeddings") == []  # recording never waits for the model
@@ -285,7 +286,7 @@ async def test_the_match_is_restricted_to_the_callers_scope_inside_fts5(store: S
 
 @pytest.mark.both_engines
 async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_fewer_than_limit(store: Store) -> None:
-    p = BuiltinProvider(store)
+    p = BuiltinProvider(store, relevance_floor=0.0)  # the candidates' plan, not the floor (which drops ep_one)
     await p.record(_args("ep_both1", "ledger rounding fixed"))
     await p.record(_args("ep_both2", "rounding in the ledger"))
     await p.record(_args("ep_one", "ledger ledger ledger ledger only"))

@@ -117,23 +117,26 @@ def _stop(proc: subprocess.Popen[str], signum: int) -> tuple[int, str]:
 def test_cli_walkthrough_signals_and_restart(tmp_path: Path) -> None:
     """The README walk-through as a user types it; the daemon stops cleanly on SIGTERM (first run) and
     SIGINT (second run) and keeps its episodes. One test for both signals: each daemon start is seconds
-    of the suite."""
-    config = write_config(tmp_path)
+    of the suite. The default configuration, the embedded model's hybrid ranking included, as the README
+    runs it: step 4's "nothing" holds with cosine similarity in the ranking (issue 38's floor)."""
+    config = write_config(tmp_path, embeddings=True)
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     state = tmp_path / "state"
     proc = _start(env, state)
     try:
         files = sorted(str(p) for p in EXAMPLES.glob("*.json"))
-        ingest = _cli(env, "runs", "ingest", *files)
+        ingest = _cli(env, "runs", "ingest", "--wait-vectors", *files)
         assert ingest.returncode == 0, ingest.stderr
         assert acknowledged(ingest.stdout.strip()) == (
             f"{len(files)} record(s): {len(files)} recorded, 0 duplicate, 0 skipped, 0 rejected")
         _wait_no_pending_records(env)
+        embeddings = json.loads(_cli(env, "memory", "status", "--json").stdout)["embeddings"]
+        assert embeddings["source"] == "embedded" and embeddings["pending"] == 0, embeddings
         hit = _cli(env, "memory", "recall", "flaky ledger", "--repo", "forge.example/acme/api", "--json")
         assert hit.returncode == 0, hit.stderr
         assert "api-fixer" in {i["harness"] for i in json.loads(hit.stdout)["episodes"]}
         miss = _cli(env, "memory", "recall", "flaky ledger", "--repo", "forge.example/acme/billing", "--json")
-        assert json.loads(miss.stdout)["episodes"] == []
+        assert json.loads(miss.stdout)["episodes"] == []  # billing's one episode is not about it: nothing
     finally:
         code, err = _stop(proc, signal.SIGTERM)
     assert code == 0, err

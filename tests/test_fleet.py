@@ -123,9 +123,10 @@ async def test_issue19_a_run_on_a_shows_up_in_bs_briefing_and_presence_is_fleet_
         assert shown.returncode == 0, shown.stderr
         briefing = json.loads(shown.stdout)
         sections = {s["name"]: s for s in briefing["structured"]["sections"]}
-        assert any(i["provenance"].get("run") == result["run_id"] for i in sections["recent_runs"]["items"])
-        # A's episode is the briefing's episode (REQ-14's one-line provenance names its run)
+        # A's episode is the briefing's episode (REQ-14's one-line provenance names its run), shown once:
+        # recent_runs does not repeat it (issue 38)
         assert [i["provenance"]["run"] for i in sections["episodes"]["items"]] == [result["run_id"]]
+        assert all(i["provenance"].get("run") != result["run_id"] for i in sections["recent_runs"]["items"])
         recalled = await cli(b, "memory", "recall", "--as", "fixer", "notes", "--json")
         assert [e["episode_id"] for e in json.loads(recalled.stdout)["episodes"]] == [result["episode_id"]]
         # A session live on A is a collision for a run on B on the same branch.

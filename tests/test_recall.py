@@ -285,3 +285,21 @@ async def test_req13_a_hung_provider_degrades_within_provider_timeout(
         answer, waited = await within(trio_clock, 0.3, lambda: service.agent_recall(view, query="ledger"))
         assert waited >= 0.3  # it did wait for the provider (for provider_timeout, no longer: `within`)
         assert answer.outcome == "degraded" and section(answer.json, "episodes") == []
+
+
+async def test_retries_of_one_task_are_one_recall_item_saying_how_many_runs_it_stands_for(
+        memory: MemoryService) -> None:
+    edits = [{"kind": "edit", "session_id": "s1", "at": "2026-11-28T09:05:00Z", "path": "src/ledger.py"}]
+    retry = "Fixed the ledger rounding in reconcile by pinning the clock; all ledger tests pass now."
+    for n, text in enumerate((retry, retry + " again", retry)):
+        await memory.ingest_run(run_record(run_id=f"r{n}", trace_id=f"t{n}", result_text=text, events=edits,
+                                           started_at=f"2026-11-2{n}T09:00:00Z", ended_at=f"2026-11-2{n}T09:10:00Z"))
+    await memory.ingest_run(run_record(run_id="other", trace_id="t9", result_text="ledger rounding notes for the"
+                                       " reconcile report, written up", started_at="2026-11-25T09:00:00Z",
+                                       ended_at="2026-11-25T09:10:00Z"))
+    answer = await memory.recall(query="ledger rounding reconcile", repo=API)
+    items = [i for s in answer["structured"]["sections"] if s["name"] == "episodes" for i in s["items"]]
+    runs = [(i["provenance"]["run"], i["provenance"].get("runs")) for i in items]
+    # The three retries are one item (the best ranked of them, under its own run's provenance).
+    assert sorted(r for r, _ in runs) == sorted([next(r for r, n in runs if n == "3"), "other"])
+    assert [n for r, n in runs if r == "other"] == [None]

@@ -338,7 +338,8 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
         store = await open_store(vector_url)
         try:
             async with ModelApiClient(settings) as client:
-                p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
+                # No floor: the fusion's every candidate (the fake model's cosine-only hits are noise).
+                p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed", relevance_floor=0.0)
                 assert await p.check_vectors()
                 await p.record(args("ep_1", "rounding error in invoices"))
                 await p.record(args("ep_2", "totally different words here"))
@@ -379,7 +380,9 @@ async def test_issue19_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
     other_repo = [{"session_id": "s1", "cwd": "/srv/web", "repo": "forge.example/acme/web", "git_branch": "main"}]
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=32)) as api:
         holder = holder_for(tmp_path, vector_url,
-                            f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n')
+                            f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n'
+                            # every fused match, cosine-only ones too (the fake model's are noise under the floor)
+                            '[memory]\nrelevance_floor = 0\n')
         with LogRecords() as logs:
             async with open_memory_service(holder) as memory:
                 await wait_ready(memory)
@@ -408,7 +411,8 @@ async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_
     from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
 
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=32)) as api:
-        model = f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n'
+        model = (f'[model_api]\nbase_url = "{api.base_url}"\nembedding_model = "e"\n'
+                 '[memory]\nrelevance_floor = 0\n')  # every fused match (the fake model's cosines are noise)
         config = write_config(tmp_path, model)
         holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(tmp_path)}))
         async with open_memory_service(holder) as memory:

@@ -196,6 +196,15 @@ class Table:
             raise self.error(key, value, "must be true or false")
         return value
 
+    def fraction(self, key: str, default: float) -> float:
+        """A number from 0 to 1 (an integer 0 or 1 too)."""
+        if key not in self.data:
+            return default
+        value = self.raw(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise self.error(key, value, "must be a number from 0 to 1")
+        return float(value)
+
     def int_(self, key: str, default: int, lo: int, hi: int | None = None) -> int:
         if key not in self.data:
             return default

@@ -107,6 +107,10 @@ class EpisodesConfig:
     provider_timeout_text: str = "2s"
 
 
+#: ``[memory] relevance_floor``'s default (the built-in provider's `ranking.RELEVANCE_FLOOR`).
+RELEVANCE_FLOOR = 0.4
+
+
 @attrs.frozen
 class MemoryConfig:
     """``[memory]`` (REQ-1): the provider, ``"builtin"`` or the key of a global ``[mcp.<name>]``."""
@@ -116,6 +120,9 @@ class MemoryConfig:
     #: ``embeddings`` (REQ-11): the built-in provider's hybrid ranking. True (the default): with the
     #: embedded model, or with ``[model_api] embedding_model`` when that is set; False: BM25 alone.
     embeddings: bool = True
+    #: ``relevance_floor`` (issue 38): the built-in provider serves no item scoring below it on its
+    #: 0–1 relevance scale (docs/contracts.md); 0 serves every match.
+    relevance_floor: float = 0.4  # RELEVANCE_FLOOR
 
     @property
     def is_builtin(self) -> bool:
@@ -577,6 +584,7 @@ def _build(
     provider = memory_t.str_("provider", "builtin")
     assert provider is not None
     embeddings = memory_t.bool_("embeddings", True)
+    relevance_floor = memory_t.fraction("relevance_floor", RELEVANCE_FLOOR)
     memory_t.finish()
 
     model_api = _build_model_api(root)
@@ -629,7 +637,8 @@ def _build(
     _check_provider(memory_t, provider, servers, policies, sources)
 
     return Config(
-        memory=MemoryConfig(provider=provider, episodes=episodes, embeddings=embeddings),
+        memory=MemoryConfig(provider=provider, episodes=episodes, embeddings=embeddings,
+                            relevance_floor=relevance_floor),
         model_api=model_api,
         mcp=_frozen_map(servers),
         mcp_defaults=defaults,

@@ -38,6 +38,7 @@ def doctor_rows(
     degraded_recalls_24h: int,
     episodes_missing_vectors: int,
     embedding_model: str = "",
+    missing_vectors_since: str | None = None,
     exhausted: Mapping[str, Mapping[str, Any]] | None = None,
     exhaustion_alarm: float = 300.0,
     exhaustion_limit: float = 1800.0,
@@ -115,9 +116,11 @@ def doctor_rows(
                         + (f", the last {in_a_row} in a row" if in_a_row > 1 else "")))
     model = embedding_model or (config.model_api.embedding_model if config.model_api is not None else "") or ""
     if model and episodes_missing_vectors:
+        since = f" since {missing_vectors_since}" if missing_vectors_since else ""
         rows.append(Row("warn", "memory embeddings",
-                        f"{episodes_missing_vectors} built-in episodes have no vector for {model}"
-                        " (the background embedder fills them in; `memactors memory reindex` shows it)"))
+                        f"{episodes_missing_vectors} built-in episodes have no vector for {model}{since}"
+                        " (the background embedder fills them in, recall ranks them by their text meanwhile;"
+                        " `memactors memory reindex` shows it)"))
     rows.append(privacy_note(config))
     if config_state is not None:
         rows.append(config_row(config_state))

@@ -499,6 +499,26 @@ def recent_runs(
     return [_run_row(r) for r in rows]
 
 
+def run_episodes(db: Db, runs: Sequence[RunRow]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stored episode (REQ-5 body, parsed) of each of `runs` that has one not forgotten, by
+    (harness, run_id): what a briefing's recent_runs line says of the run (issue 38)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    wanted = list(dict.fromkeys((r.harness, r.run_id) for r in runs))
+    for harness, run_id in wanted:
+        row = db.execute(
+            "SELECT b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
+            " WHERE e.harness = ? AND e.run_id = ? AND e.forgotten_at IS NULL ORDER BY e.recorded_at DESC LIMIT 1",
+            [harness, run_id]).fetchone()
+        if row is not None and row[0]:
+            try:
+                body = json.loads(row[0])
+            except ValueError:
+                continue
+            if isinstance(body, dict):
+                out[(harness, run_id)] = body
+    return out
+
+
 # -------------------------------------------------------------------------------------------- presence
 
 

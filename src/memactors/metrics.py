@@ -127,6 +127,7 @@ class Metrics:
     def __init__(self, *, max_harnesses: int = 64, wall_clock: Callable[[], datetime] | None = None) -> None:
         self.registry = CollectorRegistry()
         self._mailboxes: Callable[[], Iterable[Any]] = tuple
+        self._embeddings: Callable[[], tuple[int, str | None]] | None = None
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
         #: wall times of recent degraded recalls, oldest first (bounded: doctor only needs 24 hours)
         self.degraded_recalls: deque[datetime] = deque(maxlen=100_000)
@@ -236,6 +237,16 @@ class Metrics:
             "memactors_actor_queue_depth",
             "Messages waiting in an actor's inbox.",
             ["actor"],
+            registry=r,
+        )
+        self.embeddings_pending = Gauge(
+            "memactors_embeddings_pending",
+            "Built-in episodes without a vector yet (the background back-fill's work; recall ranks them by text).",
+            registry=r,
+        )
+        self.embeddings_pending_seconds = Gauge(
+            "memactors_embeddings_pending_seconds",
+            "How long there have been built-in episodes without a vector (0 when every one has its vector).",
             registry=r,
         )
 
@@ -369,11 +380,21 @@ class Metrics:
         """Export the queue depth of these actors' mailboxes at every scrape (``statistics().queued``)."""
         self._mailboxes = addresses
 
+    def watch_embeddings(self, pending: Callable[[], tuple[int, str | None]]) -> None:
+        """Export the built-in provider's episodes without a vector, and since when (`pending`: its
+        count and ISO time), at every scrape."""
+        self._embeddings = pending
+
     def refresh(self) -> None:
-        """Bring scrape-time gauges (actor queue depths) up to date."""
+        """Bring scrape-time gauges (actor queue depths, the vector back-fill) up to date."""
         for address in self._mailboxes():
             stats = address.statistics()
             self.set_actor_queue_depth(stats.name, stats.queued)
+        if self._embeddings is not None:
+            count, since = self._embeddings()
+            self.embeddings_pending.set(count)
+            age = (self._wall_clock() - datetime.fromisoformat(since)).total_seconds() if since and count else 0.0
+            self.embeddings_pending_seconds.set(max(0.0, age))
 
     def exposition(self) -> bytes:
         """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``), without ``*_created``."""

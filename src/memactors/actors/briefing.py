@@ -54,7 +54,11 @@ from .documents import (
     FACT_POOL,
     PROVIDER_UNAVAILABLE,
     RECALL_POINTER,
+    RECENT_RUNS,
+    RECENT_RUNS_POOL,
     briefing_episode_item,
+    briefing_run_item,
+    collapse_episodes,
     collapse_facts,
     collision_item,
     counts,
@@ -64,6 +68,7 @@ from .documents import (
     fact_ids,
     fact_item,
     is_empty_run,
+    is_trivial_run,
     run_item,
     withhold_facts,
 )
@@ -382,7 +387,7 @@ class Briefing:
         sections = (
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
                     dropped=sum(similar for _, similar in facts)),
-            Section("episodes", tuple(episode_item(self.provider, k) for k in eps.items),
+            Section("episodes", tuple(episode_item(self.provider, k, runs) for k, runs in collapse_episodes(eps.items)),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(run_item(r) for r in runs)),
         )
@@ -435,11 +440,16 @@ class Briefing:
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
-        def local(db: Db) -> tuple[list[graph.Collision], list[graph.RunRow],
-                                                      list[tuple[graph.Fact, int]], int]:
+        def local(db: Db) -> tuple[list[graph.Collision], list[tuple[graph.RunRow, dict[str, Any] | None]],
+                                   list[tuple[graph.Fact, int]], int]:
             clashes = graph.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
-            runs = graph.recent_runs(db, repo=repo, branch=branch, limit=5)
+            # The newest runs that did something (issue 38: trivial runs took the slots), each with
+            # its episode (its gist is the line's text).
+            pool = graph.recent_runs(db, repo=repo, branch=branch, limit=RECENT_RUNS_POOL)
+            bodies = graph.run_episodes(db, pool)
+            runs = [(r, bodies.get((r.harness, r.run_id))) for r in pool]
+            runs = [(r, ep) for r, ep in runs if ep is None or not is_trivial_run(ep)]
             facts = collapse_facts(graph.top_facts(db, scopes=scopes, limit=8 * FACT_POOL), 8)
             total = graph.count_facts(db, scopes=scopes)
             return clashes, runs, facts, total
@@ -448,15 +458,21 @@ class Briefing:
         eps, (clashes, runs, facts, total) = await self.episodes_with(
             view, query=query, limit=BRIEFING_CANDIDATES, deadline=deadline, local=local, fallback=([], [], [], 0),
             exclude_empty=True)
+        # The episodes section: informative episodes, one item per fact (near-duplicates collapsed),
+        # in the provider's order; recent_runs the newest runs that did something and that section
+        # does not show already (issue 38: the same runs twice, trivial runs taking the slots).
+        episodes = [k for k, _ in collapse_episodes(eps.items) if not is_trivial_run(k.episode)][:BRIEFING_EPISODES]
+        shown = {(k.provenance.harness, k.provenance.run_id) for k in episodes}
+        runs = [(r, ep) for r, ep in runs if (r.harness, r.run_id) not in shown][:RECENT_RUNS]
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         self._log.bind(harness=harness, run=view.run_id, candidates=len(eps.items) + eps.empty, empty=eps.empty,
                        facts_folded=sum(similar for _, similar in facts)).debug("briefing composed")
         sections = (
             Section("collisions", tuple(collision_item(c) for c in clashes)),
-            Section("recent_runs", tuple(run_item(r) for r in runs)),
+            Section("recent_runs", tuple(briefing_run_item(r, ep, now) for r, ep in runs)),
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
                     dropped=max(total - len(facts), 0)),
-            Section("episodes", tuple(briefing_episode_item(k, now) for k in eps.items[:BRIEFING_EPISODES]),
+            Section("episodes", tuple(briefing_episode_item(k, now) for k in episodes),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
         )
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}

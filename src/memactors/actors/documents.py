@@ -27,6 +27,7 @@ import attrs
 
 from .. import contract, graph
 from ..errors import MemactorsError
+from ..gist import gist
 from ..wrapper import (
     BRIEFING_MAX_BYTES,
     Document,
@@ -46,6 +47,8 @@ __all__ = [
     "NEAR_DUPLICATE",
     "PROVIDER_UNAVAILABLE",
     "RECALL_POINTER",
+    "RECENT_RUNS",
+    "RECENT_RUNS_POOL",
     "age",
     "briefing_episode_item",
     "collapse_facts",
@@ -56,7 +59,10 @@ __all__ = [
     "episode_item",
     "fact_ids",
     "fact_item",
+    "briefing_run_item",
+    "collapse_episodes",
     "is_empty_run",
+    "is_trivial_run",
     "run_item",
     "withhold_facts",
 ]
@@ -180,6 +186,15 @@ def collapse_facts(facts: Sequence[graph.Fact], limit: int) -> list[tuple[graph.
     return out
 
 
+#: Characters of a briefing's recent_runs line's gist (the run's own words, then what it touched).
+RUN_GIST_CHARS = 120
+#: How many of the newest runs on the branch a briefing looks through for its recent_runs lines, the
+#: trivial ones (`is_trivial_run`) left out.
+RECENT_RUNS_POOL = 25
+#: recent_runs lines in a briefing (REQ-14).
+RECENT_RUNS = 5
+
+
 def run_item(r: graph.RunRow) -> Item:
     return Item(Provenance("run", (
         ("run", r.run_id), ("harness", r.harness), ("adapter", r.adapter), ("outcome", r.outcome),
@@ -188,13 +203,56 @@ def run_item(r: graph.RunRow) -> Item:
     )), "", untrusted=False)
 
 
-def episode_item(provider: str, kept: KeptItem) -> Item:
+def briefing_run_item(r: graph.RunRow, episode: Mapping[str, Any] | None, now: datetime) -> Item:
+    """A run as a briefing's recent_runs shows it: a short provenance line from the daemon's runs row
+    (run, harness, outcome, age at ``now``, pull request) and, given its stored episode, the episode's
+    gist (what it said and touched; issue 38: a line of provenance alone told a reader nothing),
+    fenced as untrusted like every agent-written text. The full provenance is recall's (`run_item`)."""
+    text = gist(episode, (), RUN_GIST_CHARS) if episode else ""
+    return Item(Provenance("run", (
+        ("run", r.run_id), ("harness", r.harness), ("outcome", r.outcome), ("age", age(r.ended_at, now)),
+        ("pull_request", r.pull_request),
+    )), text, untrusted=bool(text))
+
+
+def collapse_episodes(items: Sequence[KeptItem]) -> list[tuple[KeptItem, int]]:
+    """Near-duplicate episodes of one answer as one (issue 38: retries of one task filled an answer's
+    slots with one fact): (item, runs) pairs in the answer's order, ``runs`` the number of episodes the
+    item stands for.
+
+    Judged from the daemon's own stored episodes (`KeptItem.episode`), never from provider text: two
+    episodes are near-duplicates when the words of what they said (summary, else result excerpt) are
+    ``NEAR_DUPLICATE`` alike (Jaccard ≥ 0.8) and they touched the same files. An episode joins the
+    first group holding a member it is near; each group is shown at its first member's place, as that
+    member (the provider's best of them), with its own provenance. An episode that said nothing is
+    never a duplicate."""
+    def key(kept: KeptItem) -> tuple[frozenset[str], frozenset[str]]:
+        ep = kept.episode
+        said = str(ep.get("summary") or ep.get("result_excerpt") or "")
+        return _words(said), frozenset(str(f) for f in ep.get("files_touched") or ())
+
+    keys = [key(k) for k in items]
+    groups: list[list[int]] = []
+    for i, (words, files) in enumerate(keys):
+        home = None if not words else next(
+            (g for g in groups if any(keys[j][0] and keys[j][1] == files and _near(words, keys[j][0]) for j in g)),
+            None)
+        if home is None:
+            groups.append([i])
+        else:
+            home.append(i)
+    return [(items[g[0]], len(g)) for g in groups]
+
+
+def episode_item(provider: str, kept: KeptItem, runs: int = 1) -> Item:
+    """An episode as recall serves it: the full provenance from the daemon's rows, ``runs N`` when it
+    stands for N near-duplicate episodes (`collapse_episodes`), then the provider's text (untrusted)."""
     p = kept.provenance
     score = None if kept.score is None else f"{kept.score:.4g}"
     return Item(Provenance("episode", (
         ("provider", provider), ("episode", p.episode_id), ("run", p.run_id), ("harness", p.harness),
         ("adapter", p.adapter), ("model", p.model), ("repo", p.repo), ("branch", p.branch),
-        ("outcome", p.outcome), ("at", p.started_at), ("score", score),
+        ("outcome", p.outcome), ("at", p.started_at), ("score", score), ("runs", runs if runs > 1 else None),
     )), kept.text, untrusted=True)
 
 
@@ -224,6 +282,22 @@ def is_empty_run(episode: Mapping[str, Any]) -> bool:
         return True
     return not (str(episode.get("result_excerpt") or "").strip() or episode.get("summary")
                 or episode.get("files_touched") or episode.get("verify_failures"))
+
+
+def is_trivial_run(episode: Mapping[str, Any]) -> bool:
+    """Whether a stored episode is not worth a briefing's slot (issue 38): an empty run
+    (`is_empty_run`), or one that edited nothing, failed no verification and answered in one short
+    line (a `claude -p "hello"`). Judged from the daemon's own episode."""
+    if is_empty_run(episode):
+        return True
+    if episode.get("files_touched") or episode.get("verify_failures"):
+        return False
+    said = str(episode.get("summary") or episode.get("result_excerpt") or "").strip()
+    return "\n" not in said and len(said) <= TRIVIAL_CHARS
+
+
+#: A run that touched no file and failed nothing is trivial when all it said fits in this many characters.
+TRIVIAL_CHARS = 80
 
 
 def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:

@@ -55,8 +55,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import mcp.types as t
@@ -76,6 +78,7 @@ from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
 from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
 from ..store.builtin_docs import FTS_COLUMNS as FTS_COLUMNS
 from ..store.builtin_docs import DocFields, doc_fields
+from . import ranking as _ranking
 from .index import DocIndex as DocIndex
 from .index_sqlite import SQLITE_INDEX, put_doc
 from .index_sqlite import cached_vector as cached_vector
@@ -85,18 +88,21 @@ from .index_sqlite import write_vector as write_vector
 from .ranking import BRIEFING_CANDIDATES as BRIEFING_CANDIDATES
 from .ranking import CANDIDATES as CANDIDATES
 from .ranking import FUSE_DEPTH as FUSE_DEPTH
+from .ranking import RELEVANCE_FLOOR as RELEVANCE_FLOOR
 from .ranking import RRF_K as RRF_K
 from .ranking import STOPWORDS as STOPWORDS
 from .ranking import Hit as Hit
 from .ranking import bm25_candidates as bm25_candidates
 from .ranking import briefing_order as briefing_order
 from .ranking import briefing_rank as briefing_rank
+from .ranking import coverage as coverage
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
 from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
 from .ranking import rank as rank
+from .ranking import relevance as relevance
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
@@ -254,7 +260,7 @@ class BuiltinProvider:
     def __init__(self, store: Store, *, embedder: Embedder | None = None, embedding_model: str | None = None,
                  query_embed_deadline: float = QUERY_EMBED_DEADLINE,
                  record_embed_deadline: float = RECORD_EMBED_DEADLINE,
-                 query_embedder: Embedder | None = None) -> None:
+                 query_embedder: Embedder | None = None, relevance_floor: float | None = None) -> None:
         if (embedder is None) != (not embedding_model):
             raise ValueError("embedder and embedding_model go together")
         self.store = store
@@ -265,10 +271,18 @@ class BuiltinProvider:
         self.query_embedder = query_embedder or embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
+        #: An item scoring below it (`ranking.relevance`, 0–1) is not served (issue 38); None:
+        #: `ranking.RELEVANCE_FLOOR`.
+        self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
         #: What the background embedder has done since start (`memory status`).
         self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
                                             "last_error": None, "running": False}
+        #: Episodes without a vector as this process last counted them (a record adds one, a pass
+        #: recounts), and since when there have been some (UTC, ISO; None when every one has its
+        #: vector): `memory status`, doctor and the metrics read them without a store read.
+        self.pending_vectors = 0
+        self.pending_since: str | None = None
         self._wake: trio.Event | None = None
         self._pass_done: trio.Event | None = None
         #: Query vectors by (model, text sent to the model), most recently used last.
@@ -303,8 +317,10 @@ class BuiltinProvider:
         digest = content_hash(text, summary)
         fields = record_fields(text, summary, files, episode if isinstance(episode, dict) else None)
 
-        await self.store.write(lambda db: self.index.write_doc(
+        _doc_id, changed = await self.store.write(lambda db: self.index.write_doc(
             db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
+        if changed and self.hybrid:
+            self._count_pending(self.pending_vectors + 1)
         self.wake()
         return {"ids": [episode_id]}
 
@@ -323,8 +339,12 @@ class BuiltinProvider:
         await self.store.write(lambda db: index.retire_vectors(db, model, everything=everything))
         done = 0
         seen: set[int] = set()
+        before: int | None = None  # keyset paging, newest first: each page starts below the last one
         while True:
-            rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
+            rows = await self.store.read(lambda db, before=before: index.pending_docs(db, EMBED_BATCH, before))
+            if not rows and before is not None:  # recorded meanwhile, above the cursor: one more look from the top
+                before = None
+                rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
             # A batch that brings no new document ends the pass: a store that cannot hold vectors (a
             # PostgreSQL database without pgvector) keeps answering the same ones, whose vectors went
             # to the cache only.
@@ -332,6 +352,7 @@ class BuiltinProvider:
             if not rows:
                 return done
             seen.update(int(r[0]) for r in rows)
+            before = min(int(r[0]) for r in rows)
             batch = [(int(r[0]), str(r[1]), embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]")))
                      for r in rows]
             keyed = [(doc_id, scope, text, text_digest(text)) for doc_id, scope, text in batch]
@@ -377,7 +398,10 @@ class BuiltinProvider:
                 self._wake = trio.Event()
                 self.embed_stats["running"] = True
                 try:
-                    count = await self.embed_pending()
+                    self._count_pending(await self.store.read(self.index.missing_vectors))
+                    count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
+                                                     self._count_pending(max(0, at - done), keep=True))
+                    self._count_pending(await self.store.read(self.index.missing_vectors))
                     self.embed_stats["last_error"] = None
                     if count:
                         _log.bind(episodes=count, model=self.embedding_model).debug("episodes embedded")
@@ -396,6 +420,15 @@ class BuiltinProvider:
         finally:
             self._wake = None
             self._release_waiters()
+
+    def _count_pending(self, count: int, *, keep: bool = False) -> None:
+        """Note how many episodes wait for a vector; since when there have been some. `keep`: an
+        estimate during a pass (never clears the time)."""
+        self.pending_vectors = count
+        if count and self.pending_since is None:
+            self.pending_since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        elif not count and not keep:
+            self.pending_since = None
 
     def wake(self) -> None:
         """Have the background embedder look for documents without a vector now."""
@@ -419,8 +452,13 @@ class BuiltinProvider:
         """The vectors' state for `memory status`: documents, with a vector, pending, and the worker's
         counts."""
         total, have = await self.store.read(self.index.vector_count)
+        if total == have:
+            self._count_pending(0)
+        elif self.pending_since is None:  # left from before this start (or a reindex --all)
+            self._count_pending(total - have)
         return {"model": self.embedding_model, "text_version": EMBED_TEXT_VERSION, "episodes": total,
-                "with_vector": have, "pending": total - have, **self.embed_stats}
+                "with_vector": have, "pending": total - have, "pending_since": self.pending_since,
+                **self.embed_stats}
 
     # -- recall ---------------------------------------------------------------------------------
     async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -443,8 +481,8 @@ class BuiltinProvider:
             if words:
                 # The text ranking alone (no path boost, no cosine): the answer is its first `limit`, so
                 # ask for those.
-                return index.text_candidates(db, words, scopes, limit,
-                                             CANDIDATES if paths else FUSE_DEPTH if hybrid else limit)
+                # (FUSE_DEPTH, not `limit`: the ones under the relevance floor leave room for the next.)
+                return index.text_candidates(db, words, scopes, limit, CANDIDATES if paths else FUSE_DEPTH)
             return []
 
         def fuse(db: Any, text: list[Hit], cosine: list[Hit]) -> list[tuple[str, str, float]]:
@@ -453,32 +491,43 @@ class BuiltinProvider:
             hits = {h.episode_id: h for h in cosine}
             hits.update((h.episode_id, h) for h in text)
             started = {eid: h.started_at for eid, h in hits.items()}
+            # What the score is made of (issue 38): the words each candidate holds and, hybrid, which of
+            # the text ranking's have a vector (one without is ranked on its text alone).
+            candidates = [*text, *cosine[:FUSE_DEPTH]]
+            evidence = index.evidence(db, words, scopes, [h.doc_id for h in candidates], vectors=bool(cosine))
+            embedded = {h.episode_id for h in candidates if h.doc_id in evidence.vectored}
             # BM25 alone: REQ-11's order (RRF of the one ranking is its order). Hybrid: issue 32's
             # fusion of the best FUSE_DEPTH of each ranking (`ranking.fuse_hybrid`).
             text_rank = [h.episode_id for h in text]
-            fused = fuse_hybrid(text, cosine) if cosine else rrf([text_rank[:FUSE_DEPTH]] if text else [])
+            fused = (fuse_hybrid(text, cosine, embedded) if cosine
+                     else rrf([text_rank[:FUSE_DEPTH]] if text else []))
+            covered = coverage(evidence)
+            similarity = {h.episode_id: h.score for h in cosine}
+            median = statistics.median(h.score for h in cosine[:FUSE_DEPTH]) if cosine else None
+            vectored = {h.episode_id for h in cosine} | embedded
+            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), median, vector=eid in vectored)
+                     for eid, h in hits.items()}
+            floor = 0.0 if meta_mode else (
+                _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)
             if paths:
                 # The path ranking is decisive: the episodes that touched a requested path, newest
                 # first (what an agent about to edit it needs), the text match breaking ties; then the
-                # other matches by fused score.
+                # other matches by fused score, those above the floor.
                 text_order = rank(fused, started, len(fused))
                 touched = index.path_candidates(db, paths, scopes, [hits[eid].doc_id for eid in text_order])
                 for hit in touched:
                     hits.setdefault(hit.episode_id, hit)
                     started.setdefault(hit.episode_id, hit.started_at)
+                    score[hit.episode_id] = 1.0  # it touched a path the caller asked about
                 path_rank = path_ranking(touched, fused)
                 order = sorted(path_rank, key=path_rank.__getitem__)[:limit]
                 if len(order) < limit:
-                    order += [eid for eid in text_order if eid not in path_rank][:limit - len(order)]
-                # The score says the order: the path's episodes above every other match.
-                top = len(order) + 1
-                scores = {eid: (2.0 + (top - i) / top if eid in path_rank else fused.get(eid, 0.0))
-                          for i, eid in enumerate(order)}
+                    order += [eid for eid in text_order
+                              if eid not in path_rank and score[eid] >= floor][:limit - len(order)]
             else:
-                order = rank(fused, started, limit)
-                scores = fused
+                order = [eid for eid in rank(fused, started, len(fused)) if score[eid] >= floor][:limit]
             texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
-            return [(eid, texts[eid], scores[eid]) for eid in order if eid in texts]
+            return [(eid, texts[eid], score[eid]) for eid in order if eid in texts]
 
         def text_only(db: Any) -> list[tuple[str, str, float]]:
             return fuse(db, text_ranking(db), [])
@@ -516,7 +565,7 @@ class BuiltinProvider:
                 return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
 
             ranked = await self.store.read(knn_and_fuse)
-        out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 9)}
+        out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 4)}
                                          for eid, text, score in ranked]}
         if degraded:
             out["degraded"] = degraded

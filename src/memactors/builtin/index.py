@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..store.builtin_docs import DocFields
-from .ranking import Hit
+from .ranking import Evidence, Hit
 
 
 class DocIndex(Protocol):
@@ -57,6 +57,12 @@ class DocIndex(Protocol):
         """The best CANDIDATES episodes of `scopes` by cosine distance to `vector`; none without vectors."""
         ...
 
+    def evidence(self, db: Any, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
+                 vectors: bool = False) -> Evidence:
+        """What the relevance score is made of (`ranking.Evidence`): the scopes' documents, each word's
+        documents, the words each of `doc_ids` holds and, with `vectors`, which of them have a vector."""
+        ...
+
     def vector_from_cache(self, db: Any, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
         """Give the document its vector from the embedding cache; False when the cache has none."""
         ...
@@ -74,9 +80,9 @@ class DocIndex(Protocol):
         """Episodes without an embedding."""
         ...
 
-    def pending_docs(self, db: Any, limit: int) -> list[tuple[int, str, str, str, str, str]]:
-        """Up to `limit` documents without a vector, newest first: (doc_id, scope, summary, excerpt,
-        files JSON, failures JSON)."""
+    def pending_docs(self, db: Any, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
+        """Up to `limit` documents without a vector, newest first (doc ids below `before` when given: a
+        pass's next page): (doc_id, scope, summary, excerpt, files JSON, failures JSON)."""
         ...
 
     def doc_exists(self, db: Any, doc_id: int) -> bool:

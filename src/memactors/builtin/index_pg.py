@@ -43,7 +43,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
-from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Hit, _desc, briefing_harness, briefing_rank
+from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
 
 CANDIDATES = 200
 #: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —
@@ -326,6 +326,38 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     return [Hit(r[0], int(r[1]), r[2], 1.0 - float(r[3])) for r in rows]
 
 
+def evidence(db: Db, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
+             vectors: bool = False) -> Evidence:
+    """`DocIndex.evidence` on PostgreSQL: each word's documents in the scopes (the tsvector matches the
+    word's pieces, stemmed as the text ranking stems them; a word that is all stop words is not
+    searchable and left out), the candidates' words among them and, with `vectors`, which candidates
+    have a vector."""
+    wanted = list(dict.fromkeys(int(d) for d in doc_ids))
+    docs = int(db.execute("SELECT count(*) FROM builtin_docs WHERE scope = ANY(?)", [list(scopes)]).fetchone()[0])
+    df: dict[str, int] = {}
+    present: dict[int, set[str]] = {d: set() for d in wanted}
+    for w in dict.fromkeys(words):
+        pieces = words_of([w])
+        if not pieces:
+            continue
+        expression = tsquery(pieces, "&")
+        row = db.execute(
+            "SELECT numnode(to_tsquery('english', ?)), count(*) FILTER (WHERE d.tsv @@ to_tsquery('english', ?)),"
+            " array_agg(d.doc_id) FILTER (WHERE d.tsv @@ to_tsquery('english', ?) AND d.doc_id = ANY(?))"
+            " FROM builtin_docs d WHERE d.scope = ANY(?)",
+            [expression, expression, expression, wanted, list(scopes)]).fetchone()
+        if not row[0]:
+            continue  # only stop words: the text ranking cannot search it either
+        df[w] = int(row[1] or 0)
+        for d in row[2] or []:
+            present[int(d)].add(w)
+    vectored: set[int] = set()
+    if vectors and wanted and _vec_exists(db):
+        vectored = {int(r[0]) for r in db.execute("SELECT doc_id FROM builtin_vec WHERE doc_id = ANY(?)",
+                                                  [wanted]).fetchall()}
+    return Evidence(docs, df, {d: frozenset(ws) for d, ws in present.items()}, frozenset(vectored))
+
+
 def missing_vectors(db: Db) -> int:
     total = int(db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0])
     if not _vec_exists(db):
@@ -333,9 +365,12 @@ def missing_vectors(db: Db) -> int:
     return total - int(db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
 
 
-def pending_docs(db: Db, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+def pending_docs(db: Db, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
     """Up to `limit` documents without a vector, newest doc ids first (as `_builtin_sqlite.pending_docs`)."""
-    cond = " WHERE NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)" if _vec_exists(db) else ""
+    conds = ["NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)"] if _vec_exists(db) else []
+    if before is not None:  # the next page of one pass: never scans the ones already embedded again
+        conds.append(f"d.doc_id < {int(before)}")
+    cond = " WHERE " + " AND ".join(conds) if conds else ""
     return [(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in db.execute(
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
         f" ORDER BY d.doc_id DESC LIMIT {int(limit)}").fetchall()]
@@ -436,6 +471,7 @@ class PgIndex:
     briefing_order = staticmethod(briefing_order)
     path_candidates = staticmethod(path_candidates)
     knn = staticmethod(knn)
+    evidence = staticmethod(evidence)
     vector_from_cache = staticmethod(vector_from_cache)
     missing_vectors = staticmethod(missing_vectors)
     check_vectors = staticmethod(warn_without_vectors)

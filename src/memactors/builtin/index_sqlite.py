@@ -22,14 +22,17 @@ import sqlite_utils
 import sqlite_vec
 
 from ..store import scope_doc_id, scope_key
+from ..store.builtin_docs import FTS_COLUMNS
 from .ranking import (
     CANDIDATES,
+    Evidence,
     Hit,
     _desc,
     bm25_candidates,
     briefing_order,
     metadata_only,
     path_candidates,
+    scope_ranges,
 )
 
 if TYPE_CHECKING:
@@ -143,10 +146,13 @@ def missing_vectors(db: sqlite_utils.Database) -> int:
     return int(total) - int(have)
 
 
-def pending_docs(db: sqlite_utils.Database, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+def pending_docs(db: sqlite_utils.Database, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
     """Up to `limit` documents without a vector, newest doc ids first: (doc_id, scope, summary, excerpt,
     files JSON, failures JSON), what `builtin.embedding_text` is made of."""
-    cond = " WHERE NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)" if vec_exists(db) else ""
+    conds = ["NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)"] if vec_exists(db) else []
+    if before is not None:  # the next page of one pass: never scans the ones already embedded again
+        conds.append(f"d.doc_id < {int(before)}")
+    cond = " WHERE " + " AND ".join(conds) if conds else ""
     return [tuple(r) for r in db.execute(  # type: ignore[misc]
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
         f" ORDER BY d.doc_id DESC LIMIT {int(limit)}").fetchall()]
@@ -198,6 +204,39 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
     return [Hit(r[1], r[2], r[3], 1.0 - r[0]) for r in found[:CANDIDATES]]
 
 
+def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
+             vectors: bool = False) -> Evidence:
+    """`DocIndex.evidence` on SQLite: each word's documents in the scopes (an FTS5 match of the word in
+    every column but the scope's token, within each scope's doc-id range), the candidates' words among
+    them and, with `vectors`, which candidates have a vector."""
+    ranges = scope_ranges(db, scopes)
+    wanted = set(doc_ids)
+    docs = 0
+    for scope, low, high in ranges:
+        docs += int(db.execute("SELECT count(*) FROM builtin_docs WHERE doc_id BETWEEN ? AND ? AND scope = ?",
+                               [low, high, scope]).fetchone()[0])
+    columns = "{" + " ".join(FTS_COLUMNS[1:]) + "}"
+    df: dict[str, int] = {}
+    present: dict[int, set[str]] = {d: set() for d in wanted}
+    for w in dict.fromkeys(words):
+        term = w.replace('"', "")
+        if not term:
+            continue
+        found = 0
+        for _scope, low, high in ranges:
+            for (rowid,) in db.execute("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                                       [f'{columns} : "{term}"', low, high]):
+                found += 1
+                if rowid in wanted:
+                    present[rowid].add(w)
+        df[w] = found
+    vectored: set[int] = set()
+    if vectors and vec_exists(db):
+        vectored = {d for d in wanted
+                    if db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [d]).fetchone() is not None}
+    return Evidence(docs, df, {d: frozenset(ws) for d, ws in present.items()}, frozenset(vectored))
+
+
 def vector_from_cache(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
     """`DocIndex.vector_from_cache` on SQLite."""
     blob = cached_vector(db, digest, model)
@@ -229,6 +268,7 @@ class SqliteIndex:
     briefing_order = staticmethod(briefing_order)
     path_candidates = staticmethod(path_candidates)
     knn = staticmethod(knn)
+    evidence = staticmethod(evidence)
     vector_from_cache = staticmethod(vector_from_cache)
     write_vector = staticmethod(write_vector)
     missing_vectors = staticmethod(missing_vectors)

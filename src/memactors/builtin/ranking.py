@@ -27,8 +27,9 @@ so the ranking reads in one sitting. The FTS5 and JSON statements here are the S
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -332,7 +333,8 @@ TEXT_WEIGHT = 0.4
 CONFIDENT = 1.3
 
 
-def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit]) -> dict[str, float]:
+def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
+                embedded: Collection[str] | None = None) -> dict[str, float]:
     """Hybrid recall's fused score (episode id → score in [0, 2]) of the text ranking's and the cosine
     ranking's hits (each best first, `Hit.score` higher is better).
 
@@ -340,6 +342,11 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit]) -> dict[str, float]:
     equal scores, gives 1), and an episode's score is TEXT_WEIGHT × its text score + (1 − TEXT_WEIGHT)
     × its cosine score (0 where it is not in that list). When BM25 is confident — its first hit scores
     CONFIDENT times its second, or it has one hit — that hit's score is raised by 1, above every other.
+
+    `embedded`, when given, holds the text hits that have a vector. A text hit without one (recorded,
+    not yet back-filled: right after `runs ingest` or an import) is ranked on the signal it has — its
+    text score, whole — not pushed down by the cosine score it cannot have (issue 38: with the missing
+    cosine counted 0, recall on a half-embedded store fell below BM25 alone).
 
     Measured against REQ-11's RRF (k = 60) of the same two lists (bench/fusion_sweep.py, 266 questions
     through the built-in provider): every question set at or above BM25 alone, where RRF lost 6 points
@@ -352,10 +359,84 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit]) -> dict[str, float]:
         return {eid: (v - low) / (high - low) if high > low else 1.0 for eid, v in best.items()}
 
     t, c = normalised(text), normalised(cosine)
-    fused = {eid: TEXT_WEIGHT * t.get(eid, 0.0) + (1 - TEXT_WEIGHT) * c.get(eid, 0.0) for eid in (*t, *c)}
+
+    def blend(eid: str) -> float:
+        if embedded is not None and eid not in embedded and eid not in c:
+            return t.get(eid, 0.0)
+        return TEXT_WEIGHT * t.get(eid, 0.0) + (1 - TEXT_WEIGHT) * c.get(eid, 0.0)
+
+    fused = {eid: blend(eid) for eid in (*t, *c)}
     if text and (len(text) == 1 or (text[1].score > 0 and text[0].score >= CONFIDENT * text[1].score)):
         fused[text[0].episode_id] += 1.0
     return fused
+
+
+#: Issue 38's one score scale: an item's score is its relevance in [0, 1], on every install (BM25 alone
+#: or hybrid, SQLite or PostgreSQL), from absolute evidence only (never a min-max over the answer, which
+#: made the best of nothing score 1): how much of the query's weight its text holds (`coverage`) and,
+#: with a vector, how close the embedded model puts it (`relevance`). RELEVANCE_FLOOR is the score below
+#: which an item is not served, so a recall can answer "nothing"; it was calibrated on questions with no
+#: answer in the store (bench/data/noanswer_questions.json) and the answerable questions of
+#: bench/recall_quality.py (docs/benchmarks.md, "Relevance floor").
+RELEVANCE_FLOOR = 0.4
+#: Cosine evidence (an episode with a vector): the embedded model's similarity mapped linearly from
+#: COSINE_NONE (0) to COSINE_SURE (1); and how far it stands above the median similarity of the cosine
+#: ranking's best FUSE_DEPTH (a match that stands out from the store's other episodes), GAP_SURE being 1.
+COSINE_NONE = 0.24
+COSINE_SURE = 0.74
+GAP_SURE = 0.3
+#: Text evidence of an episode known by its text alone (BM25-only installs; an episode whose vector
+#: is not back-filled yet): its `coverage` over TEXT_SURE. With a vector the coverage counts as is:
+#: the cosine has had its say, so the words must carry more.
+TEXT_SURE = 0.45
+
+
+@attrs.frozen
+class Evidence:
+    """What the store says about the query's words and the candidates (`DocIndex.evidence`): how many
+    documents the scopes hold, how many hold each word (`df`; a word the engine cannot search, a
+    PostgreSQL stop word, is absent), the words each candidate holds, and which candidates have a
+    vector."""
+
+    docs: int
+    df: Mapping[str, int]
+    present: Mapping[int, frozenset[str]]
+    vectored: frozenset[int] = frozenset()
+
+
+def idf(docs: int, df: int) -> float:
+    """BM25's inverse document frequency (never negative): a word few documents hold weighs most."""
+    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+def coverage(evidence: Evidence) -> dict[int, float]:
+    """Each candidate's share (0–1) of the query's weight: Σ idf of the words it holds / Σ idf of every
+    searchable word of the query. A word no document holds weighs most, so a question about something
+    the store never saw stays uncovered whatever else it shares with an episode."""
+    weights = {w: idf(evidence.docs, n) for w, n in evidence.df.items()}
+    total = sum(weights.values())
+    if total <= 0:
+        return {doc: 0.0 for doc in evidence.present}
+    return {doc: min(1.0, sum(weights.get(w, 0.0) for w in words) / total)
+            for doc, words in evidence.present.items()}
+
+
+def relevance(covered: float, cosine: float | None = None, median: float | None = None, *,
+              vector: bool = False) -> float:
+    """An item's score on the one scale (0–1, RELEVANCE_FLOOR and up is served): the strongest of its
+    evidence. `covered` is its text `coverage`; `cosine` its similarity to the query when it is among
+    the cosine ranking's candidates, `median` that ranking's median over its best FUSE_DEPTH; `vector`
+    whether it has a vector at all. An episode without one (an install without embeddings, or one not
+    back-filled yet) is scored on its text alone, `covered` / TEXT_SURE: ranked and scored on the
+    signal it has (issue 38)."""
+    if not vector:
+        return min(1.0, covered / TEXT_SURE)
+    best = covered
+    if cosine is not None:
+        best = max(best, (cosine - COSINE_NONE) / (COSINE_SURE - COSINE_NONE))
+        if median is not None:
+            best = max(best, (cosine - median) / GAP_SURE)
+    return min(1.0, max(0.0, best))
 
 
 def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:

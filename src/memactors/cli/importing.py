@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import _backfill
 from . import _core as core
 from ._core import EXIT_FAILED, EXIT_OK, JSON_HELP, SERVICE, CliError
 
@@ -393,7 +394,8 @@ def send(args: argparse.Namespace, found: list[Found], what: str, about: dict[st
         for r in rejected:
             print(f"rejected {r['file']}: {r['error']}", file=sys.stderr)
         print(f"{what}: {len(todo)} record(s): {runs._summary(counts)}{_extra(malformed, left_out)}")
-    return EXIT_FAILED if malformed or counts["rejected"] else EXIT_OK
+    waited = _backfill.follow(args, quiet=args.json)
+    return EXIT_FAILED if malformed or counts["rejected"] or waited != EXIT_OK else EXIT_OK
 
 
 def _extra(malformed: list[dict[str, Any]], left_out: dict[str, int]) -> str:
@@ -468,6 +470,7 @@ def _common(p: argparse.ArgumentParser, harness: str, harness_help: str) -> None
     p.add_argument("--harness", default=harness, help=harness_help)
     p.add_argument("--dry-run", action="store_true", help="read and count only; send nothing")
     p.add_argument("--json", action="store_true", help=JSON_HELP + " (a summary)")
+    _backfill.add_wait_option(p)
 
 
 def register(sub: Any) -> None:

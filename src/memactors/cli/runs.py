@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _backfill, supervised
 from . import _core as core
-from . import supervised
 from ._core import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SERVICE
 
 #: Records per IngestRuns call (the contract allows at most 500).
@@ -305,7 +305,8 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
         core.print_json(results)
     else:
         print(f"{progress.done} record(s): {_summary(counts)}")
-    return EXIT_FAILED if counts["rejected"] else EXIT_OK
+    waited = _backfill.follow(args, quiet=args.json)
+    return EXIT_FAILED if counts["rejected"] or waited != EXIT_OK else EXIT_OK
 
 
 def _stopped(failure: BaseException, progress: Progress, counts: dict[str, int], unanswered: int) -> int:
@@ -343,5 +344,6 @@ def register(sub: Any) -> None:
                                     "names each rejected record and goes on; exit 1 when any was rejected.")
     p.add_argument("files", nargs="+", metavar="PATH", help="a run record file, a directory, or - for stdin")
     p.add_argument("--json", action="store_true", help="print one result per record as JSON")
+    _backfill.add_wait_option(p)
     p.set_defaults(fn=cmd_runs_ingest)
     supervised.register_watch(runs)

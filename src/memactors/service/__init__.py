@@ -698,6 +698,7 @@ class MemoryService:
             self.config, status, oldest_pending_seconds=oldest_pending,
             degraded_recalls_24h=self.metrics.degraded_recalls_since(now - timedelta(hours=24)),
             episodes_missing_vectors=missing, embedding_model=self.builtin.embedding_model,
+            missing_vectors_since=self.builtin.pending_since if missing else None,
             exhausted=self.supervisor.exhausted(), exhaustion_alarm=self.supervisor.exhaustion_alarm,
             exhaustion_limit=self.supervisor.exhaustion_limit,
             config_state=self.holder.state(), session_start=started)
@@ -826,6 +827,7 @@ async def open_memory_service(
                 "memory", max_restarts=5, window=60.0, backoff=0.1, max_backoff=5.0, max_burst=6) as sup:
             service = MemoryService(holder=holder, store=store, metrics=metrics, supervisor=sup,
                                     wall_clock=wall_clock)
+            service.builtin.relevance_floor = config.memory.relevance_floor
             settings = model_api_settings(config.model_api)
             budget = UtilityBudget(requests_per_minute=settings.requests_per_minute,
                                    daily_requests=settings.daily_requests) if settings else None
@@ -835,16 +837,20 @@ async def open_memory_service(
                 stack.push_async_callback(_close_quietly, embed_client)
                 service.builtin = BuiltinProvider(
                     store, embedder=embed_client.embed, embedding_model=settings.embedding_model,
-                    query_embed_deadline=config.episodes.provider_timeout / 2)
+                    query_embed_deadline=config.episodes.provider_timeout / 2,
+                    relevance_floor=config.memory.relevance_floor)
             elif config.memory.embeddings and model_dir() is not None:
                 # The embedded model (embedding.py): loaded on the first episode or query to embed.
                 service.builtin = BuiltinProvider(
                     store, embedder=LocalEmbedder().embed, query_embedder=LocalEmbedder(query=True).embed,
                     embedding_model=BUILTIN_MODEL, query_embed_deadline=config.episodes.provider_timeout / 2,
+                    relevance_floor=config.memory.relevance_floor,
                     # a local batch has no deadline: abandoning it would only throw its work away (on
                     # a loaded machine a batch can take minutes; it then ends and the next one starts)
                     record_embed_deadline=math.inf)
             if config.memory.is_builtin and service.builtin.hybrid:
+                builtin = service.builtin
+                metrics.watch_embeddings(lambda: (builtin.pending_vectors, builtin.pending_since))
                 if await service.builtin.check_vectors():  # PostgreSQL without pgvector: one WARN
                     await sup.start(ChildSpec("embedder", service.builtin.embed_worker))
 

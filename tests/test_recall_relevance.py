@@ -1,0 +1,146 @@
+"""The built-in provider's relevance (issue 38), through the service an operator's `Recall` and an agent's
+gateway call reach: an episode still without a vector is ranked on its text (never below BM25 alone while
+the back-fill runs), one 0–1 score scale on every install, and a floor below which nothing is served.
+
+On SQLite and on PostgreSQL with pgvector (the engines whose stores hold vectors)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memactors.builtin.ranking import RELEVANCE_FLOOR
+from memactors.config import ConfigHolder, load_config
+from memactors.service import MemoryService, open_memory_service
+from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
+from support import example, run_record, wait_ready, write_config
+
+API = "forge.example/acme/api"
+
+
+@pytest.fixture(params=["sqlite", "pgvector"])
+def vector_store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None (the SQLite file) or a fresh database on the worker's pgvector server, the extension created
+    by the administrator (docs/fleet.md)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    cluster = request.getfixturevalue("pgvector_cluster")
+    url = cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    cluster.admin("CREATE EXTENSION vector", dbname=name)
+    try:
+        yield url
+    finally:
+        cluster.drop_database(name)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModelApi]:
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
+        yield api
+
+
+@pytest.fixture
+async def hybrid(tmp_path: Path, vector_store_url: str | None, fake: FakeModelApi) -> AsyncIterator[MemoryService]:
+    """The service with hybrid ranking (an embedding model behind the fake model API) on the engine."""
+    path = write_config(tmp_path, f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n',
+                        store_url=vector_store_url)
+    async with open_memory_service(ConfigHolder(lambda: load_config(path, env={"HOME": str(tmp_path)}))) as memory:
+        await wait_ready(memory)
+        yield memory
+
+
+async def _ingest(memory: MemoryService, run_id: str, text: str, started: str) -> str:
+    result = await memory.ingest_run(run_record(run_id=run_id, trace_id=f"t-{run_id}", result_text=text,
+                                                started_at=started, ended_at=started))
+    assert result["outcome"] == "recorded"
+    return str(result["episode_id"])
+
+
+def _ids(answer: dict[str, Any]) -> list[str]:
+    return [e["episode_id"] for e in answer["episodes"]]
+
+
+async def _drop_vectors(memory: MemoryService, episode_ids: list[str]) -> None:
+    """Make those episodes what a fresh import's are before the back-fill reaches them: no vector."""
+    def drop(db: Any) -> None:
+        for eid in episode_ids:
+            (doc_id,) = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [eid]).fetchone()
+            db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
+
+    await memory.store.write(drop)
+
+
+async def test_an_episode_without_its_vector_yet_ranks_where_bm25_alone_ranks_it(hybrid: MemoryService) -> None:
+    memory = hybrid
+    # Episodes sharing a word or two of the question, embedded; then the one that answers it, whose
+    # vector is not there yet (recorded, the back-fill not reached).
+    for n, text in enumerate(("ledger export job renamed", "ledger totals page", "refunds in ledger",
+                              "ledger rounding reconcile and notes on invoices from the last week")):
+        await _ingest(memory, f"{n + 1}", text, f"2026-11-2{n}T09:00:00Z")
+    answer_id = await _ingest(memory, "9", "ledger rounding reconcile invoices fixed", "2026-11-10T09:00:00Z")
+    assert await memory.builtin.wait_embedded() == 0
+    await _drop_vectors(memory, [answer_id])
+    status = await memory.builtin.vector_status()
+    assert status["pending"] == 1
+
+    query = "ledger rounding reconcile invoices"
+    half = await memory.recall(query=query, repo=API)
+    assert half["degraded"] is None  # the cosine ranking took part
+    # The same store ranked by text alone (the query not embedded, as with `embeddings = false`).
+    memory.builtin.query_embedder = _failing_embedder
+    memory.builtin._query_vectors.clear()  # the query's vector is cached: asked afresh, it fails
+    text_only = await memory.recall(query=query, repo=API)
+    assert text_only["degraded"] == "embeddings_unavailable"
+    assert _ids(text_only)[0] == answer_id
+    assert _ids(half)[0] == answer_id  # not pushed below by the vector it does not have yet
+
+
+async def _failing_embedder(texts: Any) -> list[list[float]]:
+    from memactors.modelapi import ModelApiError
+
+    raise ModelApiError("the embedding model is down (test)")
+
+
+async def test_recall_answers_nothing_when_no_episode_is_relevant_and_scores_are_0_to_1(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    for name in ("run-42-api-fixer.json", "run-7-billing-bot.json", "run-9-pr-triage.json"):
+        assert (await memory.ingest_run(example(name)))["outcome"] == "recorded"
+    assert await memory.builtin.wait_embedded() == 0
+    found = await memory.recall(query="flaky ledger", repo="forge.example/acme/api")
+    assert [e["run_id"] for e in found["episodes"]] == ["42"]
+    # The billing repository's only episode shares no word and no meaning with the question.
+    assert (await memory.recall(query="flaky ledger", repo="forge.example/acme/billing"))["episodes"] == []
+    scores = [float(item["provenance"]["score"]) for item in _items(found)]
+    assert scores and all(RELEVANCE_FLOOR <= s <= 1.0 for s in scores)
+
+
+def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    structured = answer["structured"]
+    return [i for s in structured["sections"] if s["name"] == "episodes" for i in s["items"]]
+
+
+
+async def test_status_doctor_and_metrics_say_how_many_episodes_wait_for_a_vector_and_since_when(
+        hybrid: MemoryService, fake: FakeModelApi) -> None:
+    memory = hybrid
+    fake.behaviour.embed_status = 503  # the model down: the back-fill cannot catch up
+    await _ingest(memory, "1", "ledger rounding fixed", "2026-11-20T09:00:00Z")
+    await _ingest(memory, "2", "invoice totals page", "2026-11-21T09:00:00Z")
+    status = (await memory.status())["embeddings"]
+    assert status["pending"] == 2 and status["pending_since"]
+    row = next(r for r in (await memory.doctor())["rows"] if r["name"] == "memory embeddings")
+    assert row["status"] == "warn" and f"2 built-in episodes have no vector for fake-embed since {status['pending_since']}" in row["message"]
+    exposition = memory.metrics.exposition().decode()
+    assert "memactors_embeddings_pending 2.0" in exposition
+    assert "memactors_embeddings_pending_seconds" in exposition
+    fake.behaviour.embed_status = 200
+    await memory.builtin.embed_pending()  # (the worker's own retry, 30 s on, may have begun on a loaded machine)
+    status = (await memory.status())["embeddings"]
+    assert status["pending"] == 0 and status["pending_since"] is None
+    assert "memactors_embeddings_pending 0.0" in memory.metrics.exposition().decode()
