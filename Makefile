@@ -111,9 +111,11 @@ postgres: $(STAMP)
 	@$(BIN)/python -m memactors.testing.isa_guard $(VENV)/pgvector \
 		$$(ls -d /usr/lib/postgresql/*/bin /usr/lib/postgresql/*/lib)
 
-# The TUI is tested in a real terminal under tmux, and fish completion by fish itself: install them when
+# The TUI is tested in a real terminal under tmux, fish completion by fish itself, and the unit
+# `memactors service install` writes by systemd-analyze (Debian's systemd package): install them when
 # missing (CI runs as root).
 test-tools:
+	@command -v systemd-analyze >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd >/dev/null)
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
 	@command -v fish >/dev/null || (apt-get update -qq && apt-get install -y -qq fish >/dev/null)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)

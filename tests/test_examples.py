@@ -4,6 +4,7 @@ minimal provider in examples/ passes `memactors memory provider check` over stdi
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,26 @@ async def test_req4_the_minimal_example_provider_passes_the_check_over_stdio(tmp
     report = json.loads(done.stdout)
     assert report["ok"] and report["provider_name"] == "minimal"
     assert [c["status"] for c in report["checks"]] == ["pass"] * 7, report["checks"]
+
+
+@pytest.mark.slow
+def test_demo_ingests_the_packaged_examples_into_the_running_daemon_and_its_next_steps_work(tmp_path: Path) -> None:
+    from memactors.cli.demo import examples_dir
+    from support_daemon import daemon_process
+
+    # the examples the wheel ships are the repository's (src/memactors/examples is a link to them)
+    assert sorted(p.name for p in examples_dir().glob("run-*.json")) == sorted(p.name for p in EXAMPLES.glob("run-*.json"))
+    with daemon_process(tmp_path) as daemon:
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
+                                  text=True, timeout=300, check=False)
+
+        first = cli("demo")
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith("3 record(s): 3 recorded"), first.stdout
+        step = next(line for line in first.stdout.splitlines() if "finds run 42" in line)
+        found = cli(*shlex.split(step.split("#")[0])[1:], "--json")
+        assert found.returncode == 0, found.stderr
+        assert [e["run_id"] for e in json.loads(found.stdout)["episodes"]][0] == "42"
+        again = cli("demo", "--json")
+        assert [r["outcome"] for r in json.loads(again.stdout)] == ["duplicate"] * 3
