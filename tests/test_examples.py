@@ -4,6 +4,7 @@ minimal provider in examples/ passes `memactors memory provider check` over stdi
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -67,3 +68,15 @@ def test_demo_ingests_the_packaged_examples_into_the_running_daemon_and_its_next
         assert [e["run_id"] for e in json.loads(found.stdout)["episodes"]][0] == "42"
         again = cli("demo", "--json")
         assert [r["outcome"] for r in json.loads(again.stdout)] == ["duplicate"] * 3
+
+
+def test_the_container_configuration_loads_and_its_ports_are_the_ones_the_image_and_compose_publish(
+        tmp_path: Path) -> None:
+    docker = EXAMPLES.parent / "docker"
+    config = load_config(docker / "harness.toml", env={"HOME": str(tmp_path)})
+    ports = {config.operator.port, config.gateway.port, config.metrics.port}
+    assert str(config.store.path) == "/var/lib/memactors"
+    expose = next(line for line in (docker / "Dockerfile").read_text().splitlines() if line.startswith("EXPOSE"))
+    assert {int(p) for p in expose.split()[1:]} == ports
+    published = re.findall(r'"127\.0\.0\.1:(\d+):(\d+)"', (docker / "compose.yaml").read_text())
+    assert {(int(a), int(b)) for a, b in published} == {(p, p) for p in ports}
