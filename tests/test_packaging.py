@@ -59,9 +59,10 @@ def _model_wheels(tmp_path: Path) -> Path:
     return tmp_path / "wheels"
 
 
-def _build(out: Path, env: dict[str, str] | None = None, *, wheel_only: bool = False) -> Path:
-    """`python -m build`: the sdist, then the wheel built from that sdist (what a release uploads)."""
-    _run([sys.executable, "-m", "build", *(["--wheel"] if wheel_only else []), "--outdir", str(out), str(ROOT)], env=env)
+def _build(out: Path, env: dict[str, str] | None = None) -> Path:
+    """`python -m build`: the sdist, then the wheel built from that sdist (what a release uploads; no
+    `build/` directory of the source tree is reused)."""
+    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], env=env)
     (wheel,) = out.glob("memactors-*.whl")
     return wheel
 
@@ -171,7 +172,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
     current = Version(version)
     newer = f"{current.major}.{current.minor}.{current.micro + 1}"
     assert Version(newer) > Version(version)
-    upgraded = _build(tmp_path / "dist-newer", {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": newer}, wheel_only=True)
+    upgraded = _build(tmp_path / "dist-newer", {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": newer})
     assert upgraded.name.startswith(f"memactors-{newer}-")
     _run([*pip, "install", "--quiet", "--upgrade", "--find-links", str(wheels), str(upgraded)], env=env, cwd=tmp_path)
     assert _run([memactors, "--version"], env=env, cwd=tmp_path).stdout.strip() == f"memactors {newer}"
