@@ -80,3 +80,23 @@ def test_the_container_configuration_loads_and_its_ports_are_the_ones_the_image_
     assert {int(p) for p in expose.split()[1:]} == ports
     published = re.findall(r'"127\.0\.0\.1:(\d+):(\d+)"', (docker / "compose.yaml").read_text())
     assert {(int(a), int(b)) for a, b in published} == {(p, p) for p in ports}
+
+
+def test_every_memactors_command_in_the_readme_parses() -> None:
+    """The README's commands are what a new user types first: each `memactors …` line of its shell blocks
+    is a command and flags the CLI accepts (a renamed command or flag fails here, not in their terminal)."""
+    from memactors.cli import build_parser
+
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    commands = [shlex.split(line.split(" #")[0].split(" > ")[0].split(" | ")[0]) for line in lines
+                if line.startswith("memactors ")]
+    assert len(commands) >= 15, commands
+    parser = build_parser()
+    for argv in commands:
+        try:
+            parser.parse_args(argv[1:])
+        except SystemExit as exc:
+            if exc.code != 0:  # --version exits 0
+                raise AssertionError(f"README: `{shlex.join(argv)}` does not parse") from exc
