@@ -6,7 +6,6 @@ summary and exit status) and prints what to try next with them."""
 from __future__ import annotations
 
 import argparse
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ DEMO_REPO = "forge.example/acme/api"
 
 def examples_dir() -> Path:
     """Where the installed package keeps the example run records and configuration."""
+    from importlib import resources
+
     return Path(str(resources.files("memactors") / "examples"))
 
 

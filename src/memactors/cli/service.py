@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import plistlib
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,6 +98,8 @@ def unit_text(argv: list[str], carried: dict[str, str]) -> str:
 
 
 def plist_bytes(argv: list[str], carried: dict[str, str], log_dir: Path) -> bytes:
+    import plistlib
+
     agent: dict[str, Any] = {
         "Label": LABEL,
         "ProgramArguments": argv,
@@ -140,6 +140,8 @@ def _carried(env: dict[str, str]) -> dict[str, str]:
 
 def _run(argv: list[str]) -> tuple[bool, str]:
     """Run a service manager command: whether it succeeded, and its output (or why it could not run)."""
+    import subprocess
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     except FileNotFoundError:
@@ -259,6 +261,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             out["command"] = next((line.split("=", 1)[1] for line in text.decode().splitlines()
                                    if line.startswith("ExecStart=")), "")
         else:
+            import plistlib
+
             out["command"] = shlex.join(plistlib.loads(text).get("ProgramArguments", []))
     if args.json:
         core.print_json(out)
