@@ -16,10 +16,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mcp.types as t
@@ -29,6 +27,7 @@ from packaging.version import Version
 
 from support import write_config
 from support_codex import git_repo
+from support_daemon import Daemon, start_daemon
 from support_readside import gateway_client
 
 pytestmark = pytest.mark.slow
@@ -67,34 +66,9 @@ def _build(out: Path, env: dict[str, str] | None = None) -> Path:
     return wheel
 
 
-class Serving:
-    """`memactors serve` of the installed venv, with its log in a file."""
-
-    def __init__(self, venv: Path, env: dict[str, str], state: Path, log: Path) -> None:
-        (state / "daemon.json").unlink(missing_ok=True)
-        self.log = log
-        with log.open("wb") as sink:
-            self.proc = subprocess.Popen([str(venv / "bin" / "memactors"), "serve"], env=env, stdout=sink,
-                                         stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300  # a hang guard, not a timed assertion
-        while time.monotonic() < deadline:
-            try:
-                self.info = json.loads((state / "daemon.json").read_text(encoding="utf-8"))
-                if self.info.get("pid") == self.proc.pid:
-                    return
-            except (FileNotFoundError, ValueError):
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"memactors serve did not start:\n{log.read_text(errors='replace')[-4000:]}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-        return self.proc.returncode
+def _serve(venv: Path, env: dict[str, str], tmp_path: Path, config: Path) -> Daemon:
+    """`memactors serve` of the installed venv, with only the test's environment (no source tree on it)."""
+    return start_daemon(tmp_path, config=config, command=[str(venv / "bin" / "memactors"), "serve"], env=env)
 
 
 def _recall_through_the_gateway(url: str, token: str) -> str:
@@ -145,8 +119,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
     config = write_config(tmp_path, '[harness.api-fixer]\nharness = "claude-code"\n'
                                     '[memory.episodes]\nprovider_timeout = "60s"\n', embeddings=True)
     env["HARNESS_CONFIG"] = str(config)
-    state = tmp_path / "state"
-    daemon = Serving(venv, env, state, tmp_path / "serve-1.log")
+    daemon = _serve(venv, env, tmp_path, config)
     try:
         demo = _run([memactors, "demo"], env=env, cwd=tmp_path)
         assert demo.stdout.startswith("3 record(s): 3 recorded"), demo.stdout
@@ -165,7 +138,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
         human = _run([memactors, "memory", "status"], env=env, cwd=tmp_path).stdout
         assert "(embedded, loaded, " in human, human
     finally:
-        assert daemon.stop() == 0, daemon.log.read_text(errors="replace")[-4000:]
+        assert daemon.stop() == 0, daemon.log_text()[-4000:]
 
     # the service unit this installation writes runs this installation's memactors
     unit = _run([memactors, "service", "install", "--user", "--platform", "systemd", "--no-enable"],
@@ -186,7 +159,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
     _run([*pip, "install", "--quiet", "--upgrade", "--find-links", str(wheels), str(upgraded)], env=env, cwd=tmp_path)
     assert _run([memactors, "--version"], env=env, cwd=tmp_path).stdout.strip() == f"memactors {newer}"
     assert _run([*pip, "check"], env=env, cwd=tmp_path).returncode == 0
-    daemon = Serving(venv, env, state, tmp_path / "serve-2.log")
+    daemon = _serve(venv, env, tmp_path, config)
     try:
         episodes = json.loads(_run([memactors, "memory", "episodes", "--json"], env=env, cwd=tmp_path).stdout)
         assert sorted(e["run_id"] for e in episodes["episodes"]) == ["42", "7", "9"], episodes
@@ -195,7 +168,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
         document = _recall_through_the_gateway(minted["gateway"], minted["token"])
         assert re.findall(r"^- episode · .*?· run (\w+)", document, re.M)[0] == "42", document
     finally:
-        assert daemon.stop() == 0, daemon.log.read_text(errors="replace")[-4000:]
+        assert daemon.stop() == 0, daemon.log_text()[-4000:]
 
 
 def test_pipx_installs_the_wheel_whole_with_the_model_and_names_pipx_to_fix_a_missing_one(
