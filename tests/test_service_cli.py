@@ -92,12 +92,13 @@ def test_the_unit_passes_systemd_analyze_verify_and_its_exec_start_serves_the_us
                               timeout=120, check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "memactors.service" not in verified.stderr, verified.stderr  # no warning about our unit
-    assert _environment(unit) == {"HARNESS_CONFIG": str(config), "XDG_STATE_HOME": str(state_home)}
+    assert _environment(unit) == {"HARNESS_CONFIG": str(config), "XDG_STATE_HOME": str(state_home),
+                                  "PATH": env["PATH"]}  # where the daemon finds the agents' CLIs
 
     # What the service manager would start, started the way it would: the unit's command and environment only.
     argv = _exec_start(unit)
     assert Path(argv[0]).is_file() and argv[-1] == "serve"
-    child_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), **_environment(unit)}
+    child_env = {"HOME": str(tmp_path / "home"), **_environment(unit)}
     daemon_json = tmp_path / "state" / "daemon.json"
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
@@ -132,7 +133,7 @@ def test_the_launchd_agent_is_a_plist_that_runs_serve_with_the_config_at_login_a
     assert agent["ProgramArguments"][1:] == ["serve", "--config", str(config)]
     assert Path(agent["ProgramArguments"][0]).is_file()
     assert agent["RunAtLoad"] is True and agent["KeepAlive"] == {"SuccessfulExit": False}
-    assert agent["EnvironmentVariables"] == {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    assert agent["EnvironmentVariables"] == {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PATH": env["PATH"]}
     assert Path(agent["StandardErrorPath"]).parent.is_dir()
     assert "launchctl bootstrap gui/" in done.stdout
     status = _cli(env, "status", "--platform", "launchd", "--json")

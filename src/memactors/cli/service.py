@@ -28,9 +28,11 @@ from ._core import EXIT_FAILED, EXIT_OK
 
 UNIT = "memactors.service"
 LABEL = "org.memactors.serve"
-#: The environment that decides which configuration and state the daemon finds: carried into the
-#: service when set here, so the service serves what `memactors` in this shell talks to.
-CARRIED_ENV = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
+#: The environment that decides which configuration and state the daemon finds, carried into the
+#: service when set here, so the service serves what `memactors` in this shell talks to; and PATH, where
+#: the daemon finds the agent CLIs its harnesses run (`memactors run`: npm's and ~/.local/bin are not on
+#: a service manager's own PATH).
+CARRIED_ENV = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH")
 #: Seconds between a failed daemon's exit and its restart.
 RESTART_SEC = 5
 
