@@ -58,10 +58,10 @@ def _model_wheels(tmp_path: Path) -> Path:
     return tmp_path / "wheels"
 
 
-def _build(out: Path, env: dict[str, str] | None = None) -> Path:
+def _build(out: Path) -> Path:
     """`python -m build`: the sdist, then the wheel built from that sdist (what a release uploads; no
     `build/` directory of the source tree is reused)."""
-    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], env=env)
+    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
     (wheel,) = out.glob("memactors-*.whl")
     return wheel
 
@@ -83,8 +83,8 @@ def _recall_through_the_gateway(url: str, token: str) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """The release's files, built once for the module: memactors' wheel (from its sdist), the directory
-    holding memactors-model's wheel, and the version."""
+    """The release's files, built once for the module: memactors' wheel (from its sdist, which stays
+    beside it), the directory holding memactors-model's wheel, and the version."""
     tmp = tmp_path_factory.mktemp("built")
     wheels = _model_wheels(tmp)
     wheel = _build(tmp / "dist")
@@ -154,7 +154,11 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
     current = Version(version)
     newer = f"{current.major}.{current.minor}.{current.micro + 1}"
     assert Version(newer) > Version(version)
-    upgraded = _build(tmp_path / "dist-newer", {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": newer})
+    # from the sdist, so the source tree's own version file is left alone
+    (sdist,) = wheel.parent.glob("memactors-*.tar.gz")
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist-newer"), str(sdist)],
+         env={**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": newer})
+    (upgraded,) = (tmp_path / "dist-newer").glob("memactors-*.whl")
     assert upgraded.name.startswith(f"memactors-{newer}-")
     _run([*pip, "install", "--quiet", "--upgrade", "--find-links", str(wheels), str(upgraded)], env=env, cwd=tmp_path)
     assert _run([memactors, "--version"], env=env, cwd=tmp_path).stdout.strip() == f"memactors {newer}"
