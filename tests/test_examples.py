@@ -93,6 +93,9 @@ def test_every_memactors_command_in_the_readme_parses() -> None:
     commands = [shlex.split(line.split(" #")[0].split(" > ")[0].split(" | ")[0]) for line in lines
                 if line.startswith("memactors ")]
     assert len(commands) >= 15, commands
+    from memactors.cli.demo import OTHER_WORDS
+
+    assert ["memactors", "memory", "recall", OTHER_WORDS, "--repo", "forge.example/acme/api"] in commands
     parser = build_parser()
     for argv in commands:
         try:

@@ -25,6 +25,7 @@ import pytest
 import trio
 from packaging.version import Version
 
+from memactors.cli.demo import OTHER_WORDS as DEMO_OTHER_WORDS
 from support import write_config
 from support_codex import git_repo
 from support_daemon import Daemon, start_daemon
@@ -37,8 +38,8 @@ MODEL_WHEEL = "memactors_model-1.0.0-py3-none-any.whl"
 REPO_REMOTE = "https://forge.example/acme/api.git"
 #: Run 42 (examples/run-42-api-fixer.json: "Tried to fix the flaky ledger reconciliation test by pinning the
 #: clock; ... still fails intermittently"), asked for in words none of the three records has (cosine 0.40
-#: to run 42's text, under 0.09 to the others').
-OTHER_WORDS = "freezing time did not cure sporadic breakage"
+#: to run 42's text, under 0.09 to the others'): what `memactors demo` and the README suggest.
+OTHER_WORDS = DEMO_OTHER_WORDS
 
 
 def _run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -123,7 +124,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
     try:
         demo = _run([memactors, "demo"], env=env, cwd=tmp_path)
         assert demo.stdout.startswith("3 record(s): 3 recorded"), demo.stdout
-        assert "memactors memory recall" in demo.stdout
+        assert f'memactors memory recall "{OTHER_WORDS}"' in demo.stdout
         _run([memactors, "memory", "reindex"], env=env, cwd=tmp_path)  # follows the back-fill to its end
         checkout = git_repo(tmp_path / "api", remote=REPO_REMOTE, branch="main")
         minted = json.loads(_run([memactors, "token", "mint", "api-fixer", "--workdir", str(checkout), "--json"],

@@ -9,8 +9,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-#: A repository the example records are in, and a question about one of them: run 42's flaky ledger test.
+#: The repository two of the example records are in.
 DEMO_REPO = "forge.example/acme/api"
+#: Run 42 (its flaky ledger test, "pinning the clock", "fails intermittently") asked for in words none of the
+#: examples has: found by the embedded model's meaning alone (tests/test_packaging.py asks it).
+OTHER_WORDS = "freezing time did not cure sporadic breakage"
 
 
 def examples_dir() -> Path:
@@ -26,8 +29,8 @@ def next_steps(repo: str = DEMO_REPO) -> str:
         "Try next:",
         "  memactors memory episodes                                   # the episodes, newest first",
         f'  memactors memory recall "flaky ledger" --repo {repo}     # finds run 42',
-        f'  memactors memory recall "a test that passes only sometimes" --repo {repo}',
-        "                                                              # other words: the embedded model",
+        f'  memactors memory recall "{OTHER_WORDS}" --repo {repo}',
+        "                                                              # run 42 by meaning: the embedded model",
         '  memactors memory recall "flaky ledger" --repo forge.example/acme/billing   # another repository: nothing',
         "  memactors memory status                                     # provider, counts, embeddings",
         "  memactors doctor                                            # health rows",
