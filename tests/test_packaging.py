@@ -12,6 +12,7 @@ of the time (about two minutes on a quiet machine).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -61,10 +62,31 @@ def _model_wheels(tmp_path: Path) -> Path:
 
 def _build(out: Path) -> Path:
     """`python -m build`: the sdist, then the wheel built from that sdist (what a release uploads; no
-    `build/` directory of the source tree is reused)."""
-    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
+    `build/` directory of the source tree is reused). An sdist is staged inside the source tree
+    (`memactors-<version>/`, `src/memactors.egg-info`), so builds from several test workers take turns."""
+    lock = ROOT / ".cache" / "packaging-build.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
     (wheel,) = out.glob("memactors-*.whl")
     return wheel
+
+
+def _env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
+    """The machine's environment (its registry client settings: certificates, find-links, timeouts) with
+    nothing that points at this checkout or its venv, `bin_dir` first on PATH, a home of the test's own,
+    and pip's and uv's caches where the user keeps them (so they are reused)."""
+    home = Path.home()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "HARNESS_CONFIG", "XDG_CONFIG_HOME",
+                        "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")}
+    env.update({"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
+                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(home / ".cache" / "pip")),
+                "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(home / ".cache" / "uv")), **extra})
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
 
 
 def _serve(venv: Path, env: dict[str, str], tmp_path: Path, config: Path) -> Daemon:
@@ -101,12 +123,10 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
 
     # A brand-new venv in a directory of its own; every command runs from outside the source tree.
     home = tmp_path / "home"
-    home.mkdir()
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     bin_ = venv / "bin"
-    env = {"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    env = _env(tmp_path, bin_)
     pip = [str(bin_ / "python"), "-m", "pip"]
     _run([*pip, "install", "--quiet", "--find-links", str(wheels), str(wheel)], env=env, cwd=tmp_path)
     assert _run([*pip, "check"], env=env, cwd=tmp_path).stdout.strip() == "No broken requirements found."
@@ -184,10 +204,7 @@ def test_pipx_installs_the_wheel_whole_with_the_model_and_names_pipx_to_fix_a_mi
     wheel, wheels, version = built
     tools = tmp_path / "tools"
     _run([sys.executable, "-m", "venv", str(tools)])
-    env = {"PATH": f"{tools / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
-           "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin"),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    env = _env(tmp_path, tools / "bin", PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(tmp_path / "bin"))
     _run([str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "pipx>=1.7"], env=env, cwd=tmp_path)
     _run([str(tools / "bin" / "pipx"), "install", "--pip-args", f"--find-links {wheels}", str(wheel)],
          env=env, cwd=tmp_path)
@@ -211,11 +228,7 @@ def test_uv_tool_installs_the_wheel_whole_with_the_model_and_names_uv_to_fix_a_m
     wheel, wheels, version = built
     tools = tmp_path / "uv"
     _run([sys.executable, "-m", "venv", str(tools)])
-    env = {"PATH": f"{tools / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
-           "UV_TOOL_DIR": str(tmp_path / "tools"), "UV_TOOL_BIN_DIR": str(tmp_path / "bin"),
-           "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv")),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    env = _env(tmp_path, tools / "bin", UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"))
     _run([str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv>=0.5"], env=env, cwd=tmp_path)
     _run([str(tools / "bin" / "uv"), "tool", "install", "--find-links", str(wheels), str(wheel)], env=env, cwd=tmp_path)
     assert _run([str(tmp_path / "bin" / "memactors"), "--version"], env=env, cwd=tmp_path).stdout.strip() == \
