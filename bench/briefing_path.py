@@ -38,7 +38,6 @@ import trio
 from mcp.client.streamable_http import streamable_http_client
 
 from memactors.actors import briefing as briefing_actor
-from memactors.actors.documents import BRIEFING_COMPOSED
 from memactors.actors.provider_session import provider_call
 from memactors.config import ConfigHolder, load_config
 from memactors.gateway import start_gateway
@@ -154,7 +153,7 @@ async def run(n_runs: int, calls: int, empty_every: int) -> list[str]:
                     async def compose() -> Any:
                         return fit_briefing([(Section(s.name, s.items, s.dropped, s.note), n, share)
                                              for s, n, share in sections], max_chars=2000,
-                                            compose=BRIEFING_COMPOSED, nonce="0123456789abcdef")
+                                            nonce="0123456789abcdef")
 
                     await timed(compose, times["fit_briefing"])
             nursery.cancel_scope.cancel()

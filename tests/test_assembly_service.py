@@ -348,7 +348,8 @@ async def test_req7_a_slow_model_never_delays_recording_past_the_deadline(
         async with trio.open_nursery() as nursery:
             summary_address = await nursery.start(summary.run)
             assembler = Assembler(config=lambda: holder.current, pull_request_for=no_pull_request,
-                                  summarize=lambda text: summary_address.ask(Summarize(text)), metrics=metrics)
+                                  summarize=lambda text, episode: summary_address.ask(Summarize(text, episode)),
+                                  metrics=metrics)
             address = await nursery.start(assembler.run)
             record = load_run_record(json.dumps(example("run-42-api-fixer.json")))
             assembled, _ = await within(trio_clock, SUMMARY_DEADLINE, lambda: address.ask(Assemble(record)))

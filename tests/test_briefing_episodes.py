@@ -22,10 +22,12 @@ import pytest
 import trio
 
 from memactors.actors.index import text_belongs
+from memactors.builtin import MAX_ITEM_TEXT
 from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
+from memactors.gist import gist
 from memactors.service import MemoryService
-from memactors.wrapper import BRIEFING_MAX_BYTES, ELLIPSIS
+from memactors.wrapper import BRIEFING_MAX_BYTES
 from support import RESIDENT, serving, write_config
 from support_briefing import COMPACT, REPO, empty_run, episode_blocks, real_run, sections
 from support_daemon import daemon_process
@@ -66,9 +68,10 @@ async def stored_text(service: MemoryService, run_id: str) -> tuple[dict, str]:
     return shown["episode"], shown["text"]
 
 
-async def check_episodes_read_well(service: MemoryService, document: str, *, at_least: int = 2) -> list[str]:
+async def check_episodes_read_well(service: MemoryService, document: str, *, at_least: int = 1) -> list[str]:
     """The briefing shows at least `at_least` episodes, each with the one-line provenance of the daemon's
-    row and text drawn from its episode, composed of whole parts of it (never cut); their run ids."""
+    row and the built-in provider's text of it whole (REQ-14: placed whole or dropped whole, never
+    shortened); their run ids."""
     assert len(document) <= 2000 and len(document.encode()) <= BRIEFING_MAX_BYTES
     blocks = episode_blocks(document)
     assert len(blocks) >= at_least, document
@@ -82,21 +85,19 @@ async def check_episodes_read_well(service: MemoryService, document: str, *, at_
         started = datetime.fromisoformat(episode["started_at"])
         assert age == f"{(NOW - started).days}d"
         assert text.strip(), line
-        assert text_belongs(text, rendering)  # REQ-9's check still holds for the composed text
-        # Composed of whole parts (issue 33): never a cut; a closing "…" only says a list left entries out.
-        last = text.strip().split(" · ")[-1]
-        assert not last.endswith(ELLIPSIS) or (last.endswith(", " + ELLIPSIS) and last.startswith(
-            ("touched ", "verify failures: "))), text
+        assert text_belongs(text, rendering)  # REQ-9's check holds
+        assert text == gist(episode, (), MAX_ITEM_TEXT)  # the provider's item text, whole
         runs.append(run_id)
     return runs
 
 
 @pytest.mark.req14
 @pytest.mark.req15
-async def test_the_briefing_tool_and_resource_show_at_least_two_episodes_at_the_default_cap(
+async def test_the_briefing_tool_and_resource_show_whole_episodes_at_the_default_cap(
         gateway: tuple[MemoryService, str]) -> None:
-    """Issue 17: at briefing_max_chars = 2000 no briefing showed an episode; now at least two fit the
-    500-character episodes share, each with a one-line provenance and its text composed to fit."""
+    """Issue 17: at briefing_max_chars = 2000 no briefing showed an episode. With a one-line provenance
+    the built-in provider's items fit the 500-character episodes share whole (REQ-14: never shortened);
+    the ones that do not fit are counted and the section points to recall."""
     service, url = gateway
     for i in range(6):
         await service.ingest_run(real_run(i))
@@ -112,6 +113,7 @@ async def test_the_briefing_tool_and_resource_show_at_least_two_episodes_at_the_
     episodes = sections(tool)["episodes"]
     # The episodes section stays within its share (25 % of 2000), fences and labels included.
     assert sum(len(line) + 1 for line in episodes.splitlines() if not line.startswith("(")) <= 500
+    assert episodes.endswith(" more not shown; use the recall tool for more)")
     # The other sections are still there, in order, and the full provenance stays recall's.
     assert list(sections(tool)) == ["collisions", "recent_runs", "facts", "episodes"]
     async with gateway_client(url, token) as client:
@@ -164,7 +166,7 @@ async def test_near_duplicate_facts_collapse_and_exposure_covers_only_the_one_sh
         assert sum(1 for f in shown if f in ids) == 1 and best in shown, facts
         assert re.search(rf"^- fact {best} · .* · similar 7$", facts, re.M)
     assert len(sections(recall)["facts"]) < 1200  # one fact's room, not eight
-    assert len(episode_blocks(briefing)) >= 2
+    assert len(episode_blocks(briefing)) >= 1
     exposed = await service.store.read(lambda db: db.execute(
         "SELECT surface, fact_id FROM exposures WHERE run_id = '100'").fetchall())
     assert {s for s, _ in exposed} == {"briefing_tool", "recall"}
@@ -185,7 +187,7 @@ async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[by
 async def test_memory_briefing_and_a_memory_briefing_run_show_episodes(tmp_path: Path) -> None:
     """`memactors memory briefing` (the operator's preview) and the briefing a `memactors run` of a
     memory_briefing = true harness prepends to its prompt (and serves it through the gateway as itself)
-    each show at least two episodes of the repository's real-looking history, never an empty run."""
+    each show whole episodes of the repository's real-looking history, never an empty run."""
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
     config = write_config(tmp_path, command_harness("api-fixer", workdir=repo, mode="briefing", out=out,
@@ -209,20 +211,20 @@ async def test_memory_briefing_and_a_memory_briefing_run_show_episodes(tmp_path:
     empties = {f"r202611{28:02d}T10{i:02d}00-dead{i:02x}" for i in range(4)}
     text = preview.stdout.decode()
     shown = [COMPACT.match(line) for line, _ in episode_blocks(text)]
-    assert len(shown) >= 2 and all(shown) and not {m.group(1) for m in shown if m} & empties, text
-    assert as_json["items"]["episodes"] >= 2
+    assert len(shown) >= 1 and all(shown) and not {m.group(1) for m in shown if m} & empties, text
+    assert as_json["items"]["episodes"] >= 1
     prompt = (out / "prompt-0.txt").read_text(encoding="utf-8")
     fence = re.match(r'<untrusted-data source="harness-memory" field="briefing" nonce="([^"]+)">\n', prompt)
     assert fence, prompt[:200]
     prepended = prompt[fence.end():prompt.index(f'\n</untrusted-data nonce="{fence.group(1)}">')]
     blocks = episode_blocks(prepended)
-    assert len(blocks) >= 2 and all(COMPACT.match(line) for line, _ in blocks), prepended
+    assert len(blocks) >= 1 and all(COMPACT.match(line) for line, _ in blocks), prepended
     assert not any(e in sections(prepended)["episodes"] for e in empties)  # (recent_runs lists them: runs)
     assert prompt.endswith("\n\nfix the ledger")
     served = (out / "briefing.txt").read_text(encoding="utf-8")
     assert served == prepended  # the run's briefing tool serves what was prepended (REQ-15)
     prepend_line = next(line for line in log.splitlines() if "briefing prepended" in line)
-    assert re.search(r"\bepisodes=[23]\b", prepend_line), prepend_line  # it logged episodes=0 before
+    assert re.search(r"\bepisodes=[123]\b", prepend_line), prepend_line  # it logged episodes=0 before
 
 
 @pytest.mark.slow
@@ -260,3 +262,47 @@ async def test_req14_deterministic_without_the_provider(tmp_path: Path) -> None:
     assert "## episodes (provider_unavailable)" in text
     for section in ("collisions", "recent_runs", "facts"):  # the deterministic sections have something
         assert sections(text)[section].strip(), text
+
+
+@pytest.mark.slow
+@pytest.mark.req14
+async def test_req14_an_upstreams_req5_rendering_is_placed_whole_or_dropped_whole(tmp_path: Path) -> None:
+    """A text-only upstream (the fault provider behaving: it stores the REQ-5 rendering memactors sends
+    and returns it as its item text, as REQ-3 suggests) through `memactors memory briefing` as a
+    subprocess, the daemon as a process: each episode item is the rendering whole, or it is dropped
+    whole, counted, and the section points to recall. Never the rendering's first lines alone."""
+    from support import run_record
+    from support_readside import calls, fault_toml
+
+    config = write_config(tmp_path, fault_toml(tmp_path) + '[harness.api-fixer]\nharness = "claude-code"\n'
+                          '[harness.api-wide]\nharness = "claude-code"\nbriefing_max_chars = 4000\n')
+    records = tmp_path / "records"
+    records.mkdir()
+    short = run_record(harness="api-wide", run_id="r-short", started_at="2026-11-19T09:00:00Z", ended_at="2026-11-19T09:01:00Z",
+                       result_text="Bumped the ledger precision.")
+    (records / "a-short.json").write_text(json.dumps(short), encoding="utf-8")
+    for i in range(3):
+        (records / f"b-run-{i}.json").write_text(json.dumps(real_run(i)), encoding="utf-8")
+    with daemon_process(tmp_path, config=config) as daemon:
+        env = daemon.env
+        ingested = await cli(env, "runs", "ingest", str(records))
+        assert ingested.returncode == 0, ingested.stderr
+        with trio.fail_after(120):  # a hang guard: a record the deadline queued is retried in the background
+            while len(calls(tmp_path, "memory_record_episode")) < 4:  # noqa: ASYNC110 -- another process's state
+                await trio.sleep(0.05)
+        default = await cli(env, "memory", "briefing", "api-fixer")
+        wide = await cli(env, "memory", "briefing", "api-wide")
+    assert default.returncode == wide.returncode == 0, default.stderr + wide.stderr
+    stored = {c["arguments"]["text"] for c in calls(tmp_path, "memory_record_episode")}
+    assert len(stored) == 4 and all(t.startswith("episode_id: ep_") for t in stored)
+    shown_total = 0
+    for out in (default, wide):
+        text = out.stdout.decode()
+        episodes = sections(text)["episodes"]
+        blocks = episode_blocks(text)
+        assert all(body in stored for _, body in blocks), text  # each one whole, as the provider returned it
+        assert text.count("episode_id: ") == len(blocks)  # no first lines of a dropped one
+        assert re.search(r"^\((\d+) more not shown; use the recall tool for more\)$", episodes, re.M), text
+        shown_total += len(blocks)
+    assert episode_blocks(default.stdout.decode()) == []  # at 2000 no rendering fits the 500-character share
+    assert shown_total >= 1  # at 4000 the short run's rendering fits its 1000 characters, whole

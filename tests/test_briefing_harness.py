@@ -44,7 +44,10 @@ WORK = (
     ("api-docs", ("docs/ledger.md",), "Add a worked example to the ledger guide"),
 )
 HARNESSES = ("api-fixer", "api-docs")
-CONFIG = "".join(f'[harness.{h}]\nharness = "claude-code"\n' for h in HARNESSES)
+#: The widest briefing, so its episodes share (1000 characters) holds several whole items (REQ-14: an
+#: item is placed whole or dropped whole) and the picks' order can be read.
+WIDE = "briefing_max_chars = 4000\n"
+CONFIG = "".join(f'[harness.{h}]\nharness = "claude-code"\n{WIDE}' for h in HARNESSES)
 
 
 def runs() -> list[dict[str, Any]]:
@@ -123,7 +126,7 @@ async def test_memory_briefing_of_two_harnesses_shows_each_its_own_runs(tmp_path
         pytest.skip("the gateway test above covers PostgreSQL's ordering; this one is the CLI's")
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
-    config = write_config(tmp_path, "".join(command_harness(h, workdir=repo, mode="briefing", out=out)
+    config = write_config(tmp_path, "".join(command_harness(h, workdir=repo, mode="briefing", out=out, extra=WIDE)
                                             for h in HARNESSES))
     records = tmp_path / "records"
     records.mkdir()

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import pty
+import re
 import select
 import signal
 import socket
@@ -374,7 +375,14 @@ async def test_memory_episodes_pages_with_a_total_and_a_cursor(tmp_path: Path) -
         assert last.startswith("-- 2 shown of 5; next page: --after ")
         cursor = last.rsplit(" ", 1)[1]
         nxt = await arun_cli(config, "memory", "episodes", "--limit", "2", "--after", cursor)
-        assert " run 2 " in nxt.stdout and " run 4 " not in nxt.stdout
+        assert "2" in _listed_runs(nxt.stdout) and "4" not in _listed_runs(nxt.stdout)
+
+
+def _listed_runs(stdout: str) -> list[str]:
+    """The RUN column of `memory episodes`' table (columns two or more spaces apart)."""
+    lines = [line for line in stdout.splitlines() if line and not line.startswith("-- ")]
+    assert lines[0].split()[:5] == ["EPISODE", "STARTED", "HARNESS", "RUN", "OUTCOME"], stdout
+    return [re.split(r"\s{2,}", line)[3] for line in lines[1:]]
 
 
 # -- --repo and --as: no silent scope mismatches --------------------------------------------------------------
@@ -406,7 +414,7 @@ async def test_recall_with_a_url_finds_the_episodes_and_an_unknown_repo_is_named
         miss = await arun_cli(config, "memory", "recall", "ledger", "--repo", "forge.example/acme/apii")
         assert f"no episodes in repository forge.example/acme/apii; close known ones: {API}" in miss.stderr
         listed = await arun_cli(config, "memory", "episodes", "--repo", "https://forge.example/acme/api")
-        assert " run 1 " in listed.stdout
+        assert _listed_runs(listed.stdout) == ["1"]
         as_unknown = await arun_cli(config, "memory", "recall", "ledger", "--as", "api-fixer")
         assert as_unknown.returncode == 5
         assert "--as api-fixer needs a [harness.api-fixer] table" in as_unknown.stderr
@@ -437,3 +445,70 @@ def test_commands_import_only_what_they_need(argv: list[str], tmp_path: Path) ->
     assert heavy == "[]", done.stdout
     if argv[0] != "runs":  # one call each: the standard-library websocket client, not trio's
         assert trio_loaded == "False"
+
+
+def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
+    """Run the CLI with its stdout a terminal (a pty); its exit code and what the terminal showed."""
+    main, secondary = pty.openpty()
+    with subprocess.Popen([sys.executable, "-m", "memactors.cli", *argv], stdout=secondary,
+                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) as proc:
+        os.close(secondary)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        code = proc.wait()
+    os.close(main)
+    return code, out.decode().replace("\r\n", "\n")
+
+
+@pytest.mark.slow
+async def test_recall_and_briefing_read_for_people_on_a_terminal_and_for_agents_raw_or_piped(tmp_path: Path) -> None:
+    """Issue 40: on a terminal `memory recall` and `memory briefing` print a few lines per item (date,
+    harness, outcome, what was done, files, one provenance line), no nonce or 300-character provenance
+    lines; `--raw` and a pipe print the agent's document byte for byte; `--json` as before."""
+    uuid, sha = "0b7f2c8e-3c1d-4e4b-9a55-2f3e1d6c7b8a", "c9c2256e4555a5bdb8e55c606db2b512ca388b6f"
+    async with daemon(tmp_path, '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n') \
+            as (config, listening):
+        results = await ingest(listening, tmp_path / "state", [
+            run_record(run_id=uuid, result_text="fixed the ledger rounding with Decimal quantize",
+                       events=[{"kind": "edit", "session_id": "s1", "path": "ledger.py", "at": "2026-11-28T09:05:00Z"}]),
+            run_record(run_id=sha, harness="imported", adapter="git", outcome="failed", reason="exit_nonzero",
+                       result_text="could not reproduce the ledger rounding"),
+            run_record(run_id="7", result_text="unrelated webhook work")])
+        assert all(r["outcome"] in ("recorded", "queued") for r in results), results
+        argv = ["memory", "recall", "ledger rounding", "--repo", API, "--config", str(config)]
+        code, human = await trio.to_thread.run_sync(_on_a_terminal, argv)
+        raw = await arun_cli(config, *argv[:-2], "--raw")
+        piped = await arun_cli(config, *argv[:-2])
+        as_json = await arun_cli(config, *argv[:-2], "--json")
+        code_b, brief = await trio.to_thread.run_sync(
+            _on_a_terminal, ["memory", "briefing", "api-fixer", "--config", str(config)])
+        listed = await trio.to_thread.run_sync(
+            _on_a_terminal, ["memory", "episodes", "--config", str(config)])
+    assert code == 0 and code_b == 0, human
+    document = json.loads(as_json.stdout)["document"]
+    def nonce_free(text: str) -> str:  # each recall has its own nonce; the rest is the same document
+        return re.sub(r'nonce="[^"]+"|memory-data-[0-9a-f]+|[0-9a-f]{24,}', "N", text)
+
+    assert raw.stdout.startswith("<memory-data") and nonce_free(raw.stdout) == nonce_free(piped.stdout)
+    assert nonce_free(raw.stdout) == nonce_free(document + "\n")
+    assert "nonce" not in human and "<memory-data" not in human and document not in human
+    assert "Episodes (" in human and "fixed the ledger rounding with Decimal quantize" in human
+    assert "api-fixer  succeeded" in human and "failed" in human and "2026-11-28 09:00 UTC (" in human
+    assert f"run {uuid}" in human and f"run {sha}" in human and "  files: ledger.py" in human
+    assert max(len(line) for line in human.splitlines()) < 160  # no 300-character provenance lines
+    assert "Briefing for api-fixer" in brief and "<memory-data" not in brief
+    # `memory episodes`: every column starts at the same place whatever the run id's length.
+    rows = [line for line in listed[1].splitlines() if line.strip() and not line.startswith("-- ")]
+    starts = {(line.index(" 2026-") if " 2026-" in line else -1) for line in rows[1:]}
+    header = rows[0]
+    assert len(starts) == 1, listed[1]
+    for column in ("OUTCOME", "REPOSITORY"):
+        at = header.index(column)
+        assert all(line[at - 2:at] == "  " and line[at] != " " for line in rows[1:]), listed[1]

@@ -98,3 +98,22 @@ def test_issue29_console_charts_draw_the_daemons_counters_per_interval() -> None
     now[0] = 20 + 3600
     sampler.sample()
     assert [t for t, _ in sampler.points] == [20.0, 3620.0]
+
+
+def test_values_are_shown_for_people_not_as_python_writes_them() -> None:
+    """Issue 40: `free_bytes 72991703040`, `True`, `None` and `memory_briefing` were shown as they are."""
+    from datetime import UTC, datetime
+
+    from memactors.humanize import absolute, ago, cost, duration, human, label, mb
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    assert mb(72991703040) == "73.0 GB" and mb(5_242_880) == "5.2 MB" and mb(None) == "—"
+    assert (human(True), human(False), human(None), human([]), human(["a", "b"])) == ("yes", "no", "—", "—", "a, b")
+    assert human({"free_bytes": 3, "memory_briefing": False}) == "free space: 3; briefing at session start: no"
+    assert label("memory_briefing") == "briefing at session start" and label("state_since") == "state since"
+    assert (duration(850), duration(12_340), duration(125_000), duration(7_380_000)) == (
+        "850 ms", "12.3 s", "2 min 05 s", "2 h 03 min")
+    assert (cost(0.04213), cost(12.5), cost(None)) == ("$0.0421", "$12.50", "—")
+    assert ago("2026-12-07T09:00:00Z", now) == "3 h ago" and ago("2026-11-28T12:00:00Z", now) == "9 d ago"
+    assert ago("2026-12-07T11:59:50Z", now) == "just now" and ago("not a time", now) == "not a time"
+    assert absolute("2026-12-07T09:00:00+01:00") == "2026-12-07 08:00 UTC"

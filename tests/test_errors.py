@@ -11,7 +11,7 @@ from loguru import logger
 
 from memactors import errors
 from memactors.service import open_memory_service
-from support import example, wait_ready
+from support import LogRecords, example, wait_ready
 
 
 def _zep(tmp_path: Path, control: Path) -> str:
@@ -81,3 +81,60 @@ async def test_a_provider_timeout_names_the_provider_the_operation_and_the_deadl
     assert degraded["provider"] == "zep" and degraded["op"] == "memory_recall"
     assert degraded["error"] == "ProviderTimeout" and "memory_recall did not answer within 0.5s" in str(
         degraded["detail"])
+
+
+@pytest.mark.errors
+async def test_a_timed_out_operator_forget_names_memory_forget_the_provider_and_its_deadline(  # type: ignore[no-untyped-def]
+        tmp_path: Path, make_holder) -> None:
+    """An operator's forget waits one provider_timeout for the provider, then leaves the forget to the
+    retry loop. That wait ending said nothing; it now logs a line naming the tool, the provider and the
+    deadline, as a record's and a recall's timeouts do."""
+    control = tmp_path / "modes"
+    toml = _zep(tmp_path, control) + '[memory.episodes]\nprovider_timeout = "0.5s"\nsummary = false\n'
+    with LogRecords() as logs:
+        async with open_memory_service(make_holder(toml)) as memory:
+            await wait_ready(memory)
+            result = await memory.ingest_run(example("run-42-api-fixer.json"))
+            assert result["outcome"] == "recorded"
+            await trio.Path(control).write_text("hang_forget")
+            outcome = await memory.forget(result["episode_id"])
+    assert outcome["pending"] == 1  # left to the retry loop, not lost
+    [line] = [r for r in logs.matching("forget failed", "WARNING") if r["extra"].get("error") == "ProviderTimeout"]
+    extra = line["extra"]
+    assert (extra["provider"], extra["op"], extra["episode"]) == ("zep", "memory_forget", result["episode_id"])
+    assert "memory_forget did not answer within 0.5s" in extra["detail"]
+
+
+@pytest.mark.errors
+async def test_a_provider_error_names_the_provider_and_the_operation_in_every_line(  # type: ignore[no-untyped-def]
+        tmp_path: Path, make_holder) -> None:
+    """Every provider error added a `handler failed actor=provider_session message_type=ProviderCall`
+    line naming neither the provider nor the tool. Each line now names both."""
+    control = tmp_path / "modes"
+    with LogRecords() as logs:
+        async with open_memory_service(make_holder(_zep(tmp_path, control))) as memory:
+            await wait_ready(memory)
+            await trio.Path(control).write_text("error")
+            await memory.ingest_run(example("run-42-api-fixer.json"))
+            answer = await memory.recall(query="ledger", repo="forge.example/acme/api", limit=5)
+    assert answer["degraded"] == "provider_unavailable"
+    failed = [r["extra"] for r in logs.matching("handler failed") if r["extra"]["actor"] == "provider_session"]
+    assert failed, logs.records
+    assert all(e["provider"] == "zep" for e in failed)
+    assert {e["op"] for e in failed} == {"memory_record_episode", "memory_recall"}
+
+
+@pytest.mark.errors
+async def test_a_failed_summary_names_its_episode(make_holder) -> None:  # type: ignore[no-untyped-def]
+    """REQ-7: a utility model that fails leaves the episode without a summary; the line saying so names
+    the episode."""
+    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
+
+    async with run_fake_model_api(behaviour=FakeBehaviour(chat_status=500)) as fake:
+        toml = f'[model_api]\nbase_url = "{fake.base_url}"\nutility_model = "u"\n'
+        with LogRecords() as logs:
+            async with open_memory_service(make_holder(toml)) as memory:
+                await wait_ready(memory)
+                result = await memory.ingest_run(example("run-42-api-fixer.json"))
+    [line] = [r["extra"] for r in logs.matching("episode summary") if r["extra"].get("outcome") == "fallback"]
+    assert line["episode"] == result["episode_id"] and line["reason"] == "error"

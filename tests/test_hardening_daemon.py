@@ -138,3 +138,89 @@ def test_a_sighup_during_start_up_is_queued_and_applied_once_the_daemon_serves(t
     finally:
         code = daemon.stop()
     assert code == 0, daemon.log_text()[-3000:]  # and SIGTERM still stops it gracefully
+
+
+#: A sitecustomize for the daemon under test (on its PYTHONPATH): when the command line's first command
+#: module is imported, it writes whether SIGHUP is already caught. Run by `site`, before any of ours.
+_SITECUSTOMIZE = '''
+import os, sys, _signal
+_OUT = os.environ["MEMACTORS_TEST_HANGUP_PROBE"]
+def _probe(event, args):
+    if event == "import" and args[0] == "memactors.cli._core" and not os.path.exists(_OUT):
+        with open(_OUT, "w") as out:
+            out.write("caught" if _signal.getsignal(_signal.SIGHUP) not in (0, None) else "default")
+sys.addaudithook(_probe)
+'''
+
+
+@pytest.mark.slow
+def test_sighups_from_the_first_moments_of_memactors_serve_never_kill_it(tmp_path: Path) -> None:
+    """Issue 44: a SIGHUP in the first ~0.1 s after launch killed the daemon: `memactors serve` caught it
+    only once the command line's modules were imported and its parser built. It is caught first thing
+    now, at the top of `memactors.cli`: by the time the CLI's first command module loads, SIGHUP is
+    already caught (a probe run by `site` records it). Then `memactors serve` as a user types it (the
+    installed entry point) is started again and again, and SIGHUPs are sent from the first moment the
+    process catches them (before that the interpreter itself is starting, and the kernel's default
+    applies to any program), each start's first one later than the last's, then every few
+    milliseconds until it serves: every daemon comes up (`/readyz`), and applies the reload."""
+    memactors = Path(sys.executable).parent / "memactors"
+    assert memactors.exists(), f"{memactors}: the installed entry point is missing"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
+    for start in range(8):
+        home = tmp_path / f"start-{start}"
+        home.mkdir()
+        config = write_config(home)
+        state = home / "state"
+        probe = home / "probe"
+        log = home / "daemon.log"
+        env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(home), "PYTHONPATH": str(site),
+               "MEMACTORS_TEST_HANGUP_PROBE": str(probe), "MEMACTORS_CONFIG_POLL_SECONDS": "0"}
+        with log.open("wb") as sink:
+            proc = subprocess.Popen([str(memactors), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=sink)
+        try:
+            guard = time.monotonic() + 120  # hang guards, not timings: a loaded machine starts slowly
+            while not _catches(proc.pid, signal.SIGHUP) and proc.poll() is None and time.monotonic() < guard:
+                time.sleep(0.0005)
+            first = time.monotonic() + start * 0.03  # this start's first SIGHUP: later each time
+            sent = 0
+            while time.monotonic() < guard:
+                if time.monotonic() >= first:
+                    proc.send_signal(signal.SIGHUP)
+                    sent += 1
+                assert proc.poll() is None, f"start {start} killed by SIGHUP {sent}:\n{log.read_text()[-3000:]}"
+                try:
+                    if json.loads((state / "daemon.json").read_text()).get("pid") == proc.pid:
+                        break
+                except (FileNotFoundError, ValueError):
+                    pass
+                time.sleep(0.005)
+            metrics = json.loads((state / "daemon.json").read_text())["metrics"]
+            ready = metrics.removesuffix("/metrics") + "/readyz"
+            while time.monotonic() < guard:  # it serves, and the reload asked for during start-up is applied
+                if httpx2.get(ready).status_code == 200 and "configuration reloaded" in log.read_text():
+                    break
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.02)
+            assert proc.poll() is None and sent >= 1
+            assert httpx2.get(ready).status_code == 200
+            assert "configuration reloaded" in log.read_text() and "Traceback" not in log.read_text()
+            assert probe.read_text() == "caught"  # before the command line's own modules were imported
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize(("argv", "serve"), [
+    (["serve"], True), (["--config", "serve", "serve"], True), (["--config=h.toml", "serve"], True),
+    (["serve", "--config", "h.toml"], True), (["--config", "serve"], False), (["memory", "status"], False),
+    (["run", "serve"], False), (["--help"], False), ([], False),
+])
+def test_only_the_serve_command_line_catches_sighup_before_its_imports(argv: list[str], serve: bool) -> None:
+    """The early SIGHUP disposition is the daemon's alone: any other command keeps SIGHUP's default (a
+    hung-up terminal still ends `memactors run --wait`), and `--config`'s value is not a command."""
+    from memactors._hangup import names_serve
+
+    assert names_serve(argv) is serve

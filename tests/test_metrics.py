@@ -9,7 +9,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from memactors.metrics import FAMILY_NAMES, OTHER_HARNESS, Metrics, serve_metrics
+from memactors.metrics import FAMILY_NAMES, FLEET_FAMILY_NAMES, OTHER_HARNESS, Metrics, serve_metrics
 
 
 @pytest.fixture
@@ -43,16 +43,17 @@ def sample(text: str, name: str, **labels: str) -> float | None:
 @pytest.mark.req21
 async def test_req21_every_family_is_exposed_before_any_sample(base_url: str) -> None:
     text = await scrape(base_url)
-    for name in FAMILY_NAMES:
+    for name in FAMILY_NAMES + FLEET_FAMILY_NAMES:
         assert f"# TYPE {name} " in text, name
     types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert types["harness_memory_episodes_recorded_total"] == "counter"
     assert types["harness_memory_provider_up"] == "gauge"
     assert types["harness_memory_provider_duration_seconds"] == "histogram"
     assert types["harness_memory_pending"] == "gauge"
-    # Nothing outside REQ-21 in the harness_memory_ namespace.
+    assert types["harness_memory_run_duration_seconds"] == "histogram"
+    # Nothing in the harness_memory_ namespace but REQ-21's families and issue 40's fleet families.
     ours = {n for n in types if n.startswith("harness_memory_")}
-    assert ours == set(FAMILY_NAMES)
+    assert ours == set(FAMILY_NAMES) | set(FLEET_FAMILY_NAMES)
 
 
 @pytest.mark.req21

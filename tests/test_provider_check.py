@@ -168,6 +168,7 @@ async def test_req3_memory_status_shows_an_incompatible_provider(tmp_path: Path,
         assert await run_cli(config, "memory", "status") == 11  # documented: the provider is incompatible
     out, err = capsys.readouterr()
     assert "state      incompatible" in out and "is incompatible" in err
+    assert "contract 2" in out  # the version it announced (it said `contract None`)
 
 
 @pytest.mark.req1

@@ -71,7 +71,7 @@ async def test_req3_an_unsupported_contract_version_is_not_used(
     async with open_memory_service(make_holder(fault_toml(files, "contract_v2"))) as memory:
         await wait_ready(memory, "incompatible")
         status = await memory.status()
-        assert status["state"] == "incompatible" and status["contract"] is None
+        assert status["state"] == "incompatible" and status["contract"] == 2  # the version it announced
         assert "contract 2" in status["last_error"]
         result = await memory.ingest_run(_run(1))
         assert result["outcome"] == "queued"

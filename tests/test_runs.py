@@ -23,7 +23,7 @@ from memactors import graph
 from memactors.config import ConfigHolder
 from memactors.errors import ConfigError, InvalidArgument, UnknownRun
 from memactors.service import MemoryService, open_memory_service
-from support import wait_ready
+from support import LogRecords, wait_ready
 from support_runs import REPO_KEY, command_harness, fake_claude, make_repo, wait_for_file
 
 pytestmark = pytest.mark.slow
@@ -156,6 +156,22 @@ async def test_a_project_file_turning_memory_record_off_is_honoured_for_a_run(tm
     async with service(make_holder, command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o")) as memory:
         state = await run_to_end(memory, "fixer")
     assert (state["ingest"], state["episode_id"]) == ("skipped", None)
+
+
+@pytest.mark.req8
+async def test_a_project_file_cannot_turn_record_trace_back_on(tmp_path: Path, make_holder: Any) -> None:
+    """REQ-8's narrowing rule for the other half of eligibility: the global file's `record_trace = false`
+    holds over a project file's `true` (ignored, with a WARNING naming the file and the key)."""
+    repo = make_repo(tmp_path / "api")
+    project = repo / "harness.toml"
+    project.write_text("[harness.fixer]\nrecord_trace = true\n", encoding="utf-8")
+    extra = command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "o", extra="record_trace = false")
+    with LogRecords() as logs:
+        async with service(make_holder, extra) as memory:
+            state = await run_to_end(memory, "fixer")
+    assert (state["outcome"], state["ingest"], state["episode_id"]) == ("succeeded", "skipped", None)
+    [warned] = [r for r in logs.records if r["level"] == "WARNING" and "record_trace" in r["message"]]
+    assert warned["extra"]["file"] == str(project) and warned["extra"]["key"] == "[harness.fixer] record_trace"
 
 
 @pytest.mark.parametrize(("project", "named"), [

@@ -275,3 +275,36 @@ timeout = "5m"
         data = path.read_bytes()
         for secret in secrets:
             assert secret not in data, path
+
+
+@pytest.mark.req8
+async def test_req8_a_project_file_may_turn_recording_off_but_never_back_on(tmp_path: Path) -> None:
+    """REQ-8: `memory_record` is accepted in a project file "because turning it off only narrows". The
+    global file opts `off` out; the repository's harness.toml saying `memory_record = true` (and
+    `record_trace = true`, the other half of eligibility) is accepted, does not switch recording back on,
+    and the daemon's log names the file and the refused key. The same project file may turn `on` off."""
+    repo = make_repo(tmp_path / "api")
+    project = repo / "harness.toml"
+    project.write_text("[harness.off]\nmemory_record = true\nrecord_trace = true\n"
+                       "[harness.on]\nmemory_record = false\n", encoding="utf-8")
+    config = write_config(tmp_path, command_harness("off", workdir=repo, mode="write", out=tmp_path / "o1",
+                                                    extra="memory_record = false")
+                          + command_harness("on", workdir=repo, mode="write", out=tmp_path / "o2"))
+    env = base_env(tmp_path, config)
+    log = tmp_path / "daemon.log"
+    with daemon(env, tmp_path / "state", log):
+        off = await cli(env, "run", "off", "--wait", "--json")
+        assert off.returncode == 0, off.stderr
+        on = await cli(env, "run", "on", "--wait", "--json")
+        assert on.returncode == 0, on.stderr
+    assert json.loads(off.stdout)["outcome"] == "succeeded"
+    assert json.loads(off.stdout)["episode_id"] is None
+    assert json.loads(on.stdout)["episode_id"] is None
+    assert (tmp_path / "o1" / "prompt-0.txt").exists()  # the run itself went ahead
+    warned = [line for line in log.read_text(encoding="utf-8").splitlines()
+              if "WARNING" in line and "memory_record" in line]
+    assert len(warned) == 1, warned
+    assert str(project) in warned[0] and "[harness.off] memory_record" in warned[0]
+    assert "harness=off" in warned[0]
+    assert not [line for line in log.read_text(encoding="utf-8").splitlines()
+                if "WARNING" in line and "record_trace" in line]  # the global file left it on: no widening

@@ -171,6 +171,8 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
         async with tmux(tmp_path, command, env) as base:
             main = await wait_for(base, "billing-bot")
             assert "> api-fixer" in main and "provider builtin: ready" in main
+            # Each episode with its gist: what the run said, not only its ids.
+            await wait_for(base, "fixed the ledger rounding")
             assert main.rstrip().splitlines()[-1].startswith("↑/↓ select  B briefing")
             await trio.run_process([*base, "send-keys", "B"])
             top = await wait_for(base, "Briefing preview: api-fixer")

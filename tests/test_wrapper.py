@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memactors import wrapper
+from memactors._wire import parse_run_record
 from memactors.actors.index import text_belongs
+from memactors.episode import SessionRepo, assemble
+from memactors.episode import render_text as render_episode
 from memactors.errors import InvalidArgument
-from memactors.gist import LIST_LABELS, gist, whole_parts
-from memactors.gist import compose as compose_gist
+from memactors.gist import gist
 from memactors.wrapper import (
     ELLIPSIS,
-    MIN_COMPOSED_TEXT,
     Document,
     Item,
     Provenance,
@@ -33,9 +34,9 @@ from memactors.wrapper import (
     render_json,
     render_text,
 )
+from support import run_record
 
 POINTER = "use the recall tool for more"
-COMPOSED = {"episodes": compose_gist}
 SHARES = {"collisions": (10, 0.25), "recent_runs": (5, 0.25), "facts": (8, 0.35), "episodes": (3, 0.25)}
 
 # --- an independent reader: what an agent that knows the format would do ------------------------------
@@ -613,7 +614,7 @@ def test_fit_briefing_refuses_a_cap_below_its_overhead() -> None:
         fit_briefing(briefing_input([collision(1)], [], [], []), max_chars=100)
 
 
-# --- briefing episodes composed to fit (issue 17) ------------------------------------------------------
+# --- briefing episodes: placed whole or dropped whole (issue 17, issue 44) ------------------------------------------------------
 
 #: What a real run leaves: a subject line, then a few sentences (the provider's item text leads with it).
 RUN_TEXT = (
@@ -660,119 +661,55 @@ def test_cut_at_word_prefers_a_space_and_falls_back_inside_a_path() -> None:
     assert cut_at_word(RUN_TEXT, len(RUN_TEXT)) == RUN_TEXT
 
 
-def is_whole_composition(shown: str, original: str) -> bool:
-    """`shown` is made of whole parts of `original` (REQ-14 "dropped whole, never cut", issue 33): each of
-    its segments (between ` · `) is either the first whole sentences of one of the original's prose
-    segments, or a list label with the first entries of the original's list of that label and `, …`
-    when some are left out. Nothing shown ends in a cut: no prose ends in `…`, no entry is cut."""
-    originals = whole_parts(original)
-    for segment in shown.split(" · "):
-        label = next((lb for lb in LIST_LABELS if segment.startswith(lb)), None)
-        if label is not None:
-            entries = segment[len(label):].split(", ")
-            elided = entries[-1] == ELLIPSIS
-            entries = entries[:-1] if elided else entries
-            source = next((p for p in originals if p.label == label), None)
-            if source is None or not entries or tuple(entries) != source.pieces[: len(entries)]:
-                return False
-            if elided != (len(entries) < len(source.pieces) or source.more):
-                return False
-            continue
-        if segment.endswith(ELLIPSIS) or not any(
-                segment == " ".join(p.pieces[:k]) for p in originals if not p.label
-                for k in range(1, len(p.pieces) + 1)):
-            return False
-    return True
-
-
 @pytest.mark.req14
-def test_req14_a_default_briefing_composes_two_episodes_into_the_episodes_share() -> None:
-    """Issue 17: at briefing_max_chars = 2000 episode blocks did not fit the 500-character share whole
-    (with the full provenance line, none did); composed to fit, two show. Issue 33: each composed of
-    whole parts of its text (here its first sentence), never cut at a word with `…`."""
+def test_req14_a_default_briefing_places_an_episode_whole_or_drops_it_whole() -> None:
+    """REQ-14: an item that exceeds its share or the remaining cap is dropped whole, never cut. At
+    briefing_max_chars = 2000 the episodes share (500 characters, fences and provenance included) holds
+    one whole episode of a real run's length: it is shown as the provider wrote it, the other two are
+    counted and the section points to recall. Nothing is shortened to make a second one fit."""
     inp = briefing_input([], [run(i) for i in range(5)],
                          [fact(i, f"fact {i}: the ledger needs a fixed clock in test number {i}") for i in range(20)],
                          [short_episode(i, RUN_TEXT) for i in range(3)])
-    whole = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef")
-    assert len(whole.sections[3].items) == 1  # whole items only: one fits
-    doc = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef", compose=COMPOSED)
+    doc = fit_briefing(inp, max_chars=2000, nonce="0123456789abcdef")
     text = render_text(doc)
     assert len(text) <= 2000 and nbytes(text) <= 4096
-    assert doc.sections[:3] == whole.sections[:3]  # the sections before are untouched
-    shown = doc.sections[3].items
-    assert len(shown) == 2 and doc.sections[3].dropped == 1
-    assert sum(len(wrapper._item_block(it, doc.nonce)) + 1 for it in shown) <= 500
-    for got, orig in zip(shown, inp[3][0].items, strict=False):
-        assert got.provenance == orig.provenance and got.untrusted
-        assert got.text == "Fix rounding of ledger totals when posting multi-currency entries."  # a whole sentence
-        assert is_whole_composition(got.text, orig.text) and not got.text.endswith(ELLIPSIS)
-        assert len(got.text) >= MIN_COMPOSED_TEXT
-    parsed = parse_text(text)
-    assert [e["text"] for e in parsed["sections"][3]["items"]] == [it.text for it in shown]
-    # With room for three (a bigger cap), three show; short texts are not shortened at all.
-    roomy = fit_briefing(inp, max_chars=4000, compose=COMPOSED)
-    assert len(roomy.sections[3].items) == 3
+    episodes = doc.sections[3]
+    assert episodes.items == inp[3][0].items[:1]  # the first, whole: same provenance, same text
+    assert episodes.dropped == 2 and f"(2 more not shown; {POINTER})" in text
+    assert text.count("Fix rounding of ledger totals") == 1  # no part of the dropped two
+    # A bigger cap has room for two whole; short texts all fit.
+    roomy = fit_briefing(inp, max_chars=4000)
+    assert roomy.sections[3].items == inp[3][0].items[:2]
     short = [short_episode(i, "Bumped the ledger's decimal precision.") for i in range(3)]
-    small = fit_briefing(briefing_input([], [], [], short), max_chars=2400, compose=COMPOSED)
+    small = fit_briefing(briefing_input([], [], [], short), max_chars=2400)
     assert small.sections[3].items == tuple(short)
 
 
+def req5_rendering(i: int, excerpt: str) -> str:
+    """An episode's REQ-5 rendering (`episode_id:`, `harness:`, `adapter:`, `run_id:` … one line per
+    field): what a text-only upstream provider stores and returns as its item text."""
+    record = parse_run_record(run_record(run_id=f"r{i}", result_text=excerpt))
+    repos = {s.session_id: SessionRepo(key="forge.example/acme/api", cwd=s.cwd) for s in record.sessions}
+    return render_episode(assemble(record, repos, excerpt_chars=600))
+
+
 @pytest.mark.req14
-def test_req14_a_composed_section_shares_its_room_and_drops_only_what_cannot_keep_its_minimum() -> None:
-    texts = ["Short note.", RUN_TEXT, RUN_TEXT + " " + RUN_TEXT]
-    items = [short_episode(i, t) for i, t in enumerate(texts)]
-    doc = fit_briefing([(Section("episodes", items), 3, 0.35)], max_chars=2000, compose=COMPOSED)
-    shown = doc.sections[0].items
-    # The short text is given all it wants; the two long ones share the rest, each composed of whole
-    # sentences of its text.
-    assert len(shown) == 3 and shown[0].text == "Short note."
-    assert all(is_whole_composition(it.text, t) and len(it.text) >= MIN_COMPOSED_TEXT
-               for it, t in zip(shown[1:], texts[1:], strict=True))
-    assert sum(len(wrapper._item_block(it, doc.nonce)) + 1 for it in shown) <= 700
-    # A share that cannot give three their minimum shows two.
-    two = fit_briefing([(Section("episodes", items), 3, 0.25)], max_chars=2000, compose=COMPOSED)
-    assert len(two.sections[0].items) == 2 and two.sections[0].dropped == 1
-    # A share too small for any item's minimum shows none, and says so.
-    tiny = fit_briefing([(Section("episodes", [short_episode(i, RUN_TEXT) for i in range(3)]), 3, 0.05)],
-                        max_chars=2000, compose=COMPOSED)
-    assert tiny.sections[0].items == () and tiny.sections[0].dropped == 3
-    assert "(3 more not shown; use the recall tool for more)" in render_text(tiny)
-    # An item with no whole part at all (a text that was cut, nothing before the cut) is dropped whole,
-    # and a later one takes its slot.
-    cut = short_episode(0, "Sessions were pickled into the cache, which…")
-    later = fit_briefing([(Section("episodes", [cut, items[1]]), 3, 0.25)], max_chars=2000, compose=COMPOSED)
-    assert [it.provenance for it in later.sections[0].items] == [items[1].provenance]
-    assert later.sections[0].dropped == 1
-
-
-@settings(max_examples=80, deadline=None)
-@given(**BRIEFINGS)
-def test_fit_briefing_composes_episodes_to_fit_and_leaves_the_rest_alone(
-    counts: tuple[int, int, int, int], text_sizes: list[int], max_chars: int, wide: bool
-) -> None:
-    words = ("été ledger. " if wide else "the ledger. ") * 200
-
-    def text(i: int) -> str:
-        return words[: text_sizes[i % len(text_sizes)]]
-
-    inp = mixed_input(counts, text, short_episode)
-    nonce = "00112233445566778899aabb"
-    plain = fit_briefing(inp, max_chars=max_chars, nonce=nonce)
-    doc = fit_briefing(inp, max_chars=max_chars, nonce=nonce, compose=COMPOSED)
-    rendered = render_text(doc)
-    assert len(rendered) <= max_chars and nbytes(rendered) <= 4096
-    assert doc.sections[:3] == plain.sections[:3]  # REQ-14: every section but episodes unchanged
-    episodes, given = doc.sections[3], inp[3][0].items
-    provenance = iter(g.provenance for g in given)
-    assert all(any(it.provenance == p for p in provenance) for it in episodes.items)  # in order
-    by_provenance = {g.provenance: g for g in given}
-    assert all(is_whole_composition(it.text, by_provenance[it.provenance].text) or
-               it.text == by_provenance[it.provenance].text == "" for it in episodes.items)
-    assert sum(len(wrapper._item_block(k, nonce)) + 1 for k in episodes.items) <= 0.25 * max_chars
-    assert episodes.dropped == len(given) - len(episodes.items)
-    assert doc.truncated == sum(s.dropped for s in doc.sections)
-    if rendered:
-        assert parse_text(rendered)["sections"][3]["items"] == comparable_json(doc)["sections"][3]["items"]
+def test_req14_an_upstreams_req5_rendering_is_never_cut_to_its_first_lines() -> None:
+    """An upstream that returns an episode's REQ-5 rendering as its item text: the item is shown whole
+    when it fits its share (a short episode at 4000 characters) or dropped whole and counted, never cut
+    to its first lines (`episode_id:`, `harness:`, `adapter:`, `run_id:`) with the useful fields lost."""
+    short = req5_rendering(1, "Bumped the ledger precision.")
+    long = req5_rendering(2, RUN_TEXT * 2)
+    items = [short_episode(0, long), short_episode(1, short), short_episode(2, long)]
+    for max_chars in (2000, 4000):
+        doc = fit_briefing(briefing_input([], [], [], items), max_chars=max_chars)
+        text = render_text(doc)
+        episodes = doc.sections[3]
+        assert all(it in items for it in episodes.items)  # whole: the very items given
+        assert episodes.dropped == 3 - len(episodes.items)
+        assert text.count("episode_id: ") == len(episodes.items)  # no stray first lines of a dropped one
+        assert f"({episodes.dropped} more not shown; {POINTER})" in text
+    assert [it.text for it in episodes.items] == [short]  # 4000: the short one fits its 1000 characters
 
 
 _SENTENCES = st.text(alphabet=st.sampled_from("abcdefgh é€_/-"), min_size=1, max_size=90).map(
@@ -800,27 +737,34 @@ def episode_bodies(draw: st.DrawFn) -> dict[str, Any]:
 @pytest.mark.req14
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bodies=st.lists(episode_bodies(), max_size=5), max_chars=st.integers(500, 4000),
-       others=st.tuples(st.integers(0, 10), st.integers(0, 5), st.integers(0, 12)))
-def test_req14_briefing_episode_items_are_whole_parts_never_cut(
-        bodies: list[dict[str, Any]], max_chars: int, others: tuple[int, int, int]) -> None:
-    """Issue 33, REQ-14 "an item that exceeds its share or the remaining cap is dropped whole, never
-    cut": over random episodes (their gists as the built-in provider serves them, which may already be
-    cut at a word) and random caps and neighbours, every episode item a briefing shows is composed of
-    whole parts of its text — whole sentences, whole paths, whole failure classes — and none ends in a
-    cut; the others are dropped whole and counted."""
+       others=st.tuples(st.integers(0, 10), st.integers(0, 5), st.integers(0, 12)),
+       rendered=st.lists(st.booleans(), min_size=5, max_size=5))
+def test_req14_briefing_episode_items_are_placed_whole_or_dropped_whole(
+        bodies: list[dict[str, Any]], max_chars: int, others: tuple[int, int, int], rendered: list[bool]) -> None:
+    """REQ-14 "an item that exceeds its share or the remaining cap is dropped whole, never cut": over
+    random episodes (their gists as the built-in provider serves them, or their REQ-5 renderings as a
+    text-only upstream returns them) and random caps and neighbours, every episode item a briefing shows
+    is the item given, its text unchanged; the others are dropped whole and counted, and the section
+    then points to recall."""
     from memactors.builtin import MAX_ITEM_TEXT
 
-    texts = [gist(b, (), MAX_ITEM_TEXT) or "x" for b in bodies]
+    texts = [(json_rendering(b) if as_rendering else gist(b, (), MAX_ITEM_TEXT)) or "x"
+             for b, as_rendering in zip(bodies, rendered, strict=False)]
     inp = briefing_input([collision(i) for i in range(others[0])], [run(i) for i in range(others[1])],
                          [fact(i, f"fact {i} about the ledger") for i in range(others[2])],
                          [short_episode(i, t) for i, t in enumerate(texts)])
-    doc = fit_briefing(inp, max_chars=max_chars, compose=COMPOSED)
-    rendered = render_text(doc)
-    assert len(rendered) <= max_chars and nbytes(rendered) <= 4096
-    episodes = doc.sections[3]
-    by_provenance = {it.provenance: it.text for it in inp[3][0].items}
-    for it in episodes.items:
-        original = by_provenance[it.provenance]
-        assert it.text and is_whole_composition(it.text, original), (it.text, original)
-        assert not it.text.endswith(ELLIPSIS) or it.text.endswith(", " + ELLIPSIS)  # only a list's "more"
+    doc = fit_briefing(inp, max_chars=max_chars)
+    text = render_text(doc)
+    assert len(text) <= max_chars and nbytes(text) <= 4096
+    episodes, given = doc.sections[3], inp[3][0].items
+    shown = iter(given)
+    assert all(any(it is g for g in shown) for it in episodes.items)  # the items given, in order, whole
     assert episodes.dropped == len(texts) - len(episodes.items)
+    if episodes.dropped:
+        assert text.rstrip().splitlines()[-2] == f"({episodes.dropped} more not shown; {POINTER})"
+
+
+def json_rendering(body: dict[str, Any]) -> str:
+    """A REQ-5-style rendering of `body`: one `name: value` line per field, as a text-only upstream's
+    item text (`req5_rendering` for a whole episode)."""
+    return "".join(f"{k}: {v}\n" for k, v in body.items())

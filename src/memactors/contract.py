@@ -303,18 +303,28 @@ def _parse_item(item: object) -> RecallItem | None:
     return RecallItem(id=item_id, text=text, score=value)
 
 
+def contract_info(payload: dict[str, Any], *, provider: str | None = None) -> ProviderInfo:
+    """What a ``memory_contract`` answer announces, whatever the version (`ProviderSchemaError` when the
+    payload is malformed): kept even for a provider then found incompatible, so status can say which
+    contract it spoke."""
+    validate_response("memory_contract", payload, provider=provider or "?")
+    return ProviderInfo(
+        contract=payload["contract"],
+        name=payload["provider"]["name"],
+        version=payload["provider"]["version"],
+    )
+
+
 def check_contract(payload: dict[str, Any], *, provider: str | None = None) -> ProviderInfo:
     """Read a ``memory_contract`` answer; raise `ProviderIncompatible` when its version is unsupported.
 
     The payload is validated first (`ProviderSchemaError` when malformed).
     """
-    name = provider or "?"
-    validate_response("memory_contract", payload, provider=name)
-    info = ProviderInfo(
-        contract=payload["contract"],
-        name=payload["provider"]["name"],
-        version=payload["provider"]["version"],
-    )
+    return check_supported(contract_info(payload, provider=provider), provider=provider)
+
+
+def check_supported(info: ProviderInfo, *, provider: str | None = None) -> ProviderInfo:
+    """``info`` when this binary speaks its contract version; else raise `ProviderIncompatible`."""
     if info.contract not in SUPPORTED_CONTRACTS:
         supported = ", ".join(str(v) for v in sorted(SUPPORTED_CONTRACTS))
         raise ProviderIncompatible(

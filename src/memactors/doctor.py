@@ -130,6 +130,28 @@ def doctor_rows(
     briefed = sorted(name for name, h in config.harness.items() if h.memory_briefing)
     rows.append(Row("info", "memory briefing prepend",
                     "harnesses with memory_briefing = true: " + (", ".join(briefed) if briefed else "none")))
+    rows += install_doctor_rows(status.get("installs") or (), session_start)
+    return rows
+
+
+def install_doctor_rows(installs: Sequence[Mapping[str, Any]],
+                        session_start: Mapping[str, Any] | None = None) -> list[Row]:
+    """One row per resident install (issue 40): when it last got a briefing and recorded a session; a
+    warning naming the likely cause for that agent when its sessions stopped arriving (``installs``). When
+    the session-start hook of its harness failed to reach the daemon in the last day (``session_start``),
+    the warning says so first: the daemon was down (or slow) when its sessions started."""
+    rows = []
+    down_at_start = set((session_start or {}).get("harnesses") or ()) if (session_start or {}).get("count") else set()
+    for i in installs:
+        name = f"install {i['agent']} {i['scope']} ({i['harness']})"
+        seen = (f"last session recorded {i.get('last_session_at') or 'never'}, last briefing served "
+                f"{i.get('last_briefing_at') or 'never'}, last seen at the gateway {i.get('last_connected_at') or 'never'}")
+        if i.get("problem"):
+            first = (f"sessions of {i['harness']} started while the daemon did not answer (last at "
+                     f"{(session_start or {}).get('last_at')}); " if i["harness"] in down_at_start else "")
+            rows.append(Row("warn", name, f"{first}{i['problem']} ({seen})"))
+        else:
+            rows.append(Row("pass", name, f"{i.get('sessions', 0)} sessions recorded; {seen}"))
     return rows
 
 

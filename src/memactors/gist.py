@@ -2,8 +2,7 @@
 
 One pure function, `gist(body, words, width)`, used by the built-in provider for its recall and
 briefing items, by the TUI, and by whoever serves the daemon's own text of an episode. It reads the
-stored REQ-5 object (the episode body) and writes, most useful first, so a briefing that composes a
-shorter one of its whole parts (`compose`, below) keeps the best of it:
+stored REQ-5 object (the episode body) and writes, most useful first:
 
 1. **The run's own words**: its summary when it has one, else the start of its result excerpt (an
    agent's first line, a commit's subject).
@@ -14,9 +13,8 @@ shorter one of its whole parts (`compose`, below) keeps the best of it:
 No field names (`summary:`, `result_excerpt:`, `trust_class`), nothing the provenance line already
 says (harness, run, repository, branch, outcome, ids, time), no escapes. Every word of the gist is a
 word of the episode (REQ-9's text check, `index.text_belongs_body`): text is only ever cut between
-words (`wrapper.cut_at_word`, the one word-boundary cut; a briefing never cuts again but composes a
-shorter gist of whole sentences, paths and failure classes: `compose`), and
-the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
+words (`wrapper.cut_at_word`, the one word-boundary cut, made here where the item text is written; a
+briefing places an item's text whole or drops the item, REQ-14), and the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
 names `files_touched` and `verify_failures`, which every episode carries.
 """
 
@@ -26,11 +24,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from .wrapper import ELLIPSIS, cut_at_word
 
-__all__ = ["compose", "gist", "lead", "matches", "whole_parts"]
+__all__ = ["gist", "lead", "matches"]
 
 #: Widest the files part may be (the rest of the width goes to the run's own words).
 FILES_CHARS = 90
@@ -182,116 +178,3 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320) -
     if not head:
         return cut_at_word(tail, width) if tail else ""
     return f"{head}{SEP}{tail}" if tail else head
-
-
-# --- a shorter gist of whole parts (REQ-14: a briefing's episode items, issue 33) ------------------------
-
-#: The labels of the gist's list parts: what follows is a list of whole pieces joined by ", ".
-LIST_LABELS = ("touched ", "verify failures: ")
-#: What separates an item text's parts: the gist's separator, or a line break (a provider's own text).
-_SEGMENT = re.compile(r"( · |\n+)")
-#: Where prose is split into whole sentences: after `.`, `!` or `?` and the space that follows.
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-
-@attrs.frozen
-class Part:
-    """One part of an item text: prose (``label`` empty; ``pieces`` its whole sentences) or a list
-    (``label`` ``touched `` or ``verify failures: ``; ``pieces`` its whole entries, ``more`` when the text
-    already left some out with ``, …``). ``sep`` is what came before it in the text."""
-
-    sep: str
-    label: str
-    pieces: tuple[str, ...]
-    more: bool = False
-
-
-def whole_parts(text: str) -> tuple[Part, ...]:
-    """``text`` as whole parts: its segments (between `` · `` or line breaks), each prose segment as its
-    whole sentences and each list as its whole entries.
-
-    What is not whole is left out: a sentence ending in ``…`` (cut by whoever wrote the text: the gist's
-    own word-boundary cut, a provider's) and everything after it in its segment, a snippet (a window
-    that starts with ``…``), a list entry ending in ``…``. A list's closing ``, …`` is not an entry: it
-    says entries were left out, and is kept as ``more``."""
-    parts: list[Part] = []
-    sep = ""
-    for i, chunk in enumerate(_SEGMENT.split(text)):
-        if i % 2:
-            sep = chunk if chunk == SEP else "\n"
-            continue
-        segment = chunk.strip()
-        label = next((lb for lb in LIST_LABELS if segment.startswith(lb)), None)
-        if label is not None:
-            entries = [e.strip() for e in segment[len(label):].split(", ")]
-            more = bool(entries) and entries[-1] == ELLIPSIS
-            whole = tuple(e for e in entries[: len(entries) - more] if e and ELLIPSIS not in e)
-            if whole:
-                parts.append(Part(sep, label, whole, more or len(whole) < len(entries) - more))
-            continue
-        sentences: list[str] = []
-        for sentence in _SENTENCE.split(segment):
-            if not sentence:
-                continue
-            if sentence.startswith(ELLIPSIS) or sentence.endswith(ELLIPSIS):
-                break  # cut text, and what follows it has lost its context
-            sentences.append(sentence)
-        if sentences:
-            parts.append(Part(sep, "", tuple(sentences)))
-    return tuple(parts)
-
-
-def _render(parts: Sequence[Part], shown: Sequence[int]) -> str:
-    out = ""
-    for part, k in zip(parts, shown, strict=True):
-        if not k:
-            continue
-        if part.label:
-            more = k < len(part.pieces) or part.more
-            body = part.label + ", ".join(part.pieces[:k]) + (", " + ELLIPSIS if more else "")
-        else:
-            body = " ".join(part.pieces[:k])
-        out += (part.sep if out else "") + body
-    return out
-
-
-def compose(text: str, max_chars: int, max_bytes: int) -> str:
-    """The longest shorter gist of ``text`` made of whole parts (`whole_parts`) that fits in
-    ``max_chars`` characters and ``max_bytes`` UTF-8 bytes; ``""`` when not even one part fits (the
-    item is then dropped whole). Never a cut: every sentence, path and failure class shown is whole;
-    ``, …`` after a list's last entry only says entries were left out.
-
-    The parts are chosen as the gist chooses them: what the run touched and its failures get up to a
-    third of the room first (their first entries), then the run's own words take whole sentences in
-    order, then the lists take what is left. Text that fits whole (its whole parts) is returned as such.
-    """
-    parts = whole_parts(text)
-
-    def fits(shown: Sequence[int]) -> bool:
-        t = _render(parts, shown)
-        return len(t) <= max_chars and len(t.encode("utf-8", "surrogatepass")) <= max_bytes
-
-    full = [len(p.pieces) for p in parts]
-    if fits(full):
-        return _render(parts, full)
-    shown = [0] * len(parts)
-    lists = [i for i, p in enumerate(parts) if p.label]
-    prose = [i for i, p in enumerate(parts) if not p.label]
-
-    def tail_fits(shown: Sequence[int]) -> bool:
-        return len(_render(parts, [k if parts[i].label else 0 for i, k in enumerate(shown)])) <= max_chars // 3
-
-    def grow(indices: Sequence[int], ok: Any, *, in_order: bool) -> None:
-        for i in indices:
-            while shown[i] < len(parts[i].pieces):
-                shown[i] += 1
-                if not ok(shown):
-                    shown[i] -= 1
-                    break
-            if in_order and shown[i] < len(parts[i].pieces):
-                return  # the run's words in order: a later paragraph never follows an unfinished one
-
-    grow(lists, lambda sh: fits(sh) and tail_fits(sh), in_order=False)
-    grow(prose, fits, in_order=True)
-    grow(lists, fits, in_order=False)
-    return _render(parts, shown)

@@ -41,10 +41,13 @@ from .net.listen import serve_asgi
 
 __all__ = [
     "BRIEFING_OUTCOMES",
+    "INGEST_OUTCOMES",
+    "RUN_OUTCOMES",
     "DELIVERIES",
     "DROP_REASONS",
     "EPISODE_OUTCOMES",
     "FAMILY_NAMES",
+    "FLEET_FAMILY_NAMES",
     "OPS",
     "PENDING_KINDS",
     "RECALL_OUTCOMES",
@@ -65,6 +68,16 @@ DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
 PENDING_KINDS = frozenset({"record", "forget"})
 DELIVERIES = frozenset({"prompt", "tool", "resource"})
 BRIEFING_OUTCOMES = frozenset({"ok", "empty", "skipped"})
+#: What became of a run record handed to the daemon (IngestRun's outcome): resident sessions and imports.
+INGEST_OUTCOMES = frozenset({"recorded", "queued", "duplicate", "skipped", "rejected"})
+#: How a run the daemon started ended (REQ-5's outcomes).
+RUN_OUTCOMES = frozenset({"succeeded", "failed", "cancelled", "timed_out", "crashed", "capped"})
+#: The resident agents `memactors install` connects; any other agent name is counted as "_other".
+RESIDENT_AGENTS = frozenset({"claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "pi", "copilot"})
+#: Where imported records come from (`memactors import git|sessions <agent>`); any other is "_other".
+IMPORT_SOURCES = frozenset({"git", "claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "pi", "copilot"})
+#: A run lasts seconds to hours: buckets from a quick answer to a long capped run.
+_RUN_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 
 #: The REQ-21 family names as they appear in the exposition.
 FAMILY_NAMES = (
@@ -77,6 +90,15 @@ FAMILY_NAMES = (
     "harness_memory_briefings_total",
     "harness_memory_briefing_bytes",
     "harness_memory_pending",
+)
+#: Families past REQ-21 in its namespace (issue 40): whether residents, runs and imports reach the daemon.
+#: Their labels keep SPEC-0013's rules: vocabularies and configuration names, no ids, repositories or text.
+FLEET_FAMILY_NAMES = (
+    "harness_memory_resident_sessions_total",
+    "harness_memory_runs_started_total",
+    "harness_memory_runs_ended_total",
+    "harness_memory_run_duration_seconds",
+    "harness_memory_imported_records_total",
 )
 
 OTHER_HARNESS = "_other"
@@ -168,6 +190,39 @@ class Metrics:
             "harness_memory_pending",
             "Records and forgets waiting for a retry.",
             ["provider", "kind"],
+            registry=r,
+        )
+        # Issue 40: whether residents, runs and imports reach the daemon. Labels are vocabularies and
+        # configuration names only: no run id, repository or text.
+        self.resident_sessions = Counter(
+            "harness_memory_resident_sessions",
+            "Resident agent sessions handed to the daemon by their session-end hook, by agent and outcome.",
+            ["agent", "outcome"],
+            registry=r,
+        )
+        self.runs_started = Counter(
+            "harness_memory_runs_started",
+            "Runs the daemon started (memactors run, StartRun), by harness.",
+            ["harness"],
+            registry=r,
+        )
+        self.runs_ended = Counter(
+            "harness_memory_runs_ended",
+            "Runs the daemon started that ended, by harness and outcome.",
+            ["harness", "outcome"],
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "harness_memory_run_duration_seconds",
+            "Duration of the runs the daemon started, by harness.",
+            ["harness"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.imported_records = Counter(
+            "harness_memory_imported_records",
+            "Records imported (memactors import), by source and outcome.",
+            ["source", "outcome"],
             registry=r,
         )
         # Not a REQ-21 family, so outside the harness_memory_ namespace (as the queue depth below).
@@ -266,6 +321,26 @@ class Metrics:
     def set_briefing_bytes(self, harness: str, size_bytes: int) -> None:
         """Set the size of the last briefing served to ``harness``."""
         self.briefing_bytes.labels(self._harness_label(harness)).set(size_bytes)
+
+    def resident_session(self, agent: str, outcome: str) -> None:
+        """Count one resident session record (agent a known resident, else ``_other``; outcome IngestRun's)."""
+        self.resident_sessions.labels(agent if agent in RESIDENT_AGENTS else OTHER_HARNESS,
+                                      _check(outcome, INGEST_OUTCOMES, "outcome")).inc()
+
+    def imported(self, source: str, outcome: str) -> None:
+        """Count one imported record (source git or an agent's sessions, else ``_other``; outcome IngestRun's)."""
+        self.imported_records.labels(source if source in IMPORT_SOURCES else OTHER_HARNESS,
+                                     _check(outcome, INGEST_OUTCOMES, "outcome")).inc()
+
+    def run_started(self, harness: str) -> None:
+        """Count one run the daemon started."""
+        self.runs_started.labels(self._harness_label(harness)).inc()
+
+    def run_ended(self, harness: str, outcome: str, seconds: float) -> None:
+        """Count one run that ended (REQ-5 outcome) and observe how long it ran."""
+        label = self._harness_label(harness)
+        self.runs_ended.labels(label, _check(outcome, RUN_OUTCOMES, "outcome")).inc()
+        self.run_duration.labels(label).observe(max(seconds, 0.0))
 
     def set_pending(self, provider: str, kind: str, count: int) -> None:
         """Set how many records or forgets wait for a retry; kind is record or forget."""

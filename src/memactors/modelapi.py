@@ -389,7 +389,7 @@ _SUMMARY_SYSTEM = (
 
 
 async def summarize_episode(
-    client: ModelApiClient | None, episode_text: str, *, redact: Callable[[str], str]
+    client: ModelApiClient | None, episode_text: str, *, redact: Callable[[str], str], episode: str | None = None
 ) -> SummaryResult:
     """Ask the utility model for one episode summary (SPEC-0030 REQ-7); never fails, never waits past 10 s.
 
@@ -399,17 +399,18 @@ async def summarize_episode(
     non-blank string of at most 280 characters; it is then redacted again (and must still fit). Anything
     else — no client or no utility model, budget exhausted, an HTTP or transport error, an off-schema or
     over-long answer, or no answer within ``SUMMARY_DEADLINE`` — is a fallback with summary None. The
-    caller's own cancellation still propagates.
+    caller's own cancellation still propagates. ``episode`` (its id) is named in the log line, so a
+    failed summary says which episode went without one.
     """
     def fallback(reason: str) -> SummaryResult:
         log.bind(outcome="fallback", reason=reason).info("episode summary")
         return SummaryResult(None, "fallback", reason)
 
     if client is None or not client.settings.utility_model:
-        log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(episode_text))
+        log = _log.bind(use=EPISODE_SUMMARY_USE, episode=episode, input_chars=len(episode_text))
         return fallback("unconfigured")  # nothing is sent: no need to redact (CPU) on the ingest path
     text = cap_to_tokens(redact(episode_text), SUMMARY_MAX_INPUT_TOKENS)
-    log = _log.bind(use=EPISODE_SUMMARY_USE, input_chars=len(text))
+    log = _log.bind(use=EPISODE_SUMMARY_USE, episode=episode, input_chars=len(text))
     answer: dict[str, Any] | None = None
     with trio.move_on_after(SUMMARY_DEADLINE):
         try:

@@ -22,14 +22,14 @@ from typing import Any
 
 import attrs
 
-from .gist import gist
+from .wrapper import cut_at_word
 
 ESC = "esc"
 HELP_MAIN = "↑/↓ select  B briefing  r refresh  q quit"
 HELP_OVERLAY = "↑/↓ PgUp/PgDn scroll  r recompute  esc close  q quit"
 #: Recent episodes shown (one ListEpisodes page).
 RECENT = 50
-#: Widest gist under each recent episode (`gist.gist`, the text recall and briefings serve).
+#: Widest gist under each recent episode (its ListEpisodes gist and files).
 GIST_CHARS = 100
 
 
@@ -156,9 +156,8 @@ class TuiState:
         for e in self.episodes:
             lines.append(f"{str(e.get('started_at', ''))[:16].replace('T', ' ')}  {e.get('harness', '')}"
                          f"  run {e.get('run_id')}  {e.get('outcome', '')}  {e.get('repo', '')}@{e.get('branch', '')}")
-            body = e.get("episode")
-            said = gist(body, (), GIST_CHARS) if isinstance(body, Mapping) else ""
-            if said:  # what the run said and touched: the same gist recall and briefings serve
+            said = episode_gist(e)
+            if said:  # what the run said and touched, as the console's list shows it
                 lines.append(f"    {said}")
         if self.total is not None and self.total > len(self.episodes):
             lines.append(f"… {self.total - len(self.episodes)} older (memactors memory episodes)")
@@ -180,6 +179,17 @@ class TuiState:
             return [*self.overlay_lines(), "", self.help_line()]
         return [self.header(), "", "Harnesses", *self.harness_lines(), "", "Recent episodes",
                 *self.episode_lines(), "", self.help_line()]
+
+
+def episode_gist(row: Mapping[str, Any], width: int = GIST_CHARS) -> str:
+    """A ListEpisodes row's gist (the run's own first words) and the files it touched, in ``width``
+    characters: what the episode list says of each episode, in the TUI as in the console."""
+    said = str(row.get("gist") or "")
+    files = [str(f) for f in row.get("files") or ()]
+    more = int(row.get("files_total") or len(files)) - len(files)
+    touched = ("touched " + ", ".join(files) + (f", +{more}" if more > 0 else "")) if files else ""
+    text = " · ".join(p for p in (said, touched) if p)
+    return cut_at_word(text, width) if len(text) > width else text
 
 
 def overlay_lines(briefing: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ import json
 import re
 import secrets
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -42,9 +42,7 @@ __all__ = [
     "fit_recall",
     "fit_briefing",
     "cut_at_word",
-    "Composer",
     "ELLIPSIS",
-    "MIN_COMPOSED_TEXT",
 ]
 
 #: Random bytes per nonce. Fixed, so a nonce is always 16 hex digits and rendered sizes are stable.
@@ -69,13 +67,8 @@ _SEP = " · "
 #: The opening lines of an item's fence (see _item_block: the closing line carries the nonce).
 _OPEN = "<item>"
 _OPEN_UNTRUSTED = '<item untrusted="true">'
-#: What a text cut at a word ends with (`cut_at_word`: recall's gists); a briefing's composed item shows
-#: it only to close a list that left entries out.
+#: What a text cut at a word ends with (`cut_at_word`: recall's gists). A briefing never cuts.
 ELLIPSIS = "…"
-#: The shortest text an item composed to fit is given (unless its whole text is shorter): about the
-#: opening of a sentence, a commit subject. Fewer items with this much text each beat more items with
-#: a few words each.
-MIN_COMPOSED_TEXT = 60
 
 Label = Literal["fact", "episode", "run", "collision"]
 Kind = Literal["recall", "briefing"]
@@ -493,43 +486,6 @@ def cut_at_word(text: str, max_chars: int, max_bytes: int | None = None) -> str:
     return head + ELLIPSIS if head else ""
 
 
-#: Composes an item's text for a room: ``(text, max_chars, max_bytes) -> text``, the longest text of
-#: whole parts of ``text`` that fits, or ``""`` when none does (the item is then dropped whole).
-#: The briefing's episodes use `gist.compose` (issue 33).
-Composer = Callable[[str, int, int], str]
-
-
-def _composed(items: Sequence[Item], room_c: int, room_b: int, nonce: str, min_text: int,
-              composer: Composer) -> tuple[Item, ...] | None:
-    """``items`` with their texts composed (``composer``) so that all their blocks, each with its joining
-    newline, fit in ``room_c`` characters and ``room_b`` bytes; None when an item would show less than
-    ``min_text`` characters (or its whole composition, when shorter), or nothing.
-
-    The room is shared as water fills: the items wanting least are composed first, each for an equal
-    part of what is left, and what a composition leaves of its part (whole parts rarely fill it
-    exactly) goes to the items after it."""
-    if not items:
-        return ()
-    bare = [attrs.evolve(it, text="x") if it.text else it for it in items]
-    over_c = sum(len(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
-    over_b = sum(_nbytes(_item_block(b, nonce)) + 1 for b in bare) - sum(1 for it in items if it.text)
-    left_c, left_b = room_c - over_c, room_b - over_b
-    if left_c < 0 or left_b < 0:
-        return None
-    fulls = [composer(it.text, len(it.text), _nbytes(it.text)) if it.text else "" for it in items]
-    texted = sorted((i for i, it in enumerate(items) if it.text), key=lambda i: (len(fulls[i]), i))
-    out = list(items)
-    for k, i in enumerate(texted):
-        part_c, part_b = left_c // (len(texted) - k), left_b // (len(texted) - k)
-        text = composer(items[i].text, part_c, part_b)
-        if not text or len(text) < min(min_text, len(fulls[i])):
-            return None
-        out[i] = items[i] if text == items[i].text else attrs.evolve(items[i], text=text)
-        left_c -= len(text)
-        left_b -= _nbytes(text)
-    return tuple(out)
-
-
 def fit_briefing(
     sections: Sequence[tuple[Section, int, float]],
     *,
@@ -538,8 +494,6 @@ def fit_briefing(
     recall_pointer: str = "use the recall tool for more",
     degraded: str | None = None,
     nonce: str | None = None,
-    compose: Mapping[str, Composer] | None = None,
-    min_text: int = MIN_COMPOSED_TEXT,
 ) -> Document:
     """REQ-14's briefing document from ``(section, max_items, share)`` triples, filled in order.
 
@@ -553,17 +507,12 @@ def fit_briefing(
     dropped. Same inputs and same nonce give byte-identical output. Raises InvalidArgument when the
     cap cannot hold the document's fixed overhead.
 
-    Sections named in ``compose`` (the briefing's episodes) are composed to fit instead, each item's
-    text by the section's composer (`gist.compose`: a shorter text of whole parts — fewer sentences,
-    paths, failure classes — never a cut one). An item whose text has no whole part at all is dropped
-    whole; of the others the first ``n`` are shown, ``n`` as large as lets each show at least
-    ``min_text`` characters (or all its whole parts, when shorter), and the room (the section's share,
-    within what the cap leaves) is shared out among their texts. The items not shown count as dropped.
-    A composed item is then placed whole: its text is chosen for the room before it is placed, never
-    cut after. Sections still fill in order, so a composed section last in line gets what the cap
-    leaves, up to its share.
+    Every item is placed whole or dropped whole, whatever its section and whoever wrote its text: an
+    episode item is never shortened to fit (not to a subset of its sentences, not to the first lines of
+    a provider's long text). A provider whose texts are too long for a briefing's share shows no
+    episode there, only the count and the pointer to recall (docs/write-a-provider.md, "What fits a
+    briefing").
     """
-    compose = compose or {}
     secs = tuple(s for s, _, _ in sections)
     strings = list(_content_strings(secs, degraded, recall_pointer))
     if nonce is None:
@@ -606,11 +555,7 @@ def fit_briefing(
         room_c = max_chars - used_c - res_c
         room_b = max_bytes - used_b - res_b
         share_c = int(share * max_chars)
-        if section.name in compose:
-            items, dropped, sec_c, sec_b = _compose_section(
-                section, max_items, share_c, room_c, room_b, nonce, pointer, min_text, compose[section.name])
-        else:
-            items, dropped, sec_c, sec_b = _fill_section(section, max_items, share_c, room_c, room_b, nonce, pointer)
+        items, dropped, sec_c, sec_b = _fill_section(section, max_items, share_c, room_c, room_b, nonce, pointer)
         used_c += sec_c
         used_b += sec_b
         truncated += dropped - section.dropped
@@ -644,24 +589,3 @@ def _fill_section(section: Section, max_items: int, share_c: int, room_c: int, r
         sec_c += len(line) + 1
         sec_b += _nbytes(line) + 1
     return tuple(it for it, _, _ in kept), dropped, sec_c, sec_b
-
-
-def _compose_section(section: Section, max_items: int, share_c: int, room_c: int, room_b: int, nonce: str,
-                     pointer: str, min_text: int, composer: Composer) -> tuple[tuple[Item, ...], int, int, int]:
-    """A composed section (see `fit_briefing`): as many of its first items as keep ``min_text`` each,
-    their texts composed of whole parts to share the room: (items, dropped, characters, bytes used)."""
-    candidates = [it for it in section.items[: max(max_items, 0)]
-                  if not it.text or composer(it.text, len(it.text), _nbytes(it.text))]  # no whole part: dropped
-    for n in range(len(candidates), -1, -1):
-        dropped = section.dropped + len(section.items) - n
-        line = _dropped_line(dropped, pointer) if dropped else None
-        line_c = len(line) + 1 if line else 0
-        line_b = _nbytes(line) + 1 if line else 0
-        items = _composed(candidates[:n], min(share_c, room_c - line_c), room_b - line_b, nonce, min_text,
-                          composer)
-        if items is None:
-            continue
-        sec_c = sum(len(_item_block(it, nonce)) + 1 for it in items) + line_c
-        sec_b = sum(_nbytes(_item_block(it, nonce)) + 1 for it in items) + line_b
-        return items, dropped, sec_c, sec_b
-    raise AssertionError("unreachable: no items always fit")  # n = 0: the reserved line fits

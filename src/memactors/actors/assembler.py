@@ -101,7 +101,7 @@ class Assembler:
         self,
         *,
         config: Callable[[], Config],
-        summarize: Callable[[str], Awaitable[SummaryResult]],
+        summarize: Callable[[str, str], Awaitable[SummaryResult]],
         pull_request_for: Callable[[str, str | None], Awaitable[str | None]],
         metrics: Metrics | None = None,
         read: Read | None = None,
@@ -198,13 +198,13 @@ class Assembler:
             built = await trio.to_thread.run_sync(assemble_all, todo, {})
         summaries: dict[int, SummaryResult] = {}
         if config.episodes.summary and todo:
-            async def summarise(n: int, text: str) -> None:
-                summaries[n] = await self._summary(text)
+            async def summarise(n: int, episode: Episode, text: str) -> None:
+                summaries[n] = await self._summary(text, episode.episode_id)
 
             async with trio.open_nursery() as nursery:
                 for (n, *_), result in zip(todo, built, strict=True):
                     if not isinstance(result, MemactorsError):
-                        nursery.start_soon(summarise, n, result[1])
+                        nursery.start_soon(summarise, n, result[0], result[1])
             wanted = {n: s.summary for n, s in summaries.items() if s.summary}
             if wanted:
                 rows = [row for row in todo if row[0] in wanted]
@@ -219,16 +219,18 @@ class Assembler:
         assert all(a is not None for a in out)
         return tuple(a for a in out if a is not None)
 
-    async def _summary(self, text: str) -> SummaryResult:
+    async def _summary(self, text: str, episode_id: str) -> SummaryResult:
         """REQ-7: the summary actor's answer, or a fallback; never fails the recording, never waits past 10 s."""
         result: SummaryResult | None = None
         with trio.move_on_after(_SUMMARY_BACKSTOP):
             try:
-                result = await self._summarize(text)
+                result = await self._summarize(text, episode_id)
             except MemactorsError as exc:
                 # The summary actor stopped or failed: the episode is recorded without a summary.
-                self._log.bind(error=type(exc).__name__).warning("episode summary unavailable")
+                self._log.bind(episode=episode_id, error=type(exc).__name__).warning("episode summary unavailable")
                 result = self._fallback("error")
+        if result is None:
+            self._log.bind(episode=episode_id, error="deadline").warning("episode summary unavailable")
         return result if result is not None else self._fallback("slow")
 
     def _fallback(self, reason: str) -> SummaryResult:

@@ -49,7 +49,6 @@ from ..store import Db, Store, WallClock
 from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
 from .documents import (
     BRIEFING_CANDIDATES,
-    BRIEFING_COMPOSED,
     BRIEFING_EPISODES,
     BRIEFING_LAYOUT,
     FACT_POOL,
@@ -458,7 +457,6 @@ class Briefing:
         return fit_briefing(
             [(s, *layout[s.name]) for s in sections], max_chars=max_chars, degraded=degraded,
             nonce=derived_nonce(self._key, sections), recall_pointer=RECALL_POINTER,
-            compose=BRIEFING_COMPOSED,
         )
 
     async def briefing(self, req: BriefingRequest) -> BriefingAnswer:

@@ -7,9 +7,10 @@ actor (:mod:`memactors.actors.briefing`) gathers the rows and the provider's ite
 
 The rules of issue 17 live here: near-duplicate facts collapse into one (:func:`collapse_facts`, in
 recall and briefings alike); a briefing's episode items carry a one-line provenance (run, harness,
-outcome, age: :func:`briefing_episode_item`) so that, composed to fit by the wrapper, at least two of
-them fit REQ-14's episodes share, while the full provenance stays in recall (:func:`episode_item`); and
-an empty run never takes a briefing's episode slot (:func:`is_empty_run`).
+outcome, age: :func:`briefing_episode_item`) so that the provider's text has the room of REQ-14's
+episodes share (each item placed whole or dropped whole, never shortened), while the full provenance
+stays in recall (:func:`episode_item`); and an empty run never takes a briefing's episode slot
+(:func:`is_empty_run`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from .. import contract, graph
 from ..errors import MemactorsError
-from ..gist import compose as compose_gist
 from ..wrapper import (
     BRIEFING_MAX_BYTES,
-    Composer,
     Document,
     Item,
     Provenance,
@@ -42,7 +40,6 @@ from .index import KeptItem
 
 __all__ = [
     "BRIEFING_CANDIDATES",
-    "BRIEFING_COMPOSED",
     "BRIEFING_EPISODES",
     "BRIEFING_LAYOUT",
     "FACT_POOL",
@@ -78,9 +75,6 @@ BRIEFING_EPISODES = 3
 #: burst of empty runs, newest first, and up to 17 of them are skipped (bench/briefing_path.py: the
 #: agent path costs about the same with 20 as with 3).
 BRIEFING_CANDIDATES = contract.MAX_LIMIT
-#: Sections whose item texts the wrapper composes to fit, and how (REQ-14 episodes: a shorter gist of
-#: whole parts, `gist.compose`, or the item dropped whole, never a cut text; see `wrapper.fit_briefing`).
-BRIEFING_COMPOSED: Mapping[str, Composer] = MappingProxyType({"episodes": compose_gist})
 #: Facts whose word sets are at least this similar (Jaccard: shared words over all words) are
 #: near-duplicates, shown once in an answer.
 NEAR_DUPLICATE = 0.8
@@ -136,7 +130,7 @@ def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
     return fit_briefing(
         [(s, layout[s.name][0], layout[s.name][1]) for s in sections],
         max_chars=max_chars or BRIEFING_MAX_BYTES, degraded=doc.degraded, nonce=doc.nonce,
-        recall_pointer=doc.pointer or RECALL_POINTER, compose=BRIEFING_COMPOSED,
+        recall_pointer=doc.pointer or RECALL_POINTER,
     )
 
 
@@ -234,8 +228,8 @@ def is_empty_run(episode: Mapping[str, Any]) -> bool:
 
 def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:
     """An episode as a briefing shows it: one short provenance line (run, harness, outcome, age at
-    ``now``), all from the daemon's episode row, then the provider's text (untrusted). The text is
-    composed to fit by the wrapper; the full provenance is recall's (`episode_item`)."""
+    ``now``), all from the daemon's episode row, then the provider's text (untrusted), whole. The
+    full provenance is recall's (`episode_item`)."""
     p = kept.provenance
     return Item(Provenance("episode", (
         ("run", p.run_id), ("harness", p.harness), ("outcome", p.outcome), ("age", age(p.started_at, now)),

@@ -312,11 +312,24 @@ class EpisodePage:
 
 def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None,
                   since: str | None = None, limit: int = 100, after: str | None = None,
-                  include_forgotten: bool = False) -> EpisodePage:
-    """One page, newest first, keyset-paged on (started_at DESC, episode_id): `after` is the cursor of
-    the previous page's last row, so pages stay stable while episodes are added. `total` counts every
-    row the filters match (all pages)."""
-    where, params = [], []
+                  include_forgotten: bool = False, outcome: str | None = None,
+                  paths: tuple[str, ...] = (), run_id: str | None = None) -> EpisodePage:
+    """One page, newest first (by when the run started), keyset-paged on (started_at DESC, episode_id):
+    `after` is the cursor of the previous page's last row, so pages stay stable while episodes are
+    added. `total` counts every row the filters match (all pages). `outcome` keeps one run outcome;
+    `paths` keeps the episodes whose run touched any of them (the runs' `run_paths`)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if run_id:
+        where.append("run_id = ?")
+        params.append(run_id)
+    if outcome:
+        where.append("outcome = ?")
+        params.append(outcome)
+    if paths:
+        where.append("EXISTS (SELECT 1 FROM run_paths p WHERE p.harness = e.harness AND p.run_id = e.run_id"
+                     f" AND p.path IN ({','.join('?' * len(paths))}))")
+        params += list(paths)
     if harness:
         where.append("harness = ?")
         params.append(harness)
@@ -329,7 +342,7 @@ def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None
     if not include_forgotten:
         where.append("forgotten_at IS NULL")
     filters = " WHERE " + " AND ".join(where) if where else ""
-    total = int(db.execute("SELECT count(*) FROM episodes" + filters, params).fetchone()[0])
+    total = int(db.execute("SELECT count(*) FROM episodes e" + filters, params).fetchone()[0])
     page_where, page_params = list(where), list(params)
     if after:
         started_at, episode_id = decode_cursor(after)
@@ -589,6 +602,9 @@ class ListEpisodes:
     since: str | None = None
     limit: int = 100
     after: str | None = None
+    outcome: str | None = None
+    paths: tuple[str, ...] = ()
+    run_id: str | None = None
 
 
 class Index:
@@ -624,6 +640,7 @@ class Index:
             case ListEpisodes():
                 q = message
                 return await self._store.read(lambda db: list_episodes(
-                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after))
+                    db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after,
+                    outcome=q.outcome, paths=q.paths, run_id=q.run_id))
             case _:
                 raise TypeError(f"index cannot handle {type(message).__name__}")

@@ -49,7 +49,7 @@ from __future__ import annotations
 import errno
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -335,7 +335,8 @@ def open_mailbox(name: str, size: int = 16) -> tuple[Address[Any], Mailbox[Any]]
 
 
 async def serve(
-    mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], *, concurrency: int = 1
+    mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], *, concurrency: int = 1,
+    context: Callable[[M], Mapping[str, object]] | None = None,
 ) -> None:
     """Answer every request in ``mailbox`` with ``await handler(message)`` until the mailbox is closed.
 
@@ -344,33 +345,42 @@ async def serve(
     owned by this call; the mailbox is not read while all slots are busy, so back-pressure still
     reaches the senders. When the mailbox closes, requests in hand are finished before returning. If
     this call is cancelled, requests in hand are answered with ActorStopped.
+
+    ``context`` names what a failed request was about in its log line (SPEC-0030's error standards: a
+    provider error names the provider and the operation): key-values from the message, ids and names
+    only, never its content.
     """
     if concurrency < 1:
         raise InvalidArgument("serve concurrency must be at least 1", actor=mailbox.name, concurrency=concurrency)
-    # "handler failed" lines: one per (message type, error type) per 10 s for this actor.
+    # "handler failed" lines: one per (message type, error type, context) per 10 s for this actor.
     failures = LogThrottle(interval=10.0)
     if concurrency == 1:
         async for request in mailbox:
-            await _handle(mailbox.name, request, handler, failures)
+            await _handle(mailbox.name, request, handler, failures, context)
         return
     # `concurrency` long-lived workers, each taking the next request when it is free (a task spawned per
     # request, behind a semaphore, cost a task start and a semaphore round on every message).
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
-            nursery.start_soon(_worker, mailbox, handler, failures)
+            nursery.start_soon(_worker, mailbox, handler, failures, context)
 
 
-async def _worker(mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], failures: LogThrottle) -> None:
+async def _worker(mailbox: Mailbox[M], handler: Callable[[M], Awaitable[object]], failures: LogThrottle,
+                  context: Callable[[M], Mapping[str, object]] | None) -> None:
     async for request in mailbox:
-        await _handle(mailbox.name, request, handler, failures)
+        await _handle(mailbox.name, request, handler, failures, context)
 
 
 async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitable[object]],
-                  failures: LogThrottle | None = None) -> None:
+                  failures: LogThrottle | None = None,
+                  context: Callable[[M], Mapping[str, object]] | None = None) -> None:
     """Run the handler for one request and make sure the requester gets exactly one answer."""
 
-    def log() -> Any:  # bound only when a line is written: not on every request
-        return logger.bind(actor=name, message_type=type(request.message).__name__)
+    def about() -> Mapping[str, object]:  # read only when a line is written: not on every request
+        return context(request.message) if context is not None else {}
+
+    def log() -> Any:
+        return logger.bind(actor=name, message_type=type(request.message).__name__, **about())
 
     if request.abandoned:
         log().debug("request skipped: the requester stopped waiting")
@@ -387,7 +397,7 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
         else:
             # The same failure over and over (every recall while the provider is down) is one line per
             # 10 s with the count folded in, not a line per request (issue 20).
-            key = f"{type(request.message).__name__} {type(exc).__name__}"
+            key = " ".join((type(request.message).__name__, type(exc).__name__, *map(str, about().values())))
             suppressed = failures.allow(key) if failures is not None else 0
             if suppressed is not None:
                 log().bind(error=type(exc).__name__, asked=request.reply is not None,

@@ -177,7 +177,7 @@ class ProviderSession:
                 nursery.start_soon(self._stderr_loop, read_fd)
                 nursery.start_soon(self._connection_loop)
                 task_status.started(self.address)
-                await serve(self._mailbox, self._handle, concurrency=32)
+                await serve(self._mailbox, self._handle, concurrency=32, context=self._about)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -315,7 +315,9 @@ class ProviderSession:
                 if missing:
                     raise ProviderIncompatible(f"provider lacks {', '.join(missing)}", provider=self.provider)
                 payload = await self._raw_call(client, "memory_contract", {})
-                self._info = contract.check_contract(payload, provider=self.provider)
+                # Kept before the version check: status names the contract an incompatible provider spoke.
+                self._info = contract.contract_info(payload, provider=self.provider)
+                contract.check_supported(self._info, provider=self.provider)
         except ProviderIncompatible as exc:
             self._ever_checked = True
             self._set_state("incompatible", str(exc))
@@ -424,6 +426,12 @@ class ProviderSession:
                 self._log.bind(error=type(exc).__name__).warning("call log write failed")
 
     # -- requests -----------------------------------------------------------------------------------
+    def _about(self, message: object) -> dict[str, object]:
+        """What a failed request's log line names: the provider, and the contract tool it called."""
+        if isinstance(message, ProviderCall):
+            return {"provider": self.provider, "op": message.tool}
+        return {"provider": self.provider}
+
     async def _handle(self, message: object) -> object:
         match message:
             case ProviderCall():

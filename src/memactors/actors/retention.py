@@ -301,10 +301,23 @@ class Retention:
                 " AND state = 'pending' AND claimed_by = ?", [episode_id, me]).fetchall())
             attempts = [Attempt("forget", episode_id, pid, provider) for pid, provider in due
                         if provider in self.reachable]
+            settled: set[tuple[str, str, str, str]] = set()
+
+            async def attempt_one(attempt: Attempt) -> None:
+                await self._attempt(attempt)
+                settled.add(_key(attempt))
+
             with trio.move_on_after(self._provider_timeout):
                 async with trio.open_nursery() as nursery:
                     for attempt in attempts:
-                        nursery.start_soon(self._attempt, attempt)
+                        nursery.start_soon(attempt_one, attempt)
+            for attempt in attempts:
+                if _key(attempt) not in settled:
+                    # The operator's round is bounded by provider_timeout; a forget still unanswered then
+                    # stays pending for the retry loop. Said as a record's or a recall's timeout is.
+                    late = ProviderTimeout("memory_forget", self._provider_timeout, provider=attempt.provider)
+                    log.bind(provider=attempt.provider, op="memory_forget", error=type(late).__name__,
+                             detail=str(late), state="queued").warning("forget failed")
             # Whatever is still pending is the retry loop's now (this daemon's or another's).
             await self._store.write(lambda db: db.execute(
                 "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE kind = 'forget'"

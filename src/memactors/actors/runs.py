@@ -6,7 +6,7 @@ nursery, which owns the child process, its deadline and the run record written w
 1. **Prepare** (in the actor, off the loop for git and files): the harness's ``workdir``, its repository
    and branch; the repository's project ``harness.toml`` loaded over the global configuration as a
    project file (so REQ-1/8/16's project-file rules hold for a run; its caps may only lower the global
-   ones); the prompt (``--prompt`` overrides the configured one for this run only); the run's bearer
+   ones, and it may turn recording off but never back on); the prompt (``--prompt`` overrides the configured one for this run only); the run's bearer
    token (expiring with the run); a per-run ``--mcp-config`` file (mode 0600, state directory, deleted
    after the run); then ``prepare_spawn`` computes the briefing and composes the prompt (REQ-16:
    exposure before spawn, the argument limit, the skip WARN and metric). The adapter turns all that
@@ -30,6 +30,7 @@ the agent echoes of it is scrubbed of the operator's prompt and the fence's nonc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -250,8 +251,13 @@ class Runs:
                 # sets may only lower the global one (a project cannot lift the operator's limit).
                 config = await trio.to_thread.run_sync(
                     lambda: load_config(config.global_path, project_files=[project]))
-                cfg = attrs.evolve(config.harness[name], max_turns=_lower(cfg.max_turns, config.harness[name].max_turns),
-                                   max_cost_usd=_lower(cfg.max_cost_usd, config.harness[name].max_cost_usd))
+                cfg, refused = _narrowed(cfg, config.harness[name])
+                for key in refused:
+                    # REQ-8: the key is accepted in a project file because turning it off only narrows; a
+                    # `true` over the operator's `false` would widen, so it is ignored, and said once per run.
+                    self._log.bind(harness=name, file=str(project), key=f"[harness.{name}] {key}").warning(
+                        f"{project}: [harness.{name}] {key} = true ignored: the global configuration turned it"
+                        " off, and a project file may only turn recording off")
                 config = attrs.evolve(config, harness=MappingProxyType({**config.harness, name: cfg}))
         if message.prompt is not None:
             cfg = attrs.evolve(cfg, prompt=message.prompt, prompt_file=None, prompt_template=None,
@@ -335,6 +341,7 @@ class Runs:
         wall = self._service.wall_clock
         started_wall = wall()
         started = trio.current_time()
+        self._service.metrics.run_started(state.harness)
         parser = run.adapter.parser()
         code: int | None = None
         spawn_error: str | None = None
@@ -482,6 +489,8 @@ class Runs:
             state.ended_at, state.duration_ms = iso(ended), max(0, duration_ms)
             if state.outcome is None:
                 state.outcome, state.reason = "crashed", "internal_error"
+            with contextlib.suppress(ValueError):  # REQ-5 outcomes only; a metric never fails a run
+                self._service.metrics.run_ended(state.harness, str(state.outcome), duration_ms / 1000)
             try:
                 # Rewritten before the run leaves _active, so a lookup always finds it in one place.
                 await self._service.store.write(lambda db: run_rows.upsert(
@@ -504,6 +513,20 @@ class Runs:
 
 def _new_run_id(now: datetime) -> str:
     return f"r{now.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+#: Harness keys a project file may turn off but never on (REQ-8: `memory_record`, and `record_trace`,
+#: which gates recording the same way); `memory_briefing` and `untrusted_inline` are global-only.
+NARROW_ONLY_KEYS = ("memory_record", "record_trace")
+
+
+def _narrowed(global_cfg: HarnessConfig, merged: HarnessConfig) -> tuple[HarnessConfig, tuple[str, ...]]:
+    """The harness as a run sees it with its project file merged: a cap only lowered, recording only
+    turned off. Returns it with the keys the project file tried to turn back on (each ignored)."""
+    refused = tuple(key for key in NARROW_ONLY_KEYS if getattr(merged, key) and not getattr(global_cfg, key))
+    turned_off = {key: False for key in refused}
+    return attrs.evolve(merged, max_turns=_lower(global_cfg.max_turns, merged.max_turns),
+                        max_cost_usd=_lower(global_cfg.max_cost_usd, merged.max_cost_usd), **turned_off), refused
 
 
 def _lower(global_cap: Any, project_cap: Any) -> Any:

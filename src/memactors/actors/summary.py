@@ -22,7 +22,10 @@ from .kernel import open_mailbox, serve
 
 @attrs.frozen
 class Summarize:
+    """Summarise one episode: its text, and its id for the log line (never the text)."""
+
     episode_text: str
+    episode_id: str | None = None
 
 
 def model_api_settings(config: ModelApiConfig | None) -> ModelApiSettings | None:
@@ -49,13 +52,13 @@ class SummaryActor:
         fallback, which needs neither this actor nor a log line per episode (the metric still counts it)."""
         return self._settings is not None and bool(self._settings.utility_model)
 
-    async def summarize(self, text: str) -> SummaryResult:
+    async def summarize(self, text: str, episode_id: str | None = None) -> SummaryResult:
         """One episode summary (REQ-7). Unconfigured, the fallback is answered here and counted, without
         a mailbox round trip or a log line per episode (an IngestRuns batch of 500 logged 500 of them)."""
         if not self.configured:
             self._metrics.episode_summarised("fallback")
             return SummaryResult(None, "fallback", "unconfigured")
-        return await self.address.ask(Summarize(text))
+        return await self.address.ask(Summarize(text, episode_id))
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         client: ModelApiClient | None = None
@@ -71,8 +74,8 @@ class SummaryActor:
 
     async def _handle(self, client: ModelApiClient | None, message: object) -> SummaryResult:
         match message:
-            case Summarize(episode_text=text):
-                result = await summarize_episode(client, text, redact=redact)
+            case Summarize(episode_text=text, episode_id=episode_id):
+                result = await summarize_episode(client, text, redact=redact, episode=episode_id)
                 self._metrics.episode_summarised(result.outcome)
                 return result
             case _:

@@ -101,8 +101,9 @@ from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
 
 CONTRACT_VERSION = 1
-#: Bound on one item's text (its gist, `gist.gist`): the run's own words first, so a briefing that
-#: composes a shorter one of its whole parts (`gist.compose`) keeps the best of it.
+#: Bound on one item's text (its gist, `gist.gist`): the run's own words first. Small enough that an
+#: item fits whole in a default briefing's episodes share (500 characters with its one-line provenance
+#: and fence, REQ-14: placed whole or dropped whole).
 MAX_ITEM_TEXT = 320
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000

@@ -31,14 +31,35 @@ or a connection that drops is one line on stderr and exit 3, never a traceback (
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Iterator, Sequence
 
-from .._version import __version__
-from . import agents, demo, describe, feeds, importing, install, memory, ops, residents, runs, service, store
-from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain
-from ._suggest import SuggestingParser
+# First thing in the process's entry, before the command line's imports and parser: `memactors serve`
+# keeps a SIGHUP from here on (a reload once the daemon serves), never SIGHUP's default action, which
+# ends the process (issue 44; `_hangup`).
+from .._hangup import keep_for_serve
+
+keep_for_serve(sys.argv[1:])
+
+import argparse  # noqa: E402 -- after the SIGHUP disposition, on purpose
+from collections.abc import Iterator, Sequence  # noqa: E402
+
+from .._version import __version__  # noqa: E402
+from . import (  # noqa: E402
+    agents,
+    demo,
+    describe,
+    feeds,
+    importing,
+    install,
+    memory,
+    ops,
+    residents,
+    runs,
+    service,
+    store,
+)
+from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain  # noqa: E402
+from ._suggest import SuggestingParser  # noqa: E402
 
 __all__ = ["CODE_EXITS", "EXIT_INVALID", "EXIT_UNAVAILABLE", "build_parser", "main", "subparsers"]
 

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..humanize import mb
 from . import _core as core
 from ._core import EXIT_FAILED, JSON_HELP, CliError, call, confirm
+from ._readable import readable
 
 #: `memory status` exit codes (docs/operations.md): the daemon answered, but its provider is down / incompatible.
 EXIT_PROVIDER_DOWN = 10
@@ -59,7 +61,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = ("UNREACHABLE" if not store.get("reachable", True) else "DAMAGED" if store.get("damaged")
                  else "writable" if store["writable"] else "NOT WRITABLE")
         print(f"store      {store.get('where') or store['path']}  {state}"
-              + ("" if free is None else f", {free} bytes free")
+              + ("" if free is None else f", {mb(free)} free")
               + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
     emb = st.get("embeddings")
     if emb and emb.get("off"):
@@ -73,6 +75,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f" with a vector, {emb['pending']} pending")
     elif st.get("embeddings", 0) is None:
         print("embeddings off (BM25 only)")
+    for i in st.get("installs") or ():
+        print(f"install    {i['agent']} {i['scope']} ({i['harness']}): "
+              + ("working" if i["ok"] else "SILENT") + f"; last session {i.get('last_session_at') or 'never'},"
+              f" last briefing {i.get('last_briefing_at') or 'never'}")
     if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
@@ -138,9 +144,9 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     rows = result["episodes"]
     if not rows:
         print("no episodes")
-    for r in rows:
-        print(f"{r['episode_id']}  {r['started_at'][:19]}  {r['harness']:<16} run {r['run_id']:<10} "
-              f"{r['outcome']:<10} {r['repo']}@{r['branch']}")
+    print_table([[r["episode_id"], r["started_at"][:19], r["harness"], r["run_id"], r["outcome"],
+                  f"{r['repo']}@{r['branch']}", r.get("gist") or ""] for r in rows],
+                ["EPISODE", "STARTED", "HARNESS", "RUN", "OUTCOME", "REPOSITORY", "WHAT WAS DONE"])
     total = result.get("total")
     if total is not None and rows:
         line = f"-- {len(rows)} shown of {total}"
@@ -148,6 +154,24 @@ def cmd_episodes(args: argparse.Namespace) -> int:
             line += f"; next page: --after {result['next_cursor']}"
         print(line)
     return 0
+
+
+#: Widest the last (free-text) column of a table is on a terminal; a pipe gets it whole.
+TEXT_COLUMN = 80
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    """Rows in columns as wide as their widest cell (any run id: a UUID, 40 hex), a header above; the
+    last column is free text, cut on a terminal."""
+    if not rows:
+        return
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    tty = sys.stdout.isatty()
+    for row in [header, *rows]:
+        last = str(row[-1])
+        if tty and len(last) > TEXT_COLUMN:
+            last = last[:TEXT_COLUMN - 1] + "…"
+        print("  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + last)
 
 
 def _no_harness_table(name: str, what: str = "--as") -> str:
@@ -159,6 +183,14 @@ def _no_harness_table(name: str, what: str = "--as") -> str:
     return (f"{subject} needs a [harness.{name}] table in the global harness.toml (episodes may list "
             f"{name}, but only a configured harness has a view); for example:\n"
             f"  [harness.{name}]\n  harness = \"claude-code\"\n  workdir = \"~/src/api\"{hint}")
+
+
+def _for_people(args: argparse.Namespace) -> bool:
+    """The human format: asked for (`--human`), or by default on a terminal; `--raw` (and any pipe or
+    file, which scripts read) gets the agent's document byte for byte."""
+    if args.raw:
+        return False
+    return bool(args.human) or sys.stdout.isatty()
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
@@ -178,6 +210,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
     core.notice(result)
     if args.json:
         core.print_json(result)
+        return 0
+    if _for_people(args) and result.get("structured") is not None:
+        print(readable(result), end="")
         return 0
     if result.get("document") is not None:
         print(result["document"])
@@ -204,6 +239,10 @@ def cmd_briefing(args: argparse.Namespace) -> int:
         raise
     if args.json:
         core.print_json(result)
+        return 0
+    if _for_people(args) and result.get("structured") is not None:
+        print(f"Briefing for {result['harness']}: what it would get now", end="\n\n")
+        print(readable(result) if result["document"] else "(empty: nothing to brief yet)\n", end="")
         return 0
     if result["document"]:
         print(result["document"])
@@ -304,6 +343,17 @@ def _register_providers(sub: Any, memory: Any) -> None:
     p.set_defaults(fn=cmd_serve_builtin)
 
 
+def _output_flags(p: Any) -> None:
+    """`--human`, `--raw`, `--json`: who reads the answer (default: a person on a terminal, else `--raw`)."""
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--human", action="store_true",
+                     help="for a person: date, harness, outcome, what was done, files, one line of provenance "
+                          "(the default when stdout is a terminal)")
+    how.add_argument("--raw", action="store_true",
+                     help="the exact document the agent reads (the default when stdout is not a terminal)")
+    how.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
 def register(sub: Any) -> None:
     memory = sub.add_parser("memory", help="episodic memory").add_subparsers(dest="memory_command", required=True)
     p = memory.add_parser("status", help="provider, contract, state, counts, pending")
@@ -334,11 +384,11 @@ def register(sub: Any) -> None:
                      help="as the harness configured in [harness.HARNESS] would")
     p.add_argument("--paths", nargs="+", metavar="P", help="paths the caller works on (boosts episodes touching them)")
     p.add_argument("--limit", type=core.positive, default=8, help="episodes at most (default 8)")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    _output_flags(p)
     p.set_defaults(fn=cmd_recall)
 
     p = memory.add_parser("briefing", help="preview the briefing a harness would receive now")
     p.add_argument("harness", help="a configured [harness.<name>]")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    _output_flags(p)
     p.set_defaults(fn=cmd_briefing)
     _register_providers(sub, memory)

@@ -11,17 +11,12 @@ from ._core import JSON_HELP, CliError, call
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import signal
+    from .._hangup import early_reload, keep_early_hangups
 
-    # Before the daemon's (heavy) imports: from here a SIGHUP is noted as a reload to apply once the
-    # daemon serves, never SIGHUP's default action, which ends the process (issue 33).
-    hangups: list[int] = []
-    signal.signal(signal.SIGHUP, lambda signum, frame: hangups.append(signum))
-
-    def early_reload() -> bool:
-        seen = bool(hangups)
-        hangups.clear()
-        return seen
+    # Already in place when the process's command line is `serve` (the top of `memactors.cli`); here for
+    # a caller of `main(["serve"])`. Before the daemon's (heavy) imports either way: from here a SIGHUP
+    # is noted as a reload to apply once the daemon serves (issues 33, 44).
+    keep_early_hangups()
 
     from ..daemon import serve_main
 

@@ -39,9 +39,11 @@ import trio
 from jinja2 import Environment, PackageLoader, StrictUndefined, UndefinedError, select_autoescape
 
 from ..errors import MemactorsError, PermissionDenied, single_leaf
+from ..gist import lead
 from ..logs import get_logger
 from ..net.asgi import serve_lifespan
 from .charts import Sampler
+from .people import FILTERS
 from .sessions import COOKIE, PRE_COOKIE, Session, Sessions, same_token
 
 __all__ = ["ConsoleApp", "Request"]
@@ -51,9 +53,13 @@ _log = get_logger(component="console")
 SERVICE_PREFIX = "harness.v1.MemoryService/"
 #: Episodes shown on one page of the list.
 PAGE_SIZE = 25
-#: With an outcome filter (done here: ListEpisodes filters by repository, harness and time), the most
-#: service pages read to fill one console page.
-OUTCOME_SCAN_PAGES = 8
+#: The timeline's days back, unless the page asks for others (1..90).
+TIMELINE_DAYS = 7
+#: The most ListEpisodes pages (of 1000) the timeline reads.
+TIMELINE_PAGES = 5
+#: An episode page's "later runs that touched the same files": how many, asked by at most this many paths.
+LATER_RUNS = 10
+LATER_PATHS = 50
 #: How long one server-sent-events poll of RunLogs waits for a new event while the run runs.
 LOG_WAIT_SECONDS = 15.0
 #: Form fields read at most (a form is small; anything past this is not a console form).
@@ -124,6 +130,7 @@ class ConsoleApp:
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["json"] = lambda v: json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False)
         self.env.filters["q"] = lambda v: quote(str(v), safe="")
+        self.env.filters.update(FILTERS)
         self.env.globals["outcomes"] = _OUTCOMES
         self._static = {name: resources.files("memactors.console").joinpath("static", name).read_bytes()
                         for name in _STATIC}
@@ -195,6 +202,10 @@ class ConsoleApp:
             return self.logout, ()
         if path == "/episodes" and not post:
             return self.episodes, ()
+        if path == "/timeline" and not post:
+            return self.timeline, ()
+        if path == "/episodes/of-run" and not post:
+            return self.episode_of_run, ()
         if (m := re.fullmatch(r"/episodes/([^/]+)", path)) and not post:
             return self.episode, (m.group(1),)
         if m := re.fullmatch(r"/episodes/([^/]+)/forget", path):
@@ -272,30 +283,66 @@ class ConsoleApp:
         q = request.query
         filters = {k: q.get(k, "").strip() for k in ("repo", "harness", "outcome", "since")}
         after = q.get("after") or None
-        outcome = filters["outcome"] or None
-        rows: list[dict[str, Any]] = []
-        scanned = 0
-        page: dict[str, Any] = {"total": 0, "next_cursor": None}
-        cursor = after
-        while True:
-            page = await self.call(session, "ListEpisodes", repo=filters["repo"] or None,
-                                   harness=filters["harness"] or None, since=filters["since"] or None,
-                                   limit=PAGE_SIZE, after=cursor)
-            scanned += 1
-            rows += [r for r in page["episodes"] if outcome is None or r["outcome"] == outcome]
-            cursor = page["next_cursor"]
-            if outcome is None or len(rows) >= PAGE_SIZE or cursor is None or scanned >= OUTCOME_SCAN_PAGES:
-                break
+        page = await self.call(session, "ListEpisodes", repo=filters["repo"] or None,
+                               harness=filters["harness"] or None, since=filters["since"] or None,
+                               outcome=filters["outcome"] or None, limit=PAGE_SIZE, after=after)
+        cursor = page["next_cursor"]
         base = {k: v for k, v in filters.items() if v}
         next_url = f"/episodes?{urlencode({**base, 'after': cursor})}" if cursor else None
         first_url = f"/episodes?{urlencode(base)}" if after else None
-        return self._page("episodes.html", session, rows=rows, filters=filters, total=page["total"],
+        return self._page("episodes.html", session, rows=page["episodes"], filters=filters, total=page["total"],
                           next_url=next_url, first_url=first_url, repo_match=page.get("repo_match"),
-                          scanned=scanned if outcome else None)
+                          harnesses=self.harnesses())
+
+    async def timeline(self, request: Request, session: Session) -> Response:
+        """What happened in the last days (7 unless ``days`` says), grouped by day and repository."""
+        q = request.query
+        try:
+            days = min(max(int(q.get("days") or TIMELINE_DAYS), 1), 3650)
+        except ValueError:
+            days = TIMELINE_DAYS
+        filters = {k: q.get(k, "").strip() for k in ("repo", "harness")}
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        total = 0
+        for _ in range(TIMELINE_PAGES):
+            page = await self.call(session, "ListEpisodes", repo=filters["repo"] or None,
+                                   harness=filters["harness"] or None, since=f"{days}d", limit=1000, after=cursor)
+            rows += page["episodes"]
+            total = page["total"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for row in rows:  # newest first already: days and repositories come out in that order
+            grouped.setdefault(row["started_at"][:10], {}).setdefault(row["repo"] or "", []).append(row)
+        return self._page("timeline.html", session, days=days, grouped=grouped, shown=len(rows), total=total,
+                          filters=filters)
 
     async def episode(self, request: Request, session: Session, episode_id: str) -> Response:
         view = await self.call(session, "GetEpisode", episode_id=episode_id)
-        return self._page("episode.html", session, e=view)
+        body = view.get("episode") or {}
+        files = [f for f in body.get("files_touched") or () if isinstance(f, str)]
+        later: list[dict[str, Any]] = []
+        if files and view.get("started_at"):
+            page = await self.call(session, "ListEpisodes", paths=files[:LATER_PATHS], since=view["started_at"],
+                                   limit=LATER_RUNS + 1)
+            later = [r for r in page["episodes"] if r["episode_id"] != episode_id
+                     and (r["started_at"], r["episode_id"]) > (view["started_at"], episode_id)][:LATER_RUNS]
+        return self._page("episode.html", session, e=view, body=body, files=files, later=later,
+                          said=lead(body), failures=body.get("verify_failures") or [])
+
+    async def episode_of_run(self, request: Request, session: Session) -> Response:
+        """A briefing's or a recall's run item, linked to its episode: the episode of (harness, run)."""
+        harness, run_id = request.query.get("harness", "").strip(), request.query.get("run", "").strip()
+        if not harness or not run_id:
+            return self._page("error.html", session, status=400, code="INVALID_ARGUMENT",
+                              message="a run's episode needs its harness and run")
+        page = await self.call(session, "ListEpisodes", harness=harness, run_id=run_id, limit=1)
+        if not page["episodes"]:
+            return self._page("error.html", session, status=404, code="NOT_FOUND",
+                              message="this run has no episode (it was not recorded, or it was forgotten)")
+        return _redirect(f"/episodes/{quote(page['episodes'][0]['episode_id'], safe='')}")
 
     async def forget(self, request: Request, session: Session, episode_id: str) -> Response:
         if request.method != "POST" or request.form.get("confirm") != "yes":
@@ -420,7 +467,7 @@ class ConsoleApp:
         if request.method != "POST" or request.form.get("confirm") != "yes":
             return self._page("confirm.html", session, title="Check the provider",
                               action="/health/check-provider",
-                              what="run REQ-4's seven checks against the configured provider (its own "
+                              what="run the seven conformance checks against the configured provider (its own "
                                    "connection; synthetic episodes, forgotten before it answers)",
                               subject=None, back="/health", verb="Run the check")
         result = await self.call(session, "CheckProvider")

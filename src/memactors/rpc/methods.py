@@ -44,8 +44,9 @@ def operator_methods(service: MemoryService) -> list[Method]:
         m("Reindex", "control", lambda p: service.reindex(everything=_flag(p, "all")), params=("all",)),
         m("ListEpisodes", "read", lambda p: service.list_episodes(
             harness=_opt_id(p, "harness"), repo=_opt_id(p, "repo"), since=_opt_id(p, "since"),
-            limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024)),
-          params=("harness", "repo", "since", "limit", "after")),
+            limit=_int(p, "limit", 100, 0, 10_000), after=_opt(p, "after", max_bytes=1024),
+            outcome=_opt_id(p, "outcome"), paths=_paths(p, "paths"), run_id=_opt_id(p, "run_id")),
+          params=("harness", "repo", "since", "limit", "after", "outcome", "paths", "run_id")),
         m("GetEpisode", "read", lambda p: service.get_episode(_id(p, "episode_id")), params=("episode_id",)),
         m("Recall", "read", lambda p: service.recall(
             query=_text(p, "query"), repo=_opt_id(p, "repo"), as_harness=_opt_id(p, "as"),

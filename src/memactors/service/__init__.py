@@ -77,7 +77,8 @@ from ..errors import (
     StoreUnavailable,
     UnknownEpisode,
 )
-from ..metrics import Metrics
+from ..gist import lead
+from ..metrics import INGEST_OUTCOMES, Metrics
 from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
 from ..redact import shared as shared_redactor
@@ -85,7 +86,9 @@ from ..repo import match_repo, repo_key, resolve_repo, scope_for
 from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
 from ..store.engines import open_store
 from ..telemetry import guard_sdk_spans
+from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
+from .installs import InstallActivity, install_rows, read_installs
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
 
 DB_NAME = "memactors.db"
@@ -166,6 +169,8 @@ class MemoryService:
         #: MCP config), else None.
         self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
+        #: What this daemon saw of each resident install (gateway requests, briefings); issue 40.
+        self.installs = InstallActivity(started=wall_clock())
 
     @property
     def config(self) -> Config:
@@ -183,7 +188,9 @@ class MemoryService:
         """
         (result,) = await ingest(self, [(data, source, harness_config)])
         if isinstance(result, BaseException):
+            self._count_ingested(data, "rejected")
             raise result
+        self._count_ingested(data, str(result.get("outcome")))
         return result
 
     async def ingest_runs(self, entries: list[Any]) -> dict[str, Any]:
@@ -195,10 +202,25 @@ class MemoryService:
         runs and episodes (each record in its own savepoint), committed before any is answered — then
         its episodes are recorded to the provider concurrently.
         """
-        return await ingest_batch(self, entries)
+        answer = await ingest_batch(self, entries)
+        for entry, result in zip(entries, answer.get("results") or (), strict=False):
+            self._count_ingested(entry.get("record") if isinstance(entry, dict) else None, str(result.get("outcome")))
+        return answer
 
-    async def summarize(self, text: str) -> SummaryResult:
-        return await self.summary.summarize(text)
+    def _count_ingested(self, data: Any, outcome: str) -> None:
+        """Issue 40's metrics: a resident's session record (its trigger ``session-end``), or an imported one
+        (``import <source>``), by what became of it. Other records (runs, `runs ingest`) are not counted here."""
+        if not isinstance(data, dict) or outcome not in INGEST_OUTCOMES:
+            return
+        trigger = data.get("trigger")
+        name = str(trigger.get("name") or "") if isinstance(trigger, dict) else ""
+        if name == "session-end" or name.startswith("session-end"):
+            self.metrics.resident_session(str(data.get("adapter") or ""), outcome)
+        elif name.startswith("import "):
+            self.metrics.imported(name.removeprefix("import ").strip(), outcome)
+
+    async def summarize(self, text: str, episode_id: str | None = None) -> SummaryResult:
+        return await self.summary.summarize(text, episode_id)
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
@@ -274,7 +296,18 @@ class MemoryService:
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
             },
             "embeddings": await self.embeddings_status() if store["reachable"] else None,
+            "installs": await self.install_status() if store["reachable"] else None,
         }
+
+    async def install_status(self) -> list[dict[str, Any]] | None:
+        """Each resident install (agent, scope, harness) with when the agent last reached the gateway,
+        its last briefing and its last recorded session, and whether it looks silent (issue 40); None when
+        the store does not answer."""
+        try:
+            stored = await self.store.read(read_installs)
+        except StoreUnavailable:
+            return None
+        return install_rows(stored, self.installs, self.wall_clock())
 
     async def embeddings_status(self) -> dict[str, Any] | None:
         """The built-in provider's embeddings (REQ-11): which model, where it runs, how many episodes
@@ -301,18 +334,25 @@ class MemoryService:
         return out
 
     async def list_episodes(self, *, harness: str | None = None, repo: str | None = None,
-                            since: str | None = None, limit: int = 100, after: str | None = None) -> dict[str, Any]:
-        """One page of episodes, newest first: ``{episodes, total, next_cursor}`` (and ``repo_match``
-        when a repository was given: what it was read as). Pass ``next_cursor`` back as ``after`` for
-        the next page; it is None on the last one."""
+                            since: str | None = None, limit: int = 100, after: str | None = None,
+                            outcome: str | None = None, paths: tuple[str, ...] = (),
+                            run_id: str | None = None) -> dict[str, Any]:
+        """One page of episodes, newest first by when their run started: ``{episodes, total,
+        next_cursor}`` (and ``repo_match`` when a repository was given: what it was read as). Each row
+        carries the episode's ``gist`` (the run's own first words) and ``files``. Pass ``next_cursor``
+        back as ``after`` for the next page; it is None on the last one. ``outcome`` keeps one run
+        outcome, ``paths`` the episodes whose run touched any of them, ``run_id`` one run's."""
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be 1..{MAX_PAGE}, got {limit}", field="limit")
+        if outcome is not None and outcome not in RUN_OUTCOMES:
+            raise InvalidArgument(f"outcome must be one of {', '.join(RUN_OUTCOMES)}", field="outcome")
         since_iso = parse_since(since, self.wall_clock()) if since else None
         repo_match = await self.match_repo(repo) if repo else None
         if repo_match is not None:
             repo = repo_match["key"]
         page: EpisodePage = await self.index.address.ask(ListEpisodes(
-            harness=harness, repo=repo, since=since_iso, limit=limit, after=after))
+            harness=harness, repo=repo, since=since_iso, limit=limit, after=after, outcome=outcome,
+            paths=tuple(paths), run_id=run_id))
         result: dict[str, Any] = {"episodes": [_summary_line(r) for r in page.rows], "total": page.total,
                                   "next_cursor": page.next_cursor}
         if repo_match is not None:
@@ -420,6 +460,7 @@ class MemoryService:
         caller, place = await self.store.read(read)
         if caller is None:
             return UNATTRIBUTED
+        self.installs.saw(caller.harness, caller.run_id, now)
         return await resolve_view(self.store, self.config, harness=caller.harness, run_id=caller.run_id,
                                   workdir=caller.workdir or None, place=place)
 
@@ -437,9 +478,12 @@ class MemoryService:
         The provider part ends by `episodes_deadline` (trio time) if given, else by the caller's deadline.
         """
         deadline = trio.current_effective_deadline() if episodes_deadline is None else episodes_deadline
-        return await self.briefing.address.ask(BriefingRequest(
+        answer: BriefingAnswer = await self.briefing.address.ask(BriefingRequest(
             view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
             deadline=deadline, call_id=call_id))
+        if view.exposed_run is not None:
+            self.installs.briefed_at(*view.exposed_run, self.wall_clock())
+        return answer
 
     # -- runs (memactors run) ---------------------------------------------------------------------------
     async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None
@@ -706,10 +750,27 @@ def parse_since(text: str, now: datetime) -> str:
                               field="since") from None
 
 
+#: The run outcomes an episode may have (REQ-5), in the order people read them.
+RUN_OUTCOMES = ("succeeded", "failed", "cancelled", "timed_out", "crashed", "capped")
+#: Widest an episode list row's gist is (the run's own first words, cut between words).
+LIST_GIST_CHARS = 200
+#: Most files one episode list row names (the episode itself names them all).
+LIST_FILES = 20
+
+
 def _summary_line(row: Any) -> dict[str, Any]:
+    """One ListEpisodes row: where and when, and what the run said (``gist``: its summary, else the start
+    of its result excerpt) and touched (``files``), so a list of episodes can be read, not only opened."""
+    ep = row.episode
+    said = cut_at_word(lead({"summary": ep.summary, "result_excerpt": ep.result_excerpt}), LIST_GIST_CHARS) \
+        if ep is not None else ""
     return {"episode_id": row.episode_id, "harness": row.harness, "run_id": row.run_id, "repo": row.repo,
             "branch": row.branch, "outcome": row.outcome, "started_at": row.started_at,
-            "recorded_at": row.recorded_at}
+            "recorded_at": row.recorded_at, "gist": said,
+            "files": list(ep.files_touched[:LIST_FILES]) if ep is not None else [],
+            "files_total": len(ep.files_touched) if ep is not None else 0,
+            "duration_ms": ep.duration_ms if ep is not None else None,
+            "cost_usd": ep.cost_usd if ep is not None else None}
 
 
 async def _repair_excerpts(store: Store, config: Config) -> None:
