@@ -188,7 +188,8 @@ async def test_killing_the_upstream_while_runs_keep_ending_loses_no_episode(
         # Up to one breaker opening (30 s) plus a retry: records wait out a dead provider, none is lost.
         await poll(all_indexed, seconds=90, what="every episode recorded")
         status = await memory.status()
-        assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
+        assert status["pending"] == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0,
+                                     "record_quarantined": 0}
         assert len(memory.supervisor._restarts) == restarts_before, "no actor crashed"
         assert set(memory.supervisor.running()) >= {"provider_session", "index", "retention", "assembler"}
     assert len(files.stored()) == n

@@ -54,7 +54,8 @@ async def test_req13_record_retries_survive_a_daemon_restart(
             return (await memory.status())["counts"]["indexed_ids"] == 1
 
         await poll(indexed, what="the queued episode recorded after the restart")
-        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0}
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 0,
+                                         "record_quarantined": 0}
     assert list(files.stored()) == [result["episode_id"]]
 
 
@@ -89,7 +90,8 @@ async def test_req13_a_record_is_marked_record_failed_after_24_hours(
                 break
             await trio.sleep(1800)
         assert seen_pending_inside
-        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 1, "forget_failed": 0}
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 1, "forget_failed": 0,
+                                          "record_quarantined": 0}
         attempts, error = await memory.store.read(
             lambda db: db.execute("SELECT attempts, last_error FROM pending").fetchone())
         assert attempts >= 2 and "ProviderUnavailable" in error
@@ -173,7 +175,8 @@ async def test_a_forget_that_keeps_failing_is_marked_forget_failed_after_24_hour
             if (await _pending(memory))["forgets"] == 0:
                 break
             await trio.sleep(1800)
-        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 1}
+        assert await _pending(memory) == {"records": 0, "forgets": 0, "record_failed": 0, "forget_failed": 1,
+                                          "record_quarantined": 0}
         forgotten_at, no_body = await _body(memory, eid)
         assert forgotten_at and no_body, "failed counts as done: the body goes, the tombstone stays"
         tomb = await memory.store.read(lambda db: db.execute(

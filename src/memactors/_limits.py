@@ -23,3 +23,12 @@ def record_size(data: Any) -> int:
 def oversize_message(source: str, size: int) -> str:
     """The one wording of a refusal for size, used by the daemon and by `runs ingest`."""
     return f"{source}: run record is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)"
+
+
+#: The longest line `store import` reads: a run line carries its stored record (at most
+#: MAX_RECORD_BYTES) as a JSON string, where escaping can grow it; a longer line is refused by its
+#: number and size without being parsed.
+MAX_IMPORT_LINE_BYTES = 4 * MAX_RECORD_BYTES
+#: The largest episode body (REQ-5's object as JSON) `store import` takes: an episode this daemon
+#: assembles is a few KiB (fields of 256 bytes, 50 paths, a 2,000-character excerpt).
+MAX_EPISODE_BODY_BYTES = 256 * 1024

@@ -25,7 +25,7 @@ import attrs
 from .errors import ConfigError
 from .urls import mask_values
 
-__all__ = ["EMPTY", "Sources", "Table", "frozen_map", "key_name", "parse_duration", "read_toml", "show",
+__all__ = ["EMPTY", "MAX_DURATION", "Sources", "Table", "frozen_map", "is_duration", "key_name", "parse_duration", "read_toml", "show",
            "table_name"]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -254,6 +254,15 @@ class Table:
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The longest duration any input takes (a retention, a TTL, `--since`): far past any use, and well
+#: inside what a date can go back or forward by (999999999d was an OverflowError: INTERNAL, a 500).
+MAX_DURATION = "36500d (100 years)"
+MAX_DURATION_SECONDS = 36500 * 86400.0
+
+
+def is_duration(text: object) -> bool:
+    """Whether `text` is written as a duration (a number and a unit), whatever its size."""
+    return isinstance(text, str) and _DURATION.fullmatch(text) is not None
 
 
 def parse_duration(text: str) -> float:
@@ -273,4 +282,6 @@ def parse_duration(text: str) -> float:
     seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
     if not math.isfinite(seconds):
         raise ConfigError(f"{show(text)} is not a finite duration", value=text)
+    if seconds > MAX_DURATION_SECONDS:
+        raise ConfigError(f"{show(text)} is longer than the longest duration, {MAX_DURATION}", value=text)
     return seconds

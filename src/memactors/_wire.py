@@ -144,8 +144,8 @@ def parse_run_record(data: Any, *, source: str = "record") -> RunRecord:
     times += [(f"events[{i}].at", e["at"]) for i, e in enumerate(data.get("events", []))]
     for field, value in times:
         try:
-            parse_time(value)
-        except ValueError:
+            parse_time(value).astimezone(UTC)  # (a time a date cannot hold in UTC, 0001-01-01T00:00+01:00, too)
+        except (ValueError, OverflowError):
             raise _reject(source, field, "is not an RFC 3339 time") from None
     clean = {k: v for k, v in data.items() if v is not None}
     for key in ("sessions", "events"):

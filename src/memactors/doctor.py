@@ -91,6 +91,12 @@ def doctor_rows(
         failed = int(pending.get(f"{kind}_failed", 0))
         if failed:
             rows.append(Row("warn", f"memory {kind}s failed", f"{failed} {kind}s gave up after 24 hours ({kind}_failed)"))
+        quarantined = int(pending.get(f"{kind}_quarantined", 0))
+        if quarantined:
+            rows.append(Row("warn", f"memory {kind}s quarantined",
+                            f"{quarantined} {kind}s set aside: their stored episode cannot be read "
+                            "(the daemon log's `pending record quarantined` lines name each episode; "
+                            "`memactors memory forget <id>` removes one)"))
         age = oldest_pending_seconds.get(kind, 0.0)
         if age > PENDING_WARN_SECONDS:
             count = int(pending.get(f"{kind}s", 0))

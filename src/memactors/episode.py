@@ -448,6 +448,40 @@ def assemble(
     )
 
 
+#: The longest result excerpt an episode may carry (the contract schema's bound; `[memory.episodes]
+#: excerpt_chars` is at most this).
+MAX_EXCERPT_CHARS = 2000
+
+
+def reclean_episode(episode: Episode, *, repo: str) -> Episode:
+    """An episode from outside this daemon (a `store import` file) made as `assemble` makes one: every
+    string cleaned (REQ-6, one keyword pass for them all) and bounded again, lines flattened, `repo` (an
+    already checked repository key) its repository and the scope derived from it, never taken from the
+    file. Idempotent on an episode this daemon assembled."""
+    summary = episode.summary
+    if summary is not None:
+        summary = clean(flatten(summary)).strip()
+        if not summary or len(summary) > MAX_SUMMARY_CHARS:
+            summary = None
+    lines = ("harness", "adapter", "run_id", "trace_id", "model", "branch", "started_at")
+    files = episode.files_touched[:MAX_FILES]
+    failures = episode.verify_failures[:MAX_VERIFY_CLASSES]
+    texts = clean_many([*(getattr(episode, name) for name in lines), repo, episode.pull_request or "",
+                        episode.result_excerpt, *files, *(v.error_class for v in failures)])
+    one = {name: one_line(_cut_clean(text)) for name, text in zip(lines, texts, strict=False)}
+    rest = iter(texts[len(lines):])
+    repo_clean, pull_request, excerpt = next(rest), next(rest), next(rest)
+    return attrs.evolve(
+        episode, **one, repo=one_line(_cut_clean(repo_clean)),
+        pull_request=one_line(_cut_clean(pull_request)) if episode.pull_request else None,
+        result_excerpt=_flat_excerpt(excerpt, MAX_EXCERPT_CHARS),
+        files_touched=tuple(one_line(_cut_clean(next(rest))) for _ in files),
+        verify_failures=tuple(attrs.evolve(v, error_class=one_line(_cut_clean(next(rest)))) for v in failures),
+        summary=summary,
+        scope=scope_for(one_line(_cut_clean(repo_clean))),
+    )
+
+
 # -- text rendering -----------------------------------------------------------------------------------
 
 def _line_value(value: object) -> str:

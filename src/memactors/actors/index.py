@@ -20,6 +20,7 @@ import attrs
 import cattrs
 import trio
 
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
 from ..episode import episode_id_for, is_stored, render_text
@@ -263,6 +264,18 @@ def stored_copy(body: str) -> tuple[dict[str, Any], str]:
 EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON b.id = e.body_id"
 
 
+def _readable(body: str) -> Episode | None:
+    """The stored episode, or None for a body that is not one or is past MAX_EPISODE_BODY_BYTES (a
+    damaged row, or one an older `store import` let in: its pending record is quarantined): listed
+    without its text, never an INTERNAL or an answer past the RPC's frame limit."""
+    if len(body) > MAX_EPISODE_BODY_BYTES:  # (an episode this daemon assembles is a few KiB)
+        return None
+    try:
+        return episode_from_dict(json.loads(body))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, cattrs.BaseValidationError):
+        return None
+
+
 def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
     index: tuple[tuple[str, str, str | None], ...] = ()
     if with_index:
@@ -271,7 +284,7 @@ def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
                 "SELECT provider, provider_id, forgotten_at FROM memory_index WHERE episode_id = ?"
                 " ORDER BY provider, provider_id", [r["episode_id"]]).fetchall()
         )
-    episode = episode_from_dict(json.loads(r["body"])) if r["body"] else None
+    episode = _readable(r["body"]) if r["body"] else None
     return EpisodeRow(
         episode_id=r["episode_id"], harness=r["harness"], run_id=r["run_id"], repo=r["repo"], branch=r["branch"],
         scope=r["scope"], outcome=r["outcome"], started_at=r["started_at"], recorded_at=r["recorded_at"],

@@ -37,6 +37,7 @@ import attrs
 import trio
 from loguru import logger
 
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
 from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
 from ..metrics import Metrics
@@ -128,6 +129,29 @@ class Attempt:
     provider: str
     #: a record's stored copy (episode object, text, scope, trust class), read with the due row
     stored: tuple[dict[str, Any], str, str, str] | None = attrs.field(default=None, eq=False)
+    #: why a record's stored episode cannot be read (not JSON, not REQ-5's shape): it is quarantined
+    unreadable: str | None = attrs.field(default=None, eq=False)
+
+
+#: `last_error`'s prefix on a record row set aside because its stored episode cannot be read. The row
+#: keeps state `failed` (never retried, kept for the operator) and is counted as `record_quarantined`.
+QUARANTINED = "quarantined: "
+
+
+def readable_copy(body: str) -> tuple[tuple[dict[str, Any], str] | None, str | None]:
+    """`stored_copy(body)`, or None and why it cannot be read: a body no check let in (an older import, a
+    damaged row) must never crash the retry loop into a daemon that cannot start (issue 45)."""
+    if len(body) > MAX_EPISODE_BODY_BYTES:
+        return None, f"the stored episode is {len(body)} characters; the limit is {MAX_EPISODE_BODY_BYTES}"
+    try:
+        episode, text = stored_copy(body)
+    except RecursionError:
+        return None, "the stored episode is nested too deeply"
+    except Exception as exc:  # ok: any failure to read the body is this one row's, reported by type
+        return None, f"the stored episode is not REQ-5's episode ({type(exc).__name__})"
+    if not isinstance(episode, dict):
+        return None, "the stored episode is not a JSON object"
+    return (episode, text), None
 
 
 def tombstone(db: Db, episode_id: str, now: str, *, claim: tuple[str, str] | None = None) -> bool:
@@ -274,7 +298,8 @@ class Retention:
 
     async def counts(self) -> dict[str, int]:
         rows = await self._store.read(lambda db: db.execute(
-            "SELECT provider, kind, state, count(*) FROM pending GROUP BY provider, kind, state").fetchall())
+            "SELECT provider, kind, CASE WHEN state = 'failed' AND last_error LIKE ? THEN 'quarantined' ELSE state END"
+            " AS st, count(*) FROM pending GROUP BY provider, kind, st", [QUARANTINED + "%"]).fetchall())
         out: dict[str, int] = {}
         per_provider: dict[tuple[str, str], int] = {(self._provider, kind): 0 for kind in KINDS}
         for provider, kind, state, n in rows:
@@ -475,10 +500,12 @@ class Retention:
         def attempts(rows: list[Any]) -> list[Attempt]:
             out = []
             for k, e, p, prov, body, scope, trust_class, forgotten_at in rows:
-                stored = None
+                stored, unreadable = None, None
                 if k == "record" and body is not None and forgotten_at is None:
-                    stored = (*stored_copy(body), scope, trust_class)  # rendered here, off the trio loop
-                out.append(Attempt(k, e, p, prov, stored))  # a record without a live body: _record drops the row
+                    copy, unreadable = readable_copy(body)  # rendered here, off the trio loop
+                    stored = None if copy is None else (*copy, scope, trust_class)
+                # (a record without a live body: _record drops the row; an unreadable one is quarantined)
+                out.append(Attempt(k, e, p, prov, stored, unreadable))
             return out
 
         rows = await self._store.write(claim)
@@ -496,6 +523,8 @@ class Retention:
             return "queued"  # another attempt is in flight; the row stays until it settles
         self._inflight.add(key)
         try:
+            if attempt.unreadable is not None:
+                return await self._quarantine(attempt, attempt.unreadable)
             if attempt.kind == "record":
                 return await self._record(attempt.episode_id, stored)
             return await self._forget(attempt)
@@ -518,7 +547,11 @@ class Retention:
                     "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
                     [self._provider, episode_id]))
                 return "gone"
-            stored = (*stored_copy(row[0]), row[1], row[2])
+            copy, unreadable = await trio.to_thread.run_sync(readable_copy, row[0])
+            if copy is None:
+                assert unreadable is not None
+                return await self._quarantine(Attempt("record", episode_id, "", self._provider), unreadable)
+            stored = (*copy, row[1], row[2])
         # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
         episode, text, scope, trust_class = stored
         arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
@@ -550,6 +583,25 @@ class Retention:
         # loop one line per pass; a line per record was a measurable share of a batch's CPU.
         self._log.bind(episode=episode_id, ids=len(ids)).debug("episode recorded")
         return "recorded"
+
+    async def _quarantine(self, attempt: Attempt, why: str) -> str:
+        """Set a record row aside whose stored episode cannot be read: kept (state failed, `last_error`
+        saying why), never retried, counted as `record_quarantined` in `memory status` and doctor, and
+        logged naming the episode; the loop goes on with the rest."""
+        message = QUARANTINED + why
+
+        def write(db: Db) -> bool:
+            return db.execute(
+                "UPDATE pending SET state = 'failed', last_error = ?, claimed_until = NULL, claimed_by = NULL"
+                " WHERE kind = ? AND provider = ? AND episode_id = ? AND provider_id = ? RETURNING 1",
+                [message, attempt.kind, attempt.provider, attempt.episode_id, attempt.provider_id]).fetchone() is not None
+
+        if await self._store.write(write):
+            self._metrics.episode_recorded(attempt.provider, "error")
+            self._log.bind(episode=attempt.episode_id, reason=why, state="quarantined").error(
+                "pending record quarantined: its stored episode cannot be read; "
+                "`memactors memory forget` removes it, or import it again from a good export")
+        return "quarantined"
 
     async def _forget(self, attempt: Attempt) -> str:
         log = self._log.bind(episode=attempt.episode_id, target=attempt.provider)

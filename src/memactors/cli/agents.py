@@ -108,10 +108,14 @@ def harness_config(config: Any, harness: str) -> Any:
 def _mint(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Mint over MintRunToken; returns the result and the gateway URL the daemon serves."""
     from ..config import parse_duration
+    from ..errors import ConfigError
 
     config = load(args)
     harness_config(config, args.harness)
-    ttl = parse_duration(args.ttl)
+    try:
+        ttl = parse_duration(args.ttl)
+    except ConfigError as exc:  # name the flag (the message has the value and the limit)
+        raise CliError("INVALID_ARGUMENT", f"--ttl {exc.message}") from None
     workdir = str(Path(args.workdir or os.getcwd()).resolve())
     run_id = args.run or f"resident-{secrets.token_hex(4)}"
     result = call(args, "MintRunToken", {"harness": args.harness, "run_id": run_id, "workdir": workdir,

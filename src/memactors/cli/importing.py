@@ -73,23 +73,33 @@ def utc(text: str) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _is_time(text: str) -> bool:
+    """Whether `text` is an RFC 3339 time that has a UTC form (not 2026-02-30, not past year 9999)."""
+    try:
+        utc(text)
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
 def since_of(text: str | None, now: datetime | None = None) -> str | None:
     """`--since`: a duration back from now (90d, 12h) or an RFC 3339 time, as a UTC time; None for all."""
     if text is None:
         return None
     from datetime import timedelta
 
-    from .._toml_tables import parse_duration
+    from .._toml_tables import is_duration, parse_duration
     from ..errors import ConfigError
 
     now = now or datetime.now(UTC)
     try:
         return (now - timedelta(seconds=parse_duration(text))).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        if is_duration(text):  # a duration past the longest one: say so, with the limit
+            raise CliError("INVALID_ARGUMENT", f"--since {exc.message}") from None
     try:
         return utc(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise CliError("INVALID_ARGUMENT", "--since is neither a duration (90d, 12h) nor an RFC 3339 time") from None
 
 
@@ -267,6 +277,10 @@ def session_found(path: Path, label: str, session: Any, *, adapter: str, harness
 
     if not session.session_id or not session.started_at or not session.cwd:
         return Found(label, skipped="no session in it")
+    for which, at in (("first", session.started_at), ("last", session.ended_at)):
+        if at and not _is_time(at):
+            # named and skipped (counted as malformed); the other sessions still go in
+            return Found(label, problem=f"its {which} timestamp {at[:40]!r} is not a valid RFC 3339 time")
     if since is not None and utc(session.ended_at or session.started_at) < since:
         return Found(label, skipped="older than --since")
     top = repos.toplevel(session.cwd)

@@ -158,12 +158,16 @@ def _report(args: argparse.Namespace, changes: list[Any], summary: dict[str, Any
 
 def cmd_install(args: argparse.Namespace) -> int:
     from ..config import parse_duration
+    from ..errors import ConfigError
     from . import _agentfiles as files
     from .agents import gateway_url, harness_config
 
     config = load(args)
     harness = harness_config(config, args.harness)
-    ttl = parse_duration(args.ttl)
+    try:
+        ttl = parse_duration(args.ttl)
+    except ConfigError as exc:  # name the flag (the message has the value and the limit)
+        raise CliError("INVALID_ARGUMENT", f"--ttl {exc.message}") from None
     target = _target(args)
     env = dict(os.environ)
     url = gateway_url(config)

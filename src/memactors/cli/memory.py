@@ -54,7 +54,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     p = st["pending"]
     if p is not None:
         print(f"pending    {p['records']} records, {p['forgets']} forgets; failed: {p['record_failed']} records, "
-              f"{p['forget_failed']} forgets")
+              f"{p['forget_failed']} forgets"
+              + (f"; quarantined: {p['record_quarantined']} records (unreadable; see doctor)"
+                 if p.get("record_quarantined") else ""))
     store = st.get("store")
     if store:
         free = store.get("free_bytes")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core as core
-from ._core import EXIT_OK, JSON_HELP, CliError
+from ._core import EXIT_FAILED, EXIT_OK, JSON_HELP, CliError
 
 DB_NAME = "memactors.db"
 
@@ -106,10 +106,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     import trio
 
+    from .._limits import MAX_IMPORT_LINE_BYTES
     from ..actors.retention import tombstone
     from ..errors import MemactorsError
+    from ..service.import_rows import check_row
     from ..store.engines import open_store
-    from ..store.portable import PortableError, import_lines
+    from ..store.portable import PortableError, import_lines, read_lines
 
     config = core.load(args)
     target = _target(config, args.to)
@@ -119,7 +121,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         if source is None:
             try:
-                source = open(args.file, encoding="utf-8")  # noqa: SIM115
+                source = open(args.file, encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
             except OSError as exc:
                 raise CliError("NOT_FOUND", f"{args.file}: {exc.strerror}") from None
         _quiet_logs(config)
@@ -127,7 +129,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         async def main() -> Any:
             store = await open_store(target, daemon_id="import")
             try:
-                return await import_lines(store, source, provider=config.memory.provider, forget=tombstone,
+                return await import_lines(store, read_lines(source, MAX_IMPORT_LINE_BYTES),
+                                          provider=config.memory.provider, forget=tombstone, check=check_row,
+                                          limit=MAX_IMPORT_LINE_BYTES,
                                           progress=lambda n: bar.show(f"{n} lines imported"))
             finally:
                 store.close()
@@ -136,6 +140,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             result = trio.run(main)
         except PortableError as exc:
             raise CliError("INVALID_ARGUMENT", f"{args.file}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise CliError("INVALID_ARGUMENT", f"{args.file}: not UTF-8 text ({exc.reason})") from None
         except MemactorsError as exc:
             raise CliError(exc.code, str(exc)) from None
     finally:
@@ -145,16 +151,30 @@ def cmd_import(args: argparse.Namespace) -> int:
         if lock is not None:
             os.close(lock)
     summary = {"file": args.file, "added": result.added, "present": result.present, "forgotten": result.forgotten,
-               "queued_for_provider": result.queued, "exported_at": result.header.get("exported_at"),
-               "from_engine": result.header.get("engine")}
+               "queued_for_provider": result.queued, "refused": result.refused, "cut_short": result.cut_short,
+               "exported_at": result.header.get("exported_at"), "from_engine": result.header.get("engine")}
     if args.json:
         core.print_json(summary)
     else:
         added = ", ".join(f"{v} {k}(s)" for k, v in result.added.items()) or "nothing"
         present = sum(result.present.values())
         print(f"imported {added}; {present} already there; {result.forgotten} forgotten here as in the export; "
-              f"{result.queued} episode(s) queued for the provider (recorded when the daemon runs)")
-    return EXIT_OK
+              f"{result.queued} episode(s) queued for the provider (recorded when the daemon runs); "
+              f"{len(result.refused)} line(s) refused")
+    for refused in result.refused[:REFUSALS_SHOWN]:
+        print(f"memactors: {args.file}: line {refused['line']} refused"
+              + (f" ({refused['type']})" if refused["type"] else "") + f": {refused['reason']}", file=sys.stderr)
+    if len(result.refused) > REFUSALS_SHOWN:
+        print(f"memactors: {args.file}: {len(result.refused) - REFUSALS_SHOWN} more line(s) refused "
+              "(--json lists every one)", file=sys.stderr)
+    if result.cut_short:
+        raise CliError("INVALID_ARGUMENT", f"{args.file}: the file ends before its end line: it was cut short "
+                       "(what it held is imported; import the whole file again)")
+    return EXIT_FAILED if result.refused else EXIT_OK
+
+
+#: Refused lines named on stderr (all of them are in --json).
+REFUSALS_SHOWN = 20
 
 
 def _sqlite_store(config: Any, what: str) -> Path:

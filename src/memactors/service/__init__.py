@@ -30,6 +30,7 @@ import trio
 from loguru import logger
 
 from .. import graph
+from .._toml_tables import is_duration
 from .._wire import parse_time
 from ..actors.assembler import Assembler
 from ..actors.briefing import (
@@ -287,6 +288,7 @@ class MemoryService:
             "pending": None if pending is None else {
                 "records": pending.get("record_pending", 0), "forgets": pending.get("forget_pending", 0),
                 "record_failed": pending.get("record_failed", 0), "forget_failed": pending.get("forget_failed", 0),
+                "record_quarantined": pending.get("record_quarantined", 0),
             },
             "store": store,
             "recalls": recalls,
@@ -741,11 +743,12 @@ def parse_since(text: str, now: datetime) -> str:
     """`--since`: a duration back from now ("7d", "12h") or an RFC 3339 time."""
     try:
         return iso(now - timedelta(seconds=parse_duration(text)))
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        if is_duration(text):  # a duration past the longest one: say so, with the limit
+            raise InvalidArgument(f"--since {exc.message}", field="since") from None
     try:
         return iso(parse_time(text))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InvalidArgument("--since is neither a duration (7d, 12h) nor an RFC 3339 time",
                               field="since") from None
 

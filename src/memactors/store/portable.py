@@ -11,6 +11,10 @@ and ``fact``; and last ``{"type": "end", "counts": {…}}``, so a file cut short
 Rows are the store's own columns and values (every time is the store's one `iso` text), never a
 per-engine form, so a SQLite export imports into PostgreSQL and back.
 
+Every row is checked before it is written (`check`, handed in: `service.import_rows.check_row`) as
+strictly as the store will read it, its strings redacted and its scope derived from its repository; a
+row that fails is refused by its line number and reason (`ImportResult.refused`) and the rest go in.
+
 Import writes a store the daemon is not running on (the CLI takes the state directory's lock for a
 SQLite one). What the target already holds wins: a run, episode or fact it has is skipped, so importing
 twice adds nothing. Forgotten stays forgotten, both ways: a tombstone in the file is imported as one
@@ -27,7 +31,7 @@ another provider (an external one, which still holds its documents) are imported
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +39,8 @@ import attrs
 
 from . import Db, Store, iso
 
-__all__ = ["FORMAT", "VERSION", "ExportFilter", "ImportResult", "PortableError", "export_lines", "import_lines"]
+__all__ = ["FORMAT", "VERSION", "ExportFilter", "ImportResult", "Oversized", "PortableError", "RowRefused", "export_lines",
+           "import_lines", "read_lines"]
 
 FORMAT = "memactors-export"
 #: The file's schema version. A change to what a line holds is a new version; import refuses others.
@@ -56,7 +61,23 @@ Forget = Callable[[Db, str, str], bool]
 
 
 class PortableError(ValueError):
-    """Raised when an export file cannot be imported: no header, another format or version, a bad line."""
+    """Raised when an export file cannot be imported: no header, another format or version, cut short."""
+
+
+class RowRefused(PortableError):
+    """Raised when one line of an export cannot be imported (the reason; the import goes on without it)."""
+
+
+#: A row's check (`service.import_rows.check_row`, handed in): the line's item as it may be stored, or
+#: RowRefused.
+Check = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@attrs.frozen
+class Oversized:
+    """A line longer than the reader's limit, in place of its text (never read whole into memory)."""
+
+    size: int
 
 
 @attrs.frozen
@@ -156,99 +177,153 @@ async def export_lines(store: Store, filt: ExportFilter = ExportFilter(), *,
 class ImportResult:
     """What an import did, per kind: `added` (new to the target), `present` (the target had it: skipped),
     `forgotten` (live in the target, forgotten in the file: forgotten now), `queued` (episodes queued for
-    recording to the target's provider)."""
+    recording to the target's provider), `refused` (lines not imported: line number, type, reason)."""
 
     added: dict[str, int] = attrs.field(factory=dict)
     present: dict[str, int] = attrs.field(factory=dict)
     forgotten: int = 0
     queued: int = 0
     header: dict[str, Any] = attrs.field(factory=dict)
+    refused: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the file ended without its end line: it was cut short (what it held is imported)
+    cut_short: bool = False
 
     def count(self, which: dict[str, int], kind: str, n: int = 1) -> None:
         which[kind] = which.get(kind, 0) + n
+
+    def refuse(self, n: int, kind: str | None, reason: str) -> None:
+        self.refused.append({"line": n, "type": kind, "reason": reason})
+
+
+def read_lines(stream: Any, limit: int) -> Iterator[str | Oversized]:
+    """The lines of a text stream, each without reading more than `limit` characters of it into memory:
+    a longer line comes as `Oversized` (its size in characters) and is skipped to its end."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith("\n"):
+            yield line
+            continue
+        size = len(line)
+        while line and not line.endswith("\n"):
+            line = stream.readline(1 << 20)
+            size += len(line)
+        yield Oversized(size)
 
 
 def read_header(line: str) -> dict[str, Any]:
     try:
         header = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise PortableError(f"line 1 is not a {FORMAT} header")
     if header.get("version") != VERSION:
-        raise PortableError(f"export version {header.get('version')!r}: this memactors reads version {VERSION}")
+        version = header.get("version")
+        shown = version if isinstance(version, int) and abs(version) < 10**9 else repr(str(version)[:32])
+        raise PortableError(f"export version {shown}: this memactors reads version {VERSION}")
     return header
 
 
-def _parse(n: int, line: str) -> dict[str, Any]:
+def _parse(line: str) -> dict[str, Any]:
     try:
         item = json.loads(line)
+    except RecursionError:
+        raise RowRefused("the line is nested too deeply") from None
     except ValueError:
-        raise PortableError(f"line {n} is not JSON") from None
+        raise RowRefused("the line is not JSON") from None
     if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-        raise PortableError(f"line {n} is not an export line")
+        raise RowRefused("the line is not an export line (an object with a type)")
     if item["type"] != "end" and not isinstance(item.get("row"), dict):
-        raise PortableError(f"line {n} has no row")
+        raise RowRefused("the line has no row")
     return item
 
 
-def _values(n: int, row: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
+def _values(row: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
     missing = [c for c in names if c not in row]
     if missing:
-        raise PortableError(f"line {n}: the row lacks {', '.join(missing)}")
+        raise RowRefused(f"the row lacks {', '.join(missing)}")
     return [row[c] for c in names]
+
+
+#: The engines' errors for one row the store refuses (a constraint, a value out of a column's range):
+#: sqlite3's and psycopg's classes of those names (and their subclasses).
+_ROW_ERRORS = frozenset({"IntegrityError", "DataError"})
 
 
 def _write_batch(db: Db, items: list[tuple[int, dict[str, Any]]], *, provider: str, now: str, forget: Forget,
                  result: ImportResult) -> None:
     for n, item in items:
-        kind, row = item["type"], item["row"]
-        match kind:
-            case "run":
-                values = _values(n, row, _RUN)
-                if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", values[:2]).fetchone():
-                    result.count(result.present, kind)
-                    continue
-                text = item.get("text")
-                record_id = None if text is None else db.execute(
-                    "INSERT INTO run_records (record) VALUES (?) RETURNING id", [text]).fetchone()[0]
-                db.execute(f"INSERT INTO runs ({', '.join(_RUN)}, record_id) VALUES ({', '.join('?' * len(_RUN))}, ?)",
-                           [*values, record_id])
-                result.count(result.added, kind)
-            case "run_path":
-                done = db.execute(f"INSERT INTO run_paths ({', '.join(_RUN_PATH)}) VALUES (?,?,?,?)"
-                                  " ON CONFLICT DO NOTHING RETURNING 1", _values(n, row, _RUN_PATH)).fetchone()
-                result.count(result.added if done else result.present, kind)
-            case "episode":
-                _episode(db, n, item, provider=provider, now=now, forget=forget, result=result)
-            case "index":
-                values = _values(n, row, _INDEX)
-                if values[0] == provider == "builtin":
-                    continue  # the built-in provider's documents are rebuilt by recording (the episode's queue)
-                done = db.execute(f"INSERT INTO memory_index ({', '.join(_INDEX)}) VALUES (?,?,?,?,?,?)"
-                                  " ON CONFLICT DO NOTHING RETURNING 1", values).fetchone()
-                if done and values[0] == provider:
-                    # the provider holds this episode already: no record of it is needed
-                    db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
-                               [provider, values[2]])
-                result.count(result.added if done else result.present, kind)
-            case "fact":
-                values = dict(zip(_FACT, _values(n, row, _FACT), strict=True))
-                if db.execute("SELECT 1 FROM facts WHERE id = ?", [values["id"]]).fetchone():
-                    result.count(result.present, kind)
-                    continue
-                db.dialect.upsert_fact(db, fact_id=values["id"], scope=values["scope"], text=values["text"],
-                                       confidence=float(values["confidence"]), status=values["status"],
-                                       at=values["created_at"])
-                db.execute("UPDATE facts SET updated_at = ? WHERE id = ?", [values["updated_at"], values["id"]])
-                result.count(result.added, kind)
-            case other:
-                raise PortableError(f"line {n}: unknown type {other!r}")
+        # One savepoint a row: a row the store itself refuses (a constraint no check foresaw) costs that
+        # row alone, never its batch's transaction.
+        db.execute("SAVEPOINT import_row")
+        try:
+            _write_one(db, item, provider=provider, now=now, forget=forget, result=result)
+        except RowRefused as exc:
+            db.execute("ROLLBACK TO SAVEPOINT import_row")
+            result.refuse(n, item["type"], str(exc))
+        except Exception as exc:
+            if not any(c.__name__ in _ROW_ERRORS for c in type(exc).__mro__):
+                raise
+            db.execute("ROLLBACK TO SAVEPOINT import_row")
+            result.refuse(n, item["type"], f"the store refused the row ({type(exc).__name__})")
+        db.execute("RELEASE SAVEPOINT import_row")
 
 
-def _episode(db: Db, n: int, item: dict[str, Any], *, provider: str, now: str, forget: Forget,
+def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, forget: Forget,
+               result: ImportResult) -> None:
+    kind, row = item["type"], item["row"]
+    match kind:
+        case "run":
+            values = _values(row, _RUN)
+            if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", values[:2]).fetchone():
+                result.count(result.present, kind)
+                return
+            text = item.get("text")
+            record_id = None if text is None else db.execute(
+                "INSERT INTO run_records (record) VALUES (?) RETURNING id", [text]).fetchone()[0]
+            db.execute(f"INSERT INTO runs ({', '.join(_RUN)}, record_id) VALUES ({', '.join('?' * len(_RUN))}, ?)",
+                       [*values, record_id])
+            result.count(result.added, kind)
+        case "run_path":
+            done = db.execute(f"INSERT INTO run_paths ({', '.join(_RUN_PATH)}) VALUES (?,?,?,?)"
+                              " ON CONFLICT DO NOTHING RETURNING 1", _values(row, _RUN_PATH)).fetchone()
+            result.count(result.added if done else result.present, kind)
+        case "episode":
+            _episode(db, item, provider=provider, now=now, forget=forget, result=result)
+        case "index":
+            values = _values(row, _INDEX)
+            if values[0] == provider == "builtin":
+                return  # the built-in provider's documents are rebuilt by recording (the episode's queue)
+            held = db.execute("SELECT scope FROM episodes WHERE episode_id = ?", [values[2]]).fetchone()
+            if held is None:
+                raise RowRefused(f"no episode {values[2]} in the store or before this line")
+            values[3] = held[0]  # the episode's scope, never the file's
+            done = db.execute(f"INSERT INTO memory_index ({', '.join(_INDEX)}) VALUES (?,?,?,?,?,?)"
+                              " ON CONFLICT DO NOTHING RETURNING 1", values).fetchone()
+            if done and values[0] == provider:
+                # the provider holds this episode already: no record of it is needed
+                db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
+                           [provider, values[2]])
+            result.count(result.added if done else result.present, kind)
+        case "fact":
+            values = dict(zip(_FACT, _values(row, _FACT), strict=True))
+            if db.execute("SELECT 1 FROM facts WHERE id = ?", [values["id"]]).fetchone():
+                result.count(result.present, kind)
+                return
+            db.dialect.upsert_fact(db, fact_id=values["id"], scope=values["scope"], text=values["text"],
+                                   confidence=float(values["confidence"]), status=values["status"],
+                                   at=values["created_at"])
+            db.execute("UPDATE facts SET updated_at = ? WHERE id = ?", [values["updated_at"], values["id"]])
+            result.count(result.added, kind)
+        case other:
+            raise RowRefused(f"unknown type {str(other)[:32]!r}")
+
+
+def _episode(db: Db, item: dict[str, Any], *, provider: str, now: str, forget: Forget,
              result: ImportResult) -> None:
-    values = dict(zip(_EPISODE, _values(n, item["row"], _EPISODE), strict=True))
+    values = dict(zip(_EPISODE, _values(item["row"], _EPISODE), strict=True))
     gone = values["forgotten_at"] is not None
     kind = "tombstone" if gone else "episode"
     held = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [values["episode_id"]]).fetchone()
@@ -272,45 +347,60 @@ def _episode(db: Db, n: int, item: dict[str, Any], *, provider: str, now: str, f
         result.queued += 1
 
 
-async def import_lines(store: Store, lines: Iterable[str], *, provider: str, forget: Forget,
+async def import_lines(store: Store, lines: Iterable[str | Oversized], *, provider: str, forget: Forget,
+                       check: Check, limit: int,
                        progress: Callable[[int], None] = lambda n: None,
                        now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> ImportResult:
-    """Import an export (its lines, header first) into `store` for `provider` (the target daemon's
-    configured provider); raises PortableError naming the first line it cannot read. Batches of BATCH
-    lines, one transaction each; a file without its end line is refused once read to its end (what
-    came before stays: importing the whole file again is safe)."""
+    """Import an export (its lines, header first; `read_lines` gives them) into `store` for `provider`
+    (the target daemon's configured provider). Each line is parsed and `check`ed; one that fails is
+    refused (`ImportResult.refused`: its number, type and reason) and the import goes on. Raises
+    PortableError for a file it cannot read at all (no header, another version); a file without its
+    end line is imported as far as it goes and marked `cut_short`. Batches of BATCH lines, one transaction each (what came before
+    a failure stays: importing the whole file again is safe)."""
     result = ImportResult()
     stamp = iso(now())
     it = iter(lines)
     first = next(it, None)
     if first is None:
         raise PortableError("the file is empty")
+    if isinstance(first, Oversized):
+        raise PortableError(f"line 1 is {first.size} characters: not a {FORMAT} header")
     result.header = read_header(first)
     batch: list[tuple[int, dict[str, Any]]] = []
     ended = False
     done = 0
+
+    async def flush(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        nonlocal done
+        await store.write(lambda db: _write_batch(db, batch, provider=provider, now=stamp, forget=forget,
+                                                  result=result))
+        done += len(batch)
+        progress(done)
+
     for n, line in enumerate(it, start=2):
+        if isinstance(line, Oversized):
+            result.refuse(n, None, f"the line is {line.size} characters; the limit is {limit}")
+            continue
         if not line.strip():
             continue
         if ended:
             raise PortableError(f"line {n} follows the end line")
-        item = _parse(n, line)
-        if item["type"] == "end":
-            ended = True
+        kind = None
+        try:
+            item = _parse(line)
+            kind = item["type"]
+            if kind == "end":
+                ended = True
+                continue
+            item = check(item)
+        except RowRefused as exc:
+            result.refuse(n, kind if kind is None else str(kind)[:32], str(exc))
             continue
         batch.append((n, item))
         if len(batch) >= BATCH:
-            await store.write(lambda db, b=batch: _write_batch(db, b, provider=provider, now=stamp, forget=forget,
-                                                               result=result))
-            done += len(batch)
-            progress(done)
+            await flush(batch)
             batch = []
     if batch:
-        await store.write(lambda db, b=batch: _write_batch(db, b, provider=provider, now=stamp, forget=forget,
-                                                           result=result))
-        done += len(batch)
-        progress(done)
-    if not ended:
-        raise PortableError("the file ends before its end line: it was cut short (what it held is imported; "
-                            "import the whole file again)")
+        await flush(batch)
+    result.cut_short = not ended
     return result
