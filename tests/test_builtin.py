@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import mcp.types as t
 import pytest
 import trio
 
@@ -16,8 +18,10 @@ from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
+from memactors.store.sqlite import _connect
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
-from support import run_record, wait_ready, within
+from support import RESIDENT, run_record, serving, wait_ready, within
+from support_readside import as_run, gateway_client
 
 pytestmark = pytest.mark.req11
 
@@ -223,7 +227,8 @@ async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         assert ok["degraded"] is None
         assert [e["episode_id"] for e in ok["episodes"]] == [result["episode_id"]]
         fake.behaviour.embed_status = 503
-        fallback = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
+        # A query not asked before (a repeated one has its vector cached and needs no model).
+        fallback = await memory.recall(query="rounding ledger", repo="forge.example/acme/api")
         assert fallback["degraded"] == "embeddings_unavailable"
         assert [e["episode_id"] for e in fallback["episodes"]] == [result["episode_id"]]
 
@@ -494,3 +499,76 @@ async def test_issue32_sqlite_scores_its_hits_for_the_fusion(
     """SQLite: BM25 (negated FTS5 rank) and sqlite-vec's cosine similarity (1 − distance). PostgreSQL
     with pgvector: `test_store_pg.py::test_issue32_postgresql_scores_its_hits_for_the_fusion`."""
     await _scored_hits(store, embed_client)
+
+
+async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
+        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+    """The query's vector is cached by model and text: the same question through the gateway a second
+    time (another run's agent, even) is answered alike with no embedding request; a new one makes one."""
+    holder = make_holder(RESIDENT + f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    async with serving(holder) as (memory, url):
+        for i, text in enumerate(("ledger rounding fixed", "invoice totals rounded in the ledger")):
+            await memory.ingest_run(run_record(run_id=str(i + 1), trace_id=f"t-{i}", result_text=text))
+        assert await memory.builtin.wait_embedded() == 0
+        documents = []
+        for run in ("100", "101"):
+            token, _ = await as_run(memory, "api-fixer", run, "forge.example/acme/api")
+            before = len(fake.requests_to("/v1/embeddings"))
+            async with gateway_client(url, token) as client:
+                result = await client.call_tool("recall", {"query": "ledger rounding", "limit": 5})
+            assert not result.is_error
+            text = "".join(c.text for c in result.content if isinstance(c, t.TextContent))
+            documents.append(re.findall(r"^- episode · .*?· run (\w+)", text, re.M))
+            model_runs = len(fake.requests_to("/v1/embeddings")) - before
+            assert model_runs == (1 if run == "100" else 0)
+        assert documents[0] == documents[1] and documents[0]
+        async with gateway_client(url, token) as client:
+            assert not (await client.call_tool("recall", {"query": "invoice totals", "limit": 5})).is_error
+        assert len(fake.requests_to("/v1/embeddings")) - before == 1  # a new question is embedded
+
+
+def _old_vec_table(path: Path) -> int:
+    """Rebuild a store's `builtin_vec` as stores made before VEC_CHUNK have it (vec0's default chunk of
+    1024 vectors per scope); the bytes its vectors then take."""
+    db = _connect(path)
+    try:
+        dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
+        db.execute("BEGIN")
+        rows = db.execute("SELECT doc_id, scope, embedding FROM builtin_vec").fetchall()
+        db.execute("DROP TABLE builtin_vec")
+        db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
+                   f" scope TEXT PARTITION KEY, embedding float[{dim}] distance_metric=cosine)")
+        db.execute("DELETE FROM builtin_meta WHERE key = 'vec_chunk'")
+        for row in rows:
+            db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", list(row))
+        db.execute("COMMIT")
+        return _vector_bytes(db)
+    finally:
+        db.conn.close()
+
+
+def _vector_bytes(db: Any) -> int:
+    return int(db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'builtin_vec%'").fetchone()[0])
+
+
+async def test_a_store_made_with_vec0s_default_chunks_is_compacted_at_start_with_its_vectors_kept(
+        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+    holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        for i, text in enumerate(("ledger rounding fixed", "invoice page rounding")):
+            await memory.ingest_run(run_record(run_id=str(i + 1), trace_id=f"t-{i}", result_text=text))
+        assert await memory.builtin.wait_embedded() == 0
+        before = await memory.recall(query="rounding", repo="forge.example/acme/api")
+        path = memory.store.path
+    old_bytes = _old_vec_table(path)
+    requests = len(fake.requests_to("/v1/embeddings"))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        status = await memory.builtin.vector_status()
+        assert status["with_vector"] == 2 and status["pending"] == 0  # kept, not back-filled again
+        after = await memory.recall(query="rounding", repo="forge.example/acme/api")
+        assert after["episodes"] == before["episodes"] and after["episodes"]
+        new_bytes = await memory.store.read(_vector_bytes)
+    assert len(fake.requests_to("/v1/embeddings")) == requests + 1  # the recall's query only
+    assert new_bytes < old_bytes / 4, (old_bytes, new_bytes)

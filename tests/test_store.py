@@ -147,3 +147,28 @@ async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_t
     assert not {"text", "body"} & set(columns["episodes"]) and "record" not in columns["runs"]
     assert body == episode_json(ep) and moved == record
     assert stored_copy(body)[1] == render_text(ep)
+
+
+async def test_a_bulk_write_leaves_no_wal_at_its_high_water_mark(tmp_path: Path) -> None:
+    """One big transaction (a bulk ingest) grows the WAL past WAL_SIZE_LIMIT; once checkpointed and
+    reused by the next writes it is truncated back, not kept at tens of MB for the daemon's life."""
+    from memactors.store.sqlite import WAL_SIZE_LIMIT
+
+    path = tmp_path / "memactors.db"
+    store = await open_store(path)
+    wal = path.with_name(path.name + "-wal")
+    try:
+        text = "x" * 20_000
+
+        def bulk(db: sqlite_utils.Database) -> None:
+            for i in range(3 * WAL_SIZE_LIMIT // len(text)):
+                db.execute("INSERT INTO builtin_meta (key, value) VALUES (?, ?)", [f"bulk{i}", text])
+
+        await store.write(bulk)
+        assert wal.stat().st_size > 2 * WAL_SIZE_LIMIT
+        for _ in range(3):
+            await store.write(lambda db: db.execute(
+                "INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('small', 'write')"))
+        assert wal.stat().st_size <= WAL_SIZE_LIMIT
+    finally:
+        store.close()

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -117,6 +118,9 @@ EMBED_BATCH = 16
 EMBED_RETRY_SECONDS = 30.0
 #: Default deadline for embedding a query; the service passes half of provider_timeout.
 QUERY_EMBED_DEADLINE = 1.0
+#: Query vectors kept (least recently used out first): an agent asking the same question again, or
+#: several agents asking the same one, costs no model run. ~3 KB a vector at 384 dimensions.
+QUERY_VECTORS_CACHED = 256
 
 Embedder = Callable[[Sequence[str]], Awaitable[list[list[float]]]]
 
@@ -267,6 +271,8 @@ class BuiltinProvider:
                                             "last_error": None, "running": False}
         self._wake: trio.Event | None = None
         self._pass_done: trio.Event | None = None
+        #: Query vectors by (model, text sent to the model), most recently used last.
+        self._query_vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
 
     @property
     def hybrid(self) -> bool:
@@ -478,8 +484,16 @@ class BuiltinProvider:
             return fuse(db, text_ranking(db), [])
 
         degraded: str | None = None
+        known = self._cached_query_vector(query) if hybrid else None
         if not hybrid:  # one read transaction, one worker-thread hop
             ranked = await self.store.read(text_only)
+        elif known is not None:  # a query embedded before: both rankings and the fusion in one hop
+
+            def both(db: Any, vector: list[float] = known) -> list[tuple[str, str, float]]:
+                text = text_ranking(db)
+                return fuse(db, text, index.knn(db, vector, scopes))
+
+            ranked = await self.store.read(both)
         else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
             text: list[Hit] = []
             vector: list[float] | None = None
@@ -508,12 +522,26 @@ class BuiltinProvider:
             out["degraded"] = degraded
         return out
 
+    def _cached_query_vector(self, query: str) -> list[float] | None:
+        """The vector of ``query`` if it was embedded before by this model (and is still cached)."""
+        key = (self.embedding_model, query[:EMBED_INPUT_CHARS])
+        vector = self._query_vectors.get(key)
+        if vector is not None:
+            self._query_vectors.move_to_end(key)
+        return vector
+
     async def _embed_query(self, query: str) -> list[float] | None:
-        """The query's vector, or None when it cannot be had within the query deadline."""
+        """The query's vector, or None when it cannot be had within the query deadline. Kept in a
+        bounded cache keyed by model and text (`QUERY_VECTORS_CACHED`); a failure is not cached."""
         assert self.query_embedder is not None
+        text = query[:EMBED_INPUT_CHARS]
         with trio.move_on_after(self.query_embed_deadline):
             try:
-                return (await self.query_embedder([query[:EMBED_INPUT_CHARS]]))[0]
+                vector = (await self.query_embedder([text]))[0]
+                self._query_vectors[(self.embedding_model, text)] = vector
+                while len(self._query_vectors) > QUERY_VECTORS_CACHED:
+                    self._query_vectors.popitem(last=False)
+                return vector
             except MemactorsError as exc:
                 _log.bind(error=type(exc).__name__).warning("query not embedded; answering from the text index")
                 return None

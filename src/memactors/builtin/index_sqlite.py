@@ -6,8 +6,8 @@ PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
   stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
   the briefing order, the path candidates);
 * `builtin_vec`, a sqlite-vec `vec0` table (one float32 embedding per episode, partitioned by scope,
-  cosine distance), created once the embedding dimension is known and rebuilt empty when the model or
-  dimension changes; embeddings cached by content in `builtin_embed_cache`.
+  cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known and
+  rebuilt empty when the model or dimension changes; embeddings cached by content in `builtin_embed_cache`.
 
 The flow over them (record, embed, recall with REQ-11's fusion, forget) is `builtin.BuiltinProvider`'s.
 """
@@ -75,6 +75,20 @@ def vec_exists(db: sqlite_utils.Database) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
 
 
+#: Vectors per `vec0` chunk. vec0 allocates a whole chunk per partition (scope) up front, and its
+#: default (1024) left a store of 50 repositories of ~200 episodes each with 80 % of its vector bytes
+#: empty (7.9 KB per episode where a 384-float vector is 1.5 KB; docs/benchmarks.md, "Bytes per
+#: episode"). A smaller chunk wastes less and is read faster by the scope's brute-force KNN.
+VEC_CHUNK = 128
+
+
+def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
+               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine,"
+               f" chunk_size={VEC_CHUNK})")
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?)", [str(VEC_CHUNK)])
+
+
 def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
     """Create `builtin_vec` for (model, dim), or rebuild it empty when either changed."""
     meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
@@ -83,10 +97,25 @@ def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
         return
     if exists:
         db.execute("DROP TABLE builtin_vec")
-    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine)")
+    _create_vec_table(db, dim)
     db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
                [model, str(dim)])
+
+
+def compact_vec_table(db: sqlite_utils.Database) -> bool:
+    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`) with its vectors kept,
+    in the caller's write transaction; whether it did. Run once at start (`check_vectors`)."""
+    if not vec_exists(db):
+        return False
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_dim', 'vec_chunk')").fetchall())
+    if meta.get("vec_chunk") == str(VEC_CHUNK) or meta.get("vec_dim") is None:
+        return False
+    db.execute("CREATE TEMP TABLE builtin_vec_move AS SELECT doc_id, scope, embedding FROM builtin_vec")
+    db.execute("DROP TABLE builtin_vec")
+    _create_vec_table(db, int(meta["vec_dim"]))
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) SELECT doc_id, scope, embedding FROM builtin_vec_move")
+    db.execute("DROP TABLE temp.builtin_vec_move")
+    return True
 
 
 def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str,
@@ -210,6 +239,7 @@ class SqliteIndex:
 
     @staticmethod
     def check_vectors(db: sqlite_utils.Database, model: str) -> bool:
+        compact_vec_table(db)
         return True
 
 

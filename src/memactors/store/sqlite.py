@@ -394,6 +394,10 @@ def store_damaged(path: Path, exc: BaseException) -> StoreDamaged:
                         "backup or move it aside")
 
 
+#: Bytes the WAL is truncated back to after a checkpoint (`PRAGMA journal_size_limit`).
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+
+
 def _connect(path: Path) -> SqliteDb:
     conn = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
     # sqlite-vec on every connection: the built-in provider's vec0 table lives in this file (REQ-11).
@@ -408,6 +412,10 @@ def _connect(path: Path) -> SqliteDb:
     # a 4 KiB page unused; at 8 KiB the store is ~15 % smaller for the same rows (docs/benchmarks.md).
     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
     conn.execute("PRAGMA journal_mode = WAL")
+    # A WAL is reused from its start after a checkpoint but never shrinks on its own: one bulk ingest
+    # (a transaction of thousands of episodes) left it at its high-water mark (tens of MB) for the
+    # life of the daemon. With a limit SQLite truncates it back when it next resets it.
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute("PRAGMA synchronous = NORMAL")
