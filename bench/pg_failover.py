@@ -10,7 +10,8 @@ streaming standby (`pg_basebackup -R`), one memory service on the libpq multi-ho
 * **failover**: ingests one after another and an agent's recall every 50 ms; the primary is killed -9,
   and the standby promoted `--promote-after` seconds later (what a failover manager's detection takes:
   set it to yours). Time from the primary's death to the first acknowledged ingest on the new primary,
-  and from the promotion to it (memactors' own share); the recalls answered during the switch, how many
+  and from the promotion to it (memactors' own share); from the promotion to the first recall served in
+  full (not degraded: the built-in provider's breaker must not hold it, issue 45); the recalls answered during the switch, how many
   degraded (``store_unavailable``) and how many failed (none should: they degrade); the slowest of them.
 * **throughput**: IngestRun with 8 concurrent callers on the primary, synchronous replication
   (``synchronous_standby_names = '*'``, ``synchronous_commit = on``) against asynchronous
@@ -74,9 +75,10 @@ async def one_failover(home: Path, promote_after: float) -> dict[str, Any]:
             view = await view_for(memory)
             for n in range(20):  # warm: every pool has its connections
                 await memory.ingest_run(record(f"warm-{n}"))
-            killed = dead = promoted = first_ack = None
+            killed = dead = promoted = first_ack = first_full = None
             recalls: list[tuple[float, float, str]] = []  # (started, seconds, outcome)
             stop = trio.Event()
+            acked, served = trio.Event(), trio.Event()
 
             async def ingest() -> None:
                 nonlocal first_ack
@@ -92,9 +94,11 @@ async def one_failover(home: Path, promote_after: float) -> dict[str, Any]:
                     # the first ingest sent once the primary was gone (one in flight may have committed before)
                     if dead is not None and sent >= dead and first_ack is None:
                         first_ack = time.monotonic()
-                        stop.set()
+                        acked.set()
+                        return
 
             async def recall() -> None:
+                nonlocal first_full
                 while not stop.is_set():
                     start = time.monotonic()
                     try:
@@ -103,6 +107,11 @@ async def one_failover(home: Path, promote_after: float) -> dict[str, Any]:
                     except Exception:  # ok: counted as failed
                         outcome = "failed"
                     recalls.append((start, time.monotonic() - start, outcome))
+                    # the first recall served in full that was sent after the promotion (issue 45)
+                    if outcome == "ok" and promoted is not None and start >= promoted and first_full is None:
+                        first_full = time.monotonic()
+                        served.set()
+                        return
                     await trio.sleep(0.05)
 
             async with trio.open_nursery() as nursery:
@@ -116,9 +125,12 @@ async def one_failover(home: Path, promote_after: float) -> dict[str, Any]:
                 await trio.to_thread.run_sync(standby.promote)
                 promoted = time.monotonic()
                 with trio.fail_after(120):
-                    await stop.wait()
+                    await acked.wait()
+                    await served.wait()
+                stop.set()
         during = [r for r in recalls if killed <= r[0] <= (first_ack or 0)]
         return {"death_to_ack_s": first_ack - killed, "promote_to_ack_s": first_ack - promoted,  # type: ignore[operator]
+                "promote_to_full_recall_s": first_full - promoted,  # type: ignore[operator]
                 "recalls": len(during), "degraded": sum(r[2] == "degraded" for r in during),
                 "failed": sum(r[2] == "failed" for r in during),
                 "slowest_recall_s": max((r[1] for r in during), default=0.0)}
@@ -184,6 +196,8 @@ async def main() -> None:
         return
     print(f"primary death -> first acknowledged ingest on the new primary: {median['death_to_ack_s']:.2f} s "
           f"(promotion after {args.promote_after:.1f} s; from the promotion: {median['promote_to_ack_s']:.2f} s)")
+    print(f"promotion -> first recall served in full: {median['promote_to_full_recall_s']:.2f} s "
+          f"(slowest round {max(r['promote_to_full_recall_s'] for r in rounds):.2f} s)")
     print(f"recalls during the switch: {median['recalls']:.0f}, degraded {median['degraded']:.0f}, failed "
           f"{median['failed']:.0f}, slowest {median['slowest_recall_s']:.2f} s (provider_timeout 1 s)")
     print(f"ingest, 8 callers: synchronous replication {summary['ingest_per_s_sync_median']:.0f}/s, "

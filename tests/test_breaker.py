@@ -98,3 +98,27 @@ async def test_a_custom_base_open_time_is_used_from_the_first_opening(autojump_c
     _fail(breaker, 5)
     await trio.sleep(2.0)
     assert breaker.allow()
+
+
+async def test_the_built_in_providers_open_breaker_half_opens_as_soon_as_the_store_is_back(
+        make_holder, trio_clock: trio.testing.MockClock) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: after a PostgreSQL failover the built-in provider's breaker, opened by calls that failed
+    during the switch, kept recall degraded for its 30 s open time. The store answering again (its
+    `recoveries` count, which PgStore bumps when a call succeeds after an outage) makes the next call the
+    half-open probe at once: no trio time passes here, so only that signal can close it."""
+    from memactors.service import open_memory_service
+    from support import run_record, wait_ready
+
+    async with open_memory_service(make_holder("")) as memory:
+        await wait_ready(memory)
+        await memory.ingest_run(run_record(run_id="a", result_text="fixed the ledger rounding"))
+        trio_clock.rate = 0.0  # the breaker's 30 s never pass
+        breaker = memory.session.breaker
+        _fail(breaker, 5)  # as calls that timed out before the store was known down
+        degraded = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
+        assert degraded["degraded"] == "provider_unavailable" and breaker.state == "open"
+        memory.store.recoveries += 1  # the store is back
+        served = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
+        assert served["degraded"] is None and served["episodes"], served
+        assert breaker.state == "closed"
+        trio_clock.rate = 1.0

@@ -1,6 +1,7 @@
 """Issue 34, "no command hangs forever": every CLI connection attempt has one total deadline, handshake
 included. Against a listener that accepts and closes, and one that accepts and never answers, `runs
-ingest` (the trio client) and `memory status` (the standard-library client) end with exit 3 and one line.
+ingest` and `import git` (the trio client) and `memory status` (the standard-library client) end with
+exit 3 and one line; a listener that closes is told apart at once ("broke off"), not after 30 s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from support import example, write_config
+from support_codex import git_repo
 
 
 @contextmanager
@@ -69,12 +71,13 @@ def _env(tmp_path: Path, port: int) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("behaviour", ["close", "silent"])
-@pytest.mark.parametrize("command", ["ingest", "status"])
+@pytest.mark.parametrize("command", ["ingest", "status", "import git"])
 def test_a_cli_command_against_a_listener_that_breaks_the_handshake_exits_3_with_one_line(
         tmp_path: Path, behaviour: str, command: str) -> None:
     record = tmp_path / "run.json"
     record.write_text(json.dumps(example("run-42-api-fixer.json")), encoding="utf-8")
-    args = ["runs", "ingest", str(record)] if command == "ingest" else ["memory", "status"]
+    args = {"ingest": ["runs", "ingest", str(record)], "status": ["memory", "status"],
+            "import git": ["import", "git", "--repo", str(git_repo(tmp_path / "repo"))]}[command]
     with _listener(behaviour) as port:
         # timeout: a hang guard only (before issue 34 `runs ingest` never ended here)
         done = subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=_env(tmp_path, port),
@@ -84,3 +87,7 @@ def test_a_cli_command_against_a_listener_that_breaks_the_handshake_exits_3_with
     assert len(lines) == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"127.0.0.1:{port}" in lines[0]
+    if behaviour == "close":
+        # A peer that hangs up is the answer at once (issue 45: `runs ingest` and `import git` waited out
+        # their 30 s connect deadline for it; the standard-library client never did).
+        assert "broke off" in lines[0] and "within 30 s" not in lines[0], lines[0]

@@ -265,7 +265,7 @@ DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
 #: read or write the store itself (tests/test_store_export.py, tests/test_store_backup.py); `service` writes
 #: a service manager's file (tests/test_service_cli.py).
 OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate",
-           "store export", "store import", "store backup", "store restore",
+           "store export", "store import", "store backup", "store restore", "store check",
            "service install", "service uninstall", "service status"}
 
 

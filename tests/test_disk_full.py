@@ -136,3 +136,26 @@ def test_disk_full_errors_are_recognised_through_their_chain(tmp_path: Path) -> 
     assert full.__cause__ is not None
     health.succeeded()
     assert health.snapshot()["writable"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount(), reason="mounting a tmpfs needs root (the test machines run as root)")
+def test_a_restart_on_a_full_disk_says_disk_full_and_the_intact_store_serves_once_space_is_back(
+        tmp_path: Path) -> None:
+    record = tmp_path / "a.json"
+    record.write_text(json.dumps(run_record(run_id="a")))
+    with small_tmpfs(tmp_path / "state") as state:
+        with daemon_process(tmp_path) as daemon:
+            assert cli(daemon, "runs", "ingest", str(record)).returncode == 0
+        filler = fill(state)
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-m", "memactors.cli", "serve"], env=daemon.env,
+                                  capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+            said = done.stdout + done.stderr
+            assert done.returncode == EXIT_RESOURCE, said[-3000:]
+            assert "Traceback" not in said and "damaged" not in said and "restore" not in said, said[-3000:]
+            assert f"memactors: disk full: cannot start on {state}" in said and "0 bytes free" in said, said[-3000:]
+        filler.unlink()
+        with daemon_process(tmp_path) as daemon:
+            shown = cli(daemon, "memory", "episodes", "--json")
+            assert shown.returncode == 0 and '"a"' in shown.stdout, shown.stderr

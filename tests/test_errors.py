@@ -138,3 +138,35 @@ async def test_a_failed_summary_names_its_episode(make_holder) -> None:  # type:
                 result = await memory.ingest_run(example("run-42-api-fixer.json"))
     [line] = [r["extra"] for r in logs.matching("episode summary") if r["extra"].get("outcome") == "fallback"]
     assert line["episode"] == result["episode_id"] and line["reason"] == "error"
+
+
+@pytest.mark.errors
+async def test_many_queued_records_failing_the_same_way_log_one_line_per_interval_with_the_count(  # type: ignore[no-untyped-def]
+        tmp_path: Path, make_holder, trio_clock: trio.testing.MockClock) -> None:
+    """Issue 45: during a store failover the retention loop logged one WARNING per queued record per retry
+    (6,580 lines in 29 s). A failure repeated by many records is one line per RETRY_LOG_SECONDS of trio
+    time, the next one carrying how many were folded into it."""
+    from memactors.actors.retention import RETRY_LOG_SECONDS
+
+    control = tmp_path / "modes"
+    records: list[dict[str, object]] = []
+    sink = logger.add(lambda m: records.append({"message": m.record["message"], **m.record["extra"]}), level="DEBUG")
+    try:
+        async with open_memory_service(make_holder(_zep(tmp_path, control))) as memory:
+            await wait_ready(memory)
+            await trio.Path(control).write_text("error")
+            trio_clock.rate = 0.0  # trio time stands still while 12 records fail: one interval
+            for n in range(12):
+                result = await memory.ingest_run({**example("run-42-api-fixer.json"), "run_id": f"r{n}"})
+                assert result["outcome"] == "queued"
+            first = [r for r in records if r["message"] == "episode record failed"]
+            trio_clock.jump(RETRY_LOG_SECONDS)
+            await memory.ingest_run({**example("run-42-api-fixer.json"), "run_id": "after"})
+            trio_clock.rate = 1.0
+    finally:
+        logger.remove(sink)
+    kinds = [(r["error"], r["state"]) for r in first]
+    # One line per kind of failure (the provider's error, then its breaker open), not one per record.
+    assert len(kinds) == len(set(kinds)) <= 2, kinds
+    later = [r for r in records if r["message"] == "episode record failed"][len(first):]
+    assert len(later) == 1 and int(later[0]["suppressed"]) >= 1, later  # type: ignore[call-overload]

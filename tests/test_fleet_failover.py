@@ -309,11 +309,19 @@ async def test_issue28_during_a_failover_recall_degrades_within_provider_timeout
         trio_clock.rate = 1.0
         with pytest.raises(StoreUnavailable):  # refused, not acknowledged, while there is no primary
             await memory.forget(gone["episode_id"])
+        for _ in range(8):  # a canary recalling through the switch: more failed calls than the breaker's 5
+            answer = await memory.agent_recall(view, query="ledger")
+            assert answer.document.degraded is not None
+        # The built-in provider failed only because the store did: no verdict on it (issue 45).
+        assert (await memory.status())["breaker"] == "closed"
 
         await trio.to_thread.run_sync(standby.promote)
         with trio.fail_after(60):  # the pools find the new primary by themselves: no restart
             while not (await memory.status())["store"]["reachable"]:  # noqa: ASYNC110 -- polls the status
                 await trio.sleep(0.2)
+        # The first recall once the store answers is served in full, not degraded for the breaker's 30 s.
+        answer = await memory.agent_recall(view, query="ledger rounding")
+        assert answer.document.degraded is None, answer.document.degraded
         # The operator's retry, on the new primary. Status reads through the read pool; the writer's
         # pool may find the new primary a moment later (its reconnect backoff), so the operator retries
         # what was refused until it is taken (CI saw one refusal at load), never longer than a minute.

@@ -103,3 +103,29 @@ async def test_mcp_client_and_the_raw_handshake_get_the_same_recall_document(
     strip = lambda text: text.split("nonce=")[0]  # noqa: E731 -- each document has its own nonce
     assert [strip(c.text) for c in via_client.content] == [strip(c["text"]) for c in raw["content"]]
     assert via_client.is_error is False and raw["isError"] is False
+
+
+async def test_a_session_answers_only_the_run_token_that_opened_it(served: tuple[MemoryService, str]) -> None:
+    """Issue 45: another run's token with a session's Mcp-Session-Id was served in that session. The
+    session is bound to the token that opened it: any other token is answered 404, as for a session that
+    does not exist (MCP streamable HTTP), and the session goes on serving its own token."""
+    service, url = served
+    mine, _ = await as_run(service, "api-fixer", "r-owner", API)
+    other, _ = await as_run(service, "api-fixer", "r-intruder", API)
+    async with httpx2.AsyncClient(timeout=None, headers=HEADERS) as http:
+        opened = await http.post(url, headers={"authorization": f"Bearer {mine}"}, json=rpc(1, "initialize", {
+            "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}))
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": LEGACY}
+        acked = await http.post(url, json=rpc(None, "notifications/initialized"),
+                                headers={**session, "authorization": f"Bearer {mine}"})
+        assert acked.status_code == 202
+        call = rpc(2, "tools/call", {"name": "recall", "arguments": {"query": "ledger"}})
+        stolen = await http.post(url, json=call, headers={**session, "authorization": f"Bearer {other}"})
+        assert stolen.status_code == 404, stolen.text
+        assert "result" not in stolen.json()
+        ended = await http.delete(url, headers={**session, "authorization": f"Bearer {other}"})
+        assert ended.status_code == 404  # nor may it end the session
+        anonymous = await http.post(url, json=call, headers=session)  # no token: served statelessly, no session
+        assert anonymous.headers.get("mcp-session-id") is None
+        own = await http.post(url, json=call, headers={**session, "authorization": f"Bearer {mine}"})
+        assert own.status_code == 200 and own.json()["result"]["isError"] is False

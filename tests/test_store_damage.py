@@ -2,12 +2,16 @@
 
 * At start, a file that is not a database, or a store path SQLite cannot open or write: `memactors
   serve` prints one line naming the file and the cause and exits 5, no traceback.
+* At start, a store with damaged pages (SQLite's quick_check at open) or a zero-length file: one line naming
+  the file and the commands that check and restore it (`store check`, `store restore`), exit 5, no
+  traceback, never an empty memory begun without a word; `store check` says the same.
 * At run time, garbage pages written into the file under the running daemon: `memactors doctor` and
-  `memactors memory status` fail naming the file (SQLite's quick_check).
+  `memactors memory status` fail naming the file (SQLite's quick_check), never INTERNAL.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +22,7 @@ import trio
 
 from memactors.rpc.transport import connect_rpc
 from support import run_record, write_config
+from support_codex import daemon_process
 from support_daemon import start_daemon
 
 SERVICE = "harness.v1.MemoryService"
@@ -53,7 +58,11 @@ def test_a_store_that_cannot_be_used_at_start_is_one_line_and_exit_5(tmp_path: P
     elif damage == "directory":
         db.mkdir()
     elif damage == "read-only":  # the file cannot be written; the directory can (its WAL, its lock)
-        db.touch()
+        import sqlean
+
+        made = sqlean.connect(str(db))  # a database (a zero-length file is refused as empty: see below)
+        made.execute("CREATE TABLE t (x)")
+        made.close()
         db.chmod(0o400)
         locked = [db] if root else []
     else:  # the state directory itself cannot be created: a file is in its place
@@ -109,9 +118,59 @@ async def test_garbage_pages_written_under_a_running_daemon_make_status_and_doct
         said = (doctor.stdout + doctor.stderr).decode()
         assert str(db) in said and "damaged" in said, said
         status = await cli("memory", "status")
-        assert status.returncode != 0
+        assert status.returncode == 16  # the store cannot write; never INTERNAL (7)
         err = status.stderr.decode()
         assert str(db) in err and "damaged" in err, err
-        assert "Traceback" not in daemon.log_text()
+        as_json = await cli("memory", "status", "--json")
+        assert as_json.returncode == 16 and json.loads(as_json.stdout)["store"]["damaged"] is True
+        assert "Traceback" not in daemon.log_text() and "rpc handler failed" not in daemon.log_text()
     finally:
         await trio.to_thread.run_sync(daemon.stop)
+
+
+def _store_with_episodes(tmp_path: Path) -> Path:
+    """A store a daemon wrote (40 episodes), the daemon stopped: its memactors.db."""
+    records = tmp_path / "records"
+    records.mkdir()
+    for i in range(40):
+        (records / f"r{i}.json").write_text(json.dumps(run_record(run_id=f"d{i}", summary="ledger " * 200)),
+                                            encoding="utf-8")
+    with daemon_process(tmp_path) as daemon:
+        done = daemon.cli("runs", "ingest", str(records))
+        assert done.returncode == 0 and "40 recorded" in done.stdout, done.stdout + done.stderr
+    return tmp_path / "state" / "memactors.db"
+
+
+def _check(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HARNESS_CONFIG": str(tmp_path / "harness.toml"), "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "memactors.cli", "store", "check", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["damaged pages", "zero bytes"])
+def test_a_damaged_or_emptied_store_stops_the_start_naming_the_file_and_the_commands_to_recover(
+        tmp_path: Path, damage: str) -> None:
+    db = _store_with_episodes(tmp_path)
+    healthy = _check(tmp_path)
+    assert healthy.returncode == 0 and json.loads(healthy.stdout)["ok"] is True, healthy.stderr
+    if damage == "damaged pages":
+        with db.open("r+b") as f:  # three garbage pages in the middle of the file
+            for page in (2, 3, 4):
+                f.seek(page * 8192)
+                f.write(os.urandom(8192))
+    else:
+        db.write_bytes(b"")
+    for _ in range(2):  # the same on every start: never an empty store begun, never a crash loop
+        done = _serve(tmp_path)
+        assert done.returncode == 5, (done.returncode, done.stderr[-3000:])
+        assert "Traceback" not in done.stdout + done.stderr
+        [line] = _error_lines(done)
+        assert str(db) in line and "`memactors store restore BACKUP`" in line, line
+        assert ("is damaged (quick_check:" in line and "`memactors store check`" in line if damage == "damaged pages"
+                else "is empty (0 bytes)" in line)
+    assert db.stat().st_size == (0 if damage == "zero bytes" else db.stat().st_size)
+    checked = _check(tmp_path)
+    assert checked.returncode == 1, checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["path"] == str(db) and report["ok"] is False

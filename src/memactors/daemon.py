@@ -35,6 +35,7 @@ from .rpc.methods import operator_methods
 from .rpc.transport import ensure_tokens, serve_rpc
 from .service import open_memory_service
 from .store import private_dir
+from .store.health import disk_full_at_start
 
 DAEMON_FILE = "daemon.json"
 LOCK_FILE = "daemon.lock"
@@ -106,8 +107,15 @@ def lock_state_dir(state_dir: Path) -> int:
         os.close(fd)
         raise ConfigError(f"state directory {state_dir} is in use by another memactors daemon (pid {holder})",
                           key="[store] path", value=str(state_dir)) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        full = disk_full_at_start(state_dir, exc)
+        if full is not None:
+            raise full from None
+        raise StoreDamaged(f"state directory {state_dir} cannot be used: {exc.strerror or exc}") from None
     return fd
 
 
@@ -157,6 +165,13 @@ async def run_daemon(
                 lock = await trio.to_thread.run_sync(lock_state_dir, state_dir)
                 try:
                     await _serve(holder, state_dir, announce, task_status, control)
+                except Exception as exc:  # ok: re-raised as it is unless the disk is full
+                    # Any start-up step (tokens, daemon.json, the store, its WAL) can meet a full disk:
+                    # one line saying so, exit 8, never "damaged" or a traceback (issue 45).
+                    full = disk_full_at_start(state_dir, exc)
+                    if full is None:
+                        raise
+                    raise full from None
                 finally:
                     os.close(lock)  # releases the flock
                 nursery.cancel_scope.cancel()  # served and stopped: the signal and reload tasks end too

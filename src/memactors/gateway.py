@@ -20,6 +20,7 @@ daemon's memory and lock a token holder out.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from functools import partial
@@ -29,6 +30,8 @@ import mcp.types as t
 import trio
 from loguru import logger
 from mcp.server import Server
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -290,6 +293,10 @@ class BearerGate:
             await self._refuse(scope, send, "malformed",
                                "the Authorization header must be 'Bearer <run token>'")
             return
+        # The MCP session a token opens is bound to it: the SDK compares this principal with its creator's
+        # on every request naming the session, and answers another token 404 as for an unknown session
+        # (issue 45). The principal is the token's digest: the token itself is kept nowhere.
+        scope["user"] = _principal(token)
         try:
             view = await self._service.caller_view(token)
         except StoreUnavailable as exc:
@@ -325,6 +332,12 @@ class BearerGate:
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", b'Bearer realm="memactors", error="invalid_token"')]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _principal(token: str) -> AuthenticatedUser:
+    """The MCP SDK's user for a run token: a principal that is the token's SHA-256, nothing else."""
+    digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+    return AuthenticatedUser(AccessToken(token=digest, client_id=f"run-token:{digest}", scopes=[]))
 
 
 #: Sessions of token holders: the SDK's limits (a token is minted per run by the operator, so only the

@@ -340,9 +340,15 @@ class Briefing:
             try:
                 return await self._store.read(local), True
             except StoreUnavailable as exc:
-                self._log.bind(error=exc.message).warning("local reads degraded: store unavailable")
+                # Every recall during a store outage: one line per 10 s, the count folded in (issue 45).
+                suppressed = self._degraded_lines.allow("local store unavailable")
+                if suppressed is not None:
+                    self._log.bind(error=exc.message, suppressed=suppressed).warning(
+                        "local reads degraded: store unavailable")
                 return fallback, False
-        self._log.warning("local reads degraded: store did not answer in time")
+        suppressed = self._degraded_lines.allow("local store slow")
+        if suppressed is not None:
+            self._log.bind(suppressed=suppressed).warning("local reads degraded: store did not answer in time")
         return fallback, False
 
     # -- recall (REQ-12, REQ-13, REQ-17) -----------------------------------------------------------

@@ -157,6 +157,10 @@ class ProviderSession:
         self._standby_ok = True  # false once a spare exited before use: this provider cannot run twice
         self._spare_starting = False
         self._log = logger.bind(actor="provider_session", provider=provider)
+        #: The provider runs in this process on the daemon's store (the built-in one): its failures while
+        #: the store is unreachable are the store's, and the store coming back half-opens its breaker.
+        self._in_process = False
+        self._store_recoveries = store.recoveries
 
     @property
     def mailbox(self) -> Mailbox[Any]:
@@ -244,6 +248,7 @@ class ProviderSession:
 
     def _transport(self) -> Target:
         target = self._target()
+        self._in_process = not isinstance(target, (mcp.StdioServerParameters, str))
         if isinstance(target, mcp.StdioServerParameters):
             return self._stdio(target)
         return target
@@ -458,6 +463,12 @@ class ProviderSession:
             raise ProviderIncompatible("provider is incompatible", provider=self.provider, tool=call.tool)
         if client is None or self._state != "ready":
             raise ProviderUnavailable(f"provider is {self._state}", provider=self.provider, tool=call.tool)
+        if self._in_process and self._store.recoveries != self._store_recoveries:
+            # The store is back (a PostgreSQL failover ended): the built-in provider failed only because
+            # the store did, so this call is the half-open probe now, not after the open time (30 s):
+            # the first recall after the promotion succeeds (docs/fleet.md).
+            self._store_recoveries = self._store.recoveries
+            self.breaker.probe_now()
         if not self.breaker.allow():
             raise ProviderUnavailable("provider breaker is open", provider=self.provider, tool=call.tool)
         deadline = call.deadline
@@ -484,6 +495,9 @@ class ProviderSession:
                 verdict = "failure"
             raise
         finally:
+            if (verdict in ("failure", "timeout") and self._in_process
+                    and getattr(self._store, "last_error", None) is not None):
+                verdict = "neutral"  # the store is unreachable: no verdict on the provider that reads it
             self.breaker.report(verdict)  # type: ignore[arg-type]
             self._update_up()
 

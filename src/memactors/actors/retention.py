@@ -40,6 +40,7 @@ from loguru import logger
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
 from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
+from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso
@@ -69,6 +70,10 @@ def backoff_seconds(attempts: int) -> float:
     """Delay before attempt `attempts + 1`: 5 s, 10 s, 20 s … capped at one hour."""
     return min(FIRST_BACKOFF * (2 ** max(attempts - 1, 0)), MAX_BACKOFF)
 
+
+
+#: Seconds between two retention lines for the same kind of failure (the rest are counted: ``suppressed``).
+RETRY_LOG_SECONDS = 10.0
 
 @attrs.frozen
 class RecordNow:
@@ -260,6 +265,9 @@ class Retention:
         self._builtin: Any = None
         self.address, self._mailbox = open_mailbox("retention", 32)
         self._log = logger.bind(actor="retention", provider=provider)
+        #: One failure line per kind of failure per RETRY_LOG_SECONDS, however many queued records fail the
+        #: same way (a store failover failed every retry of every queued record, one WARNING each: issue 45).
+        self._failures = LogThrottle(RETRY_LOG_SECONDS)
 
     @property
     def reachable(self) -> tuple[str, ...]:
@@ -567,8 +575,11 @@ class Retention:
             state = await self._failed(Attempt("record", episode_id, "", self._provider), exc)
             # The provider's own message, redacted and cut (ProviderError builds it that way), names
             # what went wrong upstream: SPEC-0030 "A provider error is attributable".
-            self._log.bind(episode=episode_id, op="memory_record_episode", error=type(exc).__name__,
-                           detail=redact(str(exc))[:300], state=state).warning("episode record failed")
+            suppressed = self._failures.allow(f"record {type(exc).__name__} {state}")
+            if suppressed is not None:
+                self._log.bind(episode=episode_id, op="memory_record_episode", error=type(exc).__name__,
+                               detail=redact(str(exc))[:300], state=state,
+                               suppressed=suppressed).warning("episode record failed")
             return state
         self._metrics.episode_recorded(self._provider, "ok")
         if self._failing:
@@ -614,8 +625,10 @@ class Retention:
                 return "unreachable"
         except (MemactorsError, trio.TooSlowError) as exc:
             state = await self._failed(attempt, exc)
-            log.bind(op="memory_forget", error=type(exc).__name__, detail=redact(str(exc))[:300],
-                     state=state).warning("forget failed")
+            suppressed = self._failures.allow(f"forget {attempt.provider} {type(exc).__name__} {state}")
+            if suppressed is not None:
+                log.bind(op="memory_forget", error=type(exc).__name__, detail=redact(str(exc))[:300],
+                         state=state, suppressed=suppressed).warning("forget failed")
             return state
 
         def done(db: Db) -> bool:

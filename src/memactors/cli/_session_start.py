@@ -138,10 +138,13 @@ def brief_session(args: argparse.Namespace, gateway: Callable[[argparse.Namespac
 
     if inside_a_run():
         return 0  # a `memactors run`: its prompt carries its briefing already (REQ-16)
+    from ..errors import InvalidArgument
+    from ._hook_io import read_stdin_json
+
     try:
-        hook = json.loads(sys.stdin.read() or "{}")
-    except ValueError:
-        hook = {}
+        hook = read_stdin_json(empty={})
+    except InvalidArgument:
+        hook = {}  # the briefing does not depend on the input: a bad one only loses its `source`
     source = hook.get("source") if isinstance(hook, dict) else None
     if _project_install(args, hook, gateway) is not None:
         return 0

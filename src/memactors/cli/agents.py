@@ -221,14 +221,12 @@ def session_end_harness(args: argparse.Namespace) -> str | None:
 
 
 def hook_input() -> dict[str, Any]:
-    """A hook's input on stdin: one JSON object, else InvalidArgument naming stdin."""
+    """A hook's input on stdin: one JSON object, read the one bounded way (``_hook_io``), else
+    InvalidArgument naming stdin."""
     from ..errors import InvalidArgument
+    from ._hook_io import read_stdin_json
 
-    try:
-        data = json.loads(sys.stdin.read() or "null")
-    except ValueError as exc:
-        raise InvalidArgument(f"the hook input on stdin is not JSON ({exc.msg} at line {exc.lineno})",
-                              field="stdin") from None
+    data = read_stdin_json()
     if not isinstance(data, dict):
         raise InvalidArgument("the hook input on stdin must be a JSON object", field="stdin")
     return data
@@ -243,6 +241,7 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     from ..agents.transcript import read_claude_transcript, run_record_from_transcript
     from ..errors import InvalidArgument
     from ..store import iso
+    from ._hook_io import open_transcript
 
     harness = session_end_harness(args)
     if harness is None:
@@ -252,11 +251,8 @@ def cmd_hook_claude_session_end(args: argparse.Namespace) -> int:
     for field in ("session_id", "transcript_path"):
         if not isinstance(hook.get(field), str) or not hook[field]:
             raise InvalidArgument(f"the hook input has no {field}", field=field)
-    try:
-        with open(hook["transcript_path"], encoding="utf-8", errors="replace") as f:
-            session = read_claude_transcript(f, cfg.verify_patterns)
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
+    with open_transcript(hook["transcript_path"]) as lines:
+        session = read_claude_transcript(lines, cfg.verify_patterns)
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
         fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=iso(datetime.now(UTC)))
@@ -272,6 +268,7 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     from ..agents.transcript import run_record_from_transcript
     from ..errors import InvalidArgument
     from ._codex_hooks import rollout_of
+    from ._hook_io import open_transcript
 
     harness = session_end_harness(args)
     if harness is None:
@@ -285,11 +282,8 @@ def cmd_hook_codex_session_end(args: argparse.Namespace) -> int:
     if rollout is None:
         raise InvalidArgument(f"session {hook['session_id']} has no rollout file (transcript_path is null and "
                               "none is under $CODEX_HOME/sessions)", field="transcript_path")
-    try:
-        with open(rollout, encoding="utf-8", errors="replace") as f:
-            session = read_codex_rollout(f, cfg.verify_patterns)
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read the rollout {rollout}: {exc.strerror}", field="transcript_path") from None
+    with open_transcript(rollout) as lines:
+        session = read_codex_rollout(lines, cfg.verify_patterns)
     record = run_record_from_transcript(
         session, harness=harness, fallback_session_id=hook["session_id"],
         fallback_cwd=str(hook.get("cwd") or os.getcwd()), ended_at=_now())

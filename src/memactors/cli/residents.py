@@ -82,6 +82,7 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
     from ..agents.resident_sessions import gemini_session, opencode_session, resident_record
     from ..errors import InvalidArgument
     from ..store import iso
+    from ._hook_io import open_transcript
     from .agents import harness_config
 
     cfg = harness_config(load(args), harness)
@@ -90,11 +91,8 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
         for field in ("session_id", "transcript_path"):
             if not isinstance(hook.get(field), str) or not hook[field]:
                 raise InvalidArgument(f"the hook input has no {field}", field=field)
-        try:
-            with open(hook["transcript_path"], encoding="utf-8", errors="replace") as f:
-                session = gemini_session(f)
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read transcript_path: {exc.strerror}", field="transcript_path") from None
+        with open_transcript(hook["transcript_path"]) as lines:
+            session = gemini_session(lines)
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
         session_id, cwd = str(hook["session_id"]), str(hook.get("cwd") or os.getcwd())
     else:

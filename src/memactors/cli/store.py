@@ -108,6 +108,33 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0 if ok else EXIT_FAILED
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """`store check`: SQLite's ``PRAGMA integrity_check`` of the store file, read-only (the daemon may
+    serve or be stopped): exit 0 when it says ok, else 1 with its findings and what to do."""
+    from ..store.backup import integrity
+    from ..store.sqlite import RECOVER
+    from .store_portable import DB_NAME
+
+    config = core.load(args)
+    if config.store.url:
+        raise CliError("FAILED_PRECONDITION", "`store check` checks a SQLite store; this daemon's store is "
+                       "PostgreSQL: use amcheck / pg_amcheck on the server (docs/operations.md)")
+    path = config.store.path / DB_NAME
+    if not path.is_file():
+        raise CliError("NOT_FOUND", f"store {path} does not exist")
+    size = path.stat().st_size
+    found = integrity(path) if size else "the file is empty (0 bytes): the daemon refuses to start on it"
+    ok = found == "ok"
+    if args.json:
+        core.print_json({"path": str(path), "bytes": size, "ok": ok, "integrity": found})
+    elif ok:
+        print(f"store {path} ({size} bytes): integrity_check ok")
+    else:
+        print(f"store {path} ({size} bytes) is damaged: {found}", file=sys.stderr)
+        print(f"memactors: {RECOVER.replace('check it with `memactors store check`; ', '')}", file=sys.stderr)
+    return 0 if ok else EXIT_FAILED
+
+
 def register(sub: Any) -> None:
     from . import store_portable
 
@@ -115,6 +142,13 @@ def register(sub: Any) -> None:
                                          "import, backup, restore").add_subparsers(
         dest="store_command", required=True, metavar="COMMAND")
     store_portable.register(store)
+    p = store.add_parser(
+        "check", help="check the SQLite store file page by page (integrity_check); exit 1 naming what is damaged",
+        description="Run SQLite's PRAGMA integrity_check on the store file, read-only: safe while the daemon "
+                    "serves and when it will not start. Exit 0 when it says ok, 1 with its findings and how to "
+                    "restore a backup (`store restore`).")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(fn=cmd_check)
     p = store.add_parser(
         "migrate", help="copy the SQLite store into a PostgreSQL one (stop the daemon first)",
         description="Copy every table of the SQLite store (the state directory's memactors.db, or --from) into "

@@ -418,6 +418,22 @@ class _ConnectionStats:
     #: Frames being answered now, and since when none has been (trio time).
     busy: int = 0
     idle_since: float = attrs.Factory(trio.current_time)
+    #: When the handshake was accepted (trio time): a connection gets FIRST_CALL_GRACE to make its first call.
+    opened: float = attrs.Factory(trio.current_time)
+
+    def fresh(self, now: float) -> bool:
+        """A new connection that has not had its first call answered yet, within its grace: never closed
+        to make room (a CLI's one call was cut mid-frame by a read flood: issue 45)."""
+        return self.calls == 0 and now - self.opened < FIRST_CALL_GRACE
+
+    def evictable(self, now: float) -> bool:
+        """Idle (no call in flight) and not fresh: may be closed to make room for another read client."""
+        return self.busy == 0 and not self.fresh(now)
+
+
+#: Seconds a new read connection has to make its first call before it counts as idle (the handshake's own
+#: bound): a client is never cut between its handshake and its first answer.
+FIRST_CALL_GRACE = HANDSHAKE_TIMEOUT
 
 
 def control_reserve(cap: int) -> int:
@@ -441,7 +457,7 @@ class _Member:
             return None
         if self.tier is None:  # still in its handshake (or being refused): bounded, never trusted
             return _SLOW, float(self.stream.accepted_at)
-        if self.tier == "read" and self.stats is not None and self.stats.busy == 0:
+        if self.tier == "read" and self.stats is not None and self.stats.evictable(trio.current_time()):
             return _IDLE, self.stats.idle_since
         return None  # a control connection, or a read one with a call in flight
 
@@ -460,7 +476,8 @@ class OperatorConnections:
 
     * Established read-tier connections never number more than ``cap - control_reserve(cap)``: a new
       one past that closes the read connection idle longest, or is refused 503 when every read
-      connection has a call in flight. So at least the reserve is left for control.
+      connection has a call in flight or is new (``FIRST_CALL_GRACE``: a client's first call is never
+      cut between its handshake and its answer). So at least the reserve is left for control.
     * Under pressure (every slot taken, a client waiting in the kernel's backlog) the listener closes a
       connection still in its handshake for ``SHED_AFTER`` (a client without a valid token never gets
       further), else the idle read connection idle longest; never a control connection, never a call
@@ -489,7 +506,9 @@ class OperatorConnections:
                 # The read connection idle longest makes room; only when every one has a call in
                 # flight is the newcomer refused (503). A client reconnecting in a loop then pushes out
                 # its own kind, idle longest first, never a call being answered nor a control client.
-                idle = [(m.stats.idle_since, id(m), m) for m in reads if m.stats is not None and m.stats.busy == 0]
+                now = trio.current_time()
+                idle = [(m.stats.idle_since, id(m), m) for m in reads
+                        if m.stats is not None and m.stats.evictable(now)]
                 if not idle:
                     return False
                 min(idle)[2].shed()
@@ -653,11 +672,17 @@ async def serve_rpc(
             finally:
                 # One INFO line per connection (a CLI call is one connection): its calls and the code of
                 # every error answered, so an expected client error shows once, with its code.
-                line = _log.bind(peer=peer, tier=tier, calls=stats.calls,
-                                 duration_ms=round((trio.current_time() - opened) * 1000, 1))
-                if stats.errors:
-                    line = line.bind(errors=",".join(f"{c}:{n}" for c, n in sorted(stats.errors.items())))
-                line.info("rpc connection closed")
+                # A connection that made no call (an idle flood) is one line per peer per 10 s, the rest
+                # counted (issue 45: 9,387 lines in 45 s).
+                suppressed = peer_lines.allow(f"closed idle {_peer_host(peer)}") if stats.calls == 0 else 0
+                if suppressed is not None:
+                    line = _log.bind(peer=peer, tier=tier, calls=stats.calls,
+                                     duration_ms=round((trio.current_time() - opened) * 1000, 1))
+                    if suppressed:
+                        line = line.bind(suppressed=suppressed)
+                    if stats.errors:
+                        line = line.bind(errors=",".join(f"{c}:{n}" for c, n in sorted(stats.errors.items())))
+                    line.info("rpc connection closed")
         except ConnectionClosed:
             pass
         except Exception as raw:
@@ -802,6 +827,38 @@ def _refused(url: str, exc: Exception) -> RpcError:
 CONNECT_TIMEOUT = 30.0
 
 
+class _WatchedStream(trio.abc.Stream):
+    """The client's TCP stream, noting when the peer closes it (end of stream, or reset)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self.peer_closed = trio.Event()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        try:
+            data = await self._stream.receive_some(max_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.peer_closed.set()
+            raise
+        if not data:
+            self.peer_closed.set()
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def _no_answer(url: str) -> RpcError:
     return RpcError("UNAVAILABLE", f"no memactors daemon answered the websocket handshake at {url} "
                                    f"within {CONNECT_TIMEOUT:g} s")
@@ -844,20 +901,31 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
     # We own the TCP stream (rather than letting trio-websocket open it) because trio-websocket
     # leaves the socket open when the server rejects the handshake.
     entered = False
+    watched = _WatchedStream(stream)
     try:
         async with trio.open_nursery() as nursery:
             host_header = host if port == 80 else f"{host}:{port}"
+            ws: WebSocketConnection | None = None
             with trio.move_on_at(deadline) as handshake:
-                ws = await wrap_client_stream(
-                    nursery,
-                    stream,
-                    host_header,
-                    resource,
-                    extra_headers=headers,
-                    max_message_size=MAX_MESSAGE_SIZE,
-                )
+                async with trio.open_nursery() as race:
+                    # trio-websocket waits for a handshake answer even after the peer has closed the
+                    # connection: a peer that hangs up ends the attempt at once, as the other commands'
+                    # client does, not after CONNECT_TIMEOUT (issue 45: `runs ingest` took 30 s).
+                    race.start_soon(_cancel_when_set, watched.peer_closed, race.cancel_scope)
+                    ws = await wrap_client_stream(
+                        nursery,
+                        watched,
+                        host_header,
+                        resource,
+                        extra_headers=headers,
+                        max_message_size=MAX_MESSAGE_SIZE,
+                    )
+                    race.cancel_scope.cancel()
             if handshake.cancelled_caught:
                 raise _no_answer(url)
+            if ws is None:
+                raise RpcError("UNAVAILABLE", f"daemon at {url} broke off the websocket handshake (the "
+                                              "connection was closed)")
             entered = True
             client = RpcClient(ws, url)
             nursery.start_soon(client._read_replies)

@@ -35,6 +35,14 @@ class WsRpcError(Exception):
         self.message = message
 
 
+class _Busy(WsRpcError):
+    """The daemon answered the handshake 503: every read-tier connection is in use; a retry may get in."""
+
+
+#: Seconds between two handshakes refused 503 (doubling), within the connect deadline.
+BUSY_RETRY = (0.05, 1.0)
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
@@ -113,8 +121,23 @@ def call_once(url: str, token: str, method: str, params: dict[str, Any], *, time
     # One total deadline for the connect and the handshake together (issue 34): a peer that accepts and
     # never answers, or answers a byte at a time, ends the attempt in CONNECT_TIMEOUT.
     deadline = time.monotonic() + min(timeout, CONNECT_TIMEOUT)
+    pause = BUSY_RETRY[0]
+    while True:
+        try:
+            return _call(url, host, port, path, token, method, params, deadline=deadline, timeout=timeout)
+        except _Busy:
+            # A read flood fills the read tier: the daemon refused the handshake before anything was sent,
+            # so trying again is safe; within the connect deadline, then the 503 is the answer.
+            if time.monotonic() + pause >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, BUSY_RETRY[1])
+
+
+def _call(url: str, host: str, port: int, path: str, token: str, method: str, params: dict[str, Any], *,
+          deadline: float, timeout: float) -> Any:
     try:
-        sock = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
+        sock = socket.create_connection((host, port), timeout=max(min(timeout, deadline - time.monotonic()), 0.001))
     except TimeoutError:
         raise WsRpcError("UNAVAILABLE", f"daemon not reachable at {url} (no answer within "
                                         f"{CONNECT_TIMEOUT:g} s)") from None
@@ -160,6 +183,9 @@ def handshake(sock: socket.socket, url: str, host: str, port: int, path: str, to
         raise WsRpcError("UNAUTHENTICATED", f"daemon at {url} refused the operator token (HTTP {status})")
     if status == 404:
         raise WsRpcError("NOT_FOUND", f"no MemoryService at {url} (HTTP 404)")
+    if status == 503:
+        raise _Busy("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP 503): every read-tier "
+                                   "connection is in use")
     if status != 101:
         raise WsRpcError("UNAVAILABLE", f"daemon at {url} refused the connection (HTTP {status})")
 

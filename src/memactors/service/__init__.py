@@ -259,12 +259,14 @@ class MemoryService:
         # status itself is still answered, saying so.
         pending: dict[str, int] | None = None
         counted: dict[str, int] | None = None
-        if store["reachable"]:
+        if store["reachable"] and not store.get("damaged"):
             try:
                 pending = await self.retention.address.ask(PendingCounts())
                 counted = await self.store.read(counts)
             except StoreUnavailable as exc:
                 store.update(reachable=False, writable=False, error=exc.message)
+            except Exception as exc:  # ok: re-raised unless it is a damaged page, reported as such
+                self._damaged(store, exc)
 
         cfg = self.config
         upstream = cfg.provider_upstream
@@ -297,9 +299,17 @@ class MemoryService:
                 "retention": cfg.episodes.retention_text, "summary": cfg.episodes.summary,
                 "provider_timeout": cfg.episodes.provider_timeout_text, "excerpt_chars": cfg.episodes.excerpt_chars,
             },
-            "embeddings": await self.embeddings_status() if store["reachable"] else None,
-            "installs": await self.install_status() if store["reachable"] else None,
+            "embeddings": await self.embeddings_status() if store["reachable"] and not store.get("damaged") else None,
+            "installs": await self.install_status() if store["reachable"] and not store.get("damaged") else None,
         }
+
+    def _damaged(self, store: dict[str, Any], exc: Exception) -> None:
+        """Mark the status's ``store`` damaged when ``exc`` is a damaged page (Status and Doctor answer,
+        naming the file, instead of INTERNAL: issue 45); re-raise anything else."""
+        said = self.store.damage(exc)
+        if said is None:
+            raise exc
+        store.update(reachable=True, writable=False, damaged=True, error=said)
 
     async def install_status(self) -> list[dict[str, Any]] | None:
         """Each resident install (agent, scope, harness) with when the agent last reached the gateway,
@@ -673,12 +683,14 @@ class MemoryService:
 
         oldest_pending: dict[str, float] = {}
         missing = 0
-        if status["store"]["reachable"]:
+        if status["store"]["reachable"] and not status["store"].get("damaged"):
             try:
                 oldest_pending = await self.store.read(oldest)
                 missing = await self.episodes_missing_vectors()
             except StoreUnavailable as exc:
                 status["store"].update(reachable=False, writable=False, error=exc.message)
+            except Exception as exc:  # ok: re-raised unless it is a damaged page, reported as such
+                self._damaged(status["store"], exc)
         from ..agents.session_start import recent_failures
 
         started = await trio.to_thread.run_sync(recent_failures, self.config.store.path, now)

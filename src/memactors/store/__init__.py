@@ -287,6 +287,9 @@ class Store:
         #: Whether writes succeed (set by the engine): a write that fails for lack of space raises StoreFull
         #: (store.health); `snapshot()` is what Status, doctor and /readyz show.
         self.health: Any = None
+        #: How many times the store came back after being unreachable (an engine that can be: PostgreSQL):
+        #: the built-in provider's breaker half-opens on it, so recall is back with the store (issue 45).
+        self.recoveries = 0
 
     @property
     def where(self) -> str:
@@ -330,6 +333,11 @@ class Store:
     async def read(self, fn: Callable[[Any], T]) -> T:
         """Run `fn(db)` on a pooled read connection, in one read transaction (a snapshot), off the trio loop."""
         raise NotImplementedError
+
+    def damage(self, exc: BaseException) -> str | None:
+        """One line naming the store when ``exc`` says its file is damaged (SQLite's malformed pages), else
+        None: `status` and `doctor` report it instead of failing INTERNAL."""
+        return None
 
     async def ping(self) -> str | None:
         """None when the store answers now, else why not (a PostgreSQL server down or unreachable).

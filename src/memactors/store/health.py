@@ -22,6 +22,8 @@ from ..errors import StoreFull, find_cause
 MIN_FREE_BYTES = 1024 * 1024
 #: SQLite's words for SQLITE_FULL (sqlite3 and sqlean put the reason only in the message).
 _SQLITE_FULL = "database or disk is full"
+#: SQLite's words when it cannot create or extend a file it needs (its -shm, its -wal) at open.
+_SQLITE_IO = ("disk i/o error", "unable to open database file")
 
 
 def disk_full_cause(exc: BaseException) -> BaseException | None:
@@ -44,6 +46,21 @@ def free_bytes(path: Path) -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
+
+
+def disk_full_at_start(path: Path, exc: BaseException) -> StoreFull | None:
+    """A :class:`StoreFull` for a start-up step (the state directory's lock, opening or migrating the store
+    at ``path``) that failed because the disk is full, else None. It says "disk full", not "damaged": the
+    store is intact, only space is missing (issue 45)."""
+    free = free_bytes(path if path.is_dir() else path.parent)
+    # SQLite opening a WAL store on a full disk says "disk I/O error" (it cannot create -shm or -wal), not
+    # SQLITE_FULL: with no space left that is the full disk speaking.
+    io_error = any(words in str(exc).lower() for words in _SQLITE_IO)
+    if disk_full_cause(exc) is None and not (io_error and free is not None and free < MIN_FREE_BYTES):
+        return None
+    shown = "unknown" if free is None else f"{free}"
+    return StoreFull(f"disk full: cannot start on {path} ({shown} bytes free on its filesystem); the store is "
+                     "intact: free some space and start the daemon again")
 
 
 class WriteHealth:

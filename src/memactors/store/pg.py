@@ -457,6 +457,7 @@ class PgStore(Store):
     def _ok(self) -> None:
         if self.last_error is not None:
             self.last_error = None
+            self.recoveries += 1
             _log.bind(store=self._where).info("store reachable again")
 
     # -- writes --------------------------------------------------------------------------------------

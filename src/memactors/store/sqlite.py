@@ -30,7 +30,7 @@ from ..episode import flatten
 from ..errors import StoreDamaged
 from . import WORD, Store, _WriteJob, private_dir, private_file, run_jobs, scope_doc_id, scope_key
 from .builtin_docs import BM25_WEIGHTS, doc_fields, flat_strings, words_stay_words
-from .health import WriteHealth
+from .health import WriteHealth, disk_full_at_start
 
 T = TypeVar("T")
 
@@ -382,7 +382,31 @@ def quick_check(path: Path) -> str | None:
     if rows == ["ok"]:
         return None
     said = "; ".join(" ".join(r.split()) for r in rows)[:300]
-    return f"store {path} is damaged (quick_check: {said}); restore it from a backup"
+    return f"store {path} is damaged (quick_check: {said}); {RECOVER}"
+
+
+#: What an operator does about a damaged store file: the commands that check and restore it
+#: (docs/operations.md, "A store that cannot be used at start").
+RECOVER = ("check it with `memactors store check`; restore a backup with `memactors store restore BACKUP` "
+           "(the daemon stopped), or move the file aside to start with an empty store")
+
+
+def empty_store(path: Path) -> StoreDamaged | None:
+    """A refusal for a store file of zero bytes with no write-ahead log beside it, else None.
+
+    A new store is never zero bytes once opened (its header is written at once), so an empty file where
+    the store should be is a truncation or a failed copy: starting on it would begin an empty memory
+    without a word. The daemon refuses instead and says how to start afresh deliberately (issue 45)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None  # missing: a new store is created
+    wal = path.with_name(path.name + "-wal")
+    if size != 0 or (wal.exists() and wal.stat().st_size > 0):
+        return None
+    return StoreDamaged(f"store {path} is empty (0 bytes): refusing to start on it, which would begin an "
+                        "empty memory; restore a backup with `memactors store restore BACKUP`, or delete the "
+                        "file to start a new, empty store on purpose")
 
 
 def store_damaged(path: Path, exc: BaseException) -> StoreDamaged:
@@ -390,8 +414,7 @@ def store_damaged(path: Path, exc: BaseException) -> StoreDamaged:
     said = str(exc) or type(exc).__name__
     if "readonly" in said or "read-only" in said or "unable to open" in said:
         return StoreDamaged(f"store {path} cannot be written: {said}")
-    return StoreDamaged(f"store {path} is damaged or not a memactors database: {said}; restore it from a "
-                        "backup or move it aside")
+    return StoreDamaged(f"store {path} is damaged or not a memactors database: {said}; {RECOVER}")
 
 
 #: Bytes the WAL is truncated back to after a checkpoint (`PRAGMA journal_size_limit`).
@@ -454,15 +477,30 @@ class SqliteStore(Store):
                 # itself is made private by the daemon).
                 if not path.parent.exists():
                     private_dir(path.parent)
+                empty = empty_store(path)
+                if empty is not None:
+                    raise empty
+                existed = path.exists()
                 private_file(path)  # SQLite creates -wal and -shm with the database file's mode
                 db = _connect(path)
+                # A damaged page is found here, naming the file and what to do, rather than by the first
+                # actor that reads it (a traceback, a crash loop, INTERNAL from Status). quick_check reads
+                # every page once: about a second for a 150 MiB store (docs/operations.md).
+                damaged = quick_check(path) if existed else None
+                if damaged is not None:
+                    db.close()
+                    raise StoreDamaged(f"cannot start: {damaged}")
                 migrations.apply(db)
                 _fts_secure_delete(db)
                 return db
-            except sqlean.DatabaseError as exc:
+            except (sqlean.DatabaseError, OSError) as exc:
+                # A full disk is "disk full" (the store is intact), never "damaged, restore a backup".
+                full = disk_full_at_start(path, exc)
+                if full is not None:
+                    raise full from None
+                if isinstance(exc, OSError):
+                    raise StoreDamaged(f"store {path} cannot be opened: {exc.strerror or exc}") from None
                 raise store_damaged(path, exc) from None
-            except OSError as exc:
-                raise StoreDamaged(f"store {path} cannot be opened: {exc.strerror or exc}") from None
 
         return cls(path, await trio.to_thread.run_sync(setup), daemon_id=daemon_id)
 
@@ -473,6 +511,14 @@ class SqliteStore(Store):
     async def ping(self) -> str | None:
         """None while the file reads whole, else what is damaged in it (`status` and `doctor` ask)."""
         return await self.integrity()
+
+    def damage(self, exc: BaseException) -> str | None:
+        """One line naming the file when ``exc`` is SQLite saying a page cannot be read, else None."""
+        if isinstance(exc, sqlean.DatabaseError) and not isinstance(exc, sqlean.OperationalError):
+            return f"store {self.path} is damaged ({exc}); {RECOVER}"
+        if isinstance(exc, sqlean.OperationalError) and "malformed" in str(exc):
+            return f"store {self.path} is damaged ({exc}); {RECOVER}"
+        return None
 
     async def integrity(self) -> str | None:
         """SQLite's ``PRAGMA quick_check`` of the file, at most once per ``INTEGRITY_MAX_AGE`` seconds
