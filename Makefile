@@ -13,7 +13,10 @@ STAMP      := $(VENV)/.installed-test
 # change in how Codex treats MCP tools shows up here first. server-memory is the official MCP memory
 # server: a third-party server that `memory provider check` must turn away with a pointer to the docs.
 # Gemini CLI and OpenCode are the gemini-cli and opencode harness kinds (issue 26); OpenCode's npm package
-# ships its prebuilt binary.
+# ships its prebuilt binary. Qwen Code (a harness kind and a resident) and pi (a resident) came with issue 41;
+# their packages ship prebuilt ripgrep, node-pty, clipboard and koffi binaries, which isa_guard checks for
+# AVX-512 before any test relies on them (GitHub Copilot CLI's binary has AVX-512: not pinned, see
+# docs/connect-an-agent.md).
 AGENTS                := .cache/agents
 CLAUDE_CODE_VERSION   := 2.1.328
 CODEX_VERSION         := 0.169.0
@@ -21,7 +24,9 @@ CODEX_NEXT_VERSION    := 0.171.0
 SERVER_MEMORY_VERSION := 2026.8.31
 GEMINI_CLI_VERSION    := 0.61.0
 OPENCODE_VERSION      := 1.18.33
-AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)-$(GEMINI_CLI_VERSION)-$(OPENCODE_VERSION)
+QWEN_CODE_VERSION     := 0.24.4
+PI_VERSION            := 0.73.1
+AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)-$(GEMINI_CLI_VERSION)-$(OPENCODE_VERSION)-$(QWEN_CODE_VERSION)-$(PI_VERSION)
 NPM_INSTALL           := npm install --no-audit --no-fund --save-exact --loglevel=error
 
 .PHONY: run test test-fast test-tools lint bench clean agents promtool postgres dist
@@ -68,17 +73,23 @@ lint: $(STAMP)
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
 # report the version pinned here, so a stale cache is caught rather than tested.
-$(AGENTS_STAMP):
+$(AGENTS_STAMP): | $(STAMP)
 	mkdir -p $(AGENTS)/codex-next
 	$(NPM_INSTALL) --prefix $(AGENTS) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
 		@openai/codex@$(CODEX_VERSION) @modelcontextprotocol/server-memory@$(SERVER_MEMORY_VERSION) \
-		@google/gemini-cli@$(GEMINI_CLI_VERSION) opencode-ai@$(OPENCODE_VERSION)
+		@google/gemini-cli@$(GEMINI_CLI_VERSION) opencode-ai@$(OPENCODE_VERSION) \
+		@qwen-code/qwen-code@$(QWEN_CODE_VERSION) @mariozechner/pi-coding-agent@$(PI_VERSION)
 	$(NPM_INSTALL) --prefix $(AGENTS)/codex-next @openai/codex@$(CODEX_NEXT_VERSION)
 	$(AGENTS)/node_modules/.bin/claude --version | grep -F '$(CLAUDE_CODE_VERSION)'
 	$(AGENTS)/node_modules/.bin/codex --version | grep -F '$(CODEX_VERSION)'
 	$(AGENTS)/codex-next/node_modules/.bin/codex --version | grep -F '$(CODEX_NEXT_VERSION)'
 	$(AGENTS)/node_modules/.bin/gemini --version | grep -F '$(GEMINI_CLI_VERSION)'
 	$(AGENTS)/node_modules/.bin/opencode --version | grep -F '$(OPENCODE_VERSION)'
+	$(AGENTS)/node_modules/.bin/qwen --version | grep -F '$(QWEN_CODE_VERSION)'
+	$(AGENTS)/node_modules/.bin/pi --version 2>&1 | grep -F '$(PI_VERSION)'
+	$(BIN)/python -m memactors.testing.isa_guard $$(find $(AGENTS)/node_modules \( -path '*qwen-code*' \
+		-o -path '*mariozechner*' -o -path '*teddyzhu*' -o -path '*koffi*' -o -path '*lydell*' \) \
+		\( -path '*x64*linux*' -o -path '*linux*x64*' \) -type f \( -name '*.node' -o -name rg \))
 	test -x $(AGENTS)/node_modules/.bin/mcp-server-memory
 	touch $@
 

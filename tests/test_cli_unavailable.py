@@ -236,6 +236,14 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
                 {"type": "text", "text": "done"}]})),
         "hook opencode session-start": (["hook", "opencode", "session-start", "--harness", "api-fixer", "--project",
                                          str(tmp_path / "proj")], json.dumps({"source": "startup"})),
+        "hook qwen-code session-end": (["hook", "qwen-code", "session-end", "--harness", "api-fixer"], json.dumps({
+            "session_id": "q-1", "transcript_path": str(gemini), "cwd": str(history)})),
+        "hook qwen-code session-start": (["hook", "qwen-code", "session-start", "--harness", "api-fixer",
+                                          "--project", str(tmp_path / "proj")], json.dumps({"source": "startup"})),
+        "hook pi session-end": (["hook", "pi", "session-end", "--harness", "api-fixer"], json.dumps({
+            "session_file": str(gemini), "cwd": str(history)})),
+        "hook pi tool": (["hook", "pi", "tool", "--harness", "api-fixer", "--project", str(tmp_path / "proj"),
+                          "recall"], json.dumps({"query": "ledger"})),
         "install": (["install", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")], None),
         "uninstall": (["uninstall", "claude-code", "--harness", "api-fixer", "--project", str(tmp_path / "proj")],
                       None),
@@ -258,7 +266,13 @@ DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
                 "hook gemini-cli session-end": (0, "spooled"),
                 "hook gemini-cli session-start": (0, "no briefing at session start"),
                 "hook opencode session-end": (0, "spooled"),
-                "hook opencode session-start": (0, "no briefing at session start")}
+                "hook opencode session-start": (0, "no briefing at session start"),
+                # Qwen Code's session end is delivered (here: spooled) by a detached child: the hook says nothing
+                "hook qwen-code session-end": (0, ""),
+                "hook qwen-code session-start": (0, "no briefing at session start"),
+                "hook pi session-end": (0, "spooled"),
+                # pi's tool call fails as a tool call does, naming why (no install here: no gateway to ask)
+                "hook pi tool": (1, "has no gateway")}
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`

@@ -19,8 +19,9 @@ from memactors.cli._hook_io import STDIN_SECONDS, TRANSCRIPT_BYTES
 from support import write_config
 
 HARNESS = ('[harness.coder]\nharness = "claude-code"\n[harness.cx]\nharness = "codex"\n'
-           '[harness.gm]\nharness = "gemini-cli"\n[harness.oc]\nharness = "opencode"\n')
-END_HOOKS = {"claude-code": "coder", "codex": "cx", "gemini-cli": "gm", "opencode": "oc"}
+           '[harness.gm]\nharness = "gemini-cli"\n[harness.oc]\nharness = "opencode"\n'
+           '[harness.qw]\nharness = "qwen-code"\n[harness.pi]\nharness = "pi"\n')
+END_HOOKS = {"claude-code": "coder", "codex": "cx", "gemini-cli": "gm", "opencode": "oc", "qwen-code": "qw", "pi": "pi"}
 #: Far above anything a hook may take (its stdin and transcript deadlines are 5 s and 20 s): a hang fails.
 BOUND = 60
 
@@ -47,6 +48,9 @@ def _end(agent: str) -> list[str]:
 
 
 def _start(agent: str) -> list[str]:
+    """The agent's session-start hook; pi has none (its extension gives it tools instead): its session end."""
+    if agent == "pi":
+        return _end(agent)
     return [agent, "session-start", "--harness", END_HOOKS[agent], "--user"]
 
 
@@ -116,7 +120,7 @@ def _transcripts(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "qwen-code"])
 def test_every_transcript_reading_hook_refuses_what_is_not_a_session_file(agent: str, tmp_path: Path) -> None:
     env = _env(tmp_path)
     for name, path in _transcripts(tmp_path).items():

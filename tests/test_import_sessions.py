@@ -156,3 +156,33 @@ async def test_issue27_import_codex_rollouts_from_the_real_cli(tmp_path: Path) -
     assert len(records) == 1
     assert "SECRET-PROMPT" not in records[0] and "SECRET-PROMPT" not in log
     assert "-q test_ledger.py" not in records[0]  # the command (a tool argument) is not sent, only its verdict
+
+
+def test_importing_a_session_the_resident_hook_recorded_adds_nothing_whatever_harness_it_names(
+        tmp_path: Path) -> None:
+    """A resident's SessionEnd hook recorded the session under the resident's harness; `import claude-code`
+    without --harness (harness `claude-code`) finds the same session by its id and adds nothing. The hook's
+    record carries the session's real duration, from the transcript's first to its last entry."""
+    repo = make_repo(tmp_path / "api")
+    root, _ = claude_dir(tmp_path, repo)
+    transcript = next(root.rglob(f"{SESSION}.jsonl"))
+    config = write_config(tmp_path, '[harness.coder]\nharness = "claude-code"\n'
+                                    '[harness.claude-code]\nharness = "claude-code"\n')
+    with daemon_process(tmp_path, config=config) as daemon:
+        hook = subprocess.run(
+            [sys.executable, "-m", "memactors.cli", "hook", "claude-code", "session-end", "--harness", "coder"],
+            env=daemon.env, input=json.dumps({"session_id": SESSION, "transcript_path": str(transcript),
+                                              "cwd": str(repo), "hook_event_name": "SessionEnd"}),
+            capture_output=True, text=True, check=False, timeout=120)
+        assert hook.returncode == 0, hook.stderr
+        listed = json.loads(cli(daemon, "memory", "episodes", "--harness", "coder", "--json").stdout)["episodes"]
+        [episode] = [json.loads(cli(daemon, "memory", "episodes", e["episode_id"], "--json").stdout)["episode"]
+                     for e in listed]
+        done = cli(daemon, "import", "claude-code", "--dir", str(root), "--json")
+        summary = json.loads(done.stdout)
+        runs = stored(daemon, "runs", "harness")
+    assert episode["run_id"] == SESSION
+    assert episode["duration_ms"] == (4 * 60 + 1) * 1000  # 10:00:00.000 to 10:04:01.000
+    assert summary["records"] == 1 and summary["outcomes"]["duplicate"] == 1, summary
+    assert summary["outcomes"]["recorded"] + summary["outcomes"]["queued"] == 0
+    assert runs == ["coder"]  # no second run under harness claude-code

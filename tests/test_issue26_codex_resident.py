@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
 from support_codex import (
     CODEX_VERSIONS,
@@ -43,7 +44,7 @@ SCRIPT = [
 
 async def install(daemon: Daemon, repo: Path, codex_home: Path) -> subprocess.CompletedProcess[bytes]:
     done = await trio.run_process(
-        [sys.executable, "-m", "memactors.cli", "install", "codex", "--harness", "coder", "--project", str(repo)],
+        [sys.executable, "-m", "memactors.cli", "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)],
         env={**daemon.env, "CODEX_HOME": str(codex_home)}, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     return done
@@ -125,6 +126,8 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
     assert "Bearer" not in start["hooks"][0]["command"]  # the token is read from config.toml, never argv
     # the briefing reached the model's context before its first answer: fenced, with the repository's fact
     first = json.dumps(fake.model_calls[0].body)
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(fake.model_calls[0].body) and "Before you start work, read your briefing once" in json.dumps(fake.model_calls[0].body)
     assert FACT in first and 'source=\\"harness-memory\\" field=\\"briefing\\"' in first
     assert "Fix the ledger rounding test." in fake.first_user_text()  # the user's prompt, as typed
     # the session became an episode, recalled by the CLI: its edited file, its failed test, its answer
@@ -209,11 +212,11 @@ def test_issue26_install_codex_adds_its_hooks_beside_the_users_own_and_uninstall
     with daemon_process(tmp_path, HARNESS) as daemon:
         env = {**daemon.env, "HOME": str(tmp_path / "home")}
         argv = [sys.executable, "-m", "memactors.cli", "--config", daemon.env["HARNESS_CONFIG"]]
-        done = subprocess.run([*argv, "install", "codex", "--harness", "coder", "--project", str(repo)], env=env,
+        done = subprocess.run([*argv, "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)], env=env,
                               capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         data = tomllib.loads(config.read_text(encoding="utf-8"))
-        again = subprocess.run([*argv, "install", "codex", "--harness", "coder", "--project", str(repo)], env=env,
+        again = subprocess.run([*argv, "install", "codex", "--briefing-at-start", "--harness", "coder", "--project", str(repo)], env=env,
                                capture_output=True, text=True, timeout=120, check=False)
         assert again.returncode == 0, again.stderr
         reinstalled = tomllib.loads(config.read_text(encoding="utf-8"))

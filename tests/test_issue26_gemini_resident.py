@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from memactors.cli.install import run_id_for
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
 from support_codex import Daemon, daemon_process
 from support_issue26 import (
@@ -82,7 +83,7 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
-            done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--project", str(repo))
+            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             assert "GEMINI_CLI_TRUST_WORKSPACE" in done.stderr  # the note on trusting the folder
             installed = json.loads(settings.read_text(encoding="utf-8"))
@@ -102,6 +103,8 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
     # the session started with its briefing: the SessionStart hook's context before the prompt, fenced
     agent = fake.agent_requests()
     prompt = agent[0].first_user_text()
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(agent[0].body) and "Before you start work, read your briefing once" in json.dumps(agent[0].body)
     assert FACT in prompt and 'source="harness-memory" field="briefing"' in prompt
     assert prompt.index(FACT) < prompt.index("What do we know about the ledger rounding?")
     # the model called recall as an MCP tool and got the earlier episode back
@@ -129,7 +132,7 @@ async def test_issue26_gemini_cli_for_the_user_with_the_daemon_down_starts_at_on
                                 Turn([Text("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "gemini-cli", "--harness", "coder", "--user")
+            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         # the user's settings: --skip-trust is enough for them (it is not for a project's)
         answer = await gemini_p("Run the ledger test.", cwd=repo, env=daemon.env, flags=("--skip-trust",))

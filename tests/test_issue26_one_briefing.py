@@ -53,7 +53,7 @@ def test_issue26_a_user_and_a_project_install_brief_a_project_session_once(
     (project / "pkg").mkdir()
     elsewhere = git_repo(home / "src" / "other", remote="git@forge.example:acme/other.git")
     for where in (["--user"], ["--project", str(project)]):
-        done = memactors(daemon, "install", agent, "--harness", harness, *where, home=home)
+        done = memactors(daemon, "install", agent, "--briefing-at-start", "--harness", harness, *where, home=home)
         assert done.returncode == 0, done.stderr
 
     def start(where: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from memactors.cli.install import run_id_for
+from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
 from support_codex import Daemon, daemon_process
 from support_issue26 import (
@@ -85,7 +86,7 @@ async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_an
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
             before = snapshot(repo)
-            done = memactors(daemon, "install", "opencode", "--harness", "coder", "--project", str(repo))
+            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             plugin, source = installed_plugin(repo / "opencode.json")
             assert plugin.parent == daemon.state / "installs"  # not in the project: nothing of OpenCode's there
@@ -103,6 +104,8 @@ async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_an
         calls = gateway_calls(daemon.state)
     # the session started with its briefing in the system prompt, before the model was first asked anything
     first = json.dumps(fake.model_calls[0].body)
+    # the gateway's MCP instructions (read your briefing first) reach the model too (REQ-15's pull)
+    assert INSTRUCTIONS[:60] in json.dumps(fake.model_calls[0].body) and "Before you start work, read your briefing once" in json.dumps(fake.model_calls[0].body)
     assert FACT in first and 'source=\\"harness-memory\\" field=\\"briefing\\"' in first
     # the model called recall and got the earlier episode back
     [recalled] = fake.tool_outputs(1)
@@ -129,7 +132,7 @@ async def test_issue26_opencode_with_the_daemon_down_starts_at_once_unbriefed_an
                                 Turn([Message("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **opencode_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "opencode", "--harness", "coder", "--user")
+            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         assert installed_plugin(tmp_path / ".config" / "opencode" / "opencode.json")[1] is not None
         events = await opencode_run("Run the ledger test.", cwd=repo, env=daemon.env)

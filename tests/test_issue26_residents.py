@@ -56,7 +56,7 @@ async def test_issue26_opencode_installed_for_the_user_recalls_headless_and_unin
         harness = f'[harness.coder]\nharness = "opencode"\nworkdir = "{repo}"\n'
         with daemon_process(tmp_path, harness, env=env) as daemon:
             seeded = await seed(daemon, tmp_path)
-            done = memactors(daemon, "install", "opencode", "--harness", "coder", "--user", "--json")
+            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--user", "--json")
             assert done.returncode == 0, done.stderr
             installed = json.loads(config.read_text(encoding="utf-8"))
             assert installed["provider"] == own["provider"]

@@ -38,7 +38,7 @@ async def test_issue26_an_installed_claude_code_session_starts_with_its_briefing
             fact = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
             assert fact.returncode == 0, fact.stderr
             installed = await trio.run_process(
-                [sys.executable, "-m", "memactors.cli", "install", "claude-code", "--harness", "coder", "--project",
+                [sys.executable, "-m", "memactors.cli", "install", "claude-code", "--briefing-at-start", "--harness", "coder", "--project",
                  str(repo)], env={**daemon.env, "HOME": str(home)}, capture_stdout=True, capture_stderr=True,
                 check=False)
             assert installed.returncode == 0, installed.stderr.decode()
@@ -70,7 +70,7 @@ async def test_issue26_with_the_daemon_down_the_session_starts_at_once_and_docto
     home = tmp_path / "home"
     home.mkdir()
     with daemon_process(tmp_path, HARNESS) as daemon:
-        installed = await daemon.acli("install", "claude-code", "--harness", "coder", "--project", str(repo))
+        installed = await daemon.acli("install", "claude-code", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
         assert installed.returncode == 0, installed.stderr
         env = daemon.env
     # the daemon is down: the hook gives up on the gateway, prints nothing, and the session runs

@@ -171,3 +171,48 @@ async def test_a_claude_code_installed_in_the_project_recalls_headless_and_its_s
                     break
                 await trio.sleep(0.1)
     assert runs == {init["session_id"], init2["session_id"]} and not spooled.exists()
+
+
+@pytest.mark.req15
+async def test_an_installed_claude_code_session_gets_no_briefing_pushed_and_pulls_it_with_the_briefing_tool(
+        tmp_path: Path) -> None:
+    """Scenario 15.1 with the real `claude -p`: after `install claude-code --project` (no --briefing-at-start)
+    the session's first model request carries no briefing and no fact of it, only the gateway's instructions
+    to read it; the agent then pulls it with the `briefing` tool and gets the repository's fact."""
+    from memactors.gateway import INSTRUCTIONS
+
+    claude = claude_bin()
+    repo = make_repo(tmp_path / "api")
+    home = tmp_path / "home"
+    home.mkdir()
+    fact = "ledger amounts round with Decimal, never float"
+    script = Script(turns=(ToolUse("mcp__memactors__briefing", {}), Text("Read the briefing.")))
+    async with run_fake_anthropic(script) as fake:
+        with daemon_process(tmp_path, HARNESS) as daemon:
+            added = await daemon.acli("facts", "add", fact, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
+            assert added.returncode == 0, added.stderr
+            installed = await trio.run_process(
+                [sys.executable, "-m", "memactors.cli", "install", "claude-code", "--harness", "coder", "--project",
+                 str(repo), "--json"], env={**daemon.env, "HOME": str(home)}, capture_stdout=True,
+                capture_stderr=True, check=False)
+            assert installed.returncode == 0, installed.stderr.decode()
+            assert json.loads(installed.stdout)["briefing_at_start"] is False
+            settings = json.loads((repo / ".claude" / "settings.local.json").read_text(encoding="utf-8"))
+            assert set(settings["hooks"]) == {"SessionEnd"}  # recording stays; nothing pushes the briefing
+            await claude_p(claude, "Fix the ledger rounding.", cwd=repo, env=claude_env(home, daemon.env,
+                                                                                      fake.base_url))
+    db = sqlite3.connect(daemon.state / "memactors.db")
+    try:
+        calls = db.execute("SELECT tool FROM call_log WHERE server = 'gateway'").fetchall()
+    finally:
+        db.close()
+    first = fake.agent_requests()[0].body
+    # nothing was prepended: no fence, no fact, no hook context in the first request...
+    assert fact not in json.dumps(first) and "harness-memory\\\" field" not in json.dumps(first)
+    assert "SessionStart hook additional context" not in json.dumps(first)
+    # ...but the server's instructions, telling the agent to read its briefing, are in its context
+    assert json.dumps(INSTRUCTIONS)[1:-1] in json.dumps(first)
+    # the agent asked, and the briefing came back as the tool's answer, fenced, with the fact
+    [pulled] = fake.agent_requests()[1].tool_results()
+    assert fact in json.dumps(pulled) and "<memory-data" in json.dumps(pulled)
+    assert calls == [("briefing",)]

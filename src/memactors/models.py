@@ -67,6 +67,17 @@ class Event:
     error_class: str | None = None
 
 
+#: Costs are kept to this many decimal places of a US dollar: finer than any provider prices a token
+#: (a price per million tokens with three decimals is a multiple of 1e-9 per token), coarse enough that
+#: the float artefacts of summing per-step costs (0.0016 * 3 = 0.0048000000000000004) are gone.
+COST_DECIMALS = 9
+
+
+def round_cost(value: float | None) -> float | None:
+    """A reported cost at the providers' precision (:data:`COST_DECIMALS`); None stays None."""
+    return None if value is None else round(float(value), COST_DECIMALS)
+
+
 @attrs.frozen
 class RunRecord:
     """A closed run record as the supervising daemon hands it over (ADR-0028/0033, see docs/contracts.md)."""
@@ -81,7 +92,7 @@ class RunRecord:
     sessions: tuple[Session, ...]
     trace_id: str = ""
     duration_ms: int = 0
-    cost_usd: float | None = None
+    cost_usd: float | None = attrs.field(default=None, converter=round_cost)
     cost_source: CostSource = "unknown"
     model: ModelInfo = ModelInfo()
     result_text: str | None = None

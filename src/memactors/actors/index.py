@@ -188,6 +188,29 @@ def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str]
     return out
 
 
+def sessions_recorded(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """Of ``keys`` ((adapter, run id): an agent's session, whose id the agent made unique), those the store
+    holds under any harness: {key: its episode id, or None without one}. For an import, which must not
+    record a second time a session a resident's hook recorded under the resident's harness. One pass over
+    the runs of those adapters (runs has no index by run id; an import is an occasional operator command)."""
+    out: dict[tuple[str, str], str | None] = {}
+    wanted = set(keys)
+    for adapter in sorted({a for a, _ in wanted}):
+        ids = sorted(r for a, r in wanted if a == adapter)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(f"SELECT harness, run_id, started_at FROM runs WHERE adapter = ? AND run_id IN ({marks})"
+                              " ORDER BY ingested_at", [adapter, *chunk]).fetchall()
+            for harness, run_id, started_at in rows:
+                if (adapter, run_id) in out:
+                    continue
+                episode_id = episode_id_for(harness, run_id, started_at)
+                known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+                out[(adapter, run_id)] = episode_id if known else None
+    return out
+
+
 def store_episode(db: Db, episode: Episode, *, provider: str, now: str,
                   due: str | None = None, claimer: str = "") -> bool:
     """Store the episode copy (its row, and its REQ-5 body in `episode_bodies`; the text rendering is

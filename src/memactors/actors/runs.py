@@ -291,7 +291,7 @@ class Runs:
             gateway = self._gateway_url()
             if gateway:
                 mcp_config = await trio.to_thread.run_sync(
-                    write_mcp_config, config.store.path / "runs", gateway, token)
+                    write_mcp_config, config.store.path / "runs", gateway, token, adapter)
             plan = await prepare_spawn(_RunScope(service, config), harness=name, run_id=run_id, workdir=workdir,
                                        base_argv=())
             prompt = plan.argv[-1] if plan.argv else None

@@ -191,6 +191,8 @@ ADAPTERS: Mapping[str, str] = {
     "command": "memactors.adapters.command:CommandAdapter",
     "gemini-cli": "memactors.adapters.gemini_cli:GeminiCliAdapter",
     "opencode": "memactors.adapters.opencode:OpenCodeAdapter",
+    "pi": "memactors.adapters.pi:PiAdapter",
+    "qwen-code": "memactors.adapters.qwen_code:QwenCodeAdapter",
 }
 
 
@@ -204,6 +206,8 @@ ADAPTER_CAPS: Mapping[str, frozenset[str]] = {
     "command": frozenset(),
     "gemini-cli": frozenset(),
     "opencode": frozenset(),
+    "pi": frozenset(),
+    "qwen-code": frozenset(),
 }
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -37,10 +38,12 @@ from typing import Any
 from ..adapters import Transcript
 from ..adapters.gemini_cli import GeminiCliParser
 from ..adapters.opencode import OpenCodeParser
+from ..adapters.pi import pi_event
 from ..config import HarnessConfig
 from .run_record import build_run_record, git_start
+from .transcript import duration_ms
 
-__all__ = ["gemini_session", "opencode_session", "resident_record"]
+__all__ = ["gemini_session", "opencode_session", "pi_session", "qwen_session", "resident_record"]
 
 #: The wrapper Gemini CLI puts around a tool's output in the text its model gets (and in its session file).
 _UNTRUSTED = ("<untrusted_context>\n", "\n</untrusted_context>")
@@ -134,6 +137,95 @@ def gemini_session(lines: Iterable[str]) -> GeminiSession:
     return out
 
 
+_EXIT_LINE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
+
+
+def _qwen_result(call_id: str, response: Any, status: Any) -> dict[str, Any]:
+    """A Qwen Code ``functionResponse`` as Gemini CLI's ``tool_result`` event. Qwen Code reports a shell
+    command that exited non-zero as an error whose text still carries its ``Exit Code: N`` line: that is
+    a command that finished (a failed test), so it is read as one, with that status."""
+    result: dict[str, Any] = {"type": "tool_result", "tool_id": call_id,
+                              "status": "success" if status == "success" else "error"}
+    if isinstance(response, dict):
+        if isinstance(response.get("output"), str):
+            result["output"] = response["output"]
+        elif isinstance(response.get("error"), str) and _EXIT_LINE.search(response["error"]):
+            result.update(status="success", output=response["error"])
+    return result
+
+
+def qwen_session(lines: Iterable[str]) -> GeminiSession:
+    """Read a Qwen Code chat recording (``~/.qwen/projects/<project>/chats/<session id>.jsonl``, the
+    ``transcript_path`` of its hooks: one JSON entry a line, ``type`` ``user`` / ``assistant`` /
+    ``tool_result`` / ``system``, each with ``sessionId``, ``timestamp``, ``cwd``). Qwen Code is a Gemini CLI
+    fork and keeps Gemini's message parts: an assistant's ``functionCall`` parts and text, a tool result's
+    ``functionResponse``; they are fed to Gemini CLI's reader as its stream events. The user's prompts and
+    the system entries are read past (their times bound the session). A bad line is skipped."""
+    out = GeminiSession()
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        at = _str(entry.get("timestamp")) or out.ended_at or ""
+        if _str(entry.get("timestamp")):
+            out.started_at = min(out.started_at or at, at)
+            out.ended_at = max(out.ended_at or at, at)
+        if out.parser.transcript.session_id is None and _str(entry.get("sessionId")):
+            out.parser.feed(json.dumps({"type": "init", "session_id": entry["sessionId"]}), at=at)
+        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+        parts = [p for p in message.get("parts") or () if isinstance(p, dict)]
+        if entry.get("type") == "assistant":
+            if _str(entry.get("model")):
+                out.parser.transcript.model = entry["model"]
+            text = "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+            if text.strip():
+                out.parser.feed(json.dumps({"type": "message", "role": "assistant", "content": text}), at=at)
+            for part in parts:
+                call = part.get("functionCall")
+                if isinstance(call, dict) and _str(call.get("id")) and _str(call.get("name")):
+                    out.parser.feed(json.dumps({"type": "tool_use", "tool_name": call["name"], "tool_id": call["id"],
+                                                "parameters": call.get("args") if isinstance(call.get("args"), dict)
+                                                else {}}), at=at)
+        elif entry.get("type") == "tool_result":
+            status = (entry.get("toolCallResult") or {}).get("status") if isinstance(
+                entry.get("toolCallResult"), dict) else None
+            for part in parts:
+                response = part.get("functionResponse")
+                if isinstance(response, dict) and _str(response.get("id")):
+                    out.parser.feed(json.dumps(_qwen_result(response["id"], response.get("response"), status)),
+                                    at=at)
+    out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")
+    return out
+
+
+def pi_session(lines: Iterable[str]) -> GeminiSession:
+    """Read a pi session file (``~/.pi/agent/sessions/<cwd>/<time>_<id>.jsonl``: a ``session`` header with
+    ``id`` and ``cwd``, then ``message`` entries whose ``message`` is an assistant's (``toolCall`` and ``text``
+    blocks, ``model``), a ``toolResult`` (``toolCallId``, ``isError``, its text) or the user's (read past).
+    ``write``/``edit`` with a ``path`` are edits once they succeed; ``bash`` a command whose status is its
+    ``Command exited with code N`` line, 0 for a result that is not an error. Fed to Gemini CLI's reader as
+    its stream events. A bad line is skipped."""
+    out = GeminiSession()
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        at = _str(entry.get("timestamp")) or out.ended_at or ""
+        if _str(entry.get("timestamp")):
+            out.started_at = min(out.started_at or at, at)
+            out.ended_at = max(out.ended_at or at, at)
+        for event in pi_event(entry):
+            out.parser.feed(json.dumps(event), at=at)
+    out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")
+    return out
+
+
 def _iso_ms(value: Any) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return datetime.fromtimestamp(value / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -179,11 +271,7 @@ def resident_record(transcript: Transcript, *, harness: str, adapter: str, cfg: 
                     cwd: str, started_at: str, ended_at: str, trigger_name: str = "session-end") -> dict[str, Any]:
     """The closed run record of one resident session (run id: the session id)."""
     branch, _, _ = git_start(cwd)
-    try:
-        duration = int((datetime.fromisoformat(ended_at.replace("Z", "+00:00"))
-                        - datetime.fromisoformat(started_at.replace("Z", "+00:00"))).total_seconds() * 1000)
-    except ValueError:
-        duration = 0
+    duration = duration_ms(started_at, ended_at)
     transcript.session_id = transcript.session_id or session_id
     record = build_run_record(harness=harness, adapter=adapter, run_id=session_id, cfg=cfg, transcript=transcript,
                               exit_code=0, stopped=None, spawn_error=False, started_at=started_at,

@@ -35,15 +35,22 @@ def agent_env(config: Any, environ: Any) -> dict[str, str]:
     return env
 
 
-def write_mcp_config(directory: Path, gateway_url: str, token: str) -> Path:
-    """Claude Code's ``--mcp-config`` JSON naming the gateway with this run's token; mode 0600."""
+def write_mcp_config(directory: Path, gateway_url: str, token: str, adapter: Any = None) -> Path:
+    """The run's MCP config naming the gateway with this run's token, mode 0600: Claude Code's
+    ``--mcp-config`` JSON, or the adapter's own when it has one (``adapter.mcp_config(url, token)``: a JSON
+    object, or a text such as pi's extension, written with ``adapter.mcp_config_suffix``)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / f"mcp-{secrets.token_hex(8)}.json"
-    body = {"mcpServers": {"memactors": {"type": "http", "url": gateway_url,
-                                         "headers": {"Authorization": f"Bearer {token}"}}}}
+    own = getattr(adapter, "mcp_config", None)
+    body: Any = own(gateway_url, token) if callable(own) else {"mcpServers": {"memactors": {
+        "type": "http", "url": gateway_url, "headers": {"Authorization": f"Bearer {token}"}}}}
+    suffix = getattr(adapter, "mcp_config_suffix", ".json") if isinstance(body, str) else ".json"
+    path = directory / f"mcp-{secrets.token_hex(8)}{suffix}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f)
+        if isinstance(body, str):
+            f.write(body)
+        else:
+            json.dump(body, f)
     return path
 
 
@@ -51,7 +58,7 @@ def remove_mcp_configs(directory: Path) -> int:
     """Delete the MCP config files a previous daemon left (it died mid-run); their tokens have expired or
     will. Called at start-up, when this daemon runs nothing yet. Returns how many."""
     removed = 0
-    for path in directory.glob("mcp-*.json") if directory.is_dir() else ():
+    for path in directory.glob("mcp-*") if directory.is_dir() else ():
         path.unlink(missing_ok=True)
         removed += 1
     return removed

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ..adapters import CommandRun, Transcript
 from ..config import HarnessConfig
+from ..models import round_cost
 
 __all__ = ["MAX_RESULT_CHARS", "StopReason", "build_run_record", "cap_reached", "git_changed", "git_start"]
 
@@ -40,7 +41,8 @@ def _git(args: list[str], cwd: str) -> str | None:
 
 
 def _porcelain(text: str | None) -> set[str]:
-    """Paths (repository-relative) in ``git status --porcelain -z`` output; directories end in ``/``."""
+    """Paths (repository-relative) in ``git status --porcelain -z --untracked-files=all`` output: every file,
+    also each one in a new untracked directory (without ``-uall`` git names only the directory)."""
     if not text:
         return set()
     paths: set[str] = set()
@@ -62,13 +64,13 @@ def git_start(workdir: str) -> tuple[str | None, str | None, frozenset[str]]:
     branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], workdir)
     branch = branch.strip() if branch and branch.strip() != "HEAD" else None
     commit = _git(["rev-parse", "--verify", "-q", "HEAD"], workdir)
-    dirty = _porcelain(_git(["status", "--porcelain=v1", "-z"], workdir))
+    dirty = _porcelain(_git(["status", "--porcelain=v1", "-z", "--untracked-files=all"], workdir))
     return branch, commit.strip() if commit else None, frozenset(dirty)
 
 
 def git_changed(toplevel: str, start_commit: str | None) -> set[str] | None:
     """Repository-relative paths changed since the run started: the worktree and every commit since."""
-    status = _git(["status", "--porcelain=v1", "-z"], toplevel)
+    status = _git(["status", "--porcelain=v1", "-z", "--untracked-files=all"], toplevel)
     if status is None:
         return None
     changed = _porcelain(status)
@@ -208,7 +210,7 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
         "started_at": started_at,
         "ended_at": ended_at,
         "duration_ms": max(0, duration_ms),
-        "cost_usd": transcript.cost_usd,
+        "cost_usd": round_cost(transcript.cost_usd),
         "cost_source": "reported" if transcript.cost_usd is not None else "unknown",
         "model": {"served": transcript.model, "pinned": None, "configured": cfg.model},
         "outcome": outcome,

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAILURES_FILE", "TIMEOUT_SECONDS", "BriefingUnavailable", "additional_context", "fetch_briefing",
+__all__ = ["FAILURES_FILE", "TIMEOUT_SECONDS", "BriefingUnavailable", "additional_context", "call_tool", "fetch_briefing",
            "recent_failures", "record_failure"]
 
 #: The gateway's whole exchange (initialize, the briefing call, closing the session) must fit in this.
@@ -72,6 +72,13 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str], deadline: flo
 
 def fetch_briefing(url: str, token: str, *, refresh: bool, timeout: float = TIMEOUT_SECONDS) -> str:
     """The resident's briefing text from the gateway's ``briefing`` tool ("" when it is empty)."""
+    return call_tool(url, token, "briefing", {"refresh": refresh}, timeout=timeout)
+
+
+def call_tool(url: str, token: str, tool: str, arguments: dict[str, Any], *, timeout: float = TIMEOUT_SECONDS) -> str:
+    """One gateway tool call as the resident (``initialize``, the call, the session closed): the tool's text.
+    For an agent with no MCP client of its own (pi's extension runs this through ``memactors hook pi tool``)
+    and for the session-start hooks. BriefingUnavailable says why a call failed."""
     deadline = time.monotonic() + timeout
     auth = {"authorization": f"Bearer {token}"}
     headers, answer = _post(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -84,17 +91,17 @@ def fetch_briefing(url: str, token: str, *, refresh: bool, timeout: float = TIME
     try:
         _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, auth, deadline)
         _, answer = _post(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "briefing", "arguments": {"refresh": refresh}}}, auth, deadline)
+            "name": tool, "arguments": arguments}}, auth, deadline)
     finally:
         if session:
             _close(url, auth)
     if not isinstance(answer, dict) or "result" not in answer:
         error = answer.get("error", {}).get("message") if isinstance(answer, dict) else None
-        raise BriefingUnavailable(f"the briefing call failed ({error or 'no result'})")
+        raise BriefingUnavailable(f"the {tool} call failed ({error or 'no result'})")
     result = answer["result"]
     texts = [c.get("text", "") for c in result.get("content") or () if isinstance(c, dict) and c.get("type") == "text"]
     if result.get("isError"):
-        raise BriefingUnavailable(f"the briefing call failed ({' '.join(texts)[:200] or 'an error'})")
+        raise BriefingUnavailable(f"the {tool} call failed ({' '.join(texts)[:200] or 'an error'})")
     return "\n".join(t for t in texts if t)
 
 

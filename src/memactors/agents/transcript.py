@@ -35,12 +35,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import attrs
 
 from ..adapters.claude_code import bash_exit_status, refused_ids
 from ..config import DEFAULT_VERIFY_PATTERNS
+from ..models import round_cost
 
 __all__ = [
     "DEFAULT_VERIFY_PATTERNS",
@@ -119,9 +121,9 @@ def _entry(out: SessionTranscript, entry: dict[str, Any], pending: dict[str, tup
            patterns: list[re.Pattern[str]]) -> None:
     kind = entry.get("type")
     at = entry.get("timestamp")
-    if isinstance(at, str) and at:  # every timed entry (system ones too) bounds the session
-        out.started_at = out.started_at or at
-        out.ended_at = at
+    if isinstance(at, str) and at:  # every timed entry (system ones too) bounds the session, in any order
+        out.started_at = min(out.started_at or at, at)
+        out.ended_at = max(out.ended_at or at, at)
     else:
         at = out.ended_at or ""
     if kind == "cost-state":
@@ -187,6 +189,17 @@ def _tool_use(block: dict[str, Any], at: str, pending: dict[str, tuple[str, str,
             pending[block["id"]] = ("verify", command, at)
 
 
+def duration_ms(started_at: str, ended_at: str) -> int:
+    """Milliseconds from one ISO-8601 time to another (a session's first and last transcript entry, or the
+    hook's time); 0 when either is unreadable or they run backwards."""
+    try:
+        start = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(ended_at.replace("Z", "+00:00"))
+        return max(0, int((end - start).total_seconds() * 1000))
+    except (ValueError, TypeError):
+        return 0
+
+
 def run_record_from_transcript(session: SessionTranscript, *, harness: str, fallback_session_id: str,
                                fallback_cwd: str, ended_at: str, trigger_name: str = "session-end"
                                ) -> dict[str, Any]:
@@ -210,7 +223,8 @@ def run_record_from_transcript(session: SessionTranscript, *, harness: str, fall
         "run_id": session_id,
         "started_at": started_at,
         "ended_at": last,
-        "cost_usd": session.cost_usd,
+        "duration_ms": duration_ms(started_at, last),
+        "cost_usd": round_cost(session.cost_usd),
         "cost_source": "unknown" if session.cost_usd is None else "reported",
         "model": {"served": session.model, "pinned": None, "configured": None},
         "outcome": "failed" if failed else "succeeded",

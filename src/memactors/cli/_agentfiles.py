@@ -41,6 +41,7 @@ from typing import Any
 from . import _agentfiles_more as _more
 from ._codex_hooks import codex_config_path, merge_hooks
 from ._core import CliError
+from ._jsonfile import BOM, dumps_like, loads_object, read_exact
 from ._session_start import TOKEN_ENV
 from ._session_start import claude_files as _claude_files
 from .agents import CLAUDE_ALLOW, claude_server, codex_server
@@ -113,51 +114,19 @@ def read_text(path: Path) -> str | None:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CliError("INVALID_ARGUMENT", f"cannot read {path}: {exc.strerror}") from None
+    return read_exact(path)
 
 
 def _json(path: Path, text: str | None) -> dict[str, Any]:
-    if text is None or not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise CliError("INVALID_ARGUMENT", f"{path} is not valid JSON ({exc}); fix or move it, then run again "
-                                           "(nothing was changed)") from None
-    if not isinstance(data, dict):
-        raise CliError("INVALID_ARGUMENT", f"{path} does not hold a JSON object; nothing was changed")
-    return data
+    return loads_object(path, text)
 
 
 def _dump(data: dict[str, Any], like: str | None = None) -> str | None:
-    return _dumps(data, like) if data else None
+    return dumps_like(data, like) if data else None
 
 
 def _dumps(data: dict[str, Any], like: str | None) -> str:
-    """``data`` as JSON in the layout of ``like`` (the file as it was): its indent (spaces or a tab; a
-    one-line file stays on one line) and whether it ends with a line break. Default: two spaces, a
-    final line break."""
-    indent: int | str | None = 2
-    end = "\n"
-    if like is not None and like.strip():
-        end = "\n" if like.endswith("\n") else ""
-        lines = like.strip().splitlines()
-        if len(lines) == 1:
-            indent = None
-        else:
-            for line in lines[1:]:
-                stripped = line.lstrip(" \t")
-                if stripped and stripped != line:
-                    lead = line[: len(line) - len(stripped)]
-                    indent = lead if "\t" in lead else len(lead)
-                    break
-    separators = (", ", ": ") if indent is None else (",", ": ")
-    return json.dumps(data, indent=indent, ensure_ascii=False, separators=separators) + end
+    return dumps_like(data, like)
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -308,7 +277,7 @@ def same_content(path: Path, a: str | None, b: str | None) -> bool:
         return a is b
     try:
         if path.suffix == ".json":
-            return json.loads(a or "{}") == json.loads(b or "{}")
+            return json.loads(a.removeprefix(BOM) or "{}") == json.loads(b.removeprefix(BOM) or "{}")
         if path.suffix == ".toml":
             import tomllib
 
@@ -316,6 +285,13 @@ def same_content(path: Path, a: str | None, b: str | None) -> bool:
     except ValueError:
         return a == b
     return a.splitlines() == b.splitlines()
+
+
+def holds_ours(text: str) -> bool:
+    """Whether a file's text holds anything install writes: every entry names the server (``memactors``:
+    the server key, ``mcp__memactors__…``, ``memactors.cli`` hook commands, ``MEMACTORS_RESIDENT_TOKEN``,
+    the exclude mark) or, for OpenCode, its plugin file."""
+    return SERVER in text.lower() or _more.PLUGIN_SUFFIX in text or _more.PI_SUFFIX in text
 
 
 def missing_dirs(path: Path) -> list[Path]:
@@ -392,7 +368,8 @@ def _exclude_change(project: Path, private_files: list[Path], *, install: bool) 
 # -- the plans -----------------------------------------------------------------------------------------------
 
 def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = "", token: str = TOKEN_PLACEHOLDER,
-         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None) -> list[Change]:
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None,
+         tool_command: str = "") -> list[Change]:
     """The changes installing (or uninstalling) memactors for ``target`` makes; raises CliError, naming the
     file, when one cannot be merged (nothing is written then). ``plugin_file``: where OpenCode's plugin goes."""
     if target.agent == "claude-code":
@@ -404,7 +381,8 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
     elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
                    in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
-                                 hook_command=hook_command, start_command=start_command, plugin_file=plugin_file)]
+                                 hook_command=hook_command, start_command=start_command, plugin_file=plugin_file,
+                                 tool_command=tool_command)]
     else:
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {target.agent!r}")
     if target.project is not None:
@@ -468,7 +446,7 @@ def write(change: Change) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:  # the text's own line ends, untranslated
             f.write(change.after)
         os.replace(tmp, path)
     except BaseException:  # ok: no half-written temporary file left beside the user's, then re-raised

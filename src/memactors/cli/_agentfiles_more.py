@@ -40,14 +40,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.pi_extension import extension_source
 from ._core import CliError
+from ._jsonfile import dumps_like, loads_object, read_exact
 from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
 __all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
-           "opencode_server", "plan"]
+           "opencode_server", "plan", "qwen_file", "qwen_server"]
 
-AGENTS = ("gemini-cli", "opencode")
+AGENTS = ("gemini-cli", "opencode", "pi", "qwen-code")
 #: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
 #: interpreter or --config its command names).
 GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
@@ -55,6 +57,9 @@ GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "
 #: session end's RPC after 15 s, and then it spools.
 _GEMINI_TIMEOUTS = {"SessionStart": 10_000, "SessionEnd": 30_000}
 _GEMINI_NAMES = {"SessionStart": "memactors-briefing", "SessionEnd": "memactors-record-session"}
+#: How the pi extension's file ends (``installs/<run id>.pi-extension.ts``): what marks install's entry in
+#: pi's ``settings.json`` ``extensions``.
+PI_SUFFIX = ".pi-extension.ts"
 #: How the OpenCode plugin's file ends (``installs/<run id>.opencode-plugin.js``): what marks the ``plugin``
 #: entry install wrote.
 PLUGIN_SUFFIX = ".opencode-plugin.js"
@@ -71,6 +76,12 @@ def opencode_server(url: str, token: str) -> dict[str, Any]:
             "enabled": True}
 
 
+def qwen_server(url: str, token: str) -> dict[str, Any]:
+    """The gateway's entry in Qwen Code's ``mcpServers``: ``httpUrl`` is its streamable-HTTP transport (a
+    ``url`` alone would be SSE); ``trust`` so a session calls the read-only tools without asking."""
+    return {"httpUrl": url, "headers": {"Authorization": f"Bearer {token}"}, "trust": True}
+
+
 def _home(env: Mapping[str, str]) -> Path:
     home = env.get("HOME")
     return Path(home) if home else Path.home()
@@ -81,6 +92,33 @@ def gemini_file(project: Path | None, env: Mapping[str, str]) -> Path:
         return project / ".gemini" / "settings.json"
     home = env.get("GEMINI_CLI_HOME")
     return (Path(home) if home else _home(env)) / ".gemini" / "settings.json"
+
+
+def qwen_file(project: Path | None, env: Mapping[str, str]) -> Path:
+    """Qwen Code's settings: a project's ``.qwen/settings.json``, else ``~/.qwen/settings.json``."""
+    return (project if project is not None else _home(env)) / ".qwen" / "settings.json"
+
+
+def pi_file(project: Path | None, env: Mapping[str, str]) -> Path:
+    """pi's settings: a project's ``.pi/settings.json``, else ``~/.pi/agent/settings.json``."""
+    return project / ".pi" / "settings.json" if project is not None else _home(env) / ".pi" / "agent" / "settings.json"
+
+
+def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | None:
+    """``text`` with install's entry in ``extensions`` removed and, for ``extension``, added again."""
+    data = loads_object(path, text)
+    entries = data.get("extensions", [])
+    if not isinstance(entries, list):
+        raise CliError("INVALID_ARGUMENT", f"{path}: extensions is not a list; nothing was changed")
+    entries = [e for e in entries if not (isinstance(e, str) and e.endswith(PI_SUFFIX)
+                                          and "/installs/resident-pi-" in e)]
+    if extension is not None:
+        entries.append(str(extension))
+    if entries:
+        data["extensions"] = entries
+    else:
+        data.pop("extensions", None)
+    return dumps_like(data, text) if data else None
 
 
 def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
@@ -114,12 +152,15 @@ def _opencode_plugins(path: Path, data: dict[str, Any], plugin: Path | None) -> 
     return ours
 
 
-def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None) -> None:
-    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again."""
+def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | None,
+                  agent: str = "gemini-cli") -> None:
+    """Remove memactors' hook entries from ``data["hooks"]`` and, for ``commands``, add them again (Gemini
+    CLI's layout, which Qwen Code, its fork, keeps)."""
     hooks = data.get("hooks", {})
     if not isinstance(hooks, dict):
         raise CliError("INVALID_ARGUMENT", f"{path}: hooks is not an object; nothing was changed")
-    for event, mark in GEMINI_MARKS.items():
+    for event, gemini_mark in GEMINI_MARKS.items():
+        mark = gemini_mark.replace("gemini-cli", agent)
         groups = hooks.get(event)
         if isinstance(groups, list):
             kept = []
@@ -146,20 +187,12 @@ def _gemini_hooks(path: Path, data: dict[str, Any], commands: dict[str, str] | N
 
 
 def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
-           hooks: dict[str, str] | None = None, plugin: Path | None = None, found: list[Path] | None = None
-           ) -> str | None:
+           hooks: dict[str, str] | None = None, plugin: Path | None = None, found: list[Path] | None = None,
+           agent: str = "gemini-cli") -> str | None:
     """``text`` (a JSON object) with ``data[key][memactors]`` set to ``entry`` (or removed for None); for
     Gemini CLI's settings (``hooks`` not None) memactors' hook entries too; for OpenCode's (``found`` not
     None) its ``plugin`` entry, the files earlier entries named added to ``found``."""
-    data: dict[str, Any] = {}
-    if text is not None and text.strip():
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise CliError("INVALID_ARGUMENT", f"{path} is not valid JSON ({exc}); fix or move it, then run "
-                                               "again (nothing was changed)") from None
-        if not isinstance(data, dict):
-            raise CliError("INVALID_ARGUMENT", f"{path} does not hold a JSON object; nothing was changed")
+    data = loads_object(path, text)
     servers = data.setdefault(key, {})
     if not isinstance(servers, dict):
         raise CliError("INVALID_ARGUMENT", f"{path}: {key} is not an object; nothing was changed")
@@ -169,39 +202,55 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
     if not servers:
         del data[key]
     if hooks is not None:
-        _gemini_hooks(path, data, hooks if entry is not None else None)
+        _gemini_hooks(path, data, hooks if entry is not None else None, agent)
     if found is not None:
         found += _opencode_plugins(path, data, plugin if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
         return None
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return dumps_like(data, text)
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CliError("INVALID_ARGUMENT", f"cannot read {path}: {exc.strerror}") from None
+    return read_exact(path)
 
 
 def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,
-         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None
+         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None, tool_command: str = ""
          ) -> list[tuple[Path, str | None, str | None, bool, str]]:
     """The changes installing (or uninstalling) memactors for ``agent`` makes: (path, text before, text
     after, private, what) for each file. ``hook_command`` records a session when it ends and
     ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
     running them is written to ``plugin_file``."""
-    if agent == "gemini-cli":
-        path = gemini_file(project, env)
+    if agent in ("gemini-cli", "qwen-code"):
+        path = gemini_file(project, env) if agent == "gemini-cli" else qwen_file(project, env)
         before = _read(path)
         hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
-        after = _merge(path, before, "mcpServers", gemini_server(url, token) if install else None, hooks)
+        server = (gemini_server if agent == "gemini-cli" else qwen_server)(url, token) if install else None
+        after = _merge(path, before, "mcpServers", server, hooks, agent=agent)
         what = f"mcpServers.{SERVER} with its token, trusted" + (
-            ", SessionStart hook (the briefing), SessionEnd hook (records the session)" if install and any(
-                hooks.values()) else "")
+            ", SessionStart hook (the briefing)" if install and start_command else "") + (
+            ", SessionEnd hook (records the session)" if install and hook_command else "")
         return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
+    if agent == "pi":
+        if install and start_command:
+            raise CliError("INVALID_ARGUMENT", "--briefing-at-start: pi has no session-start context to give; its "
+                                               "extension's briefing tool is how it reads its briefing")
+        path = pi_file(project, env)
+        before = _read(path)
+        extension = plugin_file if install else None
+        changes = [(path, before, _pi_settings(path, before, extension), False,
+                    "extensions += memactors' extension (recall, briefing; each session recorded)" if install
+                    else "memactors' extension removed")]
+        if plugin_file is not None:
+            gateway = plugin_file.with_name(plugin_file.name.removesuffix(PI_SUFFIX) + ".pi-gateway.json")
+            changes.append((plugin_file, _read(plugin_file),
+                            extension_source(tool_command, hook_command) if install else None, False,
+                            "pi extension: the memory tools, each session recorded" if install
+                            else "memactors' pi extension removed"))
+            changes.append((gateway, _read(gateway), json.dumps({"url": url, "token": token}) + "\n" if install
+                            else None, True, "the gateway URL and this resident's token" if install
+                            else "the resident's token removed"))
+        return changes
     if agent == "opencode":
         path = opencode_file(project, env)
         before = _read(path)

@@ -41,7 +41,7 @@ def claude_files(project: Path | None, env: Mapping[str, str]) -> tuple[Path, Pa
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a BOM the user's file had is kept by install
     except OSError:
         return None
 

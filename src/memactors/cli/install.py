@@ -4,8 +4,10 @@
 for the harness (control tier, ``MintRunToken`` with ``replace``: running install again rotates it, and
 the old token stops working), then merges into the agent's own configuration files the MCP server
 entry, the allow-list for the memory tools and, for Claude Code, Codex and Gemini CLI, the ``SessionEnd``
-hook that records each session and the ``SessionStart`` hook that gives it its briefing (for OpenCode a
-plugin doing both; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
+hook that records each session (for OpenCode a plugin). The resident pulls its briefing (the ``briefing``
+tool and resource; the gateway's MCP ``instructions`` tell it to read it before it starts work): only
+``--briefing-at-start`` adds the ``SessionStart`` hook that prints it into each session as context (a
+departure from REQ-15 the operator chooses, docs/contracts.md; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
 ``residents`` are those hooks). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
 minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
@@ -40,11 +42,12 @@ DEFAULT_TTL = "365d"
 #: What `install --help` and `uninstall --help` say (the module's docstring is for the code's readers).
 DESCRIPTIONS = {
     "install": (
-        "Connect a resident agent (Claude Code, Codex, Gemini CLI or OpenCode) to memactors. Mints a gateway token for the harness "
+        "Connect a resident agent (Claude Code, Codex, Gemini CLI, OpenCode, pi or Qwen Code) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
-        "Code, Codex and Gemini CLI, the session-end hook that records each session and the session-start hook "
-        "that gives it its briefing (for OpenCode, a plugin doing both). A daemon that does not know the harness "
+        "Code, Codex and Gemini CLI, the session-end hook that records each session (for OpenCode, a plugin). "
+        "The agent pulls its briefing with the briefing tool, as the server's instructions tell it; "
+        "--briefing-at-start also prints it into each new session (a session-start hook). A daemon that does not know the harness "
         "yet is sent SIGHUP to reload. --project DIR changes that project's files, "
         "--user every project of this user. --dry-run prints the changes as a diff and changes nothing: no "
         "token is minted, no file written."),
@@ -59,20 +62,25 @@ def register(sub: Any) -> None:
     for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
                         ("uninstall", "remove what `memactors install` wrote and revoke its token")):
         p = sub.add_parser(verb, help=helps, description=DESCRIPTIONS[verb])
-        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode"),
+        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode", "pi", "qwen-code"),
                        help="the agent whose configuration to change")
         p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--project", metavar="DIR",
                            help="this project only (its .mcp.json and .claude/settings.local.json, .codex/config.toml, "
-                                ".gemini/settings.json or opencode.json)")
+                                ".gemini/settings.json, opencode.json, .pi/settings.json or .qwen/settings.json)")
         where.add_argument("--user", action="store_true",
                            help="every project of this user (~/.claude.json and ~/.claude/settings.json, "
-                                "$CODEX_HOME/config.toml, ~/.gemini/settings.json or "
-                                "~/.config/opencode/opencode.json)")
+                                "$CODEX_HOME/config.toml, ~/.gemini/settings.json, "
+                                "~/.config/opencode/opencode.json, ~/.pi/agent/settings.json or ~/.qwen/settings.json)")
         p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
         p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
         if verb == "install":
+            p.add_argument("--briefing-at-start", action="store_true",
+                           help="also print the briefing into each new session as context (a session-start hook; "
+                                "for OpenCode, its plugin). A departure from REQ-15 the operator chooses: the "
+                                "agent gets its briefing without asking, at the cost of tokens in every session "
+                                "(docs/contracts.md). Default: the agent pulls it with the briefing tool")
             p.add_argument("--ttl", metavar="D", default=DEFAULT_TTL,
                            help=f"how long the token lives, e.g. 90d (default {DEFAULT_TTL}, at most 366d)")
             p.set_defaults(fn=cmd_install)
@@ -102,19 +110,19 @@ def _target(args: argparse.Namespace) -> Any:
 def _hook_command(args: argparse.Namespace) -> str:
     """The SessionEnd hook as this installation runs it: this interpreter, and the configuration this
     command read when it was named explicitly (the agent's environment may not carry HARNESS_CONFIG).
-    Claude Code's, Codex's, Gemini CLI's (`hook <agent> session-end`); OpenCode's plugin runs it at exit."""
+    ``hook <agent> session-end`` for every agent; OpenCode's plugin and pi's extension run it themselves."""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
     if config:
         argv += ["--config", str(Path(config).expanduser().resolve())]
-    agent = args.agent if args.agent in ("codex", "gemini-cli", "opencode") else "claude-code"
-    return shlex.join([*argv, "hook", agent, "session-end", "--harness", args.harness])
+    return shlex.join([*argv, "hook", args.agent, "session-end", "--harness", args.harness])
 
 
 def _start_command(args: argparse.Namespace, target: Any) -> str:
-    """The SessionStart hook (issue 26): pulls this resident's briefing from the gateway, with the token
-    install wrote for ``target`` (read from the agent's files, never from argv)."""
-    if args.agent not in ("claude-code", "codex", "gemini-cli", "opencode"):
+    """The SessionStart hook, only with ``--briefing-at-start`` (REQ-15: by default the resident pulls its
+    briefing, nothing is pushed into its session): fetches this resident's briefing from the gateway, with
+    the token install wrote for ``target`` (read from the agent's files, never from argv)."""
+    if not getattr(args, "briefing_at_start", False):
         return ""
     argv = [sys.executable, "-m", "memactors.cli"]
     config = args.config or os.environ.get("HARNESS_CONFIG")
@@ -122,6 +130,18 @@ def _start_command(args: argparse.Namespace, target: Any) -> str:
         argv += ["--config", str(Path(config).expanduser().resolve())]
     where = ["--project", str(target.project)] if target.project is not None else ["--user"]
     return shlex.join([*argv, "hook", args.agent, "session-start", "--harness", args.harness, *where])
+
+
+def _tool_command(args: argparse.Namespace, target: Any) -> str:
+    """pi's extension runs this for a memory tool call (``hook pi tool … <tool>``): pi has no MCP client."""
+    if args.agent != "pi":
+        return ""
+    argv = [sys.executable, "-m", "memactors.cli"]
+    config = args.config or os.environ.get("HARNESS_CONFIG")
+    if config:
+        argv += ["--config", str(Path(config).expanduser().resolve())]
+    where = ["--project", str(target.project)] if target.project is not None else ["--user"]
+    return shlex.join([*argv, "hook", "pi", "tool", "--harness", args.harness, *where])
 
 
 def _diff(change: Any, token: str | None) -> str:
@@ -175,16 +195,18 @@ def cmd_install(args: argparse.Namespace) -> int:
     start = _start_command(args, target)
     run_id = run_id_for(args.agent, target.project)
     # OpenCode's plugin lives beside install's manifest (cli/_agentfiles_more says why).
-    plugin = _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js") \
-        if args.agent == "opencode" else None
+    plugin = {"opencode": _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js"),
+              "pi": _manifest_path(config.store.path, run_id).with_suffix(".pi-extension.ts")}.get(args.agent)
+    tool = _tool_command(args, target)
     # Plan first with a placeholder: a file that cannot be merged fails here, before a token is minted.
-    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin)
+    files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start, plugin_file=plugin,
+               tool_command=tool)
     summary: dict[str, Any] = {"agent": args.agent, "scope": target.scope, "harness": args.harness, "run_id": run_id,
-                               "gateway": url}
+                               "gateway": url, "briefing_at_start": bool(start)}
     notes = _notes(args, target, harness, env)
     if args.dry_run:
         changes = files.plan(target, env=env, install=True, url=url, hook_command=hook, start_command=start,
-                             plugin_file=plugin)
+                             plugin_file=plugin, tool_command=tool)
         _report(args, changes, summary, None)
         _print_notes(args, notes)
         return 0
@@ -193,7 +215,7 @@ def cmd_install(args: argparse.Namespace) -> int:
                                          "ttl_seconds": ttl, "replace": True}, tier="control")
     token = minted["token"]
     changes = files.plan(target, env=env, install=True, url=url, token=token, hook_command=hook,
-                         start_command=start, plugin_file=plugin)
+                         start_command=start, plugin_file=plugin, tool_command=tool)
     manifest_path = _manifest_path(config.store.path, run_id)
     manifest_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, before a plugin is put there
     manifest = _install_manifest(target, env, changes, _load_manifest(manifest_path))
@@ -372,11 +394,14 @@ def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old:
         if isinstance(earlier, dict) and earlier.get("after") == change.before:
             before, mode = earlier.get("before"), earlier.get("mode")
         else:
-            # First install here (or the file changed since the last): its text without memactors' entries,
-            # byte for byte when it held none.
+            # First install here (or the file changed since the last): its exact bytes (its absence: None)
+            # unless it holds memactors' entries already (an earlier install whose record is gone), then its
+            # text without them. Never a normalised text for a file of the user's own: an empty object, an
+            # empty server table or an opencode.json holding only its $schema is put back as it was.
             stripped = clean[key].after if key in clean else change.before
-            same = change.before is None or files.same_content(change.path, change.before, stripped)
-            before = change.before if same else stripped
+            ours = change.before is not None and files.holds_ours(change.before) and not files.same_content(
+                change.path, change.before, stripped)
+            before = stripped if ours else change.before
             mode = _mode(change.path)
         if change.after is not None:
             dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
@@ -437,8 +462,10 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
         notes.append(f"Codex reads {target.project}/.codex/config.toml only in a trusted project: trust it when "
                      "Codex asks, or start the first headless session with `codex exec --trust …`")
     if args.agent == "codex":
-        notes.append("Codex runs memactors' SessionStart hook (the briefing) and SessionEnd hook (records the "
-                     "session) only once you trust them: open /hooks in Codex and trust both. Until then a "
+        hooks = ("SessionStart hook (the briefing) and SessionEnd hook (records the session)"
+                 if getattr(args, "briefing_at_start", False) else "SessionEnd hook (records the session)")
+        notes.append(f"Codex runs memactors' {hooks} only once you trust them: open /hooks in Codex and trust "
+                     "them. Until then a "
                      "headless `codex exec` skips them without a word (docs/connect-an-agent.md, \"Codex as a "
                      "resident\", says how to trust them without the TUI)")
     if args.agent == "gemini-cli" and target.project is not None:
@@ -446,6 +473,10 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
                      "trusted folder: trust it when Gemini CLI asks. For a headless `gemini -p` set "
                      "GEMINI_CLI_TRUST_WORKSPACE=true: its --skip-trust comes too late for the project's settings "
                      "(0.61 reads them before it reads its flags)")
+    if args.agent == "qwen-code":
+        notes.append("Qwen Code (0.24) runs its SessionEnd hook when an interactive session ends (/quit, /clear); "
+                     "a headless `qwen \"…\"` fires none, so its session is not recorded: run headless work "
+                     "through `memactors run` (harness = \"qwen-code\") instead")
     if args.agent == "claude-code" and target.project is not None:
         notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
                      "without --allowedTools or --mcp-config")

@@ -1,5 +1,7 @@
-"""``memactors hook gemini-cli …`` and ``memactors hook opencode …``: what a resident Gemini CLI or OpenCode runs
-at a session's start and end (issue 26), as ``memactors install`` wrote it into the agent's configuration.
+"""``memactors hook gemini-cli|opencode|qwen-code …``: what a resident Gemini CLI, OpenCode or Qwen Code runs at a
+session's start and end (issue 26), as ``memactors install`` wrote it into the agent's configuration.
+Qwen Code, a Gemini CLI fork, has Gemini's hooks; its session file is its chat recording
+(``agents.resident_sessions.qwen_session``).
 
 - ``hook gemini-cli session-start``: Gemini CLI's ``SessionStart`` hook. Its stdout, ``{"hookSpecificOutput":
   {"hookEventName": "SessionStart", "additionalContext": <fenced briefing>}}``, is what Gemini CLI puts
@@ -44,26 +46,43 @@ def register(sub: Any) -> None:
             ("gemini-cli", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
              "SessionEnd hook: the session file (transcript_path) as a run record"),
             ("opencode", "run by memactors' OpenCode plugin: print this resident's briefing, fenced",
-             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record")):
+             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record"),
+            ("qwen-code", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
+             "SessionEnd hook: the chat recording (transcript_path) as a run record")):
         events = groups.add_parser(agent, help=f"{agent} hooks").add_subparsers(dest="hook_event", required=True)
         add_session_start(events, cmd_session_start, help=start_help, agent=agent)
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
         p.set_defaults(fn=cmd_session_end, agent=agent)
+    events = groups.add_parser("pi", help="pi hooks (run by memactors' pi extension)").add_subparsers(
+        dest="hook_event", required=True)
+    p = events.add_parser("session-end", help="run by memactors' pi extension when a session shuts down: its "
+                                              "session file as a run record")
+    p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
+    p.set_defaults(fn=cmd_session_end, agent="pi")
+    p = events.add_parser("tool", help="run by memactors' pi extension: one memory tool call at the gateway "
+                                       "(arguments as JSON on stdin), its text on stdout")
+    p.add_argument("--harness", help="the [harness.<name>] the resident runs as (in a `memactors run`: the run's)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--project", metavar="DIR", help="installed with --project DIR")
+    where.add_argument("--user", action="store_true", help="installed with --user")
+    p.add_argument("tool", choices=("recall", "briefing"), help="the gateway tool")
+    p.set_defaults(fn=cmd_pi_tool, agent="pi")
 
 
 # -- session start -------------------------------------------------------------------------------------------
 
 def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     """(gateway URL, token) of the memactors server entry install wrote for this place."""
-    from ._agentfiles_more import gemini_file, opencode_file
+    from ._agentfiles_more import gemini_file, opencode_file, qwen_file
 
     project = Path(args.project) if args.project else None
-    path, key = ((gemini_file(project, os.environ), "mcpServers") if args.agent == "gemini-cli"
-                 else (opencode_file(project, os.environ), "mcp"))
+    path, key = {"gemini-cli": (gemini_file(project, os.environ), "mcpServers"),
+                 "qwen-code": (qwen_file(project, os.environ), "mcpServers")}.get(
+        args.agent, (opencode_file(project, os.environ), "mcp"))
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))[key]["memactors"]
-        url, header = entry["url"], entry["headers"]["Authorization"]
+        entry = json.loads(path.read_text(encoding="utf-8-sig"))[key]["memactors"]
+        url, header = entry.get("url") or entry["httpUrl"], entry["headers"]["Authorization"]
     except (OSError, ValueError, KeyError, TypeError):
         raise RuntimeError(f"{path} has no memactors server (run `memactors install {args.agent}`)") from None
     return str(url), str(header).removeprefix("Bearer ").strip()
@@ -76,10 +95,52 @@ def cmd_session_start(args: argparse.Namespace) -> int:
     return brief_session(args, _gateway)
 
 
+def pi_gateway_file(state_dir: Path, project: Path | None) -> Path:
+    """Where install keeps a pi resident's gateway URL and token (mode 0600, in the private ``installs/``):
+    pi has no configuration of its own for an MCP server to hold them."""
+    from .install import run_id_for
+
+    return Path(state_dir) / "installs" / f"{run_id_for('pi', project)}.pi-gateway.json"
+
+
+def cmd_pi_tool(args: argparse.Namespace) -> int:
+    """One ``recall`` or ``briefing`` call at the gateway for pi's extension: the arguments on stdin, the tool's
+    text on stdout. Inside a ``memactors run`` the run's own gateway and token (its environment); otherwise
+    the resident's, from the file install wrote. Exit 1 with the reason on stderr when the call failed."""
+    from ..agents.session_start import BriefingUnavailable, call_tool
+    from ._core import config_for
+    from .agents import hook_input
+
+    arguments = hook_input()
+    url, token = os.environ.get("MEMACTORS_GATEWAY_URL"), os.environ.get("MEMACTORS_RUN_TOKEN")
+    if not (url and token):
+        path = pi_gateway_file(config_for(args, "read").store.path,
+                               Path(args.project).resolve() if args.project else None)
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+            url, token = str(found["url"]), str(found["token"])
+        except (OSError, ValueError, KeyError, TypeError):
+            print(f"memactors: {path} has no gateway (run `memactors install pi`)", file=sys.stderr)
+            return 1
+    try:
+        text = call_tool(url, token, args.tool, arguments, timeout=20.0)
+    except BriefingUnavailable as exc:
+        print(f"memactors: {exc}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
 # -- session end ---------------------------------------------------------------------------------------------
 
 def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dict[str, Any]:
-    from ..agents.resident_sessions import gemini_session, opencode_session, resident_record
+    from ..agents.resident_sessions import (
+        gemini_session,
+        opencode_session,
+        pi_session,
+        qwen_session,
+        resident_record,
+    )
     from ..errors import InvalidArgument
     from ..store import iso
     from ._hook_io import open_transcript
@@ -87,14 +148,22 @@ def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dic
 
     cfg = harness_config(load(args), harness)
     now = iso(datetime.now(UTC))
-    if args.agent == "gemini-cli":
+    if args.agent in ("gemini-cli", "qwen-code"):
         for field in ("session_id", "transcript_path"):
             if not isinstance(hook.get(field), str) or not hook[field]:
                 raise InvalidArgument(f"the hook input has no {field}", field=field)
         with open_transcript(hook["transcript_path"]) as lines:
-            session = gemini_session(lines)
+            session = (gemini_session if args.agent == "gemini-cli" else qwen_session)(lines)
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
         session_id, cwd = str(hook["session_id"]), str(hook.get("cwd") or os.getcwd())
+    elif args.agent == "pi":
+        if not isinstance(hook.get("session_file"), str) or not hook["session_file"]:
+            raise InvalidArgument("the extension's input has no session_file", field="session_file")
+        with open_transcript(hook["session_file"], field="session_file") as lines:
+            session = pi_session(lines)
+        transcript, started, ended = session.transcript, session.started_at, session.ended_at
+        session_id = transcript.session_id or Path(hook["session_file"]).stem
+        cwd = str(hook.get("cwd") or os.getcwd())
     else:
         if not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
             raise InvalidArgument("the plugin's input has no session_id", field="session_id")
@@ -112,4 +181,25 @@ def cmd_session_end(args: argparse.Namespace) -> int:
     if harness is None:
         return 0
     record = _record(args, harness, hook_input())
+    if args.agent == "qwen-code" and _detached():
+        return 0  # the parent: Qwen Code may exit now; the detached child delivers the record
     return deliver_session(args, record, f"{args.agent} session-end {record['run_id']}", out=sys.stderr)
+
+
+def _detached() -> bool:
+    """Qwen Code gives each exit cleanup, its SessionEnd hook among them, 2 s and then exits, taking the hook
+    down: the record (made before, so a bad input still fails visibly) is delivered (or spooled) by a child
+    in a session of its own, which outlives Qwen Code. True in the parent, which returns at once; False in
+    the child (and where fork fails: then the record is delivered by this process, as for the other
+    agents)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid:
+        return True
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)  # Qwen Code's pipes close when it exits: nothing may be written to them
+    return False

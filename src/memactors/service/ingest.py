@@ -18,7 +18,7 @@ from loguru import logger
 from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from .._wire import episode_to_dict, parse_run_record
 from ..actors.assembler import Assembled, AssembleMany, Assembler
-from ..actors.index import Index, RecordRun, RecordRuns, Stored, stored_runs
+from ..actors.index import Index, RecordRun, RecordRuns, Stored, sessions_recorded, stored_runs
 from ..actors.retention import Kick, RecordNow, Retention
 from ..config import Config, HarnessConfig
 from ..episode import stored_record
@@ -87,6 +87,12 @@ def _duplicate(record: RunRecord, episode_id: str | None) -> dict[str, Any]:
     return duplicate | ({"episode_id": episode_id} if episode_id else {})
 
 
+def _imported_session(record: RunRecord) -> bool:
+    """A record `memactors import <agent>` made of an agent's session (not git's commits: a commit's run id
+    is its own; not a live run: its run id is the daemon's)."""
+    return record.trigger.name.startswith("import ") and record.adapter != "git"
+
+
 def _rejected(source: str, exc: MemactorsError) -> dict[str, Any]:
     return {"source": source, "outcome": "rejected", "error": {"code": exc.code, "message": str(exc)}}
 
@@ -145,7 +151,18 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
                     later.append(n)
                 else:
                     first_of[key] = n
-        return prepared, stored_runs(db, list(first_of))
+        known = stored_runs(db, list(first_of))
+        # An imported agent session a resident's hook recorded already, under the resident's harness: the
+        # same session (the agent's own id), so the import adds nothing for it whatever harness it names.
+        imported: dict[tuple[str, str], tuple[str, str]] = {}
+        for key, n in first_of.items():
+            record = prepared[n]
+            if key not in known and isinstance(record, RunRecord) and _imported_session(record):
+                imported[(record.adapter, record.run_id)] = key
+        if imported:
+            for session, episode_id in sessions_recorded(db, list(imported)).items():
+                known[imported[session]] = episode_id
+        return prepared, known
 
     prepared, known = await service.store.read(prepare_and_look_up)
     for n, record in enumerate(prepared):

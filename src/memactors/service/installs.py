@@ -43,13 +43,16 @@ _ADAPTER = {"claude-code": "claude-code", "codex": "codex", "gemini-cli": "gemin
 #: What most often keeps an agent's sessions from being recorded, per agent.
 CAUSES = {
     "codex": ("Codex runs hooks only after you trust them, and `codex exec` skips untrusted ones without a "
-              "word: start `codex` in the project, run `/hooks` and trust memactors' SessionStart and "
-              "SessionEnd hooks"),
+              "word: start `codex` in the project, run `/hooks` and trust memactors' SessionEnd hook (and "
+              "its SessionStart hook, installed with --briefing-at-start)"),
     "gemini-cli": ("Gemini CLI runs a project's hooks only in a trusted folder: trust the project folder when "
                    "Gemini CLI asks (or with `/permissions`), or install with --user"),
     "claude-code": ("Claude Code runs the hooks of the settings files it loaded: check that `/hooks` in Claude "
                     "Code lists memactors' SessionEnd hook (a managed policy may disable hooks)"),
     "opencode": "OpenCode loads memactors' plugin at start: check that the plugin file install wrote is still there",
+    "qwen-code": ("Qwen Code runs its SessionEnd hook only when an interactive session ends (/quit, /clear): a "
+                  "headless `qwen \"…\"` is not recorded by the hook (run it through `memactors run`)"),
+    "pi": "pi loads memactors' extension from its settings.json `extensions`: check that the entry and the file are there",
 }
 DAEMON_DOWN = ("or the daemon was down when a session ended (its record waits in the spool until "
                "`memactors spool send` or the next session) or when it started")

@@ -1,7 +1,9 @@
-"""Issue 26: `memactors uninstall` puts back, byte for byte (`cmp`), every file `install` changed — JSON in its own
+"""`memactors uninstall` puts back, byte for byte (`cmp`), every file `install` changed — JSON in its own
 layout, Codex's TOML without a blank line more — and removes the files and directories install created. The
-CLI as a subprocess against the daemon as a process, for claude-code and codex, per project and per user,
-with no files at all and with the user's own files in odd layouts."""
+CLI as a subprocess against the daemon as a process, for every agent, per project and per user, with no
+files at all and with a corpus of odd-but-valid user files (empty object, empty server table, CRLF, no final
+line break, a BOM, TOML comments, an opencode.json holding only its `$schema`). A JSONC file (comments) is
+refused, naming it, and left as it was."""
 
 from __future__ import annotations
 
@@ -36,8 +38,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**daemon.env, "HOME": str(home)}
-    env.pop("CODEX_HOME", None)
-    env.pop("CLAUDE_CONFIG_DIR", None)
+    for name in ("CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME", "XDG_CONFIG_HOME"):
+        env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
 
@@ -76,7 +78,7 @@ def round_trip(daemon: Daemon, agent: str, where: list[str], place: Path, home: 
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
-def test_issue26_uninstall_in_a_project_without_files_leaves_the_project_as_it_was(
+def test_uninstall_in_a_project_without_files_leaves_the_project_as_it_was(
         daemon: Daemon, tmp_path: Path, agent: str) -> None:
     repo = git_repo(tmp_path / "ledger")
     round_trip(daemon, agent, ["--project", str(repo)], repo, tmp_path / "home", tmp_path)
@@ -84,7 +86,7 @@ def test_issue26_uninstall_in_a_project_without_files_leaves_the_project_as_it_w
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
-def test_issue26_uninstall_in_a_project_restores_oddly_formatted_files_byte_for_byte(
+def test_uninstall_in_a_project_restores_oddly_formatted_files_byte_for_byte(
         daemon: Daemon, tmp_path: Path, agent: str) -> None:
     repo = git_repo(tmp_path / "ledger")
     (repo / ".mcp.json").write_text(ODD_MCP, encoding="utf-8")
@@ -100,7 +102,7 @@ def test_issue26_uninstall_in_a_project_restores_oddly_formatted_files_byte_for_
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
 @pytest.mark.parametrize("files", ["none", "odd"])
-def test_issue26_uninstall_for_the_user_restores_the_home_byte_for_byte(
+def test_uninstall_for_the_user_restores_the_home_byte_for_byte(
         daemon: Daemon, tmp_path: Path, agent: str, files: str) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -113,7 +115,7 @@ def test_issue26_uninstall_for_the_user_restores_the_home_byte_for_byte(
     round_trip(daemon, agent, ["--user"], home, home, tmp_path)
 
 
-def test_issue26_a_file_changed_after_install_loses_only_memactors_entries_in_its_own_layout(
+def test_a_file_changed_after_install_loses_only_memactors_entries_in_its_own_layout(
         daemon: Daemon, tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "ledger")
     (repo / ".codex").mkdir()
@@ -145,3 +147,81 @@ def test_issue26_a_file_changed_after_install_loses_only_memactors_entries_in_it
     assert json.loads(kept) == {**json.loads(ODD_SETTINGS), "theme": "dark"}
     # both installs marked lines in .git/info/exclude; both uninstalls leave it as it was, byte for byte
     assert exclude.read_bytes() == ODD_EXCLUDE.encode()
+
+
+#: The files each agent's install changes, per scope, relative to the project or the home.
+AGENT_FILES = {
+    ("claude-code", "project"): (".mcp.json", ".claude/settings.local.json"),
+    ("claude-code", "user"): (".claude.json", ".claude/settings.json"),
+    ("codex", "project"): (".codex/config.toml",),
+    ("codex", "user"): (".codex/config.toml",),
+    ("gemini-cli", "project"): (".gemini/settings.json",),
+    ("gemini-cli", "user"): (".gemini/settings.json",),
+    ("opencode", "project"): ("opencode.json",),
+    ("opencode", "user"): (".config/opencode/opencode.json",),
+    ("qwen-code", "project"): (".qwen/settings.json",),
+    ("qwen-code", "user"): (".qwen/settings.json",),
+    ("pi", "project"): (".pi/settings.json",),
+    ("pi", "user"): (".pi/agent/settings.json",),
+}
+#: Odd but valid JSON files a user may have (bytes, exactly).
+JSON_CORPUS = {
+    "empty object": b"{}",
+    "empty object, CRLF": b"{}\r\n",
+    "empty servers": b'{ "mcpServers": {} }\n',
+    "empty mcp table": b'{"mcp": {}}',
+    "CRLF layout": b'{\r\n  "model": "opus",\r\n  "mcpServers": {}\r\n}\r\n',
+    "no final line break": b'{\n    "theme": "dark"\n}',
+    "BOM": b'\xef\xbb\xbf{"theme": "dark"}\n',
+    "only $schema": b'{\n  "$schema": "https://opencode.ai/config.json"\n}\n',
+    "empty file": b"",
+}
+TOML_CORPUS = {
+    "comments only": b"# my Codex settings\n# nothing yet\n",
+    "comments and a key, CRLF": b'# mine\r\nmodel = "gpt-5.5" # the one I like\r\n',
+    "no final line break": b'model = "gpt-5.5"',
+    "empty servers table": b"[mcp_servers]\n",
+    "empty file": b"",
+}
+#: Valid for the agent, but install cannot merge into it without losing what the user wrote: refused.
+JSONC = b'{\n  // my settings\n  "theme": "dark",\n}\n'
+
+
+@pytest.mark.parametrize("scope", ["project", "user"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "pi"])
+def test_uninstall_leaves_every_odd_but_valid_user_file_byte_identical(
+        daemon: Daemon, tmp_path: Path, agent: str, scope: str) -> None:
+    files = AGENT_FILES[(agent, scope)]
+    corpus = TOML_CORPUS if files[0].endswith(".toml") else JSON_CORPUS
+    for n, (name, content) in enumerate(corpus.items()):
+        home = tmp_path / f"home{n}"
+        home.mkdir()
+        place = git_repo(home / "ledger") if scope == "project" else home
+        where = ["--project", str(place)] if scope == "project" else ["--user"]
+        for rel in files:
+            (place / rel).parent.mkdir(parents=True, exist_ok=True)
+            (place / rel).write_bytes(content)
+        snapshot = tmp_path / f"before{n}"
+        shutil.copytree(place, snapshot, symlinks=True)
+        done = memactors(daemon, "install", agent, "--harness", "coder", *where, home=home)
+        assert done.returncode == 0, (name, done.stderr)
+        assert any((place / rel).read_bytes() != content for rel in files), name  # install wrote its entries
+        done = memactors(daemon, "uninstall", agent, "--harness", "coder", *where, home=home)
+        assert done.returncode == 0, (name, done.stderr)
+        for rel in files:
+            assert (place / rel).read_bytes() == content, (name, rel, (place / rel).read_bytes())
+        assert_cmp_identical(snapshot, place)
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "opencode", "qwen-code", "pi"])
+def test_install_refuses_a_json_file_with_comments_naming_it_and_changes_nothing(
+        daemon: Daemon, tmp_path: Path, agent: str) -> None:
+    repo = git_repo(tmp_path / "ledger")
+    rel = AGENT_FILES[(agent, "project")][-1]
+    (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / rel).write_bytes(JSONC)
+    snapshot = tmp_path / "before"
+    shutil.copytree(repo, snapshot, symlinks=True)
+    done = memactors(daemon, "install", agent, "--harness", "coder", "--project", str(repo), home=tmp_path / "home")
+    assert done.returncode != 0 and str(repo / rel) in done.stderr and "comments" in done.stderr, done.stderr
+    assert_cmp_identical(snapshot, repo)
