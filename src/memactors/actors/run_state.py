@@ -75,8 +75,8 @@ class RunState:
     #: Why the agent could not be started (e.g. "FileNotFoundError: claude"); None otherwise.
     error: str | None = None
     pid: int | None = None
-    #: The host whose daemon runs it (a store shared by daemons on several hosts: ARCHITECTURE "One
-    #: store, two engines"); only that host's daemon may reap it after a crash.
+    #: The host whose daemon runs it (a store shared by daemons on several hosts: docs/fleet.md); only
+    #: that host's daemon may reap it after a crash.
     host: str = attrs.field(factory=socket.gethostname)
     ended_at: str | None = None
     duration_ms: int | None = None

@@ -116,7 +116,7 @@ class _RunScope:
 # -- the actor ------------------------------------------------------------------------------------------
 
 class Runs:
-    """Owns every run it starts: one task per run in its nursery (ARCHITECTURE "Runs")."""
+    """Owns every run it starts: one task per run in its nursery (docs/runs.md)."""
 
     def __init__(self, service: Any, *, gateway_url: Callable[[], str | None], kill_grace: float = KILL_GRACE,
                  token_grace: float = TOKEN_GRACE) -> None:

@@ -1,6 +1,6 @@
 """Harness adapters: how one kind of coding agent is run headless and how its output is read.
 
-An adapter is pure and small (ARCHITECTURE "Runs"): it builds the argv and environment for a run, and
+An adapter is pure and small (docs/runs.md, "Adapters"): it builds the argv and environment for a run, and
 it parses the agent's JSON-lines stdout *as it streams* into a :class:`Transcript` — tool calls become
 edit and verify observations, the final result event becomes outcome, text, model and cost. Adapters
 never start processes, never touch the store and never see the run token's meaning; the ``runs`` actor

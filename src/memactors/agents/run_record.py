@@ -1,4 +1,4 @@
-"""The run record of a supervised run, built from what really happened (ARCHITECTURE "Run record").
+"""The run record of a supervised run, built from what really happened (schemas/run_record.schema.json).
 
 Pure code and git, no actor: the runs actor (``actors/runs.py``) supervises the process and hands this
 module the transcript its adapter parsed, the exit status, why it was stopped, and what git shows
@@ -140,7 +140,7 @@ def build_run_record(*, harness: str, adapter: str, run_id: str, cfg: HarnessCon
                      ended_at: str, duration_ms: int, workdir: str, repo_key: str | None, toplevel: str | None,
                      branch: str | None, changed: set[str] | None,
                      dirty_at_start: frozenset[str] = frozenset(), output: bool = True) -> dict[str, Any]:
-    """The run record (ARCHITECTURE "Run record") of what really happened.
+    """The run record (schemas/run_record.schema.json) of what really happened.
 
     Outcome and reason: a spawn failure is crashed/spawn_error; the deadline timed_out/deadline; a stop
     (the daemon stopping, ``runs cancel``) cancelled/operator_cancel; a cap the daemon enforced

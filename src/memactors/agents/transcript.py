@@ -203,7 +203,7 @@ def duration_ms(started_at: str, ended_at: str) -> int:
 def run_record_from_transcript(session: SessionTranscript, *, harness: str, fallback_session_id: str,
                                fallback_cwd: str, ended_at: str, trigger_name: str = "session-end"
                                ) -> dict[str, Any]:
-    """The closed run record (ARCHITECTURE "Run record") for a resident session, run_id = session id.
+    """The closed run record (schemas/run_record.schema.json) for a resident session, run_id = session id.
 
     Times are the transcript's first and last entry; ``ended_at`` (the hook's time) stands in when it
     has none. The ``fallback_*`` values come from the hook input when the transcript lacks them.

@@ -9,7 +9,9 @@ commands), `feeds` (facts, pull requests, presence, votes), `agents` (tokens, MC
 configurations, hooks and the session spool for residents), `install` (install / uninstall a resident's
 configuration), `ops` (serve, doctor, tui, completion), `describe` (a harness and its prompt source),
 `store` (store migrate, and in `store_portable` export, import, backup and restore: the commands that work
-on the store itself), `importing` (import git|claude-code|codex: past history sent as run records).
+on the store itself), `importing` (import git|claude-code|codex: past history sent as run records), `demo`
+(the packaged example records into the running daemon), `service` (install / uninstall / status of the
+daemon as a systemd user unit or a launchd agent).
 
 The CLI finds the daemon the way the daemon finds its state: `--config` (before or after the
 subcommand), else `$HARNESS_CONFIG`, else `$XDG_CONFIG_HOME/harness/harness.toml` (default
@@ -42,7 +44,20 @@ import argparse  # noqa: E402 -- after the SIGHUP disposition, on purpose
 from collections.abc import Iterator, Sequence  # noqa: E402
 
 from .._version import __version__  # noqa: E402
-from . import agents, describe, feeds, importing, install, memory, ops, residents, runs, store  # noqa: E402
+from . import (  # noqa: E402
+    agents,
+    demo,
+    describe,
+    feeds,
+    importing,
+    install,
+    memory,
+    ops,
+    residents,
+    runs,
+    service,
+    store,
+)
 from ._core import CODE_EXITS, EXIT_INVALID, EXIT_UNAVAILABLE, explain  # noqa: E402
 from ._suggest import SuggestingParser  # noqa: E402
 
@@ -88,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"memactors {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (ops, runs, memory, feeds, agents, residents, install, describe, store, importing):
+    for group in (ops, runs, memory, feeds, agents, residents, install, describe, store, importing, demo, service):
         group.register(sub)
     _config_everywhere(parser)
     parser.set_defaults(root_parser=parser)  # `completion` completes the whole tree (cli.ops)

@@ -67,7 +67,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f"  daemon {store['daemon_id']}" if store.get("daemon_id") else ""))
     emb = st.get("embeddings")
     if emb and emb.get("off"):
-        print(f"embeddings off: {emb['off']} (BM25 only; `make` installs it)")
+        fix = (emb.get("runtime") or {}).get("install_command")
+        print(f"embeddings off: {emb['off']} (BM25 only" + (f"; install it: {fix}, then restart the daemon)" if fix else ")"))
     elif emb:
         runtime = emb.get("runtime") or {}
         where = ("embedded, " + ("loaded, " + f"{runtime['weights_mb']} MB of weights" if runtime.get("loaded")

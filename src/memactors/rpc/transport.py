@@ -1,7 +1,7 @@
 """Operator RPC: MemoryService (ADR-0034) as JSON frames over a websocket.
 
-This module is the transport only; the handlers live with the service. The contract, as
-ARCHITECTURE.md defines it in place of the missing ADR:
+This module is the transport only; the handlers live with the service. The contract, defined
+here in place of the missing ADR (docs/operations.md, "RPC"):
 
 * Endpoint ``ws://<operator listen>/harness.v1``. Any other path is refused with HTTP 404.
 * ``Authorization: Bearer <token>`` in the handshake selects the tier, ``read`` or ``control``
