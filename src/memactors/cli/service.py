@@ -81,7 +81,6 @@ def unit_text(argv: list[str], carried: dict[str, str]) -> str:
         "# Written by `memactors service install --user`; `memactors service uninstall --user` removes it.\n"
         "[Unit]\n"
         "Description=memactors: memory and briefings for coding agents\n"
-        "Documentation=https://github.com/memactors/memactors/blob/main/docs/operations.md\n"
         "\n"
         "[Service]\n"
         "Type=simple\n"
