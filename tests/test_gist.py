@@ -69,10 +69,12 @@ def test_the_tui_lists_each_recent_episode_with_its_gist() -> None:
     app.refreshed({"provider": "builtin", "state": "ready"}, {"episodes": [
         {"episode_id": "ep_1", "harness": "api-fixer", "run_id": "42", "outcome": "failed",
          "repo": "forge.example/acme/api", "branch": "fix/flaky", "started_at": "2026-11-28T09:00:00Z",
-         "episode": BODY}], "total": 1})
+         # the row as ListEpisodes sends it: the gist and the files, never the episode body
+         "gist": "Pinned the clock in the ledger reconcile test", "files": BODY["files_touched"], "files_total": 2}], "total": 1})
     lines = app.episode_lines()
     assert lines[0].startswith("2026-11-28 09:00  api-fixer  run 42  failed")
-    assert lines[1].strip() == gist(BODY, (), 100) and lines[1].strip().startswith("Pinned the clock")
+    assert lines[1].strip().startswith("Pinned the clock in the ledger reconcile test · "
+                                       "touched internal/ledger/reconcile.go")
 
 
 def _doc(eid: str, started: str, *, branch: str = "main", outcome: str = "succeeded", files: tuple[str, ...] = (),
