@@ -57,6 +57,12 @@ def example(name: str) -> dict[str, Any]:
     return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
 
 
+#: An earlier run's answer worth a briefing's slot (more than a one-line "done": issue 38's trivial-run rule),
+#: which the agent tests seed and expect back from recall and in the briefing.
+SEED_TEXT = ("ledger rounding fixed with Decimal quantize: invoice totals are now summed in integer cents "
+             "before the ledger reconciles them")
+
+
 def run_record(**overrides: Any) -> dict[str, Any]:
     """A small valid run record in forge.example/acme/api; override any top-level field."""
     record: dict[str, Any] = {

@@ -16,7 +16,7 @@ import pytest
 from memactors.adapters import LaunchRequest
 from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support import run_record
+from support import SEED_TEXT, run_record
 from support_codex import daemon_process
 from support_issue26 import (
     GEMINI_BIN,
@@ -102,7 +102,7 @@ async def test_issue26_a_gemini_cli_run_calls_recall_and_becomes_an_episode_with
 async def _gemini_run(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
                        encoding="utf-8")
     script = [
         Turn([McpToolCall("memactors", "recall", {"query": "ledger rounding"})]),

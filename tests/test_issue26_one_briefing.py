@@ -27,7 +27,8 @@ HARNESS = "".join(f'[harness.{a.replace("-", "")}]\nharness = "{a}"\nmemory_brie
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
         records = "".join(json.dumps(run_record(
-            harness="claudecode", run_id=f"seed-{name}", result_text=f"fixed the {name} rounding",
+            harness="claudecode", run_id=f"seed-{name}", result_text=f"fixed the {name} rounding: invoice totals are now summed in integer cents "
+                        "before the ledger reconciles them",
             sessions=[{"session_id": "s1", "cwd": f"/srv/{name}", "repo": f"forge.example/acme/{name}",
                        "git_branch": "fix/flaky"}])) + "\n" for name in ("ledger", "other"))
         done = memactors(running, "runs", "ingest", "-", home=Path(running.env["HOME"]), stdin=records)

@@ -16,7 +16,7 @@ import pytest
 from memactors.adapters import LaunchRequest
 from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support import run_record
+from support import SEED_TEXT, run_record
 from support_codex import daemon_process
 from support_issue26 import (
     OPENCODE_BIN,
@@ -112,7 +112,7 @@ async def test_issue26_an_opencode_run_calls_recall_and_becomes_an_episode_with_
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
                        encoding="utf-8")
     script = [
         Turn([FunctionCall("memactors_recall", {"query": "ledger rounding"})]),

@@ -18,7 +18,7 @@ import pytest
 from memactors.adapters import LaunchRequest
 from memactors.adapters.pi import PiAdapter, PiParser
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support import run_record
+from support import SEED_TEXT, run_record
 from support_codex import daemon_process
 from support_issue26 import agent_bin, gateway_calls
 from support_runs import PYTEST, REPO_KEY, make_repo
@@ -71,7 +71,7 @@ async def test_a_pi_run_recalls_through_the_extension_and_becomes_an_episode_wit
     pi = agent_bin(PI_BIN)
     repo = make_repo(tmp_path / "api", failing_test=True)
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
                        encoding="utf-8")
     script = [Step([Call("recall", {"query": "ledger rounding"})]),
               Step([Call("write", {"path": str(repo / "NOTES.md"), "content": "binary floating point\n"})]),

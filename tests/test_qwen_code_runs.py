@@ -17,7 +17,7 @@ import pytest
 from memactors.adapters import LaunchRequest
 from memactors.adapters.qwen_code import QwenCodeAdapter, QwenCodeParser
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support import run_record
+from support import SEED_TEXT, run_record
 from support_codex import daemon_process
 from support_issue26 import agent_bin, gateway_calls, version
 from support_qwen import QWEN_BIN, QWEN_MODEL, QWEN_VERSION, qwen_user
@@ -77,7 +77,7 @@ async def test_a_qwen_code_run_recalls_and_becomes_an_episode_with_its_edit_and_
     qwen = agent_bin(QWEN_BIN)
     repo = make_repo(tmp_path / "api", failing_test=True)
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
                        encoding="utf-8")
     script = [Step([Call("mcp__memactors__recall|memactors__recall|recall", {"query": "ledger rounding"})]),
               Step([Call("write_file", {"file_path": str(repo / "NOTES.md"), "content": "binary floating point\n"})]),

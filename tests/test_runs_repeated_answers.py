@@ -55,7 +55,8 @@ async def test_a_claude_answer_that_repeats_its_briefing_is_kept(tmp_path: Path)
     """The second run's briefing holds the first run's answer; the second run answers the same: its
     episode, its log and the next briefing keep the answer, never `[prompt]`."""
     repo = make_repo(tmp_path / "api")
-    answer = "No new issues in the ledger since the last run."
+    answer = ("No new issues in the ledger since the last run; the reconcile job and the invoice export "
+              "both finished cleanly overnight.")
     config = claude_config(tmp_path, repo, "Check the ledger for new issues and report in one line.")
     async with run_fake_anthropic(Script((Text(answer),))) as fake:
         env = claude_env(tmp_path, config, fake.base_url)
@@ -79,7 +80,8 @@ async def test_a_claude_answer_that_repeats_the_operator_prompt_is_scrubbed(tmp_
     repo = make_repo(tmp_path / "api")
     line = "Check the ledger for new issues and report in one line."
     config = claude_config(tmp_path, repo, f"{line}\nBe brief.")
-    async with run_fake_anthropic(Script((Text(f"You asked: {line}\nDone, nothing found."),))) as fake:
+    async with run_fake_anthropic(Script((Text(f"You asked: {line}\nDone, nothing found: the ledger has no new issues since "
+                                            "yesterday's reconcile run."),))) as fake:
         env = claude_env(tmp_path, config, fake.base_url)
         with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
             _, second = await run_twice(env, "nightly")
@@ -98,7 +100,7 @@ async def test_a_command_harness_printing_one_stable_line_keeps_it(tmp_path: Pat
     edits nothing, `memactors run nightly --wait` twice; the second episode keeps the line, and
     `memory briefing nightly` shows it."""
     repo = make_repo(tmp_path / "api")
-    said = "All checks passed, nothing to report."
+    said = "All checks passed, nothing to report: lint, unit tests and the nightly ledger reconcile are green."
     config = write_config(tmp_path, f"""
 [harness.nightly]
 harness = "command"
