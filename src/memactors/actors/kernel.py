@@ -51,7 +51,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 import attrs
 import trio
@@ -68,6 +68,7 @@ __all__ = [
     "Actor",
     "ActorFailed",
     "Address",
+    "Ask",
     "ChildSpec",
     "Mailbox",
     "MailboxStatistics",
@@ -83,6 +84,8 @@ __all__ = [
 ]
 
 M = TypeVar("M")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 Restart = Literal["permanent", "transient", "temporary"]
 
@@ -110,6 +113,17 @@ def deadline(seconds: float, what: str, **context: object) -> Iterator[trio.Canc
         yield scope
     if scope.cancelled_caught:
         raise DeadlineExceeded(f"{what} did not finish within {seconds:g} s", deadline_s=seconds, **context)
+
+
+class Ask(Generic[R_co]):
+    """A base for a message that is answered with an ``R_co``: ``class RecallRequest(Ask[RecallAnswer])``.
+
+    Only for the type checker: ``await address.ask(RecallRequest(...))`` is then a ``RecallAnswer``, as
+    trio's ``MemorySendChannel[T]`` carries its item type. It adds no fields and no behaviour (empty
+    ``__slots__``), and nothing checks it at run time: the handler's result is the reply, as before.
+    """
+
+    __slots__ = ()
 
 
 @attrs.frozen
@@ -222,7 +236,13 @@ class Address(Generic[M]):
         """
         await self._put(Request(message))
 
-    async def ask(self, message: M) -> Any:
+    @overload
+    async def ask(self, message: Ask[R]) -> R: ...
+
+    @overload
+    async def ask(self, message: M) -> Any: ...
+
+    async def ask(self, message: Any) -> Any:
         """Send ``message`` and return the actor's answer.
 
         Raises what the handler raised (a MemactorsError as it is, anything else as ActorFailed),
@@ -688,7 +708,8 @@ class Supervisor:
         return delay
 
     def _delay(self, attempt: int) -> float:
-        return min(self.backoff * 2 ** min(attempt - 1, 30), self.max_backoff)
+        factor: float = 2 ** min(attempt - 1, 30)  # int ** int is Any to the checker (a negative power is a float)
+        return min(self.backoff * factor, self.max_backoff)
 
     def _count_restart(self, name: str, error: BaseException | None) -> None:
         """Record one incident now, or raise SupervisorFailed when it would exceed the intensity."""

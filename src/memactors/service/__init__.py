@@ -663,7 +663,8 @@ class MemoryService:
             "SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",
             [harness]).fetchone())
         if row:
-            return row[0]
+            repo: str = row[0]
+            return repo
         cfg = self.config.harness.get(harness)
         if cfg and cfg.workdir:
             workdir = str(Path(cfg.workdir).expanduser())  # noqa: ASYNC240 -- reads $HOME, no I/O
