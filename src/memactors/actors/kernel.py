@@ -51,7 +51,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Generic, Literal, Protocol, TypeVar, overload
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import attrs
 import trio
@@ -130,7 +130,7 @@ class Ask(Generic[R_co]):
 class _Reply:
     """The single answer that travels back in a request's reply slot."""
 
-    value: object = None
+    value: Any = None  # the handler's result: the R of the message's Ask[R]
     error: BaseException | None = None
 
 
@@ -236,14 +236,8 @@ class Address(Generic[M]):
         """
         await self._put(Request(message))
 
-    @overload
-    async def ask(self, message: Ask[R]) -> R: ...
-
-    @overload
-    async def ask(self, message: M) -> Any: ...
-
-    async def ask(self, message: Any) -> Any:
-        """Send ``message`` and return the actor's answer.
+    async def ask(self, message: Ask[R]) -> R:
+        """Send ``message`` and return the actor's answer (an ``R`` for a message of ``Ask[R]``).
 
         Raises what the handler raised (a MemactorsError as it is, anything else as ActorFailed),
         ActorStopped when the actor is or becomes stopped before answering. Never sets a deadline: wrap
@@ -259,7 +253,8 @@ class Address(Generic[M]):
         if reply is None:
             raise self._box.stopped("without answering")
         if reply.error is None:
-            return reply.value
+            answer: R = reply.value  # what the handler returned for an Ask[R]: an R (not checked at run time)
+            return answer
         if isinstance(reply.error, MemactorsError):
             raise reply.error
         raise ActorFailed(
@@ -280,7 +275,7 @@ class Address(Generic[M]):
             closed=self._box.closed,
         )
 
-    async def _put(self, request: Request[M]) -> None:
+    async def _put(self, request: Request[Any]) -> None:
         if self._box.closed:
             raise self._box.stopped("before the message was sent")
         try:

@@ -55,7 +55,7 @@ from ..telemetry import guard_sdk_spans
 from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
-from .kernel import Mailbox, open_mailbox, serve
+from .kernel import Ask, Mailbox, open_mailbox, serve
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
 #: Seconds between idle `memory_contract` checks (module-level so a real-time test can shorten it).
@@ -83,7 +83,7 @@ class ProviderCall:
 
 
 @attrs.frozen
-class GetStatus:
+class GetStatus(Ask["ProviderStatus"]):
     """Ask for a `ProviderStatus` snapshot."""
 
 

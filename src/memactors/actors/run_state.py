@@ -23,7 +23,7 @@ __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "StartRun"]
 # -- messages -------------------------------------------------------------------------------------------
 
 @attrs.frozen
-class StartRun:
+class StartRun(Ask["RunState"]):
     """Start a run of ``harness``; ``prompt`` replaces the configured prompt for this run only."""
 
     harness: str
@@ -51,7 +51,7 @@ class ListRuns(Ask[dict[str, Any]]):
 
 
 @attrs.frozen
-class CancelRun:
+class CancelRun(Ask["RunState"]):
     """Stop a running run the way a deadline does (SIGTERM, grace, SIGKILL); it is still recorded, as
     ``cancelled`` / ``operator_cancel``. Answers at once with the run's state (an ended run as it is)."""
 
