@@ -203,9 +203,9 @@ class Gateway:
 
     async def _view(self, ctx: Any) -> View:
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
-        view = (scope.get("state") or {}).get(VIEW_STATE_KEY)  # resolved by BearerGate, in one read hop
+        view: View | None = (scope.get("state") or {}).get(VIEW_STATE_KEY)  # resolved by BearerGate, in one read hop
         if view is not None:
-            return view  # type: ignore[no-any-return]
+            return view
         token = _bearer(ctx)
         # Without a bearer token the caller is unattributed: nothing to read.
         return UNATTRIBUTED if token is None else await self._service.caller_view(token)

@@ -450,7 +450,8 @@ class _Member:
 
     @property
     def gone(self) -> trio.Event:
-        return self.stream.gone  # type: ignore[no-any-return]
+        gone: trio.Event = self.stream.gone
+        return gone
 
     def shed_state(self) -> tuple[int, float] | None:
         if self.evicted:

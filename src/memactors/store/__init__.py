@@ -325,7 +325,8 @@ class Store:
         if job.error is not None:
             raise self.health.failed(job.error)
         self.health.succeeded()
-        return job.result  # type: ignore[no-any-return]
+        result: T = job.result  # what `fn` returned
+        return result
 
     async def _write_batch(self, batch: list[_WriteJob]) -> None:
         raise NotImplementedError
