@@ -1,7 +1,7 @@
 """The typed seams of docs/architecture.md hold, and the type checker that holds them would catch a breach.
 
-`make lint` runs mypy under `strict` over pyproject.toml's `[tool.mypy] files` (the kernel, the gateway,
-rpc/, service/, store/). Here: a copy of the package with two breaches planted fails the check, naming
+`make lint` runs mypy under `strict` over the package (`[tool.mypy]`; the kernel, the gateway, rpc/,
+service/ and store/ among it). Here: a copy of the package with two breaches planted fails the check, naming
 both: an answer used as the wrong type (`ask` of an `Ask[R]` message is an `R`, not `Any`), and a
 `MemoryService` without a member the gateway's `GatewayService` Protocol needs.
 """
