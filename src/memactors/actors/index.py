@@ -609,7 +609,7 @@ class RecordRuns(Ask["tuple[Stored | Exception, ...]"]):
 
 
 @attrs.frozen
-class IndexIds:
+class IndexIds(Ask[bool]):
     provider: str
     episode_id: str
     ids: tuple[str, ...]

@@ -68,7 +68,8 @@ KINDS = ("record", "forget")
 
 def backoff_seconds(attempts: int) -> float:
     """Delay before attempt `attempts + 1`: 5 s, 10 s, 20 s … capped at one hour."""
-    return min(FIRST_BACKOFF * (2 ** max(attempts - 1, 0)), MAX_BACKOFF)
+    factor: int = 2 ** max(attempts - 1, 0)  # int ** int is Any to the checker; the power is never negative
+    return min(FIRST_BACKOFF * factor, MAX_BACKOFF)
 
 
 
