@@ -70,6 +70,7 @@ dist: $(STAMP) $(MODEL_WHEEL)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests bench scripts
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/mypy
 
 # A failed install fails the target (and so `make test`): the agent tests never skip. Each binary must
 # report the version pinned here, so a stale cache is caught rather than tested.

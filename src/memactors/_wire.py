@@ -169,7 +169,8 @@ def load_run_record(text: str) -> RunRecord:
 
 def episode_to_dict(episode: Episode) -> dict[str, Any]:
     """REQ-5's object as JSON: fields in REQ-5's order, tuples as lists."""
-    return converter.unstructure(episode)
+    unstructured: dict[str, Any] = converter.unstructure(episode)
+    return unstructured
 
 
 def episode_from_dict(data: dict[str, Any]) -> Episode:

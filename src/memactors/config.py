@@ -915,7 +915,7 @@ def _run_keys(h: _Table, adapter: str) -> dict[str, Any]:
         if value is not None and not value.strip():
             raise h.error(key, value, "must not be empty")
     timeout, timeout_text = h.duration("timeout", "30m")
-    patterns = DEFAULT_VERIFY_PATTERNS
+    patterns: tuple[str, ...] = DEFAULT_VERIFY_PATTERNS
     if h.has("verify_patterns"):
         patterns = h.str_list("verify_patterns")
         for pattern in patterns:

@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import mcp.types as t
 import trio
@@ -44,8 +44,48 @@ from .net.listen import RateLimitedLog, connection_cap, serve_asgi, trust_connec
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
 
-__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "INSTRUCTIONS", "TOOL_DEFINITIONS", "BearerGate", "Gateway", "SessionRouter",
-           "serve_gateway", "start_gateway"]
+if TYPE_CHECKING:
+    from .actors.briefing import BriefingAnswer, RecallAnswer
+    from .actors.call_log import CallLog
+    from .config import Config
+    from .service import MemoryService
+    from .store import WallClock
+
+__all__ = ["BRIEFING_URI", "GATEWAY_TOOLS", "INSTRUCTIONS", "TOOL_DEFINITIONS", "BearerGate", "Gateway",
+           "GatewayService", "SessionRouter", "serve_gateway", "start_gateway"]
+
+
+class GatewayService(Protocol):
+    """What the gateway needs of the service, and all it may use (``service.MemoryService`` is one; a
+    test may pass its own): the configuration, the caller's view from a run token, the two read-tier
+    handlers, the call log and the clock for refused and served calls, and where to note its own URL."""
+
+    gateway_url: str | None
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def call_log(self) -> CallLog: ...
+
+    @property
+    def wall_clock(self) -> WallClock: ...
+
+    async def caller_view(self, token: str | None) -> View: ...
+
+    async def agent_recall(self, view: View, *, query: str, paths: tuple[str, ...] = (), limit: int = 8,
+                           call_id: str | None = None) -> RecallAnswer: ...
+
+    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+                             call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer: ...
+
+
+if TYPE_CHECKING:
+    def _memory_service_serves_the_gateway(service: MemoryService) -> GatewayService:
+        return service  # the checker proves MemoryService has every member above, with these types
 
 BRIEFING_URI = "harness://memory/briefing"
 GATEWAY_TOOLS = ("recall", "briefing")
@@ -127,7 +167,7 @@ def _bearer(ctx: Any) -> str | None:
 class Gateway:
     """The gateway's MCP handlers over a MemoryService (only its public handlers are used)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: GatewayService) -> None:
         self._service = service
         self._log = logger.bind(component="gateway")
         #: refused calls are caller-caused: one line per caller per 10 s, with the count folded in
@@ -163,9 +203,9 @@ class Gateway:
 
     async def _view(self, ctx: Any) -> View:
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
-        view = (scope.get("state") or {}).get(VIEW_STATE_KEY)  # resolved by BearerGate, in one read hop
+        view: View | None = (scope.get("state") or {}).get(VIEW_STATE_KEY)  # resolved by BearerGate, in one read hop
         if view is not None:
-            return view  # type: ignore[no-any-return]
+            return view
         token = _bearer(ctx)
         # Without a bearer token the caller is unattributed: nothing to read.
         return UNATTRIBUTED if token is None else await self._service.caller_view(token)
@@ -282,7 +322,7 @@ class BearerGate:
     path and client address, never the token.
     """
 
-    def __init__(self, app: _App, service: Any) -> None:
+    def __init__(self, app: _App, service: GatewayService) -> None:
         self._app = app
         self._service = service
         self._log = logger.bind(component="gateway")
@@ -468,16 +508,17 @@ def _transport_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
-async def start_gateway(memory: Any, nursery: trio.Nursery) -> str:
+async def start_gateway(memory: GatewayService, nursery: trio.Nursery) -> str:
     """Serve the MCP gateway for `memory` (a MemoryService) on its `[gateway] listen` in `nursery`;
     returns its URL, also kept as ``memory.gateway_url`` (the runs it starts get it in their MCP config)."""
-    memory.gateway_url = await nursery.start(serve_gateway, memory, memory.config.gateway.host,
-                                             memory.config.gateway.port)
-    return memory.gateway_url
+    url: str = await nursery.start(serve_gateway, memory, memory.config.gateway.host, memory.config.gateway.port)
+    memory.gateway_url = url
+    return url
 
 
 async def serve_gateway(
-    service: Any, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    service: GatewayService, host: str, port: int, *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the gateway on ``host:port`` (0 picks a free port) until cancelled; reports its URL."""
     router = SessionRouter(Gateway(service).server(), host)

@@ -399,7 +399,7 @@ class Metrics:
     def exposition(self) -> bytes:
         """Return the registry in Prometheus text format (``CONTENT_TYPE_LATEST``), without ``*_created``."""
         self.refresh()
-        return generate_latest(self.exported)  # type: ignore[arg-type]
+        return generate_latest(self.exported)
 
     @property
     def exported(self) -> _WithoutCreated:

@@ -31,7 +31,7 @@ from ..errors import MemactorsError
 from ..metrics import Metrics
 from ..modelapi import SUMMARY_DEADLINE, SummaryResult
 from ..models import Episode, RunRecord
-from .kernel import open_mailbox, serve
+from .kernel import Ask, open_mailbox, serve
 
 # The summary actor enforces REQ-7's 10 s itself; this margin only covers its mailbox and reply.
 _SUMMARY_BACKSTOP = SUMMARY_DEADLINE + 0.5
@@ -53,7 +53,7 @@ class Assemble:
 
 
 @attrs.frozen
-class AssembleMany:
+class AssembleMany(Ask["tuple[Assembled | MemactorsError, ...]"]):
     """Assemble many closed, already `stored_record`-clean run records at once (the ingest path, for one
     record or a whole IngestRuns batch): git for all their sessions in one worker thread, their pull
     requests in one read, every episode cut, redacted and rendered in one more worker thread.

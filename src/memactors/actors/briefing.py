@@ -73,7 +73,7 @@ from .documents import (
     withhold_facts,
 )
 from .index import Filtered, KeptItem, filter_items
-from .kernel import open_mailbox, serve
+from .kernel import Ask, open_mailbox, serve
 from .provider_session import provider_call
 from .view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 
@@ -143,7 +143,7 @@ class EpisodesRequest:
 
 
 @attrs.frozen
-class RecallRequest:
+class RecallRequest(Ask["RecallAnswer"]):
     """REQ-12's recall for a view. ``deadline`` is the caller's (trio time); ``call_id`` names the
     MCP request for exposure rows."""
 
@@ -166,7 +166,7 @@ class RecallAnswer:
 
 
 @attrs.frozen
-class BriefingRequest:
+class BriefingRequest(Ask["BriefingAnswer"]):
     """A briefing for a view. ``delivery`` says who reads it: ``tool``/``resource`` (a run through the
     gateway: cached, exposure written), ``prompt`` (prepared for a one-shot: cached, exposure written
     by :func:`memactors.actors.spawn.prepare_spawn` once it knows the briefing is prepended), ``spawn`` (a

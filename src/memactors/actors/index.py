@@ -30,7 +30,7 @@ from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import scope_for
 from ..store import Db, Store, WallClock, iso
-from .kernel import open_mailbox, serve
+from .kernel import Ask, open_mailbox, serve
 
 #: REQ-9's drop reasons, exactly (REQ-21's ``reason`` label). An item served with the daemon's own text
 #: is not dropped: `Filtered.replaced` counts those.
@@ -600,7 +600,7 @@ class RecordRun:
 
 
 @attrs.frozen
-class RecordRuns:
+class RecordRuns(Ask["tuple[Stored | Exception, ...]"]):
     """Many `RecordRun`s in one write transaction (the ingest path), each inside its own savepoint: one
     that raises rolls back alone. Answers a tuple in the same order, one `Stored` or the exception."""
 
@@ -609,7 +609,7 @@ class RecordRuns:
 
 
 @attrs.frozen
-class IndexIds:
+class IndexIds(Ask[bool]):
     provider: str
     episode_id: str
     ids: tuple[str, ...]
@@ -627,12 +627,12 @@ class FilterItems:
 
 
 @attrs.frozen
-class GetEpisode:
+class GetEpisode(Ask["EpisodeRow | None"]):
     episode_id: str
 
 
 @attrs.frozen
-class ListEpisodes:
+class ListEpisodes(Ask["EpisodePage"]):
     harness: str | None = None
     repo: str | None = None
     since: str | None = None

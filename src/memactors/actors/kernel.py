@@ -68,6 +68,7 @@ __all__ = [
     "Actor",
     "ActorFailed",
     "Address",
+    "Ask",
     "ChildSpec",
     "Mailbox",
     "MailboxStatistics",
@@ -83,6 +84,8 @@ __all__ = [
 ]
 
 M = TypeVar("M")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 Restart = Literal["permanent", "transient", "temporary"]
 
@@ -112,11 +115,22 @@ def deadline(seconds: float, what: str, **context: object) -> Iterator[trio.Canc
         raise DeadlineExceeded(f"{what} did not finish within {seconds:g} s", deadline_s=seconds, **context)
 
 
+class Ask(Generic[R_co]):
+    """A base for a message that is answered with an ``R_co``: ``class RecallRequest(Ask[RecallAnswer])``.
+
+    Only for the type checker: ``await address.ask(RecallRequest(...))`` is then a ``RecallAnswer``, as
+    trio's ``MemorySendChannel[T]`` carries its item type. It adds no fields and no behaviour (empty
+    ``__slots__``), and nothing checks it at run time: the handler's result is the reply, as before.
+    """
+
+    __slots__ = ()
+
+
 @attrs.frozen
 class _Reply:
     """The single answer that travels back in a request's reply slot."""
 
-    value: object = None
+    value: Any = None  # the handler's result: the R of the message's Ask[R]
     error: BaseException | None = None
 
 
@@ -222,8 +236,8 @@ class Address(Generic[M]):
         """
         await self._put(Request(message))
 
-    async def ask(self, message: M) -> Any:
-        """Send ``message`` and return the actor's answer.
+    async def ask(self, message: Ask[R]) -> R:
+        """Send ``message`` and return the actor's answer (an ``R`` for a message of ``Ask[R]``).
 
         Raises what the handler raised (a MemactorsError as it is, anything else as ActorFailed),
         ActorStopped when the actor is or becomes stopped before answering. Never sets a deadline: wrap
@@ -239,7 +253,8 @@ class Address(Generic[M]):
         if reply is None:
             raise self._box.stopped("without answering")
         if reply.error is None:
-            return reply.value
+            answer: R = reply.value  # what the handler returned for an Ask[R]: an R (not checked at run time)
+            return answer
         if isinstance(reply.error, MemactorsError):
             raise reply.error
         raise ActorFailed(
@@ -260,7 +275,7 @@ class Address(Generic[M]):
             closed=self._box.closed,
         )
 
-    async def _put(self, request: Request[M]) -> None:
+    async def _put(self, request: Request[Any]) -> None:
         if self._box.closed:
             raise self._box.stopped("before the message was sent")
         try:
@@ -688,7 +703,8 @@ class Supervisor:
         return delay
 
     def _delay(self, attempt: int) -> float:
-        return min(self.backoff * 2 ** min(attempt - 1, 30), self.max_backoff)
+        factor: float = 2 ** min(attempt - 1, 30)  # int ** int is Any to the checker (a negative power is a float)
+        return min(self.backoff * factor, self.max_backoff)
 
     def _count_restart(self, name: str, error: BaseException | None) -> None:
         """Record one incident now, or raise SupervisorFailed when it would exceed the intensity."""

@@ -55,7 +55,7 @@ from ..telemetry import guard_sdk_spans
 from ..urls import mask_urls
 from .breaker import Breaker
 from .call_log import CallLog
-from .kernel import Mailbox, open_mailbox, serve
+from .kernel import Address, Ask, Mailbox, open_mailbox, serve
 
 SessionState = Literal["connecting", "ready", "incompatible", "down"]
 #: Seconds between idle `memory_contract` checks (module-level so a real-time test can shorten it).
@@ -73,7 +73,7 @@ Target = Any  # mcp.server.Server | mcp.StdioServerParameters | str (URL)
 
 
 @attrs.frozen
-class ProviderCall:
+class ProviderCall(Ask[dict[str, Any]]):
     """Call one contract tool. `deadline` is the caller's (`trio.current_effective_deadline()`)."""
 
     tool: str
@@ -83,7 +83,7 @@ class ProviderCall:
 
 
 @attrs.frozen
-class GetStatus:
+class GetStatus(Ask["ProviderStatus"]):
     """Ask for a `ProviderStatus` snapshot."""
 
 
@@ -584,7 +584,7 @@ async def stop_process(process: trio.Process) -> None:
             await process.stdout.aclose()
 
 
-async def provider_call(address: Any, tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:
+async def provider_call(address: Address[Any], tool: str, arguments: dict[str, Any], *, caller: str = "daemon") -> dict[str, Any]:
     """Ask the provider session to call `tool` under the current task's effective deadline."""
     return await address.ask(ProviderCall(tool, arguments, trio.current_effective_deadline(), caller))
 

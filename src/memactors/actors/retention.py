@@ -45,7 +45,7 @@ from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso
 from .index import IndexIds, stored_copy
-from .kernel import Address, open_mailbox, serve
+from .kernel import Address, Ask, open_mailbox, serve
 from .provider_session import provider_call
 
 RETRY_WINDOW = timedelta(hours=24)
@@ -68,7 +68,8 @@ KINDS = ("record", "forget")
 
 def backoff_seconds(attempts: int) -> float:
     """Delay before attempt `attempts + 1`: 5 s, 10 s, 20 s … capped at one hour."""
-    return min(FIRST_BACKOFF * (2 ** max(attempts - 1, 0)), MAX_BACKOFF)
+    factor: int = 2 ** max(attempts - 1, 0)  # int ** int is Any to the checker; the power is never negative
+    return min(FIRST_BACKOFF * factor, MAX_BACKOFF)
 
 
 
@@ -76,7 +77,7 @@ def backoff_seconds(attempts: int) -> float:
 RETRY_LOG_SECONDS = 10.0
 
 @attrs.frozen
-class RecordNow:
+class RecordNow(Ask[str]):
     """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome.
 
     `stored` is what the sender has just committed — (episode object, text, scope, trust class) — so the
@@ -98,12 +99,12 @@ class RetryNow:
 
 
 @attrs.frozen
-class PendingCounts:
+class PendingCounts(Ask[dict[str, int]]):
     """Ask for {"<kind>_<state>": count} summed over providers (and refresh the pending gauges)."""
 
 
 @attrs.frozen
-class ForgetEpisode:
+class ForgetEpisode(Ask["ForgetOutcome"]):
     """Forget one episode (operator or retention). Answers a `ForgetOutcome`; `UnknownEpisode` if absent."""
 
     episode_id: str

@@ -15,6 +15,7 @@ import trio
 
 from ..agents.run_record import StopReason
 from ..agents.run_watch import RunWatch
+from .kernel import Ask
 
 __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "StartRun"]
 
@@ -22,7 +23,7 @@ __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "StartRun"]
 # -- messages -------------------------------------------------------------------------------------------
 
 @attrs.frozen
-class StartRun:
+class StartRun(Ask["RunState"]):
     """Start a run of ``harness``; ``prompt`` replaces the configured prompt for this run only."""
 
     harness: str
@@ -31,7 +32,7 @@ class StartRun:
 
 
 @attrs.frozen
-class FindRun:
+class FindRun(Ask["RunState"]):
     """A run this daemon started (running, or ended: in memory or in the store); ``harness`` narrows a
     run id that more than one harness used."""
 
@@ -40,7 +41,7 @@ class FindRun:
 
 
 @attrs.frozen
-class ListRuns:
+class ListRuns(Ask[dict[str, Any]]):
     """Runs newest first, optionally of one harness and in one state (``running`` or ``ended``)."""
 
     harness: str | None = None
@@ -50,7 +51,7 @@ class ListRuns:
 
 
 @attrs.frozen
-class CancelRun:
+class CancelRun(Ask["RunState"]):
     """Stop a running run the way a deadline does (SIGTERM, grace, SIGKILL); it is still recorded, as
     ``cancelled`` / ``operator_cancel``. Answers at once with the run's state (an ended run as it is)."""
 

@@ -17,11 +17,11 @@ from ..config import ModelApiConfig
 from ..metrics import Metrics
 from ..modelapi import ModelApiClient, ModelApiSettings, SummaryResult, UtilityBudget, summarize_episode
 from ..redact import redact
-from .kernel import open_mailbox, serve
+from .kernel import Ask, open_mailbox, serve
 
 
 @attrs.frozen
-class Summarize:
+class Summarize(Ask[SummaryResult]):
     """Summarise one episode: its text, and its id for the log line (never the text)."""
 
     episode_text: str

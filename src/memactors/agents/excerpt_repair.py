@@ -42,7 +42,7 @@ def _last_words(log: str | None) -> str | None:
             texts.append(event["text"])
     if not texts:
         return None
-    last = texts[-1].strip()
+    last: str = texts[-1].strip()
     if not last or PROMPT in last or NONCE in last or (len(texts[-1]) >= MAX_EVENT_CHARS and last.endswith("…")):
         return None
     return last

@@ -153,7 +153,7 @@ def pending_docs(db: sqlite_utils.Database, limit: int, before: int | None = Non
     if before is not None:  # the next page of one pass: never scans the ones already embedded again
         conds.append(f"d.doc_id < {int(before)}")
     cond = " WHERE " + " AND ".join(conds) if conds else ""
-    return [tuple(r) for r in db.execute(  # type: ignore[misc]
+    return [tuple(r) for r in db.execute(
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
         f" ORDER BY d.doc_id DESC LIMIT {int(limit)}").fetchall()]
 

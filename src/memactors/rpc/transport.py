@@ -37,7 +37,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 import attrs
 import trio
@@ -340,7 +340,7 @@ def _parse(frame: str | bytes) -> _Request | dict[str, Any]:
         params = {}
     if not isinstance(params, dict):
         return _error(req_id, "INVALID_ARGUMENT", "params must be a JSON object")
-    return _Request(id=req_id, method=method, params=params)
+    return _Request(id=cast("str | int", req_id), method=method, params=params)  # _id_problem checked it
 
 
 async def _dispatch(request: _Request, table: dict[str, Method], tier: Tier) -> dict[str, Any]:
@@ -450,7 +450,8 @@ class _Member:
 
     @property
     def gone(self) -> trio.Event:
-        return self.stream.gone  # type: ignore[no-any-return]
+        gone: trio.Event = self.stream.gone
+        return gone
 
     def shed_state(self) -> tuple[int, float] | None:
         if self.evicted:
@@ -532,8 +533,8 @@ def _address(remote: object) -> tuple[str, int] | None:
     ``host:port``. Without this every established connection stayed "in its handshake" for the table:
     the read-tier cap never counted, and under pressure a control connection could be shed."""
     if isinstance(remote, str):
-        host, _, port = remote.rpartition(":")
-        return (host, int(port)) if host and port.isdigit() else None
+        host, _, digits = remote.rpartition(":")
+        return (host, int(digits)) if host and digits.isdigit() else None
     address, port = getattr(remote, "address", None), getattr(remote, "port", None)
     return None if address is None or port is None else (str(address), int(port))
 
@@ -914,7 +915,7 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
                     race.start_soon(_cancel_when_set, watched.peer_closed, race.cancel_scope)
                     ws = await wrap_client_stream(
                         nursery,
-                        watched,
+                        watched,  # type: ignore[arg-type]  # any trio Stream works; its annotation names two
                         host_header,
                         resource,
                         extra_headers=headers,

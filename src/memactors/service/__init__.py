@@ -64,7 +64,7 @@ from ..actors.retention import (
     Retention,
     RetryNow,
 )
-from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, RunState, StartRun
+from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, StartRun
 from ..actors.summary import SummaryActor, model_api_settings
 from ..agents import run_rows
 from ..builtin import BuiltinProvider, missing_vectors
@@ -414,7 +414,7 @@ class MemoryService:
                 raise NoRepository(f"harness {harness.name} has no repository (no run in one, no workdir in "
                                    "a git repository), so it has no episode scope", harness=harness.name)
         view = View("operator", harness=as_harness, repo=repo)  # an operator's recall is for no branch
-        answer: RecallAnswer = await self.briefing.address.ask(RecallRequest(
+        answer = await self.briefing.address.ask(RecallRequest(
             view=view, query=query, paths=tuple(paths), limit=limit, deadline=trio.current_effective_deadline()))
         result = {"query_scope": scope_for(repo) if repo else None, "degraded": answer.document.degraded,
                   "truncated": answer.document.truncated, "document": answer.text, "structured": answer.json,
@@ -434,7 +434,7 @@ class MemoryService:
             place = await self.store.read(lambda db: latest_run_place(db, harness))
             if place is not None:
                 view = attrs.evolve(view, repo=place[0], branch=place[1])
-        answer: BriefingAnswer = await self.briefing.address.ask(BriefingRequest(
+        answer = await self.briefing.address.ask(BriefingRequest(
             view=attrs.evolve(view, kind="operator"), delivery="preview",
             deadline=trio.current_effective_deadline()))
         return {"harness": harness, "document": answer.text, "structured": answer.json,
@@ -490,7 +490,7 @@ class MemoryService:
         The provider part ends by `episodes_deadline` (trio time) if given, else by the caller's deadline.
         """
         deadline = trio.current_effective_deadline() if episodes_deadline is None else episodes_deadline
-        answer: BriefingAnswer = await self.briefing.address.ask(BriefingRequest(
+        answer = await self.briefing.address.ask(BriefingRequest(
             view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
             deadline=deadline, call_id=call_id))
         if view.exposed_run is not None:
@@ -501,7 +501,7 @@ class MemoryService:
     async def start_run(self, *, harness: str, prompt: str | None = None, run_id: str | None = None
                         ) -> dict[str, Any]:
         """StartRun: run the harness's one-shot now (docs/runs.md); answers once the agent is spawned."""
-        state: RunState = await self.runs.address.ask(StartRun(harness, prompt, run_id))
+        state = await self.runs.address.ask(StartRun(harness, prompt, run_id))
         return state.view()
 
     async def wait_run(self, *, run_id: str, harness: str | None = None, wait_seconds: float = 30.0
@@ -510,7 +510,7 @@ class MemoryService:
         be recorded. Call again while ``state`` is ``running``."""
         if not (0 <= wait_seconds <= 300):
             raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
-        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        state = await self.runs.address.ask(FindRun(run_id, harness))
         with trio.move_on_after(wait_seconds):
             await state.done.wait()
         return state.view()
@@ -518,7 +518,7 @@ class MemoryService:
     async def get_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
         """GetRun: one run this daemon started, running or ended (ended runs are in the store, so they
         outlive a restart): state, pid, times, outcome, reason, cap, episode, the redacted stderr tail."""
-        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        state = await self.runs.address.ask(FindRun(run_id, harness))
         return state.view()
 
     async def list_runs(self, *, harness: str | None = None, state: str | None = None, limit: int = 50,
@@ -532,7 +532,7 @@ class MemoryService:
         """CancelRun (control): stop a running run (SIGTERM, grace, SIGKILL); it is recorded as
         cancelled / operator_cancel. Answers at once with its state; WaitRun follows it to its end. An
         ended run is answered as it is (nothing to stop)."""
-        state: RunState = await self.runs.address.ask(CancelRun(run_id, harness))
+        state = await self.runs.address.ask(CancelRun(run_id, harness))
         return state.view()
 
     async def run_logs(self, *, run_id: str, harness: str | None = None, after: int = 0,
@@ -543,7 +543,7 @@ class MemoryService:
         next`` to follow; ``kept`` is false once an ended run's log was pruned or its episode forgotten."""
         if not (0 <= wait_seconds <= 300):
             raise InvalidArgument("params.wait_seconds must be from 0 to 300", field="wait_seconds")
-        state: RunState = await self.runs.address.ask(FindRun(run_id, harness))
+        state = await self.runs.address.ask(FindRun(run_id, harness))
         watch = state.watch
         if watch is not None:
             with trio.move_on_after(wait_seconds):
@@ -663,7 +663,8 @@ class MemoryService:
             "SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",
             [harness]).fetchone())
         if row:
-            return row[0]
+            repo: str = row[0]
+            return repo
         cfg = self.config.harness.get(harness)
         if cfg and cfg.workdir:
             workdir = str(Path(cfg.workdir).expanduser())  # noqa: ASYNC240 -- reads $HOME, no I/O

@@ -61,7 +61,8 @@ _MAX_NUMBER = 2**53
 
 
 def _episode_schema() -> dict[str, Any]:
-    return load_schemas()["memory_record_episode.input"]["properties"]["episode"]  # type: ignore[no-any-return]
+    episode: dict[str, Any] = load_schemas()["memory_record_episode.input"]["properties"]["episode"]
+    return episode
 
 
 @functools.cache

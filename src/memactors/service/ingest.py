@@ -243,10 +243,10 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
             for n, result in zip(again, await ingest(service, [items[n] for n in again]), strict=True):
                 results[n] = result
     single, logged_inside = len(items) == 1, set(again)
-    for n, result in enumerate(results):
-        if isinstance(result, dict) and n not in logged_inside:
-            log = logger.bind(harness=result.get("harness"), run=result.get("run_id"),
-                              episode=result.get("episode_id"), outcome=result["outcome"])
+    for n, done in enumerate(results):
+        if isinstance(done, dict) and n not in logged_inside:
+            log = logger.bind(harness=done.get("harness"), run=done.get("run_id"),
+                              episode=done.get("episode_id"), outcome=done["outcome"])
             if single:
                 log.info("run ingested")
             else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -164,7 +164,7 @@ def _latest(*times: Any) -> datetime | None:
     return max(parsed) if parsed else None
 
 
-def install_rows(stored: list[Mapping[str, Any]], activity: InstallActivity, now: datetime,
+def install_rows(stored: Sequence[Mapping[str, Any]], activity: InstallActivity, now: datetime,
                  *, silent_seconds: float | None = None) -> list[dict[str, Any]]:
     """Each install as `memory status --json` shows it: its times, ``ok`` and, when not, ``problem``."""
     silent = SILENT_SECONDS if silent_seconds is None else silent_seconds

@@ -296,7 +296,7 @@ class Store:
         """Where the store is, for status, doctor and logs (never with a password)."""
         raise NotImplementedError
 
-    async def write(self, fn: Callable[[Any], T]) -> T:
+    async def write(self, fn: Callable[[Db], T]) -> T:
         """Run `fn(db)` in a transaction on the write connection, off the trio loop; commits whole or
         not at all. Concurrent calls share one transaction (group commit, see the module docstring)."""
         job = _WriteJob(fn)
@@ -325,12 +325,13 @@ class Store:
         if job.error is not None:
             raise self.health.failed(job.error)
         self.health.succeeded()
-        return job.result  # type: ignore[no-any-return]
+        result: T = job.result  # what `fn` returned
+        return result
 
     async def _write_batch(self, batch: list[_WriteJob]) -> None:
         raise NotImplementedError
 
-    async def read(self, fn: Callable[[Any], T]) -> T:
+    async def read(self, fn: Callable[[Db], T]) -> T:
         """Run `fn(db)` on a pooled read connection, in one read transaction (a snapshot), off the trio loop."""
         raise NotImplementedError
 
@@ -356,7 +357,7 @@ class Store:
         sharing the store is doing it. A store only one daemon opens always yields True."""
         yield True
 
-    async def write_in_batches(self, fn: Callable[[Any], int], batch: int) -> int:
+    async def write_in_batches(self, fn: Callable[[Db], int], batch: int) -> int:
         """Run `fn(db)` — which handles at most `batch` rows and returns how many — each time in a
         transaction of its own, until it handles fewer than `batch` (so the writer is never held long);
         returns the total."""

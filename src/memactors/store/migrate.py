@@ -159,12 +159,17 @@ async def copy_store(source: Store, target: Store, *, source_id: str, copy_vecto
         copied = 0
         after = None
         if table.kind == "append":
-            after = await target.read(lambda db, t=table.name: db.execute(
-                "SELECT last_id FROM memactors_imports WHERE source = ? AND table_name = ?",
-                [source_id, t]).fetchone())
+            def imported(db: Db, t: str = table.name) -> Any:
+                return db.execute("SELECT last_id FROM memactors_imports WHERE source = ? AND table_name = ?",
+                                  [source_id, t]).fetchone()
+
+            after = await target.read(imported)
             after = after[0] if after else None
         async for rows in _batches(source, table, after):
-            await target.write(lambda db, t=table, rows=rows: _write(db, t, rows, source_id))
+            def copy_batch(db: Db, t: Table = table, rows: Any = rows) -> Any:
+                return _write(db, t, rows, source_id)
+
+            await target.write(copy_batch)
             copied += len(rows)
             done += len(rows)
             progress(table.name, done, total)
@@ -227,14 +232,18 @@ async def verify(source: Store, target: Store, counts: dict[str, int], source_id
         if table.name not in counts:
             continue
         if table.kind == "append":
-            copied = await target.read(lambda db, t=table.name: db.execute(
-                "SELECT last_id FROM memactors_imports WHERE source = ? AND table_name = ?",
-                [source_id, t]).fetchone())
+            def imported(db: Db, t: str = table.name) -> Any:
+                return db.execute("SELECT last_id FROM memactors_imports WHERE source = ? AND table_name = ?",
+                                  [source_id, t]).fetchone()
+
+            copied = await target.read(imported)
             last = copied[0] if copied else None
             held = counts[table.name] if last is not None else 0
             if last is not None:
-                upto = await source.read(lambda db, t=table.name, last=last: db.execute(
-                    f"SELECT count(*) FROM {t} WHERE id <= ?", [last]).fetchone()[0])
+                def upto_last(db: Db, t: str = table.name, last: Any = last) -> Any:
+                    return db.execute(f"SELECT count(*) FROM {t} WHERE id <= ?", [last]).fetchone()[0]
+
+                upto = await source.read(upto_last)
                 held = int(upto)
             out.append(Verified(table.name, counts[table.name], held))
             continue
@@ -243,8 +252,10 @@ async def verify(source: Store, target: Store, counts: dict[str, int], source_id
             keys = [tuple(r) for r in rows]
             cond = " OR ".join(f"({' AND '.join(f'{k} = ?' for k in table.key)})" for _ in keys)
             flat = [v for key in keys for v in key]
-            held += int(await target.read(lambda db, cond=cond, flat=flat, t=table.name: db.execute(
-                f"SELECT count(*) FROM {t} WHERE {cond}", flat).fetchone()[0]))
+            def present(db: Db, cond: str = cond, flat: list[Any] = flat, t: str = table.name) -> Any:
+                return db.execute(f"SELECT count(*) FROM {t} WHERE {cond}", flat).fetchone()[0]
+
+            held += int(await target.read(present))
         out.append(Verified(table.name, counts[table.name], held))
     return out
 

@@ -56,7 +56,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import ConfigError, StoreUnavailable
 from ..urls import MASK, mask_url
-from . import Store, _WriteJob, iso, run_jobs, utc_now
+from . import Db, Store, _WriteJob, iso, run_jobs, utc_now
 from .builtin_docs import words_stay_words
 
 T = TypeVar("T")
@@ -217,12 +217,13 @@ class PgDialect:
         if expression is None:
             return None
         marks = ", ".join("?" for _ in scopes)
-        return db.execute(
+        rows: list[Any] = db.execute(
             f"SELECT {columns} FROM facts f, to_tsquery('english', ?) q"
             f" WHERE f.tsv @@ q AND f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
             " ORDER BY ts_rank_cd(f.tsv, q, 1) DESC, f.confidence DESC, f.id LIMIT ?",
             [expression, *scopes, limit],
         ).fetchall()
+        return rows
 
 
 DIALECT = PgDialect()
@@ -367,14 +368,14 @@ class PgStore(Store):
         self._url = url
         self._where = describe_url(url)
         self.connect_timeout = connect_timeout
-        kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout + 0.999)),
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout + 0.999)),
                   "application_name": f"memactors {daemon_id}"[:63],
                   # a peer that vanishes (host down, network cut) is noticed in ~15 s, not the kernel's hours
                   "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
                   "tcp_user_timeout": 15000}
         if "target_session_attrs" not in conninfo_to_dict(url):
             kwargs["target_session_attrs"] = SESSION_ATTRS  # the primary, whichever host it is now
-        common = {"kwargs": kwargs, "open": False, "timeout": connect_timeout, "reconnect_timeout": 2.0,
+        common: dict[str, Any] = {"kwargs": kwargs, "open": False, "timeout": connect_timeout, "reconnect_timeout": 2.0,
                   "max_idle": 300.0}
         self._writer = ConnectionPool(url, min_size=1, max_size=1, name="memactors-writer", **common)
         self._readers = ConnectionPool(url, min_size=1, max_size=READ_CONNECTIONS, name="memactors-readers",
@@ -440,7 +441,7 @@ class PgStore(Store):
         when the server is not there, the pool's timeout."""
         deadline = time.monotonic() + self._wait()
         while True:
-            conn = pool.getconn(timeout=max(deadline - time.monotonic(), 0.001))
+            conn: psycopg.Connection[Any] = pool.getconn(timeout=max(deadline - time.monotonic(), 0.001))
             if _usable(conn, writes=writes):
                 return conn
             with contextlib.suppress(Exception):
@@ -503,7 +504,7 @@ class PgStore(Store):
                 job.error = error
 
     # -- reads ---------------------------------------------------------------------------------------
-    async def read(self, fn: Callable[[Any], T]) -> T:
+    async def read(self, fn: Callable[[Db], T]) -> T:
         """`fn(db)` in a read-only REPEATABLE READ transaction on a pooled connection. Cancelled at the
         caller's deadline (the worker thread finishes on its own): a read never holds a recall past
         its provider_timeout, whatever the server does."""

@@ -110,7 +110,11 @@ async def _pages(store: Store, sql_from: str, columns: tuple[str, ...], key: tup
         sql = (f"SELECT {cols} FROM {sql_from}" + (f" WHERE {' AND '.join(conds)}" if conds else "")
                + f" ORDER BY {keys} LIMIT {BATCH}")
         args = params + (last or [])
-        rows = await store.read(lambda db, sql=sql, args=args: [tuple(r) for r in db.execute(sql, args)])
+
+        def page(db: Db, sql: str = sql, args: list[Any] = args) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in db.execute(sql, args)]
+
+        rows = await store.read(page)
         if not rows:
             return
         yield rows
@@ -308,14 +312,14 @@ def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, forget:
                            [provider, values[2]])
             result.count(result.added if done else result.present, kind)
         case "fact":
-            values = dict(zip(_FACT, _values(row, _FACT), strict=True))
-            if db.execute("SELECT 1 FROM facts WHERE id = ?", [values["id"]]).fetchone():
+            fact = dict(zip(_FACT, _values(row, _FACT), strict=True))
+            if db.execute("SELECT 1 FROM facts WHERE id = ?", [fact["id"]]).fetchone():
                 result.count(result.present, kind)
                 return
-            db.dialect.upsert_fact(db, fact_id=values["id"], scope=values["scope"], text=values["text"],
-                                   confidence=float(values["confidence"]), status=values["status"],
-                                   at=values["created_at"])
-            db.execute("UPDATE facts SET updated_at = ? WHERE id = ?", [values["updated_at"], values["id"]])
+            db.dialect.upsert_fact(db, fact_id=fact["id"], scope=fact["scope"], text=fact["text"],
+                                   confidence=float(fact["confidence"]), status=fact["status"],
+                                   at=fact["created_at"])
+            db.execute("UPDATE facts SET updated_at = ? WHERE id = ?", [fact["updated_at"], fact["id"]])
             result.count(result.added, kind)
         case other:
             raise RowRefused(f"unknown type {str(other)[:32]!r}")
