@@ -115,7 +115,7 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
             installed = await install(daemon, repo, tmp_path / "codex-home")
             events = await codex_exec(codex, repo, env, fake.base_url, "Fix the ledger rounding test.")
             # Codex has returned: its SessionEnd hook ran before it exited, so the episode is there now
-            recalled = await recall(daemon, "ledger rounding binary floating point")
+            recalled = await recall(daemon, "test_rounding still fails, 2.675 not representable")
             listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
             [shown_id] = [e["episode_id"] for e in recalled["episodes"] if e["run_id"] == thread_id(events)]
             shown = await daemon.acli("memory", "episodes", shown_id, "--json")
@@ -192,7 +192,7 @@ async def test_issue26_a_codex_session_with_the_daemon_down_is_spooled_and_deliv
     with daemon_process(tmp_path, HARNESS, env=env) as restarted:
         with trio.fail_after(60):
             while True:
-                recalled = await recall(restarted, "ledger rounding binary floating point")
+                recalled = await recall(restarted, "test_rounding still fails, 2.675 not representable")
                 found = [e for e in recalled["episodes"] if e["run_id"] == session]
                 if found:
                     break
