@@ -156,7 +156,7 @@ def open_transcript(path: str | os.PathLike[str], field: str = "transcript_path"
         if info.st_size > TRANSCRIPT_BYTES:
             raise _invalid(f"{field} is {info.st_size} bytes, over the hook's limit of {TRANSCRIPT_BYTES}", field)
         os.set_blocking(fd, True)
-    except BaseException:
+    except BaseException:  # ok: closes the descriptor and re-raises, cancellation included
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:

@@ -130,7 +130,7 @@ def call_once(url: str, token: str, method: str, params: dict[str, Any], *, time
             # so trying again is safe; within the connect deadline, then the 503 is the answer.
             if time.monotonic() + pause >= deadline:
                 raise
-            time.sleep(pause)
+            time.sleep(pause)  # ok: the CLI's one-call client is synchronous, no trio loop to block
             pause = min(pause * 2, BUSY_RETRY[1])
 
 
