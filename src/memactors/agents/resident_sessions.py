@@ -31,7 +31,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -154,14 +154,9 @@ def _qwen_result(call_id: str, response: Any, status: Any) -> dict[str, Any]:
     return result
 
 
-def qwen_session(lines: Iterable[str]) -> GeminiSession:
-    """Read a Qwen Code chat recording (``~/.qwen/projects/<project>/chats/<session id>.jsonl``, the
-    ``transcript_path`` of its hooks: one JSON entry a line, ``type`` ``user`` / ``assistant`` /
-    ``tool_result`` / ``system``, each with ``sessionId``, ``timestamp``, ``cwd``). Qwen Code is a Gemini CLI
-    fork and keeps Gemini's message parts: an assistant's ``functionCall`` parts and text, a tool result's
-    ``functionResponse``; they are fed to Gemini CLI's reader as its stream events. The user's prompts and
-    the system entries are read past (their times bound the session). A bad line is skipped."""
-    out = GeminiSession()
+def _timed_entries(lines: Iterable[str], out: GeminiSession) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each JSON object line of a session file with its time (its ``timestamp``, else the latest seen), widening
+    ``out``'s first and last times as it goes; a line that is not a JSON object is skipped."""
     for line in lines:
         try:
             entry = json.loads(line)
@@ -173,6 +168,18 @@ def qwen_session(lines: Iterable[str]) -> GeminiSession:
         if _str(entry.get("timestamp")):
             out.started_at = min(out.started_at or at, at)
             out.ended_at = max(out.ended_at or at, at)
+        yield entry, at
+
+
+def qwen_session(lines: Iterable[str]) -> GeminiSession:
+    """Read a Qwen Code chat recording (``~/.qwen/projects/<project>/chats/<session id>.jsonl``, the
+    ``transcript_path`` of its hooks: one JSON entry a line, ``type`` ``user`` / ``assistant`` /
+    ``tool_result`` / ``system``, each with ``sessionId``, ``timestamp``, ``cwd``). Qwen Code is a Gemini CLI
+    fork and keeps Gemini's message parts: an assistant's ``functionCall`` parts and text, a tool result's
+    ``functionResponse``; they are fed to Gemini CLI's reader as its stream events. The user's prompts and
+    the system entries are read past (their times bound the session). A bad line is skipped."""
+    out = GeminiSession()
+    for entry, at in _timed_entries(lines, out):
         if out.parser.transcript.session_id is None and _str(entry.get("sessionId")):
             out.parser.feed(json.dumps({"type": "init", "session_id": entry["sessionId"]}), at=at)
         message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
@@ -209,17 +216,7 @@ def pi_session(lines: Iterable[str]) -> GeminiSession:
     ``Command exited with code N`` line, 0 for a result that is not an error. Fed to Gemini CLI's reader as
     its stream events. A bad line is skipped."""
     out = GeminiSession()
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(entry, dict):
-            continue
-        at = _str(entry.get("timestamp")) or out.ended_at or ""
-        if _str(entry.get("timestamp")):
-            out.started_at = min(out.started_at or at, at)
-            out.ended_at = max(out.ended_at or at, at)
+    for entry, at in _timed_entries(lines, out):
         for event in pi_event(entry):
             out.parser.feed(json.dumps(event), at=at)
     out.parser.feed(json.dumps({"type": "session_end"}), at=out.ended_at or "")

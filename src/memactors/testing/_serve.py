@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,3 +30,11 @@ async def serve_on_loopback(app: Any, port: int = 0) -> AsyncIterator[str]:
             yield binds[0]
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def send_json(send: Callable[[dict[str, Any]], Awaitable[None]], status: int, payload: object) -> None:
+    """Answer an ASGI request with ``payload`` as JSON: what every loopback fake answers outside a stream."""
+    data = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})

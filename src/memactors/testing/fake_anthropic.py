@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from ..net.asgi import http_request
-from ._serve import serve_on_loopback
+from ._serve import send_json, serve_on_loopback
 
 __all__ = ["FakeAnthropic", "Request", "Script", "Text", "ToolUse", "run_fake_anthropic"]
 
@@ -128,15 +128,15 @@ class FakeAnthropic:
         self.requests.append(request)
         path = scope["path"].rstrip("/")
         if scope["method"] == "POST" and path == "/v1/messages/count_tokens":
-            await _json(send, 200, {"input_tokens": _rough_tokens(body)})
+            await send_json(send, 200, {"input_tokens": _rough_tokens(body)})
         elif scope["method"] == "POST" and path == "/v1/messages":
             blocks, stop = self._answer(request)
             if isinstance(body, dict) and body.get("stream"):
                 await _stream(send, self.script.model, blocks, stop)
             else:
-                await _json(send, 200, _message(self.script.model, blocks, stop))
+                await send_json(send, 200, _message(self.script.model, blocks, stop))
         else:
-            await _json(send, 200, {})
+            await send_json(send, 200, {})
 
     def _answer(self, request: Request) -> tuple[list[dict[str, Any]], str]:
         if not request.agent_turn:
@@ -165,13 +165,6 @@ _USAGE = {"input_tokens": 120, "output_tokens": 24, "cache_creation_input_tokens
 def _message(model: str, blocks: list[dict[str, Any]], stop: str) -> dict[str, Any]:
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": blocks,
             "stop_reason": stop, "stop_sequence": None, "usage": _USAGE}
-
-
-async def _json(send: _Send, status: int, payload: object) -> None:
-    data = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
 
 
 async def _stream(send: _Send, model: str, blocks: Sequence[dict[str, Any]], stop: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from ..net.asgi import http_request
-from ._serve import serve_on_loopback
+from ._serve import send_json, serve_on_loopback
 
 __all__ = ["Call", "ChatRequest", "FakeChat", "Reply", "Step", "run_fake_chat"]
 
@@ -127,11 +127,11 @@ class FakeChat:
         request = ChatRequest(scope["method"], path, body, headers.get("authorization"))
         self.requests.append(request)
         if scope["method"] == "GET" and path.endswith("/models"):
-            await _json(send, 200, {"object": "list", "data": [
+            await send_json(send, 200, {"object": "list", "data": [
                 {"id": self.model, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}]})
             return
         if scope["method"] != "POST" or not path.endswith("/chat/completions") or not isinstance(body, dict):
-            await _json(send, 404, {"error": {"message": f"not found: {path}", "type": "invalid_request_error"}})
+            await send_json(send, 404, {"error": {"message": f"not found: {path}", "type": "invalid_request_error"}})
             return
         model = str(body.get("model") or self.model)
         if request.offers_tools:
@@ -151,7 +151,7 @@ class FakeChat:
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 message["tool_calls"] = calls
-            await _json(send, 200, {"id": completion_id, "object": "chat.completion", "created": 1_700_000_000,
+            await send_json(send, 200, {"id": completion_id, "object": "chat.completion", "created": 1_700_000_000,
                                     "model": model, "choices": [{"index": 0, "message": message,
                                                                  "finish_reason": finish}], "usage": usage})
             return
@@ -175,13 +175,6 @@ class FakeChat:
         for piece in pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
-
-
-async def _json(send: _Send, status: int, payload: object) -> None:
-    data = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
 
 
 @asynccontextmanager

@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from ..net.asgi import http_request
-from ._serve import serve_on_loopback
+from ._serve import send_json, serve_on_loopback
 
 __all__ = ["FakeGemini", "FunctionCall", "GeminiRequest", "McpToolCall", "Text", "Turn", "run_fake_gemini"]
 
@@ -149,11 +149,11 @@ class FakeGemini:
         except LookupError as exc:
             # A script calling a tool the CLI did not declare: 400, which Gemini CLI does not retry (a 500
             # would be retried ten times over minutes), with the tools it did declare in the message.
-            await _json(send, 400, {"error": {"code": 400, "message": str(exc), "status": "INVALID_ARGUMENT"}})
+            await send_json(send, 400, {"error": {"code": 400, "message": str(exc), "status": "INVALID_ARGUMENT"}})
 
     async def _reply(self, method: str, path: str, body: Any, request: GeminiRequest, send: _Send) -> None:
         if method == "POST" and path.endswith(":countTokens"):
-            await _json(send, 200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
+            await send_json(send, 200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
         elif method == "POST" and path.endswith(":streamGenerateContent"):
             chunks = self._answer(request)
             await send({"type": "http.response.start", "status": 200,
@@ -165,12 +165,12 @@ class FakeGemini:
         elif method == "POST" and path.endswith(":generateContent"):
             chunks = self._answer(request)
             parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
-            await _json(send, 200, {**chunks[-1], "candidates": [{**chunks[-1]["candidates"][0],
+            await send_json(send, 200, {**chunks[-1], "candidates": [{**chunks[-1]["candidates"][0],
                                                                   "content": {"role": "model", "parts": parts}}]})
         elif method == "POST" and path.endswith(":embedContent"):
-            await _json(send, 200, {"embedding": {"values": [0.0] * 8}})
+            await send_json(send, 200, {"embedding": {"values": [0.0] * 8}})
         else:
-            await _json(send, 404, {"error": {"code": 404, "message": f"not found: {path}", "status": "NOT_FOUND"}})
+            await send_json(send, 404, {"error": {"code": 404, "message": f"not found: {path}", "status": "NOT_FOUND"}})
 
     def _answer(self, request: GeminiRequest) -> list[dict[str, Any]]:
         """The response chunks for one model call."""
@@ -234,13 +234,6 @@ def _chunk(parts: list[dict[str, Any]], finish: str | None, turn: Turn) -> dict[
              "totalTokenCount": turn.prompt_tokens + (turn.output_tokens if finish else 0)}
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": MODEL_VERSION,
             "responseId": "resp-fake"}
-
-
-async def _json(send: _Send, status: int, payload: object) -> None:
-    data = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
 
 
 @asynccontextmanager

@@ -49,7 +49,7 @@ import attrs
 import trio
 
 from ..net.asgi import http_request
-from ._serve import serve_on_loopback
+from ._serve import send_json, serve_on_loopback
 
 __all__ = [
     "FakeOpenAI",
@@ -200,13 +200,13 @@ class FakeOpenAI:
         path = scope["path"]
         self.requests.append(RecordedRequest(scope["method"], path, body, headers.get("authorization")))
         if scope["method"] == "GET" and path.endswith("/models"):
-            await _json(send, 200, {"object": "list", "data": []})
+            await send_json(send, 200, {"object": "list", "data": []})
             return
         if scope["method"] != "POST" or not path.endswith("/responses"):
-            await _json(send, 404, {"error": {"message": f"not found: {path}", "type": "invalid_request_error"}})
+            await send_json(send, 404, {"error": {"message": f"not found: {path}", "type": "invalid_request_error"}})
             return
         if not isinstance(body, dict) or not body.get("stream"):
-            await _json(send, 400, {"error": {"message": "this fake serves only stream: true",
+            await send_json(send, 400, {"error": {"message": "this fake serves only stream: true",
                                               "type": "invalid_request_error"}})
             return
         index = len(self.model_calls) - 1
@@ -326,13 +326,6 @@ def _text_events(done: dict[str, Any], index: int) -> list[dict[str, Any]]:
     events.append({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
                    "content_index": 0, "part": {**part, "text": text}})
     return events
-
-
-async def _json(send: _Send, status: int, payload: object) -> None:
-    data = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
 
 
 @asynccontextmanager
