@@ -83,10 +83,20 @@ def _failures(value: Any) -> list[tuple[str, int]]:
 
 
 def _first_line(value: Any) -> str:
-    """The first line of `value` with words in it, whitespace collapsed ('' for none or not a string)."""
+    """What a text says first, on one line: its first line with words in it, and of that (stored text is
+    flattened, REQ-6: a commit's subject runs into its body) what comes before the first sentence end,
+    list bullet (`` * ``, `` - ``) or a pull request number that ends a squashed commit's subject
+    (``(#123)``); the whole line when it has none. '' for none or not a string."""
     if not isinstance(value, str):
         return ""
-    return next((_text(line) for line in value.splitlines() if _WORD.search(line)), "")
+    line = next((_text(part) for part in value.splitlines() if _WORD.search(part)), "")
+    end = _SUBJECT_END.search(line, 4)
+    return line[:end.start() + len(end.group(1) or "")] if end else line
+
+
+# The end of a first sentence: a full stop, ! or ? before a space (kept), a pull request number (kept),
+# or a list bullet after it (dropped).
+_SUBJECT_END = re.compile(r"([.!?]|\(#\d+\))\s|()\s[*\-\u2022]\s")
 
 
 def lead(body: Mapping[str, Any]) -> str:
@@ -157,6 +167,8 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320, *
     summary = _first_line(body.get("summary")) if subject else _text(body.get("summary"))
     excerpt = _first_line(body.get("result_excerpt")) if subject else _text(body.get("result_excerpt"))
     files = [p for p in (body.get("files_touched") or ()) if isinstance(p, str) and p]
+    if subject:  # the files in a folder first: `src/ledger.py` says more than `CHANGELOG.md`
+        files.sort(key=lambda p: "/" not in p)
     failures = _failures(body.get("verify_failures"))
     own = summary or excerpt
 
