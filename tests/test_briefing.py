@@ -271,3 +271,30 @@ async def test_a_briefing_on_an_imported_history_shows_two_of_the_newest_commits
             assert runs and all(r["text"].startswith("Fix the ledger rounding case") for r in runs)
             shown = [i["provenance"]["run"] for i in (*runs, *episodes)]
             assert len(shown) == len(set(shown))  # no section repeats another's item
+
+
+async def test_a_briefing_places_the_episodes_that_fit_whole_after_one_too_long(
+        make_holder: Callable[[str], ConfigHolder]) -> None:
+    """REQ-14 places an episode whole or not at all; issue 38: when the provider's first candidates are
+    too long for the share left (a long harness name, a long run id), the briefing looks further down
+    the candidates for ones that fit, rather than showing one episode and counting the rest."""
+    harness = "payments-reconciliation-nightly-fixer"
+    async with open_memory_service(make_holder(f'[harness.{harness}]\nharness = "claude-code"\n'),
+                                   wall_clock=fixed_clock) as service:
+        await wait_ready(service)
+        long = "Rework the reconciliation of settlement batches against the processor's payout report"
+        for i, (text, path) in enumerate([("Fix it (#1)", "a.py"), ("Fix it again (#2)", "b.py"),
+                                          (long, "src/payments/reconciliation/settlement_batches.py"),
+                                          (long + " twice", "src/payments/reconciliation/payout_reports.py"),
+                                          (long + " thrice", "src/payments/reconciliation/processor_fees.py")]):
+            await service.ingest_run(run_record(
+                harness=harness, run_id=f"0193c9a2-7d4e-7f00-8000-00000000000{i}", trace_id=f"t{i}",
+                started_at=f"2026-11-2{i}T09:00:00Z", ended_at=f"2026-11-2{i}T09:10:00Z", result_text=text,
+                sessions=[{"session_id": "s", "cwd": "/srv/api", "repo": API, "git_branch": "main"}],
+                events=[{"kind": "edit", "session_id": "s", "at": f"2026-11-2{i}T09:05:00Z", "path": path}]))
+        _, view = await as_run(service, harness, "b-1", API)
+        answer = await service.agent_briefing(view, delivery="tool")
+        section = next(s for s in answer.json["sections"] if s["name"] == "episodes")
+        assert len(section["items"]) >= 2, answer.text
+        assert section["dropped"] >= 1 and "more not shown; use the recall tool for more" in answer.text
+        assert {e["text"] for e in section["items"]} & {"Fix it again (#2) · touched b.py", "Fix it (#1) · touched a.py"}
