@@ -46,7 +46,6 @@ def cpu_seconds(pid: int) -> float:
 def sample_vectors(state: Path, n: int) -> dict[str, list[float]]:
     """The stored vectors of the first `n` episodes by id (the SQLite store's builtin_vec)."""
     import sqlean  # the project's sqlite with extension loading
-
     import sqlite_vec
 
     db = sqlean.connect(str(state / "memactors.db"))

@@ -103,8 +103,8 @@ async def evaluate(repo: str, key: str, root: Path, embeddings: bool) -> dict[st
             with trio.fail_after(900):
                 while (await control.call(f"{SERVICE}/Status", {}))["pending"].get("records"):  # noqa: ASYNC110
                     await trio.sleep(0.5)
-            branch = subprocess.run(["git", "-C", repo, "symbolic-ref", "--short", "HEAD"], capture_output=True,
-                                    text=True, check=True).stdout.strip()
+            branch = (await trio.run_process(["git", "-C", repo, "symbolic-ref", "--short", "HEAD"],
+                                             capture_stdout=True)).stdout.decode().strip()
             checkout = root / "checkout"
             checkout.mkdir()
             for argv in (["init", "-q", "-b", branch], ["remote", "add", "origin", f"https://{key}.git"],

@@ -45,7 +45,9 @@ concurrently with the BM25 search; a query that cannot be embedded is answered f
 Item text is the episode's gist (`gist.gist`, issue 17): the run's own words first (its summary, else
 the start of its excerpt), then the words around the query's when they come later, then what it touched
 and which verify failures it had — no field names, nothing the provenance line says, only the episode's
-own words. At most MAX_ITEM_TEXT characters; the whole episode is one `memactors memory episodes <id>` away.
+own words. At most MAX_ITEM_TEXT characters; for a briefing's (metadata-only) query, the run's first
+sentence and what it touched, at most BRIEFING_ITEM_TEXT (issue 38: two fit a default briefing). The
+whole episode is one `memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
 unknown id answers `{forgotten: false}`.
