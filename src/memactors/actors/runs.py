@@ -47,7 +47,6 @@ import attrs
 import trio
 from loguru import logger
 
-from .. import graph
 from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
 from ..agents import run_rows
 from ..agents.run_process import (
@@ -66,7 +65,7 @@ from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
-from ..store import iso
+from ..store import iso, run_tokens
 from .kernel import open_mailbox, serve
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
 from .spawn import prepare_spawn
@@ -283,7 +282,7 @@ class Runs:
 
         now = service.wall_clock()
         budget = cfg.timeout + self.kill_grace + self._record_budget() + self.token_grace
-        token = await service.store.write(lambda db: graph.mint_run_token(
+        token = await service.store.write(lambda db: run_tokens.mint_run_token(
             db, harness=name, run_id=run_id, workdir=workdir, now=now, expires_at=now + timedelta(seconds=budget)))
         mcp_config: Path | None = None
         log = self._log.bind(harness=name, run=run_id, adapter=adapter.name)
@@ -329,7 +328,7 @@ class Runs:
     async def _release(self, harness: str, run_id: str, mcp_config: Path | None, ended: datetime) -> None:
         """The run is over: its token expires after the grace and its MCP config file is removed."""
         expires = ended + timedelta(seconds=self.token_grace)
-        await self._service.store.write(lambda db: graph.expire_run_tokens(
+        await self._service.store.write(lambda db: run_tokens.expire_run_tokens(
             db, harness=harness, run_id=run_id, at=expires))
         if mcp_config is not None:
             await trio.to_thread.run_sync(lambda: mcp_config.unlink(missing_ok=True))

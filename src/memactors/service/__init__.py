@@ -29,7 +29,6 @@ import attrs
 import trio
 from loguru import logger
 
-from .. import graph
 from .._toml_tables import is_duration
 from .._wire import parse_time
 from ..actors.assembler import Assembler
@@ -84,7 +83,19 @@ from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
 from ..redact import shared as shared_redactor
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
-from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
+from ..store import (
+    Store,
+    WallClock,
+    briefing_cache,
+    ensure_daemon_id,
+    facts,
+    iso,
+    presence,
+    pull_requests,
+    run_tokens,
+    utc_now,
+    votes,
+)
 from ..store.engines import open_store
 from ..telemetry import guard_sdk_spans
 from ..wrapper import cut_at_word
@@ -225,7 +236,7 @@ class MemoryService:
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
-        return await self.store.read(lambda db: graph.pull_request_for(db, repo, branch))
+        return await self.store.read(lambda db: pull_requests.pull_request_for(db, repo, branch))
 
     # -- MemoryService handlers ----------------------------------------------------------------------
     async def store_status(self) -> dict[str, Any]:
@@ -466,7 +477,7 @@ class MemoryService:
         now = self.wall_clock()
 
         def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:
-            found = graph.resolve_run_token(db, token or "", now)
+            found = run_tokens.resolve_run_token(db, token or "", now)
             return found, None if found is None else run_place(db, found.harness, found.run_id)
 
         caller, place = await self.store.read(read)
@@ -562,29 +573,29 @@ class MemoryService:
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
                        fact_id: str | None = None) -> dict[str, Any]:
         now = self.wall_clock()
-        fact = await self.store.write(lambda db: graph.add_fact(
+        fact = await self.store.write(lambda db: facts.add_fact(
             db, scope=scope, text=text, confidence=confidence, status=status,  # type: ignore[arg-type]
             now=now, fact_id=fact_id))
         return attrs.asdict(fact)
 
     async def link_pull_request(self, *, repo: str, branch: str, url: str) -> dict[str, Any]:
         now = self.wall_clock()
-        await self.store.write(lambda db: graph.link_pull_request(db, repo=repo, branch=branch, url=url, now=now))
+        await self.store.write(lambda db: pull_requests.link_pull_request(db, repo=repo, branch=branch, url=url, now=now))
         return {"repo": repo, "branch": branch, "url": url}
 
     async def report_presence(self, *, harness: str, run_id: str, session_id: str, repo: str,
                               branch: str | None, paths: tuple[str, ...] = (), ttl_seconds: int = 300
                               ) -> dict[str, Any]:
         now = self.wall_clock()
-        presence = await self.store.write(lambda db: graph.report_presence(
+        reported = await self.store.write(lambda db: presence.report_presence(
             db, harness=harness, run_id=run_id, session_id=session_id, repo=repo, branch=branch, paths=paths,
             now=now, ttl_seconds=ttl_seconds))
-        return attrs.asdict(presence)
+        return attrs.asdict(reported)
 
     async def cast_vote(self, *, fact_id: str, run_id: str, harness: str, stance: str) -> dict[str, Any]:
         """Store a vote; it is counted only when the run was never shown the fact (REQ-17)."""
         now = self.wall_clock()
-        vote = await self.store.write(lambda db: graph.cast_vote(
+        vote = await self.store.write(lambda db: votes.cast_vote(
             db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
         return attrs.asdict(vote)
 
@@ -605,9 +616,9 @@ class MemoryService:
         def mint(db: Any) -> tuple[str, int]:
             revoked = 0
             if replace:
-                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
-                graph.drop_cached_briefing(db, harness, run_id)
-            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                revoked = run_tokens.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                briefing_cache.drop_cached_briefing(db, harness, run_id)
+            return run_tokens.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
                                         expires_at=expires), revoked
 
         token, revoked = await self.store.write(mint)
@@ -619,8 +630,8 @@ class MemoryService:
         briefing is dropped with them."""
 
         def revoke(db: Any) -> int:
-            graph.drop_cached_briefing(db, harness, run_id)
-            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+            briefing_cache.drop_cached_briefing(db, harness, run_id)
+            return run_tokens.revoke_run_tokens(db, harness=harness, run_id=run_id)
 
         return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 

@@ -4,7 +4,10 @@ The package: this module is the interface (`Store`, `Db`, the write queue both e
 rows and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and
 ``pg`` are the engines, one module each; ``migrations/<engine>/NNNN_name.sql`` their schemas, as
 versioned files; ``builtin_docs`` the built-in provider's document columns both engines migrate;
-``health`` the write-health state; ``migrate`` `memactors store migrate`. May import: the pure
+``health`` the write-health state; ``migrate`` `memactors store migrate`. What the store holds besides
+runs and episodes is one module per concept, engine-neutral SQL over `Db` (full-text search through
+`db.dialect`): ``facts``, ``votes`` (exposure and votes), ``pull_requests``, ``run_history`` (the runs
+briefings list), ``presence``, ``run_tokens``, ``briefing_cache``. May import: the pure
 modules (errors, urls, episode, wrapper) only — never the provider, the actors or anything above.
 
 SQLite (`store.sqlite`) is the embedded default: one file in the state directory, opened through

@@ -1,0 +1,107 @@
+"""The run history briefings and recall read (SPEC-0027, REQ-12, REQ-14): the runs on a branch, the
+runs that edited a path, each with its latest pull request, and the stored episode a run left."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from . import Db
+from ._feeds import checked_limit, like_prefix, normalise_path
+
+
+@attrs.frozen
+class RunRow:
+    """A run as the graph shows it in recent_runs (REQ-12, REQ-14); `pull_request` is the latest link."""
+
+    harness: str
+    adapter: str
+    run_id: str
+    outcome: str
+    reason: str
+    repo: str | None
+    branch: str | None
+    started_at: str
+    ended_at: str
+    duration_ms: int
+    pull_request: str | None
+
+
+_RUN_COLS = (
+    "r.harness, r.adapter, r.run_id, r.outcome, r.reason, r.repo, r.branch, r.started_at, r.ended_at,"
+    " r.duration_ms, (SELECT p.url FROM pull_requests p WHERE p.repo = r.repo AND p.branch = r.branch"
+    " ORDER BY p.linked_at DESC, p.url DESC LIMIT 1)"
+)
+
+
+def _run_row(row: Any) -> RunRow:
+    h, a, rid, outcome, reason, repo, branch, started, ended, dur, pr = row
+    return RunRow(
+        str(h), str(a), str(rid), str(outcome), str(reason),
+        None if repo is None else str(repo), None if branch is None else str(branch),
+        str(started), str(ended), int(dur), None if pr is None else str(pr),
+    )
+
+
+def runs_editing(
+    db: Db, *, repo: str, paths: Sequence[str], limit: int = 5
+) -> list[RunRow]:
+    """Runs in `repo` that edited any of `paths`, newest first by ended_at, then harness, run_id (REQ-12).
+
+    A path matches an edited path equal to it or under it, so `src/ledger` finds `src/ledger/post.py`.
+    Paths are repository-relative, as the ingest path stores them; a leading `./` is ignored.
+    """
+    limit = checked_limit(limit)
+    wanted = [p for p in dict.fromkeys(normalise_path(p) for p in paths) if p]
+    if limit == 0 or not wanted:
+        return []
+    where = " OR ".join("rp.path = ? OR rp.path LIKE ? ESCAPE '\\'" for _ in wanted)
+    params: list[object] = [repo]
+    for p in wanted:
+        params += [p, like_prefix(p)]
+    rows = db.execute(
+        f"SELECT {_RUN_COLS} FROM runs r WHERE EXISTS ("
+        "  SELECT 1 FROM run_paths rp WHERE rp.harness = r.harness AND rp.run_id = r.run_id"
+        f"  AND rp.repo = ? AND ({where}))"
+        " ORDER BY r.ended_at DESC, r.harness, r.run_id LIMIT ?",
+        [*params, limit],
+    ).fetchall()
+    return [_run_row(r) for r in rows]
+
+
+def recent_runs(
+    db: Db, *, repo: str, branch: str | None, limit: int = 5
+) -> list[RunRow]:
+    """The last runs on (repo, branch), newest first by ended_at, then harness, run_id (REQ-14)."""
+    limit = checked_limit(limit)
+    if limit == 0:
+        return []
+    rows = db.execute(
+        f"SELECT {_RUN_COLS} FROM runs r WHERE r.repo = ? AND r.branch IS NOT DISTINCT FROM ?"
+        " ORDER BY r.ended_at DESC, r.harness, r.run_id LIMIT ?",
+        [repo, branch, limit],
+    ).fetchall()
+    return [_run_row(r) for r in rows]
+
+
+def run_episodes(db: Db, runs: Sequence[RunRow]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stored episode (REQ-5 body, parsed) of each of `runs` that has one not forgotten, by
+    (harness, run_id): what a briefing's recent_runs line says of the run (issue 38)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    wanted = list(dict.fromkeys((r.harness, r.run_id) for r in runs))
+    for harness, run_id in wanted:
+        row = db.execute(
+            "SELECT b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
+            " WHERE e.harness = ? AND e.run_id = ? AND e.forgotten_at IS NULL ORDER BY e.recorded_at DESC LIMIT 1",
+            [harness, run_id]).fetchone()
+        if row is not None and row[0]:
+            try:
+                body = json.loads(row[0])
+            except ValueError:
+                continue
+            if isinstance(body, dict):
+                out[(harness, run_id)] = body
+    return out
