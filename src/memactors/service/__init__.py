@@ -58,7 +58,6 @@ from ..actors.kernel import ChildSpec, Supervisor, open_supervisor
 from ..actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from ..actors.retention import (
     ForgetEpisode,
-    ForgetOutcome,
     PendingCounts,
     Retention,
     RetryNow,
@@ -97,6 +96,7 @@ from ..store import (
     votes,
 )
 from ..store.engines import open_store
+from ..store.pending import ForgetOutcome
 from ..telemetry import guard_sdk_spans
 from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
