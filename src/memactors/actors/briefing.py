@@ -182,7 +182,7 @@ class BriefingRequest(Ask["BriefingAnswer"]):
 
 
 @attrs.frozen
-class ExposePrompt:
+class ExposePrompt(Ask["BriefingAnswer"]):
     """Write a prepended briefing's exposure rows (REQ-17) before spawn; answers the briefing as sent."""
 
     answer: BriefingAnswer

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -63,14 +63,17 @@ from ..agents.run_record import StopReason, build_run_record, cap_reached, git_c
 from ..agents.run_watch import PromptScrub, RunWatch
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
+from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
-from ..store import iso, run_tokens
+from ..store import Store, WallClock, iso, run_tokens
+from .briefing import Briefing, BriefingAnswer, View
 from .kernel import open_mailbox, serve
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
-from .spawn import prepare_spawn
+from .spawn import SpawnPort, prepare_spawn
 
-__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "StartRun", "build_run_record", "exit_status"]
+__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "RunsPort", "StartRun", "build_run_record",
+           "exit_status"]
 
 #: SIGTERM to SIGKILL.
 KILL_GRACE = 5.0
@@ -101,15 +104,42 @@ class _Prepared:
     stdin: str | None = None
 
 
+class RunsPort(SpawnPort, Protocol):
+    """What the runs actor needs of the service, and all it may use: `SpawnPort`'s members (the
+    configuration, store, metrics and briefing a run's spawn needs), the wall clock, and the ingest path
+    a finished run's record goes down (``service.MemoryService`` is one; the checker proves it there)."""
+
+    @property
+    def wall_clock(self) -> WallClock: ...
+
+    async def ingest_run(self, data: Any, *, source: str = "record",
+                         harness_config: HarnessConfig | None = None) -> dict[str, Any]: ...
+
+
+@attrs.frozen
 class _RunScope:
-    """What ``prepare_spawn`` reads: the service, with the run's configuration (project file merged)."""
+    """What ``prepare_spawn`` reads for one run: the service's port, with the run's configuration
+    (project file merged) in place of the daemon's."""
 
-    def __init__(self, service: Any, config: Config) -> None:
-        self._service = service
-        self.config = config
+    port: RunsPort
+    config: Config
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._service, name)
+    @property
+    def store(self) -> Store:
+        return self.port.store
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.port.metrics
+
+    @property
+    def briefing(self) -> Briefing:
+        return self.port.briefing
+
+    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+                             call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer:
+        return await self.port.agent_briefing(view, delivery=delivery, refresh=refresh, call_id=call_id,
+                                              episodes_deadline=episodes_deadline)
 
 
 # -- the actor ------------------------------------------------------------------------------------------
@@ -117,7 +147,7 @@ class _RunScope:
 class Runs:
     """Owns every run it starts: one task per run in its nursery (docs/runs.md)."""
 
-    def __init__(self, service: Any, *, gateway_url: Callable[[], str | None], kill_grace: float = KILL_GRACE,
+    def __init__(self, service: RunsPort, *, gateway_url: Callable[[], str | None], kill_grace: float = KILL_GRACE,
                  token_grace: float = TOKEN_GRACE) -> None:
         self._service = service
         self._gateway_url = gateway_url
