@@ -96,10 +96,8 @@ _SQL_HOMES = ("store", "builtin")
 #: no longer holds SQL must leave it (the test says so), and a new one fails until its SQL is in store/.
 SQL_NOT_YET_IN_STORE = {
     "actors/index.py": "the index actor's run/episode/index-row writes (three engineers work in it this round)",
-    "actors/view.py": "a run's place from the runs and presence tables",
     "agents/excerpt_repair.py": "rewrites stored episode bodies",
     "agents/run_rows.py": "the rows of the runs the daemon started (agent_runs)",
-    "service/__init__.py": "status counts",
     "service/ingest.py": "the ingest's pending-row update",
     "service/installs.py": "resident installs from the run tokens' rows",
     "testing/postgres.py": "test support: configures the throwaway PostgreSQL server itself",

@@ -83,6 +83,7 @@ from ..redact import redact
 from ..redact import shared as shared_redactor
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
 from ..store import (
+    Db,
     Store,
     WallClock,
     briefing_cache,
@@ -96,7 +97,9 @@ from ..store import (
     votes,
 )
 from ..store.engines import open_store
-from ..store.pending import ForgetOutcome
+from ..store.episodes import episode_counts
+from ..store.pending import ForgetOutcome, first_pending_at
+from ..store.run_history import latest_repo
 from ..telemetry import guard_sdk_spans
 from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
@@ -260,11 +263,8 @@ class MemoryService:
         st: ProviderStatus = await self.session.address.ask(GetStatus())
         store = await self.store_status()
 
-        def counts(db: Any) -> dict[str, int]:
-            row = db.execute("SELECT count(*), count(*) FILTER (WHERE forgotten_at IS NULL) FROM episodes").fetchone()
-            idx = db.execute("SELECT count(*) FROM memory_index WHERE provider = ? AND forgotten_at IS NULL",
-                             [self.provider]).fetchone()
-            return {"episodes": row[0] or 0, "live_episodes": row[1] or 0, "indexed_ids": idx[0] or 0}
+        def counts(db: Db) -> dict[str, int]:
+            return episode_counts(db, self.provider)
 
         # A store that does not answer (PostgreSQL down) leaves counts and pending unknown (None): the
         # status itself is still answered, saying so.
@@ -670,11 +670,8 @@ class MemoryService:
 
     async def harness_repo(self, harness: str) -> str | None:
         """The repository a harness works in now: its latest run's repo (SPEC-0027's record), else its workdir's."""
-        row = await self.store.read(lambda db: db.execute(
-            "SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",
-            [harness]).fetchone())
-        if row:
-            repo: str = row[0]
+        repo = await self.store.read(lambda db: latest_repo(db, harness))
+        if repo:
             return repo
         cfg = self.config.harness.get(harness)
         if cfg and cfg.workdir:
@@ -688,10 +685,9 @@ class MemoryService:
         status = await self.status()
         now = self.wall_clock()
 
-        def oldest(db: Any) -> dict[str, float]:
-            rows = db.execute("SELECT kind, min(first_at) FROM pending WHERE provider = ? AND state = 'pending'"
-                              " GROUP BY kind", [self.provider]).fetchall()
-            return {kind: (now - parse_time(first)).total_seconds() for kind, first in rows if first}
+        def oldest(db: Db) -> dict[str, float]:
+            firsts = first_pending_at(db, self.provider)
+            return {kind: (now - parse_time(first)).total_seconds() for kind, first in firsts.items() if first}
 
         oldest_pending: dict[str, float] = {}
         missing = 0

@@ -237,6 +237,14 @@ def attempts_so_far(db: Db, *, kind: str, provider: str, episode_id: str,
     return None if row is None else (int(row[0]), str(row[1]))
 
 
+def first_pending_at(db: Db, provider: str) -> dict[str, str | None]:
+    """{kind: first_at of its oldest pending row} for `provider`: how long the oldest record and forget
+    have waited (doctor)."""
+    rows = db.execute("SELECT kind, min(first_at) FROM pending WHERE provider = ? AND state = 'pending'"
+                      " GROUP BY kind", [provider]).fetchall()
+    return {str(kind): None if first is None else str(first) for kind, first in rows}
+
+
 def reschedule(db: Db, *, kind: str, provider: str, episode_id: str, provider_id: str, attempts: int,
                next_at: str, state: str, error: str) -> None:
     """Write a failed attempt's outcome on its row (unclaimed): attempts, when next, pending or failed."""

@@ -1,5 +1,6 @@
 """The run history briefings and recall read (SPEC-0027, REQ-12, REQ-14): the runs on a branch, the
-runs that edited a path, each with its latest pull request, and the stored episode a run left."""
+runs that edited a path, each with its latest pull request, the stored episode a run left, and where a
+run works (its live presence, else its ingested run: the repository and branch REQ-9's view reads)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,44 @@ def run_episodes(db: Db, runs: Sequence[RunRow]) -> dict[tuple[str, str], dict[s
             if isinstance(body, dict):
                 out[(harness, run_id)] = body
     return out
+
+
+# -- where a run works (REQ-9's view of a run) ---------------------------------------------------------
+
+
+def run_place(db: Db, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
+    """(repo, branch) a run works in as the store records it: live presence, else the ingested run."""
+    if run_id:
+        row = db.execute(
+            "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
+            " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
+        if row is None:
+            row = db.execute(
+                "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
+                [harness, run_id]).fetchone()
+        if row is not None:
+            return str(row[0]), None if row[1] is None else str(row[1])
+    return None
+
+
+def latest_repo(db: Db, harness: str) -> str | None:
+    """The repository of the harness's latest ingested run in one, or None."""
+    row = db.execute("SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",
+                     [harness]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def latest_run_place(db: Db, harness: str) -> tuple[str, str | None] | None:
+    """(repo, branch) of the harness's latest ingested run in a repository, or None."""
+    row = db.execute(
+        "SELECT repo, branch FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC, run_id LIMIT 1",
+        [harness]).fetchone()
+    return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
+
+
+def latest_branch(db: Db, harness: str, repo: str) -> str | None:
+    """The branch of the harness's latest ingested run in `repo` (None: none, or a detached HEAD)."""
+    row = db.execute(
+        "SELECT branch FROM runs WHERE harness = ? AND repo = ? ORDER BY ended_at DESC, run_id LIMIT 1",
+        [harness, repo]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
