@@ -66,7 +66,7 @@ from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
 from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
-from ..store import Store, WallClock, iso, run_tokens
+from ..store import Db, Store, WallClock, iso, run_tokens
 from .briefing import Briefing, BriefingAnswer, View
 from .kernel import open_mailbox, serve
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
@@ -248,7 +248,11 @@ class Runs:
                 kill_orphan, view["pid"], view["harness"], view["run_id"])
             view.update(state="ended", ended_at=iso(now), outcome="crashed", reason="internal_error",
                         error=f"the daemon stopped while the run was running (its agent: {fate})")
-            await service.store.write(lambda db, v=view: run_rows.upsert(db, v))
+
+            def mark(db: Db, v: dict[str, Any] = view) -> None:
+                run_rows.upsert(db, v)
+
+            await service.store.write(mark)
             self._log.bind(harness=view["harness"], run=view["run_id"], agent=fate).warning(
                 "run left running by a previous daemon marked crashed")
         await trio.to_thread.run_sync(remove_mcp_configs, service.config.store.path / "runs")
@@ -281,11 +285,11 @@ class Runs:
                 config = await trio.to_thread.run_sync(
                     lambda: load_config(config.global_path, project_files=[project]))
                 cfg, refused = _narrowed(cfg, config.harness[name])
-                for key in refused:
+                for refused_key in refused:
                     # REQ-8: the key is accepted in a project file because turning it off only narrows; a
                     # `true` over the operator's `false` would widen, so it is ignored, and said once per run.
-                    self._log.bind(harness=name, file=str(project), key=f"[harness.{name}] {key}").warning(
-                        f"{project}: [harness.{name}] {key} = true ignored: the global configuration turned it"
+                    self._log.bind(harness=name, file=str(project), key=f"[harness.{name}] {refused_key}").warning(
+                        f"{project}: [harness.{name}] {refused_key} = true ignored: the global configuration turned it"
                         " off, and a project file may only turn recording off")
                 config = attrs.evolve(config, harness=MappingProxyType({**config.harness, name: cfg}))
         if message.prompt is not None:
@@ -502,10 +506,10 @@ class Runs:
             state.cap = cap_reached(stopped, transcript) if record["reason"] == "budget_exceeded" else None
             watch.note("end", iso(ended), text=f"{state.outcome} ({state.reason}), exit status {code}")
             try:
-                result = await self._service.ingest_run(record, source=f"run {state.harness}/{state.run_id}",
-                                                        harness_config=run.cfg)
-                state.ingest = str(result.get("outcome"))
-                state.episode_id = result.get("episode_id")
+                ingested = await self._service.ingest_run(record, source=f"run {state.harness}/{state.run_id}",
+                                                          harness_config=run.cfg)
+                state.ingest = str(ingested.get("outcome"))
+                state.episode_id = ingested.get("episode_id")
             except MemactorsError as exc:
                 state.ingest = "rejected"
                 log.bind(error=type(exc).__name__).error("run record rejected")
@@ -553,7 +557,7 @@ def _narrowed(global_cfg: HarnessConfig, merged: HarnessConfig) -> tuple[Harness
     """The harness as a run sees it with its project file merged: a cap only lowered, recording only
     turned off. Returns it with the keys the project file tried to turn back on (each ignored)."""
     refused = tuple(key for key in NARROW_ONLY_KEYS if getattr(merged, key) and not getattr(global_cfg, key))
-    turned_off = {key: False for key in refused}
+    turned_off: dict[str, Any] = {key: False for key in refused}
     return attrs.evolve(merged, max_turns=_lower(global_cfg.max_turns, merged.max_turns),
                         max_cost_usd=_lower(global_cfg.max_cost_usd, merged.max_cost_usd), **turned_off), refused
 
