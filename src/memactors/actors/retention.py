@@ -113,11 +113,6 @@ class ForgetEpisode(Ask["ForgetOutcome"]):
 
 
 @attrs.frozen
-class Prune:
-    """Run the retention prune now; answers how many episodes it forgot."""
-
-
-@attrs.frozen
 class Attempt:
     kind: str
     episode_id: str
@@ -208,8 +203,6 @@ class Retention:
                 return await self.counts()
             case ForgetEpisode(episode_id=episode_id, reason=reason):
                 return await self.forget(episode_id, reason)
-            case Prune():
-                return await self.prune()
             case _:
                 raise TypeError(f"retention cannot handle {type(message).__name__}")
 
