@@ -15,6 +15,7 @@ import trio
 
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
+from support_agents import seed
 from support_codex import (
     CODEX_VERSIONS,
     Daemon,
@@ -24,7 +25,6 @@ from support_codex import (
     fake_provider_args,
     run_codex,
 )
-from support_issue26 import seed
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

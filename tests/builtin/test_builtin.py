@@ -198,7 +198,7 @@ async def test_a_slow_embedding_model_does_not_hold_up_recall(
 
 
 # SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
-# tests in test_store_pg.py (test_issue25_…, test_issue19_with_pgvector_…) cover that engine.
+# tests in test_store_pg.py (the ones on pgvector) cover that engine.
 async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
@@ -214,7 +214,7 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
 
 
 # SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
-# tests in test_store_pg.py (test_issue25_…, test_issue19_with_pgvector_…) cover that engine.
+# tests in test_store_pg.py (the ones on pgvector) cover that engine.
 async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
         make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
     holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
@@ -450,7 +450,7 @@ async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_t
     assert with_summary == "Summarised: uploads retried on throttling"  # the summary, not the excerpt
 
 
-def test_issue32_a_confident_text_match_stays_first_and_a_match_of_both_rankings_beats_either_alone() -> None:
+def test_a_confident_text_match_stays_first_and_a_match_of_both_rankings_beats_either_alone() -> None:
     """Issue 32's fusion (`ranking.fuse_hybrid`): plain RRF put an item that both rankings hold in the
     middle above BM25's clear first hit (own-words MRR 1.000 → 0.938 on real history). BM25's first
     hit stays first when it scores CONFIDENT times its second; when it does not, an item good in both
@@ -495,10 +495,10 @@ async def _scored_hits(store: Store, embed_client: ModelApiClient) -> None:
     assert out["items"][0]["id"] == "ep_all" and scores == sorted(scores, reverse=True)
 
 
-async def test_issue32_sqlite_scores_its_hits_for_the_fusion(
+async def test_sqlite_scores_its_hits_for_the_fusion(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     """SQLite: BM25 (negated FTS5 rank) and sqlite-vec's cosine similarity (1 − distance). PostgreSQL
-    with pgvector: `test_store_pg.py::test_issue32_postgresql_scores_its_hits_for_the_fusion`."""
+    with pgvector: `test_store_pg.py::test_postgresql_scores_its_hits_for_the_fusion`."""
     await _scored_hits(store, embed_client)
 
 

@@ -38,7 +38,7 @@ def episode_items(document: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.req6
-async def test_issue17_a_word_that_starts_a_line_is_found_by_a_one_word_recall_through_the_gateway(
+async def test_a_word_that_starts_a_line_is_found_by_a_one_word_recall_through_the_gateway(
         served: tuple[MemoryService, str]) -> None:
     service, url = served
     result_text = ("Rewrite the request introspector (#812)\n\nintrospector now reads the headers once.\r\n"
@@ -69,7 +69,7 @@ async def test_issue17_a_word_that_starts_a_line_is_found_by_a_one_word_recall_t
 
 @pytest.mark.req11
 @pytest.mark.req12
-async def test_issue17_a_question_naming_only_a_module_finds_the_run_that_touched_it_through_the_gateway(
+async def test_a_question_naming_only_a_module_finds_the_run_that_touched_it_through_the_gateway(
         served: tuple[MemoryService, str]) -> None:
     """Issue 17: what a run touched is indexed word by word — `httpx/_cookies.py` is `httpx`, `cookies`,
     `py` — so a question that shares no word with what the run said but names the module it changed
@@ -112,7 +112,7 @@ _OLD_TEXT = (
 )
 
 
-async def test_issue17_migration_0009_reindexes_an_existing_store(tmp_path: Path) -> None:
+async def test_migration_0009_reindexes_an_existing_store(tmp_path: Path) -> None:
     """A store written before 0009: its episode bodies are flattened and the built-in provider's
     documents re-indexed from their stored renderings (escapes read as spaces), keeping doc ids."""
     path = tmp_path / "old.db"

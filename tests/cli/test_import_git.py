@@ -74,7 +74,7 @@ def cli_json(daemon: Daemon, *args: str) -> dict:
 
 @pytest.mark.req5
 @pytest.mark.req6
-def test_issue27_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tmp_path: Path) -> None:
+def test_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tmp_path: Path) -> None:
     repo = make_history(tmp_path / "api")
     config = write_config(tmp_path, f'[harness.api-fixer]\nharness = "command"\ncommand = "true"\nworkdir = "{repo}"\n')
     with daemon_process(tmp_path, config=config) as daemon:
@@ -117,7 +117,7 @@ def test_issue27_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tm
     assert TOKEN not in log
 
 
-def test_issue27_import_git_since_and_bad_repo(tmp_path: Path) -> None:
+def test_import_git_since_and_bad_repo(tmp_path: Path) -> None:
     """--since keeps the commits authored since then; a directory that is no repository is one line,
     exit 5, and nothing is sent."""
     repo = make_history(tmp_path / "api")

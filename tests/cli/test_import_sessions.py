@@ -75,7 +75,7 @@ def stored(daemon: Daemon, table: str, column: str) -> list[str]:
 @pytest.mark.req5
 @pytest.mark.req6
 @pytest.mark.req8
-def test_issue27_import_claude_code_sessions_skips_the_corrupt_one_keeps_nothing_outside_the_repo(
+def test_import_claude_code_sessions_skips_the_corrupt_one_keeps_nothing_outside_the_repo(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     root, corrupt = claude_dir(tmp_path, repo)
@@ -129,7 +129,7 @@ async def codex_session(tmp_path: Path, repo: Path) -> Path:
 
 @pytest.mark.req5
 @pytest.mark.req6
-async def test_issue27_import_codex_rollouts_from_the_real_cli(tmp_path: Path) -> None:
+async def test_import_codex_rollouts_from_the_real_cli(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     sessions = await codex_session(tmp_path, repo)
     corrupt = sessions / "2026" / "01" / "02" / "rollout-2026-01-02T03-04-05-broken.jsonl"

@@ -53,7 +53,7 @@ def sign_in(daemon: Daemon, tier: str) -> Iterator[httpx2.Client]:
         yield client
 
 
-def test_issue29_console_sign_in_sets_a_strict_http_only_cookie(seeded: tuple[Daemon, dict[str, str]]) -> None:
+def test_console_sign_in_sets_a_strict_http_only_cookie(seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, _ = seeded
     with _client(daemon) as client:
         assert client.get("/episodes").headers["location"] == "/login"  # no session: sent to sign in
@@ -76,7 +76,7 @@ def test_issue29_console_sign_in_sets_a_strict_http_only_cookie(seeded: tuple[Da
         assert "script-src 'self'" in listed.headers["content-security-policy"]
 
 
-def test_issue29_console_refuses_posts_without_csrf_or_from_another_origin(
+def test_console_refuses_posts_without_csrf_or_from_another_origin(
         seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, ids = seeded
     with sign_in(daemon, "control") as client:
@@ -108,7 +108,7 @@ def test_issue29_console_refuses_posts_without_csrf_or_from_another_origin(
             assert forged.status_code == 403
 
 
-def test_issue29_console_read_token_is_refused_a_forget_and_control_token_forgets(
+def test_console_read_token_is_refused_a_forget_and_control_token_forgets(
         tmp_path: Path) -> None:
     daemon = console_daemon(tmp_path)
     try:
@@ -156,7 +156,7 @@ def _recall(client: httpx2.Client, daemon: Daemon, **form: str) -> httpx2.Respon
     return client.post("/recall", data={"csrf": csrf_of(page.text), **form}, headers=_origin(daemon))
 
 
-def test_issue29_console_recall_as_a_repository_sees_only_its_scope(seeded: tuple[Daemon, dict[str, str]]) -> None:
+def test_console_recall_as_a_repository_sees_only_its_scope(seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, ids = seeded
     with sign_in(daemon, "read") as client:
         as_api = _recall(client, daemon, query="ledger rounding", as_kind="repo", target=API)
@@ -173,7 +173,7 @@ def test_issue29_console_recall_as_a_repository_sees_only_its_scope(seeded: tupl
         assert unknown.status_code == 400 and 'data-code="INVALID_ARGUMENT"' in unknown.text
 
 
-def test_issue29_console_shows_an_xss_payload_inert_and_marked_untrusted(
+def test_console_shows_an_xss_payload_inert_and_marked_untrusted(
         seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, ids = seeded
     with sign_in(daemon, "read") as client:
@@ -188,7 +188,7 @@ def test_issue29_console_shows_an_xss_payload_inert_and_marked_untrusted(
             assert 'data-untrusted="agent"' in text
 
 
-def test_issue29_console_lists_filters_and_pages_episodes(seeded: tuple[Daemon, dict[str, str]]) -> None:
+def test_console_lists_filters_and_pages_episodes(seeded: tuple[Daemon, dict[str, str]]) -> None:
     daemon, ids = seeded
     with sign_in(daemon, "read") as client:
         first = client.get("/episodes")
@@ -216,7 +216,7 @@ def test_issue29_console_lists_filters_and_pages_episodes(seeded: tuple[Daemon, 
         assert briefing.status_code == 200 and 'id="figures"' in briefing.text
 
 
-def test_issue29_console_follows_a_run_log_over_server_sent_events_and_cancels_it(tmp_path: Path) -> None:
+def test_console_follows_a_run_log_over_server_sent_events_and_cancels_it(tmp_path: Path) -> None:
     daemon = console_daemon(tmp_path, runs=True)
     try:
         started = rpc(daemon, "StartRun", harness="long")

@@ -77,7 +77,7 @@ def _episode_ids(chrome: webdriver.Chrome) -> set[str]:
     return {row.get_attribute("data-episode") for row in chrome.find_elements(By.CSS_SELECTOR, "#episodes tr[data-episode]")}
 
 
-def test_issue29_console_in_a_real_browser(tmp_path: Path, browser: webdriver.Chrome) -> None:
+def test_console_in_a_real_browser(tmp_path: Path, browser: webdriver.Chrome) -> None:
     daemon: Daemon = console_daemon(tmp_path, runs=True)
     shots = tmp_path / "screenshots"
     shots.mkdir()

@@ -20,7 +20,7 @@ def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
     return load_config(path, env={"HOME": str(tmp_path)})
 
 
-def test_issue29_console_is_off_by_default_on_loopback_7379(tmp_path: Path) -> None:
+def test_console_is_off_by_default_on_loopback_7379(tmp_path: Path) -> None:
     config = _load(tmp_path, "")
     assert config.console.enabled is False
     assert config.console.listen.address == "127.0.0.1:7379"
@@ -35,13 +35,13 @@ def test_issue29_console_is_off_by_default_on_loopback_7379(tmp_path: Path) -> N
     ('[console]\nenabled = "yes"\n', "[console] enabled", ""),
     ('[console]\nport = 7379\n', "[console] port", ""),
 ])
-def test_issue29_console_config_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
+def test_console_config_errors_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
         _load(tmp_path, text)
     assert key in info.value.message and words in info.value.message
 
 
-def test_issue29_console_config_is_global_only(tmp_path: Path) -> None:
+def test_console_config_is_global_only(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / ".harness").mkdir(parents=True)
     project = repo / ".harness" / "harness.toml"
@@ -52,7 +52,7 @@ def test_issue29_console_config_is_global_only(tmp_path: Path) -> None:
     assert "console" in info.value.message
 
 
-def test_issue29_console_sessions_expire_idle_and_old_and_are_bounded() -> None:
+def test_console_sessions_expire_idle_and_old_and_are_bounded() -> None:
     now = [0.0]
     sessions = Sessions(clock=lambda: now[0], idle=10, max_age=25, cap=2)
     a = sessions.create("read")
@@ -72,7 +72,7 @@ def test_issue29_console_sessions_expire_idle_and_old_and_are_bounded() -> None:
     assert not same_token(None, a.csrf) and not same_token("", a.csrf)
 
 
-def test_issue29_console_charts_draw_the_daemons_counters_per_interval() -> None:
+def test_console_charts_draw_the_daemons_counters_per_interval() -> None:
     metrics = Metrics()
     now = [0.0]
     sampler = Sampler(metrics.registry, clock=lambda: now[0])

@@ -170,7 +170,7 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert "summary: " in lines and "cost_usd: " in lines
 
 
-def test_issue11_the_text_check_reads_the_stored_body_as_it_read_the_rendering() -> None:
+def test_the_text_check_reads_the_stored_body_as_it_read_the_rendering() -> None:
     """The store keeps an episode's body alone (migration 0007): the text memory_record_episode sends is
     rendered from it byte for byte, and REQ-9's text check against the body accepts what the rendering
     holds (any line, any snippet, escaped words) and refuses a word the episode does not have."""

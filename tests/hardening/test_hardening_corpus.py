@@ -53,7 +53,7 @@ def _text_of(result: object) -> str:
 
 @pytest.mark.req6
 @pytest.mark.slow
-async def test_issue31_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_log(tmp_path: Path) -> None:
+async def test_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_log(tmp_path: Path) -> None:
     corpus = full()
     assert len(corpus) >= 300
     payload = tmp_path / "stderr.txt"

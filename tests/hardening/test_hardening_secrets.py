@@ -30,7 +30,7 @@ API = "forge.example/acme/api"
 PROVIDER = Path(__file__).resolve().parents[1] / "data" / "stderr_provider.py"
 
 
-def test_the_corpus_has_sixty_realistic_formats_and_names_the_issue_20_misses() -> None:
+def test_the_corpus_has_sixty_realistic_formats_and_names_the_ones_once_missed() -> None:
     ids = [s.id for s in corpus()]
     assert len(ids) == len(set(ids)) >= 60
     for needed in ("azure-storage-account-key", "azure-sas-sig", "vault-batch-token", "huggingface-token",
@@ -81,7 +81,7 @@ def _leaks(data: bytes | str, where: str) -> list[tuple[str, str]]:
 
 @pytest.mark.req6
 @pytest.mark.slow
-async def test_issue20_no_format_of_the_corpus_reaches_the_state_directory_or_the_log(tmp_path: Path) -> None:
+async def test_no_format_of_the_corpus_reaches_the_state_directory_or_the_log(tmp_path: Path) -> None:
     payload = tmp_path / "stderr.txt"
     payload.write_text("".join(f"SAMPLE {s.id}\n{s.text}\n" for s in corpus()), encoding="utf-8")
     args = [str(PROVIDER), str(payload), "--state", str(tmp_path / "provider.json")]

@@ -44,7 +44,7 @@ def shared_object(tmp_path: Path, name: str, source: str, *flags: str) -> Path:
     return out
 
 
-def test_issue23_the_guard_names_a_planted_avx512_library_and_passes_a_clean_one(tmp_path: Path) -> None:
+def test_the_guard_names_a_planted_avx512_library_and_passes_a_clean_one(tmp_path: Path) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
     bad = shared_object(lib, "planted_zmm", ZMM, "-mavx512f")
@@ -59,7 +59,7 @@ def test_issue23_the_guard_names_a_planted_avx512_library_and_passes_a_clean_one
     assert str(clean) not in message and "vector.control" not in message
 
 
-def test_issue23_the_guard_catches_evex_code_that_names_no_zmm_register(tmp_path: Path) -> None:
+def test_the_guard_catches_evex_code_that_names_no_zmm_register(tmp_path: Path) -> None:
     evex = shared_object(tmp_path, "planted_evex", EVEX_XMM, "-mavx512f", "-mavx512vl")
     assert "zmm" not in subprocess.run(["objdump", "-d", str(evex)], capture_output=True, text=True,
                                        check=True).stdout
@@ -67,7 +67,7 @@ def test_issue23_the_guard_catches_evex_code_that_names_no_zmm_register(tmp_path
     assert list(found) == [evex] and "vpternlogd" in found[evex][0]
 
 
-def test_issue23_the_guard_command_fails_naming_the_file(tmp_path: Path) -> None:
+def test_the_guard_command_fails_naming_the_file(tmp_path: Path) -> None:
     """`make postgres` runs the guard as a command: exit 1 and the file's name on stderr."""
     import sys
 
@@ -81,7 +81,7 @@ def test_issue23_the_guard_command_fails_naming_the_file(tmp_path: Path) -> None
     assert passed.returncode == 0, passed.stderr
 
 
-def test_issue23_a_cached_verdict_follows_the_file_not_its_name(tmp_path: Path, monkeypatch) -> None:
+def test_a_cached_verdict_follows_the_file_not_its_name(tmp_path: Path, monkeypatch) -> None:
     """The cache (so a second scan of the servers costs nothing) is keyed by the file itself: a clean
     library replaced by a planted one under the same name is scanned again and caught."""
     monkeypatch.setattr(isa_guard, "_cache_path", lambda: tmp_path / "cache.json")
@@ -92,7 +92,7 @@ def test_issue23_a_cached_verdict_follows_the_file_not_its_name(tmp_path: Path, 
     assert list(isa_guard.scan([target])) == [target]
 
 
-def test_issue23_no_server_binary_or_extension_the_tests_run_has_avx512() -> None:
+def test_no_server_binary_or_extension_the_tests_run_has_avx512() -> None:
     """Every program and library of both servers the tests start: Debian's (all PostgreSQL tests but
     the pgvector ones) and the pgvector tree `make postgres` builds (its own copy of Debian's server,
     with pgvector compiled in)."""

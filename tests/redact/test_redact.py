@@ -153,7 +153,7 @@ def test_true_positives_are_replaced_and_surroundings_kept(rule: str, before: st
     assert secret not in out
 
 
-ISSUE20_AND_BEFORE = {r[0] for r in TRUE_POSITIVES}
+HAND_SAMPLED_RULES = {r[0] for r in TRUE_POSITIVES}
 
 
 @pytest.mark.req6
@@ -161,7 +161,7 @@ def test_every_hand_written_rule_has_a_true_positive_sample() -> None:
     # Rules derived from gitleaks carry its secret_group; gitleaks' own test suite covers their samples.
     # Issue 31's rules have theirs in the generated corpus (tests/redact/test_redact_structural.py checks that
     # each fires on one); the older hand-written rules have them here.
-    hand = {rule.id for rule in default.rules if rule.secret_group is None and rule.id in ISSUE20_AND_BEFORE}
+    hand = {rule.id for rule in default.rules if rule.secret_group is None and rule.id in HAND_SAMPLED_RULES}
     assert hand == {r[0] for r in TRUE_POSITIVES if r[0] in hand}
     assert {r[0] for r in TRUE_POSITIVES} <= set(rule_ids())
 

@@ -150,14 +150,14 @@ async def test_req6_a_token_in_the_result_never_leaves_the_daemon(make_holder: H
 
 # -- issue 9 "Nothing secret": every credential family, every field and feed, through the real daemon --
 
-ISSUE9_FAMILIES = ("stripe-access-token", "gcp-api-key", "npm-access-token", "pypi-upload-token",
+CREDENTIAL_FAMILIES = ("stripe-access-token", "gcp-api-key", "npm-access-token", "pypi-upload-token",
                    "sendgrid-api-token", "vault-service-token", "docker-pat", "github-pat",
                    "github-fine-grained-pat", "aws-access-key-id", "slack-token", "private-key", "jwt",
                    "password-assignment", "url-userinfo-password")
 
 
-def issue9_samples() -> list[tuple[str, str, str, str]]:
-    return [tp for tp in TRUE_POSITIVES if tp[0] in ISSUE9_FAMILIES]
+def family_samples() -> list[tuple[str, str, str, str]]:
+    return [tp for tp in TRUE_POSITIVES if tp[0] in CREDENTIAL_FAMILIES]
 
 
 def telltales(secret: str) -> set[str]:
@@ -171,7 +171,7 @@ def telltales(secret: str) -> set[str]:
 
 @pytest.mark.req6
 @pytest.mark.slow
-async def test_issue9_no_credential_family_reaches_the_state_directory_or_the_log_through_the_daemon(
+async def test_no_credential_family_reaches_the_state_directory_or_the_log_through_the_daemon(
         tmp_path: Path) -> None:
     import trio
 
@@ -181,8 +181,8 @@ async def test_issue9_no_credential_family_reaches_the_state_directory_or_the_lo
     from support import write_config
 
     service = "harness.v1.MemoryService"
-    samples = issue9_samples()
-    assert {s[0] for s in samples} == set(ISSUE9_FAMILIES)
+    samples = family_samples()
+    assert {s[0] for s in samples} == set(CREDENTIAL_FAMILIES)
     lines: list[str] = []
     sink = logger.add(lines.append, serialize=True, level="DEBUG")
     state = tmp_path / "state"
@@ -237,7 +237,7 @@ async def test_issue9_no_credential_family_reaches_the_state_directory_or_the_lo
 
 
 @pytest.mark.req6
-async def test_issue11_each_string_of_a_record_is_redacted_once_at_the_boundary(
+async def test_each_string_of_a_record_is_redacted_once_at_the_boundary(
         make_holder: Holder, monkeypatch: pytest.MonkeyPatch) -> None:
     from memactors import episode, redact
 
@@ -263,7 +263,7 @@ async def test_issue11_each_string_of_a_record_is_redacted_once_at_the_boundary(
 
 @pytest.mark.req6
 @pytest.mark.parametrize("offset", [2, 8, 12, 20, 30])
-def test_issue9_a_secret_straddling_the_excerpt_cut_is_redacted_before_the_cut(offset: int) -> None:
+def test_a_secret_straddling_the_excerpt_cut_is_redacted_before_the_cut(offset: int) -> None:
     from memactors._wire import parse_run_record
     from memactors.episode import SessionRepo, assemble, stored_record
 

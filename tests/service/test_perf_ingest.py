@@ -55,7 +55,7 @@ def _instances() -> list[Any]:
     return out
 
 
-def test_issue11_the_compiled_run_record_check_passes_only_what_jsonschema_passes() -> None:
+def test_the_compiled_run_record_check_passes_only_what_jsonschema_passes() -> None:
     reference = _run_record_validator()
     seen_valid = seen_invalid = 0
     for instance in _instances():
@@ -78,7 +78,7 @@ def test_issue11_the_compiled_run_record_check_passes_only_what_jsonschema_passe
     ("outcome", "maybe", "outcome"), ("duration_ms", -1, "duration_ms"),
     ("started_at", "yesterday", "started_at"), ("harness", "bad\nname", "harness"),
 ])
-def test_issue11_a_refused_record_still_names_its_field(key: str, value: Any, field: str) -> None:
+def test_a_refused_record_still_names_its_field(key: str, value: Any, field: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         parse_run_record(run_record(**{key: value}), source="r.json")
     assert info.value.context.get("field") == field and "r.json" in str(info.value)
@@ -94,7 +94,7 @@ def _candidates_by_scan(redactor: Any, text: str) -> list[str]:
     return [redactor.rules[i].id for i in sorted(chosen)]
 
 
-def test_issue11_the_keyword_automaton_picks_the_rules_the_keyword_scan_picks() -> None:
+def test_the_keyword_automaton_picks_the_rules_the_keyword_scan_picks() -> None:
     import random
 
     from memactors.redact import shared
@@ -120,7 +120,7 @@ def test_issue11_the_keyword_automaton_picks_the_rules_the_keyword_scan_picks() 
 
 # -- the batch: one write transaction, a result per record --------------------------------------------
 
-async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_record_rolls_back_alone(
+async def test_a_batch_is_written_in_one_transaction_and_a_failing_record_rolls_back_alone(
         memory: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
     """IngestRuns writes every run, episode and pending record of the batch in one `record_runs` call
     (one transaction); a record refused at parse time and one whose write fails get their own results
@@ -161,7 +161,7 @@ async def test_issue11_a_batch_is_written_in_one_transaction_and_a_failing_recor
     assert sorted(e["run_id"] for e in listed["episodes"]) == ["a", "c"]
 
 
-async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attempt(memory: MemoryService) -> None:
+async def test_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attempt(memory: MemoryService) -> None:
     """The pending record row of an ingested episode is claimed by this daemon until the ingest's own
     attempt is over (`record_after`): the loop — this daemon's, or another's sharing the store — does not
     race it (which made one of the two answer "queued")."""
@@ -187,7 +187,7 @@ async def test_issue11_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attemp
 
 # -- storage ----------------------------------------------------------------------------------------
 
-def test_issue11_the_stored_run_record_is_compact_and_loads_back_the_same() -> None:
+def test_the_stored_run_record_is_compact_and_loads_back_the_same() -> None:
     from memactors._wire import converter, load_run_record
     from memactors.actors.index import record_json
     from memactors.episode import stored_record
@@ -202,7 +202,7 @@ def test_issue11_the_stored_run_record_is_compact_and_loads_back_the_same() -> N
         assert again == attrs.evolve(record, prompt=None)
 
 
-async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_working(
+async def test_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_working(
         tmp_path: Path, make_holder: Any) -> None:
     import sqlean
 
@@ -231,7 +231,7 @@ async def test_issue11_a_new_store_has_8k_pages_and_an_old_4k_store_keeps_workin
         assert [e["episode_id"] for e in found["episodes"]] == [result["episode_id"]]
 
 
-async def test_issue11_sessions_resolved_for_a_batch_are_those_resolved_one_by_one(tmp_path: Path) -> None:
+async def test_sessions_resolved_for_a_batch_are_those_resolved_one_by_one(tmp_path: Path) -> None:
     """`resolve_sessions_many` (git for all distinct cwds in one hop) answers what `resolve_sessions`
     answers for each record: a checkout with a remote, one reached through a symlink, a subdirectory, a
     missing directory, an explicit repository key, a session id used twice."""
@@ -269,7 +269,7 @@ async def test_issue11_sessions_resolved_for_a_batch_are_those_resolved_one_by_o
     assert len(together[1]["s1"].roots) == 2  # the toplevel and its spelling through the symlink
 
 
-async def test_issue11_a_record_attempt_past_provider_timeout_hands_its_row_back_to_the_retry_loop(
+async def test_a_record_attempt_past_provider_timeout_hands_its_row_back_to_the_retry_loop(
         make_holder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ingest holds its pending row back from the retry loop only while its own attempt runs: an
     attempt that outlives provider_timeout answers "queued" and leaves the row due at once (the old
@@ -316,7 +316,7 @@ def _sample(metrics_text: str, family: str, **labels: str) -> float:
     return 0.0
 
 
-async def test_issue11_a_batch_logs_one_info_line_and_still_counts_every_episode(tmp_path: Path) -> None:
+async def test_a_batch_logs_one_info_line_and_still_counts_every_episode(tmp_path: Path) -> None:
     """IngestRuns into the daemon (no utility model configured): one INFO `runs ingested` line for the
     batch, no INFO line per record (`episode recorded`, the unconfigured `episode summary` fallback), and
     every episode still counted: recorded ok and summary fallback, once each. A single IngestRun keeps
@@ -357,7 +357,7 @@ _TRICKY = ["password=hunter2hunter2", "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a" * 36,
            "-----BEGIN RSA PRIVATE KEY-----", "\x85", "to", "ken=", ""]
 
 
-def test_issue11_redacting_many_strings_at_once_gives_each_strings_own_redaction() -> None:
+def test_redacting_many_strings_at_once_gives_each_strings_own_redaction() -> None:
     """`redact_many` (one keyword pass over all the strings) answers exactly what `redact` answers for
     each string alone: secrets, keywords split across neighbouring strings (no match may leak from one
     string into the next), control characters that join a keyword once stripped, case folding that
@@ -379,7 +379,7 @@ def test_issue11_redacting_many_strings_at_once_gives_each_strings_own_redaction
         assert redactor.redact_many(texts) == [redactor.redact(t) for t in texts], texts
 
 
-def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
+def test_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
     """`render_text` cleans its lines together; the text is byte for byte what cleaning each `name: value`
     line alone gives, secrets in the fields included."""
     from memactors.episode import (

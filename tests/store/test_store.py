@@ -98,7 +98,7 @@ async def test_a_write_cancelled_while_queued_never_runs(store: Store) -> None:
     assert keys == [1]
 
 
-async def test_issue11_an_existing_store_moves_its_texts_and_drops_the_episode_text_copy(tmp_path: Path) -> None:
+async def test_an_existing_store_moves_its_texts_and_drops_the_episode_text_copy(tmp_path: Path) -> None:
     """Migrations 0007 and 0008 on a store written before them (episodes with `body` and `text`, runs
     with `record`): `episodes.text` goes, the body and the run record move to their own tables, and
     the text the retry loop sends is rendered from the body byte for byte as the old column held it."""

@@ -30,7 +30,7 @@ def episode_ids(db: Path) -> set[str]:
         return {r[0] for r in conn.execute("SELECT episode_id FROM episodes")}
 
 
-def test_issue27_backup_under_ingest_load_restores_every_acknowledged_episode(tmp_path: Path) -> None:
+def test_backup_under_ingest_load_restores_every_acknowledged_episode(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     backup = tmp_path / "backups" / "memactors-backup.db"
     backup.parent.mkdir()
@@ -90,7 +90,7 @@ def test_issue27_backup_under_ingest_load_restores_every_acknowledged_episode(tm
     assert status["counts"]["episodes"] == len(held)
 
 
-def test_issue27_restore_refuses_a_corrupt_backup_and_leaves_the_store(tmp_path: Path) -> None:
+def test_restore_refuses_a_corrupt_backup_and_leaves_the_store(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     env = {"HARNESS_CONFIG": str(config), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     with daemon_process(tmp_path, config=config) as daemon:

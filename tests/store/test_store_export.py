@@ -51,7 +51,7 @@ def recorded(daemon: Daemon, live: int) -> None:
 
 @pytest.mark.req9
 @pytest.mark.req10
-def test_issue27_export_import_into_an_empty_store_answers_the_same_recalls(tmp_path: Path, engine: str,
+def test_export_import_into_an_empty_store_answers_the_same_recalls(tmp_path: Path, engine: str,
                                                                            store_url: str | None) -> None:
     repo = make_history(tmp_path / "api")
     source_dir, target_dir = tmp_path / "source", tmp_path / "target"
@@ -98,7 +98,7 @@ def test_issue27_export_import_into_an_empty_store_answers_the_same_recalls(tmp_
         assert recalls(target) == before
 
 
-def test_issue27_import_refuses_another_version_and_a_cut_file(tmp_path: Path) -> None:
+def test_import_refuses_another_version_and_a_cut_file(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     env = {"HARNESS_CONFIG": str(config), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     future = tmp_path / "future.jsonl"

@@ -77,7 +77,7 @@ async def _rows(store: Store) -> dict[str, Any]:
     return await store.read(read)
 
 
-async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to_run_twice(
+async def test_store_migrate_copies_every_table_keeps_ids_and_is_safe_to_run_twice(
         tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
     config = write_config(tmp_path)
     async with _ready_service(config, tmp_path) as memory:
@@ -139,7 +139,7 @@ async def test_issue19_store_migrate_copies_every_table_keeps_ids_and_is_safe_to
         assert new["outcome"] == "recorded"  # ids from PostgreSQL's sequences: no clash with copied rows
 
 
-async def test_issue19_store_migrate_refuses_while_the_daemon_runs_and_names_no_password(
+async def test_store_migrate_refuses_while_the_daemon_runs_and_names_no_password(
         tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
     from memactors.daemon import lock_state_dir
 

@@ -48,7 +48,7 @@ def holder_for(tmp_path: Path, url: str, extra: str = "", name: str = "a") -> Co
 
 # -- several daemons, one store -------------------------------------------------------------------------
 
-async def test_issue19_daemons_starting_together_migrate_the_store_once(pg_url: str) -> None:
+async def test_daemons_starting_together_migrate_the_store_once(pg_url: str) -> None:
     stores: list[Store] = []
 
     async def open_one(n: int) -> None:
@@ -74,7 +74,7 @@ def _retention(store: Store) -> Retention:
                      metrics=Metrics(), wall_clock=lambda: NOW, provider_timeout=2.0)
 
 
-async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> None:
+async def test_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> None:
     """Every due pending row is claimed by exactly one daemon (FOR UPDATE SKIP LOCKED), however their
     claims interleave; a claimed row is nobody else's until its claim runs out."""
     a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
@@ -109,7 +109,7 @@ async def test_issue19_two_daemons_claim_disjoint_pending_rows(pg_url: str) -> N
         b.close()
 
 
-async def test_issue19_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> None:
+async def test_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> None:
     a, b = await open_store(pg_url, daemon_id="host-a"), await open_store(pg_url, daemon_id="host-b")
     try:
         async with a.singleton("prune") as mine:
@@ -125,7 +125,7 @@ async def test_issue19_the_prune_runs_on_one_daemon_at_a_time(pg_url: str) -> No
         b.close()
 
 
-async def test_issue19_the_same_run_ingested_on_two_hosts_is_one_episode_and_the_second_is_a_duplicate(
+async def test_the_same_run_ingested_on_two_hosts_is_one_episode_and_the_second_is_a_duplicate(
         tmp_path: Path, pg_url: str) -> None:
     record = run_record(run_id="r-twice", result_text="fixed the ledger rounding")
     async with open_memory_service(holder_for(tmp_path, pg_url, name="a")) as a, \
@@ -156,7 +156,7 @@ async def test_issue19_the_same_run_ingested_on_two_hosts_is_one_episode_and_the
 
 # -- the password ---------------------------------------------------------------------------------------
 
-async def test_issue19_the_store_password_is_never_shown(tmp_path: Path, pg_cluster: Cluster, pg_url: str) -> None:
+async def test_the_store_password_is_never_shown(tmp_path: Path, pg_cluster: Cluster, pg_url: str) -> None:
     secret = pg_cluster.password
     assert secret in pg_url
     with LogRecords() as logs:
@@ -179,7 +179,7 @@ async def test_issue19_the_store_password_is_never_shown(tmp_path: Path, pg_clus
     assert f"127.0.0.1:{pg_cluster.port}" in str(refused.value)
 
 
-def test_issue19_a_bad_store_url_is_refused_naming_the_key_without_its_password(tmp_path: Path) -> None:
+def test_a_bad_store_url_is_refused_naming_the_key_without_its_password(tmp_path: Path) -> None:
     from memactors.errors import ConfigError
 
     path = write_config(tmp_path, store_url="mysql://app:hunter2@db.example/memory")
@@ -194,7 +194,7 @@ def test_issue19_a_bad_store_url_is_refused_naming_the_key_without_its_password(
 
 # -- pgvector -------------------------------------------------------------------------------------------
 
-async def test_issue19_without_pgvector_hybrid_ranking_warns_once_and_recall_ranks_by_text(
+async def test_without_pgvector_hybrid_ranking_warns_once_and_recall_ranks_by_text(
         tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
     from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
 
@@ -230,7 +230,7 @@ def vector_url(pgvector_cluster: Cluster) -> Iterator[str]:
         pgvector_cluster.drop_database(name)
 
 
-def test_issue19_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
+def test_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
         pgvector_cluster: Cluster) -> None:
     """The vector path is tested on the tree `make postgres` builds (Debian's server copied, pgvector
     compiled with portable flags into it), whatever this machine has in /usr/lib/postgresql (Debian 12
@@ -251,7 +251,7 @@ def test_issue19_the_pgvector_tests_run_on_the_portable_build_never_the_systems_
     assert "OPTFLAGS=" in stamp["make_flags"] and (tree / stamp["vector_so"]).exists()
 
 
-def test_issue23_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: Cluster) -> None:
+def test_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: Cluster) -> None:
     """Issue 23's reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
     SIGILL at the first `CREATE INDEX … USING hnsw`. The portable build builds it, a query ordered by
     cosine distance is answered through it, and no backend of the server died."""
@@ -278,7 +278,7 @@ def test_issue23_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: 
         pgvector_cluster.drop_database(name)
 
 
-def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_cannot_reach(
+def test_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_cannot_reach(
         tmp_path: Path) -> None:
     """CI's clone (and so its virtualenv) may live where the `postgres` user cannot go (a 0700 home):
     the server tree is staged into the cluster's own directory first, layout kept (PostgreSQL finds its
@@ -301,7 +301,7 @@ def test_issue19_the_pgvector_server_starts_from_a_virtualenv_the_postgres_user_
         assert url.endswith("/v")
 
 
-def test_issue23_a_cluster_starts_where_the_postgres_user_cannot_enter_the_temporary_directory(
+def test_a_cluster_starts_where_the_postgres_user_cannot_enter_the_temporary_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 0700 TMPDIR (pam_tmpdir's /tmp/user/0, or a /tmp made 0700): under root the server runs as
     `postgres`, who could not reach a cluster there; the cluster goes to /var/tmp and starts."""
@@ -315,7 +315,7 @@ def test_issue23_a_cluster_starts_where_the_postgres_user_cannot_enter_the_tempo
         assert cluster.create_database("x").endswith("/x")
 
 
-async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
+async def test_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
         tmp_path: Path, vector_url: str) -> None:
     """REQ-11's hybrid ranking on PostgreSQL: vectors in pgvector (HNSW, cosine), embedded once per
     content, fused with the text ranking by RRF; a cosine-only hit comes back; scope holds. On the
@@ -368,7 +368,7 @@ async def test_issue19_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
             store.close()
 
 
-async def test_issue19_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
+async def test_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
         tmp_path: Path, vector_url: str) -> None:
     """The daemon as a user configures it (`[store] url`, `[model_api] embedding_model`) on a database
     with pgvector: no WARN at start, every ingested episode gets its vector (doctor has nothing to say
@@ -404,7 +404,7 @@ async def test_issue19_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
     assert [e["episode_id"] for e in found["episodes"]] == [text_hit["episode_id"], cosine_only["episode_id"]]
 
 
-async def test_issue19_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_path: Path, vector_url: str) -> None:
+async def test_store_migrate_moves_sqlite_vec_vectors_into_pgvector(tmp_path: Path, vector_url: str) -> None:
     """`memactors store migrate` (the CLI, as a subprocess) from a SQLite store with hybrid ranking:
     every episode's vector lands in pgvector (no model call: they are copied), and the daemon on
     PostgreSQL ranks hybrid at once."""
@@ -454,7 +454,7 @@ def _serve_builtin(pg_url: str | None = None) -> str:
             '[memory.episodes]\nprovider_timeout = "10s"\n')
 
 
-async def test_issue19_serve_builtin_serves_a_postgresql_store_as_an_upstream(tmp_path: Path, pg_url: str) -> None:
+async def test_serve_builtin_serves_a_postgresql_store_as_an_upstream(tmp_path: Path, pg_url: str) -> None:
     """`memactors provider serve-builtin --stdio --db postgresql://…` as a daemon's `[mcp.bi]` upstream
     (the CLI, a subprocess on real stdio): the conformance suite passes, an ingested run is recorded
     through it into PostgreSQL (`builtin_docs` there, tsvector), and recall finds it."""
@@ -486,7 +486,7 @@ async def _sqlite_docs(path: Path) -> list[str]:
         store.close()
 
 
-async def test_issue19_serve_builtin_without_db_serves_the_configured_postgresql_store(
+async def test_serve_builtin_without_db_serves_the_configured_postgresql_store(
         tmp_path: Path, pg_url: str) -> None:
     """Without `--db`, `serve-builtin` serves the store the configuration names — `[store] url` when
     set — not the state directory's SQLite file."""
@@ -516,7 +516,7 @@ async def test_issue19_serve_builtin_without_db_serves_the_configured_postgresql
     assert not await trio.Path(tmp_path / "state" / "memactors.db").exists()
 
 
-async def test_issue19_serve_builtin_refuses_a_url_it_cannot_serve_naming_the_option(
+async def test_serve_builtin_refuses_a_url_it_cannot_serve_naming_the_option(
         tmp_path: Path, pg_cluster: Cluster) -> None:
     """A URL that is no PostgreSQL store is refused naming `--db`, its password masked, and is never
     taken for a file name; a PostgreSQL store that cannot be reached is one line naming the store, no
@@ -557,7 +557,7 @@ def trio_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(rate=1.0)
 
 
-async def test_issue19_a_store_outage_is_contained_and_work_resumes_without_a_restart(
+async def test_a_store_outage_is_contained_and_work_resumes_without_a_restart(
         tmp_path: Path, own_cluster: Cluster, trio_clock: trio.testing.MockClock) -> None:
     url = own_cluster.create_database("memory")
     holder = holder_for(tmp_path, url, '[memory.episodes]\nprovider_timeout = "1s"\n')
@@ -605,7 +605,7 @@ async def test_issue19_a_store_outage_is_contained_and_work_resumes_without_a_re
         assert sorted(e["run_id"] for e in listed["episodes"]) == ["after", "before"]  # "during" never acknowledged
 
 
-async def test_issue25_pgvector_backfill_retires_vectors_of_an_older_embedding_text(vector_url: str) -> None:
+async def test_pgvector_backfill_retires_vectors_of_an_older_embedding_text(vector_url: str) -> None:
     """Issue 32 on pgvector: vectors stored under another embedding-text version (or model) are
     retired at the embedder's next pass and every episode is embedded again from its run's words; the
     cache keeps the rest from the model."""
@@ -638,7 +638,7 @@ async def test_issue25_pgvector_backfill_retires_vectors_of_an_older_embedding_t
             store.close()
 
 
-async def test_issue32_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> None:
+async def test_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> None:
     """PostgreSQL with pgvector: the text hits' score is the words matched then the cover density
     (the engine's order), the cosine hits' pgvector's similarity (1 − `<=>`); the same checks as
     SQLite's (`test_builtin._scored_hits`)."""

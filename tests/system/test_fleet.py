@@ -79,7 +79,7 @@ def _stop(*daemons: Daemon) -> None:
         d.stop()
 
 
-async def test_issue19_ingest_on_a_is_recalled_on_b_in_its_scope_and_nowhere_else(tmp_path: Path, pg_url: str) -> None:
+async def test_ingest_on_a_is_recalled_on_b_in_its_scope_and_nowhere_else(tmp_path: Path, pg_url: str) -> None:
     a, b = daemon_on(tmp_path, "a", pg_url), daemon_on(tmp_path, "b", pg_url)
     try:
         api_token = await mint(b, "api-fixer", "b-1", API)
@@ -105,7 +105,7 @@ async def test_issue19_ingest_on_a_is_recalled_on_b_in_its_scope_and_nowhere_els
         _stop(a, b)
 
 
-async def test_issue19_a_run_on_a_shows_up_in_bs_briefing_and_presence_is_fleet_wide(
+async def test_a_run_on_a_shows_up_in_bs_briefing_and_presence_is_fleet_wide(
         tmp_path: Path, pg_url: str) -> None:
     repo = make_repo(tmp_path / "api")
     harness = command_harness("fixer", workdir=repo, mode="write", out=tmp_path / "out")
@@ -177,7 +177,7 @@ async def _store_counts(url: str, episode_ids: list[str]) -> dict[str, Any]:
         store.close()
 
 
-async def test_issue19_kill_9_during_concurrent_ingest_loses_nothing_acknowledged(tmp_path: Path, pg_url: str) -> None:
+async def test_kill_9_during_concurrent_ingest_loses_nothing_acknowledged(tmp_path: Path, pg_url: str) -> None:
     timeout = '[memory.episodes]\nprovider_timeout = "500ms"\nsummary = false\n'
     a, b = daemon_on(tmp_path, "a", pg_url, timeout), daemon_on(tmp_path, "b", pg_url, timeout)
     acked: dict[str, str] = {}
@@ -206,7 +206,7 @@ async def test_issue19_kill_9_during_concurrent_ingest_loses_nothing_acknowledge
         _stop(a, b)
 
 
-async def test_issue19_postgresql_stopped_for_10_s_under_traffic(tmp_path: Path) -> None:
+async def test_postgresql_stopped_for_10_s_under_traffic(tmp_path: Path) -> None:
     cluster = Cluster()
     url = cluster.create_database("memory")
     quick = '[memory.episodes]\nprovider_timeout = "1s"\nsummary = false\n'
@@ -258,7 +258,7 @@ async def test_issue19_postgresql_stopped_for_10_s_under_traffic(tmp_path: Path)
         cluster.close()
 
 
-async def test_issue19_a_forget_on_b_removes_the_episode_for_as_callers(tmp_path: Path, pg_url: str) -> None:
+async def test_a_forget_on_b_removes_the_episode_for_as_callers(tmp_path: Path, pg_url: str) -> None:
     a, b = daemon_on(tmp_path, "a", pg_url), daemon_on(tmp_path, "b", pg_url)
     try:
         token = await mint(a, "api-fixer", "a-9", API)
@@ -277,7 +277,7 @@ async def test_issue19_a_forget_on_b_removes_the_episode_for_as_callers(tmp_path
         _stop(a, b)
 
 
-def test_issue19_fleet_tests_use_the_real_server() -> None:
+def test_fleet_tests_use_the_real_server() -> None:
     """The fleet tests never skip: without PostgreSQL's server binaries they fail, naming the package."""
     from memactors.testing.postgres import server_bindir
 
@@ -285,7 +285,7 @@ def test_issue19_fleet_tests_use_the_real_server() -> None:
     assert os.access(server_bindir() / "initdb", os.X_OK)
 
 
-def test_issue19_a_daemon_whose_store_cannot_be_reached_at_start_exits_with_one_line(tmp_path: Path) -> None:
+def test_a_daemon_whose_store_cannot_be_reached_at_start_exits_with_one_line(tmp_path: Path) -> None:
     """It cannot check or migrate the schema, so it does not start: one line naming the store (never its
     password), no traceback, exit 75 for a service manager to retry."""
     import socket

@@ -63,7 +63,7 @@ async def ingest_file(daemon: Daemon, tmp_path: Path, run_id: str) -> subprocess
     return await cli(daemon, "runs", "ingest", str(record), "--json")
 
 
-async def test_issue28_the_first_ingest_after_a_postgresql_restart_succeeds(tmp_path: Path) -> None:
+async def test_the_first_ingest_after_a_postgresql_restart_succeeds(tmp_path: Path) -> None:
     cluster = Cluster()
     try:
         url = cluster.create_database("memory")
@@ -107,7 +107,7 @@ async def recall_text(daemon: Daemon, token: str, query: str) -> tuple[str, bool
     return text, "degraded=" in text
 
 
-async def test_issue28_the_next_recall_and_ingest_after_pg_terminate_backend_succeed(
+async def test_the_next_recall_and_ingest_after_pg_terminate_backend_succeed(
         tmp_path: Path, pg_cluster: Cluster, pg_url: str) -> None:
     dbname = pg_url.rsplit("/", 1)[1]
     a = daemon_on(tmp_path, "a", pg_url)
@@ -129,7 +129,7 @@ async def test_issue28_the_next_recall_and_ingest_after_pg_terminate_backend_suc
         a.stop()
 
 
-async def test_issue28_a_write_whose_connection_dies_before_commit_runs_again_once(pg_url: str) -> None:
+async def test_a_write_whose_connection_dies_before_commit_runs_again_once(pg_url: str) -> None:
     store = await open_store(pg_url, daemon_id="t")
     try:
         await store.write(lambda db: db.execute("CREATE TABLE t28 (n INT)"))
@@ -150,7 +150,7 @@ async def test_issue28_a_write_whose_connection_dies_before_commit_runs_again_on
         store.close()
 
 
-async def test_issue28_a_write_whose_connection_dies_during_commit_is_never_run_again(pg_url: str) -> None:
+async def test_a_write_whose_connection_dies_during_commit_is_never_run_again(pg_url: str) -> None:
     store = await open_store(pg_url, daemon_id="t")
     try:
         # A deferred constraint trigger runs inside the COMMIT: it ends its own session there, so the
@@ -222,7 +222,7 @@ class ResettingProxy:
         return count
 
 
-async def test_issue28_after_a_tcp_reset_the_next_read_and_write_succeed(pg_cluster: Cluster, pg_url: str) -> None:
+async def test_after_a_tcp_reset_the_next_read_and_write_succeed(pg_cluster: Cluster, pg_url: str) -> None:
     proxy = ResettingProxy(pg_cluster.port)
     async with trio.open_nursery() as nursery:
         await proxy.serve(nursery)
@@ -267,7 +267,7 @@ def pair() -> Iterator[tuple[Cluster, Cluster, str]]:
         primary.close()
 
 
-def test_issue28_the_store_url_takes_multi_host_urls_and_refuses_standby_targets(tmp_path: Path) -> None:
+def test_the_store_url_takes_multi_host_urls_and_refuses_standby_targets(tmp_path: Path) -> None:
     from memactors.errors import ConfigError
 
     good = "postgresql://memactors:pw28@db1:5432,db2:5433/memactors?target_session_attrs=read-write"
@@ -288,7 +288,7 @@ def test_issue28_the_store_url_takes_multi_host_urls_and_refuses_standby_targets
         assert "MEMACTORS_STORE_URL" in str(refused.value) and "pw28" not in str(refused.value)
 
 
-async def test_issue28_during_a_failover_recall_degrades_within_provider_timeout_and_recovers(
+async def test_during_a_failover_recall_degrades_within_provider_timeout_and_recovers(
         tmp_path: Path, pair: tuple[Cluster, Cluster, str], trio_clock: trio.testing.MockClock) -> None:
     primary, standby, url = pair
     home = tmp_path / "a"
@@ -381,7 +381,7 @@ async def _on_new_primary(url: str, ids: list[str]) -> dict[str, Any]:
         store.close()
 
 
-async def test_issue28_kill_9_of_the_primary_mid_ingest_loses_nothing_acknowledged(
+async def test_kill_9_of_the_primary_mid_ingest_loses_nothing_acknowledged(
         tmp_path: Path, pair: tuple[Cluster, Cluster, str]) -> None:
     primary, standby, url = pair
     a, b = daemon_on(tmp_path, "a", url, QUICK), daemon_on(tmp_path, "b", url, QUICK)
@@ -446,7 +446,7 @@ async def test_issue28_kill_9_of_the_primary_mid_ingest_loses_nothing_acknowledg
         b.stop()
 
 
-async def test_issue28_after_a_switchover_the_daemon_writes_on_the_new_primary_only(
+async def test_after_a_switchover_the_daemon_writes_on_the_new_primary_only(
         tmp_path: Path, pair: tuple[Cluster, Cluster, str]) -> None:
     primary, standby, url = pair
     a = daemon_on(tmp_path, "a", url, QUICK)
@@ -473,7 +473,7 @@ async def test_issue28_after_a_switchover_the_daemon_writes_on_the_new_primary_o
         a.stop()
 
 
-async def test_issue28_a_writer_on_a_primary_made_read_only_moves_to_the_new_primary(
+async def test_a_writer_on_a_primary_made_read_only_moves_to_the_new_primary(
         pair: tuple[Cluster, Cluster, str]) -> None:
     primary, standby, url = pair
     store = await open_store(url, daemon_id="t")

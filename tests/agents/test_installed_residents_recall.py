@@ -16,8 +16,7 @@ import trio
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import FunctionCall, Message, run_fake_openai
 from memactors.testing.fake_openai import Turn as OpenAITurn
-from support_codex import Daemon, daemon_process
-from support_issue26 import (
+from support_agents import (
     OPENCODE_BIN,
     OPENCODE_MODEL,
     agent_bin,
@@ -25,6 +24,7 @@ from support_issue26 import (
     opencode_user,
     seed,
 )
+from support_codex import Daemon, daemon_process
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ async def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str]) -> trio.
                                   capture_stderr=True, check=False)
 
 
-async def test_issue26_opencode_installed_for_the_user_recalls_headless_and_uninstall_removes_it(
+async def test_opencode_installed_for_the_user_recalls_headless_and_uninstall_removes_it(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     script = [OpenAITurn([FunctionCall("memactors_recall", {"query": "ledger rounding"})]),

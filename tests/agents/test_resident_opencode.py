@@ -19,8 +19,7 @@ import trio
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support_codex import Daemon, daemon_process
-from support_issue26 import (
+from support_agents import (
     FACT,
     OPENCODE_BIN,
     OPENCODE_MODEL,
@@ -30,6 +29,7 @@ from support_issue26 import (
     opencode_user,
     seed,
 )
+from support_codex import Daemon, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
             if not p.relative_to(root).as_posix().startswith(SESSION_LEAVES)}
 
 
-async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_and_its_session_becomes_an_episode(
+async def test_opencode_installed_in_a_project_starts_briefed_recalls_and_its_session_becomes_an_episode(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     async with run_fake_openai(script(repo)) as fake:
@@ -124,7 +124,7 @@ async def test_issue26_opencode_installed_in_a_project_starts_briefed_recalls_an
     assert snapshot(repo) == before
 
 
-async def test_issue26_opencode_with_the_daemon_down_starts_at_once_unbriefed_and_its_session_is_spooled_then_sent(
+async def test_opencode_with_the_daemon_down_starts_at_once_unbriefed_and_its_session_is_spooled_then_sent(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     async with run_fake_openai([Turn([FunctionCall("bash", {"command": f"{PYTEST} test_ledger.py",

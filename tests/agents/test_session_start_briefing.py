@@ -28,7 +28,7 @@ HARNESS = '[harness.coder]\nharness = "claude-code"\n'
 FACT = "ledger amounts round with Decimal, never float"
 
 
-async def test_issue26_an_installed_claude_code_session_starts_with_its_briefing_in_context(tmp_path: Path) -> None:
+async def test_an_installed_claude_code_session_starts_with_its_briefing_in_context(tmp_path: Path) -> None:
     claude = claude_bin()
     repo = make_repo(tmp_path / "api")
     home = tmp_path / "home"
@@ -64,7 +64,7 @@ async def test_issue26_an_installed_claude_code_session_starts_with_its_briefing
     assert "resident session start" not in doctor.stdout
 
 
-async def test_issue26_with_the_daemon_down_the_session_starts_at_once_and_doctor_counts_it(tmp_path: Path) -> None:
+async def test_with_the_daemon_down_the_session_starts_at_once_and_doctor_counts_it(tmp_path: Path) -> None:
     claude = claude_bin()
     repo = make_repo(tmp_path / "api")
     home = tmp_path / "home"
@@ -86,7 +86,7 @@ async def test_issue26_with_the_daemon_down_the_session_starts_at_once_and_docto
     assert row["status"] == "warn" and row["message"].startswith("1 resident sessions started without")
 
 
-def test_issue26_doctor_counts_only_the_last_24_hours_of_session_start_failures(tmp_path: Path) -> None:
+def test_doctor_counts_only_the_last_24_hours_of_session_start_failures(tmp_path: Path) -> None:
     record_failure(tmp_path, at="2026-12-01T08:00:00Z", harness="old", error="down")
     record_failure(tmp_path, at="2026-12-02T07:00:00Z", harness="coder", error="no answer within 3 s")
     with (tmp_path / "session-start-failures.jsonl").open("a", encoding="utf-8") as f:

@@ -1,5 +1,6 @@
-"""Agents for issue 26's tests: the real Gemini CLI and OpenCode that `make agents` installs (pinned), and
-the user configuration each needs to reach a loopback fake of its model API, written as a new user would."""
+"""The agents the resident and `memactors run` tests drive: the real Gemini CLI and OpenCode that
+`make agents` installs (pinned), and the user configuration each needs to reach a loopback fake of its
+model API, written as a new user would."""
 
 from __future__ import annotations
 

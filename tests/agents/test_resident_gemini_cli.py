@@ -19,8 +19,7 @@ import trio
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support_codex import Daemon, daemon_process
-from support_issue26 import (
+from support_agents import (
     FACT,
     GEMINI_BIN,
     GEMINI_MODEL,
@@ -30,6 +29,7 @@ from support_issue26 import (
     gemini_user,
     seed,
 )
+from support_codex import Daemon, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def script() -> list[Turn]:
             Turn([Text("Left NOTES.md; test_rounding still fails (2.675 is not representable).")])]
 
 
-async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_and_its_session_becomes_an_episode(
+async def test_gemini_cli_installed_in_a_project_starts_briefed_recalls_and_its_session_becomes_an_episode(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     settings = repo / ".gemini" / "settings.json"
@@ -125,7 +125,7 @@ async def test_issue26_gemini_cli_installed_in_a_project_starts_briefed_recalls_
     assert settings.read_bytes() == OWN_SETTINGS.encode()
 
 
-async def test_issue26_gemini_cli_for_the_user_with_the_daemon_down_starts_at_once_unbriefed_and_is_spooled_then_sent(
+async def test_gemini_cli_for_the_user_with_the_daemon_down_starts_at_once_unbriefed_and_is_spooled_then_sent(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     async with run_fake_gemini([Turn([FunctionCall("run_shell_command", {"command": f"{PYTEST} test_ledger.py"})]),

@@ -17,8 +17,7 @@ from memactors.adapters import LaunchRequest
 from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
 from support import SEED_TEXT, run_record
-from support_codex import daemon_process
-from support_issue26 import (
+from support_agents import (
     GEMINI_BIN,
     GEMINI_MODEL,
     GEMINI_VERSION,
@@ -28,6 +27,7 @@ from support_issue26 import (
     secure_dir,
     version,
 )
+from support_codex import daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"
@@ -39,11 +39,11 @@ def gemini_harness(name: str, *, workdir: Path, extra: str = "") -> str:
             f'model = "{GEMINI_MODEL}"\npermission_mode = "yolo"\nprompt = "{PROMPT}"\nmemory_briefing = true\n{extra}')
 
 
-def test_issue26_make_installs_the_pinned_gemini_cli() -> None:
+def test_make_installs_the_pinned_gemini_cli() -> None:
     assert version(agent_bin(GEMINI_BIN)) == GEMINI_VERSION
 
 
-def test_issue26_gemini_launch_names_the_run_settings_and_puts_the_prompt_last() -> None:
+def test_gemini_launch_names_the_run_settings_and_puts_the_prompt_last() -> None:
     request = LaunchRequest(harness="g", run_id="r1", workdir="/w", prompt="fix it", command=None, model="m",
                             permission_mode="yolo", mcp_config_path="/state/runs/mcp-1.json",
                             gateway_url="http://127.0.0.1:1/mcp", run_token="tok-secret")
@@ -58,7 +58,7 @@ def test_issue26_gemini_launch_names_the_run_settings_and_puts_the_prompt_last()
     assert dashed.argv[-1] == "--prompt=-x"
 
 
-def test_issue26_gemini_parser_reads_exit_codes_edits_and_the_joined_answer() -> None:
+def test_gemini_parser_reads_exit_codes_edits_and_the_joined_answer() -> None:
     lines = [
         {"type": "init", "session_id": "s-1", "model": "gemini-2.5-flash"},
         {"type": "message", "role": "user", "content": "the prompt, never kept"},
@@ -94,7 +94,7 @@ def test_issue26_gemini_parser_reads_exit_codes_edits_and_the_joined_answer() ->
 
 @pytest.mark.slow
 @pytest.mark.req16
-async def test_issue26_a_gemini_cli_run_calls_recall_and_becomes_an_episode_with_its_edit_and_failed_test() -> None:
+async def test_a_gemini_cli_run_calls_recall_and_becomes_an_episode_with_its_edit_and_failed_test() -> None:
     with secure_dir("gemini-run") as tmp_path:
         await _gemini_run(tmp_path)
 
@@ -155,7 +155,7 @@ async def _gemini_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_issue26_a_gemini_cli_run_whose_settings_file_gemini_would_skip_is_refused_naming_the_directory(
+async def test_a_gemini_cli_run_whose_settings_file_gemini_would_skip_is_refused_naming_the_directory(
         tmp_path: Path) -> None:
     """Gemini CLI silently skips a system settings file below a directory group or others may write (as
     pytest's tmp_path under /tmp is): the run would have no memory tools. `memactors run` refuses it,

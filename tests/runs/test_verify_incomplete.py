@@ -41,7 +41,7 @@ def _stream() -> list[str]:
     return (DATA / "codex_exec_unfinished_pytest.jsonl").read_text(encoding="utf-8").splitlines()
 
 
-def test_issue26_a_codex_test_command_without_its_end_event_is_verify_incomplete() -> None:
+def test_a_codex_test_command_without_its_end_event_is_verify_incomplete() -> None:
     parser = _codex(_stream())
     tr = parser.transcript
     assert tr.result_ok is True  # Codex itself says the turn completed
@@ -58,7 +58,7 @@ def test_issue26_a_codex_test_command_without_its_end_event_is_verify_incomplete
     assert (episode.outcome, episode.reason) == ("failed", "verify_incomplete")
 
 
-def test_issue26_the_same_stream_with_the_end_event_succeeds() -> None:
+def test_the_same_stream_with_the_end_event_succeeds() -> None:
     lines = _stream()
     started = json.loads(lines[2])
     done = {"type": "item.completed", "item": {**started["item"], "exit_code": 0, "status": "completed",
@@ -70,7 +70,7 @@ def test_issue26_the_same_stream_with_the_end_event_succeeds() -> None:
     assert [e["ok"] for e in data["events"] if e["kind"] == "verify"] == [True]
 
 
-def test_issue26_a_later_test_command_that_reported_decides_and_a_later_unfinished_one_does() -> None:
+def test_a_later_test_command_that_reported_decides_and_a_later_unfinished_one_does() -> None:
     lines = _stream()
     passed = ['{"type":"item.completed","item":{"id":"item_9","type":"command_execution",'
               '"command":"/bin/bash -lc \'python -m pytest -q -x\'","aggregated_output":"","exit_code":0,'
@@ -82,7 +82,7 @@ def test_issue26_a_later_test_command_that_reported_decides_and_a_later_unfinish
     assert (earlier_pass["outcome"], earlier_pass["reason"]) == ("failed", "verify_incomplete")
 
 
-def test_issue26_a_declined_codex_command_still_tested_nothing() -> None:
+def test_a_declined_codex_command_still_tested_nothing() -> None:
     declined = ('{"type":"item.completed","item":{"id":"item_0","type":"command_execution","command":"pytest",'
                 '"aggregated_output":"","exit_code":null,"status":"declined"}}')
     lines = _stream()
@@ -104,7 +104,7 @@ _BASH = {"type": "assistant", "message": {"id": "m1", "model": "claude-x", "cont
 _RESULT = {"type": "result", "subtype": "success", "is_error": False, "result": "done", "total_cost_usd": 0.01}
 
 
-def test_issue26_a_claude_bash_test_whose_result_never_came_or_timed_out_is_verify_incomplete() -> None:
+def test_a_claude_bash_test_whose_result_never_came_or_timed_out_is_verify_incomplete() -> None:
     never = _claude([_INIT, _BASH, _RESULT])
     assert (_record(never.transcript, "claude-code")["reason"]) == "verify_incomplete"
     timed_out = _claude([_INIT, _BASH, {"type": "user", "message": {"content": [

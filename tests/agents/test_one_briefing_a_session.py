@@ -45,7 +45,7 @@ def memactors(daemon: Daemon, *args: str, home: Path, stdin: str | None = None) 
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_issue26_a_user_and_a_project_install_brief_a_project_session_once(
+def test_a_user_and_a_project_install_brief_a_project_session_once(
         daemon: Daemon, tmp_path: Path, agent: str) -> None:
     harness = agent.replace("-", "")
     home = tmp_path / "home"

@@ -20,6 +20,7 @@ import trio
 
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
+from support_agents import FACT, add_fact
 from support_codex import (
     CODEX_VERSIONS,
     Daemon,
@@ -29,7 +30,6 @@ from support_codex import (
     fake_provider_args,
     git_repo,
 )
-from support_issue26 import FACT, add_fact
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
@@ -104,7 +104,7 @@ async def recall(daemon: Daemon, query: str) -> dict:
 
 
 @pytest.mark.parametrize("which", CODEX_VERSIONS)
-async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_is_recorded_as_an_episode(
+async def test_an_installed_codex_session_starts_with_its_briefing_and_is_recorded_as_an_episode(
         tmp_path: Path, which: str) -> None:
     codex = codex_bin(which)
     repo = make_repo(tmp_path / "api", failing_test=True)
@@ -142,7 +142,7 @@ async def test_issue26_an_installed_codex_session_starts_with_its_briefing_and_i
     assert [e["run_id"] for e in json.loads(listed.stdout)["episodes"]] == [session]
 
 
-async def test_issue26_codex_skips_the_hooks_until_they_are_trusted_then_briefs_and_records_the_session(
+async def test_codex_skips_the_hooks_until_they_are_trusted_then_briefs_and_records_the_session(
         tmp_path: Path) -> None:
     codex = codex_bin()
     repo = make_repo(tmp_path / "api", failing_test=True)
@@ -167,7 +167,7 @@ async def test_issue26_codex_skips_the_hooks_until_they_are_trusted_then_briefs_
     assert [e["run_id"] for e in json.loads(listed.stdout)["episodes"]] == [thread_id(after)]
 
 
-async def test_issue26_a_codex_session_with_the_daemon_down_is_spooled_and_delivered_when_it_is_back(
+async def test_a_codex_session_with_the_daemon_down_is_spooled_and_delivered_when_it_is_back(
         tmp_path: Path) -> None:
     codex = codex_bin()
     repo = make_repo(tmp_path / "api", failing_test=True)
@@ -201,7 +201,7 @@ async def test_issue26_a_codex_session_with_the_daemon_down_is_spooled_and_deliv
     assert not spooled.exists()
 
 
-def test_issue26_install_codex_adds_its_hooks_beside_the_users_own_and_uninstall_gives_the_file_back(
+def test_install_codex_adds_its_hooks_beside_the_users_own_and_uninstall_gives_the_file_back(
         tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "ledger")
     (repo / ".codex").mkdir()

@@ -55,7 +55,7 @@ def gemini_lines() -> list[str]:
     return [e if isinstance(e, str) else json.dumps(e) for e in entries]
 
 
-def test_issue26_a_gemini_session_file_gives_edits_exit_statuses_and_the_last_answer_never_the_prompt(
+def test_a_gemini_session_file_gives_edits_exit_statuses_and_the_last_answer_never_the_prompt(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     session = gemini_session(gemini_lines())
@@ -74,7 +74,7 @@ def test_issue26_a_gemini_session_file_gives_edits_exit_statuses_and_the_last_an
     assert PROMPT not in json.dumps(record) and record["prompt"] is None
 
 
-def test_issue26_the_opencode_plugins_parts_give_edits_exit_statuses_cost_and_the_answer(tmp_path: Path) -> None:
+def test_the_opencode_plugins_parts_give_edits_exit_statuses_cost_and_the_answer(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     doc = {"session_id": "ses_1", "directory": str(repo), "started_at": 1796219270782, "ended_at": 1796219276153,
            "model": "fake/fake-model", "errors": [], "parts": [
@@ -103,7 +103,7 @@ def test_issue26_the_opencode_plugins_parts_give_edits_exit_statuses_cost_and_th
 
 
 @pytest.mark.parametrize("agent", ["gemini-cli", "opencode", "claude-code", "codex"])
-def test_issue26_a_user_installs_hooks_leave_a_memactors_run_to_the_daemon(tmp_path: Path, agent: str) -> None:
+def test_a_user_installs_hooks_leave_a_memactors_run_to_the_daemon(tmp_path: Path, agent: str) -> None:
     """In a session `memactors run` started (MEMACTORS_RUN_ID in its environment) a user install's hooks fire
     too: no second briefing, no second record (the daemon records the run from its stream) — for every
     agent's hooks, Claude Code's and Codex's as well as Gemini CLI's and OpenCode's."""

@@ -17,8 +17,7 @@ from memactors.adapters import LaunchRequest
 from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
 from support import SEED_TEXT, run_record
-from support_codex import daemon_process
-from support_issue26 import (
+from support_agents import (
     OPENCODE_BIN,
     OPENCODE_MODEL,
     OPENCODE_VERSION,
@@ -27,6 +26,7 @@ from support_issue26 import (
     opencode_user,
     version,
 )
+from support_codex import daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"
@@ -52,11 +52,11 @@ def opencode_harness(name: str, *, workdir: Path) -> str:
             f'model = "{OPENCODE_MODEL}"\nprompt = "{PROMPT}"\nmemory_briefing = true\n')
 
 
-def test_issue26_make_installs_the_pinned_opencode() -> None:
+def test_make_installs_the_pinned_opencode() -> None:
     assert version(agent_bin(OPENCODE_BIN)) == OPENCODE_VERSION
 
 
-def test_issue26_opencode_launch_gives_the_gateway_in_its_config_content_with_the_token_from_the_environment() -> None:
+def test_opencode_launch_gives_the_gateway_in_its_config_content_with_the_token_from_the_environment() -> None:
     request = LaunchRequest(harness="o", run_id="r1", workdir="/w", prompt="-fix it", command=None, model="p/m",
                             permission_mode="auto", gateway_url="http://127.0.0.1:1/mcp", run_token="tok-secret")
     spec = OpenCodeAdapter().launch(request)
@@ -70,7 +70,7 @@ def test_issue26_opencode_launch_gives_the_gateway_in_its_config_content_with_th
     assert not any("tok-secret" in a for a in spec.argv)
 
 
-def test_issue26_opencode_parser_reads_exit_codes_edits_cost_and_the_answer() -> None:
+def test_opencode_parser_reads_exit_codes_edits_cost_and_the_answer() -> None:
     def tool(name: str, status: str, tool_input: dict[str, object], metadata: dict[str, object]) -> dict[str, object]:
         return {"type": "tool_use", "sessionID": "ses_1", "part": {"type": "tool", "tool": name, "state": {
             "status": status, "input": tool_input, "output": "…", "metadata": metadata}}}
@@ -108,7 +108,7 @@ def test_issue26_opencode_parser_reads_exit_codes_edits_cost_and_the_answer() ->
 
 @pytest.mark.slow
 @pytest.mark.req16
-async def test_issue26_an_opencode_run_calls_recall_and_becomes_an_episode_with_its_edit_and_failed_test(
+async def test_an_opencode_run_calls_recall_and_becomes_an_episode_with_its_edit_and_failed_test(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
     earlier = tmp_path / "earlier.json"

@@ -54,7 +54,7 @@ def briefed(daemon: Daemon, harness: str) -> subprocess.CompletedProcess[str] | 
     return done if done.returncode == 0 else None
 
 
-def test_issue26_a_harness_added_while_the_daemon_runs_is_briefed_and_a_broken_edit_keeps_the_last_good(
+def test_a_harness_added_while_the_daemon_runs_is_briefed_and_a_broken_edit_keeps_the_last_good(
         tmp_path: Path) -> None:
     with daemon_process(tmp_path, HARNESS) as daemon:
         config = Path(daemon.env["HARNESS_CONFIG"])
@@ -86,7 +86,7 @@ def test_issue26_a_harness_added_while_the_daemon_runs_is_briefed_and_a_broken_e
     assert "configuration files changed; reloading" in log
 
 
-def test_issue26_install_makes_a_daemon_that_does_not_know_the_harness_reload_with_sighup(tmp_path: Path) -> None:
+def test_install_makes_a_daemon_that_does_not_know_the_harness_reload_with_sighup(tmp_path: Path) -> None:
     env = {**os.environ, "MEMACTORS_CONFIG_POLL_SECONDS": "0"}  # no file watch: only SIGHUP can reload
     with daemon_process(tmp_path, HARNESS, env=env) as daemon:
         config = Path(daemon.env["HARNESS_CONFIG"])
@@ -105,7 +105,7 @@ def test_issue26_install_makes_a_daemon_that_does_not_know_the_harness_reload_wi
         assert json.loads(again.stdout)["daemon_config"] == "known"
 
 
-def test_issue26_the_holder_records_each_attempt_and_keeps_the_last_good(tmp_path: Path) -> None:
+def test_the_holder_records_each_attempt_and_keeps_the_last_good(tmp_path: Path) -> None:
     from memactors.config import ConfigHolder, config_fingerprint, load_config
 
     path = tmp_path / "harness.toml"
