@@ -59,7 +59,8 @@ GLOBAL_ONLY_TABLES = (
     "telemetry",
     "mcp_policy",
 )
-#: ``[harness.*]`` keys accepted only in the global file and drop-ins (REQ-16, SPEC-0017 REQ-14).
+#: ``[harness.*]`` keys accepted only in the global file and drop-ins: REQ-16's briefing, and a template's
+#: ``{{untrusted event.<x>}}`` fields (REQ-20).
 GLOBAL_ONLY_HARNESS_KEYS = ("memory_briefing", "untrusted_inline")
 
 

@@ -65,7 +65,7 @@ class MemoryConfig:
 
 @attrs.frozen
 class ModelApiConfig:
-    """``[model_api]`` (ADR-0036): an OpenAI-compatible endpoint for summaries and embeddings."""
+    """``[model_api]``: an OpenAI-compatible endpoint for summaries and embeddings."""
 
     base_url: str
     api_key_env: str | None = None
@@ -77,7 +77,7 @@ class ModelApiConfig:
 
 @attrs.frozen
 class McpServerConfig:
-    """``[mcp.<name>]`` (ADR-0035): one upstream, over stdio (``command``) or streamable HTTP (``url``).
+    """``[mcp.<name>]``: one upstream, over stdio (``command``) or streamable HTTP (``url``).
 
     ``origin`` says where it was first declared: the global file, a drop-in, or only a project file
     (``origin_file`` is that file). Only global or drop-in upstreams may be the memory provider.

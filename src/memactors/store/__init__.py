@@ -1,4 +1,4 @@
-"""The daemon's store (ADR-0037 as memactors builds it): one interface, two engines.
+"""The daemon's store: one interface, two engines.
 
 The package: this module is the interface (`Store`, `Db`, the write queue both engines share, the
 rows and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and
@@ -86,7 +86,7 @@ def bound_field(value: object, limit: int = MAX_FIELD_CHARS) -> str:
 
 def call_log_row(*, at: str, caller: str, server: str, tool: str, arguments: Any, outcome: str,
                  duration_ms: int) -> tuple[Any, ...]:
-    """One call-log row (ADR-0035, REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
+    """One call-log row (REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
     the call log is never a second copy of episodes, queries or prompts."""
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
     return (at, bound_field(caller), bound_field(server), bound_field(tool), digest, bound_field(outcome, 32),

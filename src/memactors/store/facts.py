@@ -1,4 +1,4 @@
-"""Facts (SPEC-0028): scoped, scored text the fleet maintains, and the full-text search over them
+"""Facts (the contract is docs/contracts.md, "Facts"): scoped, scored text the fleet maintains, and the full-text search over them
 (`db.dialect`'s, one per engine). Synchronous functions over a `Db` a `Store.write` / `Store.read` hands
 them, so a caller composes several in one transaction:
 
@@ -38,7 +38,7 @@ class UnknownFact(MemactorsError):
 
 @attrs.frozen
 class Fact:
-    """A SPEC-0028 fact: scoped, scored text the fleet maintains; only the daemon's own rows become facts."""
+    """A fact: scoped, scored text the fleet maintains; only the daemon's own rows become facts."""
 
     id: str
     scope: str

@@ -1,4 +1,4 @@
-"""Live presence (SPEC-0027): which agent sessions are on which repository, branch and paths now,
+"""Live presence (docs/contracts.md, "Presence and collisions"): which agent sessions are on which repository, branch and paths now,
 reported with a time to live, and the collisions between runs that follows from it."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def collisions(
     for_run: tuple[str, str] | None = None,
     branch: str | None = None,
 ) -> list[Collision]:
-    """Collisions among live sessions on `repo` (SPEC-0027): different runs, same branch or shared paths.
+    """Collisions among live sessions on `repo`: different runs, same branch or shared paths.
 
     Without `for_run`: every colliding pair once, `first` the lower by (harness, run_id, session_id),
     listed by (first, second). With `for_run = (harness, run_id)`: only pairs involving that run, with

@@ -1,5 +1,5 @@
 """Pull-request links: which pull request a (repository, branch) last pointed at, for the run
-history and briefings (SPEC-0027)."""
+history and briefings (docs/contracts.md, "Run graph")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The run history briefings and recall read (SPEC-0027, REQ-12, REQ-14): the runs on a branch, the
+"""The run history briefings and recall read (REQ-12, REQ-14; docs/contracts.md, "Run graph"): the runs on a branch, the
 runs that edited a path, each with its latest pull request, the stored episode a run left, and where a
 run works (its live presence, else its ingested run: the repository and branch REQ-9's view reads)."""
 

@@ -1,4 +1,4 @@
-"""Run tokens (SPEC-0005, caller identity): the bearer token a run presents to the gateway, minted per
+"""Run tokens (caller identity; docs/contracts.md, "Caller identity"): the bearer token a run presents to the gateway, minted per
 run, stored only as its SHA-256, expired at the run's end plus a grace, revoked when it is gone."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ._feeds import at_text, clean
 
 @attrs.frozen
 class Caller:
-    """Who presented a run token to the gateway (SPEC-0005)."""
+    """Who presented a run token to the gateway."""
 
     harness: str
     run_id: str
@@ -29,7 +29,7 @@ def _sha256(token: str) -> str:
 
 def mint_run_token(db: Db, *, harness: str, run_id: str, workdir: str, now: datetime,
                    expires_at: datetime | None = None) -> str:
-    """Mint a bearer token for a run (SPEC-0005); only its SHA-256 is stored. Returns the token.
+    """Mint a bearer token for a run; only its SHA-256 is stored. Returns the token.
 
     ``expires_at`` None: the token lives until revoked; otherwise it resolves to nobody from then on.
     """

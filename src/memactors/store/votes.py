@@ -1,4 +1,4 @@
-"""Exposure and votes on facts (SPEC-0028, REQ-17): which fact each surface showed to which run, and
+"""Exposure and votes on facts (REQ-17; docs/contracts.md, "Exposure and votes"): which fact each surface showed to which run, and
 the runs' votes, counted only when the voting run had not been shown the fact (independence)."""
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def record_exposure(
     """Write one exposure row per distinct fact served to the run on `surface` (REQ-17); returns the count.
 
     A prepended briefing uses surface `briefing_prompt` and no call id. Call it in the same write as
-    serving, so a failure withholds both (SPEC-0028's withhold-on-failure rule is the caller's).
+    serving, so a failure withholds both (withholding the facts when exposure cannot be written is the
+    caller's rule).
     """
     if surface not in _SURFACES:
         raise InvalidArgument(
@@ -90,7 +91,7 @@ def was_exposed(db: Db, run_id: str, fact_id: str) -> bool:
 def cast_vote(
     db: Db, *, fact_id: str, run_id: str, harness: str, stance: Stance, now: datetime
 ) -> Vote:
-    """Store a vote; it is counted only if the run was never exposed to the fact (SPEC-0028, REQ-17).
+    """Store a vote; it is counted only if the run was never exposed to the fact (REQ-17).
 
     Raises InvalidArgument (stance) or UnknownFact.
     """
