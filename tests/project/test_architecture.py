@@ -99,7 +99,6 @@ SQL_NOT_YET_IN_STORE = {
     "agents/excerpt_repair.py": "rewrites stored episode bodies",
     "agents/run_rows.py": "the rows of the runs the daemon started (agent_runs)",
     "service/ingest.py": "the ingest's pending-row update",
-    "service/installs.py": "resident installs from the run tokens' rows",
     "testing/postgres.py": "test support: configures the throwaway PostgreSQL server itself",
 }
 

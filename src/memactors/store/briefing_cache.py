@@ -37,6 +37,13 @@ def get_cached_briefing(db: Db, harness: str, run_id: str) -> CachedBriefing | N
     return CachedBriefing(harness, run_id, str(document), str(doc_json), json.loads(str(items)), str(computed_at))
 
 
+def computed_at(db: Db, harness: str, run_id: str) -> str | None:
+    """When the run's cached briefing was computed, or None (no cached briefing)."""
+    row = db.execute("SELECT computed_at FROM briefings WHERE harness = ? AND run_id = ?",
+                     [harness, run_id]).fetchone()
+    return None if row is None else str(row[0])
+
+
 def put_cached_briefing(
     db: Db,
     harness: str,

@@ -126,6 +126,22 @@ def run_place(db: Db, harness: str, run_id: str | None) -> tuple[str, str | None
     return None
 
 
+def adapter_sessions(db: Db, harness: str, adapter: str) -> tuple[Any, int]:
+    """(last ingested_at, how many runs) of the harness's runs through `adapter`."""
+    row = db.execute("SELECT max(ingested_at), count(*) FROM runs WHERE harness = ? AND adapter = ?",
+                     [harness, adapter]).fetchone()
+    return row[0], int(row[1] or 0)
+
+
+def recent_records(db: Db, harness: str, adapter: str, limit: int) -> list[tuple[Any, Any]]:
+    """(stored run record or None, ingested_at) of the harness's latest `limit` runs through `adapter`,
+    newest first."""
+    rows = db.execute("SELECT r.record, s.ingested_at FROM runs s LEFT JOIN run_records r ON r.id = s.record_id"
+                      " WHERE s.harness = ? AND s.adapter = ? ORDER BY s.ingested_at DESC LIMIT ?",
+                      [harness, adapter, limit]).fetchall()
+    return [(record, ingested) for record, ingested in rows]
+
+
 def latest_repo(db: Db, harness: str) -> str | None:
     """The repository of the harness's latest ingested run in one, or None."""
     row = db.execute("SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime
+from typing import Any
 
 import attrs
 
@@ -63,6 +64,14 @@ def expire_run_tokens(db: Db, *, harness: str, run_id: str, at: datetime) -> int
     cur = db.execute("UPDATE run_callers SET expires_at = ? WHERE harness = ? AND run_id = ?"
                      " AND (expires_at IS NULL OR expires_at > ?)", [at_text(at), harness, run_id, at_text(at)])
     return int(cur.rowcount)
+
+
+def resident_tokens(db: Db) -> list[tuple[Any, ...]]:
+    """One row per resident run (run id ``resident-…``) that holds tokens: (harness, run_id, workdir,
+    first created_at, last expires_at), by harness and run id."""
+    return [tuple(r) for r in db.execute(
+        "SELECT harness, run_id, max(workdir), min(created_at), max(expires_at) FROM run_callers"
+        " WHERE run_id LIKE 'resident-%' GROUP BY harness, run_id ORDER BY harness, run_id").fetchall()]
 
 
 def revoke_run_tokens(db: Db, *, harness: str, run_id: str) -> int:
