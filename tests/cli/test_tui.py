@@ -149,9 +149,11 @@ async def wait_for(base: list[str], text: str, *, present: bool = True) -> str:
 async def wait_for_change(base: list[str], before: str) -> str:
     """Wait until the screen shows something other than `before` (a key's effect): the state, not a delay."""
     with trio.fail_after(60):
-        while (shown := await screen(base)) == before:
+        while True:
+            shown = await screen(base)
+            if shown != before:
+                return shown
             await trio.sleep(0.1)
-        return shown
 
 
 @pytest.mark.slow
