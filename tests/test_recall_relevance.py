@@ -100,6 +100,33 @@ async def test_an_episode_without_its_vector_yet_ranks_where_bm25_alone_ranks_it
     assert _ids(half)[0] == answer_id  # not pushed below by the vector it does not have yet
 
 
+async def test_while_most_episodes_wait_for_their_vector_the_few_embedded_do_not_jump_bm25s_order(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    # Episodes matching the question less and less by their words, and a dozen sharing only "ledger";
+    # only the fourth has its vector (what the back-fill's first pages give it), so it is the cosine
+    # ranking's one hit and best.
+    texts = ("ledger rounding reconcile invoices fixed", "ledger rounding reconcile notes",
+             "ledger rounding drift in a long export of the monthly totals page",
+             "ledger invoices cleanup of the old monthly export code",
+             "ledger notes for the monthly export")
+    ids = [await _ingest(memory, f"{n + 1}", text, f"2026-11-{10 + n}T09:00:00Z") for n, text in enumerate(texts)]
+    others = [await _ingest(memory, f"{n + 10}", f"ledger housekeeping {n}", f"2026-10-{10 + n}T09:00:00Z")
+              for n in range(12)]
+    assert await memory.builtin.wait_embedded() == 0
+    await _drop_vectors(memory, [eid for n, eid in enumerate(ids) if n != 3] + others)
+    memory.builtin.relevance_floor = 0.0  # the order, whatever each item's score
+    query = "ledger rounding reconcile invoices"
+    half = await memory.recall(query=query, repo=API)
+    assert half["degraded"] is None
+    memory.builtin.query_embedder = _failing_embedder
+    memory.builtin._query_vectors.clear()
+    text_only = await memory.recall(query=query, repo=API)
+    assert text_only["degraded"] == "embeddings_unavailable"
+    assert ids[3] in _ids(text_only)[1:]
+    assert _ids(half) == _ids(text_only)
+
+
 async def _failing_embedder(texts: Any) -> list[list[float]]:
     from memactors.modelapi import ModelApiError
 

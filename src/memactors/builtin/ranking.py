@@ -346,7 +346,12 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
     `embedded`, when given, holds the text hits that have a vector. A text hit without one (recorded,
     not yet back-filled: right after `runs ingest` or an import) is ranked on the signal it has — its
     text score, whole — not pushed down by the cosine score it cannot have (issue 38: with the missing
-    cosine counted 0, recall on a half-embedded store fell below BM25 alone).
+    cosine counted 0, recall on a half-embedded store fell below BM25 alone). And the cosine ranking
+    weighs in proportion to the share of the text ranking's best FUSE_DEPTH that have a vector
+    ((1 − TEXT_WEIGHT) × share, the text the rest): while the back-fill runs, the cosine ranking is the
+    best of the few episodes embedded so far, and its min-max-normalised first place says little (a
+    cosine-only or embedded weak text match had jumped above BM25's better ones: natural other words
+    0.502 against BM25's 0.530 right after ingest). Every hit embedded: the weights above.
 
     Measured against REQ-11's RRF (k = 60) of the same two lists (bench/fusion_sweep.py, 266 questions
     through the built-in provider): every question set at or above BM25 alone, where RRF lost 6 points
@@ -359,11 +364,14 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
         return {eid: (v - low) / (high - low) if high > low else 1.0 for eid, v in best.items()}
 
     t, c = normalised(text), normalised(cosine)
+    top = text[:FUSE_DEPTH]
+    share = 1.0 if embedded is None or not top else sum(h.episode_id in embedded for h in top) / len(top)
+    cosine_weight = (1 - TEXT_WEIGHT) * share
 
     def blend(eid: str) -> float:
         if embedded is not None and eid not in embedded and eid not in c:
             return t.get(eid, 0.0)
-        return TEXT_WEIGHT * t.get(eid, 0.0) + (1 - TEXT_WEIGHT) * c.get(eid, 0.0)
+        return (1 - cosine_weight) * t.get(eid, 0.0) + cosine_weight * c.get(eid, 0.0)
 
     fused = {eid: blend(eid) for eid in (*t, *c)}
     if text and (len(text) == 1 or (text[1].score > 0 and text[0].score >= CONFIDENT * text[1].score)):
