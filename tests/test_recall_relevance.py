@@ -147,6 +147,23 @@ async def test_recall_answers_nothing_when_no_episode_is_relevant_and_scores_are
     assert scores and all(RELEVANCE_FLOOR <= s <= 1.0 for s in scores)
 
 
+async def test_a_question_whose_key_words_the_repository_never_holds_is_answered_with_nothing(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    for n, text in enumerate(("ledger rounding fixed in the nightly export", "ledger totals page layout",
+                              "ledger export renamed", "ledger rounding notes for invoices")):
+        await _ingest(memory, f"{n + 1}", text, f"2026-11-1{n}T09:00:00Z")
+    assert await memory.builtin.wait_embedded() == 0
+    # Every episode says "ledger", and the first shares "rounding" and "export" with the question too:
+    # its words and its vector are close, but what the question is about (a GraphQL subscription
+    # client) no episode of the repository ever mentions.
+    assert (await memory.recall(query="ledger rounding export graphql subscription client",
+                                repo=API))["episodes"] == []
+    # The same words without the unknown ones find it.
+    found = await memory.recall(query="ledger rounding export", repo=API)
+    assert [e["run_id"] for e in found["episodes"]][:1] == ["1"]
+
+
 def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:
     structured = answer["structured"]
     return [i for s in structured["sections"] if s["name"] == "episodes" for i in s["items"]]
