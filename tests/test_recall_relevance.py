@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memactors.builtin import ranking
 from memactors.builtin.ranking import RELEVANCE_FLOOR
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
@@ -148,8 +149,11 @@ async def test_recall_answers_nothing_when_no_episode_is_relevant_and_scores_are
 
 
 async def test_a_question_whose_key_words_the_repository_never_holds_is_answered_with_nothing(
-        hybrid: MemoryService) -> None:
+        hybrid: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = hybrid
+    # A word none of a thousand episodes says counts whole (`ranking.UNKNOWN_DOCS`); these four stand
+    # for such a repository here.
+    monkeypatch.setattr(ranking, "UNKNOWN_DOCS", 4)
     for n, text in enumerate(("ledger rounding fixed in the nightly export", "ledger totals page layout",
                               "ledger export renamed", "ledger rounding notes for invoices")):
         await _ingest(memory, f"{n + 1}", text, f"2026-11-1{n}T09:00:00Z")
