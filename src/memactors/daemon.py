@@ -32,7 +32,8 @@ from .gateway import start_gateway
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc.methods import operator_methods
-from .rpc.transport import ensure_tokens, serve_rpc
+from .rpc.server import serve_rpc
+from .rpc.tokens import ensure_tokens
 from .service import open_memory_service
 from .store import private_dir
 from .store.health import disk_full_at_start

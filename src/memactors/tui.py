@@ -224,7 +224,8 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
     import trio
     import urwid
 
-    from .rpc.transport import RpcError, connect_rpc
+    from .rpc.client import connect_rpc
+    from .rpc.frames import RpcError
 
     service = "harness.v1.MemoryService"
     state = TuiState(harnesses)

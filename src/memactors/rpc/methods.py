@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
-from .transport import Method
+from .server import Method
 
 if TYPE_CHECKING:
     from ..service import MemoryService
