@@ -380,7 +380,7 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
     elif layout == "codex":
         changes = _plan_codex(target, env, install=install, url=url, token=token, hook_command=hook_command,
                               start_command=start_command)
-    elif target.agent in _more.AGENTS:  # one JSON settings file (and a plugin or extension): _agentfiles_more
+    elif layout is not None:  # one JSON settings file (and a plugin or extension): _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
                    in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
                                  hook_command=hook_command, start_command=start_command, plugin_file=plugin_file,

@@ -37,19 +37,25 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    """Add ``gemini-cli`` and ``opencode`` to ``memactors hook`` (``cli.agents`` makes that group)."""
+    """Add ``hook <agent> session-start|session-end`` for every agent described with the ``gemini`` or
+    ``opencode`` layout (``adapters.kinds``), and pi's hooks, to ``memactors hook`` (``cli.agents`` makes that
+    group)."""
+    from ..adapters.kinds import KINDS
     from ._session_start import add_session_start
 
     hook = sub.choices["hook"]
     [groups] = [a for a in hook._actions if isinstance(a, argparse._SubParsersAction)]
-    for agent, start_help, end_help in (
-            ("gemini-cli", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
-             "SessionEnd hook: the session file (transcript_path) as a run record"),
-            ("opencode", "run by memactors' OpenCode plugin: print this resident's briefing, fenced",
-             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record"),
-            ("qwen-code", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
-             "SessionEnd hook: the chat recording (transcript_path) as a run record")):
-        events = groups.add_parser(agent, help=f"{agent} hooks").add_subparsers(dest="hook_event", required=True)
+    helps = {"gemini": ("SessionStart hook: this resident's briefing, fenced, as the session's additional context",
+                        "SessionEnd hook: the session file (transcript_path) as a run record"),
+             "opencode": ("run by memactors' plugin: print this resident's briefing, fenced",
+                          "run by memactors' plugin at exit: the session's parts (stdin) as a run record")}
+    for described in KINDS.values():
+        if described.layout not in helps:
+            continue
+        start_help, end_help = helps[described.layout]
+        agent = described.name
+        events = groups.add_parser(agent, help=f"{described.title} hooks").add_subparsers(dest="hook_event",
+                                                                                         required=True)
         add_session_start(events, cmd_session_start, help=start_help, agent=agent)
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
