@@ -285,6 +285,13 @@ def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
     words_stay_words(db)
 
 
+@migrations(name="0013_runs_by_session")
+def _m0013_runs_by_session(db: sqlite_utils.Database) -> None:
+    """An index on runs by (adapter, run id): an import's "is this session recorded already, under any
+    harness" (`actors.index.sessions_recorded`) reads those rows, not every run."""
+    db.executescript(_sql("0013_runs_by_session"))
+
+
 class SqliteDialect:
     """The SQL that is SQLite's own, for code that runs on both engines (see `store.Db`)."""
 
