@@ -45,7 +45,9 @@ concurrently with the BM25 search; a query that cannot be embedded is answered f
 Item text is the episode's gist (`gist.gist`, issue 17): the run's own words first (its summary, else
 the start of its excerpt), then the words around the query's when they come later, then what it touched
 and which verify failures it had — no field names, nothing the provenance line says, only the episode's
-own words. At most MAX_ITEM_TEXT characters; the whole episode is one `memactors memory episodes <id>` away.
+own words. At most MAX_ITEM_TEXT characters; for a briefing's (metadata-only) query, the run's first
+sentence and what it touched, at most BRIEFING_ITEM_TEXT (issue 38: two fit a default briefing). The
+whole episode is one `memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
 unknown id answers `{forgotten: false}`.
@@ -97,6 +99,7 @@ from .ranking import briefing_rank as briefing_rank
 from .ranking import coverage as coverage
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
+from .ranking import names_scope as names_scope
 from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
@@ -112,6 +115,11 @@ CONTRACT_VERSION = 1
 #: item fits whole in a default briefing's episodes share (500 characters with its one-line provenance
 #: and fence, REQ-14: placed whole or dropped whole).
 MAX_ITEM_TEXT = 320
+#: Bound on the text of an item answering a briefing's query (a metadata-only query, REQ-14): the first
+#: line of what the run said, then what it touched (`gist.gist` with `subject`). Small enough that two
+#: items fit whole in a default briefing's 500-character episodes share with their provenance lines
+#: (up to ~110 characters: a 40-hex `git-<sha>` run id) and fences (issue 38: at 320, one did).
+BRIEFING_ITEM_TEXT = 80
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
 #: Characters of an episode's embedding text (`embedding_text`): more than the model's window holds.
@@ -186,9 +194,10 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
+def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str], *,
+               briefing: bool = False) -> dict[str, str]:
     """Each hit's item text, its gist (`gist.gist`) for the query's `words`, from its stored fields in
-    one statement for all the hits."""
+    one statement for all the hits; for a briefing's query, its short form (BRIEFING_ITEM_TEXT)."""
     if not hits:
         return {}
     ids = list(dict.fromkeys(hit.doc_id for hit in hits))
@@ -199,7 +208,9 @@ def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[s
                 f" WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk).fetchall():
             rows[int(r[0])] = {"summary": r[1], "result_excerpt": r[2], "files_touched": json.loads(r[3]),
                                "verify_failures": json.loads(r[4])}
-    return {hit.episode_id: gist(rows[hit.doc_id], words, MAX_ITEM_TEXT) for hit in hits if hit.doc_id in rows}
+    width = BRIEFING_ITEM_TEXT if briefing else MAX_ITEM_TEXT
+    return {hit.episode_id: gist(rows[hit.doc_id], words, width, subject=briefing)
+            for hit in hits if hit.doc_id in rows}
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
@@ -475,7 +486,7 @@ class BuiltinProvider:
 
         def text_ranking(db: Any) -> list[Hit]:
             nonlocal meta_mode
-            meta_mode = bool(words) and index.metadata_only(db, words, scopes)
+            meta_mode = bool(words) and (names_scope(words, scopes) or index.metadata_only(db, words, scopes))
             if meta_mode:
                 return index.briefing_order(db, words, scopes)
             if words:
@@ -528,7 +539,7 @@ class BuiltinProvider:
                               if eid not in path_rank and score[eid] >= floor][:limit - len(order)]
             else:
                 order = [eid for eid in rank(fused, started, len(fused)) if score[eid] >= floor][:limit]
-            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
+            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words, briefing=meta_mode)
             return [(eid, texts[eid], score[eid]) for eid in order if eid in texts]
 
         def text_only(db: Any) -> list[tuple[str, str, float]]:

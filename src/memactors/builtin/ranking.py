@@ -201,6 +201,20 @@ def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequ
     return briefing_rank(rows, words, harnesses)
 
 
+def names_scope(words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words begin with the words of one of the requested scopes' repository (a
+    ``project:<repository>`` scope): REQ-14's briefing query, repository then branch and harness name.
+    It is a metadata-only query however common the words of its branch or harness are (issue 38: a
+    harness named `docs` or `test-fixer`, whose name is also a word of many commits, turned the briefing
+    into a text search that served 800th-newest commits, or nothing above the relevance floor)."""
+    for scope in scopes:
+        if scope.startswith("project:"):
+            repo = search_words(scope.removeprefix("project:"))
+            if repo and list(words[:len(repo)]) == repo:
+                return True
+    return False
+
+
 def briefing_harness(words: Sequence[str], names: Sequence[str]) -> frozenset[str]:
     """The harness a metadata-only query names (REQ-14's query: repository, branch and harness name),
     among the scope's harness `names`: one whose every word (less STOPWORDS) is a word of the query,
