@@ -271,10 +271,36 @@ def ensure_vec_table(db: Db, model: str, dim: int) -> None:
         db.execute("DROP TABLE builtin_vec")
     db.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY REFERENCES builtin_docs (doc_id)"
                f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, embedding vector({int(dim)}) NOT NULL)")
-    db.execute("CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)")
+    for statement in index_sql(VEC_INDEX, 0):
+        db.execute(statement)
     db.execute("CREATE INDEX builtin_vec_by_scope ON builtin_vec (scope)")
     db.executemany("INSERT INTO builtin_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
                    " SET value = excluded.value", [("vec_model", model), ("vec_dim", str(dim))])
+
+
+#: The approximate index over `builtin_vec` (bench/scale.py measures both kinds: build time, knn p50,
+#: recall@8 against exact; docs/benchmarks.md, "A million episodes").
+VEC_INDEX = "hnsw"
+
+
+def index_sql(kind: str, rows: int) -> list[str]:
+    """The statements that build `builtin_vec`'s approximate cosine index of `kind` (`hnsw`: pgvector's
+    defaults m = 16, ef_construction = 64; `ivfflat`: rows / 1000 lists, at least 10, built over the rows
+    there are)."""
+    if kind == "hnsw":
+        return ["CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)"]
+    lists = max(10, rows // 1000)
+    return [f"CREATE INDEX builtin_vec_ivfflat ON builtin_vec USING ivfflat (embedding vector_cosine_ops)"
+            f" WITH (lists = {lists})"]
+
+
+def knn_settings(kind: str) -> list[str]:
+    """The `SET LOCAL`s a knn runs under with an index of `kind`. The scan is filtered by scope: it looks
+    further than the defaults and keeps scanning until CANDIDATES rows of the caller's scopes are found
+    (pgvector >= 0.8's iterative scans; on an older one these are placeholders PostgreSQL ignores)."""
+    if kind == "hnsw":
+        return [f"SET LOCAL hnsw.ef_search = {CANDIDATES}", "SET LOCAL hnsw.iterative_scan = 'relaxed_order'"]
+    return ["SET LOCAL ivfflat.probes = 10", "SET LOCAL ivfflat.iterative_scan = 'relaxed_order'"]
 
 
 def _literal(vector: Sequence[float]) -> str:
@@ -312,11 +338,9 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
-    # The HNSW scan is filtered by scope: let it look further than its default 40 candidates, and keep
-    # scanning until CANDIDATES rows of the caller's scopes are found (pgvector >= 0.8; on an older one
-    # these are placeholders PostgreSQL ignores). The outer ORDER BY puts relaxed-order results in order.
-    db.execute(f"SET LOCAL hnsw.ef_search = {CANDIDATES}")
-    db.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    # The outer ORDER BY puts relaxed-order results in order.
+    for setting in knn_settings(VEC_INDEX):
+        db.execute(setting)
     rows = db.execute(
         "SELECT episode_id, doc_id, started_at, distance FROM ("
         " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"

@@ -182,6 +182,20 @@ def vector_count(db: sqlite_utils.Database) -> tuple[int, int]:
     return total, total - missing_vectors(db)
 
 
+#: How `builtin_vec` holds a vector (bench/scale.py prints it beside its figures).
+VEC_FORM = "float32"
+
+
+def query_form() -> str:
+    """The SQL expression a query vector's parameter takes in a `MATCH` against `builtin_vec`."""
+    return "?"
+
+
+def query_blob(vector: Sequence[float]) -> bytes:
+    """A query vector as `query_form` takes it."""
+    return sqlite_vec.serialize_float32(list(vector))
+
+
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each), closest
     first."""
