@@ -39,6 +39,7 @@ ef_search, IVFFlat's probes as the provider sets them). It prints the machine an
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -163,8 +164,12 @@ async def build(target: Path | str, items: list[dict[str, Any]], vectors: np.nda
                 _write_batch(db, chunk, store.engine)
                 for k, it in enumerate(chunk):
                     eid = builtin_episode_id(it)
-                    doc_id, scope, digest = db.execute(
-                        "SELECT doc_id, scope, content_hash FROM builtin_docs WHERE episode_id = ?", [eid]).fetchone()
+                    doc_id, scope, summary, excerpt, failures = db.execute(
+                        "SELECT doc_id, scope, summary, excerpt, failures FROM builtin_docs WHERE episode_id = ?",
+                        [eid]).fetchone()
+                    # the cache's key, as the back-fill makes it
+                    digest = builtin.text_digest(builtin.embedding_text(summary or "", excerpt or "",
+                                                                        json.loads(failures or "[]")))
                     doc_ids[start + k] = int(doc_id)
                     vec = vectors[start + k].tolist()
                     if store.engine == "postgresql":
@@ -323,6 +328,11 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
         print(f"    store file {size_b / size:.0f} B/episode", flush=True)
         raw = SqliteRaw(state / "memactors.db")
         try:
+            t = time.perf_counter()
+            res = await measure(root, state, None, raw, queries, vectors, doc_ids, zs)
+            print(f"    (the service's start and the measurement took {time.perf_counter() - t:.0f} s)", flush=True)
+            show(f"sqlite ({index_sqlite.VEC_FORM})", res)
+            return
             show(f"sqlite ({index_sqlite.VEC_FORM})", await measure(root, state, None, raw, queries, vectors, doc_ids, zs))
         finally:
             raw.close()

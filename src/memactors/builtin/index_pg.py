@@ -43,6 +43,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from .index_sqlite import as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
 
 CANDIDATES = 200
@@ -436,13 +437,16 @@ def warn_without_vectors(db: Db, model: str) -> bool:
 
 def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
     """Give the document its vector from the embedding cache (when pgvector is there); False when the
-    cache has none for this content and model."""
-    blob = cached_vector(db, digest, model)
-    if blob is None:
+    cache has none for this content and model (a row copied from a SQLite store that only pointed at
+    its document's vector there is none)."""
+    row = db.execute("SELECT vector, dim FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    if row is None or not row[0]:
         return False
     if not has_vector(db, doc_id):
-        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
-                     vector=list(memoryview(blob).cast("f")), blob=blob)
+        vector = as_floats(bytes(row[0]), int(row[1]))
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector,
+                     blob=sqlite_vec.serialize_float32(vector))
     return True
 
 
@@ -455,15 +459,15 @@ async def copy_vectors(source: Store, target: Store) -> None:
     vectors from sqlite-vec (a SQLite `source`) into pgvector (`target`), by episode (doc ids differ),
     when pgvector is installed."""
 
-    def read(db: Db) -> tuple[str | None, list[tuple[str, str, bytes]]]:
+    def read(db: Db) -> tuple[str | None, int, list[tuple[str, str, bytes]]]:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'builtin_vec'").fetchone():
-            return None, []
-        model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+            return None, 0, []
+        meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
         rows = db.execute("SELECT d.episode_id, d.scope, v.embedding FROM builtin_vec v"
                           " JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall()
-        return (model[0] if model else None), [(r[0], r[1], bytes(r[2])) for r in rows]
+        return meta.get("vec_model"), int(meta.get("vec_dim") or 0), [(r[0], r[1], bytes(r[2])) for r in rows]
 
-    model, vectors = await source.read(read)
+    model, dim, vectors = await source.read(read)
     if not model or not vectors:
         return
 
@@ -476,9 +480,9 @@ async def copy_vectors(source: Store, target: Store) -> None:
                              [episode_id]).fetchone()
             if row is None or has_vector(db, int(row[0])):
                 continue
-            vector = list(memoryview(blob).cast("f"))
+            vector = as_floats(blob, dim)  # SQLite's int8 (or an older store's float32)
             write_vector(db, doc_id=int(row[0]), scope=scope, model=model, digest=row[1],
-                                     vector=vector, blob=blob)
+                         vector=vector, blob=sqlite_vec.serialize_float32(vector))
             n += 1
         return n
 
