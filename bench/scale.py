@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -60,7 +59,7 @@ from user_paths import machine  # noqa: E402
 from memactors import builtin  # noqa: E402
 from memactors.builtin import index_pg, index_sqlite, vector_model  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
-from memactors.embedding import BUILTIN_MODEL, DIM, shared_model  # noqa: E402
+from memactors.embedding import BUILTIN_MODEL, shared_model  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
@@ -332,8 +331,6 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
             res = await measure(root, state, None, raw, queries, vectors, doc_ids, zs)
             print(f"    (the service's start and the measurement took {time.perf_counter() - t:.0f} s)", flush=True)
             show(f"sqlite ({index_sqlite.VEC_FORM})", res)
-            return
-            show(f"sqlite ({index_sqlite.VEC_FORM})", await measure(root, state, None, raw, queries, vectors, doc_ids, zs))
         finally:
             raw.close()
         return

@@ -181,6 +181,11 @@ def vector_model(model: str) -> str:
     return f"{model}+text{EMBED_TEXT_VERSION}"
 
 
+def doc_digest(summary: str, excerpt: str, failures: str) -> str:
+    """The embedding cache's key of a stored document's text (its `failures` as JSON): `DocDigest`."""
+    return text_digest(embedding_text(summary, excerpt, json.loads(failures or "[]")))
+
+
 def text_digest(text: str) -> str:
     """The embedding cache key's content part for an embedding text."""
     return hashlib.sha256(text.encode()).hexdigest()
@@ -301,7 +306,7 @@ class BuiltinProvider:
         """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
         SQLite engine; PostgreSQL needs pgvector, and says once when it is missing)."""
         model = self.embedding_model
-        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model)))
+        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model, doc_digest)))
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
-from .index_sqlite import as_floats
+from .index import DocDigest, as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
 
 CANDIDATES = 200
@@ -440,11 +440,11 @@ def vector_count(db: Db) -> tuple[int, int]:
     return total, total - missing_vectors(db)
 
 
-def warn_without_vectors(db: Db, model: str) -> bool:
+def warn_without_vectors(db: Db, model: str, doc_digest: DocDigest) -> bool:
     """At start, with an embedding model configured: whether pgvector is there. When it is not, one WARN
     says recall ranks by text and the path boost alone (REQ-11's fusion without the cosine ranking)."""
     if has_pgvector(db):
-        cache_once(db)
+        cache_once(db, doc_digest)
         return True
     _log.bind(embedding_model=model).warning(
         "pgvector is not installed in the store's database: the built-in provider ranks by text alone"
@@ -476,20 +476,18 @@ def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: st
     return True
 
 
-def cache_once(db: Db) -> int:
+def cache_once(db: Db, doc_digest: DocDigest) -> int:
     """Store each vector once (at start, as `index_sqlite.cache_once`): cache rows that copy a live
     document's vector point at it instead; returns the rows pointed."""
     if db.execute("SELECT 1 FROM builtin_meta WHERE key = 'cache_form'").fetchone() is not None:
         return 0
-    from . import embedding_text, text_digest  # the provider's embedding text: the cache's key
-
     pointed = 0
     model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
     if _vec_exists(db) and model is not None:
         for doc_id, summary, excerpt, failures in db.execute(
                 "SELECT d.doc_id, d.summary, d.excerpt, d.failures FROM builtin_docs d"
                 " JOIN builtin_vec v ON v.doc_id = d.doc_id").fetchall():
-            digest = text_digest(embedding_text(summary or "", excerpt or "", json.loads(failures or "[]")))
+            digest = doc_digest(summary or "", excerpt or "", failures or "[]")
             pointed += db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = ? WHERE content_hash = ?"
                                   " AND model = ? AND doc_id IS NULL", [b"", int(doc_id), digest, model[0]]).rowcount
     db.execute("INSERT INTO builtin_meta (key, value) VALUES ('cache_form', 'by_doc') ON CONFLICT (key) DO NOTHING")

@@ -15,7 +15,6 @@ The flow over them (record, embed, recall with REQ-11's fusion, forget) is `buil
 from __future__ import annotations
 
 import json
-from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,8 @@ import sqlite_utils
 
 from ..store import scope_doc_id, scope_key
 from ..store.builtin_docs import FTS_COLUMNS
+from .index import as_floats as as_floats
+from .index import quantize, stored_form
 from .ranking import (
     CANDIDATES,
     Evidence,
@@ -37,7 +38,7 @@ from .ranking import (
 
 if TYPE_CHECKING:
     from ..store.builtin_docs import DocFields
-    from .index import DocIndex
+    from .index import DocDigest, DocIndex
 
 
 def put_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
@@ -92,37 +93,12 @@ VEC_CHUNK = 128
 VEC_FORM = "int8"
 
 
-def quantize(vector: Sequence[float]) -> bytes:
-    """A vector as `builtin_vec` holds it (VEC_FORM): int8, scaled so its largest component is ±127."""
-    peak = max((abs(float(x)) for x in vector), default=0.0) or 1.0
-    return array("b", (round(float(x) * 127.0 / peak) for x in vector)).tobytes()
-
-
-def stored_form(blob: bytes, dim: int) -> bytes:
-    """A vector's bytes in VEC_FORM, from either form a store has held: int8 (`dim` bytes) or an older
-    store's float32 (sqlite-vec's serialisation, 4 × `dim` bytes)."""
-    if len(blob) == 4 * dim:
-        return quantize(memoryview(blob).cast("f").tolist())
-    if len(blob) != dim:
-        raise ValueError(f"a stored vector of {len(blob)} bytes is neither int8 nor float32 of dimension {dim}")
-    return blob
-
-
-def as_floats(blob: bytes, dim: int) -> list[float]:
-    """A stored vector (either form) as a unit float vector, for an engine that stores floats (pgvector)."""
-    if len(blob) == 4 * dim:
-        return memoryview(blob).cast("f").tolist()
-    values = array("b", stored_form(blob, dim)).tolist()
-    norm = sum(v * v for v in values) ** 0.5 or 1.0
-    return [v / norm for v in values]
-
-
 def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
     db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
                f" scope TEXT PARTITION KEY, embedding int8[{int(dim)}] distance_metric=cosine,"
                f" chunk_size={VEC_CHUNK})")
-    db.executemany("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES (?, ?)",
-                   [("vec_chunk", str(VEC_CHUNK)), ("vec_form", VEC_FORM)])
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?), ('vec_form', ?)",
+               [str(VEC_CHUNK), VEC_FORM])
 
 
 def _insert_vec(db: sqlite_utils.Database, doc_id: int, scope: str, blob: bytes) -> None:
@@ -163,7 +139,7 @@ def compact_vec_table(db: sqlite_utils.Database) -> bool:
     return True
 
 
-def cache_once(db: sqlite_utils.Database) -> int:
+def cache_once(db: sqlite_utils.Database, doc_digest: DocDigest) -> int:
     """Store each vector once (run once at start, `check_vectors`): a store made before the cache
     pointed at `builtin_vec` holds every live document's vector twice, in `builtin_vec` and in its
     `builtin_embed_cache` row. Each such row is pointed at its document (its embedding text's digest
@@ -171,8 +147,6 @@ def cache_once(db: sqlite_utils.Database) -> int:
     VEC_FORM. Returns the rows pointed."""
     if db.execute("SELECT value FROM builtin_meta WHERE key = 'cache_form'").fetchone() is not None:
         return 0
-    from . import embedding_text, text_digest  # the provider's embedding text: the cache's key
-
     pointed = 0
     meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
     if vec_exists(db) and meta.get("vec_model"):
@@ -180,7 +154,7 @@ def cache_once(db: sqlite_utils.Database) -> int:
         for doc_id, summary, excerpt, failures in db.execute(
                 "SELECT d.doc_id, d.summary, d.excerpt, d.failures FROM builtin_docs d"
                 " JOIN builtin_vec v ON v.doc_id = d.doc_id").fetchall():
-            digest = text_digest(embedding_text(summary or "", excerpt or "", json.loads(failures or "[]")))
+            digest = doc_digest(summary or "", excerpt or "", failures or "[]")
             pointed += db.execute("UPDATE builtin_embed_cache SET vector = X'', doc_id = ? WHERE content_hash = ?"
                                   " AND model = ? AND doc_id IS NULL", [int(doc_id), digest, model]).rowcount
     for rowid, dim, blob in db.execute("SELECT rowid, dim, vector FROM builtin_embed_cache"
@@ -193,11 +167,16 @@ def cache_once(db: sqlite_utils.Database) -> int:
 def _keep_in_cache(db: sqlite_utils.Database, doc_id: int | None = None) -> None:
     """Before a vector leaves `builtin_vec` (its document deleted, or every vector retired): a cache row
     pointing at it gets its own copy, so the same text later gets its vector back without the model."""
-    where = "" if doc_id is None else f" WHERE c.doc_id = {int(doc_id)}"
-    rows = db.execute("SELECT c.rowid, v.embedding FROM builtin_embed_cache c JOIN builtin_vec v"
-                      f" ON v.doc_id = c.doc_id{where}").fetchall()
-    db.executemany("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE rowid = ?",
-                   [(bytes(e), r) for r, e in rows])
+    if doc_id is None:
+        rows = db.execute("SELECT c.rowid, v.embedding FROM builtin_embed_cache c JOIN builtin_vec v"
+                          " ON v.doc_id = c.doc_id").fetchall()
+    else:  # the vec0 row by its key, not a join vec0 might answer by a scan
+        pointing = db.execute("SELECT rowid FROM builtin_embed_cache WHERE doc_id = ?", [doc_id]).fetchall()
+        found = db.execute("SELECT embedding FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() \
+            if pointing else None
+        rows = [(r[0], found[0]) for r in pointing] if found is not None else []
+    for rowid, blob in rows:
+        db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE rowid = ?", [bytes(blob), rowid])
     db.execute("DELETE FROM builtin_embed_cache WHERE doc_id IS NOT NULL"
                + ("" if doc_id is None else f" AND doc_id = {int(doc_id)}"))
 
@@ -388,9 +367,9 @@ class SqliteIndex:
     vector_count = staticmethod(vector_count)
 
     @staticmethod
-    def check_vectors(db: sqlite_utils.Database, model: str) -> bool:
+    def check_vectors(db: sqlite_utils.Database, model: str, doc_digest: DocDigest) -> bool:
         compact_vec_table(db)
-        cache_once(db)
+        cache_once(db, doc_digest)
         return True
 
 
