@@ -23,10 +23,11 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
 embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
-model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
-cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
-re-recording or re-embedding the same content never calls the model API again.
+one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
+changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
+model key, so re-recording or re-embedding the same content never calls the model API again; a cache
+row points at its document's vector rather than copying it (the vector is stored once).
 
 Ranking (`builtin/ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
 the caller's scopes, cosine (hybrid only: the query's embedding against `builtin_vec`, best 200 in the
