@@ -58,6 +58,7 @@ from user_paths import machine  # noqa: E402
 
 from memactors import builtin  # noqa: E402
 from memactors.builtin import index_pg, index_sqlite, vector_model  # noqa: E402
+from memactors.builtin.index import quantize  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.embedding import BUILTIN_MODEL, shared_model  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
@@ -384,6 +385,68 @@ async def main_async(args: argparse.Namespace) -> None:
             print(machine(), flush=True)
 
 
+def partition(n: int, queries: int, real_n: int) -> None:
+    """`--partition N`: the vector search alone over one repository of N episodes (1M episodes put ~170k
+    in the biggest of 200 Zipf-skewed repositories), in three forms side by side: vec0 float32 (exact),
+    vec0 int8 (the provider's form), and a binary (1 bit a dimension) vec0 pre-filter of the best 10 x 8
+    re-ranked by int8 cosine. The query vectors are the model's on real query texts; recall@8 against
+    numpy's exact cosine over the float32 vectors."""
+    from memactors.store.sqlite import _connect
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qs = [q for _, q in make_queries(items, queries)]
+    qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    with tempfile.TemporaryDirectory(prefix="memactors-partition-") as tmp:
+        db = _connect(Path(tmp) / "p.db")
+        dim = vectors.shape[1]
+        forms = {"float32": ("float", "?", lambda v: v.astype(np.float32).tobytes()),
+                 "int8": ("int8", "vec_int8(?)", lambda v: quantize(v.tolist())),
+                 "binary": ("bit", "vec_bit(?)", lambda v: np.packbits(v > 0, bitorder="little").tobytes())}
+        t0 = time.perf_counter()
+        for form, (kind, wrap, enc) in forms.items():
+            metric = "" if kind == "bit" else " distance_metric=cosine"
+            db.execute(f"CREATE VIRTUAL TABLE v_{form} USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
+                       f" embedding {kind}[{dim}]{metric}, chunk_size={index_sqlite.VEC_CHUNK})")
+            db.execute("BEGIN")
+            for i, v in enumerate(vectors):
+                db.execute(f"INSERT INTO v_{form} (doc_id, scope, embedding) VALUES (?, 's', {wrap})", [i + 1, enc(v)])
+            db.execute("COMMIT")
+        print(f"one partition of {n} vectors ({real_n} real, the rest derived), three forms built in"
+              f" {time.perf_counter() - t0:.0f} s", flush=True)
+        times: dict[str, list[float]] = {"float32": [], "int8": [], "binary+rerank": []}
+        cpu: dict[str, list[float]] = {k: [] for k in times}  # this process's CPU: what the wall is on a quiet machine
+        hits: dict[str, list[float]] = {k: [] for k in times}
+        for q in qvecs:
+            want = set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist())
+            for form in ("float32", "int8"):
+                kind, wrap, enc = forms[form]
+                t, c = time.perf_counter(), time.process_time()
+                got = [r[0] for r in db.execute(f"SELECT doc_id FROM v_{form} WHERE embedding MATCH {wrap} AND k = {LIMIT}"
+                                                " AND scope = 's'", [enc(q)]).fetchall()]
+                times[form].append(time.perf_counter() - t)
+                cpu[form].append(time.process_time() - c)
+                hits[form].append(len(want & set(got)) / LIMIT)
+            t, c = time.perf_counter(), time.process_time()
+            kind, wrap, enc = forms["binary"]
+            pre = [r[0] for r in db.execute(f"SELECT doc_id FROM v_binary WHERE embedding MATCH {wrap} AND k = {10 * LIMIT}"
+                                            " AND scope = 's'", [enc(q)]).fetchall()]
+            marks = ",".join("?" * len(pre))
+            got = [r[0] for r in db.execute(
+                f"SELECT doc_id FROM v_int8 WHERE doc_id IN ({marks}) ORDER BY vec_distance_cosine(embedding, vec_int8(?))"
+                f" LIMIT {LIMIT}", [*pre, forms["int8"][2](q)]).fetchall()]
+            times["binary+rerank"].append(time.perf_counter() - t)
+            cpu["binary+rerank"].append(time.process_time() - c)
+            hits["binary+rerank"].append(len(want & set(got)) / LIMIT)
+        for form, v in times.items():
+            r = stats(v)
+            print(f"    {form:<14} knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms, CPU p50"
+                  f" {statistics.median(cpu[form]) * 1000:.2f} ms   recall@8 {statistics.mean(hits[form]):.4f}", flush=True)
+        db.conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
@@ -393,8 +456,14 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
+    parser.add_argument("--partition", type=int, metavar="N",
+                        help="only the vector search over one repository of N episodes, in three forms")
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.partition:
+        partition(args.partition, args.queries, args.real)
+        print(machine(), flush=True)
+        return
     print("synthetic corpus: templated episodes; vectors: --real embedded by the model, the rest derived from them"
           " (see the docstring)", flush=True)
     trio.run(main_async, args)
