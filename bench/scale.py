@@ -447,6 +447,57 @@ def partition(n: int, queries: int, real_n: int) -> None:
         db.conn.close()
 
 
+def pg_partition(n: int, queries: int, real_n: int) -> None:
+    """`--partition N --engines postgresql`: pgvector over one repository of N vectors: each index kind
+    built and timed (`index_pg.index_sql`), its knn (the provider's settings) timed, recall@8 against
+    numpy's exact cosine. The vectors go in by COPY (not the provider's per-row write)."""
+    import psycopg
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qs = [q for _, q in make_queries(items, queries)]
+    qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "max_parallel_maintenance_workers = 1")) as cluster:
+        cluster.create_database("part")
+        cluster.admin("CREATE EXTENSION vector", dbname="part")
+        with psycopg.connect(cluster.url("part"), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT NOT NULL,"
+                         f" embedding vector({vectors.shape[1]}) NOT NULL)")
+            t = time.perf_counter()
+            with conn.cursor().copy("COPY builtin_vec (doc_id, scope, embedding) FROM STDIN") as copy:
+                for i, v in enumerate(vectors):
+                    copy.write_row((i + 1, "s", "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
+            conn.execute("VACUUM ANALYZE builtin_vec")
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            print(f"one partition of {n} vectors ({real_n} real, the rest derived) copied in"
+                  f" {time.perf_counter() - t:.0f} s", flush=True)
+            wants = [set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist()) for q in qvecs]
+            for kind in ("hnsw", "ivfflat"):
+                conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
+                conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
+                t = time.perf_counter()
+                for statement in index_pg.index_sql(kind, n):
+                    conn.execute(statement)
+                built = time.perf_counter() - t
+                size = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
+                times, hits = [], []
+                for q, want in zip(qvecs, wants, strict=True):
+                    t = time.perf_counter()
+                    with conn.transaction():
+                        for setting in index_pg.knn_settings(kind):
+                            conn.execute(setting)
+                        got = [int(r[0]) for r in conn.execute(
+                            "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector"
+                            f" LIMIT {LIMIT}", [["s"], index_pg._literal(q.tolist())]).fetchall()]
+                    times.append(time.perf_counter() - t)
+                    hits.append(len(want & set(got)) / LIMIT)
+                r = stats(times)
+                print(f"    {kind:<8} built in {built:.0f} s, {size / n:.0f} B/vector; knn p50 {r['p50_ms']} /"
+                      f" p99 {r['p99_ms']} ms   recall@8 {statistics.mean(hits):.4f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
@@ -461,7 +512,10 @@ def main() -> None:
     args = parser.parse_args()
     print(machine(), flush=True)
     if args.partition:
-        partition(args.partition, args.queries, args.real)
+        if "postgresql" in args.engines:
+            pg_partition(args.partition, args.queries, args.real)
+        if "sqlite" in args.engines:
+            partition(args.partition, args.queries, args.real)
         print(machine(), flush=True)
         return
     print("synthetic corpus: templated episodes; vectors: --real embedded by the model, the rest derived from them"
