@@ -191,8 +191,8 @@ def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str]
 def sessions_recorded(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
     """Of ``keys`` ((adapter, run id): an agent's session, whose id the agent made unique), those the store
     holds under any harness: {key: its episode id, or None without one}. For an import, which must not
-    record a second time a session a resident's hook recorded under the resident's harness. One pass over
-    the runs of those adapters (runs has no index by run id; an import is an occasional operator command)."""
+    record a second time a session a resident's hook recorded under the resident's harness. Read through
+    the ``runs_by_session`` index on (adapter, run_id) (store migrations 0013 SQLite, 0006 PostgreSQL)."""
     out: dict[tuple[str, str], str | None] = {}
     wanted = set(keys)
     for adapter in sorted({a for a, _ in wanted}):

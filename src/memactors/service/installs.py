@@ -1,4 +1,4 @@
-"""Whether each resident install is working (issue 40): for every `memactors install` (agent, scope,
+"""Whether each resident install is working: for every `memactors install` (agent, scope,
 harness), when the agent last reached the gateway, when its last briefing was served and when its last
 session was recorded — and, when sessions stop arriving, the likely cause for that agent.
 
@@ -28,32 +28,22 @@ from typing import Any
 import attrs
 
 from .._wire import parse_time
+from ..adapters.kinds import KINDS
 from ..store import iso
+from ..store.briefing_cache import computed_at
+from ..store.run_history import adapter_sessions, recent_records
+from ..store.run_tokens import resident_tokens
 
 __all__ = ["SILENT_SECONDS", "InstallActivity", "install_rows", "likely_cause", "read_installs"]
 
 #: How long an install may go without a recorded session, after the agent was seen or while the daemon
-#: ran, before doctor warns (issue 40: "no session for a day while the daemon ran").
+#: ran, before doctor warns ("no session for a day while the daemon ran").
 SILENT_SECONDS = 86400.0
 #: A resident install's run id (``cli.install.run_id_for``).
 RESIDENT_RUN = re.compile(r"resident-(?P<agent>[a-z0-9][a-z0-9-]*?)-(?P<scope>project|user)-[0-9a-f]{8}")
-#: Agents whose sessions are recorded under this adapter name (the rest use the agent's own name).
-_ADAPTER = {"claude-code": "claude-code", "codex": "codex", "gemini-cli": "gemini-cli", "opencode": "opencode"}
 
-#: What most often keeps an agent's sessions from being recorded, per agent.
-CAUSES = {
-    "codex": ("Codex runs hooks only after you trust them, and `codex exec` skips untrusted ones without a "
-              "word: start `codex` in the project, run `/hooks` and trust memactors' SessionEnd hook (and "
-              "its SessionStart hook, installed with --briefing-at-start)"),
-    "gemini-cli": ("Gemini CLI runs a project's hooks only in a trusted folder: trust the project folder when "
-                   "Gemini CLI asks (or with `/permissions`), or install with --user"),
-    "claude-code": ("Claude Code runs the hooks of the settings files it loaded: check that `/hooks` in Claude "
-                    "Code lists memactors' SessionEnd hook (a managed policy may disable hooks)"),
-    "opencode": "OpenCode loads memactors' plugin at start: check that the plugin file install wrote is still there",
-    "qwen-code": ("Qwen Code runs its SessionEnd hook only when an interactive session ends (/quit, /clear): a "
-                  "headless `qwen \"…\"` is not recorded by the hook (run it through `memactors run`)"),
-    "pi": "pi loads memactors' extension from its settings.json `extensions`: check that the entry and the file are there",
-}
+#: What most often keeps an agent's sessions from being recorded, per agent (``adapters.kinds``).
+CAUSES = {k.name: k.cause for k in KINDS.values() if k.cause}
 DAEMON_DOWN = ("or the daemon was down when a session ended (its record waits in the spool until "
                "`memactors spool send` or the next session) or when it started")
 
@@ -91,31 +81,26 @@ def read_installs(db: Any) -> list[dict[str, Any]]:
     harness (a project's and the user's), to the project install whose directory holds the session's
     working directory, else to the user's (`_attribute`)."""
     out = []
-    rows = db.execute("SELECT harness, run_id, max(workdir), min(created_at), max(expires_at) FROM run_callers"
-                      " WHERE run_id LIKE 'resident-%' GROUP BY harness, run_id ORDER BY harness, run_id").fetchall()
+    rows = resident_tokens(db)
     for harness, run_id, workdir, created, expires in rows:
         m = RESIDENT_RUN.fullmatch(str(run_id))
         if m is None:
             continue
         agent = m.group("agent")
-        cached = db.execute("SELECT computed_at FROM briefings WHERE harness = ? AND run_id = ?",
-                            [harness, run_id]).fetchone()
+        cached = computed_at(db, str(harness), str(run_id))
         out.append({"agent": agent, "scope": m.group("scope"), "harness": str(harness), "run_id": str(run_id),
                     "workdir": str(workdir or "") or None, "installed_at": created, "expires_at": expires,
-                    "last_session_at": None, "sessions": 0, "cached_briefing_at": cached[0] if cached else None})
+                    "last_session_at": None, "sessions": 0, "cached_briefing_at": cached})
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in out:
         groups.setdefault((row["harness"], row["agent"]), []).append(row)
     for (harness, agent), installs in groups.items():
-        adapter = _ADAPTER.get(agent, agent)
+        adapter = agent  # every agent's sessions are recorded under its own name (``adapters.kinds``)
         if len(installs) == 1:
-            last = db.execute("SELECT max(ingested_at), count(*) FROM runs WHERE harness = ? AND adapter = ?",
-                              [harness, adapter]).fetchone()
-            installs[0].update(last_session_at=last[0], sessions=int(last[1] or 0))
+            last_at, count = adapter_sessions(db, harness, adapter)
+            installs[0].update(last_session_at=last_at, sessions=count)
             continue
-        sessions = db.execute("SELECT r.record, s.ingested_at FROM runs s LEFT JOIN run_records r ON r.id = s.record_id"
-                              " WHERE s.harness = ? AND s.adapter = ? ORDER BY s.ingested_at DESC LIMIT ?",
-                              [harness, adapter, ATTRIBUTED_SESSIONS]).fetchall()
+        sessions = recent_records(db, harness, adapter, ATTRIBUTED_SESSIONS)
         for record, ingested in sessions:
             owner = _attribute(_cwds(record), installs)
             if owner is not None:
