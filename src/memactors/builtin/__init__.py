@@ -23,10 +23,11 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
 embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
-model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
-cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
-re-recording or re-embedding the same content never calls the model API again.
+one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
+changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
+model key, so re-recording or re-embedding the same content never calls the model API again; a cache
+row points at its document's vector rather than copying it (the vector is stored once).
 
 Ranking (`builtin/ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
 the caller's scopes, cosine (hybrid only: the query's embedding against `builtin_vec`, best 200 in the
@@ -189,6 +190,11 @@ def vector_model(model: str) -> str:
     return f"{model}+text{EMBED_TEXT_VERSION}"
 
 
+def doc_digest(summary: str, excerpt: str, failures: str) -> str:
+    """The embedding cache's key of a stored document's text (its `failures` as JSON): `DocDigest`."""
+    return text_digest(embedding_text(summary, excerpt, json.loads(failures or "[]")))
+
+
 def text_digest(text: str) -> str:
     """The embedding cache key's content part for an embedding text."""
     return hashlib.sha256(text.encode()).hexdigest()
@@ -312,7 +318,7 @@ class BuiltinProvider:
         """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
         SQLite engine; PostgreSQL needs pgvector, and says once when it is missing)."""
         model = self.embedding_model
-        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model)))
+        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model, doc_digest)))
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
