@@ -400,3 +400,29 @@ def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> 
         episode = assemble(record, repos, excerpt_chars=600)
         expected = "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)
         assert render_text(episode) == expected
+
+
+async def test_a_batch_records_its_episodes_to_the_builtin_provider_in_one_call_and_each_is_indexed(
+        memory: MemoryService) -> None:
+    """IngestRuns hands the built-in provider the batch's new episodes in one in-process call (one
+    store transaction), not one MCP call each: the call log holds one `memory_record_episodes` call and
+    no `memory_record_episode`; every episode is still recorded, indexed, off the pending queue and
+    recallable, and a duplicate in the batch is not recorded again."""
+    out = await memory.ingest_runs(
+        [{"record": run_record(run_id=f"m{n}", result_text=f"ledger rounding fixed in module{n}"),
+          "source": f"m{n}.json"} for n in range(5)]
+        + [{"record": run_record(run_id="m0"), "source": "m0-again.json"}])
+    outcomes = [r["outcome"] for r in out["results"]]
+    assert outcomes == ["recorded"] * 5 + ["duplicate"]
+    await memory.call_log.flush()
+    tools = await memory.store.read(lambda db: [t for (t,) in db.execute(
+        "SELECT tool FROM call_log WHERE tool LIKE 'memory_record%'")])
+    assert tools == ["memory_record_episodes"]
+    indexed = await memory.store.read(lambda db: sorted(e for (e,) in db.execute(
+        "SELECT episode_id FROM memory_index WHERE provider = 'builtin'")))
+    assert indexed == sorted(r["episode_id"] for r in out["results"][:5])
+    pending = await memory.store.read(lambda db: db.execute(
+        "SELECT count(*) FROM pending WHERE kind = 'record'").fetchone()[0])
+    assert pending == 0
+    found = await memory.recall(query="module3", repo=run_record()["sessions"][0]["repo"], limit=5)
+    assert [e["episode_id"] for e in found["episodes"]] == [out["results"][3]["episode_id"]]

@@ -640,6 +640,10 @@ class BuiltinProvider:
         since any MCP client may call it. In-process the daemon has already checked the same schema.
         """
         tools = _tools()
+        if not validate_requests:  # in-process: the daemon's batch record is listed (the SDK warns otherwise)
+            tools.append(t.Tool(name=contract.RECORD_MANY, description="Store many episodes (in-process only).",
+                                input_schema={"type": "object", "required": ["episodes"],
+                                              "properties": {"episodes": {"type": "array"}}}))
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
             return t.ListToolsResult(tools=tools)
