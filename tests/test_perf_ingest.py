@@ -402,6 +402,7 @@ def test_issue11_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> 
         assert render_text(episode) == expected
 
 
+@pytest.mark.both_engines
 async def test_a_batch_records_its_episodes_to_the_builtin_provider_in_one_call_and_each_is_indexed(
         memory: MemoryService) -> None:
     """IngestRuns hands the built-in provider the batch's new episodes in one in-process call (one
