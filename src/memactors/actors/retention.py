@@ -37,8 +37,8 @@ import attrs
 import trio
 from loguru import logger
 
-from .._limits import MAX_EPISODE_BODY_BYTES
 from .. import contract
+from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
 from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
 from ..logs import LogThrottle
