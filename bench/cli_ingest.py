@@ -83,18 +83,30 @@ def start_daemon(root: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     raise SystemExit("daemon did not start")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used: what a loaded machine moves far less than
+    the wall clock."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: Daemon CPU seconds of each run, by CLI label (printed per record beside the wall clock).
+CPU: dict[str, list[float]] = {}
+
+
 def one_run(cli: list[str], records: Path) -> tuple[float, str]:
     global SOURCE
-    SOURCE = None
+    SOURCE, key = None, " ".join(cli)
     if cli[0].startswith("PYTHONPATH="):
         SOURCE, cli = cli[0].split("=", 1)[1], cli[1:]
     root = Path(tempfile.mkdtemp(prefix="cli-ingest-"))
     proc, env = start_daemon(root)
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_s(proc.pid)
         done = subprocess.run([*cli, "runs", "ingest", str(records)], env=env, capture_output=True, text=True,
                               check=False)
         elapsed = time.perf_counter() - started
+        CPU.setdefault(key, []).append(cpu_s(proc.pid) - cpu)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -114,8 +126,9 @@ def report(clis: dict[str, list[str]], records: Path, n: int, runs: int) -> dict
         times = sorted(t for t, _ in done)
         outcomes = {o for _, o in done}
         median = statistics.median(times)
+        cpu_ms = 1000 * statistics.median(CPU.pop(" ".join(clis[label]), [0.0])) / n
         print(f"  {label:<10} median {median:6.2f} s ({n / median:7.0f} records/s), min {times[0]:.2f} s, "
-              f"max {times[-1]:.2f} s: {' | '.join(sorted(outcomes))}")
+              f"max {times[-1]:.2f} s, daemon CPU {cpu_ms:.2f} ms/record: {' | '.join(sorted(outcomes))}")
         medians[label] = median if all(o.startswith(f"{n} record(s): {n} recorded") for o in outcomes) else None
     return medians
 
