@@ -221,10 +221,12 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
                           "outcome": "duplicate"}
     if to_record:
         limiter = trio.CapacityLimiter(RECORD_CONCURRENCY)
-        # Records whose telemetry is exported get a span each (one attempt each); the rest go to the
-        # provider together, RECORD_CHUNK episodes per attempt (`_record_episodes`).
-        spanned = [(n, record, a) for n, record, a in to_record if _telemetry(service, record)]
-        together = [(n, record, a) for n, record, a in to_record if not _telemetry(service, record)]
+        # The built-in provider takes the episodes together, RECORD_CHUNK per attempt (`_record_episodes`),
+        # except those whose spans are exported (one attempt and span each); another provider gets one
+        # call per episode, RECORD_CONCURRENCY at a time.
+        batched = service.provider == "builtin"
+        spanned = [(n, record, a) for n, record, a in to_record if not batched or _telemetry(service, record)]
+        together = [(n, record, a) for n, record, a in to_record if batched and not _telemetry(service, record)]
 
         async def record_one(n: int, record: RunRecord, a: Assembled) -> None:
             async with limiter:
