@@ -232,16 +232,19 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
             async with limiter:
                 results[n] = await _record_episode(service, record, a)
 
-        async def record_chunk(chunk: list[tuple[int, RunRecord, Assembled]]) -> None:
-            async with limiter:
+        async def record_chunks() -> None:
+            # One chunk after another, each attempt with its own provider_timeout: their writes share
+            # the one store writer anyway, and chunks started together would each wait for the others.
+            for start in range(0, len(together), RECORD_CHUNK):
+                chunk = together[start:start + RECORD_CHUNK]
                 for (n, _, _), result in zip(chunk, await _record_episodes(service, chunk), strict=True):
                     results[n] = result
 
         async with trio.open_nursery() as nursery:
             for n, record, a in spanned:
                 nursery.start_soon(record_one, n, record, a)
-            for start in range(0, len(together), RECORD_CHUNK):
-                nursery.start_soon(record_chunk, together[start:start + RECORD_CHUNK])
+            if together:
+                nursery.start_soon(record_chunks)
     again: list[int] = []
     if later:
         # Later records of a run met earlier in this batch: "duplicate" of what the first stored; a
