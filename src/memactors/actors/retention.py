@@ -572,7 +572,7 @@ class Retention:
                 {"episode_id": episodes[n][0], "scope": episodes[n][1][2], "trust_class": episodes[n][1][3],
                  "episode": episodes[n][1][0], "text": episodes[n][1][1]} for n in mine]}
             try:
-                payload = await self._call_within(contract.RECORD_MANY, arguments)
+                payload = await self._call_within(contract.RECORD_MANY, arguments, len(mine))
                 ids = [tuple(str(i) for i in result["ids"]) for result in payload["results"]]
                 if len(ids) != len(mine):
                     raise contract.ProviderSchemaError(f"{contract.RECORD_MANY} answered {len(ids)} results for "
@@ -702,11 +702,12 @@ class Retention:
         log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
         return "forgotten"
 
-    async def _call_within(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _call_within(self, tool: str, arguments: dict[str, Any], episodes: int = 1) -> dict[str, Any]:
         """``tool`` on the provider under the retry loop's deadline (five provider_timeouts, at least
-        5 s); a call that does not answer in time raises ProviderTimeout naming the provider, the tool
-        and the deadline (a bare TooSlowError says none of them)."""
-        deadline = max(self._provider_timeout * 5, 5.0)
+        5 s, for each 8 of the `episodes` it records); a call that does not answer in time raises
+        ProviderTimeout naming the provider, the tool and the deadline (a bare TooSlowError says none
+        of them)."""
+        deadline = max(self._provider_timeout * 5, 5.0) * -(-episodes // 8)
         try:
             with trio.fail_after(deadline):
                 payload: dict[str, Any] = await provider_call(self._provider_address, tool, arguments)

@@ -51,7 +51,7 @@ MAX_BATCH = 500
 RECORD_CONCURRENCY = 8
 #: Episodes of one IngestRuns call sent to the provider in one attempt (`RecordMany`): the built-in
 #: provider writes them in one transaction, so a batch costs a few commits rather than two per episode.
-RECORD_CHUNK = 100
+RECORD_CHUNK = 50
 
 
 def prepare_record(data: Any, source: str) -> RunRecord:
@@ -281,9 +281,10 @@ def _telemetry(service: Stages, record: RunRecord) -> bool:
 
 
 async def _record_episodes(service: Stages, chunk: list[tuple[int, RunRecord, Assembled]]) -> list[dict[str, Any]]:
-    """One attempt to record just-stored episodes to the provider (`RecordMany`), bounded by
-    provider_timeout as one episode's attempt is; past it, or failed, each stays queued (committed) and
-    is released to the retry loop now."""
+    """One attempt to record just-stored episodes to the provider (`RecordMany`), bounded as they were
+    one by one: provider_timeout for each RECORD_CONCURRENCY of them (a PostgreSQL store pays a round
+    trip per statement). Past it, or failed, each stays queued (committed) and is released to the
+    retry loop now."""
     episodes = []
     for _, _, a in chunk:
         assert a.episode is not None
@@ -291,7 +292,8 @@ async def _record_episodes(service: Stages, chunk: list[tuple[int, RunRecord, As
                          (episode_to_dict(a.episode), a.text or "", a.episode.scope, a.episode.trust_class)))
     outcomes: tuple[str, ...] = ("queued",) * len(chunk)
     failed = False
-    with trio.move_on_after(service.config.episodes.provider_timeout) as attempt:
+    waves = -(-len(chunk) // RECORD_CONCURRENCY)
+    with trio.move_on_after(service.config.episodes.provider_timeout * waves) as attempt:
         try:
             outcomes = await service.retention.address.ask(RecordMany(tuple(episodes)))
         except MemactorsError as exc:
