@@ -15,7 +15,7 @@ by the next round's episodes, so what a round still adds is what forgetting keep
 forgotten episode's tombstone (episode, run and index rows without their text) and the call log. The
 hourly retention prune deletes both one retention period later (tombstones once their forget is over;
 the run row stays for the graph, so the run is never recorded again): tested on trio's MockClock in
-tests/test_retention.py, not here, where the daemon runs on the real clock. Until then the bytes a
+tests/actors/test_retention.py, not here, where the daemon runs on the real clock. Until then the bytes a
 round adds are the tombstones' and the call log's.
 """
 

@@ -107,7 +107,7 @@ def start_daemon(tmp_path: Path, *, nofile: int | None = None, thread_idle: floa
     """Start the daemon and wait (on its daemon.json) until it serves; its log goes to a file.
 
     ``command``: another `memactors serve` to start instead of this interpreter's (an installed wheel's,
-    tests/test_packaging.py), with ``env`` as its whole environment (HARNESS_CONFIG and HOME added)."""
+    tests/project/test_packaging.py), with ``env`` as its whole environment (HARNESS_CONFIG and HOME added)."""
     config = config or write_config(tmp_path, extra_config)
     state = tmp_path / "state"
     state.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from support_issue26 import BIN
+from support_agents import BIN
 
 QWEN_BIN = BIN / "qwen"
 QWEN_VERSION = "0.24.4"

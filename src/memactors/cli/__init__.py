@@ -1,6 +1,6 @@
 """The `memactors` command line. Every operator command goes through MemoryService over the websocket
 RPC (the CLI has no private path); `--json` prints the raw result for scripts. The top layer: it may
-import anything below it, lazily, so each command loads only what it needs (tests/test_cli.py).
+import anything below it, lazily, so each command loads only what it needs (tests/cli/test_cli.py).
 
 One module per command group over one small shared core (`_core`: configuration, the daemon's address
 and token, the RPC call, output, exit statuses): `runs` (runs ingest), `supervised` (run, runs

@@ -12,7 +12,7 @@ from typing import Any
 #: The repository two of the example records are in.
 DEMO_REPO = "forge.example/acme/api"
 #: Run 42 (its flaky ledger test, "pinning the clock", "fails intermittently") asked for in words none of the
-#: examples has: found by the embedded model's meaning alone (tests/test_packaging.py asks it).
+#: examples has: found by the embedded model's meaning alone (tests/project/test_packaging.py asks it).
 OTHER_WORDS = "freezing time did not cure sporadic breakage"
 
 

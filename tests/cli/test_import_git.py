@@ -1,0 +1,141 @@
+"""`memactors import git` (issue 27): a repository's real history, made with git in the test, imported
+into a real daemon through the CLI as a user runs it, then `memory recall` and `memory briefing` answer
+from it; a second import adds nothing; `--dry-run` sends nothing; the records go through the daemon's
+own redaction."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import write_config
+from support_daemon import Daemon, daemon_process
+from support_runs import git
+
+pytestmark = pytest.mark.slow
+
+KEY = "forge.example/acme/api"
+TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+#: (message, {path: content}, author date): a ledger's history as its developers wrote it.
+HISTORY = [
+    ("Add the ledger with float amounts", {"ledger.py": "def total(xs):\n    return sum(xs)\n"},
+     "2026-03-02T09:00:00+01:00"),
+    ("Round ledger totals with Decimal quantize\n\nFloat rounding lost a cent on 2.675; quantize with "
+     "ROUND_HALF_UP instead.\n\nCo-authored-by: Pat Example <pat@example.invalid>",
+     {"ledger.py": "from decimal import Decimal\n", "test_ledger.py": "def test_rounding(): pass\n"},
+     "2026-03-05T14:30:00-05:00"),
+    (f"Pin the webhook retry clock (deploy token was {TOKEN})", {"webhooks/retry.py": "CLOCK = 1\n"},
+     "2026-04-01T08:00:00Z"),
+    ("Stream invoice exports to the CSV writer", {"exports/invoices.py": "def export(): ...\n",
+                                                   "docs/exports.md": "# exports\n"},
+     "2026-05-20T16:45:00Z"),
+]
+
+
+def make_history(path: Path) -> Path:
+    """A git repository (remote origin in forge.example/acme/api, branch main) with HISTORY's commits."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "dev@example.invalid")
+    git(path, "config", "user.name", "dev")
+    git(path, "remote", "add", "origin", "git@forge.example:acme/api.git")
+    for message, files, when in HISTORY:
+        for name, content in files.items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_text(content, encoding="utf-8")
+        git(path, "add", "-A")
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", message], check=True, env=env)
+    # a merge commit: not a commit of its own work, never imported
+    git(path, "checkout", "-q", "-b", "side")
+    (path / "side.txt").write_text("side\n", encoding="utf-8")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "Side work on the notifier")
+    git(path, "checkout", "-q", "main")
+    git(path, "merge", "-q", "--no-ff", "-m", "Merge branch side", "side")
+    return path
+
+
+def cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
+                          text=True, check=False, timeout=300)
+
+
+def cli_json(daemon: Daemon, *args: str) -> dict:
+    done = cli(daemon, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.req5
+@pytest.mark.req6
+def test_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tmp_path: Path) -> None:
+    repo = make_history(tmp_path / "api")
+    config = write_config(tmp_path, f'[harness.api-fixer]\nharness = "command"\ncommand = "true"\nworkdir = "{repo}"\n')
+    with daemon_process(tmp_path, config=config) as daemon:
+        dry = cli_json(daemon, "import", "git", "--repo", str(repo), "--dry-run")
+        assert dry["records"] == 5 and dry["dry_run"] and dry["repo"] == KEY and dry["branch"] == "main"
+        assert cli_json(daemon, "memory", "episodes")["total"] == 0  # a dry run sends nothing
+
+        first = cli_json(daemon, "import", "git", "--repo", str(repo))
+        assert first["outcomes"]["recorded"] + first["outcomes"]["queued"] == 5, first
+        assert first["outcomes"]["rejected"] == 0 and first["repo"] == KEY
+        # the rate it went at, in the summary: records over the seconds they took
+        assert first["records_per_s"] == pytest.approx(5 / first["seconds"], rel=0.05)
+        listed = cli_json(daemon, "memory", "episodes", "--repo", KEY)
+        assert listed["total"] == 5
+        assert {e["harness"] for e in listed["episodes"]} == {"imported"}
+        assert {e["started_at"] for e in listed["episodes"]} >= {"2026-03-05T19:30:00Z", "2026-03-02T08:00:00Z"}
+
+        recall = cli_json(daemon, "memory", "recall", "ledger rounding quantize", "--repo", KEY)
+        texts = [e["text"] for e in recall["episodes"]]
+        assert any("Round ledger totals with Decimal quantize" in t for t in texts), texts
+        hit = next(e for e in recall["episodes"] if "quantize" in e["text"])
+        assert "test_ledger.py" in hit["text"] and hit["adapter"] == "git"
+        assert "pat@example.invalid" not in recall["document"]  # the trailer naming a person is not kept
+
+        webhook = cli_json(daemon, "memory", "recall", "webhook retry clock", "--repo", KEY)
+        assert any("webhook retry clock" in e["text"] for e in webhook["episodes"]), webhook["document"]
+        assert TOKEN not in webhook["document"] and "[REDACTED]" in webhook["document"]
+
+        briefing = cli(daemon, "memory", "briefing", "api-fixer")
+        assert briefing.returncode == 0, briefing.stderr
+        episodes = briefing.stdout.split("## episodes", 1)[1]
+        assert "harness imported" in episodes, briefing.stdout
+        assert any(message.split("\n")[0] in episodes for message, _, _ in HISTORY), briefing.stdout
+
+        text = cli(daemon, "import", "git", "--repo", str(repo))
+        assert text.returncode == 0 and re.search(r"^5 record\(s\) in [0-9.]+ s: [0-9]+ records/s$",
+                                                  text.stderr, re.M), text.stderr
+        second = cli(daemon, "import", "git", "--repo", str(repo), "--json")
+        assert second.returncode == 0, second.stderr
+        again = json.loads(second.stdout)
+        assert again["outcomes"]["duplicate"] == 5 and again["outcomes"]["recorded"] == 0, again
+        assert sorted(again["episode_ids"]) == sorted(first["episode_ids"])  # the same episode ids
+        assert cli_json(daemon, "memory", "episodes")["total"] == 5
+        log = daemon.log_text()
+    assert TOKEN not in log
+
+
+def test_import_git_since_and_bad_repo(tmp_path: Path) -> None:
+    """--since keeps the commits authored since then; a directory that is no repository is one line,
+    exit 5, and nothing is sent."""
+    repo = make_history(tmp_path / "api")
+    env = {**os.environ, "HARNESS_CONFIG": str(write_config(tmp_path)), "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memactors.cli", "import", "git", *args], env=env,
+                              capture_output=True, text=True, check=False, timeout=120)
+
+    done = run("--repo", str(repo), "--since", "2026-04-01T00:00:00Z", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["records"] == 3  # the webhook, the exports and the side commit
+    (tmp_path / "plain").mkdir()
+    bad = run("--repo", str(tmp_path / "plain"))
+    assert bad.returncode == 5 and "not a git repository" in bad.stderr and "Traceback" not in bad.stderr

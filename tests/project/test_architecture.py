@@ -1,0 +1,82 @@
+"""The layers of docs/architecture.md hold, and the check that holds them would catch a breach.
+
+`make lint` runs `lint-imports` over pyproject.toml's `[tool.importlinter]` contracts (layers,
+independence, no cycles, private modules). Here: the real tree keeps them; a copy of the package with
+one upward import planted (the store importing the service: a layer broken and a cycle made) fails,
+naming that import; and no module imports a private name (`_x`) from another package, which the
+contracts do not see.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "src" / "memactors"
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(project: Path, src: Path) -> subprocess.CompletedProcess[str]:
+    # PYTHONPATH comes before the editable install's path: this copy is the one linted. Wide columns keep
+    # each contract's name and verdict on one line.
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "250"}
+    return subprocess.run([str(LINT), "--no-logo", "--no-cache", str(project / "pyproject.toml")], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_import_contracts_hold_on_the_tree() -> None:
+    done = _lint(REPO, REPO / "src")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_planted_upward_import_fails_the_check_and_names_it(tmp_path: Path) -> None:
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(SRC, tmp_path / "src" / "memactors", ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "src" / "memactors" / "store" / "engines.py"
+    text = planted.read_text(encoding="utf-8")
+    anchor = "from . import Store, is_store_url\n"
+    assert anchor in text
+    planted.write_text(text.replace(anchor, anchor + "from ..service import MemoryService  # noqa: F401\n"),
+                       encoding="utf-8")
+    done = _lint(tmp_path, tmp_path / "src")
+    assert done.returncode != 0, done.stdout
+    assert "memactors.store.engines -> memactors.service" in done.stdout, done.stdout
+    broken = [line for line in done.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any("Arrows only downward" in line for line in broken), done.stdout
+    assert any("No import cycles" in line for line in broken), done.stdout
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_module_imports_a_private_name_from_another_package() -> None:
+    """`from x.y import _name` only inside x.y's own package (dunders such as __version__ are not private)."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not source.startswith("memactors"):
+                continue
+            owner = source.rpartition(".")[0] if (SRC.parent / (source.replace(".", "/") + ".py")).exists() else source
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                is_module = (SRC.parent / (source.replace(".", "/")) / (alias.name + ".py")).exists()
+                if private and not is_module and not (package + ".").startswith(owner + "."):
+                    found.append(f"{name}: from {source} import {alias.name}")
+    assert found == []

@@ -1,0 +1,129 @@
+"""The agents the resident and `memactors run` tests drive: the real Gemini CLI and OpenCode that
+`make agents` installs (pinned), and the user configuration each needs to reach a loopback fake of its
+model API, written as a new user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from support import run_record
+from support_runs import REPO_KEY
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin"
+GEMINI_BIN = BIN / "gemini"
+OPENCODE_BIN = BIN / "opencode"
+#: Pinned in the Makefile (GEMINI_CLI_VERSION, OPENCODE_VERSION).
+GEMINI_VERSION = "0.61.0"
+OPENCODE_VERSION = "1.18.33"
+#: A model name Gemini CLI knows: naming one skips its model router (a side call per prompt).
+GEMINI_MODEL = "gemini-2.5-flash"
+#: OpenCode's provider/model for the fake Responses API (configured in the user's opencode.json).
+OPENCODE_MODEL = "fake/fake-model"
+
+
+#: A fact of the repository a resident's session-start briefing must carry.
+FACT = "ledger amounts round with Decimal, never float"
+
+
+async def seed(daemon: Any, tmp_path: Path) -> str:
+    """An earlier run's episode in the repository (through `memactors runs ingest`); returns its id."""
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
+                       encoding="utf-8")
+    done = await daemon.acli("runs", "ingest", str(earlier), "--json")
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)
+    return str(result["episode_id"])
+
+
+async def add_fact(daemon: Any) -> None:
+    """FACT, in the repository's scope (`memactors facts add`)."""
+    done = await daemon.acli("facts", "add", FACT, "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
+    assert done.returncode == 0, done.stderr
+
+
+def agent_bin(path: Path) -> Path:
+    """The binary; a missing one fails the test loudly (run `make agents`), never skips it."""
+    if not os.access(path, os.X_OK):
+        raise AssertionError(f"{path} is not installed: run `make agents` (npm install of the pinned CLIs)")
+    return path
+
+
+def version(path: Path) -> str:
+    return subprocess.run([str(path), "--version"], capture_output=True, text=True, check=True,
+                          timeout=120).stdout.strip().split()[-1]
+
+
+def gemini_user(home: Path, base_url: str) -> dict[str, str]:
+    """``~/.gemini/settings.json`` choosing API-key auth, and the variables pointing the CLI at the fake.
+
+    Gemini CLI 0.61 treats ``GOOGLE_GEMINI_BASE_URL`` as its "gateway" auth type, which headless mode
+    refuses ("Invalid auth method selected"); a user who chose the API key in settings is served at the
+    base URL all the same."""
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    settings = home / ".gemini" / "settings.json"
+    if not settings.exists():
+        settings.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}, indent=2) + "\n",
+                            encoding="utf-8")
+    return {"GEMINI_API_KEY": "fake-gemini-key", "GOOGLE_GEMINI_BASE_URL": base_url}
+
+
+def opencode_user(home: Path, base_url: str) -> dict[str, str]:
+    """``~/.config/opencode/opencode.json`` with a provider for the fake Responses API (``@ai-sdk/openai``,
+    bundled in OpenCode), and the variables that keep OpenCode off the network (models list, updates)."""
+    directory = home / ".config" / "opencode"
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"$schema": "https://opencode.ai/config.json",
+              "provider": {"fake": {"npm": "@ai-sdk/openai", "name": "Fake",
+                                    "options": {"baseURL": base_url, "apiKey": "{env:FAKE_KEY}"},
+                                    "models": {"fake-model": {"name": "Fake model", "tool_call": True,
+                                                              "cost": {"input": 1.0, "output": 2.0}}}}},
+              "model": OPENCODE_MODEL, "small_model": OPENCODE_MODEL, "autoupdate": False, "share": "disabled"}
+    (directory / "opencode.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return {"FAKE_KEY": "sk-fake-key", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+
+
+def gateway_calls(state: Path) -> list[tuple[str, str, str]]:
+    """(caller, tool, outcome) of the gateway's call log; read once the daemon has stopped."""
+    db = sqlite3.connect(state / "memactors.db")
+    try:
+        return db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
+    finally:
+        db.close()
+
+
+def _others_may_write(path: Path) -> bool:
+    """Whether a directory above `path` (that exists) may be written by group or others: Gemini CLI's test."""
+    return any(p.exists() and p.stat().st_mode & 0o022 for p in path.parents)
+
+
+@contextmanager
+def secure_dir(name: str) -> Iterator[Path]:
+    """A private directory none of whose parents others may write: Gemini CLI skips a system settings file
+    (the run's MCP config, in the daemon's state directory) below a directory writable by group or others,
+    such as /tmp, where pytest's tmp_path lives. Under the worktree's git-ignored .cache (or, for a
+    clone below such a directory, under ~/.cache), removed after."""
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)  # the account's, not the suite's isolated $HOME
+    base = next((b for b in (REPO / ".cache" / "test-tmp", home / ".cache" / "memactors-test-tmp")
+                 if not _others_may_write(b)), None)
+    if base is None:
+        raise RuntimeError(f"no private directory for {name}: {REPO} and {home} both lie below a directory "
+                           "group or others may write (Gemini CLI would skip the run's settings); clone elsewhere")
+    base.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+    path.chmod(0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
