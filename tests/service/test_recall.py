@@ -303,3 +303,7 @@ async def test_retries_of_one_task_are_one_recall_item_saying_how_many_runs_it_s
     # The three retries are one item (the best ranked of them, under its own run's provenance).
     assert sorted(r for r, _ in runs) == sorted([next(r for r, n in runs if n == "3"), "other"])
     assert [n for r, n in runs if r == "other"] == [None]
+    # The provider fills its slots past the duplicates: two slots hold two facts, not one.
+    two = await memory.recall(query="ledger rounding reconcile", repo=API, limit=2)
+    items = [i for s in two["structured"]["sections"] if s["name"] == "episodes" for i in s["items"]]
+    assert sorted(i["provenance"].get("runs") or "1" for i in items) == ["1", "3"]

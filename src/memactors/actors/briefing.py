@@ -381,14 +381,17 @@ class Briefing:
                 repo and req.paths) else []
             return facts, runs
 
-        eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
-                                                      deadline=req.deadline, local=local, fallback=([], []),
-                                                      words=search_words(query))
+        # Room for near-duplicates: the provider fills up to twice the slots, and `limit` distinct items
+        # are kept after collapsing them (issue 38: retries of one task had left an answer short).
+        eps, (facts, runs) = await self.episodes_with(view, query=query, limit=min(contract.MAX_LIMIT, 2 * limit),
+                                                      paths=req.paths, deadline=req.deadline, local=local,
+                                                      fallback=([], []), words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
                     dropped=sum(similar for _, similar in facts)),
-            Section("episodes", tuple(episode_item(self.provider, k, runs) for k, runs in collapse_episodes(eps.items)),
+            Section("episodes", tuple(episode_item(self.provider, k, runs)
+                                      for k, runs in collapse_episodes(eps.items)[:limit]),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(run_item(r) for r in runs)),
         )
