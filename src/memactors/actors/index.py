@@ -616,6 +616,15 @@ class IndexIds(Ask[bool]):
 
 
 @attrs.frozen
+class IndexIdsMany(Ask[bool]):
+    """`IndexIds` for many episodes of one provider in one write transaction (an ingest batch's
+    record); answers whether any of them queued forgets."""
+
+    provider: str
+    episodes: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@attrs.frozen
 class FilterItems:
     provider: str
     items: tuple[RecallItem, ...]
@@ -666,6 +675,13 @@ class Index:
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
                     lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
+            case IndexIdsMany(provider=provider, episodes=episodes):
+                def index_all(db: Db) -> bool:
+                    queued = [add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now)
+                              for episode_id, ids in episodes]
+                    return any(queued)
+
+                return await self._store.write(index_all)
             case FilterItems():
                 f = message
                 return await self._store.read(lambda db: filter_items(

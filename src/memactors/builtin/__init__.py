@@ -341,6 +341,32 @@ class BuiltinProvider:
         self.wake()
         return {"ids": [episode_id]}
 
+    async def record_many(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`contract.RECORD_MANY`: `record` for each of ``args["episodes"]``, every document written in
+        one store transaction (an ingest batch's episodes: one commit instead of one each)."""
+        docs = []
+        for one in args["episodes"]:
+            episode = one.get("episode") or {}
+            text = str(one["text"])
+            summary = str(episode.get("summary") or "")
+            files = [str(f) for f in episode.get("files_touched") or []]
+            docs.append((str(one["episode_id"]), str(one["scope"]), str(episode.get("started_at") or ""),
+                         content_hash(text, summary),
+                         record_fields(text, summary, files, episode if isinstance(episode, dict) else None)))
+
+        def write(db: Any) -> int:
+            changed = 0
+            for episode_id, scope, started_at, digest, fields in docs:
+                changed += bool(self.index.write_doc(db, episode_id=episode_id, scope=scope, fields=fields,
+                                                     started_at=started_at, digest=digest)[1])
+            return changed
+
+        changed = await self.store.write(write)
+        if changed and self.hybrid:
+            self._count_pending(self.pending_vectors + changed)
+        self.wake()
+        return {"results": [{"ids": [doc[0]]} for doc in docs]}
+
     # -- embeddings (REQ-11), in the background -------------------------------------------------
     async def embed_pending(self, *, everything: bool = False,
                             progress: Callable[[int], None] | None = None) -> int:
@@ -633,6 +659,10 @@ class BuiltinProvider:
         since any MCP client may call it. In-process the daemon has already checked the same schema.
         """
         tools = _tools()
+        if not validate_requests:  # in-process: the daemon's batch record is listed (the SDK warns otherwise)
+            tools.append(t.Tool(name=contract.RECORD_MANY, description="Store many episodes (in-process only).",
+                                input_schema={"type": "object", "required": ["episodes"],
+                                              "properties": {"episodes": {"type": "array"}}}))
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
             return t.ListToolsResult(tools=tools)
@@ -650,6 +680,8 @@ class BuiltinProvider:
                         out = self.contract()
                     case "memory_record_episode":
                         out = await self.record(args)
+                    case contract.RECORD_MANY if not validate_requests:  # in-process only: never listed
+                        out = await self.record_many(args)
                     case "memory_recall":
                         out = await self.recall(args)
                     case "memory_forget":
