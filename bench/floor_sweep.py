@@ -45,13 +45,16 @@ MEASURES = ("coverage", "cosine", "margin", "unknown", "best")
 
 async def collect(state: Path) -> list[dict[str, Any]]:
     """Each question with its fused order and, per item, the five measures."""
+    from memactors.builtin import doc_digest
     from memactors.builtin.index_sqlite import SqliteIndex
-    from memactors.embedding import LocalEmbedder
+    from memactors.embedding import BUILTIN_MODEL, LocalEmbedder
     from memactors.repo import scope_for
     from memactors.store.engines import open_store
 
     store = await open_store(state / "memactors.db")
     index = SqliteIndex()
+    # a store kept by an older build is upgraded as the provider does at start (int8 vectors stored once)
+    await store.write(lambda db: index.check_vectors(db, BUILTIN_MODEL, doc_digest))
     embed = LocalEmbedder(query=True).embed
     out = []
     try:

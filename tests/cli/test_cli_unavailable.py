@@ -89,9 +89,11 @@ def test_an_oversized_record_is_rejected_by_name_and_the_rest_of_the_batch_is_re
         assert "Traceback" not in done.stderr
         assert done.stdout.strip() == "10 record(s): 8 recorded, 0 duplicate, 0 skipped, 2 rejected"
         sizes = [record_size(json.loads(Path(p).read_text())) for p in paths[1:3]]
-        assert done.stderr.strip().splitlines() == [
+        *rejected, rate = done.stderr.strip().splitlines()
+        assert rejected == [
             f"rejected {p}: {p}: run record is {n} bytes; the limit is {MAX_RECORD_BYTES} bytes (1 MiB)"
             for p, n in zip(paths[1:3], sizes, strict=True)]
+        assert re.fullmatch(r"10 record\(s\) in [\d.]+ s: \d+ records/s", rate), rate
         listed = rpc(daemon.state, "ListEpisodes", {"limit": 100})
         runs = {e["run_id"] for e in listed["episodes"]}
         assert runs == {"a", "b", *(f"heavy{i}" for i in range(6))}

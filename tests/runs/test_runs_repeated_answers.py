@@ -55,15 +55,17 @@ async def test_a_claude_answer_that_repeats_its_briefing_is_kept(tmp_path: Path)
     """The second run's briefing holds the first run's answer; the second run answers the same: its
     episode, its log and the next briefing keep the answer, never `[prompt]`."""
     repo = make_repo(tmp_path / "api")
-    answer = ("No new issues in the ledger since the last run; the reconcile job and the invoice export "
-              "both finished cleanly overnight.")
+    # A briefing shows an episode by its subject, the answer's first sentence (issue 38's short items):
+    # that is the line the second run's answer repeats.
+    subject = "No new issues in the ledger since the last run"
+    answer = f"{subject}. The reconcile job and the invoice export both finished cleanly overnight."
     config = claude_config(tmp_path, repo, "Check the ledger for new issues and report in one line.")
     async with run_fake_anthropic(Script((Text(answer),))) as fake:
         env = claude_env(tmp_path, config, fake.base_url)
         with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
             first, second = await run_twice(env, "nightly")
             prompts = [r.first_user_text() for r in fake.agent_requests()]
-            assert answer in prompts[-1] and FENCE.search(prompts[-1])  # the briefing the second run got
+            assert subject in prompts[-1] and FENCE.search(prompts[-1])  # the briefing the second run got
             for run in (first, second):
                 assert (await episode_of(env, str(run["episode_id"])))["result_excerpt"] == answer
             logs = await cli(env, "runs", "logs", str(second["run_id"]))
@@ -71,7 +73,7 @@ async def test_a_claude_answer_that_repeats_its_briefing_is_kept(tmp_path: Path)
             assert answer.encode() in logs.stdout and b"[prompt]" not in logs.stdout
             briefing = await cli(env, "memory", "briefing", "nightly")
             assert briefing.returncode == 0, briefing.stderr
-            assert answer.encode() in briefing.stdout and b"[prompt]" not in briefing.stdout
+            assert subject.encode() in briefing.stdout and b"[prompt]" not in briefing.stdout
 
 
 async def test_a_claude_answer_that_repeats_the_operator_prompt_is_scrubbed(tmp_path: Path) -> None:
@@ -98,9 +100,10 @@ async def test_a_claude_answer_that_repeats_the_operator_prompt_is_scrubbed(tmp_
 async def test_a_command_harness_printing_one_stable_line_keeps_it(tmp_path: Path) -> None:
     """The issue's `command` case: memory_briefing = true, a program that prints one stable line and
     edits nothing, `memactors run nightly --wait` twice; the second episode keeps the line, and
-    `memory briefing nightly` shows it."""
+    `memory briefing nightly` shows its subject."""
     repo = make_repo(tmp_path / "api")
-    said = "All checks passed, nothing to report: lint, unit tests and the nightly ledger reconcile are green."
+    subject = "All checks passed, nothing to report"  # what a briefing shows of it: its first sentence
+    said = f"{subject}. Lint, unit tests and the nightly ledger reconcile are green."
     config = write_config(tmp_path, f"""
 [harness.nightly]
 harness = "command"
@@ -113,8 +116,8 @@ memory_briefing = true
     with daemon(env, tmp_path / "state", tmp_path / "daemon.log"):
         _, second = await run_twice(env, "nightly")
         received = (tmp_path / "prompt").read_text(encoding="utf-8")
-        assert said in received and FENCE.search(received)  # the second run's briefing holds the line
+        assert subject in received and FENCE.search(received)  # the second run's briefing holds the line
         assert (await episode_of(env, str(second["episode_id"])))["result_excerpt"] == said
         briefing = await cli(env, "memory", "briefing", "nightly")
         assert briefing.returncode == 0, briefing.stderr
-        assert said.encode() in briefing.stdout and b"[prompt]" not in briefing.stdout
+        assert subject.encode() in briefing.stdout and b"[prompt]" not in briefing.stdout
