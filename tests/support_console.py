@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fix_daemon import Daemon, start_daemon
 from memactors.rpc.wsclient import call_once
 from support import run_record
-from support_daemon import Daemon, start_daemon
 from support_runs import command_harness, make_repo
 
 SERVICE = "harness.v1.MemoryService/"

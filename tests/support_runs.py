@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,28 +81,6 @@ def claude_binary() -> Path:
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} is missing: run `make agents` (make test does) to install the pinned Claude Code")
     return CLAUDE
-
-
-@contextmanager
-def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`memactors serve` as a process, its stderr (the log) to a file; stopped with SIGTERM."""
-    (state / "daemon.json").unlink(missing_ok=True)
-    with log.open("ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + 300  # a hang guard: a loaded machine takes a minute to start a daemon
-        while not (state / "daemon.json").exists():
-            if proc.poll() is not None:
-                raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
-            if time.monotonic() > deadline:
-                raise AssertionError("daemon did not start")
-            subprocess.run(["sleep", "0.05"], check=True)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
 
 
 async def cli(env: dict[str, str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

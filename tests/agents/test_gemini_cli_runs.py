@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
@@ -27,7 +28,6 @@ from support_agents import (
     secure_dir,
     version,
 )
-from support_codex import daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from support_codex import Daemon, daemon_process, git_repo
+from fix_daemon import Daemon, daemon_process
+from support_codex import git_repo
 
 pytestmark = pytest.mark.slow
 

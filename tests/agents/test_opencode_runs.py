@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
@@ -26,7 +27,6 @@ from support_agents import (
     opencode_user,
     version,
 )
-from support_codex import daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"

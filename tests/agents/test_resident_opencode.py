@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import Daemon, daemon_process
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
@@ -29,7 +30,6 @@ from support_agents import (
     opencode_user,
     seed,
 )
-from support_codex import Daemon, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 import trio
 
+from fix_daemon import daemon_process, start_daemon
 from memactors import cli
 from memactors._limits import MAX_RECORD_BYTES, record_size
 from memactors.agents import spool
 from memactors.rpc.transport import MAX_MESSAGE_SIZE, connect_rpc
 from support import run_record, write_config
-from support_daemon import daemon_process, start_daemon
 
 SERVICE = "harness.v1.MemoryService"
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "triage"\n'

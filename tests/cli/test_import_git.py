@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
 from support import write_config
-from support_daemon import Daemon, daemon_process
 from support_runs import git
 
 pytestmark = pytest.mark.slow

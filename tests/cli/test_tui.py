@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.config import load_config
 from memactors.daemon import run_daemon
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
 from support import example, run_record, wait_ready, write_config
-from support_daemon import start_daemon
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
 SERVICE = "harness.v1.MemoryService"
@@ -211,7 +211,7 @@ async def test_req19_a_provider_down_for_minutes_is_shown_unreachable_since_not_
     """Issue 33: `memory status`, doctor and the TUI said "breaker closed" for a provider that had been
     down for more than 5 minutes (a provider that is down is refused before the breaker, which never
     opens). The daemon as a process, its provider's command missing; doctor's five minutes shortened to
-    one second (the only change; `support_daemon` constants). Every surface that showed the breaker
+    one second (the only change; `fix_daemon` constants). Every surface that showed the breaker
     says since when the provider is unreachable and its last error instead: `memory status` and
     `doctor` as subprocesses, the TUI in a real terminal under tmux."""
     down = '[memory]\nprovider = "gone"\n[mcp.gone]\ncommand = "/nonexistent/memory-provider"\n'

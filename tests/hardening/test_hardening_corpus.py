@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
 from support_corpus import full
-from support_daemon import start_daemon
 from support_readside import gateway_client
 from test_hardening_secrets import _record
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import trio
 
+from fix_daemon import Daemon, start_daemon
 from memactors.rpc.transport import connect_rpc
 from support import example
-from support_daemon import Daemon, start_daemon
 from support_readside import gateway_client
 
 SERVICE = "harness.v1.MemoryService"

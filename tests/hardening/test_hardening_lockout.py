@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import Daemon
 from memactors.rpc.transport import RpcError, connect_rpc
-from support_daemon import Daemon
 from test_hardening_gateway import Http, _assert_clean_log, _client_recall, _gateway_daemon, _legacy_recall
 
 SERVICE = "harness.v1.MemoryService"

@@ -20,9 +20,9 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
 from support import run_record
-from support_daemon import start_daemon
 from support_secrets import Sample, corpus
 
 SERVICE = "harness.v1.MemoryService"

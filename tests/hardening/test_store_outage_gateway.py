@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
 from memactors.testing.postgres import Cluster
 from support import example, write_config
-from support_daemon import start_daemon
 from support_readside import gateway_client
 from test_hardening_gateway import INIT, LEGACY, Http, _rpc
 

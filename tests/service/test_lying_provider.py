@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import daemon_process
 from memactors.actors.index import OWN_TEXT_CHARS, text_belongs
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder, load_config
@@ -30,7 +31,6 @@ from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from support import EXAMPLES, example, wait_ready, write_config
-from support_daemon import daemon_process
 from support_readside import API, as_run, fault_toml, fenced_only, gateway_client, sample
 from support_runs import make_repo
 
