@@ -13,10 +13,10 @@ import mcp.types as t
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
+from fix_agents import git_repo
 from fix_daemon import Daemon, daemon_process
 from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.cli.agents import client_config
-from support_codex import git_repo
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'

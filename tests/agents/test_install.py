@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from fix_agents import git_repo
 from fix_daemon import Daemon, daemon_process
-from support_codex import git_repo
 
 pytestmark = pytest.mark.slow
 

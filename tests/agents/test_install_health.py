@@ -19,11 +19,11 @@ import httpx2
 import pytest
 import trio
 
+from fix_agents import codex_bin, codex_env, fake_provider_args, run_codex
 from fix_daemon import start_daemon
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import Message, Turn, run_fake_openai
 from support import run_record
-from support_codex import codex_bin, codex_env, fake_provider_args, run_codex
 from support_console import csrf_of, rpc
 from support_runs import make_repo
 

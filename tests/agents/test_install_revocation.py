@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import git_repo
 from fix_daemon import Daemon, daemon_process
-from support_codex import git_repo
 from test_install import HARNESS, gateway_status, read_json
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import trio
 
+from fix_agents import REPO
 from fix_daemon import daemon_process
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
-from support_codex import REPO
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

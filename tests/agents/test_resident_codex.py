@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import CODEX_VERSIONS, codex_bin, codex_env, fake_provider_args, run_codex, seed
 from fix_daemon import Daemon, daemon_process
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
-from support_agents import seed
-from support_codex import CODEX_VERSIONS, codex_bin, codex_env, fake_provider_args, run_codex
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

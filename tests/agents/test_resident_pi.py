@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import BIN, FACT, add_fact, agent_bin, gateway_calls
 from fix_daemon import Daemon, daemon_process
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support_agents import BIN, FACT, add_fact, agent_bin, gateway_calls
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

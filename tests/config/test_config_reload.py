@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from fix_agents import git_repo
 from fix_daemon import Daemon, daemon_process
-from support_codex import git_repo
 
 pytestmark = pytest.mark.slow
 

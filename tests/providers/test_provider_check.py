@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from fix_providers import FaultFiles, fault_toml, sample
 from memactors import cli
 from memactors.config import ConfigHolder, load_config
 from memactors.contract import schema_document
@@ -24,7 +25,6 @@ from memactors.metrics import Metrics
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import MemoryService, open_memory_service
 from support import LogRecords, run_record, wait_ready, write_config
-from support_providers import FaultFiles, fault_toml, sample
 
 pytestmark = pytest.mark.slow
 

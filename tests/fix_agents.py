@@ -1,25 +1,85 @@
-"""The agents the resident and `memactors run` tests drive: the real Gemini CLI and OpenCode that
-`make agents` installs (pinned), and the user configuration each needs to reach a loopback fake of its
-model API, written as a new user would."""
+"""Plugin: the real agent CLIs the agents tests drive, as `make agents` installs them (pinned): Codex (and
+the newer Codex beside it), Gemini CLI, OpenCode and Qwen Code; the user configuration each needs to reach
+a loopback fake of its model API, written as a new user would; an interactive session through a
+pseudo-terminal (Qwen Code 0.24 runs its SessionEnd hook only when an interactive session ends, as a user
+typing /quit ends it); a git repository. (The daemon as a process: fix_daemon.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
 import pwd
+import select
 import shutil
+import signal
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from support import run_record
 from support_runs import REPO_KEY
 
 REPO = Path(__file__).resolve().parent.parent
+CODEX_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "codex"
+#: The newer Codex `make agents` installs beside the pinned one (Makefile CODEX_NEXT_VERSION).
+CODEX_NEXT_BIN = REPO / ".cache" / "agents" / "codex-next" / "node_modules" / ".bin" / "codex"
+#: Which Codex a parametrized test runs: the pinned one and the newer one.
+CODEX_VERSIONS = ("pinned", "next")
+#: A model the pinned Codex knows (so it offers its freeform apply_patch tool); served by the fake.
+FAKE_MODEL = "gpt-5.5"
+
+
+def codex_bin(which: str = "pinned") -> Path:
+    """The pinned (or the newer, ``next``) Codex binary; a missing one fails the test loudly, never skips it."""
+    path = CODEX_BIN if which == "pinned" else CODEX_NEXT_BIN
+    if not os.access(path, os.X_OK):
+        raise AssertionError(
+            f"the Codex CLI is not installed at {path}: run `make agents` (npm install of @openai/codex)")
+    return path
+
+
+def codex_version(path: Path) -> tuple[int, ...]:
+    """``codex --version`` as numbers (``codex-cli 0.171.0`` → (0, 171, 0))."""
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, check=True, timeout=60).stdout
+    return tuple(int(part) for part in out.split()[-1].split("."))
+
+
+def fake_provider_args(base_url: str) -> list[str]:
+    """``-c`` overrides that point Codex at the fake Responses API, as a new user would write them."""
+    provider = f'{{name="fake",base_url="{base_url}",wire_api="responses",env_key="FAKE_KEY"}}'
+    return ["-c", "model_provider=fake", "-c", f"model_providers.fake={provider}", "-c", f"model={FAKE_MODEL}"]
+
+
+def codex_env(codex_home: Path) -> dict[str, str]:
+    """The environment for a Codex run: its own CODEX_HOME (an existing directory) and the fake's key."""
+    codex_home.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "CODEX_HOME": str(codex_home), "FAKE_KEY": "sk-fake-key"}
+
+
+async def run_codex(argv: list[str], *, cwd: Path, env: dict[str, str]) -> trio.CompletedProcess[bytes]:
+    """Run a Codex command to completion with stdin closed (exec appends piped stdin to the prompt)."""
+    return await trio.run_process(argv, cwd=cwd, env=env, stdin=b"", capture_stdout=True, capture_stderr=True,
+                                  check=False)
+
+
+def git_repo(path: Path, remote: str = "git@forge.example:acme/ledger.git", branch: str = "fix/flaky") -> Path:
+    """A git repository with an origin remote on ``branch`` (no commit needed for its repository key)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for argv in (["git", "init", "-q", "-b", branch], ["git", "remote", "add", "origin", remote]):
+        subprocess.run(argv, cwd=path, check=True, capture_output=True)
+    return path
+
+
+# -- Gemini CLI and OpenCode ----------------------------------------------------------------------------------
+
 BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin"
 GEMINI_BIN = BIN / "gemini"
 OPENCODE_BIN = BIN / "opencode"
@@ -127,3 +187,59 @@ def secure_dir(name: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# -- Qwen Code ------------------------------------------------------------------------------------------------
+
+QWEN_BIN = BIN / "qwen"
+QWEN_VERSION = "0.24.4"
+QWEN_MODEL = "fake-chat"
+
+
+def qwen_user(home: Path, base_url: str) -> dict[str, str]:
+    """``~/.qwen/settings.json`` choosing the OpenAI-compatible auth, and the variables pointing the CLI at
+    the fake (what a user of a self-hosted OpenAI-compatible model sets)."""
+    (home / ".qwen").mkdir(parents=True, exist_ok=True)
+    settings = home / ".qwen" / "settings.json"
+    if not settings.exists():
+        settings.write_text(json.dumps({"security": {"auth": {"selectedType": "openai"}}}, indent=2) + "\n",
+                            encoding="utf-8")
+    return {"HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "sk-fake", "OPENAI_MODEL": QWEN_MODEL,
+            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1", "TERM": "xterm-256color"}
+
+
+def interactive(argv: list[str], *, cwd: Path, env: dict[str, str], done_when: bytes,
+                limit: float = 240.0) -> tuple[int, bytes]:
+    """Run ``argv`` on a pseudo-terminal; once its screen shows ``done_when``, type ``/quit`` and wait for it to
+    exit. Returns (exit status, everything it printed). A hang guard, never a timing assertion: past
+    ``limit`` seconds the process is killed and the status is -9."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: become the agent
+        os.chdir(cwd)
+        os.execve(argv[0], argv, env)
+    out, quit_sent, status = b"", False, None
+    deadline = time.monotonic() + limit
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                out += data
+            if not quit_sent and done_when in out:
+                time.sleep(0.5)  # ok: let the prompt line redraw before typing, as a user would
+                os.write(fd, b"/quit\r")
+                quit_sent = True
+            finished, code = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                status = os.waitstatus_to_exitcode(code)
+                break
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = -9
+    finally:
+        os.close(fd)
+    return status if status is not None else -9, out

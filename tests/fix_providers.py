@@ -1,18 +1,45 @@
-"""Helpers for the provider-layer tests (issue 4): fault-provider config, polling, clocks, call files."""
+"""Plugin: the fault provider (memactors.testing) as the tests configure it: one fork server per pytest process,
+the files a fault provider writes (`FaultFiles`), its configuration (`fault_toml`), and polling, a shiftable
+clock and metric samples for the provider-layer tests."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from memactors.testing import fault_provider_params
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fault_provider_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One fork server per pytest process for the fault provider (memactors.testing._zygote): each
+    fault provider is still its own process on real stdio pipes, but forked from one that imported it
+    already, instead of paying ~1.3 s of CPU to import mcp's types: ~100 of them in a run."""
+    from memactors.testing import _zygote
+
+    path = str(tmp_path_factory.mktemp("zygote") / "s")
+    # not waited for: it imports while the first tests run; a launcher waits for its socket. It exits at
+    # EOF on its stdin, so it does not outlive a worker that dies without this teardown.
+    server = subprocess.Popen([sys.executable, _zygote.__file__, "serve", path], stdin=subprocess.PIPE)
+    os.environ["MEMACTORS_FAULT_ZYGOTE"] = path
+    try:
+        yield
+    finally:
+        del os.environ["MEMACTORS_FAULT_ZYGOTE"]
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=30)
 
 
 @attrs.define
