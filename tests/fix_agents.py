@@ -22,12 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import trio
 
 from support import run_record
 from support_runs import REPO_KEY
 
 REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
 CODEX_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "codex"
 #: The newer Codex `make agents` installs beside the pinned one (Makefile CODEX_NEXT_VERSION).
 CODEX_NEXT_BIN = REPO / ".cache" / "agents" / "codex-next" / "node_modules" / ".bin" / "codex"
@@ -243,3 +245,69 @@ def interactive(argv: list[str], *, cwd: Path, env: dict[str, str], done_when: b
     finally:
         os.close(fd)
     return status if status is not None else -9, out
+
+
+# -- pi and Claude Code as residents, the install tests' reads ---------------------------------------------
+
+PI_BIN = BIN / "pi"
+
+
+def pi_user(home: Path, base_url: str) -> None:
+    """``~/.pi/agent/models.json``: a provider for an OpenAI-compatible endpoint (the fake), as a user of a
+    self-hosted model writes it."""
+    agent = home / ".pi" / "agent"
+    agent.mkdir(parents=True, exist_ok=True)
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": base_url, "api": "openai-completions", "apiKey": "sk-fake",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-chat"}]}}}), encoding="utf-8")
+
+
+CLAUDE_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
+
+
+def claude_bin() -> Path:
+    """The pinned Claude Code binary; a missing one fails the test loudly, never skips it."""
+    if not os.access(CLAUDE_BIN, os.X_OK):
+        raise AssertionError(f"Claude Code is not installed at {CLAUDE_BIN}: install the agent CLIs into .cache/agents")
+    return CLAUDE_BIN
+
+
+def claude_env(home: Path, daemon_env: dict[str, str], base_url: str) -> dict[str, str]:
+    """The environment of a user's headless `claude -p` against the fake API (HOME: their own)."""
+    return {**daemon_env, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "sk-ant-fake",
+            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+
+
+async def claude_p(claude: Path, prompt: str, *, cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """`claude -p` exactly as a user types it in the project: no --mcp-config, no --allowedTools."""
+    done = await trio.run_process([str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"],
+                                  cwd=cwd, env=env, stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, (out[-3000:], done.stderr.decode(errors="replace")[-3000:])
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def read_json(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+async def gateway_status(url: str, token: str) -> int:
+    """The HTTP status of an MCP initialize presenting ``token``: 200 live, 401 refused."""
+    async with httpx2.AsyncClient(timeout=None) as http:
+        answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}},
+            headers={"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"})
+    return answer.status_code
+
+
+def transcript_in(repo: Path, tmp_path: Path) -> Path:
+    """The recorded Claude Code transcript fixture, as if the session had run in ``repo``."""
+    path = tmp_path / "session.jsonl"
+    path.write_text((DATA / "claude_transcript_session.jsonl").read_text(encoding="utf-8").replace("{CWD}", str(repo)),
+                    encoding="utf-8")
+    return path
+
+
+#: A claude-code harness, `coder`: the resident the install and client-configuration tests connect.
+HARNESS = '[harness.coder]\nharness = "claude-code"\n'

@@ -13,7 +13,7 @@ import mcp.types as t
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
-from fix_agents import git_repo
+from fix_agents import git_repo, transcript_in
 from fix_daemon import Daemon, daemon_process
 from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.cli.agents import client_config
@@ -30,14 +30,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     on a fresh one; each mints its own tokens and ingests its own session."""
     with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
         yield running
-
-
-def transcript_in(repo: Path, tmp_path: Path) -> Path:
-    """The recorded Claude Code transcript fixture, as if the session had run in ``repo``."""
-    path = tmp_path / "session.jsonl"
-    path.write_text((DATA / "claude_transcript_session.jsonl").read_text(encoding="utf-8").replace("{CWD}", str(repo)),
-                    encoding="utf-8")
-    return path
 
 
 async def call_briefing(config: dict[str, object]) -> t.CallToolResult:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fix_agents import git_repo
+from fix_agents import HARNESS, gateway_status, git_repo, read_json
 from fix_daemon import Daemon, daemon_process
-from test_install import HARNESS, gateway_status, read_json
 
 pytestmark = pytest.mark.slow
 

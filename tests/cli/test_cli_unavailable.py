@@ -350,7 +350,7 @@ async def test_no_command_prints_a_traceback_when_the_daemon_is_down_or_drops_th
 async def test_the_tui_shows_a_dropped_daemon_and_quits_cleanly(tmp_path: Path) -> None:
     """The TUI keeps running when the daemon goes away (it retries every 5 s), shows why in its header,
     and `q` still quits with status 0 and nothing on stderr."""
-    from test_tui import tmux, wait_for
+    from support_console import tmux, wait_for
 
     config = write_config(tmp_path, HARNESS)
     async with dropping_daemon(tmp_path / "state", reset=True):

@@ -15,7 +15,7 @@ import pytest
 
 from fix_daemon import Daemon, daemon_process
 from support import write_config
-from test_import_git import HISTORY, KEY, make_history
+from support_runs import HISTORY, KEY, make_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 
