@@ -5,7 +5,8 @@ plugins that provide the shared fixtures, each named for what it provides:
 * fix_service: the service in this process (`config_path`, `make_holder`, `memory`, `served`);
 * fix_providers: the fault provider's fork server and its helpers (`FaultFiles`, `fault_toml`, `sample`);
 * fix_daemon: the daemon as a process (`Daemon`, `start_daemon`, `daemon_process`, `daemon_in_process`);
-* fix_agents: the real agent CLIs and the configuration each needs to reach a loopback fake model API.
+* fix_agents: the real agent CLIs, the configuration each needs to reach a loopback fake model API, and
+  the `daemon` fixture (one per module, with the resident harness `coder`) the install tests share.
 
 Helpers with no fixture stay in support*.py (support.py: a real config file, the service's gateway)."""
 

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
+from fix_daemon import CLI, Daemon, daemon_process
 from support import run_record
 from support_runs import REPO_KEY
 
@@ -311,3 +313,21 @@ def transcript_in(repo: Path, tmp_path: Path) -> Path:
 
 #: A claude-code harness, `coder`: the resident the install and client-configuration tests connect.
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """The daemon as a process with the claude-code harness `coder` (HARNESS), one for the module that
+    imports this fixture (a daemon costs ~2 s of CPU to start): the install, uninstall and client-configuration
+    tests mint their own tokens and write their own files, so none depends on a fresh one."""
+    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
+        yield running
+
+
+def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it against ``daemon``, with their own HOME (where --user writes) and none of the
+    variables that would point an agent's configuration elsewhere."""
+    env = {**daemon.env, "HOME": str(home)}
+    for name in ("CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME", "XDG_CONFIG_HOME"):
+        env.pop(name, None)
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=120, check=False)

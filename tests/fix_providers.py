@@ -143,10 +143,13 @@ def exposition(metrics: Any) -> str:
 
 
 def sample(metrics: Any, name: str, **labels: str) -> float | None:
-    """The value of one sample in the /metrics exposition (labels matched exactly), None if absent."""
+    """The value of one sample in the /metrics exposition (labels matched exactly), None if absent:
+    `metrics` is a `Metrics` or the exposition's text as scraped. (A service's counter, 0 before its
+    first increment: support_readside.sample.)"""
     from prometheus_client.parser import text_string_to_metric_families
 
-    for family in text_string_to_metric_families(exposition(metrics)):
+    text = metrics if isinstance(metrics, str) else exposition(metrics)
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == name and s.labels == labels:
                 return float(s.value)

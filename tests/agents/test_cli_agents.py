@@ -4,7 +4,6 @@ run as subprocesses against the daemon as a process (issue 8, REQ-15: nothing is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -14,7 +13,7 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 
 from fix_agents import git_repo, transcript_in
-from fix_daemon import Daemon, daemon_process
+from fix_daemon import Daemon
 from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.cli.agents import client_config
 
@@ -22,14 +21,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'
 SECRETS = ("SECRET-PROMPT", "SECRET-THINKING", "SECRET-QUERY", "SECRET-RECALL", "SECRET-OLD", "SECRET-NEW",
            "SECRET-CONTENT", "SECRET-OUTPUT")
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """One daemon for the module (a daemon process costs ~2 s of CPU to start): no test here depends
-    on a fresh one; each mints its own tokens and ingests its own session."""
-    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
-        yield running
 
 
 async def call_briefing(config: dict[str, object]) -> t.CallToolResult:

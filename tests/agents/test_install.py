@@ -11,13 +11,12 @@ import stat
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fix_agents import HARNESS, gateway_status, git_repo, read_json
-from fix_daemon import Daemon, daemon_process
+from fix_agents import gateway_status, git_repo, memactors, read_json
+from fix_daemon import Daemon
 
 pytestmark = pytest.mark.slow
 
@@ -27,21 +26,6 @@ USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(git status)"],
 USER_MCP = {"mcpServers": {"github": {"type": "http", "url": "https://example.invalid/mcp"}}}
 CODEX_CONFIG = ('# my Codex settings\nmodel = "gpt-5.5"  # the one I like\n\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'
                 'args = ["--stdio"]\n\n[projects."/srv/x"]\ntrust_level = "trusted"\n')
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
-        yield running
-
-
-def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it, with their own HOME (where --user writes)."""
-    env = {**daemon.env, "HOME": str(home)}
-    env.pop("CODEX_HOME", None)
-    env.pop("CLAUDE_CONFIG_DIR", None)
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 async def test_install_claude_code_in_a_project_merges_with_the_users_settings_and_uninstall_restores_them(
