@@ -4,7 +4,8 @@
 daemon is ready once its ``daemon.json`` names its pid (the file holds the addresses it bound). Its stdout
 and stderr go to a log file (a pipe nobody drains would stall it). ``daemon_process`` stops it with SIGTERM
 and, unless told otherwise (``clean_exit=False``, for a test that kills or starves it), asserts it exited 0
-without a traceback. ``serving_env`` starts one from an environment the test built itself.
+without a traceback. ``serving_env`` starts one from an environment the test built itself;
+``daemon_in_process`` runs the daemon in the test's own trio loop instead.
 
 Knobs that make hostile conditions quick to reach without faking them:
 
@@ -27,14 +28,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
+from memactors.config import load_config
+from memactors.daemon import Listening, run_daemon
 from support import write_config
 
 _BOOT = """
@@ -218,3 +221,15 @@ def serving_env(env: dict[str, str], state: Path, log: Path) -> Iterator[subproc
         yield daemon.proc
     finally:
         daemon.stop()
+
+
+@asynccontextmanager
+async def daemon_in_process(tmp_path: Path, extra: str = "") -> AsyncIterator[tuple[Path, Listening]]:
+    """The daemon in this test's own trio loop (`run_daemon` on `write_config(tmp_path, extra)`), serving on
+    port-0 listeners for the block: (its config file, the addresses it bound). Cancelled after the block."""
+    path = write_config(tmp_path, extra)
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
+                                                                       task_status=task_status))
+        yield path, listening
+        nursery.cancel_scope.cancel()
