@@ -217,3 +217,30 @@ TRUE_POSITIVES: list[tuple[str, str, str, str]] = [
     ("okta-ssws-token", "Authorization: SSWS ", "00" + R40, "\n"),
     ("netrc-password", "machine api.acme.dev login ci password ", "hunter2-Xk9", "\n"),
 ]
+
+
+#: Inputs built to make a regular expression backtrack: each must be redacted in linear time (tests/redact,
+#: bench/redact_adversarial.py).
+ADVERSARIAL = {
+    "letters": "a" * 200_000,
+    "keys": "token=" * 40_000,
+    "unterminated-values": ("token=" * 20 + "(") * 2_000,
+    "jwt-heads": "-eyJ" * 50_000,
+    "schemes": "://" * 60_000,
+    "userinfo": "://a:" * 40_000,
+    "sk-heads": "-sk-" * 50_000,
+    "quoted": "token='" + "tokn:'" * 30_000,
+    "begins": "-----BEGIN RSA PRIVATE KEY-----" * 5_000,
+    "begin-end": "-----BEGIN PRIVATE KEY-----x-----END RSA" * 5_000,
+    "headers": "Authorization: Bearer " * 10_000,
+    "bearers": "bearer " * 30_000,
+    "aws": "AKIA" * 50_000,
+    "separators": ("token" + " " * 5 + "=" + " " * 5) * 12_000,
+    # issue 20's rules: the literal each starts at, repeated, and long runs where a quantifier could rescan
+    "netrc": "machine h login u " * 11_000 + "machine" + " " * 20_000,
+    "telegram": ("1234567890:A" + "b" * 20) * 6_000,
+    "sig-params": "&sig=" * 40_000,
+    "account-keys": "AccountKey=" * 18_000,
+    "discord": "discord bot token " * 11_000,
+    "key-dashes": "key-" * 50_000,
+}
