@@ -86,11 +86,17 @@ class FaultFiles:
 
 
 def fault_toml(files: FaultFiles, *modes: str, name: str = "fault", provider: bool = True,
-               provider_timeout: str = "1s", extra_episodes: str = "") -> str:
-    """TOML declaring `[mcp.<name>]` as the fault provider (stdio subprocess), selected as provider."""
+               provider_timeout: str = "1s", extra_episodes: str = "", state: bool = True, control: bool = True,
+               pid: Path | bool = True) -> str:
+    """TOML declaring `[mcp.<name>]` as the fault provider (stdio subprocess), selected as provider.
+
+    It appends every call to `files.calls`; it keeps its items in `files.state` (else in memory, gone when it
+    exits) unless not `state`; while `files.control` exists its modes are replaced by the file's (unless not
+    `control`); it writes its pid first to `files.pid`, or to the file `pid` names, or nowhere (False), so a
+    test can SIGKILL or SIGSTOP it."""
     files.root.mkdir(parents=True, exist_ok=True)
-    params = fault_provider_params(*modes, calls_file=files.calls, state_file=files.state,
-                                   control_file=files.control, pid_file=files.pid)
+    params = fault_provider_params(*modes, calls_file=files.calls, state_file=files.state if state else None,
+                                   control_file=files.control if control else None, pid_file=files.pid if pid is True else pid or None)
     text = ""
     if provider:
         text += f'[memory]\nprovider = "{name}"\n'
