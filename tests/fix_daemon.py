@@ -154,13 +154,14 @@ def _limit(nofile: int | None) -> Any:
 
 
 def launch(argv: list[str], env: dict[str, str], state: Path, log: Path, *, wait: bool = True,
-           nofile: int | None = None) -> Daemon:
-    """Start ``argv`` (a ``memactors serve``) with ``env`` as its whole environment, its output appended to
-    ``log``, and wait (unless not ``wait``) until ``state``/daemon.json names its pid."""
+           nofile: int | None = None, cwd: Path | None = None) -> Daemon:
+    """Start ``argv`` (a ``memactors serve``) with ``env`` as its whole environment, in ``cwd`` (relative
+    provider paths resolve there), its output appended to ``log``, and wait (unless not ``wait``) until
+    ``state``/daemon.json names its pid."""
     state.mkdir(parents=True, exist_ok=True)
     (state / "daemon.json").unlink(missing_ok=True)
     with log.open("ab") as sink:
-        proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT,
                                 preexec_fn=_limit(nofile))  # noqa: PLW1509
     daemon = Daemon(proc=proc, state=state, info={}, log=log, env=env)
     if not wait:
@@ -213,10 +214,11 @@ def daemon_process(tmp_path: Path, extra_config: str = "", *, clean_exit: bool =
 
 
 @contextmanager
-def serving_env(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def serving_env(env: dict[str, str], state: Path, log: Path, *,
+                cwd: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """`memactors serve` with ``env`` as its whole environment (HARNESS_CONFIG in it), state in ``state``, its
-    output appended to ``log``: its process, stopped with SIGTERM after the block."""
-    daemon = launch([*CLI, "serve"], env, state, log)
+    output appended to ``log``, started in ``cwd``: its process, stopped with SIGTERM after the block."""
+    daemon = launch([*CLI, "serve"], env, state, log, cwd=cwd)
     try:
         yield daemon.proc
     finally:

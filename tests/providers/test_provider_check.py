@@ -8,15 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from fix_daemon import daemon_in_process
+from fix_daemon import daemon_in_process, serving_env
 from fix_providers import FaultFiles, fault_toml, sample
 from memactors import cli
 from memactors.config import ConfigHolder
@@ -265,28 +264,8 @@ def test_the_example_configurations_own_provider_passes_whatever_python3_the_pat
     (bin_dir / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(tmp_path),
            "HARNESS_CONFIG": str(config)}
-    with daemon_in(REPO, env, tmp_path / "daemon.log"):
+    with serving_env(env, tmp_path / "state", tmp_path / "daemon.log", cwd=REPO):
         done = subprocess.run([sys.executable, "-m", "memactors.cli", "memory", "provider", "check", "--provider",
                                "mini"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("PASS") == 7 and "minimal 0.1, contract 1" in done.stdout
-
-
-@contextmanager
-def daemon_in(cwd: Path, env: dict[str, str], log: Path) -> Iterator[None]:
-    """`memactors serve` started from ``cwd`` (relative provider paths resolve there); ready once it
-    announced its addresses, stopped with SIGINT."""
-    with log.open("w", encoding="utf-8") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("Ctrl-C stops it."):
-                break
-        else:
-            raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
