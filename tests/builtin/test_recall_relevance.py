@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memactors.builtin import ranking
 from memactors.builtin.ranking import RELEVANCE_FLOOR
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
@@ -100,6 +101,33 @@ async def test_an_episode_without_its_vector_yet_ranks_where_bm25_alone_ranks_it
     assert _ids(half)[0] == answer_id  # not pushed below by the vector it does not have yet
 
 
+async def test_while_most_episodes_wait_for_their_vector_the_few_embedded_do_not_jump_bm25s_order(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    # Episodes matching the question less and less by their words, and a dozen sharing only "ledger";
+    # only the fourth has its vector (what the back-fill's first pages give it), so it is the cosine
+    # ranking's one hit and best.
+    texts = ("ledger rounding reconcile invoices fixed", "ledger rounding reconcile notes",
+             "ledger rounding drift in a long export of the monthly totals page",
+             "ledger invoices cleanup of the old monthly export code",
+             "ledger notes for the monthly export")
+    ids = [await _ingest(memory, f"{n + 1}", text, f"2026-11-{10 + n}T09:00:00Z") for n, text in enumerate(texts)]
+    others = [await _ingest(memory, f"{n + 10}", f"ledger housekeeping {n}", f"2026-10-{10 + n}T09:00:00Z")
+              for n in range(12)]
+    assert await memory.builtin.wait_embedded() == 0
+    await _drop_vectors(memory, [eid for n, eid in enumerate(ids) if n != 3] + others)
+    memory.builtin.relevance_floor = 0.0  # the order, whatever each item's score
+    query = "ledger rounding reconcile invoices"
+    half = await memory.recall(query=query, repo=API)
+    assert half["degraded"] is None
+    memory.builtin.query_embedder = _failing_embedder
+    memory.builtin._query_vectors.clear()
+    text_only = await memory.recall(query=query, repo=API)
+    assert text_only["degraded"] == "embeddings_unavailable"
+    assert ids[3] in _ids(text_only)[1:]
+    assert _ids(half) == _ids(text_only)
+
+
 async def _failing_embedder(texts: Any) -> list[list[float]]:
     from memactors.modelapi import ModelApiError
 
@@ -118,6 +146,26 @@ async def test_recall_answers_nothing_when_no_episode_is_relevant_and_scores_are
     assert (await memory.recall(query="flaky ledger", repo="forge.example/acme/billing"))["episodes"] == []
     scores = [float(item["provenance"]["score"]) for item in _items(found)]
     assert scores and all(RELEVANCE_FLOOR <= s <= 1.0 for s in scores)
+
+
+async def test_a_question_whose_key_words_the_repository_never_holds_is_answered_with_nothing(
+        hybrid: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = hybrid
+    # A word none of a thousand episodes says counts whole (`ranking.UNKNOWN_DOCS`); these four stand
+    # for such a repository here.
+    monkeypatch.setattr(ranking, "UNKNOWN_DOCS", 4)
+    for n, text in enumerate(("ledger rounding fixed in the nightly export", "ledger totals page layout",
+                              "ledger export renamed", "ledger rounding notes for invoices")):
+        await _ingest(memory, f"{n + 1}", text, f"2026-11-1{n}T09:00:00Z")
+    assert await memory.builtin.wait_embedded() == 0
+    # Every episode says "ledger", and the first shares "rounding" and "export" with the question too:
+    # its words and its vector are close, but what the question is about (a GraphQL subscription
+    # client) no episode of the repository ever mentions.
+    assert (await memory.recall(query="ledger rounding export graphql subscription client",
+                                repo=API))["episodes"] == []
+    # The same words without the unknown ones find it.
+    found = await memory.recall(query="ledger rounding export", repo=API)
+    assert [e["run_id"] for e in found["episodes"]][:1] == ["1"]
 
 
 def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,16 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memactors import graph
 from memactors.actors.documents import age, briefing_episode_item, collapse_facts, fact_item, is_empty_run
 from memactors.actors.index import KeptItem, Provenance
+from memactors.store.facts import Fact
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 TZ_FACT = "The ledger tests need TZ=UTC and a fixed clock; run them with make test-ledger before every push"
 
 
-def fact(i: int, text: str, confidence: float) -> graph.Fact:
-    return graph.Fact(f"f_{i:02d}", "project:forge.example/acme/api", text, confidence, "live",
+def fact(i: int, text: str, confidence: float) -> Fact:
+    return Fact(f"f_{i:02d}", "project:forge.example/acme/api", text, confidence, "live",
                       "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z")
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import trio
 
-from memactors import graph
 from memactors.config import ConfigHolder
 from memactors.errors import ConfigError, InvalidArgument, UnknownRun
 from memactors.service import MemoryService, open_memory_service
+from memactors.store import iso, run_tokens
 from support import LogRecords, wait_ready
 from support_runs import REPO_KEY, command_harness, fake_claude, make_repo, wait_for_file
 
@@ -238,7 +238,7 @@ async def test_the_run_token_resolves_while_running_and_expires_after_the_grace(
         now = memory.wall_clock()
         expired = await memory.store.read(lambda db: db.execute(
             "SELECT expires_at FROM run_callers WHERE run_id = ?", [started["run_id"]]).fetchone()[0])
-        assert expired <= graph.iso(now)
+        assert expired <= iso(now)
 
 
 async def test_unknown_harness_and_unknown_run_are_errors_naming_them(tmp_path: Path, make_holder: Any) -> None:
@@ -308,7 +308,7 @@ async def test_an_oversized_prompt_still_runs_with_the_prompt_alone(tmp_path: Pa
 
 async def test_an_expired_run_token_resolves_to_nobody(memory: MemoryService) -> None:
     now = memory.wall_clock()
-    live, ended = [await memory.store.write(lambda db, ttl=ttl: graph.mint_run_token(
+    live, ended = [await memory.store.write(lambda db, ttl=ttl: run_tokens.mint_run_token(
         db, harness="h", run_id=f"r{ttl}", workdir="", now=now, expires_at=now + timedelta(seconds=ttl)))
         for ttl in (60, -1)]
     assert (await memory.caller_view(live)).run_id == "r60"

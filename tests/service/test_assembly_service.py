@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors import graph
 from memactors._wire import episode_json, load_run_record
 from memactors.actors.assembler import Assemble, Assembler
 from memactors.actors.index import add_index_rows
@@ -29,6 +28,7 @@ from memactors.metrics import Metrics
 from memactors.modelapi import SUMMARY_DEADLINE
 from memactors.repo import clear_cache
 from memactors.service import MemoryService, open_memory_service
+from memactors.store import pull_requests
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import EXAMPLES, example, run_record, wait_ready, within, write_config
 from support_readside import sample
@@ -101,7 +101,7 @@ async def test_req5_a_failed_run_yields_a_complete_episode_through_the_service(m
 @pytest.mark.req5
 async def test_req5_the_pull_request_linked_to_the_branch_is_in_the_episode(memory: MemoryService) -> None:
     url = "https://forge.example/acme/api/pull/7"
-    await memory.store.write(lambda db: graph.link_pull_request(
+    await memory.store.write(lambda db: pull_requests.link_pull_request(
         db, repo=API, branch="fix/flaky", url=url, now=datetime(2026, 11, 28, tzinfo=UTC)))
     result = await memory.ingest_run(example("run-42-api-fixer.json"))
     view = await memory.get_episode(result["episode_id"])

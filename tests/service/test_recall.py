@@ -205,9 +205,9 @@ async def test_req12_provider_text_never_becomes_a_fact(memory: MemoryService) -
     assert "the ledger always rounds half-even; vote support f_812" in section(answer.json, "episodes")[0]["text"]
     assert await count(memory, "SELECT count(*) FROM facts") == 1
     assert await count(memory, "SELECT count(*) FROM votes") == 0
-    from memactors import graph
+    from memactors.store import facts
 
-    assert await memory.store.read(lambda db: graph.search_facts(
+    assert await memory.store.read(lambda db: facts.search_facts(
         db, query="rounds", scopes=["fleet", f"project:{API}"], limit=5)) == []  # not searchable as a fact
 
 
@@ -235,7 +235,7 @@ async def test_req12_a_response_is_at_most_16_kib_dropping_from_the_end(memory: 
     kept = section(answer.json, "facts")
     assert answer.json["truncated"] == 20 - len(kept) > 0
     # Fact order is the fact search's (best first); truncation removed from the end only.
-    full = await memory.store.read(lambda db: __import__("memactors.graph", fromlist=["x"]).search_facts(
+    full = await memory.store.read(lambda db: __import__("memactors.store.facts", fromlist=["x"]).search_facts(
         db, query="ledger", scopes=["fleet", f"project:{API}"], limit=20))
     assert [f["provenance"]["fact"] for f in kept] == [f.id for f in full[: len(kept)]]
 
@@ -303,3 +303,7 @@ async def test_retries_of_one_task_are_one_recall_item_saying_how_many_runs_it_s
     # The three retries are one item (the best ranked of them, under its own run's provenance).
     assert sorted(r for r, _ in runs) == sorted([next(r for r, n in runs if n == "3"), "other"])
     assert [n for r, n in runs if r == "other"] == [None]
+    # The provider fills its slots past the duplicates: two slots hold two facts, not one.
+    two = await memory.recall(query="ledger rounding reconcile", repo=API, limit=2)
+    items = [i for s in two["structured"]["sections"] if s["name"] == "episodes" for i in s["items"]]
+    assert sorted(i["provenance"].get("runs") or "1" for i in items) == ["1", "3"]

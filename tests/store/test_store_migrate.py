@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import trio
 
-from memactors import graph
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
+from memactors.store.facts import search_facts
 from memactors.testing.postgres import Cluster
 from support import run_record, wait_ready, write_config
 from support_readside import API, as_run
@@ -132,9 +132,9 @@ async def test_store_migrate_copies_every_table_keeps_ids_and_is_safe_to_run_twi
     async with _ready_service(pg_config, tmp_path) as memory:
         found = await memory.recall(query="ledger rounding change", repo=API, limit=20)
         assert set(e["episode_id"] for e in found["episodes"]) == set(ids) - {ids[3]}
-        facts = await memory.store.read(lambda db: graph.search_facts(
+        hits = await memory.store.read(lambda db: search_facts(
             db, query="half-even", scopes=[f"project:{API}"], limit=5))
-        assert [f.id for f in facts] == [fact["id"]]
+        assert [f.id for f in hits] == [fact["id"]]
         new = await memory.ingest_run(run_record(run_id="after-move", result_text="ledger after the move"))
         assert new["outcome"] == "recorded"  # ids from PostgreSQL's sequences: no clash with copied rows
 

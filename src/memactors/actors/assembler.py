@@ -15,7 +15,6 @@ import attrs
 import trio
 from loguru import logger
 
-from .. import graph
 from ..config import Config, HarnessConfig
 from ..episode import (
     MAX_GRAPH_PATHS,
@@ -31,6 +30,7 @@ from ..errors import MemactorsError
 from ..metrics import Metrics
 from ..modelapi import SUMMARY_DEADLINE, SummaryResult
 from ..models import Episode, RunRecord
+from ..store import pull_requests
 from .kernel import Ask, open_mailbox, serve
 
 # The summary actor enforces REQ-7's 10 s itself; this margin only covers its mailbox and reply.
@@ -189,7 +189,7 @@ class Assembler:
         if todo and self._read is not None:
             # The pull requests read and the assembly in one worker-thread hop (a read connection).
             def look_up_and_assemble(db: Any) -> list[tuple[Episode, str] | MemactorsError]:
-                with_pull_requests({pair: graph.pull_request_for(db, *pair) for pair in dict.fromkeys(pairs)})
+                with_pull_requests({pair: pull_requests.pull_request_for(db, *pair) for pair in dict.fromkeys(pairs)})
                 return assemble_all(todo, {})
 
             built = await self._read(look_up_and_assemble)

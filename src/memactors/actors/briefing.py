@@ -21,7 +21,7 @@ over the document's content (not the instant: two previews a few milliseconds ap
 are the same bytes), re-derived with a counter until it occurs in no content, so it stays unpredictable
 to whoever wrote the content and still identical for identical inputs.
 
-A run's briefing is computed once and cached in the store (``graph`` briefings table), then served
+A run's briefing is computed once and cached in the store (``store.briefing_cache``, the briefings table), then served
 unchanged until ``refresh``; each serve to a run writes exposure rows for the facts it shows (REQ-17),
 and withholds the facts from that answer if the write fails. Operator previews write none.
 """
@@ -39,13 +39,14 @@ import attrs
 import trio
 from loguru import logger
 
-from .. import contract, graph
+from .. import contract
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
 from ..logs import LogThrottle
 from ..metrics import Metrics
-from ..store import Db, Store, WallClock
+from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
+from ..store.facts import Fact, count_facts, search_facts, top_facts
 from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
 from .documents import (
     BRIEFING_CANDIDATES,
@@ -111,7 +112,7 @@ def _nothing(db: Db) -> None:
 
 
 Delivery = Literal["tool", "resource", "prompt", "preview", "spawn"]
-_SURFACE: Mapping[str, graph.Surface] = {
+_SURFACE: Mapping[str, votes.Surface] = {
     "tool": "briefing_tool", "resource": "briefing_resource", "prompt": "briefing_prompt",
 }
 
@@ -181,7 +182,7 @@ class BriefingRequest(Ask["BriefingAnswer"]):
 
 
 @attrs.frozen
-class ExposePrompt:
+class ExposePrompt(Ask["BriefingAnswer"]):
     """Write a prepended briefing's exposure rows (REQ-17) before spawn; answers the briefing as sent."""
 
     answer: BriefingAnswer
@@ -373,21 +374,24 @@ class Briefing:
         now = self._clock()
         repo = view.repo if view.episode_scopes else None
 
-        def local(db: Db) -> tuple[list[tuple[graph.Fact, int]], list[graph.RunRow]]:
-            pool = graph.search_facts(db, query=query, scopes=view.fact_scopes, limit=limit * FACT_POOL)
+        def local(db: Db) -> tuple[list[tuple[Fact, int]], list[run_history.RunRow]]:
+            pool = search_facts(db, query=query, scopes=view.fact_scopes, limit=limit * FACT_POOL)
             facts = collapse_facts(pool, limit)
-            runs = graph.runs_editing(db, repo=repo, paths=req.paths, limit=RECALL_RUNS) if (
+            runs = run_history.runs_editing(db, repo=repo, paths=req.paths, limit=RECALL_RUNS) if (
                 repo and req.paths) else []
             return facts, runs
 
-        eps, (facts, runs) = await self.episodes_with(view, query=query, limit=limit, paths=req.paths,
-                                                      deadline=req.deadline, local=local, fallback=([], []),
-                                                      words=search_words(query))
+        # Room for near-duplicates: the provider fills up to twice the slots, and `limit` distinct items
+        # are kept after collapsing them (issue 38: retries of one task had left an answer short).
+        eps, (facts, runs) = await self.episodes_with(view, query=query, limit=min(contract.MAX_LIMIT, 2 * limit),
+                                                      paths=req.paths, deadline=req.deadline, local=local,
+                                                      fallback=([], []), words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
                     dropped=sum(similar for _, similar in facts)),
-            Section("episodes", tuple(episode_item(self.provider, k, runs) for k, runs in collapse_episodes(eps.items)),
+            Section("episodes", tuple(episode_item(self.provider, k, runs)
+                                      for k, runs in collapse_episodes(eps.items)[:limit]),
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
             Section("recent_runs", tuple(run_item(r) for r in runs)),
         )
@@ -399,7 +403,7 @@ class Briefing:
                        truncated=doc.truncated, exposed=exposed).info("recall served")
         return RecallAnswer(doc, render_text(doc), render_json(doc), outcome, exposed, withheld)
 
-    async def _expose(self, doc: Document, view: View, surface: graph.Surface, call_id: str | None,
+    async def _expose(self, doc: Document, view: View, surface: votes.Surface, call_id: str | None,
                       now: datetime, *, max_chars: int | None = None) -> tuple[Document, int, bool]:
         """Write exposure rows for the facts ``doc`` serves to a run; withhold them if that fails."""
         run = view.exposed_run
@@ -407,7 +411,7 @@ class Briefing:
         if run is None or not ids:
             return doc, 0, False
         try:
-            n = await self._store.write(lambda db: graph.record_exposure(
+            n = await self._store.write(lambda db: votes.record_exposure(
                 db, run_id=run[1], harness=run[0], fact_ids=ids, surface=surface, call_id=call_id, now=now))
         except Exception as exc:  # any store failure: serve without the facts, never unrecorded ones
             self._log.bind(harness=run[0], run=run[1], surface=surface, facts=len(ids),
@@ -440,18 +444,18 @@ class Briefing:
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
-        def local(db: Db) -> tuple[list[graph.Collision], list[tuple[graph.RunRow, dict[str, Any] | None]],
-                                   list[tuple[graph.Fact, int]], int]:
-            clashes = graph.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
+        def local(db: Db) -> tuple[list[presence.Collision], list[tuple[run_history.RunRow, dict[str, Any] | None]],
+                                   list[tuple[Fact, int]], int]:
+            clashes = presence.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
             # The newest runs that did something (issue 38: trivial runs took the slots), each with
             # its episode (its gist is the line's text).
-            pool = graph.recent_runs(db, repo=repo, branch=branch, limit=RECENT_RUNS_POOL)
-            bodies = graph.run_episodes(db, pool)
+            pool = run_history.recent_runs(db, repo=repo, branch=branch, limit=RECENT_RUNS_POOL)
+            bodies = run_history.run_episodes(db, pool)
             runs = [(r, bodies.get((r.harness, r.run_id))) for r in pool]
             runs = [(r, ep) for r, ep in runs if ep is None or not is_trivial_run(ep)]
-            facts = collapse_facts(graph.top_facts(db, scopes=scopes, limit=8 * FACT_POOL), 8)
-            total = graph.count_facts(db, scopes=scopes)
+            facts = collapse_facts(top_facts(db, scopes=scopes, limit=8 * FACT_POOL), 8)
+            total = count_facts(db, scopes=scopes)
             return clashes, runs, facts, total
 
         query = " ".join(p for p in (repo, branch, harness) if p)
@@ -492,7 +496,7 @@ class Briefing:
         cached = None
         if cacheable and not req.refresh:
             with contextlib.suppress(StoreUnavailable):  # the store down: composed afresh (degraded)
-                cached = await self._store.read(lambda db: graph.get_cached_briefing(db, run[0], run[1]))
+                cached = await self._store.read(lambda db: briefing_cache.get_cached_briefing(db, run[0], run[1]))
         if cached is not None:
             doc = document_from_json(json.loads(cached.doc_json))
         else:
@@ -500,7 +504,7 @@ class Briefing:
             if cacheable and doc.degraded != STORE_UNAVAILABLE:
                 text, data = render_text(doc), json.dumps(render_json(doc), ensure_ascii=False)
                 try:
-                    await self._store.write(lambda db: graph.put_cached_briefing(
+                    await self._store.write(lambda db: briefing_cache.put_cached_briefing(
                         db, run[0], run[1], text, data, counts(doc), now))
                 except StoreUnavailable as exc:  # served, not cached: the next ask composes it again
                     self._log.bind(error=exc.message).warning("briefing not cached: store unavailable")

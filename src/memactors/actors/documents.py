@@ -25,9 +25,11 @@ from typing import Any
 
 import attrs
 
-from .. import contract, graph
+from .. import contract
 from ..errors import MemactorsError
 from ..gist import gist
+from ..store import presence, run_history
+from ..store.facts import Fact
 from ..wrapper import (
     BRIEFING_MAX_BYTES,
     Document,
@@ -140,7 +142,7 @@ def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
     )
 
 
-def fact_item(f: graph.Fact, similar: int = 0) -> Item:
+def fact_item(f: Fact, similar: int = 0) -> Item:
     """A fact; ``similar`` counts the near-duplicates collapsed into it (`collapse_facts`), shown as
     ``similar N`` when there were any."""
     return Item(Provenance("fact", (
@@ -162,7 +164,7 @@ def _near(a: frozenset[str], b: frozenset[str]) -> bool:
     return len(a & b) >= NEAR_DUPLICATE * len(a | b)
 
 
-def collapse_facts(facts: Sequence[graph.Fact], limit: int) -> list[tuple[graph.Fact, int]]:
+def collapse_facts(facts: Sequence[Fact], limit: int) -> list[tuple[Fact, int]]:
     """Near-duplicate facts of one answer as one: up to ``limit`` (fact, similar) pairs.
 
     Two facts are near-duplicates when their word sets (letters and digits, case-folded) share at
@@ -179,7 +181,7 @@ def collapse_facts(facts: Sequence[graph.Fact], limit: int) -> list[tuple[graph.
             groups.append([i])
         else:
             home.append(i)
-    out: list[tuple[graph.Fact, int]] = []
+    out: list[tuple[Fact, int]] = []
     for g in groups[: max(limit, 0)]:
         best = min(g, key=lambda j: (-facts[j].confidence, j))
         out.append((facts[best], len(g) - 1))
@@ -195,7 +197,7 @@ RECENT_RUNS_POOL = 25
 RECENT_RUNS = 5
 
 
-def run_item(r: graph.RunRow) -> Item:
+def run_item(r: run_history.RunRow) -> Item:
     return Item(Provenance("run", (
         ("run", r.run_id), ("harness", r.harness), ("adapter", r.adapter), ("outcome", r.outcome),
         ("branch", r.branch), ("ended", r.ended_at), ("duration_ms", r.duration_ms),
@@ -203,7 +205,7 @@ def run_item(r: graph.RunRow) -> Item:
     )), "", untrusted=False)
 
 
-def briefing_run_item(r: graph.RunRow, episode: Mapping[str, Any] | None, now: datetime) -> Item:
+def briefing_run_item(r: run_history.RunRow, episode: Mapping[str, Any] | None, now: datetime) -> Item:
     """A run as a briefing's recent_runs shows it: a short provenance line from the daemon's runs row
     (run, harness, outcome, age at ``now``, pull request) and, given its stored episode, the episode's
     gist (what it said and touched; issue 38: a line of provenance alone told a reader nothing),
@@ -310,7 +312,7 @@ def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:
     )), kept.text, untrusted=True)
 
 
-def collision_item(c: graph.Collision) -> Item:
+def collision_item(c: presence.Collision) -> Item:
     other = c.second
     return Item(Provenance("collision", (
         ("harness", other.harness), ("run", other.run_id), ("branch", other.branch),

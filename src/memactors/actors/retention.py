@@ -39,11 +39,12 @@ from loguru import logger
 
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
-from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable, UnknownEpisode
+from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable
 from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..redact import redact
-from ..store import Db, Store, WallClock, iso
+from ..store import Db, Store, WallClock, iso, pending
+from ..store.pending import ForgetOutcome, tombstone
 from .index import IndexIds, stored_copy
 from .kernel import Address, Ask, open_mailbox, serve
 from .provider_session import provider_call
@@ -112,22 +113,6 @@ class ForgetEpisode(Ask["ForgetOutcome"]):
 
 
 @attrs.frozen
-class Prune:
-    """Run the retention prune now; answers how many episodes it forgot."""
-
-
-@attrs.frozen
-class ForgetOutcome:
-    episode_id: str
-    forgotten_at: str
-    ids: int
-    forgotten: int
-    pending: int
-    failed: int
-    body_deleted: bool
-
-
-@attrs.frozen
 class Attempt:
     kind: str
     episode_id: str
@@ -137,11 +122,6 @@ class Attempt:
     stored: tuple[dict[str, Any], str, str, str] | None = attrs.field(default=None, eq=False)
     #: why a record's stored episode cannot be read (not JSON, not REQ-5's shape): it is quarantined
     unreadable: str | None = attrs.field(default=None, eq=False)
-
-
-#: `last_error`'s prefix on a record row set aside because its stored episode cannot be read. The row
-#: keeps state `failed` (never retried, kept for the operator) and is counted as `record_quarantined`.
-QUARANTINED = "quarantined: "
 
 
 def readable_copy(body: str) -> tuple[tuple[dict[str, Any], str] | None, str | None]:
@@ -158,83 +138,6 @@ def readable_copy(body: str) -> tuple[tuple[dict[str, Any], str] | None, str | N
     if not isinstance(episode, dict):
         return None, "the stored episode is not a JSON object"
     return (episode, text), None
-
-
-def tombstone(db: Db, episode_id: str, now: str, *, claim: tuple[str, str] | None = None) -> bool:
-    """Mark an episode and its index rows forgotten and queue their forgets; False if already forgotten.
-
-    One transaction: from its commit on, REQ-9's filter drops every id of the episode. An episode with
-    no index row has nothing to forget at a provider, so its body goes at once. With `claim` = (daemon
-    id, until) the queued forgets are claimed by that daemon (it attempts them itself at once).
-    """
-    row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    if row is None:
-        shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
-        raise UnknownEpisode(f"no episode {shown}", episode=shown)
-    if row[0] is not None:
-        return False
-    db.execute("UPDATE episodes SET forgotten_at = ? WHERE episode_id = ?", [now, episode_id])
-    db.execute("UPDATE memory_index SET forgotten_at = ? WHERE episode_id = ? AND forgotten_at IS NULL",
-               [now, episode_id])
-    db.execute("DELETE FROM pending WHERE kind = 'record' AND episode_id = ?", [episode_id])
-    ids = db.execute("SELECT provider, provider_id FROM memory_index WHERE episode_id = ?", [episode_id]).fetchall()
-    claimer, until = claim or (None, None)
-    for provider, provider_id in ids:
-        db.execute(
-            "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at, claimed_until,"
-            " claimed_by) VALUES ('forget', ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [provider, episode_id, provider_id, now, now, until, claimer])
-    delete_body_if_done(db, episode_id)
-    return True
-
-
-def delete_body_if_done(db: Db, episode_id: str) -> bool:
-    """Delete a forgotten episode's stored body once no forget of it is pending any more."""
-    waiting = db.execute("SELECT 1 FROM pending WHERE kind = 'forget' AND episode_id = ? AND state = 'pending'"
-                         " LIMIT 1", [episode_id]).fetchone()
-    if waiting is not None:
-        return False
-    row = db.execute("SELECT body_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
-                     [episode_id]).fetchone()
-    if row is not None and row[0] is not None:
-        db.execute("UPDATE episodes SET body_id = NULL WHERE episode_id = ?", [episode_id])
-        db.execute("DELETE FROM episode_bodies WHERE id = ?", [row[0]])
-    scrub_run(db, episode_id)
-    return True
-
-
-def prune_tombstones(db: Db, cutoff: str, batch: int) -> int:
-    """Delete up to `batch` tombstones of episodes forgotten before `cutoff` whose forget is over: the body
-    is gone and no forget of theirs is pending or failed (REQ-10: "the tombstone stays until every id is
-    forgotten or failed"; a failed one stays, counted, for the operator). Their episode and index rows
-    go; the run row stays for the graph (it keeps the run from being recorded again). An id a provider
-    still answers afterwards has no index row, and REQ-9 drops it as unknown. Returns how many."""
-    rows = db.execute(
-        "SELECT e.episode_id FROM episodes e WHERE e.recorded_at < ? AND e.forgotten_at < ? AND e.body_id IS NULL"
-        " AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.episode_id = e.episode_id) LIMIT ?",
-        [cutoff, cutoff, batch]).fetchall()
-    for (episode_id,) in rows:
-        db.execute("DELETE FROM memory_index WHERE episode_id = ?", [episode_id])
-        db.execute("DELETE FROM episodes WHERE episode_id = ?", [episode_id])
-    return len(rows)
-
-
-def scrub_run(db: Db, episode_id: str) -> None:
-    """Remove the agent-written text a forgotten episode came from, wherever the daemon keeps a copy:
-    the stored run record, whole (the run row itself, its ids, times, outcome and paths stay: they are
-    what the graph knows, not what the agent wrote), and every cached briefing that showed the episode.
-    The record's own row is deleted rather than emptied in place, so its page space is reused
-    (migration 0008)."""
-    row = db.execute("SELECT harness, run_id FROM episodes WHERE episode_id = ? AND forgotten_at IS NOT NULL",
-                     [episode_id]).fetchone()
-    if row is None:
-        return
-    run = db.execute("SELECT record_id FROM runs WHERE harness = ? AND run_id = ?", list(row)).fetchone()
-    if run is not None and run[0] is not None:
-        db.execute("UPDATE runs SET record_id = NULL WHERE harness = ? AND run_id = ?", list(row))
-        db.execute("DELETE FROM run_records WHERE id = ?", [run[0]])
-    db.execute(f"DELETE FROM briefings WHERE {db.dialect.contains('document')} OR {db.dialect.contains('doc_json')}",
-               [episode_id, episode_id])
 
 
 class Retention:
@@ -300,15 +203,11 @@ class Retention:
                 return await self.counts()
             case ForgetEpisode(episode_id=episode_id, reason=reason):
                 return await self.forget(episode_id, reason)
-            case Prune():
-                return await self.prune()
             case _:
                 raise TypeError(f"retention cannot handle {type(message).__name__}")
 
     async def counts(self) -> dict[str, int]:
-        rows = await self._store.read(lambda db: db.execute(
-            "SELECT provider, kind, CASE WHEN state = 'failed' AND last_error LIKE ? THEN 'quarantined' ELSE state END"
-            " AS st, count(*) FROM pending GROUP BY provider, kind, st", [QUARANTINED + "%"]).fetchall())
+        rows = await self._store.read(pending.counts_by_state)
         out: dict[str, int] = {}
         per_provider: dict[tuple[str, str], int] = {(self._provider, kind): 0 for kind in KINDS}
         for provider, kind, state, n in rows:
@@ -330,9 +229,7 @@ class Retention:
         first = await self._store.write(lambda db: tombstone(db, episode_id, now, claim=claim))
         log = self._log.bind(episode=episode_id, reason=reason)
         if first:
-            due = await self._store.read(lambda db: db.execute(
-                "SELECT provider_id, provider FROM pending WHERE kind = 'forget' AND episode_id = ?"
-                " AND state = 'pending' AND claimed_by = ?", [episode_id, me]).fetchall())
+            due = await self._store.read(lambda db: pending.claimed_forgets(db, episode_id, me))
             attempts = [Attempt("forget", episode_id, pid, provider) for pid, provider in due
                         if provider in self.reachable]
             settled: set[tuple[str, str, str, str]] = set()
@@ -353,11 +250,9 @@ class Retention:
                     log.bind(provider=attempt.provider, op="memory_forget", error=type(late).__name__,
                              detail=str(late), state="queued").warning("forget failed")
             # Whatever is still pending is the retry loop's now (this daemon's or another's).
-            await self._store.write(lambda db: db.execute(
-                "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE kind = 'forget'"
-                " AND episode_id = ? AND claimed_by = ?", [episode_id, me]))
+            await self._store.write(lambda db: pending.release_forgets(db, episode_id, me))
             self._wake.set()
-        outcome = await self._store.read(lambda db: _forget_outcome(db, episode_id))
+        outcome = await self._store.read(lambda db: pending.forget_outcome(db, episode_id))
         if outcome.body_deleted:
             await self._store.checkpoint()  # no page image of the deleted text left in the WAL
         log.bind(ids=outcome.ids, pending=outcome.pending, failed=outcome.failed, first=first).info("episode forgotten")
@@ -374,9 +269,7 @@ class Retention:
         now = iso(self._clock())
 
         def write(db: Db) -> int:
-            rows = db.execute("SELECT episode_id FROM episodes WHERE forgotten_at IS NULL AND recorded_at < ?"
-                              " ORDER BY recorded_at LIMIT ?", [cutoff, PRUNE_BATCH]).fetchall()
-            return sum(tombstone(db, eid, now) for (eid,) in rows)
+            return sum(tombstone(db, eid, now) for eid in pending.expired_episodes(db, cutoff, PRUNE_BATCH))
 
         async with self._store.singleton("prune") as mine:
             if not mine:  # another daemon sharing the store is pruning it now
@@ -384,7 +277,7 @@ class Retention:
                 return 0
             total = await self._store.write_in_batches(write, PRUNE_BATCH)
             await self._store.prune_call_log(cutoff)  # the call log keeps the same window
-            tombstones = await self._store.write_in_batches(lambda db: prune_tombstones(db, cutoff, PRUNE_BATCH),
+            tombstones = await self._store.write_in_batches(lambda db: pending.prune_tombstones(db, cutoff, PRUNE_BATCH),
                                                             PRUNE_BATCH)
         if tombstones:
             self._log.bind(tombstones=tombstones, retention_s=retention).info("retention prune deleted tombstones")
@@ -431,8 +324,7 @@ class Retention:
                 if not released:
                     # Claims this daemon held before a restart (its attempts died with it) are released at
                     # once: the state directory's lock makes this process the only one with this daemon id.
-                    await self._store.write(lambda db: db.execute(
-                        "UPDATE pending SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = ?", [me]))
+                    await self._store.write(lambda db: pending.release_claims(db, me))
                     released = True
                 due = []
                 for attempt in await self._due():
@@ -465,14 +357,10 @@ class Retention:
         """Seconds until the earliest pending row is due (at most IDLE_POLL), by the wall clock: its
         next_at, or the end of its claim when another attempt holds it."""
         reachable = self.reachable
-        marks = ",".join("?" * len(reachable))
-        row = await self._store.read(lambda db: db.execute(
-            f"SELECT min(CASE WHEN claimed_until > next_at THEN claimed_until ELSE next_at END) FROM pending"
-            f" WHERE provider IN ({marks}) AND state = 'pending' AND (kind = 'forget' OR provider = ?)",
-            [*reachable, self._provider]).fetchone())
-        if row is None or row[0] is None:
+        due_at = await self._store.read(lambda db: pending.next_due_at(db, reachable, self._provider))
+        if due_at is None:
             return IDLE_POLL
-        wait = (parse_time(row[0]) - self._clock()).total_seconds()
+        wait = (parse_time(due_at) - self._clock()).total_seconds()
         return min(max(wait, 0.05), IDLE_POLL)
 
     async def _due(self) -> list[Attempt]:
@@ -487,24 +375,10 @@ class Retention:
         until = iso(self._clock() + timedelta(seconds=self._lease()))
         me = self._store.daemon_id
         reachable = self.reachable
-        marks = ",".join("?" * len(reachable))
 
         def claim(db: Db) -> list[Any]:
-            rows = db.execute(
-                f"SELECT p.kind, p.episode_id, p.provider_id, p.provider, b.body, e.scope, e.trust_class,"
-                f" e.forgotten_at FROM pending p LEFT JOIN episodes e"
-                f" ON p.kind = 'record' AND e.episode_id = p.episode_id LEFT JOIN episode_bodies b ON b.id = e.body_id"
-                f" WHERE p.provider IN ({marks}) AND p.state = 'pending' AND p.next_at <= ?"
-                f" AND (p.claimed_until IS NULL OR p.claimed_until <= ?)"
-                f" AND (p.kind = 'forget' OR p.provider = ?) ORDER BY p.next_at LIMIT {DUE_BATCH}"
-                f"{db.dialect.skip_locked('p')}",
-                [*reachable, now, now, self._provider]).fetchall()
-            # (A record row for another provider — the configuration changed — is not ours to send.)
-            db.executemany(
-                "UPDATE pending SET claimed_until = ?, claimed_by = ? WHERE kind = ? AND provider = ?"
-                " AND episode_id = ? AND provider_id = ?",
-                [(until, me, k, prov, e, p) for k, e, p, prov, *_ in rows])
-            return rows
+            return pending.claim_due(db, reachable=reachable, provider=self._provider, now=now, until=until,
+                                     daemon_id=me, limit=DUE_BATCH)
 
         def attempts(rows: list[Any]) -> list[Attempt]:
             out = []
@@ -522,9 +396,7 @@ class Retention:
 
     async def _make_due(self) -> None:
         now = iso(self._clock())
-        await self._store.write(lambda db: db.execute(
-            "UPDATE pending SET next_at = ? WHERE provider = ? AND state = 'pending' AND next_at > ?",
-            [now, self._provider, now]))
+        await self._store.write(lambda db: pending.make_due(db, self._provider, now))
 
     async def _attempt(self, attempt: Attempt, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         key = _key(attempt)
@@ -547,14 +419,9 @@ class Retention:
 
     async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         if stored is None:
-            row = await self._store.read(lambda db: db.execute(
-                "SELECT b.body, e.scope, e.trust_class, e.forgotten_at FROM episodes e"
-                " LEFT JOIN episode_bodies b ON b.id = e.body_id WHERE e.episode_id = ?",
-                [episode_id]).fetchone())
+            row = await self._store.read(lambda db: pending.stored_episode(db, episode_id))
             if row is None or row[0] is None or row[3] is not None:
-                await self._store.write(lambda db: db.execute(
-                    "DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?",
-                    [self._provider, episode_id]))
+                await self._store.write(lambda db: pending.drop_record(db, self._provider, episode_id))
                 return "gone"
             copy, unreadable = await trio.to_thread.run_sync(readable_copy, row[0])
             if copy is None:
@@ -600,13 +467,10 @@ class Retention:
         """Set a record row aside whose stored episode cannot be read: kept (state failed, `last_error`
         saying why), never retried, counted as `record_quarantined` in `memory status` and doctor, and
         logged naming the episode; the loop goes on with the rest."""
-        message = QUARANTINED + why
 
         def write(db: Db) -> bool:
-            return db.execute(
-                "UPDATE pending SET state = 'failed', last_error = ?, claimed_until = NULL, claimed_by = NULL"
-                " WHERE kind = ? AND provider = ? AND episode_id = ? AND provider_id = ? RETURNING 1",
-                [message, attempt.kind, attempt.provider, attempt.episode_id, attempt.provider_id]).fetchone() is not None
+            return pending.quarantine(db, kind=attempt.kind, provider=attempt.provider,
+                                      episode_id=attempt.episode_id, provider_id=attempt.provider_id, why=why)
 
         if await self._store.write(write):
             self._metrics.episode_recorded(attempt.provider, "error")
@@ -633,9 +497,8 @@ class Retention:
             return state
 
         def done(db: Db) -> bool:
-            db.execute("DELETE FROM pending WHERE kind = 'forget' AND provider = ? AND episode_id = ?"
-                       " AND provider_id = ?", [attempt.provider, attempt.episode_id, attempt.provider_id])
-            return delete_body_if_done(db, attempt.episode_id)
+            return pending.forget_done(db, provider=attempt.provider, episode_id=attempt.episode_id,
+                                       provider_id=attempt.provider_id)
 
         if await self._store.write(done):
             await self._store.checkpoint()  # the body is gone: no page image of it left in the WAL
@@ -667,21 +530,18 @@ class Retention:
         kind, provider, episode_id, provider_id = attempt.kind, attempt.provider, attempt.episode_id, attempt.provider_id
 
         def write(db: Db) -> str:
-            row = db.execute(
-                "SELECT attempts, first_at FROM pending WHERE kind = ? AND provider = ? AND episode_id = ?"
-                " AND provider_id = ?", [kind, provider, episode_id, provider_id]).fetchone()
+            row = pending.attempts_so_far(db, kind=kind, provider=provider, episode_id=episode_id,
+                                          provider_id=provider_id)
             if row is None:
                 return "gone"
             attempts = row[0] + 1
             expired = now - parse_time(row[1]) >= RETRY_WINDOW
             state = "failed" if expired else "pending"
             next_at = iso(now + timedelta(seconds=backoff_seconds(attempts)))
-            db.execute(
-                "UPDATE pending SET attempts = ?, next_at = ?, state = ?, last_error = ?, claimed_until = NULL,"
-                " claimed_by = NULL WHERE kind = ? AND provider = ? AND episode_id = ? AND provider_id = ?",
-                [attempts, next_at, state, message, kind, provider, episode_id, provider_id])
+            pending.reschedule(db, kind=kind, provider=provider, episode_id=episode_id, provider_id=provider_id,
+                               attempts=attempts, next_at=next_at, state=state, error=message)
             if expired and kind == "forget":
-                delete_body_if_done(db, episode_id)
+                pending.delete_body_if_done(db, episode_id)
             if kind == "record" and attempts == 1:
                 # REQ-21 counts episodes: an episode's failed record counts once, however often it is retried.
                 self._metrics.episode_recorded(provider, "error")
@@ -694,13 +554,3 @@ class Retention:
 
 def _key(attempt: Attempt) -> tuple[str, str, str, str]:
     return (attempt.kind, attempt.episode_id, attempt.provider_id, attempt.provider)
-
-
-def _forget_outcome(db: Db, episode_id: str) -> ForgetOutcome:
-    row = db.execute("SELECT forgotten_at, body_id IS NULL FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    ids = db.execute("SELECT count(*) FROM memory_index WHERE episode_id = ?", [episode_id]).fetchone()[0]
-    states = dict(db.execute("SELECT state, count(*) FROM pending WHERE kind = 'forget' AND episode_id = ?"
-                             " GROUP BY state", [episode_id]).fetchall())
-    pending, failed = states.get("pending", 0), states.get("failed", 0)
-    return ForgetOutcome(episode_id=episode_id, forgotten_at=row[0], ids=ids, forgotten=ids - pending - failed,
-                         pending=pending, failed=failed, body_deleted=bool(row[1]))

@@ -41,13 +41,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 from loguru import logger
 
-from .. import graph
 from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
 from ..agents import run_rows
 from ..agents.run_process import (
@@ -64,14 +63,17 @@ from ..agents.run_record import StopReason, build_run_record, cap_reached, git_c
 from ..agents.run_watch import PromptScrub, RunWatch
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
+from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
-from ..store import iso
+from ..store import Db, Store, WallClock, iso, run_tokens
+from .briefing import Briefing, BriefingAnswer, View
 from .kernel import open_mailbox, serve
 from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
-from .spawn import prepare_spawn
+from .spawn import SpawnPort, prepare_spawn
 
-__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "StartRun", "build_run_record", "exit_status"]
+__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "RunsPort", "StartRun", "build_run_record",
+           "exit_status"]
 
 #: SIGTERM to SIGKILL.
 KILL_GRACE = 5.0
@@ -102,15 +104,42 @@ class _Prepared:
     stdin: str | None = None
 
 
+class RunsPort(SpawnPort, Protocol):
+    """What the runs actor needs of the service, and all it may use: `SpawnPort`'s members (the
+    configuration, store, metrics and briefing a run's spawn needs), the wall clock, and the ingest path
+    a finished run's record goes down (``service.MemoryService`` is one; the checker proves it there)."""
+
+    @property
+    def wall_clock(self) -> WallClock: ...
+
+    async def ingest_run(self, data: Any, *, source: str = "record",
+                         harness_config: HarnessConfig | None = None) -> dict[str, Any]: ...
+
+
+@attrs.frozen
 class _RunScope:
-    """What ``prepare_spawn`` reads: the service, with the run's configuration (project file merged)."""
+    """What ``prepare_spawn`` reads for one run: the service's port, with the run's configuration
+    (project file merged) in place of the daemon's."""
 
-    def __init__(self, service: Any, config: Config) -> None:
-        self._service = service
-        self.config = config
+    port: RunsPort
+    config: Config
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._service, name)
+    @property
+    def store(self) -> Store:
+        return self.port.store
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.port.metrics
+
+    @property
+    def briefing(self) -> Briefing:
+        return self.port.briefing
+
+    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+                             call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer:
+        return await self.port.agent_briefing(view, delivery=delivery, refresh=refresh, call_id=call_id,
+                                              episodes_deadline=episodes_deadline)
 
 
 # -- the actor ------------------------------------------------------------------------------------------
@@ -118,7 +147,7 @@ class _RunScope:
 class Runs:
     """Owns every run it starts: one task per run in its nursery (docs/runs.md)."""
 
-    def __init__(self, service: Any, *, gateway_url: Callable[[], str | None], kill_grace: float = KILL_GRACE,
+    def __init__(self, service: RunsPort, *, gateway_url: Callable[[], str | None], kill_grace: float = KILL_GRACE,
                  token_grace: float = TOKEN_GRACE) -> None:
         self._service = service
         self._gateway_url = gateway_url
@@ -219,7 +248,11 @@ class Runs:
                 kill_orphan, view["pid"], view["harness"], view["run_id"])
             view.update(state="ended", ended_at=iso(now), outcome="crashed", reason="internal_error",
                         error=f"the daemon stopped while the run was running (its agent: {fate})")
-            await service.store.write(lambda db, v=view: run_rows.upsert(db, v))
+
+            def mark(db: Db, v: dict[str, Any] = view) -> None:
+                run_rows.upsert(db, v)
+
+            await service.store.write(mark)
             self._log.bind(harness=view["harness"], run=view["run_id"], agent=fate).warning(
                 "run left running by a previous daemon marked crashed")
         await trio.to_thread.run_sync(remove_mcp_configs, service.config.store.path / "runs")
@@ -252,11 +285,11 @@ class Runs:
                 config = await trio.to_thread.run_sync(
                     lambda: load_config(config.global_path, project_files=[project]))
                 cfg, refused = _narrowed(cfg, config.harness[name])
-                for key in refused:
+                for refused_key in refused:
                     # REQ-8: the key is accepted in a project file because turning it off only narrows; a
                     # `true` over the operator's `false` would widen, so it is ignored, and said once per run.
-                    self._log.bind(harness=name, file=str(project), key=f"[harness.{name}] {key}").warning(
-                        f"{project}: [harness.{name}] {key} = true ignored: the global configuration turned it"
+                    self._log.bind(harness=name, file=str(project), key=f"[harness.{name}] {refused_key}").warning(
+                        f"{project}: [harness.{name}] {refused_key} = true ignored: the global configuration turned it"
                         " off, and a project file may only turn recording off")
                 config = attrs.evolve(config, harness=MappingProxyType({**config.harness, name: cfg}))
         if message.prompt is not None:
@@ -283,7 +316,7 @@ class Runs:
 
         now = service.wall_clock()
         budget = cfg.timeout + self.kill_grace + self._record_budget() + self.token_grace
-        token = await service.store.write(lambda db: graph.mint_run_token(
+        token = await service.store.write(lambda db: run_tokens.mint_run_token(
             db, harness=name, run_id=run_id, workdir=workdir, now=now, expires_at=now + timedelta(seconds=budget)))
         mcp_config: Path | None = None
         log = self._log.bind(harness=name, run=run_id, adapter=adapter.name)
@@ -329,7 +362,7 @@ class Runs:
     async def _release(self, harness: str, run_id: str, mcp_config: Path | None, ended: datetime) -> None:
         """The run is over: its token expires after the grace and its MCP config file is removed."""
         expires = ended + timedelta(seconds=self.token_grace)
-        await self._service.store.write(lambda db: graph.expire_run_tokens(
+        await self._service.store.write(lambda db: run_tokens.expire_run_tokens(
             db, harness=harness, run_id=run_id, at=expires))
         if mcp_config is not None:
             await trio.to_thread.run_sync(lambda: mcp_config.unlink(missing_ok=True))
@@ -473,10 +506,10 @@ class Runs:
             state.cap = cap_reached(stopped, transcript) if record["reason"] == "budget_exceeded" else None
             watch.note("end", iso(ended), text=f"{state.outcome} ({state.reason}), exit status {code}")
             try:
-                result = await self._service.ingest_run(record, source=f"run {state.harness}/{state.run_id}",
-                                                        harness_config=run.cfg)
-                state.ingest = str(result.get("outcome"))
-                state.episode_id = result.get("episode_id")
+                ingested = await self._service.ingest_run(record, source=f"run {state.harness}/{state.run_id}",
+                                                          harness_config=run.cfg)
+                state.ingest = str(ingested.get("outcome"))
+                state.episode_id = ingested.get("episode_id")
             except MemactorsError as exc:
                 state.ingest = "rejected"
                 log.bind(error=type(exc).__name__).error("run record rejected")
@@ -524,7 +557,7 @@ def _narrowed(global_cfg: HarnessConfig, merged: HarnessConfig) -> tuple[Harness
     """The harness as a run sees it with its project file merged: a cap only lowered, recording only
     turned off. Returns it with the keys the project file tried to turn back on (each ignored)."""
     refused = tuple(key for key in NARROW_ONLY_KEYS if getattr(merged, key) and not getattr(global_cfg, key))
-    turned_off = {key: False for key in refused}
+    turned_off: dict[str, Any] = {key: False for key in refused}
     return attrs.evolve(merged, max_turns=_lower(global_cfg.max_turns, merged.max_turns),
                         max_cost_usd=_lower(global_cfg.max_cost_usd, merged.max_cost_usd), **turned_off), refused
 

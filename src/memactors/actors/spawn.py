@@ -1,7 +1,7 @@
 """What the daemon calls before it spawns a harness run (REQ-16, REQ-20, REQ-13, REQ-17).
 
 ``await prepare_spawn(memory, harness=..., run_id=..., workdir=..., base_argv=[...])`` returns the argv
-to exec. For a prompt one-shot (``prompt``, ``prompt_file``, ``prompt_template`` or
+to exec. ``memory`` is anything with the few members `SpawnPort` names (``service.MemoryService`` is one). For a prompt one-shot (``prompt``, ``prompt_file``, ``prompt_template`` or
 ``prompt_template_file``) the last element is the operator's prompt — the file read, the template
 rendered — preceded, when ``memory_briefing = true``, by REQ-16's fenced briefing and a blank line. For
 a resident harness with ``memory_briefing = true`` the briefing is only computed and cached, so the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, Protocol
 
 import attrs
 import trio
@@ -34,7 +34,9 @@ from loguru import logger
 from ..agents.prompt import SkipReason, plan_prompt_argv, render_template
 from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError
-from .briefing import BriefingAnswer, ExposePrompt, View, resolve_view
+from ..metrics import Metrics
+from ..store import Store
+from .briefing import Briefing, BriefingAnswer, ExposePrompt, View, resolve_view
 
 __all__ = ["SpawnPlan", "operator_prompt", "prepare_spawn"]
 
@@ -89,8 +91,29 @@ async def operator_prompt(cfg: HarnessConfig, config: Config, event: Mapping[str
     return None
 
 
+class SpawnPort(Protocol):
+    """What `prepare_spawn` needs of the service, and all it may use: the configuration (a run started by
+    the daemon passes its own, with the project file merged), the store (to place the run), the briefing
+    handler and actor (the briefing, then its exposure rows) and the metrics it counts on."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def briefing(self) -> Briefing: ...
+
+    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+                             call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer: ...
+
+
 async def prepare_spawn(
-    service: Any,
+    service: SpawnPort,
     *,
     harness: str,
     run_id: str,

@@ -17,7 +17,10 @@ import trio
 
 from ..config import Config
 from ..repo import resolve_repo, scope_for
-from ..store import Db, Store
+from ..store import Store
+from ..store.run_history import latest_branch
+from ..store.run_history import latest_run_place as latest_run_place
+from ..store.run_history import run_place as run_place
 
 __all__ = ["UNATTRIBUTED", "View", "latest_run_place", "resolve_view", "run_place"]
 
@@ -74,21 +77,6 @@ def _git_branch_sync(workdir: str) -> str | None:
     return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
 
 
-def run_place(db: Db, harness: str, run_id: str | None) -> tuple[str, str | None] | None:
-    """(repo, branch) a run works in as the graph records it: live presence, else the ingested run."""
-    if run_id:
-        row = db.execute(
-            "SELECT repo, branch FROM presence WHERE harness = ? AND run_id = ?"
-            " ORDER BY reported_at DESC, session_id LIMIT 1", [harness, run_id]).fetchone()
-        if row is None:
-            row = db.execute(
-                "SELECT repo, branch FROM runs WHERE harness = ? AND run_id = ? AND repo IS NOT NULL",
-                [harness, run_id]).fetchone()
-        if row is not None:
-            return str(row[0]), None if row[1] is None else str(row[1])
-    return None
-
-
 _UNREAD: Any = object()
 
 
@@ -112,20 +100,5 @@ async def resolve_view(store: Store, config: Config, *, harness: str, run_id: st
         return View("run", harness, run_id)
     branch = await trio.to_thread.run_sync(_git_branch_sync, directory)
     if branch is None:
-        branch = await store.read(lambda db: _latest_branch(db, harness, info.key))
+        branch = await store.read(lambda db: latest_branch(db, harness, info.key))
     return View("run", harness, run_id, info.key, branch)
-
-
-def latest_run_place(db: Db, harness: str) -> tuple[str, str | None] | None:
-    """(repo, branch) of the harness's latest ingested run in a repository, or None."""
-    row = db.execute(
-        "SELECT repo, branch FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC, run_id LIMIT 1",
-        [harness]).fetchone()
-    return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
-
-
-def _latest_branch(db: Db, harness: str, repo: str) -> str | None:
-    row = db.execute(
-        "SELECT branch FROM runs WHERE harness = ? AND repo = ? ORDER BY ended_at DESC, run_id LIMIT 1",
-        [harness, repo]).fetchone()
-    return None if row is None or row[0] is None else str(row[0])

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -106,6 +105,7 @@ from .ranking import relevance as relevance
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
+from .ranking import unknown_share as unknown_share
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first. Small enough that an
@@ -503,9 +503,11 @@ class BuiltinProvider:
                      else rrf([text_rank[:FUSE_DEPTH]] if text else []))
             covered = coverage(evidence)
             similarity = {h.episode_id: h.score for h in cosine}
-            median = statistics.median(h.score for h in cosine[:FUSE_DEPTH]) if cosine else None
+            cosines = [h.score for h in cosine]
+            unknown = unknown_share(evidence)
             vectored = {h.episode_id for h in cosine} | embedded
-            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), median, vector=eid in vectored)
+            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), cosines, unknown,
+                                    vector=eid in vectored)
                      for eid, h in hits.items()}
             floor = 0.0 if meta_mode else (
                 _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -346,7 +347,12 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
     `embedded`, when given, holds the text hits that have a vector. A text hit without one (recorded,
     not yet back-filled: right after `runs ingest` or an import) is ranked on the signal it has — its
     text score, whole — not pushed down by the cosine score it cannot have (issue 38: with the missing
-    cosine counted 0, recall on a half-embedded store fell below BM25 alone).
+    cosine counted 0, recall on a half-embedded store fell below BM25 alone). And the cosine ranking
+    weighs in proportion to the share of the text ranking's best FUSE_DEPTH that have a vector
+    ((1 − TEXT_WEIGHT) × share, the text the rest): while the back-fill runs, the cosine ranking is the
+    best of the few episodes embedded so far, and its min-max-normalised first place says little (a
+    cosine-only or embedded weak text match had jumped above BM25's better ones: natural other words
+    0.502 against BM25's 0.530 right after ingest). Every hit embedded: the weights above.
 
     Measured against REQ-11's RRF (k = 60) of the same two lists (bench/fusion_sweep.py, 266 questions
     through the built-in provider): every question set at or above BM25 alone, where RRF lost 6 points
@@ -359,11 +365,14 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
         return {eid: (v - low) / (high - low) if high > low else 1.0 for eid, v in best.items()}
 
     t, c = normalised(text), normalised(cosine)
+    top = text[:FUSE_DEPTH]
+    share = 1.0 if embedded is None or not top else sum(h.episode_id in embedded for h in top) / len(top)
+    cosine_weight = (1 - TEXT_WEIGHT) * share
 
     def blend(eid: str) -> float:
         if embedded is not None and eid not in embedded and eid not in c:
             return t.get(eid, 0.0)
-        return TEXT_WEIGHT * t.get(eid, 0.0) + (1 - TEXT_WEIGHT) * c.get(eid, 0.0)
+        return (1 - cosine_weight) * t.get(eid, 0.0) + cosine_weight * c.get(eid, 0.0)
 
     fused = {eid: blend(eid) for eid in (*t, *c)}
     if text and (len(text) == 1 or (text[1].score > 0 and text[0].score >= CONFIDENT * text[1].score)):
@@ -379,15 +388,22 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
 #: answer in the store (bench/data/noanswer_questions.json) and the answerable questions of
 #: bench/recall_quality.py (docs/benchmarks.md, "Relevance floor").
 RELEVANCE_FLOOR = 0.4
-#: Cosine evidence (an episode with a vector): the embedded model's similarity mapped linearly from
-#: COSINE_NONE (0) to COSINE_SURE (1); and how far it stands above the median similarity of the cosine
-#: ranking's best FUSE_DEPTH (a match that stands out from the store's other episodes), GAP_SURE being 1.
-COSINE_NONE = 0.24
-COSINE_SURE = 0.74
-GAP_SURE = 0.3
+#: Evidence of an episode with a vector (issue 38's second pass, `relevance`): a logistic model of five
+#: absolute measures, fitted on the answers and the best-ranked non-answers of bench/recall_quality.py's
+#: answerable and no-answer questions (bench/floor_sweep.py; docs/benchmarks.md, "Relevance floor"):
+#: its `coverage`, its cosine similarity to the query, how far that stands above the median of the
+#: cosine ranking's best FUSE_DEPTH (a match standing out from the scope's other episodes), the idf
+#: share of the query's words that no episode of the scope holds (`unknown_share`: a question about
+#: something the repository never saw), and the cosine ranking's best similarity (how close the
+#: scope comes to the question at all). The logit is RELEVANCE_BIAS + Σ weight × measure.
+RELEVANCE_BIAS = -4.75
+W_COVERAGE = 1.7
+W_COSINE = 4.3
+W_MARGIN = 5.4
+W_UNKNOWN = -3.5
+W_BEST = 5.3
 #: Text evidence of an episode known by its text alone (BM25-only installs; an episode whose vector
-#: is not back-filled yet): its `coverage` over TEXT_SURE. With a vector the coverage counts as is:
-#: the cosine has had its say, so the words must carry more.
+#: is not back-filled yet): its `coverage` over TEXT_SURE.
 TEXT_SURE = 0.45
 
 
@@ -421,22 +437,42 @@ def coverage(evidence: Evidence) -> dict[int, float]:
             for doc, words in evidence.present.items()}
 
 
-def relevance(covered: float, cosine: float | None = None, median: float | None = None, *,
-              vector: bool = False) -> float:
-    """An item's score on the one scale (0–1, RELEVANCE_FLOOR and up is served): the strongest of its
-    evidence. `covered` is its text `coverage`; `cosine` its similarity to the query when it is among
-    the cosine ranking's candidates, `median` that ranking's median over its best FUSE_DEPTH; `vector`
-    whether it has a vector at all. An episode without one (an install without embeddings, or one not
-    back-filled yet) is scored on its text alone, `covered` / TEXT_SURE: ranked and scored on the
-    signal it has (issue 38)."""
-    if not vector:
+#: How many documents a scope holds before a word none of them holds counts whole in `unknown_share`.
+UNKNOWN_DOCS = 1000
+
+
+def unknown_share(evidence: Evidence) -> float:
+    """The idf-weighted share (0–1) of the query's searchable words that no document of the scopes
+    holds: a question whose key words never occur in the repository has no answer by words. Scaled by
+    the scopes' size up to UNKNOWN_DOCS documents: a word a thousand episodes never say tells that the
+    repository never saw it; one that a new repository's three episodes lack tells little (the model
+    was fitted on scopes of 1,451 to 2,282 episodes, where the scale is 1)."""
+    weights = {w: idf(evidence.docs, n) for w, n in evidence.df.items()}
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return min(1.0, evidence.docs / UNKNOWN_DOCS) * sum(v for w, v in weights.items() if evidence.df[w] == 0) / total
+
+
+def relevance(covered: float, cosine: float | None = None, cosines: Sequence[float] = (), unknown: float = 0.0,
+              *, vector: bool = False) -> float:
+    """An item's score on the one scale (0–1, RELEVANCE_FLOOR and up is served). `covered` is its text
+    `coverage`; `cosine` its similarity to the query when it is among the cosine ranking's candidates,
+    `cosines` that ranking's similarities best first, `unknown` the query's `unknown_share`; `vector`
+    whether it has a vector at all.
+
+    With a vector: the logistic of RELEVANCE_BIAS + W_COVERAGE × covered + W_COSINE × cosine +
+    W_MARGIN × (cosine − median of the best FUSE_DEPTH cosines) + W_UNKNOWN × unknown + W_BEST × the
+    best cosine (an episode below the cosine ranking's candidates counts its last similarity, the most
+    it can have). An episode without one (an install without embeddings, or one not back-filled yet)
+    is scored on its text alone, `covered` / TEXT_SURE: ranked and scored on the signal it has."""
+    if not vector or not cosines:
         return min(1.0, covered / TEXT_SURE)
-    best = covered
-    if cosine is not None:
-        best = max(best, (cosine - COSINE_NONE) / (COSINE_SURE - COSINE_NONE))
-        if median is not None:
-            best = max(best, (cosine - median) / GAP_SURE)
-    return min(1.0, max(0.0, best))
+    similarity = cosines[-1] if cosine is None else cosine
+    margin = similarity - statistics.median(cosines[:FUSE_DEPTH])
+    logit = (RELEVANCE_BIAS + W_COVERAGE * covered + W_COSINE * similarity + W_MARGIN * margin
+             + W_UNKNOWN * unknown + W_BEST * cosines[0])
+    return 1.0 / (1.0 + math.exp(-logit))
 
 
 def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:

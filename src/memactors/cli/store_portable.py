@@ -107,10 +107,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     import trio
 
     from .._limits import MAX_IMPORT_LINE_BYTES
-    from ..actors.retention import tombstone
     from ..errors import MemactorsError
     from ..service.import_rows import check_row
     from ..store.engines import open_store
+    from ..store.pending import tombstone
     from ..store.portable import PortableError, import_lines, read_lines
 
     config = core.load(args)

@@ -23,13 +23,12 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 from loguru import logger
 
-from .. import graph
 from .._toml_tables import is_duration
 from .._wire import parse_time
 from ..actors.assembler import Assembler
@@ -59,12 +58,11 @@ from ..actors.kernel import ChildSpec, Supervisor, open_supervisor
 from ..actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from ..actors.retention import (
     ForgetEpisode,
-    ForgetOutcome,
     PendingCounts,
     Retention,
     RetryNow,
 )
-from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, StartRun
+from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, RunsPort, StartRun
 from ..actors.summary import SummaryActor, model_api_settings
 from ..agents import run_rows
 from ..builtin import BuiltinProvider, missing_vectors
@@ -84,8 +82,24 @@ from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
 from ..redact import shared as shared_redactor
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
-from ..store import Store, WallClock, ensure_daemon_id, iso, utc_now
+from ..store import (
+    Db,
+    Store,
+    WallClock,
+    briefing_cache,
+    ensure_daemon_id,
+    facts,
+    iso,
+    presence,
+    pull_requests,
+    run_tokens,
+    utc_now,
+    votes,
+)
 from ..store.engines import open_store
+from ..store.episodes import episode_counts
+from ..store.pending import ForgetOutcome, first_pending_at
+from ..store.run_history import latest_repo
 from ..telemetry import guard_sdk_spans
 from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
@@ -225,7 +239,7 @@ class MemoryService:
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
         """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
-        return await self.store.read(lambda db: graph.pull_request_for(db, repo, branch))
+        return await self.store.read(lambda db: pull_requests.pull_request_for(db, repo, branch))
 
     # -- MemoryService handlers ----------------------------------------------------------------------
     async def store_status(self) -> dict[str, Any]:
@@ -249,11 +263,8 @@ class MemoryService:
         st: ProviderStatus = await self.session.address.ask(GetStatus())
         store = await self.store_status()
 
-        def counts(db: Any) -> dict[str, int]:
-            row = db.execute("SELECT count(*), count(*) FILTER (WHERE forgotten_at IS NULL) FROM episodes").fetchone()
-            idx = db.execute("SELECT count(*) FROM memory_index WHERE provider = ? AND forgotten_at IS NULL",
-                             [self.provider]).fetchone()
-            return {"episodes": row[0] or 0, "live_episodes": row[1] or 0, "indexed_ids": idx[0] or 0}
+        def counts(db: Db) -> dict[str, int]:
+            return episode_counts(db, self.provider)
 
         # A store that does not answer (PostgreSQL down) leaves counts and pending unknown (None): the
         # status itself is still answered, saying so.
@@ -466,7 +477,7 @@ class MemoryService:
         now = self.wall_clock()
 
         def read(db: Any) -> tuple[Any, tuple[str, str | None] | None]:
-            found = graph.resolve_run_token(db, token or "", now)
+            found = run_tokens.resolve_run_token(db, token or "", now)
             return found, None if found is None else run_place(db, found.harness, found.run_id)
 
         caller, place = await self.store.read(read)
@@ -562,29 +573,29 @@ class MemoryService:
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
                        fact_id: str | None = None) -> dict[str, Any]:
         now = self.wall_clock()
-        fact = await self.store.write(lambda db: graph.add_fact(
+        fact = await self.store.write(lambda db: facts.add_fact(
             db, scope=scope, text=text, confidence=confidence, status=status,  # type: ignore[arg-type]
             now=now, fact_id=fact_id))
         return attrs.asdict(fact)
 
     async def link_pull_request(self, *, repo: str, branch: str, url: str) -> dict[str, Any]:
         now = self.wall_clock()
-        await self.store.write(lambda db: graph.link_pull_request(db, repo=repo, branch=branch, url=url, now=now))
+        await self.store.write(lambda db: pull_requests.link_pull_request(db, repo=repo, branch=branch, url=url, now=now))
         return {"repo": repo, "branch": branch, "url": url}
 
     async def report_presence(self, *, harness: str, run_id: str, session_id: str, repo: str,
                               branch: str | None, paths: tuple[str, ...] = (), ttl_seconds: int = 300
                               ) -> dict[str, Any]:
         now = self.wall_clock()
-        presence = await self.store.write(lambda db: graph.report_presence(
+        reported = await self.store.write(lambda db: presence.report_presence(
             db, harness=harness, run_id=run_id, session_id=session_id, repo=repo, branch=branch, paths=paths,
             now=now, ttl_seconds=ttl_seconds))
-        return attrs.asdict(presence)
+        return attrs.asdict(reported)
 
     async def cast_vote(self, *, fact_id: str, run_id: str, harness: str, stance: str) -> dict[str, Any]:
         """Store a vote; it is counted only when the run was never shown the fact (REQ-17)."""
         now = self.wall_clock()
-        vote = await self.store.write(lambda db: graph.cast_vote(
+        vote = await self.store.write(lambda db: votes.cast_vote(
             db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
         return attrs.asdict(vote)
 
@@ -605,9 +616,9 @@ class MemoryService:
         def mint(db: Any) -> tuple[str, int]:
             revoked = 0
             if replace:
-                revoked = graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
-                graph.drop_cached_briefing(db, harness, run_id)
-            return graph.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
+                revoked = run_tokens.revoke_run_tokens(db, harness=harness, run_id=run_id)
+                briefing_cache.drop_cached_briefing(db, harness, run_id)
+            return run_tokens.mint_run_token(db, harness=harness, run_id=run_id, workdir=workdir, now=now,
                                         expires_at=expires), revoked
 
         token, revoked = await self.store.write(mint)
@@ -619,8 +630,8 @@ class MemoryService:
         briefing is dropped with them."""
 
         def revoke(db: Any) -> int:
-            graph.drop_cached_briefing(db, harness, run_id)
-            return graph.revoke_run_tokens(db, harness=harness, run_id=run_id)
+            briefing_cache.drop_cached_briefing(db, harness, run_id)
+            return run_tokens.revoke_run_tokens(db, harness=harness, run_id=run_id)
 
         return {"harness": harness, "run_id": run_id, "revoked": await self.store.write(revoke)}
 
@@ -659,11 +670,8 @@ class MemoryService:
 
     async def harness_repo(self, harness: str) -> str | None:
         """The repository a harness works in now: its latest run's repo (SPEC-0027's record), else its workdir's."""
-        row = await self.store.read(lambda db: db.execute(
-            "SELECT repo FROM runs WHERE harness = ? AND repo IS NOT NULL ORDER BY ended_at DESC LIMIT 1",
-            [harness]).fetchone())
-        if row:
-            repo: str = row[0]
+        repo = await self.store.read(lambda db: latest_repo(db, harness))
+        if repo:
             return repo
         cfg = self.config.harness.get(harness)
         if cfg and cfg.workdir:
@@ -677,10 +685,9 @@ class MemoryService:
         status = await self.status()
         now = self.wall_clock()
 
-        def oldest(db: Any) -> dict[str, float]:
-            rows = db.execute("SELECT kind, min(first_at) FROM pending WHERE provider = ? AND state = 'pending'"
-                              " GROUP BY kind", [self.provider]).fetchall()
-            return {kind: (now - parse_time(first)).total_seconds() for kind, first in rows if first}
+        def oldest(db: Db) -> dict[str, float]:
+            firsts = first_pending_at(db, self.provider)
+            return {kind: (now - parse_time(first)).total_seconds() for kind, first in firsts.items() if first}
 
         oldest_pending: dict[str, float] = {}
         missing = 0
@@ -730,6 +737,11 @@ class MemoryService:
 async def _close_quietly(client: ModelApiClient) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(2):
         await client.aclose()
+
+
+if TYPE_CHECKING:
+    def _memory_service_serves_the_runs_actor(service: MemoryService) -> RunsPort:
+        return service  # the checker proves MemoryService has every member the runs actor's port names
 
 
 def _flat_sections(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -29,6 +29,9 @@ import attrs
 
 from .._wire import parse_time
 from ..store import iso
+from ..store.briefing_cache import computed_at
+from ..store.run_history import adapter_sessions, recent_records
+from ..store.run_tokens import resident_tokens
 
 __all__ = ["SILENT_SECONDS", "InstallActivity", "install_rows", "likely_cause", "read_installs"]
 
@@ -91,31 +94,26 @@ def read_installs(db: Any) -> list[dict[str, Any]]:
     harness (a project's and the user's), to the project install whose directory holds the session's
     working directory, else to the user's (`_attribute`)."""
     out = []
-    rows = db.execute("SELECT harness, run_id, max(workdir), min(created_at), max(expires_at) FROM run_callers"
-                      " WHERE run_id LIKE 'resident-%' GROUP BY harness, run_id ORDER BY harness, run_id").fetchall()
+    rows = resident_tokens(db)
     for harness, run_id, workdir, created, expires in rows:
         m = RESIDENT_RUN.fullmatch(str(run_id))
         if m is None:
             continue
         agent = m.group("agent")
-        cached = db.execute("SELECT computed_at FROM briefings WHERE harness = ? AND run_id = ?",
-                            [harness, run_id]).fetchone()
+        cached = computed_at(db, str(harness), str(run_id))
         out.append({"agent": agent, "scope": m.group("scope"), "harness": str(harness), "run_id": str(run_id),
                     "workdir": str(workdir or "") or None, "installed_at": created, "expires_at": expires,
-                    "last_session_at": None, "sessions": 0, "cached_briefing_at": cached[0] if cached else None})
+                    "last_session_at": None, "sessions": 0, "cached_briefing_at": cached})
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in out:
         groups.setdefault((row["harness"], row["agent"]), []).append(row)
     for (harness, agent), installs in groups.items():
         adapter = _ADAPTER.get(agent, agent)
         if len(installs) == 1:
-            last = db.execute("SELECT max(ingested_at), count(*) FROM runs WHERE harness = ? AND adapter = ?",
-                              [harness, adapter]).fetchone()
-            installs[0].update(last_session_at=last[0], sessions=int(last[1] or 0))
+            last_at, count = adapter_sessions(db, harness, adapter)
+            installs[0].update(last_session_at=last_at, sessions=count)
             continue
-        sessions = db.execute("SELECT r.record, s.ingested_at FROM runs s LEFT JOIN run_records r ON r.id = s.record_id"
-                              " WHERE s.harness = ? AND s.adapter = ? ORDER BY s.ingested_at DESC LIMIT ?",
-                              [harness, adapter, ATTRIBUTED_SESSIONS]).fetchall()
+        sessions = recent_records(db, harness, adapter, ATTRIBUTED_SESSIONS)
         for record, ingested in sessions:
             owner = _attribute(_cwds(record), installs)
             if owner is not None:

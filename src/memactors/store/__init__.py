@@ -1,10 +1,13 @@
-"""The daemon's store (ADR-0037 as memactors builds it): one interface, two engines.
+"""The daemon's store: one interface, two engines.
 
 The package: this module is the interface (`Store`, `Db`, the write queue both engines share, the
 rows and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and
 ``pg`` are the engines, one module each; ``migrations/<engine>/NNNN_name.sql`` their schemas, as
 versioned files; ``builtin_docs`` the built-in provider's document columns both engines migrate;
-``health`` the write-health state; ``migrate`` `memactors store migrate`. May import: the pure
+``health`` the write-health state; ``migrate`` `memactors store migrate`. What the store holds besides
+runs and episodes is one module per concept, engine-neutral SQL over `Db` (full-text search through
+`db.dialect`): ``facts``, ``votes`` (exposure and votes), ``pull_requests``, ``run_history`` (the runs
+briefings list), ``presence``, ``run_tokens``, ``briefing_cache``. May import: the pure
 modules (errors, urls, episode, wrapper) only — never the provider, the actors or anything above.
 
 SQLite (`store.sqlite`) is the embedded default: one file in the state directory, opened through
@@ -83,7 +86,7 @@ def bound_field(value: object, limit: int = MAX_FIELD_CHARS) -> str:
 
 def call_log_row(*, at: str, caller: str, server: str, tool: str, arguments: Any, outcome: str,
                  duration_ms: int) -> tuple[Any, ...]:
-    """One call-log row (ADR-0035, REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
+    """One call-log row (REQ-18), bounded. Arguments are only ever stored as their SHA-256, so
     the call log is never a second copy of episodes, queries or prompts."""
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
     return (at, bound_field(caller), bound_field(server), bound_field(tool), digest, bound_field(outcome, 32),

@@ -19,7 +19,7 @@ Import writes a store the daemon is not running on (the CLI takes the state dire
 SQLite one). What the target already holds wins: a run, episode or fact it has is skipped, so importing
 twice adds nothing. Forgotten stays forgotten, both ways: a tombstone in the file is imported as one
 (the run row with it, so the run is never ingested again), and an episode the target holds live is
-forgotten through the retention actor's own `tombstone` (handed in: the store knows nothing of actors),
+forgotten through `store.pending.tombstone`, the one the retention actor uses (handed in),
 which queues its forgets at the provider; an episode the target has forgotten is never revived.
 
 Live episodes are recorded to the target's provider by the daemon itself: each is queued as a pending
@@ -56,7 +56,7 @@ _EPISODE = ("episode_id", "harness", "run_id", "repo", "branch", "scope", "trust
 _INDEX = ("provider", "provider_id", "episode_id", "scope", "recorded_at", "forgotten_at")
 _FACT = ("id", "scope", "text", "confidence", "status", "created_at", "updated_at")
 
-#: Forget one episode in a write transaction (`actors.retention.tombstone`): (db, episode id, now) → bool.
+#: Forget one episode in a write transaction (`store.pending.tombstone`): (db, episode id, now) → bool.
 Forget = Callable[[Db, str, str], bool]
 
 

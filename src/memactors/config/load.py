@@ -1,19 +1,7 @@
-"""Configuration: the global ``harness.toml``, its ``harness_d`` drop-ins and project files.
-
-Files are TOML, read with the stdlib ``tomllib`` into frozen attrs models. The global file is found as
-``--config``, else ``$HARNESS_CONFIG``, else ``~/.config/harness/harness.toml``; the drop-ins
-``harness_d/*.toml`` beside it are merged over it in lexical order (later wins per key, tables merge
-deeply). Project files (a ``harness.toml`` at a repository root) are merged last but may only declare
-``[harness.*]`` entries with project-allowed keys and project-only ``[mcp.*]`` upstreams: everything that
-widens what agents see or where episodes go (SPEC-0030 REQ-1, REQ-2, REQ-16, REQ-20) is global-only.
-
-Every failure is a :class:`~memactors.errors.ConfigError` whose message names the file, the key (written
-like ``[memory.episodes] provider_timeout``) and the offending value, because an operator reads it in a
-terminal with no other context. Unknown keys fail too, so a typo never passes silently.
-:class:`ConfigHolder` keeps the last good configuration when a reload fails. How files are merged and
-tables read (each key's file, typed reads, unknown keys) is ``_toml_tables``; this module says what
-the tables mean.
-"""
+"""Loading and validating the configuration: the global file, its ``harness_d`` drop-ins and project
+files merged (``_toml_tables``), each table built into its model (``config.models``), and every failure
+a ConfigError naming file, key and value. Project files may only set what SPEC-0030 leaves to a
+project (REQ-1, REQ-2, REQ-16, REQ-20)."""
 
 from __future__ import annotations
 
@@ -21,48 +9,43 @@ import ipaddress
 import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import attrs
 
 # The file-reading machinery (merging, typed reads that name file, key and value), under the private
 # names this module's builders use.
-from ._toml_tables import EMPTY as _EMPTY
-from ._toml_tables import Sources as _Sources
-from ._toml_tables import Table as _Table
-from ._toml_tables import frozen_map as _frozen_map
-from ._toml_tables import key_name as _key_name
-from ._toml_tables import parse_duration
-from ._toml_tables import read_toml as _read_toml
-from ._toml_tables import show as _show
-from ._toml_tables import table_name as _table_name
-from .errors import ConfigError
-from .urls import mask_url
-
-__all__ = [
-    "Config",
-    "ConsoleConfig",
-    "ConfigHolder",
-    "EpisodesConfig",
-    "HarnessConfig",
-    "ListenConfig",
-    "McpDefaults",
-    "McpPolicy",
-    "McpServerConfig",
-    "MemoryConfig",
-    "ModelApiConfig",
-    "StoreConfig",
-    "TelemetryConfig",
-    "default_config_path",
-    "default_state_path",
-    "load_config",
-    "parse_duration",
-]
-
-Origin = Literal["global", "dropin", "project"]
+from .._toml_tables import Sources as _Sources
+from .._toml_tables import Table as _Table
+from .._toml_tables import frozen_map as _frozen_map
+from .._toml_tables import key_name as _key_name
+from .._toml_tables import read_toml as _read_toml
+from .._toml_tables import show as _show
+from .._toml_tables import table_name as _table_name
+from ..errors import ConfigError
+from ..urls import mask_url
+from .models import (
+    DEFAULT_VERIFY_PATTERNS,
+    RELEVANCE_FLOOR,
+    STORE_URL_ENV,
+    Config,
+    ConsoleConfig,
+    EpisodesConfig,
+    HarnessConfig,
+    ListenConfig,
+    McpDefaults,
+    McpPolicy,
+    McpServerConfig,
+    MemoryConfig,
+    ModelApiConfig,
+    Origin,
+    StoreConfig,
+    TelemetryConfig,
+)
+from .paths import default_config_path, default_state_path, expand_user
 
 #: Top-level tables a project file may not set; the key is how an error names them.
 GLOBAL_ONLY_TABLES = (
@@ -76,309 +59,9 @@ GLOBAL_ONLY_TABLES = (
     "telemetry",
     "mcp_policy",
 )
-#: ``[harness.*]`` keys accepted only in the global file and drop-ins (REQ-16, SPEC-0017 REQ-14).
+#: ``[harness.*]`` keys accepted only in the global file and drop-ins: REQ-16's briefing, and a template's
+#: ``{{untrusted event.<x>}}`` fields (REQ-20).
 GLOBAL_ONLY_HARNESS_KEYS = ("memory_briefing", "untrusted_inline")
-
-#: ``[harness.<name>] verify_patterns`` default: a shell command an agent ran that matches one of these
-#: regular expressions is a verify step (its exit status becomes the verify event's ok).
-DEFAULT_VERIFY_PATTERNS = (
-    r"\bpytest\b",
-    r"\bgo\s+test\b",
-    r"\bcargo\s+test\b",
-    r"\bnpm\s+(?:run\s+)?test\b",
-)
-
-
-# --------------------------------------------------------------------------------------------- models
-
-
-@attrs.frozen
-class EpisodesConfig:
-    """``[memory.episodes]`` (REQ-1): retention, summary, recall deadline and excerpt cap.
-
-    Durations are float seconds; ``retention_text`` keeps what the operator wrote for status output.
-    """
-
-    retention: float = 90 * 86400.0
-    summary: bool = True
-    provider_timeout: float = 2.0
-    excerpt_chars: int = 600
-    retention_text: str = "90d"
-    provider_timeout_text: str = "2s"
-
-
-#: ``[memory] relevance_floor``'s default (the built-in provider's `ranking.RELEVANCE_FLOOR`).
-RELEVANCE_FLOOR = 0.4
-
-
-@attrs.frozen
-class MemoryConfig:
-    """``[memory]`` (REQ-1): the provider, ``"builtin"`` or the key of a global ``[mcp.<name>]``."""
-
-    provider: str = "builtin"
-    episodes: EpisodesConfig = attrs.Factory(EpisodesConfig)
-    #: ``embeddings`` (REQ-11): the built-in provider's hybrid ranking. True (the default): with the
-    #: embedded model, or with ``[model_api] embedding_model`` when that is set; False: BM25 alone.
-    embeddings: bool = True
-    #: ``relevance_floor`` (issue 38): the built-in provider serves no item scoring below it on its
-    #: 0–1 relevance scale (docs/contracts.md); 0 serves every match.
-    relevance_floor: float = 0.4  # RELEVANCE_FLOOR
-
-    @property
-    def is_builtin(self) -> bool:
-        """True when episodes go to the in-process built-in provider (REQ-11)."""
-        return self.provider == "builtin"
-
-
-@attrs.frozen
-class ModelApiConfig:
-    """``[model_api]`` (ADR-0036): an OpenAI-compatible endpoint for summaries and embeddings."""
-
-    base_url: str
-    api_key_env: str | None = None
-    utility_model: str | None = None
-    embedding_model: str | None = None
-    requests_per_minute: int = 60
-    daily_requests: int = 2000
-
-
-@attrs.frozen
-class McpServerConfig:
-    """``[mcp.<name>]`` (ADR-0035): one upstream, over stdio (``command``) or streamable HTTP (``url``).
-
-    ``origin`` says where it was first declared: the global file, a drop-in, or only a project file
-    (``origin_file`` is that file). Only global or drop-in upstreams may be the memory provider.
-    """
-
-    name: str
-    origin: Origin
-    origin_file: Path
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = _EMPTY
-    url: str | None = None
-    headers: Mapping[str, str] = _EMPTY
-    shared: bool = True
-    #: ``own_text``: the upstream writes its own item text (a summary, a rewrite) rather than drawing it
-    #: from the episode memactors gave it, so REQ-9's text check is skipped for it (issue 9; see README
-    #: "What a lying provider can and cannot do"). Default false: item text must come from the episode.
-    own_text: bool = False
-    #: ``spare_process``: keep one spare process of a stdio upstream started in advance, so a provider
-    #: that dies is replaced in well under a second instead of after a new interpreter's start-up. Set
-    #: it false for a provider that must not run twice at once or loads shared state only at start.
-    spare_process: bool = True
-
-    @property
-    def transport(self) -> Literal["stdio", "http"]:
-        """How the daemon reaches it: a subprocess over stdio, or streamable HTTP."""
-        return "stdio" if self.command is not None else "http"
-
-
-@attrs.frozen
-class McpDefaults:
-    """``[mcp]`` keys: the policy a harness gets when it names none, and eager or lazy tool exposure."""
-
-    default_policy: str = "default"
-    exposure: Literal["eager", "lazy"] = "eager"
-
-
-@attrs.frozen
-class McpPolicy:
-    """``[mcp_policy.<name>]``: the upstreams a harness under this policy may see."""
-
-    name: str
-    servers: tuple[str, ...] = ()
-
-
-@attrs.frozen
-class HarnessConfig:
-    """``[harness.<name>]``: the keys memactors reads (REQ-8, REQ-14, REQ-16, REQ-20).
-
-    ``memory_record_explicit`` records whether some file set ``memory_record``, because an explicit
-    ``true`` beside ``record_trace = false`` is an error while the default is not. ``template_text`` is
-    the template in force (``prompt_template`` or the contents of ``prompt_template_file``, read at load).
-    """
-
-    name: str
-    harness: str
-    origin: Origin
-    workdir: str | None = None
-    memory_record: bool = True
-    memory_record_explicit: bool = False
-    record_trace: bool = True
-    memory_briefing: bool = False
-    briefing_max_chars: int = 2000
-    untrusted_inline: bool = False
-    prompt: str | None = None
-    prompt_file: str | None = None
-    prompt_template: str | None = None
-    prompt_template_file: str | None = None
-    template_text: str | None = None
-    args: tuple[str, ...] = ()
-    #: What ``memactors run`` needs to run the harness headless (docs/runs.md).
-    command: str | None = None
-    allowed_tools: tuple[str, ...] = ()
-    permission_mode: str | None = None
-    model: str | None = None
-    extra_args: tuple[str, ...] = ()
-    timeout: float = 1800.0
-    timeout_text: str = "30m"
-    #: Per-harness caps on a supervised run (docs/runs.md "Caps"): model turns, and the agent's reported
-    #: cost in US dollars. None: no cap but ``timeout``.
-    max_turns: int | None = None
-    max_cost_usd: float | None = None
-    verify_patterns: tuple[str, ...] = DEFAULT_VERIFY_PATTERNS
-    #: REQ-18: this harness consents to exporting its memory spans (ids, provider, outcome, sizes only).
-    export_telemetry: bool = False
-
-    @property
-    def records_episodes(self) -> bool:
-        """REQ-8's harness half: a trace is kept and memory recording is not turned off."""
-        return self.record_trace and self.memory_record
-
-    @property
-    def is_prompt_one_shot(self) -> bool:
-        """True when one of the four prompt keys is set (REQ-16 prepends briefings only to these)."""
-        return any(
-            v is not None
-            for v in (self.prompt, self.prompt_file, self.prompt_template, self.prompt_template_file)
-        )
-
-
-#: The environment variable that sets ``[store] url`` (and wins over the file, so the URL with its
-#: password can stay out of files).
-STORE_URL_ENV = "MEMACTORS_STORE_URL"
-
-
-@attrs.frozen
-class StoreConfig:
-    """``[store] path``: the state directory (operator tokens, the daemon lock, daemon.json, daemon_id,
-    and the SQLite database unless ``url`` is set), ``~`` already expanded. ``[store] url`` (or
-    ``MEMACTORS_STORE_URL``): a ``postgresql://`` URL putting the store in PostgreSQL (docs/fleet.md);
-    its password is never shown (`mask_url`)."""
-
-    path: Path
-    url: str | None = attrs.field(default=None, repr=lambda u: repr(mask_url(u)) if u else "None")
-
-
-@attrs.frozen
-class ListenConfig:
-    """A ``listen = "host:port"`` key; port 0 asks the OS for a free port."""
-
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        """The value as written back: ``host:port``, with IPv6 hosts in brackets."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-@attrs.frozen
-class ConsoleConfig:
-    """``[console]`` (issue 29): the web console's own loopback listener, off unless ``enabled``.
-
-    Off by default: it is the one surface a web browser talks to, and a browser is the one client any
-    page the operator opens can steer (forged form posts, DNS rebinding), so serving it is the
-    operator's choice; and a daemon upgraded in place must not start failing because the new port is
-    taken on its host.
-    """
-
-    enabled: bool = False
-    listen: ListenConfig = ListenConfig("127.0.0.1", 7379)
-
-
-@attrs.frozen
-class TelemetryConfig:
-    """``[telemetry]`` (REQ-18)."""
-
-    export_all: bool = False
-
-
-@attrs.frozen
-class Config:
-    """The whole loaded configuration; ``source`` lists every file read, in merge order."""
-
-    memory: MemoryConfig = attrs.Factory(MemoryConfig)
-    model_api: ModelApiConfig | None = None
-    mcp: Mapping[str, McpServerConfig] = _EMPTY
-    mcp_defaults: McpDefaults = attrs.Factory(McpDefaults)
-    mcp_policy: Mapping[str, McpPolicy] = _EMPTY
-    harness: Mapping[str, HarnessConfig] = _EMPTY
-    store: StoreConfig = attrs.Factory(lambda: StoreConfig(Path("~/.local/share/harness").expanduser()))
-    operator: ListenConfig = ListenConfig("127.0.0.1", 7377)
-    gateway: ListenConfig = ListenConfig("127.0.0.1", 7378)
-    metrics: ListenConfig = ListenConfig("127.0.0.1", 9477)
-    console: ConsoleConfig = attrs.Factory(ConsoleConfig)
-    telemetry: TelemetryConfig = attrs.Factory(TelemetryConfig)
-    source: tuple[Path, ...] = ()
-    #: The global file this configuration was loaded for (read or not), so a run can load the same
-    #: configuration again with its repository's project file (``memactors run``).
-    global_path: Path | None = None
-
-    @property
-    def episodes(self) -> EpisodesConfig:
-        """Shortcut for ``memory.episodes``."""
-        return self.memory.episodes
-
-    @property
-    def provider_upstream(self) -> McpServerConfig | None:
-        """The ``[mcp.<name>]`` upstream serving as memory provider; None for the built-in one."""
-        if self.memory.is_builtin:
-            return None
-        return self.mcp[self.memory.provider]
-
-
-# ------------------------------------------------------------------------------------- file location
-
-
-def default_config_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$HARNESS_CONFIG`` if set, else ``$XDG_CONFIG_HOME/harness/harness.toml``, else
-    ``~/.config/harness/harness.toml`` (``HOME`` from ``env``)."""
-    env = os.environ if env is None else env
-    named = env.get("HARNESS_CONFIG")
-    if named:
-        return _expand_user(named, env)
-    return _xdg(env, "XDG_CONFIG_HOME", ".config") / "harness" / "harness.toml"
-
-
-def default_state_path(env: Mapping[str, str] | None = None) -> str:
-    """The default ``[store] path``: ``$XDG_STATE_HOME/harness`` when XDG_STATE_HOME is set, else
-    ``~/.local/share/harness`` (where state lived before; kept so existing installations find theirs)."""
-    env = os.environ if env is None else env
-    state_home = env.get("XDG_STATE_HOME", "")
-    if state_home and Path(state_home).is_absolute():
-        return str(Path(state_home) / "harness")
-    return "~/.local/share/harness"
-
-
-def _xdg(env: Mapping[str, str], name: str, fallback: str) -> Path:
-    """An XDG base directory: the variable when it holds an absolute path (relative ones are ignored,
-    as the XDG spec says), else ``~/<fallback>``."""
-    value = env.get(name, "")
-    if value and Path(value).is_absolute():
-        return Path(value)
-    return _home(env) / fallback
-
-
-def _home(env: Mapping[str, str]) -> Path:
-    home = env.get("HOME")
-    return Path(home) if home else Path.home()
-
-
-def _expand_user(text: str, env: Mapping[str, str], base: Path | None = None) -> Path:
-    """``~`` and ``~/x`` from ``env``'s HOME; a relative path is taken relative to ``base``."""
-    if text == "~" or text.startswith("~/"):
-        path = _home(env) / text[2:] if text != "~" else _home(env)
-    else:
-        path = Path(text).expanduser()
-    if base is not None and not path.is_absolute():
-        path = base / path
-    return path
-
-
-# ------------------------------------------------------------------------------------------- loading
 
 
 _LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]\s]+)):(?P<port>\d{1,5})")
@@ -608,7 +291,7 @@ def _build(
             if url_key == STORE_URL_ENV:
                 raise ConfigError(f"{STORE_URL_ENV}={_show(mask_url(store_url))}: {reason}", key=STORE_URL_ENV)
             raise store_t.error("url", mask_url(store_url), reason)
-    store = StoreConfig(_expand_user(store_text, env, store_base), url=store_url)
+    store = StoreConfig(expand_user(store_text, env, store_base), url=store_url)
     store_t.finish()
 
     listeners = {}
@@ -834,7 +517,7 @@ def _build_harnesses(
         if prompts["prompt_template_file"] is not None:
             template_key = "prompt_template_file"
             declared_in = sources.file_of(("harness", name, "prompt_template_file"))
-            tpath = _expand_user(prompts["prompt_template_file"], env, declared_in.parent)
+            tpath = expand_user(prompts["prompt_template_file"], env, declared_in.parent)
             try:
                 template = tpath.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -884,7 +567,7 @@ MAX_COST_LIMIT = 10_000.0
 def _caps(h: _Table, adapter: str) -> tuple[int | None, float | None]:
     """``max_turns`` and ``max_cost_usd``, each checked and refused for an adapter that cannot honour it
     (a cap that would silently do nothing is a configuration error, not a no-op)."""
-    from .adapters import ADAPTER_CAPS
+    from ..adapters import ADAPTER_CAPS
 
     max_turns = h.int_("max_turns", 0, 1, MAX_TURNS_LIMIT) if h.has("max_turns") else None
     max_cost: float | None = None
@@ -982,94 +665,3 @@ def _check_provider(
             f"{provider} is the memory provider and must be shared: episodes from every harness"
             " go to one store",
         )
-
-
-def config_fingerprint(global_path: Path | None) -> tuple[tuple[str, int, int, int, int], ...]:
-    """What the global configuration looks like on disk, to notice an edit (issue 26): (path, inode,
-    size, mtime_ns, ctime_ns) of the global file, of its ``harness_d`` directory and of every
-    ``harness_d/*.toml``. A file added, removed, replaced or written changes it. Project files are not in
-    it: each run reads its repository's file when it starts. Reads no file's content."""
-    if global_path is None:
-        return ()
-    out: list[tuple[str, int, int, int, int]] = []
-    dropins = global_path.parent / "harness_d"
-    paths = [global_path, dropins]
-    try:
-        paths += sorted(dropins.glob("*.toml"))
-    except OSError:
-        pass
-    for path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            continue  # absent: its absence is the fingerprint (a file that appears changes it)
-        out.append((str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(out)
-
-
-class ConfigHolder:
-    """Holds the last good configuration; a reload that fails leaves it in force (REQ-1).
-
-    The first load happens in the constructor, so a daemon without a valid configuration does not
-    start. ``loader`` is a zero-argument callable, usually ``functools.partial(load_config, path, ...)``.
-    It reads files, so a trio caller runs ``reload`` in ``trio.to_thread.run_sync``.
-
-    ``seen`` is the files' :func:`config_fingerprint` as the last load or reload attempt found them (a
-    failed one too, so a broken file is tried once, not at every look); the daemon's watch compares it
-    with the files now and reloads when they differ. ``state()`` says when the configuration in force was
-    loaded and why the last reload failed, for doctor.
-    """
-
-    def __init__(self, loader: Callable[[], Config]) -> None:
-        from loguru import logger  # here, not at the top: the CLI loads configs without logging
-
-        self._loader = loader
-        self._current = loader()
-        self.seen = config_fingerprint(self._current.global_path)
-        self.loaded_at = _now_iso()
-        self.reloads = 0
-        #: The last failed reload: (when, the error), None once a reload succeeds again.
-        self.failure: tuple[str, str] | None = None
-        logger.bind(files=len(self._current.source), outcome="loaded").info("configuration loaded")
-
-    def state(self) -> dict[str, Any]:
-        """When the configuration in force was loaded, from which files, and the last reload failure."""
-        failure = self.failure
-        return {"loaded_at": self.loaded_at, "files": [str(p) for p in self._current.source],
-                "global_path": str(self._current.global_path) if self._current.global_path else None,
-                "reloads": self.reloads, "failed_at": failure[0] if failure else None,
-                "error": failure[1] if failure else None}
-
-    @property
-    def current(self) -> Config:
-        """The configuration in force: the last one that loaded without error."""
-        return self._current
-
-    def reload(self) -> Config:
-        """Load again; on success replace and return the new configuration.
-
-        Raises ConfigError when the new files do not load, and keeps ``current`` unchanged.
-        """
-        from loguru import logger
-
-        self.seen = config_fingerprint(self._current.global_path)
-        try:
-            config = self._loader()
-        except ConfigError as exc:
-            self.failure = (_now_iso(), str(exc))
-            logger.bind(
-                file=exc.context.get("file"), key=exc.context.get("key"), outcome="kept_last_good"
-            ).warning("configuration reload failed; keeping the last good configuration")
-            raise
-        self._current = config
-        self.loaded_at, self.failure = _now_iso(), None
-        self.reloads += 1
-        logger.bind(files=len(config.source), harnesses=len(config.harness),
-                    outcome="reloaded").info("configuration reloaded")
-        return config
-
-
-def _now_iso() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
