@@ -49,7 +49,7 @@ if idle > 0:
 handshake = float(sys.argv[2])
 if handshake > 0:
     import memactors.net.listen as listen
-    import memactors.rpc.server as rpc
+    import memactors.rpc.server as rpc  # serve_rpc reads it there
     assert listen.HANDSHAKE_TIMEOUT and rpc.HANDSHAKE_TIMEOUT  # both read it: fail loudly if renamed
     listen.HANDSHAKE_TIMEOUT = rpc.HANDSHAKE_TIMEOUT = handshake
 body = float(sys.argv[3])

@@ -18,7 +18,7 @@ from ._version import __version__ as __version__
 
 # Nothing else is imported here: `memactors serve` catches SIGHUP at the top of `memactors.cli`, and
 # every module imported before that widens the start-up window in which a SIGHUP still ends the
-# process (issue 44). `typing` alone costs tens of milliseconds on a loaded machine.
+# process. `typing` alone costs tens of milliseconds on a loaded machine.
 TYPE_CHECKING = False
 
 _EXPORTS = {

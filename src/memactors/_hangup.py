@@ -1,4 +1,4 @@
-"""SIGHUP before the daemon is up: kept, and applied as a reload once it serves (issues 33, 44).
+"""SIGHUP before the daemon is up: kept, and applied as a reload once it serves.
 
 SIGHUP's default action ends a process. `memactors serve` therefore catches it first thing in the
 process's entry — the top of `memactors.cli`, before the command line's own imports and its parser,

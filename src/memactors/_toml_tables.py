@@ -38,7 +38,7 @@ def frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 def show(value: object) -> str:
     """A value as the operator would write it in TOML (strings double-quoted), every URL in it masked
-    (``mask_url``: an upstream's URL may carry a password, a key or a token; issue 20)."""
+    (``mask_url``: an upstream's URL may carry a password, a key or a token)."""
     value = mask_values(value)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
@@ -49,7 +49,7 @@ def show(value: object) -> str:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 #: A key whose value is a secret (compared lower-cased, anywhere in the name): its text is never shown in
-#: an error, a log line or any output (issue 34: a pasted ``[mcp.zep] api_key`` was printed whole). A key
+#: an error, a log line or any output (a pasted ``[mcp.zep] api_key`` was once printed whole). A key
 #: ending ``_env`` names an environment variable, not its value, and is shown.
 SECRET_KEY = re.compile(r"key|token|secret|passw|pwd|^pw$|credential|auth|bearer|cookie|private|signature")
 SECRET_MASK = "[REDACTED]"

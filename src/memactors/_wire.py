@@ -34,7 +34,7 @@ def _run_record_validator() -> jsonschema.Draft202012Validator:
 @functools.cache
 def _fast_run_record_check() -> Callable[[Any], bool]:
     """The run record schema compiled (`_fastcheck`): a valid record is recognised in microseconds,
-    where jsonschema's `iter_errors` walk cost ~2 ms of every ingest (issue 11)."""
+    where jsonschema's `iter_errors` walk cost ~2 ms of every ingest."""
     text = resources.files("memactors").joinpath("schemas/run_record.schema.json").read_text("utf-8")
     return compile_check(json.loads(text))
 

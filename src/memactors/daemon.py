@@ -32,7 +32,8 @@ from .gateway import start_gateway
 from .logs import configure_logging
 from .metrics import Metrics, serve_metrics
 from .rpc.methods import operator_methods
-from .rpc.transport import ensure_tokens, serve_rpc
+from .rpc.server import serve_rpc
+from .rpc.tokens import ensure_tokens
 from .service import open_memory_service
 from .store import private_dir
 from .store.health import disk_full_at_start
@@ -72,7 +73,7 @@ class Listening:
     metrics: str
     state_dir: str
     pid: int
-    #: The web console's address (issue 29); None unless ``[console] enabled``.
+    #: The web console's address; None unless ``[console] enabled``.
     console: str | None = None
 
 
@@ -91,7 +92,7 @@ def lock_state_dir(state_dir: Path) -> int:
     returned descriptor) until the process exits. A second daemon on the same directory fails at once,
     naming the directory and the pid holding it, before it touches anything there (daemon.json
     included). A directory that cannot be made private or written (not ours, immutable, a read-only
-    mount) is one line naming it and the cause, like a store file that cannot be used (issue 34).
+    mount) is one line naming it and the cause, like a store file that cannot be used.
     Blocking file I/O: call it through a thread from async code."""
     path = state_dir / LOCK_FILE
     try:
@@ -143,7 +144,7 @@ async def run_daemon(
     (`EarlyHangup`, installed by `serve_main` before the first log line): it is queued like any other.
 
     Signal handling is the first thing in place, before the configuration is read, the state directory
-    locked or any listener opened (issue 33): SIGHUP's default action kills a process, and a SIGHUP
+    locked or any listener opened: SIGHUP's default action kills a process, and a SIGHUP
     that arrived while the listeners were still opening did. A reload asked for during start-up is
     queued and applied once the daemon serves (several coalesce into one); SIGINT or SIGTERM during
     start-up abandon it, and once serving stop the daemon gracefully.
@@ -167,7 +168,7 @@ async def run_daemon(
                     await _serve(holder, state_dir, announce, task_status, control)
                 except Exception as exc:  # ok: re-raised as it is unless the disk is full
                     # Any start-up step (tokens, daemon.json, the store, its WAL) can meet a full disk:
-                    # one line saying so, exit 8, never "damaged" or a traceback (issue 45).
+                    # one line saying so, exit 8, never "damaged" or a traceback.
                     full = disk_full_at_start(state_dir, exc)
                     if full is None:
                         raise
@@ -226,7 +227,7 @@ async def _serve(holder: ConfigHolder, state_dir: Path, announce: Callable[[List
             m_host, m_port = await nursery.start(partial(
                 serve_metrics, metrics, config.metrics.host, config.metrics.port, ready=_readiness(memory)))
         # Before the gateway serves: a token `uninstall` revoked while the daemon was down is refused
-        # from the first request on (issue 34).
+        # from the first request on.
         await _apply_revocations(memory, state_dir)
         with _listen_error("[gateway] listen", config.gateway.address):
             gateway_url = await start_gateway(memory, nursery)
@@ -385,7 +386,7 @@ def _config_poll(env: Mapping[str, str]) -> float | None:
 
 
 async def _watch_config_files(control: _Control, interval: float = CONFIG_POLL_SECONDS) -> None:
-    """Queue a reload when the global file or a drop-in changed on disk (issue 26), as SIGHUP does.
+    """Queue a reload when the global file or a drop-in changed on disk, as SIGHUP does.
 
     Polls the files' stat fingerprint (``config_fingerprint``) once the daemon serves: a file edited,
     added or removed is noticed within ``interval``. The holder records what each attempt saw, so a

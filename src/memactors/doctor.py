@@ -62,13 +62,13 @@ def doctor_rows(
     # contract check that failed or timed out — warns with the reason from the first failure on, and
     # fails once it has lasted five minutes (REQ-19). Incompatible fails at once.
     # A ready provider behind an open (or half-open) breaker is not healthy either: every recall comes
-    # back without episodes and records are queued, so it warns with what that means (issue 20).
+    # back without episodes and records are queued, so it warns with what that means.
     first: Status = {"ready": "pass", "connecting": "info"}.get(state, "warn")  # type: ignore[assignment]
     breaker = status.get("breaker")
     if state == "ready" and breaker not in (None, "closed"):
         first = "warn"
     # The provider's real state (Status's condition): the breaker only when it is ready — a provider
-    # that is down never reaches it, so "breaker closed" would be said through any outage (issue 33).
+    # that is down never reaches it, so "breaker closed" would be said through any outage.
     condition = status.get("condition")
     if condition is None:
         condition = f"{state}, breaker {breaker}" + (
@@ -145,7 +145,7 @@ def doctor_rows(
 
 def install_doctor_rows(installs: Sequence[Mapping[str, Any]],
                         session_start: Mapping[str, Any] | None = None) -> list[Row]:
-    """One row per resident install (issue 40): when it last got a briefing and recorded a session; a
+    """One row per resident install: when it last got a briefing and recorded a session; a
     warning naming the likely cause for that agent when its sessions stopped arriving (``installs``). When
     the session-start hook of its harness failed to reach the daemon in the last day (``session_start``),
     the warning says so first: the daemon was down (or slow) when its sessions started."""
@@ -165,7 +165,7 @@ def install_doctor_rows(installs: Sequence[Mapping[str, Any]],
 
 
 def config_row(state: Mapping[str, Any]) -> Row:
-    """The configuration in force (issue 26): where it was loaded from and when; a warning naming the
+    """The configuration in force: where it was loaded from and when; a warning naming the
     error when the last reload failed, the last good configuration staying in force (REQ-1)."""
     where = state.get("global_path") or "defaults"
     loaded = f"loaded from {where} ({len(state.get('files') or ())} files) at {state.get('loaded_at')}"
@@ -182,22 +182,22 @@ _DISK_FULL = re.compile(r"disk (?:is )?full|no space left|could not extend file|
 
 def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     """The store's row: pass with where it is (and the bytes free on a local disk) and this daemon's id;
-    fail when it cannot write (disk full; issue 20) or, on PostgreSQL, does not answer (issue 19).
+    fail when it cannot write (disk full) or, on PostgreSQL, does not answer.
 
     On PostgreSQL a refused write is a lost connection that the pools are re-establishing far more often
-    than a full disk (issue 30): the row says ``reconnecting to …`` with the error seen, and speaks of
+    than a full disk: the row says ``reconnecting to …`` with the error seen, and speaks of
     space only when the error did."""
     if store is None:
         return []
     who = f", daemon {store['daemon_id']}" if store.get("daemon_id") else ""
-    if store.get("damaged"):  # quick_check found a damaged page (issue 34)
+    if store.get("damaged"):  # quick_check found a damaged page
         return [Row("fail", "memory store", f"{store.get('error')}{who}; recall is degraded and writes may fail "
                                             "until it is restored")]
     error = store.get("error")
     postgres = store.get("engine") == "postgresql"
     server = str(store.get("where") or "").removeprefix("postgresql ")
     if not store.get("reachable", True):
-        # Issue 19: the engine is down or unreachable. Recall and briefings degrade, IngestRun answers
+        # The engine is down or unreachable. Recall and briefings degrade, IngestRun answers
         # UNAVAILABLE and acknowledges nothing, work resumes by itself when it is back.
         again = f", reconnecting to {server}" if postgres else ""
         return [Row("fail", "memory store",
@@ -209,7 +209,7 @@ def store_rows(store: Mapping[str, Any] | None) -> list[Row]:
     place = store.get("where") if postgres else store.get("path")
     if store.get("writable"):
         space = "" if free is None and postgres else f", {shown} free"
-        # Issue 28: with a multi-host URL, which server is the primary this daemon writes to now.
+        # With a multi-host URL, which server is the primary this daemon writes to now.
         primary = f", primary {store['primary']}" if postgres and store.get("primary") else ""
         return [Row("pass", "memory store", f"{place} is writable{primary}{space}{who}")]
     if postgres and not (error and _DISK_FULL.search(str(error))):

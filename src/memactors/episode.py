@@ -8,7 +8,7 @@ The daemon keeps the run record as `stored_record` makes it (prompt dropped, eve
 assembles from exactly that, so assembling the stored record again — after a restart, say — gives the
 same bytes.
 
-Redact once, before any cut (issue 9, issue 11): `stored_record` is the boundary. It redacts every string
+Redact once, before any cut: `stored_record` is the boundary. It redacts every string
 of the record once and remembers the result (by identity); `assemble` reuses those strings instead of
 redacting them again, and only a string it has to cut is checked once more, because a cut can in
 principle make a new match at its edge. A full string is always redacted before it is cut, so an
@@ -46,7 +46,8 @@ MAX_FIELD_BYTES = 256
 MAX_FILES = 50
 MAX_VERIFY_CLASSES = 10
 MAX_SUMMARY_CHARS = 280
-#: Paths kept per run for the graph (SPEC-0027's run → paths edges); episodes keep MAX_FILES of them.
+#: Paths kept per run for the run graph's run → paths edges (docs/contracts.md "Run graph"); episodes keep
+#: MAX_FILES of them.
 MAX_GRAPH_PATHS = 1000
 
 FIELD_ORDER = tuple(a.name for a in attrs.fields(Episode))
@@ -79,7 +80,7 @@ def cut_utf8(text: str, limit: int = MAX_FIELD_BYTES) -> str:
     return data[:limit].decode("utf-8", errors="ignore")
 
 
-# The control-character rule (REQ-6, docs/contracts.md "Control characters"; issue 17): the redactor
+# The control-character rule (REQ-6, docs/contracts.md "Control characters"): the redactor
 # strips every C0/C1 control but TAB and LF. In an episode, every line break and tab (TAB, LF, CR,
 # U+2028, U+2029), with the spaces around it, becomes one space, in every field: words on either side
 # of a break never fuse (the rendering once escaped LF as the two characters `\n`, and FTS5 indexed a
@@ -93,7 +94,7 @@ def flatten(text: str) -> str:
     return _BREAKS.sub(" ", text) if _BREAKS.search(text) else text
 
 
-# What an escape sequence left in a stored string before issue 25, when the redactor removed its ESC
+# What an escape sequence left in a stored string in older stores, when the redactor removed its ESC
 # alone (`\x1b[31mred` was stored `[31mred`): SGR (colours and styles, `[0m`, `[1;32m`, `[38;5;208m`),
 # a bare `[m` or `[K` not followed by a letter, erase in line or display (`[2K`, `[0J`) and cursor
 # visibility (`[?25l`). Only these forms, and never where a `]` closes the bracket soon after

@@ -46,7 +46,7 @@ class ConfigError(MemactorsError):
             from .urls import mask_values
 
             context["value"] = mask_values(context["value"])
-        # The message and every context value through the shared redactor too (issue 31): a config
+        # The message and every context value through the shared redactor too: a config
         # file's rejected value, or a parser's message quoting a line, may hold a credential.
         message, context = redact_config_error(message, context)
         super().__init__(message, **context)
@@ -145,7 +145,7 @@ class DeadlineExceeded(MemactorsError):
 
 
 class StoreDamaged(MemactorsError):
-    """The store's file cannot be used: not a database, a damaged page, or not writable (issue 34)."""
+    """The store's file cannot be used: not a database, a damaged page, or not writable."""
 
     code = "FAILED_PRECONDITION"
     mcp_code = "unavailable"

@@ -1,4 +1,4 @@
-"""An episode's gist: the few hundred characters an agent sees of it in a recall or a briefing (issue 17).
+"""An episode's gist: the few hundred characters an agent sees of it in a recall or a briefing.
 
 One pure function, `gist(body, words, width)`, used by the built-in provider for its recall and
 briefing items, by the TUI, and by whoever serves the daemon's own text of an episode. It reads the

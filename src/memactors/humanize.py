@@ -1,4 +1,4 @@
-"""Values as people read them (issue 40): dates relative and absolute, sizes in MB, durations and
+"""Values as people read them: dates relative and absolute, sizes in MB, durations and
 costs in their units, yes/no for a flag, a dash for nothing, and names instead of field keys. Pure
 functions shared by the console's templates and the CLI's human output, so neither prints a raw Python
 value (``True``, ``None``, ``free_bytes 72991703040``).

@@ -3,12 +3,12 @@
 ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two daemons or two
 tests in one process do not share counters. Every family's ``# HELP``/``# TYPE`` lines appear in the
 exposition from the start; labelled series appear when first touched. ``harness_memory_provider_up``
-in particular has no series until the first contract check sets it (REQ-21, SPEC-0013 REQ-6).
+in particular has no series until the first contract check sets it (REQ-21).
 
 Label values are checked against REQ-21's vocabularies by the typed helpers, which raise
 ``ValueError`` on anything else, so no label can carry a query, an id, a repository or text.
 Provider and harness labels must look like configuration names (``[A-Za-z0-9][A-Za-z0-9_.-]*``,
-at most 64 characters). REQ-21 caps the harness label (SPEC-0013 REQ-5, which is not in our seeds);
+at most 64 characters). REQ-21 caps the harness label;
 we read that as a bound on distinct values: after ``max_harnesses`` distinct harnesses, further ones
 are counted under ``harness="_other"``.
 
@@ -62,8 +62,8 @@ SUMMARY_OUTCOMES = frozenset({"ok", "fallback"})
 RECALL_OUTCOMES = frozenset({"ok", "degraded", "error"})
 OPS = frozenset({"record", "recall", "forget", "contract"})
 #: REQ-9's drop reasons, exactly (REQ-21: "reason is REQ-9's"). An item whose text was not drawn from the
-#: episode it names is not dropped but served with the daemon's own text (issue 20): that is counted in
-#: ``memactors_memory_results_text_replaced_total``, not here (issue 33).
+#: episode it names is not dropped but served with the daemon's own text: that is counted in
+#: ``memactors_memory_results_text_replaced_total``, not here.
 DROP_REASONS = frozenset({"unknown_id", "forgotten", "scope", "invalid"})
 PENDING_KINDS = frozenset({"record", "forget"})
 DELIVERIES = frozenset({"prompt", "tool", "resource"})
@@ -91,8 +91,8 @@ FAMILY_NAMES = (
     "harness_memory_briefing_bytes",
     "harness_memory_pending",
 )
-#: Families past REQ-21 in its namespace (issue 40): whether residents, runs and imports reach the daemon.
-#: Their labels keep SPEC-0013's rules: vocabularies and configuration names, no ids, repositories or text.
+#: Families past REQ-21 in its namespace: whether residents, runs and imports reach the daemon.
+#: Their labels keep REQ-21's rules: vocabularies and configuration names, no ids, repositories or text.
 FLEET_FAMILY_NAMES = (
     "harness_memory_resident_sessions_total",
     "harness_memory_runs_started_total",
@@ -132,7 +132,7 @@ class Metrics:
         #: wall times of recent degraded recalls, oldest first (bounded: doctor only needs 24 hours)
         self.degraded_recalls: deque[datetime] = deque(maxlen=100_000)
         #: recalls degraded one after another since the last one that was not (Status's "a run of
-        #: degraded recalls"; issue 20)
+        #: degraded recalls")
         self.degraded_in_a_row = 0
         self._max_harnesses = max_harnesses
         self._harnesses: set[str] = set()
@@ -193,7 +193,7 @@ class Metrics:
             ["provider", "kind"],
             registry=r,
         )
-        # Issue 40: whether residents, runs and imports reach the daemon. Labels are vocabularies and
+        # Whether residents, runs and imports reach the daemon. Labels are vocabularies and
         # configuration names only: no run id, repository or text.
         self.resident_sessions = Counter(
             "harness_memory_resident_sessions",
@@ -364,7 +364,7 @@ class Metrics:
     def _harness_label(self, harness: str) -> str:
         # A run token may be minted for any harness name (`memactors token mint`), not only a configured
         # one: a name that could not be a configuration key is counted as the other harnesses, never a
-        # failed briefing (it raised, and the agent's briefing call failed with a traceback; issue 20).
+        # failed briefing (it raised, and the agent's briefing call failed with a traceback).
         if not isinstance(harness, str) or not _NAME.fullmatch(harness):
             return OTHER_HARNESS
         if harness in self._harnesses:

@@ -1,6 +1,6 @@
-"""The utility-model client (ADR-0036): chat completions, embeddings, and the episode summary (REQ-7).
+"""The utility-model client: chat completions, embeddings, and the episode summary (REQ-7).
 
-ADR-0036 gives the daemon one OpenAI-compatible endpoint (``[model_api] base_url``) for small,
+The daemon has one OpenAI-compatible endpoint (``[model_api] base_url``) for small,
 bounded "utility uses": ``episode_summary`` (SPEC-0030 REQ-7) and embeddings for the built-in
 provider's hybrid recall (REQ-11). Every use goes through one ``UtilityBudget`` — a shared
 requests-per-minute token bucket and a per-UTC-day ceiling — so no use can starve the others or run up
@@ -48,9 +48,9 @@ __all__ = [
     "summarize_episode",
 ]
 
-#: ADR-0036 use name of REQ-7's summary.
+#: The utility use name of REQ-7's summary.
 EPISODE_SUMMARY_USE = "episode_summary"
-#: ADR-0036 use name of REQ-11's embeddings (recording and recall alike).
+#: The utility use name of REQ-11's embeddings (recording and recall alike).
 EMBEDDINGS_USE = "embeddings"
 #: REQ-7: a summary slower than this falls back to none, and recording never waits longer.
 SUMMARY_DEADLINE = 10.0
@@ -79,7 +79,7 @@ class ModelApiInvalidAnswer(ModelApiError):
 
 
 class BudgetExhausted(ModelApiError):
-    """Raised when the utility uses' shared daily ceiling (ADR-0036 daily_requests) is reached."""
+    """Raised when the utility uses' shared daily ceiling (``[model_api] daily_requests``) is reached."""
 
     code = "RESOURCE_EXHAUSTED"
 
@@ -101,7 +101,7 @@ def _utc_now() -> datetime:
 
 
 class UtilityBudget:
-    """The rate limit and daily ceiling shared by every utility use (ADR-0036).
+    """The rate limit and daily ceiling shared by every utility use.
 
     The rate limit is a token bucket on ``trio.current_time()`` holding ``requests_per_minute`` slots
     and refilling at ``requests_per_minute / 60`` per second, so a burst up to the per-minute figure

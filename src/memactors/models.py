@@ -24,7 +24,7 @@ EventKind = Literal["edit", "verify", "tool_call", "message"]
 
 @attrs.frozen
 class ModelInfo:
-    """The model a run used: served by the API, pinned by the operator, or configured (ADR-0026)."""
+    """The model a run used: served by the API, pinned by the operator, or configured."""
 
     served: str | None = None
     pinned: str | None = None
@@ -80,7 +80,7 @@ def round_cost(value: float | None) -> float | None:
 
 @attrs.frozen
 class RunRecord:
-    """A closed run record as the supervising daemon hands it over (ADR-0028/0033, see docs/contracts.md)."""
+    """A closed run record as the supervising daemon hands it over (see docs/contracts.md)."""
 
     harness: str
     adapter: str

@@ -55,7 +55,7 @@ async def log_stderr(read_fd: int, logger_: Any, tail: StderrTail | None = None)
 
     Lines are redacted with the memory of the lines before them (``LineRedactor``): a private key
     printed over many lines is dropped whole, its body lines included, which redacting each line on
-    its own let through (issue 20). URLs are shown without their credentials. Every line (rate limit or
+    its own let through. URLs are shown without their credentials. Every line (rate limit or
     not) also goes to ``tail`` when one is given, redacted the same way: a key block whose first line
     has left the tail's window is not shown either."""
     log = logger_.bind(source="provider_stderr")

@@ -1,4 +1,4 @@
-"""Structural detectors: secrets a pattern finds the place of but cannot delimit alone (issue 31).
+"""Structural detectors: secrets a pattern finds the place of but cannot delimit alone.
 
 A rule of ``data/redaction_rules.toml`` may name a ``detector``: its pattern finds a region (a
 Kubernetes Secret's ``data:`` block, a base64 run) and the detector says which spans inside it are

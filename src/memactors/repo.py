@@ -1,6 +1,6 @@
 """Repository keys: which repository a session worked in, as the string episode scopes are built from.
 
-The repository key (our stand-in for SPEC-0027; docs/contracts.md, `sessions[].repo`): a session's explicit ``repo`` if given,
+The repository key (docs/contracts.md, `sessions[].repo`): a session's explicit ``repo`` if given,
 else resolved from its ``cwd`` with git — the remote ``origin`` (else the first remote) normalised to
 ``host/owner/name``, or ``local<absolute toplevel>`` for a repository without a usable remote. A cwd
 outside any repository has no key. Scopes are ``project:<repo key>``.

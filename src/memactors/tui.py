@@ -127,7 +127,7 @@ class TuiState:
             return "memactors · connecting to the daemon…"
         p = st.get("pending") or {}
         # The provider's real state (Status's condition: the breaker only when it is ready, else since
-        # when and the last error), not a breaker that a provider which is down never reaches (issue 33).
+        # when and the last error), not a breaker that a provider which is down never reaches.
         condition = st.get("condition") or f"{st.get('state')} · breaker {st.get('breaker')}"
         return (f"memactors · provider {st.get('provider')}: {condition} · "
                 f"pending {p.get('records', 0)} records, {p.get('forgets', 0)} forgets"
@@ -224,7 +224,8 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
     import trio
     import urwid
 
-    from .rpc.transport import RpcError, connect_rpc
+    from .rpc.client import connect_rpc
+    from .rpc.frames import RpcError
 
     service = "harness.v1.MemoryService"
     state = TuiState(harnesses)

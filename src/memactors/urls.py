@@ -8,7 +8,7 @@ error), which keeps what an operator needs to recognise the URL — scheme, user
 parameter names — and replaces what could be a credential with ``[REDACTED]``:
 
 * the password of the userinfo; a userinfo without one is a user name (``postgresql://memactors@db``,
-  shown: an operator needs to know who connects where, issue 30) except on the web schemes, where it
+  shown: an operator needs to know who connects where) except on the web schemes, where it
   is a token (``https://TOKEN@host``), or when it looks like one (the redactor finds a secret in it, or
   it is long and random-looking);
 * the value of every query or fragment parameter whose name looks like a credential (``key``, ``token``,

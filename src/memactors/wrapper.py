@@ -1,4 +1,4 @@
-"""The memory data wrapper: the one document format recall and briefings serve to agents (SPEC-0027).
+"""The memory data wrapper: the one document format recall and briefings serve to agents.
 
 A document is a fixed sequence of sections. Each item carries a provenance line built only from the
 daemon's own rows, and its text inside a fence that closes only with the document's nonce, so text an
@@ -307,7 +307,7 @@ def _item_block(item: Item, nonce: str) -> str:
     which is outside every fence, so no text can put an opening line anywhere a reader would take one.
     The closing line carries the nonce, and that is what text cannot forge: nothing ends a fence but
     ``</item nonce="N">``. Leaving the nonce off the opening line saves 24 characters per item, which
-    a briefing spends on the items' own text (issue 17).
+    a briefing spends on the items' own text.
     """
     line = item.provenance.line()
     if not item.text:

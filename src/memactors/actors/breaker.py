@@ -1,4 +1,4 @@
-"""The provider's circuit breaker (ADR-0035 as docs/architecture.md's actor table fixes it).
+"""The provider's circuit breaker, as docs/architecture.md's actor table and docs/contracts.md fix it.
 
 Closed → open after 5 consecutive failures or timeouts; open for 30 s; then exactly one half-open probe
 (run under `provider_timeout` by its caller); a failed probe doubles the open time, up to 5 minutes; a

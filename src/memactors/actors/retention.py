@@ -126,7 +126,7 @@ class Attempt:
 
 def readable_copy(body: str) -> tuple[tuple[dict[str, Any], str] | None, str | None]:
     """`stored_copy(body)`, or None and why it cannot be read: a body no check let in (an older import, a
-    damaged row) must never crash the retry loop into a daemon that cannot start (issue 45)."""
+    damaged row) must never crash the retry loop into a daemon that cannot start."""
     if len(body) > MAX_EPISODE_BODY_BYTES:
         return None, f"the stored episode is {len(body)} characters; the limit is {MAX_EPISODE_BODY_BYTES}"
     try:
@@ -170,7 +170,7 @@ class Retention:
         self.address, self._mailbox = open_mailbox("retention", 32)
         self._log = logger.bind(actor="retention", provider=provider)
         #: One failure line per kind of failure per RETRY_LOG_SECONDS, however many queued records fail the
-        #: same way (a store failover failed every retry of every queued record, one WARNING each: issue 45).
+        #: same way (a store failover failed every retry of every queued record, one WARNING each).
         self._failures = LogThrottle(RETRY_LOG_SECONDS)
 
     @property

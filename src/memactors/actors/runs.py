@@ -488,7 +488,7 @@ class Runs:
                 # An agent that echoes its prompt (a `command` agent printing its argument) would put the
                 # operator's prompt and the fence's nonce into the record and the episode's excerpt (REQ-5,
                 # REQ-16). Redacted first (the record is redacted again at ingest: a no-op), so the scrub
-                # never splits a credential; a briefing line the answer repeats is the answer (issue 30).
+                # never splits a credential; a briefing line the answer repeats is the answer.
                 result = transcript.result_text
                 transcript.result_text = await trio.to_thread.run_sync(lambda: scrub.thorough(redact(result)))
             events, state.log_dropped = list(watch.events), watch.dropped

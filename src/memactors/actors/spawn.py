@@ -62,7 +62,7 @@ class SpawnPlan:
     exposed: int
     degraded: str | None
     #: The operator's prompt alone (a one-shot's; None for a resident): what a run's scrub keeps out of
-    #: what it stores, as opposed to the briefing prepended to it (issue 30).
+    #: what it stores, as opposed to the briefing prepended to it.
     prompt: str | None = None
 
 

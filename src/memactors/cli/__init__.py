@@ -35,7 +35,7 @@ import sys
 
 # First thing in the process's entry, before the command line's imports and parser: `memactors serve`
 # keeps a SIGHUP from here on (a reload once the daemon serves), never SIGHUP's default action, which
-# ends the process (issue 44; `_hangup`).
+# ends the process (`_hangup`).
 from .._hangup import keep_for_serve
 
 keep_for_serve(sys.argv[1:])

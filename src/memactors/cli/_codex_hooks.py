@@ -1,4 +1,4 @@
-"""Codex's hooks for a resident (issue 26): where config.toml is, the tables install merges, the session-start hook.
+"""Codex's hooks for a resident: where config.toml is, the tables install merges, the session-start hook.
 
 Codex (0.169.0, the pinned one, and 0.171.0) runs command hooks declared in its ``config.toml`` (``[[hooks.<Event>]]``
 tables, or a ``hooks.json`` beside it). Two of its events serve a resident:

@@ -1,4 +1,4 @@
-"""The OpenCode plugin `memactors install opencode` writes (issue 26): the briefing at session start, each
+"""The OpenCode plugin `memactors install opencode` writes: the briefing at session start, each
 session recorded.
 
 OpenCode 1.18 loads every ``{plugin,plugins}/*.{js,ts}`` of its config directories (``~/.config/opencode``,

@@ -1,4 +1,4 @@
-"""`memory recall` and `memory briefing` for a person at a terminal (issue 40): the answer's structured form
+"""`memory recall` and `memory briefing` for a person at a terminal: the answer's structured form
 (`structured`, the same sections and items as the agent's document) as a few lines per item — when, who,
 outcome, what was done, which files, and one short line of provenance — instead of the agent-facing
 document with its nonce lines and long provenance lines (that stays behind `--raw`, and is what a pipe

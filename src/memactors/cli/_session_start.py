@@ -1,4 +1,4 @@
-"""``memactors hook claude-code session-start``: the SessionStart hook ``memactors install`` writes (issue 26).
+"""``memactors hook claude-code session-start``: the SessionStart hook ``memactors install`` writes.
 
 It reads the gateway URL and the resident's token from the files install wrote (``claude_files``: never
 from argv, which ``ps`` shows), asks the gateway for the briefing (``agents/session_start.py``) and prints it
@@ -64,7 +64,7 @@ def add_session_start(events: Any, fn: Callable[[argparse.Namespace], int], *, h
 
 
 def register_session_start(claude: Any) -> None:
-    """``memactors hook claude-code session-start``: the SessionStart hook install writes (issue 26)."""
+    """``memactors hook claude-code session-start``: the SessionStart hook install writes."""
     add_session_start(claude, cmd_hook_claude_session_start)
 
 

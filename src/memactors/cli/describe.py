@@ -1,5 +1,5 @@
 """`memactors describe <harness> [--json]`: a harness as configured, with its prompt source verbatim
-(SPEC-0030 REQ-20, SPEC-0006 "Prompt Source": the prompt stays stored verbatim).
+(SPEC-0030 REQ-20: the prompt source stays stored verbatim).
 
 The briefing a `memory_briefing = true` one-shot gets is prepended inside the daemon at spawn and never
 stored, logged or sent (REQ-16): `describe` shows the operator's prompt exactly as configured and never

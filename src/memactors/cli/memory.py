@@ -19,7 +19,7 @@ EXIT_PROVIDER_DOWN = 10
 
 EXIT_PROVIDER_INCOMPATIBLE = 11
 #: ... the provider is up, but recall is degraded: its breaker is open, or the last recalls in a row
-#: came back without episodes (issue 20).
+#: came back without episodes.
 EXIT_DEGRADED = 15
 #: ... the store cannot write: its disk is full (ingests and records are refused).
 EXIT_STORE_UNWRITABLE = 16
@@ -44,7 +44,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     info = st.get("provider_info") or {}
     print(f"provider   {st['provider']} ({st['transport']})  {info.get('name', '')} {info.get('version', '')}".rstrip())
     # The provider's real state: the breaker only for a ready provider (one that is down never reaches
-    # it, so it would say "closed" through any outage), else since when and the last error (issue 33).
+    # it, so it would say "closed" through any outage), else since when and the last error.
     condition = st.get("condition") or f"{st['state']}, breaker {st['breaker']}"
     print(f"state      {condition}  contract {st['contract']}")
     c = st["counts"]

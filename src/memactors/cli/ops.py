@@ -15,7 +15,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Already in place when the process's command line is `serve` (the top of `memactors.cli`); here for
     # a caller of `main(["serve"])`. Before the daemon's (heavy) imports either way: from here a SIGHUP
-    # is noted as a reload to apply once the daemon serves (issues 33, 44).
+    # is noted as a reload to apply once the daemon serves.
     keep_early_hangups()
 
     from ..daemon import serve_main

@@ -1,5 +1,5 @@
-"""The `store` group: `store migrate --to postgresql://…` (issue 19, docs/fleet.md); `store export` /
-`store import` (versioned JSON lines) and `store backup` / `store restore` (issue 27, docs/operations.md),
+"""The `store` group: `store migrate --to postgresql://…` (docs/fleet.md); `store export` /
+`store import` (versioned JSON lines) and `store backup` / `store restore` (docs/operations.md),
 in `store_portable`.
 
 Not an RPC command: it moves the daemon's own store, so the daemon must not be running on it. It takes

@@ -1,5 +1,5 @@
 """`store export`, `store import` (memory as versioned JSON lines, `store.portable`) and `store backup`,
-`store restore` (an online copy of the SQLite store, `store.backup`): issue 27, docs/operations.md.
+`store restore` (an online copy of the SQLite store, `store.backup`): docs/operations.md.
 
 Not RPC commands: they read or write the store itself. `export` and `backup` read it while the daemon
 serves (SQLite's WAL lets a reader in beside the writer). `import` into a SQLite store and `restore`

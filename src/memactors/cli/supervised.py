@@ -71,7 +71,7 @@ def _outcome_line(run: dict[str, Any]) -> str:
 
 def _report_failure(run: dict[str, Any]) -> None:
     """On stderr: why the agent could not run, and what it wrote on stderr (redacted) for a run that
-    did not succeed, so a refused flag, a missing key or a crash says why (issue 18)."""
+    did not succeed, so a refused flag, a missing key or a crash says why."""
     if run.get("error"):
         print(f"memactors: the agent could not be started: {run['error']}", file=sys.stderr)
     if run.get("outcome") != "succeeded" and run.get("stderr_tail"):

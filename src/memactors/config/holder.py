@@ -12,7 +12,7 @@ from .models import Config
 
 
 def config_fingerprint(global_path: Path | None) -> tuple[tuple[str, int, int, int, int], ...]:
-    """What the global configuration looks like on disk, to notice an edit (issue 26): (path, inode,
+    """What the global configuration looks like on disk, to notice an edit: (path, inode,
     size, mtime_ns, ctime_ns) of the global file, of its ``harness_d`` directory and of every
     ``harness_d/*.toml``. A file added, removed, replaced or written changes it. Project files are not in
     it: each run reads its repository's file when it starts. Reads no file's content."""

@@ -342,7 +342,7 @@ def store_url_problem(url: str) -> str | None:
     file: ``postgresql://[user[:password]@][host][:port][,host2[:port2]…]/dbname[?param=value…]`` — the
     libpq multi-host form finds the primary after a failover (docs/fleet.md). A
     ``target_session_attrs`` that would let the daemon use a standby is refused: memactors reads and
-    writes on the primary only (issue 28)."""
+    writes on the primary only."""
     if not url.startswith(("postgresql://", "postgres://")):
         return 'must be a PostgreSQL URL: "postgresql://user@host:5432/dbname" (leave it out for SQLite)'
     try:

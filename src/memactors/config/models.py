@@ -53,7 +53,7 @@ class MemoryConfig:
     #: ``embeddings`` (REQ-11): the built-in provider's hybrid ranking. True (the default): with the
     #: embedded model, or with ``[model_api] embedding_model`` when that is set; False: BM25 alone.
     embeddings: bool = True
-    #: ``relevance_floor`` (issue 38): the built-in provider serves no item scoring below it on its
+    #: ``relevance_floor``: the built-in provider serves no item scoring below it on its
     #: 0–1 relevance scale (docs/contracts.md); 0 serves every match.
     relevance_floor: float = 0.4  # RELEVANCE_FLOOR
 
@@ -93,7 +93,7 @@ class McpServerConfig:
     headers: Mapping[str, str] = _EMPTY
     shared: bool = True
     #: ``own_text``: the upstream writes its own item text (a summary, a rewrite) rather than drawing it
-    #: from the episode memactors gave it, so REQ-9's text check is skipped for it (issue 9; see README
+    #: from the episode memactors gave it, so REQ-9's text check is skipped for it (see README
     #: "What a lying provider can and cannot do"). Default false: item text must come from the episode.
     own_text: bool = False
     #: ``spare_process``: keep one spare process of a stdio upstream started in advance, so a provider
@@ -210,7 +210,7 @@ class ListenConfig:
 
 @attrs.frozen
 class ConsoleConfig:
-    """``[console]`` (issue 29): the web console's own loopback listener, off unless ``enabled``.
+    """``[console]``: the web console's own loopback listener, off unless ``enabled``.
 
     Off by default: it is the one surface a web browser talks to, and a browser is the one client any
     page the operator opens can steer (forged form posts, DNS rebinding), so serving it is the

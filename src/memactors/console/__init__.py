@@ -1,4 +1,4 @@
-"""The web console (issue 29): a local, server-rendered browser surface over the operator RPC's methods.
+"""The web console: a local, server-rendered browser surface over the operator RPC's methods.
 
 Served by the daemon on its own loopback listener (``[console] listen``, only when ``[console] enabled``)
 with hypercorn's trio worker, like ``/metrics`` and the gateway (``net.listen.serve_asgi``). Pages are

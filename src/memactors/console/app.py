@@ -1,4 +1,4 @@
-"""The console's ASGI app: routes, sign-in, the checks on every request, and the pages (issue 29).
+"""The console's ASGI app: routes, sign-in, the checks on every request, and the pages.
 
 Every page is drawn from the operator RPC's own method table (``rpc.methods.operator_methods``, handed
 in by the daemon): each call goes through the same ``Method`` (its tier, its declared parameters, its

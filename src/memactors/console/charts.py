@@ -1,4 +1,4 @@
-"""The health page's charts: REQ-21's series over the last hour, sampled in-process (issue 29).
+"""The health page's charts: REQ-21's series over the last hour, sampled in-process.
 
 A :class:`Sampler` reads the daemon's own counters (``Metrics.registry``, what ``/metrics`` exports)
 every ``SAMPLE_SECONDS`` and keeps an hour of samples; each chart is what changed between two samples:

@@ -1,4 +1,4 @@
-"""The console's template filters (issue 40): ``humanize``'s values for people, a time as a ``<time>``
+"""The console's template filters: ``humanize``'s values for people, a time as a ``<time>``
 element (relative, the absolute time beside it), and a method's answer as rows for a done page."""
 
 from __future__ import annotations

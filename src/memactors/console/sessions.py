@@ -1,4 +1,4 @@
-"""The console's sign-in sessions and their CSRF tokens (issue 29).
+"""The console's sign-in sessions and their CSRF tokens.
 
 A session is made when a browser presents an operator token (read or control) on the sign-in form; it
 holds the tier that token grants, never the token. The browser keeps only a random session id, in a

@@ -196,7 +196,7 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
     # No token, no header: the daemon then refuses the handshake, which is the answer the caller needs.
     headers = [(b"authorization", b"Bearer " + token.encode("ascii"))] if token else []
     # One total deadline for the TCP connect and the websocket handshake together: a peer that accepts
-    # and then closes, or never answers, ends the attempt instead of hanging it (issue 34).
+    # and then closes, or never answers, ends the attempt instead of hanging it.
     deadline = trio.current_time() + CONNECT_TIMEOUT
     with trio.move_on_at(deadline) as connecting:
         try:
@@ -217,7 +217,7 @@ async def connect_rpc(url: str, token: str) -> AsyncIterator[RpcClient]:
                 async with trio.open_nursery() as race:
                     # trio-websocket waits for a handshake answer even after the peer has closed the
                     # connection: a peer that hangs up ends the attempt at once, as the other commands'
-                    # client does, not after CONNECT_TIMEOUT (issue 45: `runs ingest` took 30 s).
+                    # client does, not after CONNECT_TIMEOUT (`runs ingest` once took 30 s).
                     race.start_soon(_cancel_when_set, watched.peer_closed, race.cancel_scope)
                     ws = await wrap_client_stream(
                         nursery,

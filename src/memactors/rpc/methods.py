@@ -1,11 +1,11 @@
 """The operator RPC's methods: each MemoryService handler under its RPC name, tier and parameters.
 
 rpc/transport.py (over frames, tokens, server, client) is the transport and service/__init__.py the handlers; this is the edge between them, where a frame's
-``params`` become a handler's arguments. Every parameter is typed and bounded here (issue 9 "Poison
-input"): a wrong type, a control character in an id or an oversized value is ``INVALID_ARGUMENT``
+``params`` become a handler's arguments. Every parameter is typed and bounded here (docs/contracts.md
+"Input bounds"): a wrong type, a control character in an id or an oversized value is ``INVALID_ARGUMENT``
 naming ``params.<field>``, never ``INTERNAL``, and the message never repeats the value. Every method
 declares the parameters it reads, so one it does not take is refused by name before the handler runs
-(issue 20; docs/contracts.md "RPC parameters").
+(docs/contracts.md "Input bounds").
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
-from .transport import Method
+from .server import Method
 
 if TYPE_CHECKING:
     from ..service import MemoryService

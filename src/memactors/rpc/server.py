@@ -87,7 +87,7 @@ MAX_DEPTH = 64
 
 
 def _loggable_id(req_id: Any) -> Any:
-    """A request id as a log field: integers as they are, a client's string redacted and cut (issue 9)."""
+    """A request id as a log field: integers as they are, a client's string redacted and cut."""
     if isinstance(req_id, str):
         from ..redact import redact  # the rule set compiles on first use; most ids are integers
 
@@ -239,7 +239,7 @@ class _ConnectionStats:
 
     def fresh(self, now: float) -> bool:
         """A new connection that has not had its first call answered yet, within its grace: never closed
-        to make room (a CLI's one call was cut mid-frame by a read flood: issue 45)."""
+        to make room (a CLI's one call was cut mid-frame by a read flood)."""
         return self.calls == 0 and now - self.opened < FIRST_CALL_GRACE
 
     def evictable(self, now: float) -> bool:
@@ -289,7 +289,7 @@ _SLOW, _IDLE = 0, 1
 
 
 class OperatorConnections:
-    """The operator listener's connections by tier (issue 34): no client can lock the control tier out.
+    """The operator listener's connections by tier: no client can lock the control tier out.
 
     * Established read-tier connections never number more than ``cap - control_reserve(cap)``: a new
       one past that closes the read connection idle longest, or is refused 503 when every read
@@ -490,7 +490,7 @@ async def serve_rpc(
                 # One INFO line per connection (a CLI call is one connection): its calls and the code of
                 # every error answered, so an expected client error shows once, with its code.
                 # A connection that made no call (an idle flood) is one line per peer per 10 s, the rest
-                # counted (issue 45: 9,387 lines in 45 s).
+                # counted (a flood once logged 9,387 lines in 45 s).
                 suppressed = peer_lines.allow(f"closed idle {_peer_host(peer)}") if stats.calls == 0 else 0
                 if suppressed is not None:
                     line = _log.bind(peer=peer, tier=tier, calls=stats.calls,

@@ -24,7 +24,8 @@ carry episode text or queries.
 
 The transport is four modules, one concept each: ``frames`` (what both ends share: limits, tiers, codes,
 `RpcError`, `encode_frame`), ``tokens`` (the operator bearer tokens), ``server`` (`serve_rpc`) and
-``client`` (`connect_rpc`, `RpcClient`). This module is their one import for callers outside ``rpc``.
+``client`` (`connect_rpc`, `RpcClient`). Code in ``src/`` imports the module it needs; the names are
+re-exported here for the scripts in ``bench/`` and the tests that import ``rpc.transport``.
 """
 
 from __future__ import annotations

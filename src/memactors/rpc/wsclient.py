@@ -3,7 +3,7 @@
 The operator RPC is JSON over a websocket (rpc/transport.py has the contract). The trio client (rpc/client.py) is the one
 the daemon's tests, the TUI and `runs ingest` use; importing it costs trio, trio-websocket, wsproto,
 h11 and loguru — about a quarter of a second before a command can print anything, more than the
-whole budget of `memactors memory status` (issue 11: ≤ 400 ms cold). A single request/reply needs
+whole budget of `memactors memory status` (≤ 400 ms cold). A single request/reply needs
 none of that: this module speaks RFC 6455 directly — the upgrade handshake with the bearer token,
 one masked text frame out, frames in until the reply — and maps failures to the same gRPC codes
 `rpc.connect_rpc` raises, so the CLI's exit codes do not depend on which client ran.
@@ -118,7 +118,7 @@ def call_once(url: str, token: str, method: str, params: dict[str, Any], *, time
     token = token.strip()
     if any(not (33 <= ord(c) <= 126) for c in token):
         raise WsRpcError("UNAUTHENTICATED", "operator token contains characters an HTTP header cannot carry")
-    # One total deadline for the connect and the handshake together (issue 34): a peer that accepts and
+    # One total deadline for the connect and the handshake together: a peer that accepts and
     # never answers, or answers a byte at a time, ends the attempt in CONNECT_TIMEOUT.
     deadline = time.monotonic() + min(timeout, CONNECT_TIMEOUT)
     pause = BUSY_RETRY[0]

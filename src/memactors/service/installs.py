@@ -1,4 +1,4 @@
-"""Whether each resident install is working (issue 40): for every `memactors install` (agent, scope,
+"""Whether each resident install is working: for every `memactors install` (agent, scope,
 harness), when the agent last reached the gateway, when its last briefing was served and when its last
 session was recorded — and, when sessions stop arriving, the likely cause for that agent.
 
@@ -36,7 +36,7 @@ from ..store.run_tokens import resident_tokens
 __all__ = ["SILENT_SECONDS", "InstallActivity", "install_rows", "likely_cause", "read_installs"]
 
 #: How long an install may go without a recorded session, after the agent was seen or while the daemon
-#: ran, before doctor warns (issue 40: "no session for a day while the daemon ran").
+#: ran, before doctor warns ("no session for a day while the daemon ran").
 SILENT_SECONDS = 86400.0
 #: A resident install's run id (``cli.install.run_id_for``).
 RESIDENT_RUN = re.compile(r"resident-(?P<agent>[a-z0-9][a-z0-9-]*?)-(?P<scope>project|user)-[0-9a-f]{8}")

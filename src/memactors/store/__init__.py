@@ -291,7 +291,7 @@ class Store:
         #: (store.health); `snapshot()` is what Status, doctor and /readyz show.
         self.health: Any = None
         #: How many times the store came back after being unreachable (an engine that can be: PostgreSQL):
-        #: the built-in provider's breaker half-opens on it, so recall is back with the store (issue 45).
+        #: the built-in provider's breaker half-opens on it, so recall is back with the store.
         self.recoveries = 0
 
     @property

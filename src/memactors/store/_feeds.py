@@ -41,7 +41,7 @@ def like_prefix(path: str) -> str:
 
 
 def clean(value: str) -> str:
-    """An operator-fed string as it is stored (issue 9): secrets redacted, control characters stripped.
+    """An operator-fed string as it is stored: secrets redacted, control characters stripped.
 
     Every feed below (facts, pull requests, presence, run tokens, votes, exposures) stores only cleaned
     strings and looks rows up by the cleaned form, so a credential pasted into a feed is never kept.

@@ -1,5 +1,5 @@
 """`memactors store backup PATH` / `store restore PATH`: the SQLite store, copied while the daemon serves,
-and put back with the daemon stopped (issue 27, docs/operations.md "Backup and restore").
+and put back with the daemon stopped (docs/operations.md "Backup and restore").
 
 Backup is SQLite's online backup API (``Connection.backup``, all pages in one step): it reads the store
 under one read transaction, so the copy is the store as of the moment the step began, every transaction

@@ -117,7 +117,7 @@ BUILTIN_TEXT_COLUMNS = ("title", "excerpt", "summary", "meta", "failures")
 
 
 def words_stay_words(db: Any, placeholder: str = "?") -> None:
-    """Migration `0012_words_stay_words` (SQLite) and `0005_words_stay_words` (PostgreSQL), issue 25:
+    """Migration `0012_words_stay_words` (SQLite) and `0005_words_stay_words` (PostgreSQL):
     what terminal escape sequences left in the stored text goes, and the built-in provider's documents
     are indexed again.
 

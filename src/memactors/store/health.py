@@ -51,7 +51,7 @@ def free_bytes(path: Path) -> int | None:
 def disk_full_at_start(path: Path, exc: BaseException) -> StoreFull | None:
     """A :class:`StoreFull` for a start-up step (the state directory's lock, opening or migrating the store
     at ``path``) that failed because the disk is full, else None. It says "disk full", not "damaged": the
-    store is intact, only space is missing (issue 45)."""
+    store is intact, only space is missing."""
     free = free_bytes(path if path.is_dir() else path.parent)
     # SQLite opening a WAL store on a full disk says "disk I/O error" (it cannot create -shm or -wal), not
     # SQLITE_FULL: with no space left that is the full disk speaking.

@@ -1,4 +1,4 @@
-"""`memactors store migrate --to postgresql://…`: copy a SQLite store into a PostgreSQL one (issue 19).
+"""`memactors store migrate --to postgresql://…`: copy a SQLite store into a PostgreSQL one.
 
 Every table is copied; every id a user, a harness or a provider sees is kept (episode ids, run ids,
 fact ids, provider ids, run-token hashes) and every time (they are the same `iso` text on both

@@ -43,7 +43,7 @@ def tombstone(db: Db, episode_id: str, now: str, *, claim: tuple[str, str] | Non
     """
     row = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
     if row is None:
-        shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
+        shown = redact(episode_id)[:64]  # a client's id: never echoed raw
         raise UnknownEpisode(f"no episode {shown}", episode=shown)
     if row[0] is not None:
         return False

@@ -1,4 +1,4 @@
-"""`memactors store export` / `store import`: memory as versioned JSON lines (issue 27).
+"""`memactors store export` / `store import`: memory as versioned JSON lines.
 
 The file is one JSON object a line. The first is the header::
 

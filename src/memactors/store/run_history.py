@@ -90,7 +90,7 @@ def recent_runs(
 
 def run_episodes(db: Db, runs: Sequence[RunRow]) -> dict[tuple[str, str], dict[str, Any]]:
     """The stored episode (REQ-5 body, parsed) of each of `runs` that has one not forgotten, by
-    (harness, run_id): what a briefing's recent_runs line says of the run (issue 38)."""
+    (harness, run_id): what a briefing's recent_runs line says of the run."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     wanted = list(dict.fromkeys((r.harness, r.run_id) for r in runs))
     for harness, run_id in wanted:

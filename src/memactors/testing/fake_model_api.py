@@ -1,6 +1,6 @@
 """A real OpenAI-compatible HTTP server on loopback that tests and benchmarks control.
 
-A remote LLM cannot run here, so the utility model (ADR-0036) is faked — but as a real HTTP server on
+A remote LLM cannot run here, so the utility model (``[model_api]``) is faked — but as a real HTTP server on
 127.0.0.1 with a port the kernel picks, served by hypercorn's trio worker, not as a patched function.
 The client under test therefore goes through its real HTTP stack: connection handling, status codes,
 JSON bodies, slow answers.

@@ -1,5 +1,5 @@
 """Which machine code a binary needs: a guard against server binaries and extensions built for a newer
-CPU than the one that will run them (issue 23: a pgvector built with AVX-512 killed every backend that
+CPU than the one that will run them (a pgvector built with AVX-512 once killed every backend that
 built an HNSW index with SIGILL on an AVX2 machine).
 
 The rule is simple and strict: **no AVX-512 (or AMX) at all**, whether or not the running CPU has it and

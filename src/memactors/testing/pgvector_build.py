@@ -1,4 +1,4 @@
-"""The PostgreSQL server with pgvector that the pgvector tests run on (issue 23): Debian's own server,
+"""The PostgreSQL server with pgvector that the pgvector tests run on: Debian's own server,
 with a pgvector compiled here for any x86-64 CPU.
 
 Debian 12 has no pgvector package (nor bookworm-backports); Debian 13 (trixie) has its source package.

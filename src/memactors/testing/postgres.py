@@ -24,7 +24,7 @@ users have); the harness itself connects as the superuser over the socket.
         url = cluster.create_database("t1")     # postgresql://memactors:…@127.0.0.1:PORT/t1
         cluster.stop(); cluster.start()          # an outage, same port
 
-A streaming standby of a cluster (issue 28): `pg_basebackup -R` from the primary into a second cluster,
+A streaming standby of a cluster: `pg_basebackup -R` from the primary into a second cluster,
 optionally synchronous (the primary's commits wait for the standby's flush), and what a failover does
 to them:
 

@@ -1,4 +1,4 @@
-"""Malformed and edge-case operator RPC frames, from a seeded generator (issue 34).
+"""Malformed and edge-case operator RPC frames, from a seeded generator.
 
 :func:`frame` draws one text frame from a ``random.Random``: mostly a request for one of the daemon's
 real methods (``rpc_methods.operator_methods``) with a random subset of its parameters, each either a

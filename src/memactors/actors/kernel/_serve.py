@@ -83,7 +83,7 @@ async def _handle(name: str, request: Request[M], handler: Callable[[M], Awaitab
             log().bind(error=type(exc).__name__, code=code).debug("request refused")
         else:
             # The same failure over and over (every recall while the provider is down) is one line per
-            # 10 s with the count folded in, not a line per request (issue 20).
+            # 10 s with the count folded in, not a line per request.
             key = " ".join((type(request.message).__name__, type(exc).__name__, *map(str, about().values())))
             suppressed = failures.allow(key) if failures is not None else 0
             if suppressed is not None:
