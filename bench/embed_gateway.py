@@ -20,6 +20,7 @@ It prints the machine and its load before and after.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -46,7 +47,7 @@ from user_paths import (  # noqa: E402
     write_config,
 )
 
-from memactors.builtin import vector_model, write_vector  # noqa: E402
+from memactors.builtin import embedding_text, text_digest, vector_model, write_vector  # noqa: E402
 from memactors.embedding import BUILTIN_MODEL, DIM  # noqa: E402
 from memactors.rpc.transport import connect_rpc  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
@@ -56,13 +57,15 @@ def add_vectors(state: Path) -> int:
     rng = random.Random(13)
     db = _connect(state / "memactors.db")
     try:
-        rows = db.execute("SELECT doc_id, scope FROM builtin_docs").fetchall()
+        rows = db.execute("SELECT doc_id, scope, summary, excerpt, failures FROM builtin_docs").fetchall()
         db.execute("BEGIN")
-        for doc_id, scope in rows:
+        for doc_id, scope, summary, excerpt, failures in rows:
             v = [rng.gauss(0.0, 1.0) for _ in range(DIM)]
             norm = sum(x * x for x in v) ** 0.5
+            # keyed by its embedding text's digest, as the back-fill keys the cache
+            digest = text_digest(embedding_text(summary or "", excerpt or "", json.loads(failures or "[]")))
             write_vector(db, doc_id=int(doc_id), scope=str(scope), model=vector_model(BUILTIN_MODEL),
-                         digest=f"bench-{doc_id}", vector=[x / norm for x in v])
+                         digest=digest, vector=[x / norm for x in v])
         db.execute("COMMIT")
     finally:
         db.conn.close()

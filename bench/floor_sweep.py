@@ -77,11 +77,12 @@ async def collect(state: Path) -> list[dict[str, Any]]:
                 sims = [h.score for h in cosine]
                 similarity = {h.episode_id: h.score for h in cosine}
                 unknown = ranking.unknown_share(evidence)
-                median = statistics.median(sims[:ranking.FUSE_DEPTH]) if sims else 0.0
                 best = sims[0] if sims else 0.0
                 items = []
                 for e in order:
                     c = similarity.get(e, sims[-1] if sims else 0.0)
+                    # the margin as ranking.relevance measures it: over the median of the others
+                    median = statistics.median(ranking._others(sims[:ranking.FUSE_DEPTH], c)) if sims else 0.0
                     items.append((runs.get(e, "?"), [covered.get(hits[e].doc_id, 0.0), c, c - median, unknown, best]))
                 return items
 

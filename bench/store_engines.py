@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/store_engines.py                       # 10k and 100k episodes, 200 recalls each
     .venv/bin/python bench/store_engines.py --sizes 10000 --queries 100 --json
+    .venv/bin/python bench/store_engines.py --ingest-only --ingest 3000    # the ingest rate on each engine alone
 
 What it measures, on one machine (printed), with a throwaway PostgreSQL cluster from
 `memactors.testing.postgres` (fsync on, `synchronous_commit = off`: the durability of SQLite's WAL with
@@ -382,7 +383,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["postgresql"] = cluster.admin("SHOW server_version")[0][0]
         result["synchronous_commit"] = args.synchronous_commit
         print_line(f"PostgreSQL {result['postgresql']}, synchronous_commit = {args.synchronous_commit}")
-        for size in args.sizes:
+        for size in [] if args.ingest_only else args.sizes:
             for engine in ("sqlite", "postgresql"):
                 r = await measure_recall(root, engine, size, args.queries, cluster)
                 result["recall"].append(r)
@@ -393,7 +394,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             r = await measure_ingest(root, engine, args.ingest, cluster)
             result["ingest"].append(r)
             print_line(f"ingest {engine:10}: {r['per_s']} episodes/s (IngestRuns of 500), {r['outcomes']}")
-        if args.fleet:
+        if args.fleet and not args.ingest_only:
             result["fleet"] = await measure_fleet(root, args.fleet, cluster)
             print_line(f"fleet (PostgreSQL, IngestRun x 8 clients): {result['fleet']}")
     return result
@@ -412,6 +413,7 @@ def main() -> None:
     parser.add_argument("--synchronous-commit", choices=["on", "off"], default="off",
                         help="the server's synchronous_commit: off (default) is the durability of SQLite's WAL with"
                              " synchronous = NORMAL; on is PostgreSQL's own default (every commit flushed)")
+    parser.add_argument("--ingest-only", action="store_true", help="only the ingest rate (no recall, no fleet)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     print_line(f"machine: {machine()}")

@@ -101,3 +101,13 @@ async def wait_for(base: list[str], text: str, *, present: bool = True) -> str:
             if (text in shown) == present:
                 return shown
             await trio.sleep(0.1)
+
+
+async def wait_for_change(base: list[str], before: str) -> str:
+    """Wait until the screen shows something other than `before` (a key's effect): the state, not a delay."""
+    with trio.fail_after(60):
+        while True:
+            shown = await screen(base)
+            if shown != before:
+                return shown
+            await trio.sleep(0.1)

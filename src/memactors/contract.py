@@ -36,6 +36,12 @@ SUPPORTED_CONTRACTS: frozenset[int] = frozenset({1})
 #: The four tools a provider must expose, in the order REQ-3 lists them.
 TOOLS: tuple[str, ...] = ("memory_contract", "memory_record_episode", "memory_recall", "memory_forget")
 
+#: The built-in provider's in-process extension (not a contract tool, not listed by tools/list): many
+#: ``memory_record_episode`` calls in one, ``{"episodes": [arguments, ...]}`` answering
+#: ``{"results": [result, ...]}`` in order, all written in one store transaction. Each episode's
+#: arguments and each result are checked against memory_record_episode's own schemas.
+RECORD_MANY = "memory_record_episodes"
+
 #: REQ-3's request bounds.
 MAX_QUERY_CHARS = 512
 MAX_SCOPES = 2
@@ -247,6 +253,16 @@ def validate_response(tool: str, payload: dict[str, Any], *, provider: str) -> d
     The message names the failing field and schema rule only, never the provider's value. Per-item
     bounds of ``memory_recall`` are not checked here (see `split_items`).
     """
+    if tool == RECORD_MANY:
+        results = payload.get("results")
+        if not isinstance(results, list):
+            raise ProviderSchemaError(f"{tool} response has no results list", provider=provider, tool=tool)
+        for result in results:
+            if not isinstance(result, dict):
+                raise ProviderSchemaError(f"{tool} response holds a result that is not an object",
+                                          provider=provider, tool=tool)
+            validate_response("memory_record_episode", result, provider=provider)
+        return payload
     if tool not in TOOLS:
         raise InvalidArgument(f"unknown contract tool {tool!r}", tool=tool)
     error = _schema_error(f"{tool}.output", payload)
@@ -379,6 +395,13 @@ def check_request(tool: str, arguments: Mapping[str, Any]) -> None:
 
     Called before every request leaves the daemon, so a provider never sees an out-of-contract call.
     """
+    if tool == RECORD_MANY:
+        episodes = arguments.get("episodes")
+        if not isinstance(episodes, list):
+            raise InvalidArgument(f"{tool} request has no episodes list", field="episodes", tool=tool)
+        for episode in episodes:
+            check_request("memory_record_episode", episode)
+        return
     if tool not in TOOLS:
         raise InvalidArgument(f"unknown contract tool {tool!r}", field="tool")
     if tool == "memory_recall":

@@ -17,9 +17,13 @@ on disk, and the graph is built in milliseconds at load.
 * **Off the trio loop.** `LocalEmbedder.embed` is the `builtin.Embedder` the provider calls. Episodes
   are embedded by one background thread per process at nice +5 (ingest and recall keep their share of
   the core), one batch at a time; a query's embedding runs in a worker thread of its own (at most one
-  at a time), so it never waits behind a batch. onnxruntime runs each on its calling thread
-  (`intra_op_num_threads` = 1, no thread pool): the embedder takes one core, never both, with memory
-  bounded by `MAX_BATCH` × `MAX_TOKENS` activations (tens of MB in the runtime's arena).
+  at a time), so it never waits behind a batch. onnxruntime splits each run over the usable cores
+  (`threads`: the calling thread and a pool of `threads` − 1, started with the session, never per
+  run; no spinning), at most MAX_THREADS (issue 38: a back-fill's wall time halves on two free cores;
+  its CPU time and every vector are the same as on one thread — int8 sums are exact, each output is
+  computed whole by one thread, bench/backfill_cpu.py compares them). The pool's threads run at the
+  priority of the thread that loaded the model (the background one, at nice +5, when an episode is
+  embedded before any query). Memory stays bounded by `MAX_BATCH` × `MAX_TOKENS` activations.
 * **Bounded input.** A text is cut at `MAX_TOKENS` word pieces (the model was trained on 128; its
   window is 256): `builtin.embedding_text` puts the run's own words first, so what is cut is the tail.
 
@@ -78,6 +82,19 @@ PAD_SLACK = 1.15
 #: overflows (it saturates and the vectors drift); 255 × 63 × 2 does not. The same vectors on every CPU.
 WEIGHT_LEVELS = 63
 DIM = 384
+#: Most threads one run of the model uses: a 6-layer, 384-wide model on one text of ≤ 128 word pieces
+#: gains little past four.
+MAX_THREADS = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container or taskset sets it), at most
+    MAX_THREADS: the model's intra-op threads."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not every platform has affinities
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
 _LAYERS = 6
 _HEADS = 12
 _EPS = 1e-12
@@ -243,9 +260,10 @@ def _rss_bytes() -> int:
 
 class _Model:
     """The tokenizer and the onnxruntime session; `encode` may be called from several threads at once
-    (a session's `run` is thread-safe, each on its calling thread with `intra_op_num_threads` = 1)."""
+    (a session's `run` is thread-safe). `threads`: the session's intra-op threads (`usable_cores`)."""
 
-    def __init__(self, path: Path, *, int8: bool = True) -> None:
+    def __init__(self, path: Path, *, int8: bool = True, threads: int | None = None) -> None:
+        threads = usable_cores() if threads is None else threads
         # numpy (onnxruntime's array type) starts a BLAS thread per core at import unless told: it does
         # no arithmetic here. Set before its first import in the process (nothing else in memactors has one).
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -259,9 +277,10 @@ class _Model:
         tok.enable_truncation(max_length=MAX_TOKENS)
         self.tokenizer = tok
         options = onnxruntime.SessionOptions()
-        # One thread per run, the caller's: the background embedder takes one core, never both, and a
-        # query's embedding runs beside it on its own thread (no pool, no spinning threads).
-        options.intra_op_num_threads = 1
+        # A run over the usable cores: the caller's thread and a pool started once, here (no spinning
+        # threads: an idle pool costs nothing). The vectors do not depend on it (module docstring).
+        self.threads = threads
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -336,7 +355,8 @@ def model_info() -> dict[str, Any]:
     its resident weights when loaded."""
     loaded = _model
     info: dict[str, Any] = {"name": BUILTIN_MODEL, "runtime": "onnxruntime", "dim": DIM, "max_tokens": MAX_TOKENS,
-                            "max_batch": MAX_BATCH, "threads": 1,
+                            "max_batch": MAX_BATCH,
+                            "threads": loaded.threads if loaded is not None else usable_cores(),
                             "installed": model_dir() is not None, "loaded": loaded is not None}
     if not info["installed"]:
         info["install_command"] = install_command()

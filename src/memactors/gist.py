@@ -82,6 +82,23 @@ def _failures(value: Any) -> list[tuple[str, int]]:
     return out
 
 
+def _first_line(value: Any) -> str:
+    """What a text says first, on one line: its first line with words in it, and of that (stored text is
+    flattened, REQ-6: a commit's subject runs into its body) what comes before the first sentence end,
+    list bullet (`` * ``, `` - ``) or a pull request number that ends a squashed commit's subject
+    (``(#123)``); the whole line when it has none. '' for none or not a string."""
+    if not isinstance(value, str):
+        return ""
+    line = next((_text(part) for part in value.splitlines() if _WORD.search(part)), "")
+    end = _SUBJECT_END.search(line, 4)
+    return line[:end.start() + len(end.group(1) or "")] if end else line
+
+
+# The end of a first sentence: a full stop, ! or ? before a space (kept), a pull request number (kept),
+# or a list bullet after it (dropped).
+_SUBJECT_END = re.compile(r"([.!?]|\(#\d+\))\s|()\s[*\-\u2022]\s")
+
+
 def lead(body: Mapping[str, Any]) -> str:
     """The run's own words: its summary, else its result excerpt (whole; `gist` cuts it)."""
     return _text(body.get("summary")) or _text(body.get("result_excerpt"))
@@ -137,23 +154,31 @@ def _snippet(text: str, start: int, words: Sequence[str], width: int) -> str:
     return (ELLIPSIS if begin > 0 else "") + window
 
 
-def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320) -> str:
+def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320, *, subject: bool = False) -> str:
     """An episode's gist for an item, at most `width` characters (see the module docstring).
 
     `body` is the stored REQ-5 object (its `summary`, `result_excerpt`, `files_touched` and
     `verify_failures` are read; a missing one is empty), `words` the query's words (lower-cased; none
-    for a briefing or a path-only hit).
+    for a briefing or a path-only hit). With `subject` (a briefing's short item, issue 38) the run's
+    own words are the first line of its summary or excerpt only (a commit's subject, an agent's
+    opening sentence), and what it touched gets what the subject leaves (a third of the width at least).
     """
     words = [_norm(w) for w in words if w]
-    summary = _text(body.get("summary"))
-    excerpt = _text(body.get("result_excerpt"))
+    summary = _first_line(body.get("summary")) if subject else _text(body.get("summary"))
+    excerpt = _first_line(body.get("result_excerpt")) if subject else _text(body.get("result_excerpt"))
     files = [p for p in (body.get("files_touched") or ()) if isinstance(p, str) and p]
+    if subject:  # the files in a folder first: `src/ledger.py` says more than `CHANGELOG.md`
+        files.sort(key=lambda p: "/" not in p)
     failures = _failures(body.get("verify_failures"))
     own = summary or excerpt
 
     # What it touched comes last but its room is set aside first (bounded), unless the run's words
     # alone fill the width anyway.
-    tail_room = min(FILES_CHARS + FAILURES_CHARS + len(SEP), max(width // 3, 0))
+    # (A briefing's short item: the subject's room first; what it touched gets the rest, a third at least.)
+    third = width // 3
+    if subject:
+        third = max(width - len(summary or excerpt) - len(SEP), third)
+    tail_room = min(FILES_CHARS + FAILURES_CHARS + len(SEP), max(third, 0))
     fail_part = _failures_part(failures, min(FAILURES_CHARS, tail_room))
     files_part = _files_part(files, min(FILES_CHARS, tail_room - (len(fail_part) + len(SEP) if fail_part else 0)))
     tail = SEP.join(p for p in (files_part, fail_part) if p)

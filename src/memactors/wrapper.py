@@ -316,6 +316,12 @@ def _item_block(item: Item, nonce: str) -> str:
     return f'{line}\n{opening}\n{item.text}\n</item nonce="{nonce}">'
 
 
+def item_chars(item: Item) -> int:
+    """Characters `item` takes in a document (its block and the line break after it), with a nonce of
+    the length every document's has (``NONCE_BYTES`` as hex): what it costs of a section's share."""
+    return len(_item_block(item, "0" * (2 * NONCE_BYTES))) + 1
+
+
 def _blocks(doc: Document) -> list[str]:
     blocks = [_header(doc.kind, doc.nonce, doc.degraded, doc.truncated)]
     for s in doc.sections:

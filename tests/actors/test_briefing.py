@@ -6,6 +6,7 @@ The out-of-range cap scenario lives with the config tests: tests/config/test_con
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,79 @@ async def test_trivial_runs_take_no_briefing_slot_and_recent_runs_say_what_each_
     assert len(shown) == len(set(shown))  # no section repeats another's item
     for run in runs:
         assert run["text"].startswith("api-fixer main ledger run ") and "src/ledger" in run["text"]
+
+
+IMPORTED = HARNESS + '[harness.imported]\nharness = "claude-code"\n[harness.docs]\nharness = "codex"\n'
+
+
+def commit(i: int) -> dict:
+    """The i-th commit (0 = oldest, one a day from 2026-08-01) of a history, as `import git` records it
+    (`cli.importing.commit_record`): a subject and a body, and its files. The older half is about the
+    docs (what a harness named `docs` would match as words), the newer half about the ledger."""
+    from types import SimpleNamespace
+
+    from memactors.cli.importing import commit_record
+
+    at = (datetime(2026, 8, 1, 9, 0, tzinfo=UTC) + timedelta(days=i)).isoformat().replace("+00:00", "Z")
+    # (Each touches its own file: commits alike in words and files are one fact, shown once.)
+    topic = ("Update the docs for release", f"docs/guide{i}.md") if i < 60 else ("Fix the ledger rounding case",
+                                                                               f"src/ledger{i}.py")
+    message = (f"{topic[0]} {i} (#{1000 + i})\n\n* {topic[0]} {i}\n* Add a changelog entry and the tests that"
+               f" show it, with a paragraph of why the change is right and how it was checked by hand\n")
+    repo = SimpleNamespace(root="/srv/api", key=API, branch="main")
+    return commit_record(repo, "imported", f"{i:040x}", at, at, message, [topic[1], "CHANGELOG.md"])
+
+
+async def test_a_briefing_on_an_imported_history_shows_two_of_the_newest_commits_by_their_subject(
+        make_holder: Callable[[str], ConfigHolder]) -> None:
+    """Issue 38: after `import git` a briefing's episodes are the newest commits that have a subject and
+    files, at least two of them at the default cap (placed whole: the built-in provider's briefing items
+    are the subject line and the files), for the import's own harness and for a new harness whose name
+    is a word of many old commits (`docs`: its briefing was a text search for "docs" that served the
+    oldest commits)."""
+    async with open_memory_service(make_holder(IMPORTED), wall_clock=fixed_clock) as service:
+        await wait_ready(service)
+        for i in range(120):
+            await service.ingest_run(commit(i))
+        newest = [f"git-{i:040x}" for i in reversed(range(120))]
+        for harness in ("imported", "docs", "api-fixer"):
+            _, view = await as_run(service, harness, f"b-{harness}", API)
+            answer = await service.agent_briefing(view, delivery="tool")
+            assert len(answer.text) <= 2000
+            episodes = items(answer.json, "episodes")
+            assert len(episodes) >= 2, answer.text
+            for e in episodes:
+                assert e["provenance"]["run"] in newest[:50], (harness, e["provenance"]["run"])
+                assert e["text"].startswith("Fix the ledger rounding case"), e["text"]
+                assert "changelog entry" not in e["text"] and "src/ledger" in e["text"]  # subject, files
+            runs = items(answer.json, "recent_runs")
+            assert runs and all(r["text"].startswith("Fix the ledger rounding case") for r in runs)
+            shown = [i["provenance"]["run"] for i in (*runs, *episodes)]
+            assert len(shown) == len(set(shown))  # no section repeats another's item
+
+
+async def test_a_briefing_places_the_episodes_that_fit_whole_after_one_too_long(
+        make_holder: Callable[[str], ConfigHolder]) -> None:
+    """REQ-14 places an episode whole or not at all; issue 38: when the provider's first candidates are
+    too long for the share left (a long harness name, a long run id), the briefing looks further down
+    the candidates for ones that fit, rather than showing one episode and counting the rest."""
+    harness = "payments-reconciliation-nightly-fixer"
+    async with open_memory_service(make_holder(f'[harness.{harness}]\nharness = "claude-code"\n'),
+                                   wall_clock=fixed_clock) as service:
+        await wait_ready(service)
+        long = "Rework the reconciliation of settlement batches against the processor's payout report"
+        for i, (text, path) in enumerate([("Fix it (#1)", "a.py"), ("Fix it again (#2)", "b.py"),
+                                          (long, "src/payments/reconciliation/settlement_batches.py"),
+                                          (long + " twice", "src/payments/reconciliation/payout_reports.py"),
+                                          (long + " thrice", "src/payments/reconciliation/processor_fees.py")]):
+            await service.ingest_run(run_record(
+                harness=harness, run_id=f"0193c9a2-7d4e-7f00-8000-00000000000{i}", trace_id=f"t{i}",
+                started_at=f"2026-11-2{i}T09:00:00Z", ended_at=f"2026-11-2{i}T09:10:00Z", result_text=text,
+                sessions=[{"session_id": "s", "cwd": "/srv/api", "repo": API, "git_branch": "main"}],
+                events=[{"kind": "edit", "session_id": "s", "at": f"2026-11-2{i}T09:05:00Z", "path": path}]))
+        _, view = await as_run(service, harness, "b-1", API)
+        answer = await service.agent_briefing(view, delivery="tool")
+        section = next(s for s in answer.json["sections"] if s["name"] == "episodes")
+        assert len(section["items"]) >= 2, answer.text
+        assert section["dropped"] >= 1 and "more not shown; use the recall tool for more" in answer.text
+        assert {e["text"] for e in section["items"]} & {"Fix it again (#2) · touched b.py", "Fix it (#1) · touched a.py"}

@@ -23,7 +23,7 @@ import trio
 
 from fix_daemon import daemon_process
 from memactors.actors.index import text_belongs
-from memactors.builtin import MAX_ITEM_TEXT
+from memactors.builtin import BRIEFING_ITEM_TEXT
 from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
 from memactors.gist import gist
@@ -86,7 +86,7 @@ async def check_episodes_read_well(service: MemoryService, document: str, *, at_
         assert age == f"{(NOW - started).days}d"
         assert text.strip(), line
         assert text_belongs(text, rendering)  # REQ-9's check holds
-        assert text == gist(episode, (), MAX_ITEM_TEXT)  # the provider's item text, whole
+        assert text == gist(episode, (), BRIEFING_ITEM_TEXT, subject=True)  # the provider's item text, whole
         runs.append(run_id)
     return runs
 

@@ -11,8 +11,10 @@ from typing import Any
 import mcp.types as t
 import pytest
 import trio
+from sqlite_vec import serialize_float32
 
 from memactors.builtin import RRF_K, BuiltinProvider, missing_vectors, rrf
+from memactors.builtin.index_sqlite import as_floats, retire_vectors
 from memactors.config import ConfigHolder
 from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
 from memactors.service import open_memory_service
@@ -503,19 +505,24 @@ async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
 
 
 def _old_vec_table(path: Path) -> int:
-    """Rebuild a store's `builtin_vec` as stores made before VEC_CHUNK have it (vec0's default chunk of
-    1024 vectors per scope); the bytes its vectors then take."""
+    """Make a store's vectors as stores made before issue 43 hold them: `builtin_vec` of float32 in
+    vec0's default chunks (1024 vectors per scope), and every vector also copied in its embedding-cache
+    row; the bytes its vectors then take."""
     db = _connect(path)
     try:
         dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
         db.execute("BEGIN")
-        rows = db.execute("SELECT doc_id, scope, embedding FROM builtin_vec").fetchall()
+        rows = [(d, s, serialize_float32(as_floats(bytes(e), dim)))
+                for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec").fetchall()]
+        copies = dict((d, e) for d, _s, e in rows)
         db.execute("DROP TABLE builtin_vec")
         db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
                    f" scope TEXT PARTITION KEY, embedding float[{dim}] distance_metric=cosine)")
-        db.execute("DELETE FROM builtin_meta WHERE key = 'vec_chunk'")
+        db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_chunk', 'vec_form', 'cache_form')")
         for row in rows:
             db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", list(row))
+        for doc_id, blob in copies.items():
+            db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE doc_id = ?", [blob, doc_id])
         db.execute("COMMIT")
         return _vector_bytes(db)
     finally:
@@ -523,11 +530,20 @@ def _old_vec_table(path: Path) -> int:
 
 
 def _vector_bytes(db: Any) -> int:
-    return int(db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'builtin_vec%'").fetchone()[0])
+    """The bytes the vectors take: the vec0 table's pages and the embedding cache's."""
+    return int(db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'builtin_vec%'"
+                          " OR name LIKE 'builtin_embed_cache%'").fetchone()[0])
 
 
-async def test_a_store_made_with_vec0s_default_chunks_is_compacted_at_start_with_its_vectors_kept(
+def _cache_copies(db: Any) -> int:
+    return int(db.execute("SELECT count(*) FROM builtin_embed_cache WHERE length(vector) > 0").fetchone()[0])
+
+
+async def test_a_store_made_before_compact_vectors_is_upgraded_at_start_with_its_vectors_kept(
         make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+    """float32 vectors in vec0's default chunks, each also copied in the embedding cache: at start they
+    become int8 in small chunks, stored once (the cache points at them), and recall answers alike
+    without the model embedding an episode again."""
     holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
@@ -537,6 +553,9 @@ async def test_a_store_made_with_vec0s_default_chunks_is_compacted_at_start_with
         before = await memory.recall(query="rounding", repo="forge.example/acme/api")
         path = memory.store.path
     old_bytes = _old_vec_table(path)
+    check = _connect(path)
+    assert _cache_copies(check) == 2
+    check.conn.close()
     requests = len(fake.requests_to("/v1/embeddings"))
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
@@ -545,5 +564,31 @@ async def test_a_store_made_with_vec0s_default_chunks_is_compacted_at_start_with
         after = await memory.recall(query="rounding", repo="forge.example/acme/api")
         assert after["episodes"] == before["episodes"] and after["episodes"]
         new_bytes = await memory.store.read(_vector_bytes)
+        assert await memory.store.read(_cache_copies) == 0  # each vector once, in builtin_vec
+        form = await memory.store.read(lambda db: db.execute(
+            "SELECT value FROM builtin_meta WHERE key = 'vec_form'").fetchone()[0])
+        assert form == "int8"
     assert len(fake.requests_to("/v1/embeddings")) == requests + 1  # the recall's query only
     assert new_bytes < old_bytes / 4, (old_bytes, new_bytes)
+
+
+async def test_a_forgotten_episodes_vector_stays_cached_for_its_text(
+        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+    """The vector is stored once (the cache points at the document's), yet REQ-11's cache by content
+    and model outlives the document: the same text recorded again after a forget, or after every
+    vector is retired, gets its vector back with no model request."""
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0)
+    await p.record(_args("ep_1", "rounding error in invoices"))
+    assert await p.embed_pending() == 1
+    assert await store.read(_cache_copies) == 0
+    assert await p.forget({"id": "ep_1"}) == {"forgotten": True}
+    assert await store.read(_cache_copies) == 1  # the vector left builtin_vec for the cache
+    await p.record(_args("ep_2", "rounding error in invoices", started="2026-11-29T09:00:00Z"))
+    assert await p.embed_pending() == 1
+    assert len(fake.requests_to("/v1/embeddings")) == 1  # from the cache
+    assert await store.read(_cache_copies) == 0  # and pointed at ep_2's again
+    assert await store.write(lambda db: retire_vectors(db, "fake-embed", everything=True))
+    assert await store.read(_cache_copies) == 1
+    assert await p.embed_pending() == 1
+    assert len(fake.requests_to("/v1/embeddings")) == 1
+    assert [i["id"] for i in (await p.recall({"query": "invoices", "scope": [A], "limit": 5}))["items"]] == ["ep_2"]

@@ -258,8 +258,11 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
         assert any("bad-time.json" in line and "started_at" in line for line in rejected)
         assert any("missing.json" in line and "No such file" in line for line in rejected)
         assert "\r" not in done.stderr  # no progress bar when stderr is not a terminal
+        assert re.search(r"^12 record\(s\) in [0-9.]+ s: [0-9]+ records/s$", done.stderr, re.M), done.stderr
         as_json = await arun_cli(config, "runs", "ingest", str(records / "run-0.json"), "--json")
         assert [r["outcome"] for r in json.loads(as_json.stdout)] == ["duplicate"]
+        rate = json.loads(as_json.stderr.splitlines()[-1])  # the rate: one JSON object on stderr
+        assert rate["records"] == 1 and rate["records_per_s"] == pytest.approx(1 / rate["seconds"], rel=0.05)
 
 
 @pytest.mark.slow

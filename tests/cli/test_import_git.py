@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ def test_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tmp_path: 
         first = cli_json(daemon, "import", "git", "--repo", str(repo))
         assert first["outcomes"]["recorded"] + first["outcomes"]["queued"] == 5, first
         assert first["outcomes"]["rejected"] == 0 and first["repo"] == KEY
+        # the rate it went at, in the summary: records over the seconds they took
+        assert first["records_per_s"] == pytest.approx(5 / first["seconds"], rel=0.05)
         listed = cli_json(daemon, "memory", "episodes", "--repo", KEY)
         assert listed["total"] == 5
         assert {e["harness"] for e in listed["episodes"]} == {"imported"}
@@ -67,6 +70,9 @@ def test_import_git_history_recalls_and_briefs_and_twice_adds_nothing(tmp_path: 
         assert "harness imported" in episodes, briefing.stdout
         assert any(message.split("\n")[0] in episodes for message, _, _ in HISTORY), briefing.stdout
 
+        text = cli(daemon, "import", "git", "--repo", str(repo))
+        assert text.returncode == 0 and re.search(r"^5 record\(s\) in [0-9.]+ s: [0-9]+ records/s$",
+                                                  text.stderr, re.M), text.stderr
         second = cli(daemon, "import", "git", "--repo", str(repo), "--json")
         assert second.returncode == 0, second.stderr
         again = json.loads(second.stdout)

@@ -184,7 +184,9 @@ def test_console_shows_an_xss_payload_inert_and_marked_untrusted(
             assert page.status_code == 200, (page.url, daemon.log_text()[-3000:])
             text = page.text
             assert "<script>document.title" not in text and "<img src=x" not in text
-            assert "&lt;script&gt;document.title=" in text and "&lt;img src=x onerror=" in text  # shown, as text
+            assert "&lt;script&gt;document.title=" in text  # shown, as text
+            if "/briefings/" not in str(page.url):  # (a briefing's item is the payload's first 80 characters)
+                assert "&lt;img src=x onerror=" in text
             assert 'data-untrusted="agent"' in text
 
 

@@ -400,3 +400,53 @@ def test_the_rendering_is_the_line_by_line_redaction_of_its_fields() -> None:
         episode = assemble(record, repos, excerpt_chars=600)
         expected = "".join(clean(f"{name}: {_line_value(getattr(episode, name))}") + "\n" for name in FIELD_ORDER)
         assert render_text(episode) == expected
+
+
+@pytest.mark.both_engines
+async def test_a_batch_records_its_episodes_to_the_builtin_provider_in_one_call_and_each_is_indexed(
+        memory: MemoryService) -> None:
+    """IngestRuns hands the built-in provider the batch's new episodes in one in-process call (one
+    store transaction), not one MCP call each: the call log holds one `memory_record_episodes` call and
+    no `memory_record_episode`; every episode is still recorded, indexed, off the pending queue and
+    recallable, and a duplicate in the batch is not recorded again."""
+    out = await memory.ingest_runs(
+        [{"record": run_record(run_id=f"m{n}", result_text=f"ledger rounding fixed in module{n}"),
+          "source": f"m{n}.json"} for n in range(5)]
+        + [{"record": run_record(run_id="m0"), "source": "m0-again.json"}])
+    outcomes = [r["outcome"] for r in out["results"]]
+    assert outcomes == ["recorded"] * 5 + ["duplicate"]
+    await memory.call_log.flush()
+    tools = await memory.store.read(lambda db: [t for (t,) in db.execute(
+        "SELECT tool FROM call_log WHERE tool LIKE 'memory_record%'")])
+    assert tools == ["memory_record_episodes"]
+    indexed = await memory.store.read(lambda db: sorted(e for (e,) in db.execute(
+        "SELECT episode_id FROM memory_index WHERE provider = 'builtin'")))
+    assert indexed == sorted(r["episode_id"] for r in out["results"][:5])
+    pending = await memory.store.read(lambda db: db.execute(
+        "SELECT count(*) FROM pending WHERE kind = 'record'").fetchone()[0])
+    assert pending == 0
+    found = await memory.recall(query="module3", repo=run_record()["sessions"][0]["repo"], limit=5)
+    assert [e["episode_id"] for e in found["episodes"]] == [out["results"][3]["episode_id"]]
+
+
+async def test_a_batch_record_the_builtin_provider_refuses_falls_back_to_one_record_per_episode(
+        memory: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the batch record fails, each episode gets its own memory_record_episode attempt (its own
+    retry state), so the batch is recorded all the same and nothing is left pending."""
+    from memactors.builtin import BuiltinProvider
+
+    async def refusing(self: BuiltinProvider, args: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("refused")
+
+    monkeypatch.setattr(BuiltinProvider, "record_many", refusing)
+    out = await memory.ingest_runs([{"record": run_record(run_id=f"f{n}", result_text=f"ledger {n}"),
+                                     "source": f"f{n}.json"} for n in range(3)])
+    assert [r["outcome"] for r in out["results"]] == ["recorded"] * 3
+    await memory.call_log.flush()
+    calls = await memory.store.read(lambda db: [tuple(r) for r in db.execute(
+        "SELECT tool, outcome FROM call_log WHERE tool LIKE 'memory_record%' ORDER BY id")])
+    assert calls[0][0] == "memory_record_episodes" and calls[0][1] != "ok"
+    assert calls[1:] == [("memory_record_episode", "ok")] * 3
+    pending = await memory.store.read(lambda db: db.execute(
+        "SELECT count(*) FROM pending WHERE kind = 'record'").fetchone()[0])
+    assert pending == 0

@@ -4,11 +4,14 @@ package data), applied once each, in order, on a new store of either engine."""
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memactors.builtin import index_pg
 from memactors.store import Store
+from memactors.store.engines import open_store
 
 #: SQLite's two migrations that move data: Python in store/sqlite.py, with the SQL they run around it.
 #: The migrations that move data are Python, not files (issue 25 added the words-stay-words pair).
@@ -43,3 +46,38 @@ def test_the_pg_builtin_tables_are_built_as_index_pg_queries_them() -> None:
     for column in ("'title'", "'files'", "'meta'"):
         assert index_pg._words_sql(column.strip("'")) in sql
     assert 'TEXT COLLATE "C"' in sql and "CREATE TABLE builtin_docs" in sql
+
+
+@pytest.mark.both_engines
+async def test_a_store_made_before_the_session_index_gets_it_and_the_import_lookup_reads_through_it(
+        tmp_path: Path, store_url: str | None, engine: str) -> None:
+    """An import asks whether an agent's session is recorded already under any harness (`sessions_recorded`:
+    runs by adapter and run id). A store made before the index (its migration not yet applied) gets it when
+    next opened, and that lookup's plan uses it instead of reading every run."""
+    target = store_url or tmp_path / "m.db"
+    name = "0006_runs_by_session" if engine == "postgresql" else "0013_runs_by_session"
+    marks = "memactors_migrations" if engine == "postgresql" else "_sqlite_migrations"
+    store = await open_store(target)
+
+    def as_before(db: Any) -> None:
+        db.execute("DROP INDEX runs_by_session")
+        db.execute(f"DELETE FROM {marks} WHERE name = ?", [name])
+    await store.write(as_before)
+    store.close()
+    reopened = await open_store(target)
+    try:
+        lookup = "SELECT harness, run_id, started_at FROM runs WHERE adapter = ? AND run_id IN (?, ?)"
+        args = ["claude-code", "s1", "s2"]
+        if engine == "postgresql":
+            def plan(db: Any) -> str:
+                db.execute("SET LOCAL enable_seqscan = off")  # an empty table: ask whether the index can serve
+                return "\n".join(r[0] for r in db.execute(f"EXPLAIN {lookup}", args).fetchall())
+        else:
+            def plan(db: Any) -> str:
+                return "\n".join(str(r[-1]) for r in db.execute(f"EXPLAIN QUERY PLAN {lookup}", args).fetchall())
+        assert "runs_by_session" in await reopened.read(plan)
+        applied = await reopened.read(lambda db: db.execute(f"SELECT name FROM {marks} WHERE name = ?",
+                                                            [name]).fetchall())
+        assert len(applied) == 1
+    finally:
+        reopened.close()

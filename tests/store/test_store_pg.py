@@ -364,6 +364,29 @@ async def test_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
                 # a forget takes the vector with the document
                 assert await p.forget({"id": "ep_2"}) == {"forgotten": True}
                 assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 3
+                # each vector is stored once: the cache points at its document's, and keeps a copy only
+                # when that document goes (REQ-11's cache by content and model outlives it)
+                def copies(db: Any) -> int:
+                    return int(db.execute("SELECT count(*) FROM builtin_embed_cache"
+                                          " WHERE length(vector) > 0").fetchone()[0])
+
+                assert await store.read(copies) == 0
+                assert await p.forget({"id": "ep_9"}) == {"forgotten": True}
+                assert await p.forget({"id": "ep_1"}) == {"forgotten": True}
+                assert await store.read(copies) == 1
+                requests = len(api.requests_to("/v1/embeddings"))  # the recalls' queries were embedded
+                await p.record(args("ep_3", "rounding error in invoices"))
+                assert await p.embed_pending() == 1
+                assert len(api.requests_to("/v1/embeddings")) == requests  # from the cache
+                assert await store.read(copies) == 0
+                # a store from before: every cache row a copy; at start they point at the documents
+                def before(db: Any) -> None:
+                    db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL", [b"\0" * 256])
+                    db.execute("DELETE FROM builtin_meta WHERE key = 'cache_form'")
+
+                await store.write(before)
+                assert await p.check_vectors()
+                assert await store.read(copies) == 0
         finally:
             store.close()
 

@@ -47,7 +47,7 @@ from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
 from ..store.facts import Fact, count_facts, search_facts, top_facts
-from ..wrapper import Document, Section, fit_briefing, fit_recall, render_json, render_text
+from ..wrapper import Document, Section, fit_briefing, fit_recall, item_chars, render_json, render_text
 from .documents import (
     BRIEFING_CANDIDATES,
     BRIEFING_EPISODES,
@@ -206,6 +206,34 @@ class BriefingAnswer:
     @property
     def fact_ids(self) -> tuple[str, ...]:
         return fact_ids(self.document)
+
+
+def fitting_episodes(candidates: Sequence[KeptItem], now: datetime, max_chars: int) -> tuple[list[KeptItem], int]:
+    """The episodes a briefing places, in the provider's order: of its first EPISODE_LOOKAHEAD
+    candidates, the first BRIEFING_EPISODES whose items fit whole in what the ones before them leave of
+    the section's share (REQ-14: an item is placed whole or not at all; issue 38: one long text
+    first left a single episode where two shorter ones after it fit); and how many of those it looked
+    at and left out (counted as not shown). When none fits, the first BRIEFING_EPISODES, which the
+    wrapper then drops and counts."""
+    share = int(dict((name, s) for name, _, s in BRIEFING_LAYOUT)["episodes"] * max_chars)
+    looked = list(candidates[:EPISODE_LOOKAHEAD])
+    picked: list[KeptItem] = []
+    used = 0
+    for k in looked:
+        size = item_chars(briefing_episode_item(k, now))
+        if used + size <= share:
+            picked.append(k)
+            used += size
+            if len(picked) == BRIEFING_EPISODES:
+                break
+    if not picked:
+        return looked[:BRIEFING_EPISODES], 0
+    examined = looked.index(picked[-1]) + 1 if len(picked) == BRIEFING_EPISODES else len(looked)
+    return picked, examined - len(picked)
+
+
+#: How many of the provider's candidates a briefing looks through for episodes that fit its share.
+EPISODE_LOOKAHEAD = 2 * BRIEFING_EPISODES
 
 
 # -------------------------------------------------------------------------------------------- actor
@@ -465,7 +493,8 @@ class Briefing:
         # The episodes section: informative episodes, one item per fact (near-duplicates collapsed),
         # in the provider's order; recent_runs the newest runs that did something and that section
         # does not show already (issue 38: the same runs twice, trivial runs taking the slots).
-        episodes = [k for k, _ in collapse_episodes(eps.items) if not is_trivial_run(k.episode)][:BRIEFING_EPISODES]
+        episodes, skipped = fitting_episodes(
+            [k for k, _ in collapse_episodes(eps.items) if not is_trivial_run(k.episode)], now, max_chars)
         shown = {(k.provenance.harness, k.provenance.run_id) for k in episodes}
         runs = [(r, ep) for r, ep in runs if (r.harness, r.run_id) not in shown][:RECENT_RUNS]
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
@@ -476,7 +505,7 @@ class Briefing:
             Section("recent_runs", tuple(briefing_run_item(r, ep, now) for r, ep in runs)),
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
                     dropped=max(total - len(facts), 0)),
-            Section("episodes", tuple(briefing_episode_item(k, now) for k in episodes),
+            Section("episodes", tuple(briefing_episode_item(k, now) for k in episodes), dropped=skipped,
                     note=PROVIDER_UNAVAILABLE if eps.provider_failed else None),
         )
         layout = {name: (n, share) for name, n, share in BRIEFING_LAYOUT}

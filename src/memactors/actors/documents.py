@@ -210,7 +210,7 @@ def briefing_run_item(r: run_history.RunRow, episode: Mapping[str, Any] | None, 
     (run, harness, outcome, age at ``now``, pull request) and, given its stored episode, the episode's
     gist (what it said and touched; issue 38: a line of provenance alone told a reader nothing),
     fenced as untrusted like every agent-written text. The full provenance is recall's (`run_item`)."""
-    text = gist(episode, (), RUN_GIST_CHARS) if episode else ""
+    text = gist(episode, (), RUN_GIST_CHARS, subject=True) if episode else ""
     return Item(Provenance("run", (
         ("run", r.run_id), ("harness", r.harness), ("outcome", r.outcome), ("age", age(r.ended_at, now)),
         ("pull_request", r.pull_request),

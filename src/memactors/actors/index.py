@@ -191,8 +191,8 @@ def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str]
 def sessions_recorded(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
     """Of ``keys`` ((adapter, run id): an agent's session, whose id the agent made unique), those the store
     holds under any harness: {key: its episode id, or None without one}. For an import, which must not
-    record a second time a session a resident's hook recorded under the resident's harness. One pass over
-    the runs of those adapters (runs has no index by run id; an import is an occasional operator command)."""
+    record a second time a session a resident's hook recorded under the resident's harness. Read through
+    the ``runs_by_session`` index on (adapter, run_id) (store migrations 0013 SQLite, 0006 PostgreSQL)."""
     out: dict[tuple[str, str], str | None] = {}
     wanted = set(keys)
     for adapter in sorted({a for a, _ in wanted}):
@@ -616,6 +616,15 @@ class IndexIds(Ask[bool]):
 
 
 @attrs.frozen
+class IndexIdsMany(Ask[bool]):
+    """`IndexIds` for many episodes of one provider in one write transaction (an ingest batch's
+    record); answers whether any of them queued forgets."""
+
+    provider: str
+    episodes: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@attrs.frozen
 class FilterItems:
     provider: str
     items: tuple[RecallItem, ...]
@@ -666,6 +675,13 @@ class Index:
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
                     lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
+            case IndexIdsMany(provider=provider, episodes=episodes):
+                def index_all(db: Db) -> bool:
+                    queued = [add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now)
+                              for episode_id, ids in episodes]
+                    return any(queued)
+
+                return await self._store.write(index_all)
             case FilterItems():
                 f = message
                 return await self._store.read(lambda db: filter_items(

@@ -67,7 +67,7 @@ HEARTBEAT_MISSES_TO_RECONNECT = 3
 #: and as long again before SIGKILL (the SDK's own stdio client waits the same).
 STOP_GRACE = 2.0
 OPS = {"memory_record_episode": "record", "memory_recall": "recall", "memory_forget": "forget",
-       "memory_contract": "contract"}
+       "memory_contract": "contract", contract.RECORD_MANY: "record"}
 
 Target = Any  # mcp.server.Server | mcp.StdioServerParameters | str (URL)
 

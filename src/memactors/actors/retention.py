@@ -37,6 +37,7 @@ import attrs
 import trio
 from loguru import logger
 
+from .. import contract
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import parse_time
 from ..errors import MemactorsError, ProviderTimeout, StoreUnavailable
@@ -45,7 +46,7 @@ from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso, pending
 from ..store.pending import ForgetOutcome, tombstone
-from .index import IndexIds, stored_copy
+from .index import IndexIds, IndexIdsMany, stored_copy
 from .kernel import Address, Ask, open_mailbox, serve
 from .provider_session import provider_call
 
@@ -87,6 +88,15 @@ class RecordNow(Ask[str]):
 
     episode_id: str
     stored: tuple[dict[str, Any], str, str, str] | None = None
+
+
+@attrs.frozen
+class RecordMany(Ask["tuple[str, ...]"]):
+    """`RecordNow` for many just-stored episodes (episode id, stored copy) of an ingest batch, answered
+    in order. The built-in provider takes them in one call (`contract.RECORD_MANY`: one store
+    transaction) and their index rows go in one more; another provider gets one call each."""
+
+    episodes: tuple[tuple[str, tuple[dict[str, Any], str, str, str]], ...]
 
 
 @attrs.frozen
@@ -192,6 +202,8 @@ class Retention:
                 # The ingest committed the row not due before its own attempt is over (`record_after`),
                 # so the loop does not race this attempt for a fresh record.
                 return await self._attempt(Attempt("record", episode_id, "", self._provider), stored)
+            case RecordMany(episodes=episodes):
+                return await self._record_many(episodes)
             case Kick():
                 self._wake.set()
                 return None
@@ -417,6 +429,54 @@ class Retention:
                 self._skipped.discard(key)
                 self._wake.set()
 
+    async def _record_many(self, episodes: tuple[tuple[str, tuple[dict[str, Any], str, str, str]], ...]
+                           ) -> tuple[str, ...]:
+        if self._provider != "builtin" or len(episodes) < 2:
+            return tuple([await self._attempt(Attempt("record", episode_id, "", self._provider), stored)
+                          for episode_id, stored in episodes])
+        outcomes = ["queued"] * len(episodes)  # another attempt in flight: the row stays until it settles
+        mine = [n for n, (episode_id, _) in enumerate(episodes)
+                if _key(Attempt("record", episode_id, "", self._provider)) not in self._inflight]
+        keys = [_key(Attempt("record", episodes[n][0], "", self._provider)) for n in mine]
+        self._inflight.update(keys)
+        try:
+            arguments = {"episodes": [
+                {"episode_id": episodes[n][0], "scope": episodes[n][1][2], "trust_class": episodes[n][1][3],
+                 "episode": episodes[n][1][0], "text": episodes[n][1][1]} for n in mine]}
+            try:
+                payload = await self._call_within(contract.RECORD_MANY, arguments, len(mine))
+                ids = [tuple(str(i) for i in result["ids"]) for result in payload["results"]]
+                if len(ids) != len(mine):
+                    raise contract.ProviderSchemaError(f"{contract.RECORD_MANY} answered {len(ids)} results for "
+                                              f"{len(mine)} episodes", provider=self._provider)
+                forgets_queued = await self._index.ask(IndexIdsMany(self._provider, tuple(
+                    (episodes[n][0], i) for n, i in zip(mine, ids, strict=True))))
+            except (MemactorsError, trio.TooSlowError):
+                # Each episode's own attempt, with its own failure handling (backoff, quarantine, the
+                # log line): what one call per episode would have done.
+                self._inflight.difference_update(keys)
+                keys = []
+                for n in mine:
+                    outcomes[n] = await self._attempt(Attempt("record", episodes[n][0], "", self._provider),
+                                                      episodes[n][1])
+                return tuple(outcomes)
+            for n in mine:
+                self._metrics.episode_recorded(self._provider, "ok")
+                outcomes[n] = "recorded"
+            if self._failing:
+                self._failing = False
+                await self._make_due()
+                self._wake.set()
+            if forgets_queued:
+                self._wake.set()
+            self._log.bind(episodes=len(mine)).debug("episodes recorded")
+            return tuple(outcomes)
+        finally:
+            self._inflight.difference_update(keys)
+            if self._skipped.intersection(keys):
+                self._skipped.difference_update(keys)
+                self._wake.set()
+
     async def _record(self, episode_id: str, stored: tuple[dict[str, Any], str, str, str] | None = None) -> str:
         if stored is None:
             row = await self._store.read(lambda db: pending.stored_episode(db, episode_id))
@@ -505,11 +565,12 @@ class Retention:
         log.bind(known=bool(payload.get("forgotten"))).info("provider forgot id")
         return "forgotten"
 
-    async def _call_within(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _call_within(self, tool: str, arguments: dict[str, Any], episodes: int = 1) -> dict[str, Any]:
         """``tool`` on the provider under the retry loop's deadline (five provider_timeouts, at least
-        5 s); a call that does not answer in time raises ProviderTimeout naming the provider, the tool
-        and the deadline (a bare TooSlowError says none of them)."""
-        deadline = max(self._provider_timeout * 5, 5.0)
+        5 s, for each 8 of the `episodes` it records); a call that does not answer in time raises
+        ProviderTimeout naming the provider, the tool and the deadline (a bare TooSlowError says none
+        of them)."""
+        deadline = max(self._provider_timeout * 5, 5.0) * -(-episodes // 8)
         try:
             with trio.fail_after(deadline):
                 payload: dict[str, Any] = await provider_call(self._provider_address, tool, arguments)

@@ -11,7 +11,8 @@ Modules: ``claude_code`` (``claude -p --output-format stream-json --verbose … 
 (``codex exec --json …``), ``gemini_cli`` (``gemini --output-format stream-json … --prompt <prompt>``),
 ``opencode`` (``opencode run --format json … -- <prompt>``) and ``command`` (a generic argv template with
 ``{prompt}``). A new agent is a
-module here and its line in ``ADAPTERS`` and ``ADAPTER_CAPS`` below. May import: ``memactors.errors`` only
+module here and its description in ``kinds.KINDS`` (which ``ADAPTERS`` and ``ADAPTER_CAPS`` below are read
+from). May import: ``memactors.errors`` only
 (config reads ``ADAPTER_CAPS``, so this package sits with the pure modules); adapters never import each
 other.
 """
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import InvalidArgument
+from .kinds import KINDS
 
 __all__ = [
     "ADAPTERS",
@@ -184,31 +186,17 @@ class Adapter(Protocol):
 
 
 #: The registry: ``[harness.<name>] harness`` value -> "module:class" of its adapter (built with no
-#: arguments). A module that is not installed makes its adapter unknown, with an error naming it.
-ADAPTERS: Mapping[str, str] = {
-    "claude-code": "memactors.adapters.claude_code:ClaudeCodeAdapter",
-    "codex": "memactors.adapters.codex:CodexAdapter",
-    "command": "memactors.adapters.command:CommandAdapter",
-    "gemini-cli": "memactors.adapters.gemini_cli:GeminiCliAdapter",
-    "opencode": "memactors.adapters.opencode:OpenCodeAdapter",
-    "pi": "memactors.adapters.pi:PiAdapter",
-    "qwen-code": "memactors.adapters.qwen_code:QwenCodeAdapter",
-}
+#: arguments): ``command`` and every agent of ``kinds.KINDS``. A module that is not installed makes its
+#: adapter unknown, with an error naming it.
+ADAPTERS: Mapping[str, str] = {"command": "memactors.adapters.command:CommandAdapter",
+                               **{k.name: k.adapter for k in KINDS.values()}}
 
 
 #: The per-harness caps each adapter can enforce (config load refuses a cap on any other: it would
 #: silently do nothing). ``claude-code`` passes ``--max-turns`` and ``--max-budget-usd`` to the CLI, and
 #: its stream reports turns and cost, on which the runs actor stops a run that passes a cap anyway.
 #: ``codex exec`` takes neither limit and reports no cost; ``command`` has no structured stream.
-ADAPTER_CAPS: Mapping[str, frozenset[str]] = {
-    "claude-code": frozenset({"max_turns", "max_cost_usd"}),
-    "codex": frozenset(),
-    "command": frozenset(),
-    "gemini-cli": frozenset(),
-    "opencode": frozenset(),
-    "pi": frozenset(),
-    "qwen-code": frozenset(),
-}
+ADAPTER_CAPS: Mapping[str, frozenset[str]] = {"command": frozenset(), **{k.name: k.caps for k in KINDS.values()}}
 
 
 def get_adapter(name: str) -> Adapter:

@@ -23,10 +23,11 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
 embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one float32 embedding per episode, partitioned by scope, cosine distance. It is created lazily once the
-model's dimension is known, and rebuilt (emptied) when the model or dimension changes. Embeddings are
-cached in `builtin_embed_cache` by content hash (SHA-256 of text and summary) plus model id, so
-re-recording or re-embedding the same content never calls the model API again.
+one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
+changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
+model key, so re-recording or re-embedding the same content never calls the model API again; a cache
+row points at its document's vector rather than copying it (the vector is stored once).
 
 Ranking (`builtin/ranking.py`): reciprocal rank fusion (k = 60) of up to three rankings — BM25 over FTS5 in
 the caller's scopes, cosine (hybrid only: the query's embedding against `builtin_vec`, best 200 in the
@@ -45,7 +46,9 @@ concurrently with the BM25 search; a query that cannot be embedded is answered f
 Item text is the episode's gist (`gist.gist`, issue 17): the run's own words first (its summary, else
 the start of its excerpt), then the words around the query's when they come later, then what it touched
 and which verify failures it had — no field names, nothing the provenance line says, only the episode's
-own words. At most MAX_ITEM_TEXT characters; the whole episode is one `memactors memory episodes <id>` away.
+own words. At most MAX_ITEM_TEXT characters; for a briefing's (metadata-only) query, the run's first
+sentence and what it touched, at most BRIEFING_ITEM_TEXT (issue 38: two fit a default briefing). The
+whole episode is one `memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
 unknown id answers `{forgotten: false}`.
@@ -97,6 +100,7 @@ from .ranking import briefing_rank as briefing_rank
 from .ranking import coverage as coverage
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
+from .ranking import names_scope as names_scope
 from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
@@ -112,6 +116,11 @@ CONTRACT_VERSION = 1
 #: item fits whole in a default briefing's episodes share (500 characters with its one-line provenance
 #: and fence, REQ-14: placed whole or dropped whole).
 MAX_ITEM_TEXT = 320
+#: Bound on the text of an item answering a briefing's query (a metadata-only query, REQ-14): the first
+#: line of what the run said, then what it touched (`gist.gist` with `subject`). Small enough that two
+#: items fit whole in a default briefing's 500-character episodes share with their provenance lines
+#: (up to ~110 characters: a 40-hex `git-<sha>` run id) and fences (issue 38: at 320, one did).
+BRIEFING_ITEM_TEXT = 80
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
 #: Characters of an episode's embedding text (`embedding_text`): more than the model's window holds.
@@ -181,14 +190,20 @@ def vector_model(model: str) -> str:
     return f"{model}+text{EMBED_TEXT_VERSION}"
 
 
+def doc_digest(summary: str, excerpt: str, failures: str) -> str:
+    """The embedding cache's key of a stored document's text (its `failures` as JSON): `DocDigest`."""
+    return text_digest(embedding_text(summary, excerpt, json.loads(failures or "[]")))
+
+
 def text_digest(text: str) -> str:
     """The embedding cache key's content part for an embedding text."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str]) -> dict[str, str]:
+def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[str], *,
+               briefing: bool = False) -> dict[str, str]:
     """Each hit's item text, its gist (`gist.gist`) for the query's `words`, from its stored fields in
-    one statement for all the hits."""
+    one statement for all the hits; for a briefing's query, its short form (BRIEFING_ITEM_TEXT)."""
     if not hits:
         return {}
     ids = list(dict.fromkeys(hit.doc_id for hit in hits))
@@ -199,7 +214,9 @@ def item_texts(db: sqlite_utils.Database, hits: Sequence[Hit], words: Sequence[s
                 f" WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk).fetchall():
             rows[int(r[0])] = {"summary": r[1], "result_excerpt": r[2], "files_touched": json.loads(r[3]),
                                "verify_failures": json.loads(r[4])}
-    return {hit.episode_id: gist(rows[hit.doc_id], words, MAX_ITEM_TEXT) for hit in hits if hit.doc_id in rows}
+    width = BRIEFING_ITEM_TEXT if briefing else MAX_ITEM_TEXT
+    return {hit.episode_id: gist(rows[hit.doc_id], words, width, subject=briefing)
+            for hit in hits if hit.doc_id in rows}
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
@@ -301,7 +318,7 @@ class BuiltinProvider:
         """At start, with an embedding model: whether vectors can be stored (sqlite-vec ships with the
         SQLite engine; PostgreSQL needs pgvector, and says once when it is missing)."""
         model = self.embedding_model
-        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model)))
+        return bool(await self.store.write(lambda db: self.index.check_vectors(db, model, doc_digest)))
 
     # -- record ---------------------------------------------------------------------------------
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -323,6 +340,32 @@ class BuiltinProvider:
             self._count_pending(self.pending_vectors + 1)
         self.wake()
         return {"ids": [episode_id]}
+
+    async def record_many(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`contract.RECORD_MANY`: `record` for each of ``args["episodes"]``, every document written in
+        one store transaction (an ingest batch's episodes: one commit instead of one each)."""
+        docs = []
+        for one in args["episodes"]:
+            episode = one.get("episode") or {}
+            text = str(one["text"])
+            summary = str(episode.get("summary") or "")
+            files = [str(f) for f in episode.get("files_touched") or []]
+            docs.append((str(one["episode_id"]), str(one["scope"]), str(episode.get("started_at") or ""),
+                         content_hash(text, summary),
+                         record_fields(text, summary, files, episode if isinstance(episode, dict) else None)))
+
+        def write(db: Any) -> int:
+            changed = 0
+            for episode_id, scope, started_at, digest, fields in docs:
+                changed += bool(self.index.write_doc(db, episode_id=episode_id, scope=scope, fields=fields,
+                                                     started_at=started_at, digest=digest)[1])
+            return changed
+
+        changed = await self.store.write(write)
+        if changed and self.hybrid:
+            self._count_pending(self.pending_vectors + changed)
+        self.wake()
+        return {"results": [{"ids": [doc[0]]} for doc in docs]}
 
     # -- embeddings (REQ-11), in the background -------------------------------------------------
     async def embed_pending(self, *, everything: bool = False,
@@ -475,7 +518,7 @@ class BuiltinProvider:
 
         def text_ranking(db: Any) -> list[Hit]:
             nonlocal meta_mode
-            meta_mode = bool(words) and index.metadata_only(db, words, scopes)
+            meta_mode = bool(words) and (names_scope(words, scopes) or index.metadata_only(db, words, scopes))
             if meta_mode:
                 return index.briefing_order(db, words, scopes)
             if words:
@@ -528,7 +571,7 @@ class BuiltinProvider:
                               if eid not in path_rank and score[eid] >= floor][:limit - len(order)]
             else:
                 order = [eid for eid in rank(fused, started, len(fused)) if score[eid] >= floor][:limit]
-            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words)
+            texts = item_texts(db, [hits[eid] for eid in order], () if meta_mode else words, briefing=meta_mode)
             return [(eid, texts[eid], score[eid]) for eid in order if eid in texts]
 
         def text_only(db: Any) -> list[tuple[str, str, float]]:
@@ -616,6 +659,10 @@ class BuiltinProvider:
         since any MCP client may call it. In-process the daemon has already checked the same schema.
         """
         tools = _tools()
+        if not validate_requests:  # in-process: the daemon's batch record is listed (the SDK warns otherwise)
+            tools.append(t.Tool(name=contract.RECORD_MANY, description="Store many episodes (in-process only).",
+                                input_schema={"type": "object", "required": ["episodes"],
+                                              "properties": {"episodes": {"type": "array"}}}))
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
             return t.ListToolsResult(tools=tools)
@@ -633,6 +680,8 @@ class BuiltinProvider:
                         out = self.contract()
                     case "memory_record_episode":
                         out = await self.record(args)
+                    case contract.RECORD_MANY if not validate_requests:  # in-process only: never listed
+                        out = await self.record_many(args)
                     case "memory_recall":
                         out = await self.recall(args)
                     case "memory_forget":

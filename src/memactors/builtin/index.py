@@ -4,11 +4,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..store.builtin_docs import DocFields
 from .ranking import Evidence, Hit
+
+#: The embedding cache's key of a document's text: (summary, excerpt, failures JSON) -> digest, the
+#: provider's (`builtin.embedding_text` then `builtin.text_digest`).
+DocDigest = Callable[[str, str, str], str]
+
+
+def quantize(vector: Sequence[float]) -> bytes:
+    """A vector as `builtin_vec` holds it (VEC_FORM): int8, scaled so its largest component is ±127."""
+    peak = max((abs(float(x)) for x in vector), default=0.0) or 1.0
+    return array("b", (round(float(x) * 127.0 / peak) for x in vector)).tobytes()
+
+
+def stored_form(blob: bytes, dim: int) -> bytes:
+    """A vector's bytes in VEC_FORM, from either form a store has held: int8 (`dim` bytes) or an older
+    store's float32 (sqlite-vec's serialisation, 4 × `dim` bytes)."""
+    if len(blob) == 4 * dim:
+        return quantize(memoryview(blob).cast("f").tolist())
+    if len(blob) != dim:
+        raise ValueError(f"a stored vector of {len(blob)} bytes is neither int8 nor float32 of dimension {dim}")
+    return blob
+
+
+def as_floats(blob: bytes, dim: int) -> list[float]:
+    """A stored vector (either form) as a unit float vector, for an engine that stores floats (pgvector)."""
+    if len(blob) == 4 * dim:
+        return [float(x) for x in memoryview(blob).cast("f")]
+    values = array("b", stored_form(blob, dim)).tolist()
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    return [v / norm for v in values]
 
 
 class DocIndex(Protocol):
@@ -72,8 +102,10 @@ class DocIndex(Protocol):
         """Store one episode's embedding (and cache it by content)."""
         ...
 
-    def check_vectors(self, db: Any, model: str) -> bool:
-        """At start, with an embedding model: whether vectors can be stored (saying once when not)."""
+    def check_vectors(self, db: Any, model: str, doc_digest: DocDigest) -> bool:
+        """At start, with an embedding model: whether vectors can be stored (saying once when not); a
+        store made before brings its vectors to this version's form (stored once, the cache's rows
+        found by `doc_digest`)."""
         ...
 
     def missing_vectors(self, db: Any) -> int:

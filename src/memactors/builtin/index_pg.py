@@ -43,6 +43,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from .index import DocDigest, as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
 
 CANDIDATES = 200
@@ -120,7 +121,24 @@ def write_doc(db: Db, *, episode_id: str, scope: str, fields: Any, started_at: s
 
 
 def delete_doc(db: Db, doc_id: int) -> None:
+    _keep_in_cache(db, doc_id)
     db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # its vector goes by cascade
+
+
+def _keep_in_cache(db: Db, doc_id: int | None = None) -> None:
+    """Before a vector leaves `builtin_vec` (its document deleted, or every vector retired): a cache row
+    pointing at it gets its own copy (float32, as the SQLite engine's older rows), so the same text
+    later gets its vector back without the model."""
+    if not _vec_exists(db):
+        return
+    where, params = ("", []) if doc_id is None else (" WHERE c.doc_id = ?", [doc_id])
+    rows = db.execute("SELECT c.content_hash, c.model, v.embedding::real[] FROM builtin_embed_cache c"
+                      f" JOIN builtin_vec v ON v.doc_id = c.doc_id{where}", params).fetchall()
+    for digest, model, vector in rows:
+        db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE content_hash = ? AND model = ?",
+                   [sqlite_vec.serialize_float32([float(x) for x in vector]), digest, model])
+    db.execute("DELETE FROM builtin_embed_cache WHERE doc_id IS NOT NULL"
+               + ("" if doc_id is None else " AND doc_id = ?"), params)
 
 
 def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: int,
@@ -268,13 +286,40 @@ def ensure_vec_table(db: Db, model: str, dim: int) -> None:
     if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
         return
     if exists:
+        _keep_in_cache(db)
         db.execute("DROP TABLE builtin_vec")
     db.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY REFERENCES builtin_docs (doc_id)"
                f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, embedding vector({int(dim)}) NOT NULL)")
-    db.execute("CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)")
+    for statement in index_sql(VEC_INDEX, 0):
+        db.execute(statement)
     db.execute("CREATE INDEX builtin_vec_by_scope ON builtin_vec (scope)")
     db.executemany("INSERT INTO builtin_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
                    " SET value = excluded.value", [("vec_model", model), ("vec_dim", str(dim))])
+
+
+#: The approximate index over `builtin_vec` (bench/scale.py measures both kinds: build time, knn p50,
+#: recall@8 against exact; docs/benchmarks.md, "A million episodes").
+VEC_INDEX = "hnsw"
+
+
+def index_sql(kind: str, rows: int) -> list[str]:
+    """The statements that build `builtin_vec`'s approximate cosine index of `kind` (`hnsw`: pgvector's
+    defaults m = 16, ef_construction = 64; `ivfflat`: rows / 1000 lists, at least 10, built over the rows
+    there are)."""
+    if kind == "hnsw":
+        return ["CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)"]
+    lists = max(10, rows // 1000)
+    return [f"CREATE INDEX builtin_vec_ivfflat ON builtin_vec USING ivfflat (embedding vector_cosine_ops)"
+            f" WITH (lists = {lists})"]
+
+
+def knn_settings(kind: str) -> list[str]:
+    """The `SET LOCAL`s a knn runs under with an index of `kind`. The scan is filtered by scope: it looks
+    further than the defaults and keeps scanning until CANDIDATES rows of the caller's scopes are found
+    (pgvector >= 0.8's iterative scans; on an older one these are placeholders PostgreSQL ignores)."""
+    if kind == "hnsw":
+        return [f"SET LOCAL hnsw.ef_search = {CANDIDATES}", "SET LOCAL hnsw.iterative_scan = 'relaxed_order'"]
+    return ["SET LOCAL ivfflat.probes = 10", "SET LOCAL ivfflat.iterative_scan = 'relaxed_order'"]
 
 
 def _literal(vector: Sequence[float]) -> str:
@@ -283,22 +328,19 @@ def _literal(vector: Sequence[float]) -> str:
 
 def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float],
                  blob: bytes) -> None:
-    """Store one episode's embedding in `builtin_vec` (when pgvector is there) and in the cache."""
-    db.execute("INSERT INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)"
-               " ON CONFLICT (content_hash, model) DO UPDATE SET dim = excluded.dim, vector = excluded.vector",
-               [digest, model, len(vector), blob])
+    """Store one episode's embedding in `builtin_vec` and point the cache's row for its text at it (the
+    vector stored once); without pgvector, the cache row holds the vector (`blob`)."""
+    upsert = ("INSERT INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id) VALUES (?,?,?,?,?)"
+              " ON CONFLICT (content_hash, model) DO UPDATE SET dim = excluded.dim, vector = excluded.vector,"
+              " doc_id = excluded.doc_id")
     if not has_pgvector(db):
+        db.execute(upsert, [digest, model, len(vector), blob, None])
         return
     ensure_vec_table(db, model, len(vector))
+    db.execute(upsert, [digest, model, len(vector), b"", doc_id])
     db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?::vector)"
                " ON CONFLICT (doc_id) DO UPDATE SET scope = excluded.scope, embedding = excluded.embedding",
                [doc_id, scope, _literal(vector)])
-
-
-def cached_vector(db: Db, digest: str, model: str) -> bytes | None:
-    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
-                     [digest, model]).fetchone()
-    return None if row is None else bytes(row[0])
 
 
 def has_vector(db: Db, doc_id: int) -> bool:
@@ -312,11 +354,9 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
-    # The HNSW scan is filtered by scope: let it look further than its default 40 candidates, and keep
-    # scanning until CANDIDATES rows of the caller's scopes are found (pgvector >= 0.8; on an older one
-    # these are placeholders PostgreSQL ignores). The outer ORDER BY puts relaxed-order results in order.
-    db.execute(f"SET LOCAL hnsw.ef_search = {CANDIDATES}")
-    db.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    # The outer ORDER BY puts relaxed-order results in order.
+    for setting in knn_settings(VEC_INDEX):
+        db.execute(setting)
     rows = db.execute(
         "SELECT episode_id, doc_id, started_at, distance FROM ("
         " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"
@@ -388,6 +428,7 @@ def retire_vectors(db: Db, model: str, *, everything: bool = False) -> bool:
     row = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
     if not everything and row is not None and row[0] == model:
         return False
+    _keep_in_cache(db)
     db.execute("DROP TABLE builtin_vec")
     db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
     return True
@@ -399,10 +440,11 @@ def vector_count(db: Db) -> tuple[int, int]:
     return total, total - missing_vectors(db)
 
 
-def warn_without_vectors(db: Db, model: str) -> bool:
+def warn_without_vectors(db: Db, model: str, doc_digest: DocDigest) -> bool:
     """At start, with an embedding model configured: whether pgvector is there. When it is not, one WARN
     says recall ranks by text and the path boost alone (REQ-11's fusion without the cosine ranking)."""
     if has_pgvector(db):
+        cache_once(db, doc_digest)
         return True
     _log.bind(embedding_model=model).warning(
         "pgvector is not installed in the store's database: the built-in provider ranks by text alone"
@@ -411,19 +453,53 @@ def warn_without_vectors(db: Db, model: str) -> bool:
 
 
 def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
-    """Give the document its vector from the embedding cache (when pgvector is there); False when the
-    cache has none for this content and model."""
-    blob = cached_vector(db, digest, model)
-    if blob is None:
+    """Give the document its vector from the embedding cache (when pgvector is there): the row's own
+    copy, or the vector of the document it points at; False when the cache has none for this content
+    and model (a row copied from a SQLite store, where it pointed at a document there, is none)."""
+    row = db.execute("SELECT vector, dim, doc_id FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    if row is None:
+        return False
+    if row[2] is not None:
+        found = db.execute("SELECT embedding::real[] FROM builtin_vec WHERE doc_id = ?", [row[2]]).fetchone() \
+            if _vec_exists(db) else None
+        if found is None:
+            return False
+        vector = [float(x) for x in found[0]]
+    elif row[0]:
+        vector = as_floats(bytes(row[0]), int(row[1]))
+    else:
         return False
     if not has_vector(db, doc_id):
-        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
-                     vector=list(memoryview(blob).cast("f")), blob=blob)
+        write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector,
+                     blob=sqlite_vec.serialize_float32(vector))
     return True
 
 
+def cache_once(db: Db, doc_digest: DocDigest) -> int:
+    """Store each vector once (at start, as `index_sqlite.cache_once`): cache rows that copy a live
+    document's vector point at it instead; returns the rows pointed."""
+    if db.execute("SELECT 1 FROM builtin_meta WHERE key = 'cache_form'").fetchone() is not None:
+        return 0
+    pointed = 0
+    model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+    if _vec_exists(db) and model is not None:
+        for doc_id, summary, excerpt, failures in db.execute(
+                "SELECT d.doc_id, d.summary, d.excerpt, d.failures FROM builtin_docs d"
+                " JOIN builtin_vec v ON v.doc_id = d.doc_id").fetchall():
+            digest = doc_digest(summary or "", excerpt or "", failures or "[]")
+            pointed += db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = ? WHERE content_hash = ?"
+                                  " AND model = ? AND doc_id IS NULL", [b"", int(doc_id), digest, model[0]]).rowcount
+    db.execute("INSERT INTO builtin_meta (key, value) VALUES ('cache_form', 'by_doc') ON CONFLICT (key) DO NOTHING")
+    return pointed
+
+
 def forget(db: Db, episode_id: str) -> bool:
-    return db.execute("DELETE FROM builtin_docs WHERE episode_id = ? RETURNING 1", [episode_id]).fetchone() is not None
+    row = db.execute("SELECT doc_id FROM builtin_docs WHERE episode_id = ?", [episode_id]).fetchone()
+    if row is None:
+        return False
+    delete_doc(db, int(row[0]))
+    return True
 
 
 async def copy_vectors(source: Store, target: Store) -> None:
@@ -431,15 +507,15 @@ async def copy_vectors(source: Store, target: Store) -> None:
     vectors from sqlite-vec (a SQLite `source`) into pgvector (`target`), by episode (doc ids differ),
     when pgvector is installed."""
 
-    def read(db: Db) -> tuple[str | None, list[tuple[str, str, bytes]]]:
+    def read(db: Db) -> tuple[str | None, int, list[tuple[str, str, bytes]]]:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'builtin_vec'").fetchone():
-            return None, []
-        model = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
+            return None, 0, []
+        meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
         rows = db.execute("SELECT d.episode_id, d.scope, v.embedding FROM builtin_vec v"
                           " JOIN builtin_docs d ON d.doc_id = v.doc_id").fetchall()
-        return (model[0] if model else None), [(r[0], r[1], bytes(r[2])) for r in rows]
+        return meta.get("vec_model"), int(meta.get("vec_dim") or 0), [(r[0], r[1], bytes(r[2])) for r in rows]
 
-    model, vectors = await source.read(read)
+    model, dim, vectors = await source.read(read)
     if not model or not vectors:
         return
 
@@ -452,9 +528,9 @@ async def copy_vectors(source: Store, target: Store) -> None:
                              [episode_id]).fetchone()
             if row is None or has_vector(db, int(row[0])):
                 continue
-            vector = list(memoryview(blob).cast("f"))
+            vector = as_floats(blob, dim)  # SQLite's int8 (or an older store's float32)
             write_vector(db, doc_id=int(row[0]), scope=scope, model=model, digest=row[1],
-                                     vector=vector, blob=blob)
+                         vector=vector, blob=sqlite_vec.serialize_float32(vector))
             n += 1
         return n
 

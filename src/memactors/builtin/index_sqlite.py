@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import sqlite_utils
-import sqlite_vec
 
 from ..store import scope_doc_id, scope_key
 from ..store.builtin_docs import FTS_COLUMNS
+from .index import as_floats as as_floats
+from .index import quantize, stored_form
 from .ranking import (
     CANDIDATES,
     Evidence,
@@ -37,7 +38,7 @@ from .ranking import (
 
 if TYPE_CHECKING:
     from ..store.builtin_docs import DocFields
-    from .index import DocIndex
+    from .index import DocDigest, DocIndex
 
 
 def put_doc(db: sqlite_utils.Database, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
@@ -71,6 +72,7 @@ def insert_doc(db: sqlite_utils.Database, *, doc_id: int, episode_id: str, scope
 def delete_doc(db: sqlite_utils.Database, doc_id: int) -> None:
     db.execute("DELETE FROM builtin_docs WHERE doc_id = ?", [doc_id])  # builtin_fts follows by trigger
     if vec_exists(db):
+        _keep_in_cache(db, doc_id)
         db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
 
 
@@ -84,12 +86,23 @@ def vec_exists(db: sqlite_utils.Database) -> bool:
 #: episode"). A smaller chunk wastes less and is read faster by the scope's brute-force KNN.
 VEC_CHUNK = 128
 
+#: How `builtin_vec` holds a vector: int8, each vector scaled by its own largest component (cosine
+#: does not see the scale), a quarter of float32's bytes and of the KNN's reading. On bench/scale.py's
+#: 100k store its best 8 are float32's best 8 within recall@8 0.9x (docs/benchmarks.md, "A million
+#: episodes"); bench/recall_quality.py's MRR is unchanged.
+VEC_FORM = "int8"
+
 
 def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
     db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, embedding float[{int(dim)}] distance_metric=cosine,"
+               f" scope TEXT PARTITION KEY, embedding int8[{int(dim)}] distance_metric=cosine,"
                f" chunk_size={VEC_CHUNK})")
-    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?)", [str(VEC_CHUNK)])
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?), ('vec_form', ?)",
+               [str(VEC_CHUNK), VEC_FORM])
+
+
+def _insert_vec(db: sqlite_utils.Database, doc_id: int, scope: str, blob: bytes) -> None:
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, vec_int8(?))", [doc_id, scope, blob])
 
 
 def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
@@ -99,6 +112,7 @@ def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
     if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
         return
     if exists:
+        _keep_in_cache(db)
         db.execute("DROP TABLE builtin_vec")
     _create_vec_table(db, dim)
     db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
@@ -106,36 +120,96 @@ def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
 
 
 def compact_vec_table(db: sqlite_utils.Database) -> bool:
-    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`) with its vectors kept,
-    in the caller's write transaction; whether it did. Run once at start (`check_vectors`)."""
+    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`) or another vector form
+    (float32, before `VEC_FORM`) with its vectors kept (converted), in the caller's write transaction;
+    whether it did. Run once at start (`check_vectors`)."""
     if not vec_exists(db):
         return False
-    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_dim', 'vec_chunk')").fetchall())
-    if meta.get("vec_chunk") == str(VEC_CHUNK) or meta.get("vec_dim") is None:
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta"
+                           " WHERE key IN ('vec_dim', 'vec_chunk', 'vec_form')").fetchall())
+    if (meta.get("vec_chunk") == str(VEC_CHUNK) and meta.get("vec_form", "float32") == VEC_FORM) \
+            or meta.get("vec_dim") is None:
         return False
-    db.execute("CREATE TEMP TABLE builtin_vec_move AS SELECT doc_id, scope, embedding FROM builtin_vec")
+    dim = int(meta["vec_dim"])
+    rows = [(int(d), str(s), bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")]
     db.execute("DROP TABLE builtin_vec")
-    _create_vec_table(db, int(meta["vec_dim"]))
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) SELECT doc_id, scope, embedding FROM builtin_vec_move")
-    db.execute("DROP TABLE temp.builtin_vec_move")
+    _create_vec_table(db, dim)
+    for doc_id, scope, blob in rows:
+        _insert_vec(db, doc_id, scope, stored_form(blob, dim))
     return True
+
+
+def cache_once(db: sqlite_utils.Database, doc_digest: DocDigest) -> int:
+    """Store each vector once (run once at start, `check_vectors`): a store made before the cache
+    pointed at `builtin_vec` holds every live document's vector twice, in `builtin_vec` and in its
+    `builtin_embed_cache` row. Each such row is pointed at its document (its embedding text's digest
+    under the vectors' model) and loses its copy; rows of documents no longer there keep theirs, in
+    VEC_FORM. Returns the rows pointed."""
+    if db.execute("SELECT value FROM builtin_meta WHERE key = 'cache_form'").fetchone() is not None:
+        return 0
+    pointed = 0
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    if vec_exists(db) and meta.get("vec_model"):
+        model = meta["vec_model"]
+        for doc_id, summary, excerpt, failures in db.execute(
+                "SELECT d.doc_id, d.summary, d.excerpt, d.failures FROM builtin_docs d"
+                " JOIN builtin_vec v ON v.doc_id = d.doc_id").fetchall():
+            digest = doc_digest(summary or "", excerpt or "", failures or "[]")
+            pointed += db.execute("UPDATE builtin_embed_cache SET vector = X'', doc_id = ? WHERE content_hash = ?"
+                                  " AND model = ? AND doc_id IS NULL", [int(doc_id), digest, model]).rowcount
+    for rowid, dim, blob in db.execute("SELECT rowid, dim, vector FROM builtin_embed_cache"
+                                       " WHERE length(vector) = 4 * dim").fetchall():
+        db.execute("UPDATE builtin_embed_cache SET vector = ? WHERE rowid = ?", [stored_form(bytes(blob), int(dim)), rowid])
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('cache_form', 'by_doc')")
+    return pointed
+
+
+def _keep_in_cache(db: sqlite_utils.Database, doc_id: int | None = None) -> None:
+    """Before a vector leaves `builtin_vec` (its document deleted, or every vector retired): a cache row
+    pointing at it gets its own copy, so the same text later gets its vector back without the model."""
+    if doc_id is None:
+        rows = db.execute("SELECT c.rowid, v.embedding FROM builtin_embed_cache c JOIN builtin_vec v"
+                          " ON v.doc_id = c.doc_id").fetchall()
+    else:  # the vec0 row by its key, not a join vec0 might answer by a scan
+        pointing = db.execute("SELECT rowid FROM builtin_embed_cache WHERE doc_id = ?", [doc_id]).fetchall()
+        found = db.execute("SELECT embedding FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() \
+            if pointing else None
+        rows = [(r[0], found[0]) for r in pointing] if found is not None else []
+    for rowid, blob in rows:
+        db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE rowid = ?", [bytes(blob), rowid])
+    db.execute("DELETE FROM builtin_embed_cache WHERE doc_id IS NOT NULL"
+               + ("" if doc_id is None else f" AND doc_id = {int(doc_id)}"))
 
 
 def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str,
                  vector: Sequence[float]) -> None:
-    """Store one episode's embedding in `builtin_vec` and in the cache."""
-    blob = sqlite_vec.serialize_float32(list(vector))
+    """Store one episode's embedding in `builtin_vec`, and point the cache's row for its text at it
+    (the vector is stored once)."""
     ensure_vec_table(db, model, len(vector))
-    db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector) VALUES (?,?,?,?)",
-               [digest, model, len(vector), blob])
+    db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
+               " VALUES (?, ?, ?, X'', ?)", [digest, model, len(vector), doc_id])
     db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+    _insert_vec(db, doc_id, scope, quantize(vector))
+
+
+def _cache_row(db: sqlite_utils.Database, digest: str, model: str) -> tuple[bytes, int] | None:
+    """The cached vector of (text digest, model) and its dimension: the row's own copy, or the vector
+    of the document it points at."""
+    row = db.execute("SELECT vector, dim, doc_id FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
+                     [digest, model]).fetchone()
+    if row is None:
+        return None
+    if row[2] is None:
+        return bytes(row[0]), int(row[1])
+    found = db.execute("SELECT embedding FROM builtin_vec WHERE doc_id = ?", [int(row[2])]).fetchone() \
+        if vec_exists(db) else None
+    return None if found is None else (bytes(found[0]), int(row[1]))
 
 
 def cached_vector(db: sqlite_utils.Database, digest: str, model: str) -> bytes | None:
-    row = db.execute("SELECT vector FROM builtin_embed_cache WHERE content_hash = ? AND model = ?",
-                     [digest, model]).fetchone()
-    return None if row is None else bytes(row[0])
+    """The cached vector's bytes in VEC_FORM, or None."""
+    found = _cache_row(db, digest, model)
+    return None if found is None else stored_form(*found)
 
 
 def missing_vectors(db: sqlite_utils.Database) -> int:
@@ -171,6 +245,7 @@ def retire_vectors(db: sqlite_utils.Database, model: str, *, everything: bool = 
     row = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()
     if not everything and row is not None and row[0] == model:
         return False
+    _keep_in_cache(db)
     db.execute("DROP TABLE builtin_vec")
     db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
     return True
@@ -182,6 +257,16 @@ def vector_count(db: sqlite_utils.Database) -> tuple[int, int]:
     return total, total - missing_vectors(db)
 
 
+def query_form() -> str:
+    """The SQL expression a query vector's parameter takes in a `MATCH` against `builtin_vec`."""
+    return "vec_int8(?)"
+
+
+def query_blob(vector: Sequence[float]) -> bytes:
+    """A query vector as `query_form` takes it."""
+    return quantize(vector)
+
+
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
     """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each), closest
     first."""
@@ -190,12 +275,12 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
-    blob = sqlite_vec.serialize_float32(list(vector))
+    blob = query_blob(vector)
     found: list[tuple[float, str, int, str]] = []
     for scope in scopes:
         rows = db.execute(
             f"SELECT v.distance, d.episode_id, d.doc_id, d.started_at FROM"
-            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH ? AND k = {CANDIDATES}"
+            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH {query_form()} AND k = {CANDIDATES}"
             f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
             [blob, scope],
         ).fetchall()
@@ -238,14 +323,18 @@ def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[s
 
 
 def vector_from_cache(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str) -> bool:
-    """`DocIndex.vector_from_cache` on SQLite."""
-    blob = cached_vector(db, digest, model)
-    if blob is None:
+    """`DocIndex.vector_from_cache` on SQLite: the document gets the cached vector, and the cache row,
+    when it held its own copy, points at the document instead (stored once)."""
+    found = _cache_row(db, digest, model)
+    if found is None:
         return False
+    blob, dim = found
     exists = vec_exists(db) and db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
     if not exists:
-        ensure_vec_table(db, model, len(blob) // 4)
-        db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?)", [doc_id, scope, blob])
+        ensure_vec_table(db, model, dim)
+        _insert_vec(db, doc_id, scope, stored_form(blob, dim))
+        db.execute("UPDATE builtin_embed_cache SET vector = X'', doc_id = ? WHERE content_hash = ? AND model = ?"
+                   " AND doc_id IS NULL", [doc_id, digest, model])
     return True
 
 
@@ -278,8 +367,9 @@ class SqliteIndex:
     vector_count = staticmethod(vector_count)
 
     @staticmethod
-    def check_vectors(db: sqlite_utils.Database, model: str) -> bool:
+    def check_vectors(db: sqlite_utils.Database, model: str, doc_digest: DocDigest) -> bool:
         compact_vec_table(db)
+        cache_once(db, doc_digest)
         return True
 
 

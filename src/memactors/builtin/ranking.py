@@ -201,6 +201,20 @@ def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequ
     return briefing_rank(rows, words, harnesses)
 
 
+def names_scope(words: Sequence[str], scopes: Sequence[str]) -> bool:
+    """Whether a query's words begin with the words of one of the requested scopes' repository (a
+    ``project:<repository>`` scope): REQ-14's briefing query, repository then branch and harness name.
+    It is a metadata-only query however common the words of its branch or harness are (issue 38: a
+    harness named `docs` or `test-fixer`, whose name is also a word of many commits, turned the briefing
+    into a text search that served 800th-newest commits, or nothing above the relevance floor)."""
+    for scope in scopes:
+        if scope.startswith("project:"):
+            repo = search_words(scope.removeprefix("project:"))
+            if repo and list(words[:len(repo)]) == repo:
+                return True
+    return False
+
+
 def briefing_harness(words: Sequence[str], names: Sequence[str]) -> frozenset[str]:
     """The harness a metadata-only query names (REQ-14's query: repository, branch and harness name),
     among the scope's harness `names`: one whose every word (less STOPWORDS) is a word of the query,
@@ -454,6 +468,18 @@ def unknown_share(evidence: Evidence) -> float:
     return min(1.0, evidence.docs / UNKNOWN_DOCS) * sum(v for w, v in weights.items() if evidence.df[w] == 0) / total
 
 
+def _others(cosines: Sequence[float], own: float) -> Sequence[float]:
+    """The cosine ranking's similarities without the item's own (one occurrence): the background its
+    margin is measured against. In a scope of two or three candidates the median with the item's own
+    similarity in it is half the item itself (a new repository's one match by meaning scored below the
+    floor for standing out from nothing but itself); in a scope of FUSE_DEPTH it moves the median by
+    half a place. A lone candidate has no background: its margin is 0."""
+    others = list(cosines)
+    if own in others and len(others) > 1:
+        others.remove(own)
+    return others
+
+
 def relevance(covered: float, cosine: float | None = None, cosines: Sequence[float] = (), unknown: float = 0.0,
               *, vector: bool = False) -> float:
     """An item's score on the one scale (0–1, RELEVANCE_FLOOR and up is served). `covered` is its text
@@ -462,14 +488,14 @@ def relevance(covered: float, cosine: float | None = None, cosines: Sequence[flo
     whether it has a vector at all.
 
     With a vector: the logistic of RELEVANCE_BIAS + W_COVERAGE × covered + W_COSINE × cosine +
-    W_MARGIN × (cosine − median of the best FUSE_DEPTH cosines) + W_UNKNOWN × unknown + W_BEST × the
+    W_MARGIN × (cosine − median of the other best FUSE_DEPTH cosines) + W_UNKNOWN × unknown + W_BEST × the
     best cosine (an episode below the cosine ranking's candidates counts its last similarity, the most
     it can have). An episode without one (an install without embeddings, or one not back-filled yet)
     is scored on its text alone, `covered` / TEXT_SURE: ranked and scored on the signal it has."""
     if not vector or not cosines:
         return min(1.0, covered / TEXT_SURE)
     similarity = cosines[-1] if cosine is None else cosine
-    margin = similarity - statistics.median(cosines[:FUSE_DEPTH])
+    margin = similarity - statistics.median(_others(cosines[:FUSE_DEPTH], similarity))
     logit = (RELEVANCE_BIAS + W_COVERAGE * covered + W_COSINE * similarity + W_MARGIN * margin
              + W_UNKNOWN * unknown + W_BEST * cosines[0])
     return 1.0 / (1.0 + math.exp(-logit))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..adapters.kinds import KINDS
 from . import _agentfiles_more as _more
 from ._codex_hooks import codex_config_path, merge_hooks
 from ._core import CliError
@@ -59,7 +60,7 @@ START_TIMEOUT = 10
 HOOK_TIMEOUT = 30
 EXCLUDE_MARK = "# memactors install: holds a gateway token, keep out of version control"
 TOKEN_PLACEHOLDER = "<token minted by install>"
-AGENTS = ("claude-code", "codex", *_more.AGENTS)
+AGENTS = tuple(KINDS)
 
 
 @dataclass(frozen=True)
@@ -372,13 +373,14 @@ def plan(target: Target, *, env: Mapping[str, str], install: bool, url: str = ""
          tool_command: str = "") -> list[Change]:
     """The changes installing (or uninstalling) memactors for ``target`` makes; raises CliError, naming the
     file, when one cannot be merged (nothing is written then). ``plugin_file``: where OpenCode's plugin goes."""
-    if target.agent == "claude-code":
+    layout = KINDS[target.agent].layout if target.agent in KINDS else None
+    if layout == "claude":
         changes = _plan_claude(target, env, install=install, url=url, token=token, hook_command=hook_command,
                                start_command=start_command)
-    elif target.agent == "codex":
+    elif layout == "codex":
         changes = _plan_codex(target, env, install=install, url=url, token=token, hook_command=hook_command,
                               start_command=start_command)
-    elif target.agent in _more.AGENTS:  # gemini-cli, opencode: _agentfiles_more
+    elif layout is not None:  # one JSON settings file (and a plugin or extension): _agentfiles_more
         changes = [Change(path, before, after, private=private, what=what) for path, before, after, private, what
                    in _more.plan(target.agent, target.project, env, install=install, url=url, token=token,
                                  hook_command=hook_command, start_command=start_command, plugin_file=plugin_file,

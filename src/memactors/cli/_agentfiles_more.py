@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.kinds import KINDS, kind
 from ..adapters.pi_extension import extension_source
 from ._core import CliError
 from ._jsonfile import dumps_like, loads_object, read_exact
@@ -49,7 +50,8 @@ from .agents import SERVER_NAME as SERVER
 __all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
            "opencode_server", "plan", "qwen_file", "qwen_server"]
 
-AGENTS = ("gemini-cli", "opencode", "pi", "qwen-code")
+#: The agents planned here: those whose files are not Claude Code's or Codex's (``_agentfiles``).
+AGENTS = tuple(k.name for k in KINDS.values() if k.layout not in ("claude", "codex"))
 #: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
 #: interpreter or --config its command names).
 GEMINI_MARKS = {"SessionStart": "hook gemini-cli session-start", "SessionEnd": "hook gemini-cli session-end"}
@@ -67,41 +69,48 @@ PLUGIN_SUFFIX = ".opencode-plugin.js"
 
 def gemini_server(url: str, token: str) -> dict[str, Any]:
     """The gateway's entry in Gemini CLI's ``mcpServers``."""
-    return {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}, "trust": True}
+    return kind("gemini-cli").server(url, token)
 
 
 def opencode_server(url: str, token: str) -> dict[str, Any]:
     """The gateway's entry in OpenCode's ``mcp`` table (``adapters.opencode.gateway_config``'s shape)."""
-    return {"type": "remote", "url": url, "headers": {"Authorization": f"Bearer {token}"}, "oauth": False,
-            "enabled": True}
+    return kind("opencode").server(url, token)
 
 
 def qwen_server(url: str, token: str) -> dict[str, Any]:
-    """The gateway's entry in Qwen Code's ``mcpServers``: ``httpUrl`` is its streamable-HTTP transport (a
-    ``url`` alone would be SSE); ``trust`` so a session calls the read-only tools without asking."""
-    return {"httpUrl": url, "headers": {"Authorization": f"Bearer {token}"}, "trust": True}
+    """The gateway's entry in Qwen Code's ``mcpServers``."""
+    return kind("qwen-code").server(url, token)
 
 
-def _home(env: Mapping[str, str]) -> Path:
-    home = env.get("HOME")
-    return Path(home) if home else Path.home()
+def _settings_env(path: Path, data: dict[str, Any], pairs: tuple[tuple[str, str], ...], install: bool) -> None:
+    """Set (install) or remove (uninstall, where the value is still install's) the agent's ``settings_env``
+    in its settings' ``env`` table."""
+    env = data.get("env", {})
+    if not isinstance(env, dict):
+        raise CliError("INVALID_ARGUMENT", f"{path}: env is not an object; nothing was changed")
+    for key, value in pairs:
+        if install:
+            env[key] = value
+        elif env.get(key) == value:
+            del env[key]
+    if env:
+        data["env"] = env
+    else:
+        data.pop("env", None)
 
 
 def gemini_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    if project is not None:
-        return project / ".gemini" / "settings.json"
-    home = env.get("GEMINI_CLI_HOME")
-    return (Path(home) if home else _home(env)) / ".gemini" / "settings.json"
+    return kind("gemini-cli").settings_file(project, env)
 
 
 def qwen_file(project: Path | None, env: Mapping[str, str]) -> Path:
     """Qwen Code's settings: a project's ``.qwen/settings.json``, else ``~/.qwen/settings.json``."""
-    return (project if project is not None else _home(env)) / ".qwen" / "settings.json"
+    return kind("qwen-code").settings_file(project, env)
 
 
 def pi_file(project: Path | None, env: Mapping[str, str]) -> Path:
     """pi's settings: a project's ``.pi/settings.json``, else ``~/.pi/agent/settings.json``."""
-    return project / ".pi" / "settings.json" if project is not None else _home(env) / ".pi" / "agent" / "settings.json"
+    return kind("pi").settings_file(project, env)
 
 
 def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | None:
@@ -122,10 +131,7 @@ def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | 
 
 
 def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    if project is not None:
-        return project / "opencode.json"
-    config = env.get("XDG_CONFIG_HOME")
-    return (Path(config) if config else _home(env) / ".config") / "opencode" / "opencode.json"
+    return kind("opencode").settings_file(project, env)
 
 
 def _our_plugin(entry: Any) -> Path | None:
@@ -203,6 +209,8 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
         del data[key]
     if hooks is not None:
         _gemini_hooks(path, data, hooks if entry is not None else None, agent)
+    if KINDS[agent].settings_env:
+        _settings_env(path, data, KINDS[agent].settings_env, entry is not None)
     if found is not None:
         found += _opencode_plugins(path, data, plugin if entry is not None else None)
     if not data or (set(data) == {"$schema"} and entry is None):
@@ -221,21 +229,25 @@ def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: b
     after, private, what) for each file. ``hook_command`` records a session when it ends and
     ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
     running them is written to ``plugin_file``."""
-    if agent in ("gemini-cli", "qwen-code"):
-        path = gemini_file(project, env) if agent == "gemini-cli" else qwen_file(project, env)
+    described = KINDS.get(agent)
+    if described is None or described.layout in ("claude", "codex"):
+        raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")
+    if described.layout == "gemini":
+        path = described.settings_file(project, env)
         before = _read(path)
         hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
-        server = (gemini_server if agent == "gemini-cli" else qwen_server)(url, token) if install else None
-        after = _merge(path, before, "mcpServers", server, hooks, agent=agent)
+        server = described.server(url, token) if install else None
+        after = _merge(path, before, described.servers_key, server, hooks, agent=agent)
         what = f"mcpServers.{SERVER} with its token, trusted" + (
+            "".join(f", env.{k}" for k, _ in described.settings_env)) + (
             ", SessionStart hook (the briefing)" if install and start_command else "") + (
             ", SessionEnd hook (records the session)" if install and hook_command else "")
         return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
-    if agent == "pi":
+    if described.layout == "pi":
         if install and start_command:
             raise CliError("INVALID_ARGUMENT", "--briefing-at-start: pi has no session-start context to give; its "
                                                "extension's briefing tool is how it reads its briefing")
-        path = pi_file(project, env)
+        path = described.settings_file(project, env)
         before = _read(path)
         extension = plugin_file if install else None
         changes = [(path, before, _pi_settings(path, before, extension), False,
@@ -251,12 +263,13 @@ def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: b
                             else None, True, "the gateway URL and this resident's token" if install
                             else "the resident's token removed"))
         return changes
-    if agent == "opencode":
-        path = opencode_file(project, env)
+    if described.layout == "opencode":
+        path = described.settings_file(project, env)
         before = _read(path)
         plugin = plugin_file if install and plugin_file is not None and (start_command or hook_command) else None
         earlier: list[Path] = []
-        after = _merge(path, before, "mcp", opencode_server(url, token) if install else None, plugin=plugin,
+        after = _merge(path, before, described.servers_key, described.server(url, token) if install else None,
+                       plugin=plugin,
                        found=earlier)
         changes = [(path, before, after, True, f"mcp.{SERVER} (remote) with its token" + (
             ", memactors' plugin" if plugin else "") if install else f"mcp.{SERVER} and memactors' plugin removed")]

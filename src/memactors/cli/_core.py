@@ -145,6 +145,16 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def per_second(count: int, seconds: float) -> float:
+    """`count` things in `seconds`, per second (to one decimal; 0 when nothing was timed)."""
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
+def rate_line(count: int, seconds: float) -> str:
+    """What `runs ingest` and `memactors import` say on stderr about their speed."""
+    return f"{count} record(s) in {seconds:.2f} s: {per_second(count, seconds):.0f} records/s"
+
+
 def notice(result: dict[str, Any]) -> None:
     """Tell the operator on stderr what the daemon made of a `--repo` value (normalised, matched by its
     tail, or unknown with close known ones), so a scope mismatch is never silent."""

@@ -155,15 +155,18 @@ def client_config(fmt: str, *, url: str, token: str, harness: str, run_id: str, 
 def claude_server(url: str, token: str) -> dict[str, Any]:
     """The gateway's entry in Claude Code's ``mcpServers`` (``.mcp.json``, ``~/.claude.json``); ``token``
     may be a ``${VAR}`` reference, which Claude Code expands."""
-    return {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+    from ..adapters.kinds import kind
+
+    return kind("claude-code").server(url, token)
 
 
 def codex_server(url: str, token: str) -> dict[str, Any]:
     """The gateway's ``[mcp_servers.memactors]`` table in Codex's ``config.toml``. Codex runs `exec` (and
     any session started with approval policy never) without asking: a tool call that configuration does
     not approve is refused, so the memory tools are approved here."""
-    return {"url": url, "http_headers": {"Authorization": f"Bearer {token}"},
-            "default_tools_approval_mode": "approve"}
+    from ..adapters.kinds import kind
+
+    return kind("codex").server(url, token)
 
 
 def gateway_url(config: Any) -> str:

@@ -387,6 +387,7 @@ def send(args: argparse.Namespace, found: list[Found], what: str, about: dict[st
         progress.clear()
     seconds = time.monotonic() - started
     summary |= {"outcomes": counts, "rejected": rejected, "seconds": round(seconds, 3),
+                "records_per_s": core.per_second(len(todo), seconds),
                 "episodes": len(episodes), "episode_ids": episodes[:20]}
     if args.json:
         core.print_json(summary)
@@ -394,6 +395,7 @@ def send(args: argparse.Namespace, found: list[Found], what: str, about: dict[st
         for r in rejected:
             print(f"rejected {r['file']}: {r['error']}", file=sys.stderr)
         print(f"{what}: {len(todo)} record(s): {runs._summary(counts)}{_extra(malformed, left_out)}")
+        print(core.rate_line(len(todo), seconds), file=sys.stderr)
     waited = _backfill.follow(args, quiet=args.json)
     return EXIT_FAILED if malformed or counts["rejected"] or waited != EXIT_OK else EXIT_OK
 

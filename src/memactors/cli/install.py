@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..adapters.kinds import KINDS
 from ._core import CliError, call, load
 
 __all__ = ["register", "run_id_for"]
@@ -42,7 +43,7 @@ DEFAULT_TTL = "365d"
 #: What `install --help` and `uninstall --help` say (the module's docstring is for the code's readers).
 DESCRIPTIONS = {
     "install": (
-        "Connect a resident agent (Claude Code, Codex, Gemini CLI, OpenCode, pi or Qwen Code) to memactors. Mints a gateway token for the harness "
+        f"Connect a resident agent ({', '.join(k.title for k in KINDS.values())}) to memactors. Mints a gateway token for the harness "
         "(running install again replaces it, and the old token stops working), then adds to the agent's own "
         "configuration files the memactors MCP server, the allow-list for its memory tools and, for Claude "
         "Code, Codex and Gemini CLI, the session-end hook that records each session (for OpenCode, a plugin). "
@@ -62,17 +63,13 @@ def register(sub: Any) -> None:
     for verb, helps in (("install", "connect a resident agent: MCP server, memory-tool allow-list, session hook"),
                         ("uninstall", "remove what `memactors install` wrote and revoke its token")):
         p = sub.add_parser(verb, help=helps, description=DESCRIPTIONS[verb])
-        p.add_argument("agent", choices=("claude-code", "codex", "gemini-cli", "opencode", "pi", "qwen-code"),
-                       help="the agent whose configuration to change")
+        p.add_argument("agent", choices=tuple(KINDS), help="the agent whose configuration to change")
         p.add_argument("--harness", required=True, help="the [harness.<name>] the resident runs as")
         where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--project", metavar="DIR",
-                           help="this project only (its .mcp.json and .claude/settings.local.json, .codex/config.toml, "
-                                ".gemini/settings.json, opencode.json, .pi/settings.json or .qwen/settings.json)")
-        where.add_argument("--user", action="store_true",
-                           help="every project of this user (~/.claude.json and ~/.claude/settings.json, "
-                                "$CODEX_HOME/config.toml, ~/.gemini/settings.json, "
-                                "~/.config/opencode/opencode.json, ~/.pi/agent/settings.json or ~/.qwen/settings.json)")
+        where.add_argument("--project", metavar="DIR", help="this project only (its "
+                           f"{', '.join(k.project_files for k in KINDS.values())})")
+        where.add_argument("--user", action="store_true", help="every project of this user ("
+                           f"{', '.join(k.user_files for k in KINDS.values())})")
         p.add_argument("--dry-run", action="store_true", help="show the changes as a diff; write and mint nothing")
         p.add_argument("--json", action="store_true", help="print {agent, scope, harness, run_id, files, ...}")
         if verb == "install":
@@ -473,13 +470,9 @@ def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, s
                      "trusted folder: trust it when Gemini CLI asks. For a headless `gemini -p` set "
                      "GEMINI_CLI_TRUST_WORKSPACE=true: its --skip-trust comes too late for the project's settings "
                      "(0.61 reads them before it reads its flags)")
-    if args.agent == "qwen-code":
-        notes.append("Qwen Code (0.24) runs its SessionEnd hook when an interactive session ends (/quit, /clear); "
-                     "a headless `qwen \"…\"` fires none, so its session is not recorded: run headless work "
-                     "through `memactors run` (harness = \"qwen-code\") instead")
-    if args.agent == "claude-code" and target.project is not None:
-        notes.append("start `claude` in that directory; a headless `claude -p` there can call recall and briefing "
-                     "without --allowedTools or --mcp-config")
+    note = KINDS[args.agent].install_note
+    if note and (args.agent != "claude-code" or target.project is not None):
+        notes.append(note)
     return notes
 
 

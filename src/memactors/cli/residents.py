@@ -37,19 +37,25 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    """Add ``gemini-cli`` and ``opencode`` to ``memactors hook`` (``cli.agents`` makes that group)."""
+    """Add ``hook <agent> session-start|session-end`` for every agent described with the ``gemini`` or
+    ``opencode`` layout (``adapters.kinds``), and pi's hooks, to ``memactors hook`` (``cli.agents`` makes that
+    group)."""
+    from ..adapters.kinds import KINDS
     from ._session_start import add_session_start
 
     hook = sub.choices["hook"]
     [groups] = [a for a in hook._actions if isinstance(a, argparse._SubParsersAction)]
-    for agent, start_help, end_help in (
-            ("gemini-cli", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
-             "SessionEnd hook: the session file (transcript_path) as a run record"),
-            ("opencode", "run by memactors' OpenCode plugin: print this resident's briefing, fenced",
-             "run by memactors' OpenCode plugin at exit: the session's parts (stdin) as a run record"),
-            ("qwen-code", "SessionStart hook: this resident's briefing, fenced, as the session's additional context",
-             "SessionEnd hook: the chat recording (transcript_path) as a run record")):
-        events = groups.add_parser(agent, help=f"{agent} hooks").add_subparsers(dest="hook_event", required=True)
+    helps = {"gemini": ("SessionStart hook: this resident's briefing, fenced, as the session's additional context",
+                        "SessionEnd hook: the session file (transcript_path) as a run record"),
+             "opencode": ("run by memactors' plugin: print this resident's briefing, fenced",
+                          "run by memactors' plugin at exit: the session's parts (stdin) as a run record")}
+    for described in KINDS.values():
+        if described.layout not in helps:
+            continue
+        start_help, end_help = helps[described.layout]
+        agent = described.name
+        events = groups.add_parser(agent, help=f"{described.title} hooks").add_subparsers(dest="hook_event",
+                                                                                         required=True)
         add_session_start(events, cmd_session_start, help=start_help, agent=agent)
         p = events.add_parser("session-end", help=end_help)
         p.add_argument("--harness", help="the [harness.<name>] the session belongs to (default: $MEMACTORS_HARNESS)")
@@ -74,14 +80,12 @@ def register(sub: Any) -> None:
 
 def _gateway(args: argparse.Namespace) -> tuple[str, str]:
     """(gateway URL, token) of the memactors server entry install wrote for this place."""
-    from ._agentfiles_more import gemini_file, opencode_file, qwen_file
+    from ..adapters.kinds import kind
 
-    project = Path(args.project) if args.project else None
-    path, key = {"gemini-cli": (gemini_file(project, os.environ), "mcpServers"),
-                 "qwen-code": (qwen_file(project, os.environ), "mcpServers")}.get(
-        args.agent, (opencode_file(project, os.environ), "mcp"))
+    described = kind(args.agent)
+    path = described.settings_file(Path(args.project) if args.project else None, os.environ)
     try:
-        entry = json.loads(path.read_text(encoding="utf-8-sig"))[key]["memactors"]
+        entry = json.loads(path.read_text(encoding="utf-8-sig"))[described.servers_key]["memactors"]
         url, header = entry.get("url") or entry["httpUrl"], entry["headers"]["Authorization"]
     except (OSError, ValueError, KeyError, TypeError):
         raise RuntimeError(f"{path} has no memactors server (run `memactors install {args.agent}`)") from None
@@ -133,63 +137,76 @@ def cmd_pi_tool(args: argparse.Namespace) -> int:
 
 # -- session end ---------------------------------------------------------------------------------------------
 
-def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any]) -> dict[str, Any]:
-    from ..agents.resident_sessions import (
-        gemini_session,
-        opencode_session,
-        pi_session,
-        qwen_session,
-        resident_record,
-    )
+def _record(args: argparse.Namespace, harness: str, hook: dict[str, Any], *, detach: bool = False
+            ) -> dict[str, Any] | None:
+    """The session's run record. With ``detach`` (an agent that gives its exit hooks seconds: ``kinds.
+    AgentKind.exit_grace``), the input and the session file are checked here (a bad one still fails
+    visibly) and the rest, the slow part (the reader, the configuration, the store's modules), is done by a
+    detached child: None in the parent."""
+    from ..adapters.kinds import kind
     from ..errors import InvalidArgument
-    from ..store import iso
     from ._hook_io import open_transcript
-    from .agents import harness_config
 
-    cfg = harness_config(load(args), harness)
-    now = iso(datetime.now(UTC))
-    if args.agent in ("gemini-cli", "qwen-code"):
-        for field in ("session_id", "transcript_path"):
-            if not isinstance(hook.get(field), str) or not hook[field]:
-                raise InvalidArgument(f"the hook input has no {field}", field=field)
-        with open_transcript(hook["transcript_path"]) as lines:
-            session = (gemini_session if args.agent == "gemini-cli" else qwen_session)(lines)
+    described = kind(args.agent)
+    if described.session_reader:
+        field = described.session_field
+        # Gemini CLI's and Qwen Code's hook input names the session; pi's extension names only its file.
+        required = (field,) if field == "session_file" else ("session_id", field)
+        for name in required:
+            if not isinstance(hook.get(name), str) or not hook[name]:
+                whose = "the extension's" if field == "session_file" else "the hook"
+                raise InvalidArgument(f"{whose} input has no {name}", field=name)
+        with open_transcript(hook[field], field=field) as lines:
+            if detach and _detached():
+                return None  # the parent: the agent may exit now; the detached child delivers the record
+            session = _reader(described.session_reader)(lines)
         transcript, started, ended = session.transcript, session.started_at, session.ended_at
-        session_id, cwd = str(hook["session_id"]), str(hook.get("cwd") or os.getcwd())
-    elif args.agent == "pi":
-        if not isinstance(hook.get("session_file"), str) or not hook["session_file"]:
-            raise InvalidArgument("the extension's input has no session_file", field="session_file")
-        with open_transcript(hook["session_file"], field="session_file") as lines:
-            session = pi_session(lines)
-        transcript, started, ended = session.transcript, session.started_at, session.ended_at
-        session_id = transcript.session_id or Path(hook["session_file"]).stem
+        session_id = str(hook.get("session_id") or transcript.session_id or Path(hook[field]).stem)
         cwd = str(hook.get("cwd") or os.getcwd())
     else:
+        from ..agents.resident_sessions import opencode_session
+
         if not isinstance(hook.get("session_id"), str) or not hook["session_id"]:
             raise InvalidArgument("the plugin's input has no session_id", field="session_id")
         transcript, started, ended = opencode_session(hook)
         session_id, cwd = hook["session_id"], str(hook.get("directory") or os.getcwd())
+    from ..agents.resident_sessions import resident_record
+    from ..store import iso
+    from .agents import harness_config
+
+    cfg = harness_config(load(args), harness)
+    now = iso(datetime.now(UTC))
     return resident_record(transcript, harness=harness, adapter=args.agent, cfg=cfg, session_id=session_id,
                            cwd=cwd, started_at=started or now, ended_at=ended or now)
 
 
+def _reader(target: str) -> Any:
+    """The session reader ``module:function`` an agent's description names."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def cmd_session_end(args: argparse.Namespace) -> int:
     """The session's run record → IngestRun; spooled when no daemon answers. Nothing on stdout."""
+    from ..adapters.kinds import kind
     from .agents import deliver_session, hook_input, session_end_harness
 
     harness = session_end_harness(args)
     if harness is None:
         return 0
-    record = _record(args, harness, hook_input())
-    if args.agent == "qwen-code" and _detached():
-        return 0  # the parent: Qwen Code may exit now; the detached child delivers the record
+    record = _record(args, harness, hook_input(), detach=kind(args.agent).exit_grace)
+    if record is None:
+        return 0
     return deliver_session(args, record, f"{args.agent} session-end {record['run_id']}", out=sys.stderr)
 
 
 def _detached() -> bool:
-    """Qwen Code gives each exit cleanup, its SessionEnd hook among them, 2 s and then exits, taking the hook
-    down: the record (made before, so a bad input still fails visibly) is delivered (or spooled) by a child
-    in a session of its own, which outlives Qwen Code. True in the parent, which returns at once; False in
+    """Qwen Code gives each exit cleanup, its SessionEnd hook among them, 2 s and then exits, killing the
+    hook's process group: past the checks of its input, the record is made and delivered (or spooled) by a
+    child in a session of its own, which outlives Qwen Code (on a loaded machine the configuration and the
+    store's modules alone can take those 2 s). True in the parent, which returns at once; False in
     the child (and where fork fails: then the record is delivered by this process, as for the other
     agents)."""
     try:

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -292,10 +293,12 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
                 await work()
                 nursery.cancel_scope.cancel()
 
+    started = time.monotonic()
     try:
         trio.run(main, restrict_keyboard_interrupt_to_checkpoints=True)
     finally:
         progress.clear()
+    seconds = time.monotonic() - started
     if interrupted:
         print(f"memactors: interrupted after {progress.done} record(s): {_summary(counts)}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -303,8 +306,12 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
         return _stopped(failure, progress, counts, unanswered)
     if args.json:
         core.print_json(results)
+        # stdout stays the list of results; the rate, as one JSON object, goes to stderr
+        print(json.dumps({"records": progress.done, "seconds": round(seconds, 3),
+                          "records_per_s": core.per_second(progress.done, seconds)}), file=sys.stderr)
     else:
         print(f"{progress.done} record(s): {_summary(counts)}")
+        print(core.rate_line(progress.done, seconds), file=sys.stderr)
     waited = _backfill.follow(args, quiet=args.json)
     return EXIT_FAILED if counts["rejected"] or waited != EXIT_OK else EXIT_OK
 

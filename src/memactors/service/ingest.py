@@ -19,7 +19,7 @@ from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from .._wire import episode_to_dict, parse_run_record
 from ..actors.assembler import Assembled, AssembleMany, Assembler
 from ..actors.index import Index, RecordRun, RecordRuns, Stored, sessions_recorded, stored_runs
-from ..actors.retention import Kick, RecordNow, Retention
+from ..actors.retention import Kick, RecordMany, RecordNow, Retention
 from ..config import Config, HarnessConfig
 from ..episode import stored_record
 from ..errors import InvalidArgument, MemactorsError, StoreFull
@@ -49,6 +49,9 @@ MAX_BATCH = 500
 #: Episodes of one IngestRuns call recorded to the provider at once (the retention actor serves 8 at a
 #: time: more would only wait in its mailbox while their provider_timeout runs).
 RECORD_CONCURRENCY = 8
+#: Episodes of one IngestRuns call sent to the provider in one attempt (`RecordMany`): the built-in
+#: provider writes them in one transaction, so a batch costs a few commits rather than two per episode.
+RECORD_CHUNK = 50
 
 
 def prepare_record(data: Any, source: str) -> RunRecord:
@@ -218,14 +221,30 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
                           "outcome": "duplicate"}
     if to_record:
         limiter = trio.CapacityLimiter(RECORD_CONCURRENCY)
+        # The built-in provider takes the episodes together, RECORD_CHUNK per attempt (`_record_episodes`),
+        # except those whose spans are exported (one attempt and span each); another provider gets one
+        # call per episode, RECORD_CONCURRENCY at a time.
+        batched = service.provider == "builtin"
+        spanned = [(n, record, a) for n, record, a in to_record if not batched or _telemetry(service, record)]
+        together = [(n, record, a) for n, record, a in to_record if batched and not _telemetry(service, record)]
 
         async def record_one(n: int, record: RunRecord, a: Assembled) -> None:
             async with limiter:
                 results[n] = await _record_episode(service, record, a)
 
+        async def record_chunks() -> None:
+            # One chunk after another, each attempt with its own provider_timeout: their writes share
+            # the one store writer anyway, and chunks started together would each wait for the others.
+            for start in range(0, len(together), RECORD_CHUNK):
+                chunk = together[start:start + RECORD_CHUNK]
+                for (n, _, _), result in zip(chunk, await _record_episodes(service, chunk), strict=True):
+                    results[n] = result
+
         async with trio.open_nursery() as nursery:
-            for n, record, a in to_record:
+            for n, record, a in spanned:
                 nursery.start_soon(record_one, n, record, a)
+            if together:
+                nursery.start_soon(record_chunks)
     again: list[int] = []
     if later:
         # Later records of a run met earlier in this batch: "duplicate" of what the first stored; a
@@ -253,6 +272,42 @@ async def ingest(service: Stages, items: list[tuple[Any, str, HarnessConfig | No
                 log.debug("run ingested")
     assert all(r is not None for r in results)
     return [r for r in results if r is not None]
+
+
+def _telemetry(service: Stages, record: RunRecord) -> bool:
+    """Whether this record's spans are exported (the operator's consent, or its harness's)."""
+    harness_cfg = service.config.harness.get(record.harness)
+    return service.config.telemetry.export_all or bool(harness_cfg and harness_cfg.export_telemetry)
+
+
+async def _record_episodes(service: Stages, chunk: list[tuple[int, RunRecord, Assembled]]) -> list[dict[str, Any]]:
+    """One attempt to record just-stored episodes to the provider (`RecordMany`), bounded as they were
+    one by one: provider_timeout for each RECORD_CONCURRENCY of them (a PostgreSQL store pays a round
+    trip per statement). Past it, or failed, each stays queued (committed) and is released to the
+    retry loop now."""
+    episodes = []
+    for _, _, a in chunk:
+        assert a.episode is not None
+        episodes.append((a.episode.episode_id,
+                         (episode_to_dict(a.episode), a.text or "", a.episode.scope, a.episode.trust_class)))
+    outcomes: tuple[str, ...] = ("queued",) * len(chunk)
+    failed = False
+    waves = -(-len(chunk) // RECORD_CONCURRENCY)
+    with trio.move_on_after(service.config.episodes.provider_timeout * waves) as attempt:
+        try:
+            outcomes = await service.retention.address.ask(RecordMany(tuple(episodes)))
+        except MemactorsError as exc:
+            logger.bind(episodes=len(episodes), error=type(exc).__name__).warning(
+                "first record attempt failed; queued for retry")
+            failed = True
+    if attempt.cancelled_caught or failed:
+        try:
+            await _release_record(service, *(episode_id for episode_id, _ in episodes))
+        except MemactorsError as exc:  # (a full disk, the store down): the claim still runs out
+            logger.bind(episodes=len(episodes), error=type(exc).__name__).warning(
+                "records not released to the retry loop early")
+    return [{"harness": record.harness, "run_id": record.run_id, "episode_id": episode_id, "outcome": outcome}
+            for (_, record, _), (episode_id, _), outcome in zip(chunk, episodes, outcomes, strict=True)]
 
 
 async def _record_episode(service: Stages, record: RunRecord, assembled: Assembled) -> dict[str, Any]:
@@ -288,14 +343,19 @@ async def _record_episode(service: Stages, record: RunRecord, assembled: Assembl
             "outcome": outcome}
 
 
-async def _release_record(service: Stages, episode_id: str) -> None:
-    """This call's record attempt ran out of provider_timeout: the pending row it held back from the
-    retry loop (`record_after`) is due now, and the loop is told to look (an attempt still running in
+async def _release_record(service: Stages, *episode_ids: str) -> None:
+    """This call's record attempt ran out of provider_timeout: the pending rows it held back from the
+    retry loop (`record_after`) are due now, and the loop is told to look (an attempt still running in
     the retention actor is in its in-flight set: the loop does not start a second one)."""
     now = iso(service.wall_clock())
     me = service.store.daemon_id
-    await service.store.write(lambda db: db.execute(
-        "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
-        " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
-        [now, service.provider, episode_id, me]))
+
+    def release(db: Any) -> None:
+        for episode_id in episode_ids:
+            db.execute(
+                "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
+                " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
+                [now, service.provider, episode_id, me])
+
+    await service.store.write(release)
     await service.retention.address.tell(Kick())

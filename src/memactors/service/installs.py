@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from .._wire import parse_time
+from ..adapters.kinds import KINDS
 from ..store import iso
 from ..store.briefing_cache import computed_at
 from ..store.run_history import adapter_sessions, recent_records
@@ -40,23 +41,9 @@ __all__ = ["SILENT_SECONDS", "InstallActivity", "install_rows", "likely_cause", 
 SILENT_SECONDS = 86400.0
 #: A resident install's run id (``cli.install.run_id_for``).
 RESIDENT_RUN = re.compile(r"resident-(?P<agent>[a-z0-9][a-z0-9-]*?)-(?P<scope>project|user)-[0-9a-f]{8}")
-#: Agents whose sessions are recorded under this adapter name (the rest use the agent's own name).
-_ADAPTER = {"claude-code": "claude-code", "codex": "codex", "gemini-cli": "gemini-cli", "opencode": "opencode"}
 
-#: What most often keeps an agent's sessions from being recorded, per agent.
-CAUSES = {
-    "codex": ("Codex runs hooks only after you trust them, and `codex exec` skips untrusted ones without a "
-              "word: start `codex` in the project, run `/hooks` and trust memactors' SessionEnd hook (and "
-              "its SessionStart hook, installed with --briefing-at-start)"),
-    "gemini-cli": ("Gemini CLI runs a project's hooks only in a trusted folder: trust the project folder when "
-                   "Gemini CLI asks (or with `/permissions`), or install with --user"),
-    "claude-code": ("Claude Code runs the hooks of the settings files it loaded: check that `/hooks` in Claude "
-                    "Code lists memactors' SessionEnd hook (a managed policy may disable hooks)"),
-    "opencode": "OpenCode loads memactors' plugin at start: check that the plugin file install wrote is still there",
-    "qwen-code": ("Qwen Code runs its SessionEnd hook only when an interactive session ends (/quit, /clear): a "
-                  "headless `qwen \"…\"` is not recorded by the hook (run it through `memactors run`)"),
-    "pi": "pi loads memactors' extension from its settings.json `extensions`: check that the entry and the file are there",
-}
+#: What most often keeps an agent's sessions from being recorded, per agent (``adapters.kinds``).
+CAUSES = {k.name: k.cause for k in KINDS.values() if k.cause}
 DAEMON_DOWN = ("or the daemon was down when a session ended (its record waits in the spool until "
                "`memactors spool send` or the next session) or when it started")
 
@@ -108,7 +95,7 @@ def read_installs(db: Any) -> list[dict[str, Any]]:
     for row in out:
         groups.setdefault((row["harness"], row["agent"]), []).append(row)
     for (harness, agent), installs in groups.items():
-        adapter = _ADAPTER.get(agent, agent)
+        adapter = agent  # every agent's sessions are recorded under its own name (``adapters.kinds``)
         if len(installs) == 1:
             last_at, count = adapter_sessions(db, harness, adapter)
             installs[0].update(last_session_at=last_at, sessions=count)

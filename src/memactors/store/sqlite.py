@@ -285,6 +285,20 @@ def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
     words_stay_words(db)
 
 
+@migrations(name="0013_runs_by_session")
+def _m0013_runs_by_session(db: sqlite_utils.Database) -> None:
+    """An index on runs by (adapter, run id): an import's "is this session recorded already, under any
+    harness" (`actors.index.sessions_recorded`) reads those rows, not every run."""
+    db.executescript(_sql("0013_runs_by_session"))
+
+
+@migrations(name="0014_embed_cache_by_doc")
+def _m0014_embed_cache_by_doc(db: sqlite_utils.Database) -> None:
+    """Issue 43: an embedding-cache row may point at its document's vector in `builtin_vec` instead of
+    holding a copy (the vector stored once); the vectors move at start (`index_sqlite.cache_once`)."""
+    db.executescript(_sql("0014_embed_cache_by_doc"))
+
+
 class SqliteDialect:
     """The SQL that is SQLite's own, for code that runs on both engines (see `store.Db`)."""
 

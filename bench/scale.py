@@ -1,0 +1,530 @@
+"""Recall at 100k and 1M episodes with embeddings on, on SQLite and on PostgreSQL (issue 43, "a million
+episodes").
+
+    .venv/bin/python bench/scale.py                                # 100k on both engines, 200 queries
+    .venv/bin/python bench/scale.py --sizes 100000 1000000 --engines sqlite --keep /tmp/scale
+
+**The corpus is synthetic, and so are most of its vectors.** Episodes come from a template vocabulary
+of coding-agent work (verbs, components, failures, files: "fix flaky timeout in the session cache
+after the retry change ..."), spread over `--repos` repositories (200) with a Zipf-skewed share each,
+as a fleet's are (the biggest repository holds ~17 % of the episodes). They are written with the
+store's own write functions (`bench/store_engines.py`'s `_write_batch`: the daemon's rows and the
+built-in provider's `write_doc`), in batches of 1,000, not through `runs ingest` (the record pipeline
+would take hours at 1M). Embedding 1M texts with the real model would take days of CPU on 2 cores: the
+first `--real` (2,000) episodes are embedded with the embedded model (all-MiniLM-L6-v2 int8), and every
+other episode's vector is derived from them — one real vector plus a fraction of another, plus
+Gaussian noise, normalised — and stored with the provider's own `write_vector` under the embedded
+model's key, so the service runs no back-fill. The queries (2-3 words of an episode of the asking
+repository) are embedded by the real model when recalled.
+
+For the same queries, in this one process and run, it times:
+
+* **recall**: `MemoryService.recall` (the operator's recall, the service path the RPC `Recall` and
+  `memactors memory recall` take below the wire: the briefing actor, the provider session, in-process
+  MCP, the built-in provider's hybrid ranking with the query embedded by the real model), limit 8;
+* **text**: the raw text query alone (SQLite: FTS5, the words AND-ed with the scope's token,
+  `ORDER BY rank LIMIT 8`; PostgreSQL: the `tsvector` AND query with the scope, `ts_rank_cd`, LIMIT 8);
+* **knn**: the raw vector query alone, best 8 of the asking repository (SQLite: the `vec0` MATCH in
+  the scope's partition, as the provider stores vectors; PostgreSQL: `ORDER BY embedding <=> q` with
+  the index and the settings the provider uses);
+* **embed**: the model run on the query;
+* **recall@8**: the knn's 8 against the exact 8 (numpy, cosine over the scope's float32 vectors as
+  derived), averaged over the queries.
+
+On PostgreSQL the vectors are loaded without an index, then each index kind is built and timed (HNSW
+m = 16, ef_construction = 64; IVFFlat with rows/1000 lists) and the knn timed with each (HNSW's
+ef_search, IVFFlat's probes as the provider sets them). It prints the machine and its load first and last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+from loguru import logger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import store_engines  # noqa: E402
+from store_engines import _write_batch, config_for, pct  # noqa: E402
+from user_paths import machine  # noqa: E402
+
+from memactors import builtin  # noqa: E402
+from memactors.builtin import index_pg, index_sqlite, vector_model  # noqa: E402
+from memactors.builtin.index import quantize  # noqa: E402
+from memactors.config import ConfigHolder, load_config  # noqa: E402
+from memactors.embedding import BUILTIN_MODEL, shared_model  # noqa: E402
+from memactors.logs import configure_logging  # noqa: E402
+from memactors.repo import scope_for  # noqa: E402
+from memactors.service import open_memory_service  # noqa: E402
+from memactors.store.engines import open_store  # noqa: E402
+from memactors.testing.postgres import Cluster  # noqa: E402
+
+LIMIT = 8
+BATCH = 1000
+MODEL = vector_model(BUILTIN_MODEL)
+
+VERBS = ("fix", "add", "refactor", "remove", "rename", "bump", "document", "test", "migrate", "speed up",
+         "debug", "revert", "split", "cache", "retry", "validate", "log", "parse", "stream", "index")
+THINGS = ("session", "cache", "parser", "scheduler", "token", "gateway", "router", "config", "schema",
+          "migration", "retry loop", "worker pool", "rate limiter", "websocket", "auth middleware", "query planner",
+          "serializer", "cli flag", "log rotation", "backup job", "importer", "exporter", "signal handler",
+          "connection pool", "file watcher", "lockfile", "build script", "dockerfile", "release notes", "changelog",
+          "metrics endpoint", "health check", "feature flag", "payment webhook", "search index", "email template",
+          "upload handler", "thumbnail service", "timezone handling", "unicode normalisation")
+PROBLEMS = ("flaky timeout", "race condition", "memory leak", "off-by-one", "null pointer", "deadlock",
+            "slow query", "wrong encoding", "missing import", "type error", "stale cache", "broken link",
+            "double free", "permission denied", "infinite loop", "unclosed file", "bad default", "silent failure",
+            "unhandled exception", "version conflict", "lint warning", "failing test", "dependency pin")
+TAILS = ("after the retry change", "under load", "on windows", "when the config is empty", "in ci only",
+         "behind the proxy", "with python 3.12", "after the upgrade", "for large inputs", "on first start",
+         "since the last release", "when two workers race", "for non-ascii names", "in the nightly job")
+OUTCOMES = ("tests pass", "tests still failing", "reverted", "needs review", "merged", "left a todo")
+
+
+def zipf_weights(n: int, s: float = 1.0) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1) ** s
+    return w / w.sum()
+
+
+def episode(rng: np.random.Generator, i: int, z: int) -> dict[str, Any]:
+    """One templated episode of repository z."""
+    pick = lambda xs: xs[int(rng.integers(len(xs)))]  # noqa: E731
+    # each repository leans on its own components, as real ones do
+    things = [THINGS[(z * 7 + k) % len(THINGS)] for k in range(8)] + list(THINGS)
+    sentences = []
+    for _ in range(int(rng.integers(2, 6))):
+        thing = things[min(int(rng.pareto(1.0)), len(things) - 1)]
+        sentences.append(f"{pick(VERBS)} {pick(PROBLEMS)} in the {thing} {pick(TAILS)}, {pick(OUTCOMES)}.")
+    stem = things[int(rng.integers(8))].replace(" ", "_")
+    files = [f"src/{stem}/{pick(THINGS).replace(' ', '_')}.py" for _ in range(int(rng.integers(1, 4)))]
+    return {"z": z, "harness": f"h{z:03d}", "run_id": f"r{i}",
+            "started": f"2026-{1 + i % 11:02d}-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d}Z",
+            "body": " ".join(sentences), "files": files,
+            "outcome": ("succeeded", "succeeded", "failed")[int(rng.integers(3))]}
+
+
+def corpus(n: int, repos: int, seed: int = 7) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    zs = rng.choice(repos, size=n, p=zipf_weights(repos))
+    return [episode(rng, i, int(z)) for i, z in enumerate(zs)]
+
+
+def derive_vectors(real: np.ndarray, n: int, seed: int = 5) -> np.ndarray:
+    """n unit vectors: the real ones first, then each one real vector + u·another (u in [0, 0.6)) +
+    N(0, 0.03) per dimension, normalised (cosine ≈ 0.85-0.95 to its first parent)."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, real.shape[1]), dtype=np.float32)
+    k = min(len(real), n)
+    out[:k] = real[:k]
+    for start in range(k, n, 100_000):
+        m = min(n, start + 100_000) - start
+        a = real[rng.integers(len(real), size=m)]
+        b = real[rng.integers(len(real), size=m)]
+        v = a + rng.uniform(0, 0.6, size=(m, 1)).astype(np.float32) * b
+        v += rng.normal(0, 0.03, size=v.shape).astype(np.float32)
+        out[start:start + m] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+def make_queries(items: list[dict[str, Any]], count: int, seed: int = 11) -> list[tuple[int, str]]:
+    rng = np.random.default_rng(seed)
+    out: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    while len(out) < count:
+        it = items[int(rng.integers(len(items)))]
+        words = it["body"].replace(",", "").replace(".", "").split()
+        start = int(rng.integers(max(len(words) - 3, 1)))
+        q = " ".join(words[start:start + int(rng.integers(2, 4))])
+        if q not in seen:  # distinct: the query-vector cache never answers
+            seen.add(q)
+            out.append((it["z"], q))
+    return out
+
+
+# -- building ----------------------------------------------------------------------------------------
+
+async def build(target: Path | str, items: list[dict[str, Any]], vectors: np.ndarray) -> tuple[np.ndarray, float]:
+    """Write the episodes and their vectors in batches; returns each item's doc id and the seconds taken."""
+    store = await open_store(target)
+    doc_ids = np.zeros(len(items), dtype=np.int64)
+    t = time.perf_counter()
+    try:
+        for start in range(0, len(items), BATCH):
+            chunk = items[start:start + BATCH]
+
+            def write(db: Any, chunk: list[dict[str, Any]] = chunk, start: int = start) -> None:
+                _write_batch(db, chunk, store.engine)
+                for k, it in enumerate(chunk):
+                    eid = builtin_episode_id(it)
+                    doc_id, scope, summary, excerpt, failures = db.execute(
+                        "SELECT doc_id, scope, summary, excerpt, failures FROM builtin_docs WHERE episode_id = ?",
+                        [eid]).fetchone()
+                    # the cache's key, as the back-fill makes it
+                    digest = builtin.text_digest(builtin.embedding_text(summary or "", excerpt or "",
+                                                                        json.loads(failures or "[]")))
+                    doc_ids[start + k] = int(doc_id)
+                    vec = vectors[start + k].tolist()
+                    if store.engine == "postgresql":
+                        index_pg.PG_INDEX.write_vector(db, doc_id=int(doc_id), scope=scope, model=MODEL,
+                                                       digest=digest, vector=vec)
+                    else:
+                        index_sqlite.write_vector(db, doc_id=int(doc_id), scope=scope, model=MODEL, digest=digest,
+                                                  vector=vec)
+                    if start == 0 and k == 0 and store.engine == "postgresql":
+                        # bulk load without the ANN index; it is built (and timed) after the load
+                        db.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
+                        db.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
+
+            await store.write(write)
+            if (start // BATCH) % 50 == 49:
+                print(f"    ... {start + len(chunk)} episodes, {time.perf_counter() - t:.0f} s", flush=True)
+    finally:
+        store.close()
+    return doc_ids, time.perf_counter() - t
+
+
+def builtin_episode_id(it: dict[str, Any]) -> str:
+    from memactors.episode import episode_id_for
+    return episode_id_for(it["harness"], it["run_id"], it["started"])
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+
+def exact_top(vectors: np.ndarray, rows: np.ndarray, doc_ids: np.ndarray, q: np.ndarray) -> list[int]:
+    sims = vectors[rows] @ q
+    top = np.argsort(-sims)[:LIMIT]
+    return [int(doc_ids[rows[i]]) for i in top]
+
+
+def stats(v: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(v) * 1000, 2), "p99_ms": round(pct(v, 99) * 1000, 2)}
+
+
+class SqliteRaw:
+    def __init__(self, path: Path) -> None:
+        from memactors.store.sqlite import _connect
+        self.db = _connect(path)
+        self.nums = dict(self.db.execute("SELECT scope, num FROM builtin_scopes").fetchall())
+
+    def text(self, q: str, scope: str) -> list[Any]:
+        from user_paths import anchor_sql
+        sql, params = anchor_sql("and+tok", builtin.query_words(q), scope, self.nums.get(scope, 0))
+        return list(self.db.execute(sql, params).fetchall())
+
+    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
+        return [int(r[0]) for r in self.db.execute(
+            f"SELECT doc_id FROM builtin_vec WHERE embedding MATCH {index_sqlite.query_form()} AND k = {LIMIT}"
+            " AND scope = ?", [index_sqlite.query_blob(vec.tolist()), scope]).fetchall()]
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+
+class PgRaw:
+    def __init__(self, url: str) -> None:
+        import psycopg
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.index = "hnsw"
+
+    def text(self, q: str, scope: str) -> list[Any]:
+        expression = index_pg.tsquery(builtin.search_words(q), "&")
+        return list(self.conn.execute(
+            "SELECT d.episode_id FROM builtin_docs d, to_tsquery('english', %s) q WHERE d.scope = ANY(%s)"
+            f" AND d.tsv @@ q ORDER BY ts_rank_cd('{index_pg.RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
+            f" d.episode_id LIMIT {LIMIT}", [expression, [scope]]).fetchall())
+
+    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
+        with self.conn.transaction():
+            for setting in index_pg.knn_settings(self.index):
+                self.conn.execute(setting)
+            return [int(r[0]) for r in self.conn.execute(
+                f"SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector LIMIT {LIMIT}",
+                [[scope], index_pg._literal(vec.tolist())]).fetchall()]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: list[tuple[int, str]],
+                  vectors: np.ndarray, doc_ids: np.ndarray, zs: np.ndarray, service: bool = True) -> dict[str, Any]:
+    holder = ConfigHolder(lambda: load_config(config_for(root, state, url), env={"HOME": str(root)}))
+    times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "embed")}
+    recall_at: list[float] = []
+    model = shared_model()
+    rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
+    log = (root / "bench.log").open("a", encoding="utf-8")
+    configure_logging("INFO", sink=log)
+    try:
+        async with open_memory_service(holder) as svc:
+            status = await svc.builtin.vector_status()
+            if status["pending"]:
+                raise SystemExit(f"vectors missing: {status}")
+            for z, q in queries[:5]:  # warm-up: the model loads
+                await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
+            for z, q in queries[5:]:
+                scope = scope_for(store_engines.repo(z))
+                if service:
+                    t = time.perf_counter()
+                    await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
+                    times["recall"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                raw.text(q, scope)
+                times["text"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                vec = np.asarray(model.encode([q])[0], dtype=np.float32)
+                times["embed"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                got = raw.knn(vec, scope)
+                times["knn"].append(time.perf_counter() - t)
+                want = exact_top(vectors, rows_of[z], doc_ids, vec)
+                recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
+    finally:
+        logger.remove()
+        log.close()
+    out: dict[str, Any] = {k: stats(v) for k, v in times.items() if v}
+    out["recall@8"] = round(statistics.mean(recall_at), 4)
+    if service:
+        parts = out["text"]["p50_ms"] + out["knn"]["p50_ms"] + out["embed"]["p50_ms"]
+        out["x_parts"] = round(out["recall"]["p50_ms"] / parts, 2)
+    return out
+
+
+def show(label: str, r: dict[str, Any]) -> None:
+    parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms" for k in ("recall", "text", "knn", "embed")
+                       if k in r)
+    extra = f"   {r['x_parts']}x parts" if "x_parts" in r else ""
+    print(f"    {label:<22} {parts}   recall@8 {r['recall@8']}{extra}", flush=True)
+
+
+async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
+                     items: list[dict[str, Any]], vectors: np.ndarray, queries: list[tuple[int, str]]) -> None:
+    zs = np.fromiter((it["z"] for it in items), dtype=np.int32, count=len(items))
+    state = root / f"{engine}-{size}"
+    state.mkdir(parents=True, exist_ok=True)
+    url = cluster.create_database(f"scale_{size}") if cluster is not None else None
+    if cluster is not None:
+        cluster.admin("CREATE EXTENSION vector", dbname=f"scale_{size}")
+    target: Path | str = url or state / "memactors.db"
+    saved = state / "doc_ids.npy"
+    if cluster is None and saved.exists():  # a kept SQLite store: measured again as it is (upgraded at start)
+        doc_ids = np.load(saved)
+        print(f"  {engine} {size} episodes: the kept store in {state}", flush=True)
+    else:
+        doc_ids, built = await build(target, items, vectors)
+        print(f"  {engine} {size} episodes: built in {built:.0f} s ({size / built:.0f} episodes/s with vectors)",
+              flush=True)
+        if cluster is None:
+            np.save(saved, doc_ids)
+    if cluster is None:
+        size_b = (state / "memactors.db").stat().st_size
+        print(f"    store file {size_b / size:.0f} B/episode", flush=True)
+        raw = SqliteRaw(state / "memactors.db")
+        try:
+            t = time.perf_counter()
+            res = await measure(root, state, None, raw, queries, vectors, doc_ids, zs)
+            print(f"    (the service's start and the measurement took {time.perf_counter() - t:.0f} s)", flush=True)
+            show(f"sqlite ({index_sqlite.VEC_FORM})", res)
+        finally:
+            raw.close()
+        return
+    assert url is not None
+    dbname = f"scale_{size}"
+    await trio.to_thread.run_sync(cluster.admin, "VACUUM ANALYZE", dbname)
+    raw = PgRaw(cluster.url(dbname))
+    raw.conn.execute("SET maintenance_work_mem = '1GB'")
+    try:
+        for kind in args.pg_index:
+            for other in ("hnsw", "ivfflat"):
+                raw.conn.execute(f"DROP INDEX IF EXISTS builtin_vec_{other}")
+            t = time.perf_counter()
+            for statement in index_pg.index_sql(kind, size):
+                raw.conn.execute(statement)
+            print(f"    {kind} index built in {time.perf_counter() - t:.0f} s", flush=True)
+            raw.index = kind
+            bytes_ = raw.conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
+            print(f"    {kind} index {bytes_ / size:.0f} B/episode", flush=True)
+            # the service only with the index the provider creates; the other one's knn alone
+            res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs,
+                                service=kind == index_pg.VEC_INDEX)
+            show(f"postgresql ({kind})", res)
+    finally:
+        raw.close()
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="memactors-scale-") as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        model = shared_model()
+        for size in args.sizes:
+            t = time.perf_counter()
+            items = corpus(size, args.repos)
+            k = min(args.real, size)
+            texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
+            real = np.asarray(model.encode(texts), dtype=np.float32)
+            vectors = derive_vectors(real, size)
+            top = np.bincount([it["z"] for it in items]).max()
+            print(f"{size} episodes over {args.repos} repositories (the biggest {top}); {k} real embeddings,"
+                  f" {size - k} derived; made in {time.perf_counter() - t:.0f} s", flush=True)
+            queries = make_queries(items, args.queries + 5)
+            for engine in args.engines:
+                if engine == "postgresql":
+                    with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "synchronous_commit = off",
+                                                       "max_parallel_maintenance_workers = 1")) as cluster:
+                        await run_engine(engine, size, args, root, cluster, items, vectors, queries)
+                else:
+                    await run_engine(engine, size, args, root, None, items, vectors, queries)
+            print(machine(), flush=True)
+
+
+def partition(n: int, queries: int, real_n: int) -> None:
+    """`--partition N`: the vector search alone over one repository of N episodes (1M episodes put ~170k
+    in the biggest of 200 Zipf-skewed repositories), in three forms side by side: vec0 float32 (exact),
+    vec0 int8 (the provider's form), and a binary (1 bit a dimension) vec0 pre-filter of the best 10 x 8
+    re-ranked by int8 cosine. The query vectors are the model's on real query texts; recall@8 against
+    numpy's exact cosine over the float32 vectors."""
+    from memactors.store.sqlite import _connect
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qs = [q for _, q in make_queries(items, queries)]
+    qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    with tempfile.TemporaryDirectory(prefix="memactors-partition-") as tmp:
+        db = _connect(Path(tmp) / "p.db")
+        dim = vectors.shape[1]
+        forms = {"float32": ("float", "?", lambda v: v.astype(np.float32).tobytes()),
+                 "int8": ("int8", "vec_int8(?)", lambda v: quantize(v.tolist())),
+                 "binary": ("bit", "vec_bit(?)", lambda v: np.packbits(v > 0, bitorder="little").tobytes())}
+        t0 = time.perf_counter()
+        for form, (kind, wrap, enc) in forms.items():
+            metric = "" if kind == "bit" else " distance_metric=cosine"
+            db.execute(f"CREATE VIRTUAL TABLE v_{form} USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
+                       f" embedding {kind}[{dim}]{metric}, chunk_size={index_sqlite.VEC_CHUNK})")
+            db.execute("BEGIN")
+            for i, v in enumerate(vectors):
+                db.execute(f"INSERT INTO v_{form} (doc_id, scope, embedding) VALUES (?, 's', {wrap})", [i + 1, enc(v)])
+            db.execute("COMMIT")
+        print(f"one partition of {n} vectors ({real_n} real, the rest derived), three forms built in"
+              f" {time.perf_counter() - t0:.0f} s", flush=True)
+        times: dict[str, list[float]] = {"float32": [], "int8": [], "binary+rerank": []}
+        cpu: dict[str, list[float]] = {k: [] for k in times}  # this process's CPU: what the wall is on a quiet machine
+        hits: dict[str, list[float]] = {k: [] for k in times}
+        for q in qvecs:
+            want = set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist())
+            for form in ("float32", "int8"):
+                kind, wrap, enc = forms[form]
+                t, c = time.perf_counter(), time.process_time()
+                got = [r[0] for r in db.execute(f"SELECT doc_id FROM v_{form} WHERE embedding MATCH {wrap} AND k = {LIMIT}"
+                                                " AND scope = 's'", [enc(q)]).fetchall()]
+                times[form].append(time.perf_counter() - t)
+                cpu[form].append(time.process_time() - c)
+                hits[form].append(len(want & set(got)) / LIMIT)
+            t, c = time.perf_counter(), time.process_time()
+            kind, wrap, enc = forms["binary"]
+            pre = [r[0] for r in db.execute(f"SELECT doc_id FROM v_binary WHERE embedding MATCH {wrap} AND k = {10 * LIMIT}"
+                                            " AND scope = 's'", [enc(q)]).fetchall()]
+            marks = ",".join("?" * len(pre))
+            got = [r[0] for r in db.execute(
+                f"SELECT doc_id FROM v_int8 WHERE doc_id IN ({marks}) ORDER BY vec_distance_cosine(embedding, vec_int8(?))"
+                f" LIMIT {LIMIT}", [*pre, forms["int8"][2](q)]).fetchall()]
+            times["binary+rerank"].append(time.perf_counter() - t)
+            cpu["binary+rerank"].append(time.process_time() - c)
+            hits["binary+rerank"].append(len(want & set(got)) / LIMIT)
+        for form, v in times.items():
+            r = stats(v)
+            print(f"    {form:<14} knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms, CPU p50"
+                  f" {statistics.median(cpu[form]) * 1000:.2f} ms   recall@8 {statistics.mean(hits[form]):.4f}", flush=True)
+        db.conn.close()
+
+
+def pg_partition(n: int, queries: int, real_n: int) -> None:
+    """`--partition N --engines postgresql`: pgvector over one repository of N vectors: each index kind
+    built and timed (`index_pg.index_sql`), its knn (the provider's settings) timed, recall@8 against
+    numpy's exact cosine. The vectors go in by COPY (not the provider's per-row write)."""
+    import psycopg
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qs = [q for _, q in make_queries(items, queries)]
+    qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "max_parallel_maintenance_workers = 1")) as cluster:
+        cluster.create_database("part")
+        cluster.admin("CREATE EXTENSION vector", dbname="part")
+        with psycopg.connect(cluster.url("part"), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT NOT NULL,"
+                         f" embedding vector({vectors.shape[1]}) NOT NULL)")
+            t = time.perf_counter()
+            with conn.cursor().copy("COPY builtin_vec (doc_id, scope, embedding) FROM STDIN") as copy:
+                for i, v in enumerate(vectors):
+                    copy.write_row((i + 1, "s", "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
+            conn.execute("VACUUM ANALYZE builtin_vec")
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            print(f"one partition of {n} vectors ({real_n} real, the rest derived) copied in"
+                  f" {time.perf_counter() - t:.0f} s", flush=True)
+            wants = [set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist()) for q in qvecs]
+            for kind in ("hnsw", "ivfflat"):
+                conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
+                conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
+                t = time.perf_counter()
+                for statement in index_pg.index_sql(kind, n):
+                    conn.execute(statement)
+                built = time.perf_counter() - t
+                size = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
+                # the provider's settings, then a wider search (what recall@8 buys at what time)
+                for extra in ("", "SET LOCAL hnsw.ef_search = 800" if kind == "hnsw" else "SET LOCAL ivfflat.probes = 40"):
+                    times, hits = [], []
+                    for q, want in zip(qvecs, wants, strict=True):
+                        t = time.perf_counter()
+                        with conn.transaction():
+                            for setting in [*index_pg.knn_settings(kind), *([extra] if extra else [])]:
+                                conn.execute(setting)
+                            got = [int(r[0]) for r in conn.execute(
+                                "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector"
+                                f" LIMIT {LIMIT}", [["s"], index_pg._literal(q.tolist())]).fetchall()]
+                        times.append(time.perf_counter() - t)
+                        hits.append(len(want & set(got)) / LIMIT)
+                    r = stats(times)
+                    print(f"    {kind:<8} built in {built:.0f} s, {size / n:.0f} B/vector; {extra or 'the provider settings'}:"
+                          f" knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms   recall@8 {statistics.mean(hits):.4f}",
+                          flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
+    parser.add_argument("--pg-index", nargs="+", default=["hnsw", "ivfflat"], choices=["hnsw", "ivfflat"])
+    parser.add_argument("--repos", type=int, default=200)
+    parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
+    parser.add_argument("--partition", type=int, metavar="N",
+                        help="only the vector search over one repository of N episodes, in three forms")
+    args = parser.parse_args()
+    print(machine(), flush=True)
+    if args.partition:
+        if "postgresql" in args.engines:
+            pg_partition(args.partition, args.queries, args.real)
+        if "sqlite" in args.engines:
+            partition(args.partition, args.queries, args.real)
+        print(machine(), flush=True)
+        return
+    print("synthetic corpus: templated episodes; vectors: --real embedded by the model, the rest derived from them"
+          " (see the docstring)", flush=True)
+    trio.run(main_async, args)
+
+
+if __name__ == "__main__":
+    main()
