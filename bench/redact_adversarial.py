@@ -34,7 +34,7 @@ from _baseline_redactor import baseline_redactor  # noqa: E402
 
 from memactors.redact import Redactor  # noqa: E402
 from support_corpus import full  # noqa: E402
-from test_redact import ADVERSARIAL  # noqa: E402
+from support_secrets import ADVERSARIAL  # noqa: E402
 
 
 def record_strings() -> list[str]:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import trio
+
+from fix_daemon import Daemon, start_daemon
 from memactors.rpc.wsclient import call_once
 from support import run_record
-from support_daemon import Daemon, start_daemon
 from support_runs import command_harness, make_repo
 
 SERVICE = "harness.v1.MemoryService/"
@@ -69,3 +73,41 @@ def csrf_of(html: str) -> str:
     match = re.search(r'name="csrf" value="([^"]+)"', html)
     assert match, html[:2000]
     return match.group(1)
+
+
+@asynccontextmanager
+async def tmux(tmp_path: Path, command: list[str], env: dict[str, str]) -> AsyncIterator[list[str]]:
+    """A tmux server of our own (its own socket, so parallel tests never share one) running `command`
+    in an 80×20 window; yields the tmux argv prefix for send-keys / capture-pane."""
+    base = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+    await trio.run_process([*base, "new-session", "-d", "-x", "80", "-y", "20", *env_args, *command])
+    try:
+        yield base
+    finally:
+        await trio.run_process([*base, "kill-server"], check=False)
+
+
+async def screen(base: list[str]) -> str:
+    done = await trio.run_process([*base, "capture-pane", "-p"], capture_stdout=True)
+    return done.stdout.decode()
+
+
+async def wait_for(base: list[str], text: str, *, present: bool = True) -> str:
+    """Wait until `text` is (or is no longer) on the screen: the state, not a delay."""
+    with trio.fail_after(60):
+        while True:
+            shown = await screen(base)
+            if (text in shown) == present:
+                return shown
+            await trio.sleep(0.1)
+
+
+async def wait_for_change(base: list[str], before: str) -> str:
+    """Wait until the screen shows something other than `before` (a key's effect): the state, not a delay."""
+    with trio.fail_after(60):
+        while True:
+            shown = await screen(base)
+            if shown != before:
+                return shown
+            await trio.sleep(0.1)

@@ -14,9 +14,10 @@ import httpx2
 import mcp
 from mcp.client.streamable_http import streamable_http_client
 
+from fix_providers import FaultFiles
+from fix_providers import fault_toml as providers_fault_toml
 from memactors.actors.briefing import View
 from memactors.service import MemoryService
-from memactors.testing import fault_provider_params
 
 API = "forge.example/acme/api"
 BILLING = "forge.example/acme/billing"
@@ -29,20 +30,17 @@ def fixed_clock() -> datetime:
 
 def fault_toml(tmp_path: Path, *modes: str, timeout: str = "2s", pidfile: Path | None = None,
                control: bool = True) -> str:
-    """`[memory] provider = "fault"` over the fault provider as a real stdio subprocess.
+    """`[memory] provider = "fault"` over the fault provider as a real stdio subprocess, as the read-side
+    tests want it (fix_providers.fault_toml with these defaults): its calls in tmp_path/"calls.jsonl", its
+    items in memory, summaries off, a provider timeout of 2 s.
 
     With `control`, the file tmp_path/"control" replaces the modes while it exists (write it to make a
-    running provider misbehave); every call is appended to tmp_path/"calls.jsonl". With `pidfile`, the
-    subprocess writes its pid there first, so a test can SIGKILL or SIGSTOP it.
+    running provider misbehave). With `pidfile`, the subprocess writes its pid there first, so a test can
+    SIGKILL or SIGSTOP it.
     """
-    params = fault_provider_params(*modes, calls_file=tmp_path / "calls.jsonl",
-                                   control_file=tmp_path / "control" if control else None, pid_file=pidfile)
-    command, args = params.command, list(params.args)
-    return (
-        '[memory]\nprovider = "fault"\n'
-        f'[memory.episodes]\nprovider_timeout = "{timeout}"\nsummary = false\n'
-        f"[mcp.fault]\ncommand = {json.dumps(command)}\nargs = {json.dumps(args)}\n"
-    )
+    return providers_fault_toml(FaultFiles(tmp_path), *modes, provider_timeout=timeout,
+                                extra_episodes="summary = false\n", state=False, control=control,
+                                pid=pidfile or False)
 
 
 def calls(tmp_path: Path, tool: str | None = None) -> list[dict[str, Any]]:

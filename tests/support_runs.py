@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,28 +83,6 @@ def claude_binary() -> Path:
     return CLAUDE
 
 
-@contextmanager
-def daemon(env: dict[str, str], state: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`memactors serve` as a process, its stderr (the log) to a file; stopped with SIGTERM."""
-    (state / "daemon.json").unlink(missing_ok=True)
-    with log.open("ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + 300  # a hang guard: a loaded machine takes a minute to start a daemon
-        while not (state / "daemon.json").exists():
-            if proc.poll() is not None:
-                raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
-            if time.monotonic() > deadline:
-                raise AssertionError("daemon did not start")
-            subprocess.run(["sleep", "0.05"], check=True)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-
-
 async def cli(env: dict[str, str], *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """The CLI as a subprocess, awaited in trio so loopback fakes in this test keep serving."""
     return await trio.run_process([sys.executable, "-m", "memactors.cli", *args], env=env, stdin=stdin,
@@ -134,3 +108,49 @@ def claude_env(tmp_path: Path, config: Path, base_url: str) -> dict[str, str]:
     env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-fake-for-tests", DISABLE_AUTOUPDATER="1",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
     return env
+
+
+#: The repository key of `make_history`'s repository.
+KEY = "forge.example/acme/api"
+#: A deploy token one of HISTORY's commit messages leaks: an import must redact it.
+TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+#: (message, {path: content}, author date): a ledger's history as its developers wrote it.
+HISTORY = [
+    ("Add the ledger with float amounts", {"ledger.py": "def total(xs):\n    return sum(xs)\n"},
+     "2026-03-02T09:00:00+01:00"),
+    ("Round ledger totals with Decimal quantize\n\nFloat rounding lost a cent on 2.675; quantize with "
+     "ROUND_HALF_UP instead.\n\nCo-authored-by: Pat Example <pat@example.invalid>",
+     {"ledger.py": "from decimal import Decimal\n", "test_ledger.py": "def test_rounding(): pass\n"},
+     "2026-03-05T14:30:00-05:00"),
+    (f"Pin the webhook retry clock (deploy token was {TOKEN})", {"webhooks/retry.py": "CLOCK = 1\n"},
+     "2026-04-01T08:00:00Z"),
+    ("Stream invoice exports to the CSV writer", {"exports/invoices.py": "def export(): ...\n",
+                                                   "docs/exports.md": "# exports\n"},
+     "2026-05-20T16:45:00Z"),
+]
+
+
+def make_history(path: Path) -> Path:
+    """A git repository (remote origin in forge.example/acme/api, branch main) with HISTORY's commits."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "dev@example.invalid")
+    git(path, "config", "user.name", "dev")
+    git(path, "remote", "add", "origin", "git@forge.example:acme/api.git")
+    for message, files, when in HISTORY:
+        for name, content in files.items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_text(content, encoding="utf-8")
+        git(path, "add", "-A")
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", message], check=True, env=env)
+    # a merge commit: not a commit of its own work, never imported
+    git(path, "checkout", "-q", "-b", "side")
+    (path / "side.txt").write_text("side\n", encoding="utf-8")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "Side work on the notifier")
+    git(path, "checkout", "-q", "main")
+    git(path, "merge", "-q", "--no-ff", "-m", "Merge branch side", "side")
+    return path

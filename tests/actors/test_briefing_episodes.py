@@ -21,6 +21,7 @@ import mcp.types as t
 import pytest
 import trio
 
+from fix_daemon import daemon_process
 from memactors.actors.index import text_belongs
 from memactors.builtin import BRIEFING_ITEM_TEXT
 from memactors.config import ConfigHolder
@@ -30,7 +31,6 @@ from memactors.service import MemoryService
 from memactors.wrapper import BRIEFING_MAX_BYTES
 from support import RESIDENT, serving, write_config
 from support_briefing import COMPACT, REPO, empty_run, episode_blocks, real_run, sections
-from support_daemon import daemon_process
 from support_readside import NOW, as_run, fixed_clock, gateway_client
 from support_runs import command_harness, make_repo
 

@@ -21,10 +21,10 @@ import mcp.types as t
 import pytest
 import trio
 
+from fix_daemon import daemon_process
 from memactors.config import ConfigHolder
 from support import run_record, serving, write_config
 from support_briefing import COMPACT, REPO, episode_blocks
-from support_daemon import daemon_process
 from support_readside import as_run, fixed_clock, gateway_client
 from support_runs import command_harness, make_repo
 

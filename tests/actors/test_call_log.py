@@ -12,6 +12,7 @@ import httpx2
 import pytest
 import trio
 
+from fix_providers import poll
 from memactors.actors.call_log import CallLog
 from memactors.config import ConfigHolder
 from memactors.logs import configure_logging
@@ -19,7 +20,6 @@ from memactors.service import DB_NAME, open_memory_service
 from memactors.store import MAX_FIELD_CHARS, bound_field, iso
 from memactors.store.engines import open_store
 from support import serving, wait_ready
-from support_providers import poll
 
 
 def _db_bytes(state: Path) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from fix_providers import FaultFiles, fault_toml, poll, sample
 from memactors.actors.breaker import Breaker
 from memactors.actors.provider_session import ProviderSession, provider_call
 from memactors.config import ConfigHolder
@@ -24,7 +25,6 @@ from memactors.service import MemoryService, open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing import fault_provider_params
 from support import run_record, wait_ready, within
-from support_providers import FaultFiles, fault_toml, poll, sample
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,13 @@ import pytest
 import trio
 import trio.testing
 
+from fix_providers import FaultFiles, ShiftableClock, fault_toml, poll, sample
 from memactors.actors import retention as retention_module
 from memactors.config import ConfigHolder
 from memactors.errors import UnknownEpisode
 from memactors.metrics import Metrics
 from memactors.service import MemoryService, open_memory_service
 from support import run_record, wait_ready, within
-from support_providers import FaultFiles, ShiftableClock, fault_toml, poll, sample
 
 pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
 

@@ -4,7 +4,6 @@ run as subprocesses against the daemon as a process (issue 8, REQ-15: nothing is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -13,30 +12,15 @@ import mcp.types as t
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
+from fix_agents import git_repo, transcript_in
+from fix_daemon import Daemon
 from memactors.agents.transcript import read_claude_transcript, run_record_from_transcript
 from memactors.cli.agents import client_config
-from support_codex import Daemon, daemon_process, git_repo
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'
 SECRETS = ("SECRET-PROMPT", "SECRET-THINKING", "SECRET-QUERY", "SECRET-RECALL", "SECRET-OLD", "SECRET-NEW",
            "SECRET-CONTENT", "SECRET-OUTPUT")
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """One daemon for the module (a daemon process costs ~2 s of CPU to start): no test here depends
-    on a fresh one; each mints its own tokens and ingests its own session."""
-    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
-        yield running
-
-
-def transcript_in(repo: Path, tmp_path: Path) -> Path:
-    """The recorded Claude Code transcript fixture, as if the session had run in ``repo``."""
-    path = tmp_path / "session.jsonl"
-    path.write_text((DATA / "claude_transcript_session.jsonl").read_text(encoding="utf-8").replace("{CWD}", str(repo)),
-                    encoding="utf-8")
-    return path
 
 
 async def call_briefing(config: dict[str, object]) -> t.CallToolResult:

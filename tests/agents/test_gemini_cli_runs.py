@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memactors.adapters import LaunchRequest
-from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
-from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support import SEED_TEXT, run_record
-from support_agents import (
+from fix_agents import (
     GEMINI_BIN,
     GEMINI_MODEL,
     GEMINI_VERSION,
@@ -27,7 +23,11 @@ from support_agents import (
     secure_dir,
     version,
 )
-from support_codex import daemon_process
+from fix_daemon import daemon_process
+from memactors.adapters import LaunchRequest
+from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
+from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
+from support import SEED_TEXT, run_record
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"

@@ -11,51 +11,21 @@ import stat
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import pytest
 
-from support_codex import Daemon, daemon_process, git_repo
+from fix_agents import gateway_status, git_repo, memactors, read_json
+from fix_daemon import Daemon
 
 pytestmark = pytest.mark.slow
 
-HARNESS = '[harness.coder]\nharness = "claude-code"\n'
 USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(git status)"], "deny": ["WebFetch"]},
                  "hooks": {"SessionEnd": [{"hooks": [{"type": "command", "command": "notify-send bye"}]}],
                            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit"}]}]}}
 USER_MCP = {"mcpServers": {"github": {"type": "http", "url": "https://example.invalid/mcp"}}}
 CODEX_CONFIG = ('# my Codex settings\nmodel = "gpt-5.5"  # the one I like\n\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'
                 'args = ["--stdio"]\n\n[projects."/srv/x"]\ntrust_level = "trusted"\n')
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
-        yield running
-
-
-def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it, with their own HOME (where --user writes)."""
-    env = {**daemon.env, "HOME": str(home)}
-    env.pop("CODEX_HOME", None)
-    env.pop("CLAUDE_CONFIG_DIR", None)
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-
-
-def read_json(path: Path) -> dict[str, object]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-async def gateway_status(url: str, token: str) -> int:
-    """The HTTP status of an MCP initialize presenting ``token``: 200 live, 401 refused."""
-    async with httpx2.AsyncClient(timeout=None) as http:
-        answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}},
-            headers={"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"})
-    return answer.status_code
 
 
 async def test_install_claude_code_in_a_project_merges_with_the_users_settings_and_uninstall_restores_them(

@@ -4,7 +4,7 @@ Responses fake): it reaches the gateway with its token, but no session is record
 `doctor` (both as subprocesses), the console's health page and `/metrics` (checked by promtool) show it:
 doctor warns naming Codex's hook trust (`/hooks`). Then a session record arrives as the hook would send it,
 and the install is working again. The daemon's "a day" is shortened to a second (`SILENT_SECONDS`, the only
-change; `support_daemon` constants)."""
+change; `fix_daemon` constants)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import httpx2
 import pytest
 import trio
 
+from fix_agents import codex_bin, codex_env, fake_provider_args, run_codex
+from fix_daemon import start_daemon
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import Message, Turn, run_fake_openai
 from support import run_record
-from support_codex import codex_bin, codex_env, fake_provider_args, run_codex
 from support_console import csrf_of, rpc
-from support_daemon import start_daemon
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

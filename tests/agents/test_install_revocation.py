@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from support_codex import Daemon, daemon_process, git_repo
-from test_install import HARNESS, gateway_status, read_json
+from fix_agents import HARNESS, gateway_status, git_repo, read_json
+from fix_daemon import Daemon, daemon_process
 
 pytestmark = pytest.mark.slow
 

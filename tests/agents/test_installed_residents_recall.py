@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors.cli.install import run_id_for
-from memactors.testing.fake_openai import FunctionCall, Message, run_fake_openai
-from memactors.testing.fake_openai import Turn as OpenAITurn
-from support_agents import (
+from fix_agents import (
     OPENCODE_BIN,
     OPENCODE_MODEL,
     agent_bin,
@@ -24,7 +21,10 @@ from support_agents import (
     opencode_user,
     seed,
 )
-from support_codex import Daemon, daemon_process
+from fix_daemon import Daemon, daemon_process
+from memactors.cli.install import run_id_for
+from memactors.testing.fake_openai import FunctionCall, Message, run_fake_openai
+from memactors.testing.fake_openai import Turn as OpenAITurn
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import git_repo
+from fix_daemon import Daemon, daemon_process
 from support import run_record
-from support_codex import Daemon, daemon_process, git_repo
 
 pytestmark = pytest.mark.slow
 

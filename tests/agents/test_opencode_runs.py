@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memactors.adapters import LaunchRequest
-from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
-from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support import SEED_TEXT, run_record
-from support_agents import (
+from fix_agents import (
     OPENCODE_BIN,
     OPENCODE_MODEL,
     OPENCODE_VERSION,
@@ -26,7 +22,11 @@ from support_agents import (
     opencode_user,
     version,
 )
-from support_codex import daemon_process
+from fix_daemon import daemon_process
+from memactors.adapters import LaunchRequest
+from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
+from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
+from support import SEED_TEXT, run_record
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"

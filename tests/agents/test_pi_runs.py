@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import PI_BIN, agent_bin, gateway_calls, pi_user
+from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.pi import PiAdapter, PiParser
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
 from support import SEED_TEXT, run_record
-from support_agents import agent_bin, gateway_calls
-from support_codex import daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
-from test_resident_pi import PI_BIN, pi_user
 
 AT = "2026-12-02T08:00:00Z"
 PROMPT = "Fix the ledger rounding test."

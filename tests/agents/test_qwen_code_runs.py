@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import QWEN_BIN, QWEN_MODEL, QWEN_VERSION, agent_bin, gateway_calls, qwen_user, version
+from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.qwen_code import QwenCodeAdapter, QwenCodeParser
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
 from support import SEED_TEXT, run_record
-from support_agents import agent_bin, gateway_calls, version
-from support_codex import daemon_process
-from support_qwen import QWEN_BIN, QWEN_MODEL, QWEN_VERSION, qwen_user
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 AT = "2026-12-02T08:00:00Z"

@@ -5,30 +5,21 @@ its settings; the daemon as a process (issue 8, REQ-15)."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
+from fix_agents import claude_bin, claude_env, claude_p
+from fix_daemon import daemon_process
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
-from support_codex import REPO, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
-CLAUDE_BIN = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "claude"
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'
-
-
-def claude_bin() -> Path:
-    """The pinned Claude Code binary; a missing one fails the test loudly, never skips it."""
-    if not os.access(CLAUDE_BIN, os.X_OK):
-        raise AssertionError(f"Claude Code is not installed at {CLAUDE_BIN}: install the agent CLIs into .cache/agents")
-    return CLAUDE_BIN
 
 
 async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_its_session_end_hook(
@@ -103,21 +94,6 @@ async def test_a_resident_claude_session_uses_its_mcp_json_and_is_recorded_by_it
     assert episode["files_touched"] == ["NOTES.md"]
     assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
     assert episode["outcome"] == "failed" and "still fails" in episode["result_excerpt"]
-
-
-def claude_env(home: Path, daemon_env: dict[str, str], base_url: str) -> dict[str, str]:
-    """The environment of a user's headless `claude -p` against the fake API (HOME: their own)."""
-    return {**daemon_env, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "sk-ant-fake",
-            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
-
-
-async def claude_p(claude: Path, prompt: str, *, cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    """`claude -p` exactly as a user types it in the project: no --mcp-config, no --allowedTools."""
-    done = await trio.run_process([str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"],
-                                  cwd=cwd, env=env, stdin=b"", capture_stdout=True, capture_stderr=True, check=False)
-    out = done.stdout.decode(errors="replace")
-    assert done.returncode == 0, (out[-3000:], done.stderr.decode(errors="replace")[-3000:])
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.req15

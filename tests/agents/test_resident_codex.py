@@ -6,25 +6,24 @@ and gets its repository's memory back through the gateway, as the run the instal
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 import trio
 
-from memactors.cli.install import run_id_for
-from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
-from support_agents import seed
-from support_codex import (
+from fix_agents import (
     CODEX_VERSIONS,
-    Daemon,
     codex_bin,
     codex_env,
-    daemon_process,
     fake_provider_args,
+    gateway_calls,
     run_codex,
+    seed,
 )
+from fix_daemon import daemon_process
+from memactors.cli.install import run_id_for
+from memactors.testing.fake_openai import McpToolCall, Message, ToolSearch, Turn, run_fake_openai
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow
@@ -37,14 +36,6 @@ SCRIPT = [
 ]
 
 
-
-
-def gateway_calls(daemon: Daemon) -> list[tuple[str, str, str]]:
-    db = sqlite3.connect(daemon.state / "memactors.db")
-    try:
-        return db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
-    finally:
-        db.close()
 
 
 @pytest.mark.req12
@@ -67,7 +58,7 @@ async def test_a_codex_installed_in_the_project_calls_recall_as_a_tool(tmp_path:
                                     "--", "What do we know about the ledger rounding?"], cwd=repo, env=env)
             out = done.stdout.decode(errors="replace")
             assert done.returncode == 0, (out[-2000:], done.stderr.decode(errors="replace")[-2000:])
-    calls = gateway_calls(daemon)  # the call log is written in batches: read it once the daemon has stopped
+    calls = gateway_calls(daemon.state)  # the call log is written in batches: read it once the daemon has stopped
     [recalled] = fake.tool_outputs(2)
     assert "requires approval" not in recalled and '<memory-data kind="recall"' in recalled
     assert seeded in recalled and "Decimal quantize" in recalled
@@ -90,7 +81,7 @@ async def test_the_codex_snippet_mcp_config_prints_works_as_given(tmp_path: Path
             done = await run_codex([str(codex), "exec", "--json", "--skip-git-repo-check",
                                     *fake_provider_args(fake.base_url), "--", "recall the ledger"], cwd=repo, env=env)
             assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    calls = gateway_calls(daemon)
+    calls = gateway_calls(daemon.state)
     [recalled] = fake.tool_outputs(2)
     assert seeded in recalled and "requires approval" not in recalled
     [(caller, tool, outcome)] = calls

@@ -18,18 +18,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import CODEX_VERSIONS, FACT, add_fact, codex_bin, codex_env, fake_provider_args, git_repo
+from fix_daemon import Daemon, daemon_process
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
-from support_agents import FACT, add_fact
-from support_codex import (
-    CODEX_VERSIONS,
-    Daemon,
-    codex_bin,
-    codex_env,
-    daemon_process,
-    fake_provider_args,
-    git_repo,
-)
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

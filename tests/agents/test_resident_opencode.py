@@ -16,10 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors.cli.install import run_id_for
-from memactors.gateway import INSTRUCTIONS
-from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support_agents import (
+from fix_agents import (
     FACT,
     OPENCODE_BIN,
     OPENCODE_MODEL,
@@ -29,7 +26,10 @@ from support_agents import (
     opencode_user,
     seed,
 )
-from support_codex import Daemon, daemon_process
+from fix_daemon import Daemon, daemon_process
+from memactors.cli.install import run_id_for
+from memactors.gateway import INSTRUCTIONS
+from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

@@ -18,15 +18,14 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import FACT, PI_BIN, add_fact, agent_bin, gateway_calls, pi_user
+from fix_daemon import Daemon, daemon_process
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support_agents import BIN, FACT, add_fact, agent_bin, gateway_calls
-from support_codex import Daemon, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
 
-PI_BIN = BIN / "pi"
 PI_VERSION = "0.73.1"
 
 
@@ -36,17 +35,6 @@ def test_make_installs_the_pinned_pi() -> None:
     assert (shown.stdout + shown.stderr).split()[-1] == PI_VERSION  # pi prints it on stderr
 #: The user's own project settings, in a layout json.dumps would not write: uninstall gives these bytes back.
 OWN_SETTINGS = '{"theme": "dark", "extensions": ["./tools/mine.ts"]}'
-
-
-def pi_user(home: Path, base_url: str) -> None:
-    """``~/.pi/agent/models.json``: a provider for an OpenAI-compatible endpoint (the fake), as a user of a
-    self-hosted model writes it."""
-    agent = home / ".pi" / "agent"
-    agent.mkdir(parents=True, exist_ok=True)
-    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
-        "baseUrl": base_url, "api": "openai-completions", "apiKey": "sk-fake",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "fake-chat"}]}}}), encoding="utf-8")
 
 
 def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:

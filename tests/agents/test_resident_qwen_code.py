@@ -17,12 +17,21 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import (
+    FACT,
+    QWEN_BIN,
+    QWEN_VERSION,
+    add_fact,
+    agent_bin,
+    gateway_calls,
+    interactive,
+    qwen_user,
+    version,
+)
+from fix_daemon import Daemon, daemon_process
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support_agents import FACT, add_fact, agent_bin, gateway_calls, version
-from support_codex import Daemon, daemon_process
-from support_qwen import QWEN_BIN, QWEN_VERSION, interactive, qwen_user
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

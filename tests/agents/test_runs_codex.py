@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import CODEX_VERSIONS, FAKE_MODEL, codex_bin, codex_env, codex_version
+from fix_daemon import daemon_process
 from memactors.testing.fake_openai import (
     FunctionCall,
     McpToolCall,
@@ -21,7 +23,6 @@ from memactors.testing.fake_openai import (
     run_fake_openai,
 )
 from support import run_record
-from support_codex import CODEX_VERSIONS, FAKE_MODEL, codex_bin, codex_env, codex_version, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import serving_env as daemon
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support import write_config
 from support_runs import (
@@ -28,7 +29,6 @@ from support_runs import (
     claude_env,
     cli,
     command_harness,
-    daemon,
     fake_claude,
     make_repo,
     rows,

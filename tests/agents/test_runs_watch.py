@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 
+from fix_daemon import serving_env as daemon
 from memactors.cli._core import SERVICE
 from memactors.rpc.wsclient import WsRpcError, call_once
 from memactors.testing.fake_anthropic import Script, ToolUse, run_fake_anthropic
@@ -32,7 +33,6 @@ from support_runs import (
     claude_env,
     cli,
     command_harness,
-    daemon,
     fake_claude,
     make_repo,
     rows,

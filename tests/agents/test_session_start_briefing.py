@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import claude_bin, claude_env, claude_p
+from fix_daemon import daemon_process
 from memactors.agents.session_start import recent_failures, record_failure
 from memactors.doctor import doctor_rows
 from memactors.testing.fake_anthropic import Script, Text, run_fake_anthropic
-from support_codex import daemon_process
 from support_runs import REPO_KEY, make_repo
-from test_resident_claude import claude_bin, claude_env, claude_p
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import git_repo, transcript_in
+from fix_daemon import daemon_process
 from memactors.agents import spool
 from support import write_config
-from support_codex import daemon_process, git_repo
-from test_cli_agents import transcript_in
 
 HARNESS = '[harness.coder]\nharness = "claude-code"\n'
 SESSION = "5a0ddcd0-5487-4794-99ac-143f6bb9e248"

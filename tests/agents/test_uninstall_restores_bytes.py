@@ -11,13 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support_codex import Daemon, daemon_process, git_repo
+from fix_agents import git_repo, memactors
+from fix_daemon import Daemon
 
 pytestmark = pytest.mark.slow
 
@@ -28,20 +27,6 @@ ODD_SETTINGS = '{\n\t"model": "opus",\n\t"permissions": {"allow": ["Bash(git sta
 ODD_CODEX = ('# my Codex settings\nmodel   =   "gpt-5.5"   # the one I like\n\n\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'
              'args = [ "--stdio" ]\n')
 ODD_EXCLUDE = "# git ls-files --others --exclude-from=.git/info/exclude\n*.swp"
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with daemon_process(tmp_path_factory.mktemp("daemon"), HARNESS) as running:
-        yield running
-
-
-def memactors(daemon: Daemon, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**daemon.env, "HOME": str(home)}
-    for name in ("CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME", "XDG_CONFIG_HOME"):
-        env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 def tree(root: Path) -> dict[str, str]:

@@ -23,11 +23,12 @@ from memactors.store.engines import open_store
 from memactors.store.sqlite import _connect
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import RESIDENT, run_record, serving, wait_ready, within
+from support_builtin import A, check_scored_hits
+from support_builtin import episode_args as _args
 from support_readside import as_run, gateway_client
 
 pytestmark = pytest.mark.req11
 
-A = "project:forge.example/acme/api"
 B = "project:forge.example/acme/web"
 
 
@@ -43,12 +44,6 @@ async def embed_client(fake: FakeModelApi) -> AsyncIterator[ModelApiClient]:
                                 embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
     async with ModelApiClient(settings) as client:
         yield client
-
-
-def _args(eid: str, text: str, *, scope: str = A, started: str = "2026-11-28T09:00:00Z",
-          files: tuple[str, ...] = (), summary: str | None = None) -> dict[str, Any]:
-    return {"episode_id": eid, "scope": scope, "trust_class": "standard", "text": text,
-            "episode": {"started_at": started, "summary": summary, **({"files_touched": list(files)} if files else {})}}
 
 
 async def _ids(provider: BuiltinProvider, query: str, scopes: list[str] = [A], **extra: Any) -> list[str]:  # noqa: B006
@@ -476,32 +471,11 @@ def test_a_confident_text_match_stays_first_and_a_match_of_both_rankings_beats_e
     assert fuse_hybrid(hits(("only", 3.0)), [])["only"] == pytest.approx(1.4)
 
 
-async def _scored_hits(store: Store, embed_client: ModelApiClient) -> None:
-    """The fusion reads each ranking's own scores: the text hits are scored best first and above 0, the
-    cosine hits carry their cosine similarity, best first, and a hybrid recall's scores say its order."""
-    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
-    await p.record(_args("ep_all", "rounding error in invoices fixed with decimal quantize"))
-    await p.record(_args("ep_some", "rounding of totals in the ledger"))
-    await p.record(_args("ep_none", "unrelated upload retry"))
-    assert await p.embed_pending() == 3
-    words = ["rounding", "invoices", "decimal"]
-    text = await store.read(lambda db: p.index.text_candidates(db, words, [A], 3, 20))  # AND finds 1: OR
-    assert [h.episode_id for h in text][:2] == ["ep_all", "ep_some"]
-    assert text[0].score > text[1].score > 0
-    (vector,) = await embed_client.embed(["rounding invoices decimal"])
-    near = await store.read(lambda db: p.index.knn(db, vector, [A]))
-    assert len(near) == 3 and near[0].episode_id == "ep_all"
-    assert -1.0 <= near[-1].score <= near[1].score <= near[0].score <= 1.0
-    out = await p.recall({"query": "rounding invoices decimal", "scope": [A], "limit": 5})
-    scores = [item["score"] for item in out["items"]]
-    assert out["items"][0]["id"] == "ep_all" and scores == sorted(scores, reverse=True)
-
-
 async def test_sqlite_scores_its_hits_for_the_fusion(
         store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
     """SQLite: BM25 (negated FTS5 rank) and sqlite-vec's cosine similarity (1 − distance). PostgreSQL
     with pgvector: `test_store_pg.py::test_postgresql_scores_its_hits_for_the_fusion`."""
-    await _scored_hits(store, embed_client)
+    await check_scored_hits(store, embed_client)
 
 
 async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(

@@ -19,11 +19,11 @@ import mcp.types as t
 import pytest
 from packaging.requirements import Requirement
 
+from fix_daemon import daemon_process
 from memactors import embedding
 from memactors.config import ConfigHolder, load_config
 from memactors.embedding import BUILTIN_MODEL, install_command, model_dir
 from support import RESIDENT, run_record, serving, write_config
-from support_daemon import daemon_process
 from support_readside import as_run, gateway_client
 
 pytestmark = pytest.mark.req11

@@ -18,8 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +25,10 @@ import pytest
 import trio
 
 import memactors
+from fix_daemon import daemon_in_process
 from memactors import cli
 from memactors.cli import runs as cli_runs
-from memactors.config import load_config
-from memactors.daemon import Listening, run_daemon
+from memactors.daemon import Listening
 from memactors.rpc.transport import connect_rpc, read_token
 from support import EXAMPLES, acknowledged, run_record, write_config
 
@@ -49,16 +47,6 @@ def run_cli(config: Path | None, *args: str, stdin: str | None = None,
 
 async def arun_cli(config: Path | None, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return await trio.to_thread.run_sync(lambda: run_cli(config, *args, stdin=stdin))
-
-
-@asynccontextmanager
-async def daemon(tmp_path: Path, extra: str = "") -> AsyncIterator[tuple[Path, Listening]]:
-    path = write_config(tmp_path, extra)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                       task_status=task_status))
-        yield path, listening
-        nursery.cancel_scope.cancel()
 
 
 async def ingest(listening: Listening, state: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,7 +162,7 @@ def test_each_rpc_error_code_maps_to_its_documented_exit_status(code: str, statu
 
 @pytest.mark.slow
 async def test_not_found_permission_denied_and_invalid_argument_exit_distinctly(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as (config, _):
+    async with daemon_in_process(tmp_path) as (config, _):
         missing = await arun_cli(config, "memory", "episodes", "ep_00000000000000000000")
         assert missing.returncode == 4, missing.stderr
         assert "NOT_FOUND" in missing.stderr
@@ -196,7 +184,7 @@ def test_forget_refuses_without_a_terminal_unless_yes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_forget_on_a_terminal_asks_and_no_keeps_the_episode(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as (config, listening):
+    async with daemon_in_process(tmp_path) as (config, listening):
         eid = (await ingest(listening, tmp_path / "state", [run_record()]))[0]["episode_id"]
 
         def answer(reply: bytes) -> tuple[int, bytes]:
@@ -257,7 +245,7 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
     (records / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (records / "bad-time.json").write_text(json.dumps(run_record(run_id="9", started_at="yesterday")))
     lines = "\n".join(json.dumps(run_record(run_id=str(i))) for i in (3, 10, 11)) + "\n"
-    async with daemon(tmp_path) as (config, _):
+    async with daemon_in_process(tmp_path) as (config, _):
         done = await arun_cli(config, "runs", "ingest", str(records), str(EXAMPLES / "run-42-api-fixer.json"),
                               "-", str(tmp_path / "missing.json"), stdin=lines)
         assert done.returncode == 1, done.stderr
@@ -281,7 +269,7 @@ async def test_runs_ingest_takes_files_directories_and_stdin_and_prints_one_summ
 async def test_runs_ingest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     for i in range(3):
         (tmp_path / f"run-{i}.json").write_text(json.dumps(run_record(run_id=str(i))))
-    async with daemon(tmp_path) as (config, _):
+    async with daemon_in_process(tmp_path) as (config, _):
         def on_a_terminal() -> tuple[int, str, str]:
             main, secondary = pty.openpty()
             with subprocess.Popen([sys.executable, "-m", "memactors.cli", "runs", "ingest",
@@ -314,7 +302,7 @@ async def test_runs_ingest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) ->
 async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_path: Path) -> None:
     """Records stream in on stdin; once the CLI's own progress line (stderr on a terminal) shows both
     recorded, SIGINT: exit 130, one summary line with the counts so far, no traceback."""
-    async with daemon(tmp_path) as (config, _):
+    async with daemon_in_process(tmp_path) as (config, _):
         def interrupt_mid_ingest() -> tuple[int, str]:
             main, secondary = pty.openpty()
             with subprocess.Popen([sys.executable, "-m", "memactors.cli", "runs", "ingest", "-", "--config",
@@ -358,7 +346,7 @@ async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_p
 
 @pytest.mark.slow
 async def test_memory_episodes_pages_with_a_total_and_a_cursor(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as (config, listening):
+    async with daemon_in_process(tmp_path) as (config, listening):
         await ingest(listening, tmp_path / "state", [
             run_record(run_id=str(i), started_at=f"2026-11-28T09:0{i}:00Z", ended_at=f"2026-11-28T09:1{i}:00Z")
             for i in range(5)])
@@ -407,7 +395,7 @@ def test_repo_values_users_type_are_read_as_the_repository_key() -> None:
 
 @pytest.mark.slow
 async def test_recall_with_a_url_finds_the_episodes_and_an_unknown_repo_is_named(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as (config, listening):
+    async with daemon_in_process(tmp_path) as (config, listening):
         await ingest(listening, tmp_path / "state", [run_record(result_text="fixed the flaky ledger rounding")])
         for typed in ("https://forge.example/acme/api.git", "git@forge.example:acme/api.git", "acme/api"):
             hit = await arun_cli(config, "memory", "recall", "ledger rounding", "--repo", typed, "--json")
@@ -476,7 +464,7 @@ async def test_recall_and_briefing_read_for_people_on_a_terminal_and_for_agents_
     harness, outcome, what was done, files, one provenance line), no nonce or 300-character provenance
     lines; `--raw` and a pipe print the agent's document byte for byte; `--json` as before."""
     uuid, sha = "0b7f2c8e-3c1d-4e4b-9a55-2f3e1d6c7b8a", "c9c2256e4555a5bdb8e55c606db2b512ca388b6f"
-    async with daemon(tmp_path, '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n') \
+    async with daemon_in_process(tmp_path, '[harness.api-fixer]\nharness = "claude-code"\nmemory_briefing = true\n') \
             as (config, listening):
         results = await ingest(listening, tmp_path / "state", [
             run_record(run_id=uuid, result_text="fixed the ledger rounding with Decimal quantize",

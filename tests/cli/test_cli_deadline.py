@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import git_repo
 from support import example, write_config
-from support_codex import git_repo
 
 
 @contextmanager

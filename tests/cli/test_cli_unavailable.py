@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 import trio
 
+from fix_daemon import daemon_process, start_daemon
 from memactors import cli
 from memactors._limits import MAX_RECORD_BYTES, record_size
 from memactors.agents import spool
 from memactors.rpc.transport import MAX_MESSAGE_SIZE, connect_rpc
 from support import run_record, write_config
-from support_daemon import daemon_process, start_daemon
 
 SERVICE = "harness.v1.MemoryService"
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "triage"\n'
@@ -352,7 +352,7 @@ async def test_no_command_prints_a_traceback_when_the_daemon_is_down_or_drops_th
 async def test_the_tui_shows_a_dropped_daemon_and_quits_cleanly(tmp_path: Path) -> None:
     """The TUI keeps running when the daemon goes away (it retries every 5 s), shows why in its header,
     and `q` still quits with status 0 and nothing on stderr."""
-    from test_tui import tmux, wait_for
+    from support_console import tmux, wait_for
 
     config = write_config(tmp_path, HARNESS)
     async with dropping_daemon(tmp_path / "state", reset=True):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support_daemon import daemon_process
+from fix_daemon import daemon_process
 from support_runs import AGENT, make_repo
 
 PROMPT = "triage"

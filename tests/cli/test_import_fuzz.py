@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fix_daemon import Daemon, daemon_process, start_daemon
 from support import run_record, write_config
-from support_daemon import Daemon, daemon_process, start_daemon
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

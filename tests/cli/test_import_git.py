@@ -14,52 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
 from support import write_config
-from support_daemon import Daemon, daemon_process
-from support_runs import git
+from support_runs import HISTORY, KEY, TOKEN, make_history
 
 pytestmark = pytest.mark.slow
 
-KEY = "forge.example/acme/api"
-TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
-#: (message, {path: content}, author date): a ledger's history as its developers wrote it.
-HISTORY = [
-    ("Add the ledger with float amounts", {"ledger.py": "def total(xs):\n    return sum(xs)\n"},
-     "2026-03-02T09:00:00+01:00"),
-    ("Round ledger totals with Decimal quantize\n\nFloat rounding lost a cent on 2.675; quantize with "
-     "ROUND_HALF_UP instead.\n\nCo-authored-by: Pat Example <pat@example.invalid>",
-     {"ledger.py": "from decimal import Decimal\n", "test_ledger.py": "def test_rounding(): pass\n"},
-     "2026-03-05T14:30:00-05:00"),
-    (f"Pin the webhook retry clock (deploy token was {TOKEN})", {"webhooks/retry.py": "CLOCK = 1\n"},
-     "2026-04-01T08:00:00Z"),
-    ("Stream invoice exports to the CSV writer", {"exports/invoices.py": "def export(): ...\n",
-                                                   "docs/exports.md": "# exports\n"},
-     "2026-05-20T16:45:00Z"),
-]
-
-
-def make_history(path: Path) -> Path:
-    """A git repository (remote origin in forge.example/acme/api, branch main) with HISTORY's commits."""
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "dev@example.invalid")
-    git(path, "config", "user.name", "dev")
-    git(path, "remote", "add", "origin", "git@forge.example:acme/api.git")
-    for message, files, when in HISTORY:
-        for name, content in files.items():
-            (path / name).parent.mkdir(parents=True, exist_ok=True)
-            (path / name).write_text(content, encoding="utf-8")
-        git(path, "add", "-A")
-        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-        subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", message], check=True, env=env)
-    # a merge commit: not a commit of its own work, never imported
-    git(path, "checkout", "-q", "-b", "side")
-    (path / "side.txt").write_text("side\n", encoding="utf-8")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "Side work on the notifier")
-    git(path, "checkout", "-q", "main")
-    git(path, "merge", "-q", "--no-ff", "-m", "Merge branch side", "side")
-    return path
 
 
 def cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_agents import codex_bin, codex_env, fake_provider_args
+from fix_daemon import Daemon, daemon_process
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
 from support import write_config
-from support_codex import codex_bin, codex_env, fake_provider_args
-from support_daemon import Daemon, daemon_process
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
 from support import write_config
-from support_daemon import Daemon, daemon_process
 from support_runs import make_repo
 
 pytestmark = pytest.mark.slow

@@ -9,20 +9,19 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.config import load_config
 from memactors.daemon import run_daemon
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
 from support import example, run_record, wait_ready, write_config
-from support_daemon import start_daemon
+from support_console import tmux, wait_for, wait_for_change
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
 SERVICE = "harness.v1.MemoryService"
@@ -112,48 +111,12 @@ def test_the_header_shows_provider_state_and_pending_work_or_the_daemon_error() 
 
 # -- the real program in a real terminal ------------------------------------------------------------------------
 
-@asynccontextmanager
-async def tmux(tmp_path: Path, command: list[str], env: dict[str, str]) -> AsyncIterator[list[str]]:
-    """A tmux server of our own (its own socket, so parallel tests never share one) running `command`
-    in an 80×20 window; yields the tmux argv prefix for send-keys / capture-pane."""
-    base = ["tmux", "-S", str(tmp_path / "tmux.sock")]
-    env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
-    await trio.run_process([*base, "new-session", "-d", "-x", "80", "-y", "20", *env_args, *command])
-    try:
-        yield base
-    finally:
-        await trio.run_process([*base, "kill-server"], check=False)
-
-
-async def screen(base: list[str]) -> str:
-    done = await trio.run_process([*base, "capture-pane", "-p"], capture_stdout=True)
-    return done.stdout.decode()
 
 
 def unwrap(shown: str) -> str:
     """The overlay's text with the box, the scroll bar and the line breaks taken out."""
     rows = [line.strip("│█ ").strip() for line in shown.splitlines()]
     return " ".join(" ".join(rows).split())
-
-
-async def wait_for(base: list[str], text: str, *, present: bool = True) -> str:
-    """Wait until `text` is (or is no longer) on the screen: the state, not a delay."""
-    with trio.fail_after(60):
-        while True:
-            shown = await screen(base)
-            if (text in shown) == present:
-                return shown
-            await trio.sleep(0.1)
-
-
-async def wait_for_change(base: list[str], before: str) -> str:
-    """Wait until the screen shows something other than `before` (a key's effect): the state, not a delay."""
-    with trio.fail_after(60):
-        while True:
-            shown = await screen(base)
-            if shown != before:
-                return shown
-            await trio.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -222,7 +185,7 @@ async def test_req19_a_provider_down_for_minutes_is_shown_unreachable_since_not_
     """Issue 33: `memory status`, doctor and the TUI said "breaker closed" for a provider that had been
     down for more than 5 minutes (a provider that is down is refused before the breaker, which never
     opens). The daemon as a process, its provider's command missing; doctor's five minutes shortened to
-    one second (the only change; `support_daemon` constants). Every surface that showed the breaker
+    one second (the only change; `fix_daemon` constants). Every surface that showed the breaker
     says since when the provider is unreachable and its last error instead: `memory status` and
     `doctor` as subprocesses, the TUI in a real terminal under tmux."""
     down = '[memory]\nprovider = "gone"\n[mcp.gone]\ncommand = "/nonexistent/memory-provider"\n'

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from support_codex import Daemon, daemon_process, git_repo
+from fix_agents import git_repo
+from fix_daemon import Daemon, daemon_process
 
 pytestmark = pytest.mark.slow
 

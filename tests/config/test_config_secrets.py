@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import start_daemon
 from support import write_config
-from support_daemon import start_daemon
 
 SECRETS = {
     "api_key": "zk-live-4f1b9c2e7a6d5f3b8e0c1a2d",

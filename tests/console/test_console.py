@@ -13,8 +13,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from fix_daemon import Daemon
 from support_console import API, WEB, console_daemon, csrf_of, rpc, seed
-from support_daemon import Daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.req19]
 

@@ -24,9 +24,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from fix_daemon import Daemon
 from support_console import API, WEB, XSS, console_daemon, rpc, seed
-from support_daemon import Daemon
-from test_import_git import make_history
+from support_runs import make_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.req19]
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
 from support_corpus import full
-from support_daemon import start_daemon
+from support_hardening import secret_record
 from support_readside import gateway_client
-from test_hardening_secrets import _record
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
@@ -64,7 +64,7 @@ async def test_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_l
     records = tmp_path / "records"
     records.mkdir()
     for i, sample in enumerate(corpus):
-        (records / f"run-{i:04d}.json").write_text(json.dumps(_record(i, sample)), encoding="utf-8")
+        (records / f"run-{i:04d}.json").write_text(json.dumps(secret_record(i, sample)), encoding="utf-8")
     daemon = await trio.to_thread.run_sync(lambda: start_daemon(
         tmp_path, extra_config=extra,
         constants={"memactors.provider_stderr.STDERR_LINES_PER_WINDOW": 1_000_000}))
@@ -82,7 +82,7 @@ async def test_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_l
                 answers.append(json.dumps(await rpc.call(f"{SERVICE}/AddFact", {
                     "scope": f"project:{API}", "text": text, "confidence": 0.5})))
             for i, sample in enumerate(corpus):
-                short = str(_record(i, sample)["harness"])
+                short = str(secret_record(i, sample)["harness"])
                 answers.append(json.dumps(await rpc.call(f"{SERVICE}/ReportPresence", {
                     "harness": f"p{short}", "run_id": f"{i}", "session_id": f"s-{i}", "repo": API, "branch": "main"})))
                 minted = await rpc.call(f"{SERVICE}/MintRunToken", {"harness": f"m{short}", "run_id": f"m{i}",

@@ -16,11 +16,11 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import start_daemon
+from fix_providers import FaultFiles, fault_toml, poll
 from memactors.config import load_config
 from memactors.daemon import EXIT_GAVE_UP, run_daemon
 from support import write_config
-from support_daemon import start_daemon
-from support_providers import FaultFiles, fault_toml, poll
 
 
 @pytest.mark.slow

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import daemon_process
 from memactors.rpc.transport import connect_rpc
 from memactors.store.engines import open_store
 from memactors.store.sqlite import READ_CONNECTIONS
 from support import example
-from support_daemon import daemon_process
 
 SERVICE = "harness.v1.MemoryService"
 

@@ -10,8 +10,8 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import Daemon, start_daemon
 from memactors.rpc.transport import RpcError, connect_rpc
-from support_daemon import Daemon, start_daemon
 
 SERVICE = "harness.v1.MemoryService"
 FLOOD = 1100

@@ -13,28 +13,23 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
-import urllib.parse
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
-from memactors.rpc.transport import connect_rpc
-from support import example
-from support_daemon import Daemon, start_daemon
+from support_hardening import (
+    INIT,
+    Http,
+    assert_clean_log,
+    client_recall,
+    gateway_daemon,
+    legacy_recall,
+    rpc_message,
+)
 from support_readside import gateway_client
-
-SERVICE = "harness.v1.MemoryService"
-API = "forge.example/acme/api"
-LEGACY = "2025-06-18"
-INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "flood", "version": "1"}}}).encode()
 
 
 def _rss_mb(pid: int) -> float:
@@ -45,123 +40,11 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-class Http:
-    """One raw HTTP/1.1 connection, kept alive across requests (what an attacker's script or a pooled
-    client does); answers are read by Content-Length, as the gateway sends them."""
-
-    def __init__(self, stream: trio.SocketStream, port: int) -> None:
-        self.stream = stream
-        self.port = port
-        self.buffer = b""
-
-    @classmethod
-    async def open(cls, port: int) -> Http:
-        return cls(await trio.open_tcp_stream("127.0.0.1", port), port)
-
-    def head(self, body: bytes, headers: dict[str, str] | None = None) -> bytes:
-        lines = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Content-Type: application/json",
-                 "Accept: application/json, text/event-stream", f"Content-Length: {len(body)}"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-    async def request(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        await self.stream.send_all(self.head(body, headers) + body)
-        return await self.response()
-
-    async def _fill(self) -> None:
-        chunk = await self.stream.receive_some(65536)
-        if not chunk:
-            raise EOFError("server closed the connection")
-        self.buffer += chunk
-
-    async def response(self) -> tuple[int, dict[str, str], bytes]:
-        while b"\r\n\r\n" not in self.buffer:
-            await self._fill()
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
-        length = int(headers.get("content-length", "0"))
-        while len(self.buffer) < length:
-            await self._fill()
-        body, self.buffer = self.buffer[:length], self.buffer[length:]
-        return int(status_line.split()[1]), headers, body
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-
-def _rpc(id_: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if id_ is not None:
-        message["id"] = id_
-    if params is not None:
-        message["params"] = params
-    return json.dumps(message).encode()
-
-
-async def _token_holder(daemon: Daemon, run_id: str) -> str:
-    """An ingested episode in API and a live run there; returns the run's token."""
-    async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
-        await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
-        await rpc.call(f"{SERVICE}/ReportPresence", {"harness": "api-fixer", "run_id": run_id,
-                                                     "session_id": f"s-{run_id}", "repo": API, "branch": "main"})
-        minted = await rpc.call(f"{SERVICE}/MintRunToken", {"harness": "api-fixer", "run_id": run_id})
-    return str(minted["token"])
-
-
-@asynccontextmanager
-async def _gateway_daemon(tmp_path: Path, run_id: str, **options: Any) -> AsyncIterator[tuple[Daemon, str, int, str]]:
-    """The daemon as a process (``start_daemon(tmp_path, **options)``), its gateway's URL and port, and the
-    token of run `run_id` (``_token_holder``: an episode to recall); the daemon is stopped on exit."""
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(tmp_path, **options))
-    try:
-        url = daemon.info["gateway"]
-        token = await _token_holder(daemon, run_id)
-        yield daemon, url, urllib.parse.urlsplit(url).port or 80, token
-    finally:
-        await trio.to_thread.run_sync(daemon.stop)
-
-
-async def _legacy_recall(port: int, token: str) -> str:
-    """A handshake-era session (what Claude Code speaks) opened with the token, then one recall in it."""
-    http = await Http.open(port)
-    try:
-        auth = {"Authorization": f"Bearer {token}"}
-        status, headers, body = await http.request(INIT, auth)
-        assert status == 200, body
-        session = {**auth, "Mcp-Session-Id": headers["mcp-session-id"], "Mcp-Protocol-Version": LEGACY}
-        status, _, _ = await http.request(_rpc(None, "notifications/initialized"), session)
-        assert status == 202
-        status, _, body = await http.request(_rpc(2, "tools/call", {
-            "name": "recall", "arguments": {"query": "flaky ledger"}}), session)
-        assert status == 200, body
-        result = json.loads(body)["result"]
-        assert result["isError"] is False
-        return str(result["content"][0]["text"])
-    finally:
-        await http.aclose()
-
-
-async def _client_recall(url: str, token: str) -> str:
-    async with gateway_client(url, token) as client:
-        result = await client.call_tool("recall", {"query": "flaky ledger"})
-    assert result.is_error is False
-    return "".join(getattr(c, "text", "") for c in result.content)
-
-
-def _assert_clean_log(daemon: Daemon) -> str:
-    log = daemon.log_text()
-    assert "Traceback" not in log, log[-4000:]
-    assert " ERROR " not in log, log[-4000:]
-    assert "Too many open sessions" not in log
-    return log
-
-
 @pytest.mark.slow
 async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_session_and_recall_working(
         tmp_path: Path) -> None:
-    async with _gateway_daemon(tmp_path, "r-flood") as (daemon, url, port, token):
-        assert "ep_" in await _legacy_recall(port, token)  # warm: the first recall loads what it loads
+    async with gateway_daemon(tmp_path, "r-flood") as (daemon, url, port, token):
+        assert "ep_" in await legacy_recall(port, token)  # warm: the first recall loads what it loads
         before = _rss_mb(daemon.pid)
         answered: list[int] = []
 
@@ -184,13 +67,13 @@ async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_se
         assert len(answered) == 10_000 and set(answered) <= {200, 503} and 200 in answered
         grown = _rss_mb(daemon.pid) - before
         # After the flood a token holder opens a session of its own (it got 503 here) and recalls.
-        text = await _legacy_recall(port, token)
+        text = await legacy_recall(port, token)
         assert "ep_" in text and "<memory-data" in text
-        assert "ep_" in await _client_recall(url, token)
+        assert "ep_" in await client_recall(url, token)
         print(f"RSS grew {grown:.1f} MB over 10,000 unauthenticated initialize requests")
         # The SDK's session table took ~41 KB a session (~400 MB here); stateless answers keep nothing.
         assert grown < 64, grown
-    _assert_clean_log(daemon)
+    assert_clean_log(daemon)
 
 
 async def _slow_body_attacker(port: int, stop: trio.Event, drops: list[str]) -> None:
@@ -226,7 +109,7 @@ async def test_slow_body_clients_beyond_the_connection_cap_are_dropped_while_a_t
         tmp_path: Path) -> None:
     # ulimit -n 256 gives each listener (256 - 128) // 3 = 42 connection slots: 60 attackers hold more
     # than every slot, and reconnect as soon as they are dropped (2 s body deadline here, 10 s in the daemon).
-    async with _gateway_daemon(tmp_path, "r-slow", nofile=256, body=2.0, handshake=2.0) as (daemon, url, port, token):
+    async with gateway_daemon(tmp_path, "r-slow", nofile=256, body=2.0, handshake=2.0) as (daemon, url, port, token):
         stop = trio.Event()
         drops: list[str] = []
         recalls: list[str] = []
@@ -236,14 +119,14 @@ async def test_slow_body_clients_beyond_the_connection_cap_are_dropped_while_a_t
             await trio.sleep(1.0)  # noqa: ASYNC251 -- the attackers take every slot first
             with trio.fail_after(120):  # a hang guard: each recall waits at most about one deadline
                 for _ in range(3):
-                    recalls.append(await _legacy_recall(port, token))
-                    recalls.append(await _client_recall(url, token))
+                    recalls.append(await legacy_recall(port, token))
+                    recalls.append(await client_recall(url, token))
             stop.set()
         assert len(recalls) == 6 and all("ep_" in text for text in recalls)
         # Every attacker was dropped at least once: closed to make room for a waiting client once it
         # had trickled for a second, or answered 408 at the body deadline.
         assert len(drops) >= 60 and set(drops) <= {"closed", "408"}, drops
-    log = _assert_clean_log(daemon)
+    log = assert_clean_log(daemon)
     made_room = [line for line in log.splitlines() if "listener full: closed a connection to make room" in line]
     assert 1 <= len(made_room) <= 20  # one line per 10 s, with the count folded in
 
@@ -254,7 +137,7 @@ async def test_idle_kept_alive_connections_beyond_the_cap_do_not_lock_a_token_ho
     cap is 42 here) would make a new agent wait that long, but the listener closes the longest idle one
     for a waiting client."""
     idle: list[Http] = []
-    async with _gateway_daemon(tmp_path, "r-idle", nofile=256) as (daemon, url, port, token):
+    async with gateway_daemon(tmp_path, "r-idle", nofile=256) as (daemon, url, port, token):
         try:
             async def hog() -> None:
                 http = await Http.open(port)
@@ -267,18 +150,18 @@ async def test_idle_kept_alive_connections_beyond_the_cap_do_not_lock_a_token_ho
                         nursery.start_soon(hog)
             with trio.fail_after(30):  # well under the 75 s an idle slot would otherwise be held
                 for _ in range(3):
-                    assert "ep_" in await _legacy_recall(port, token)
-                    assert "ep_" in await _client_recall(url, token)
+                    assert "ep_" in await legacy_recall(port, token)
+                    assert "ep_" in await client_recall(url, token)
         finally:
             for http in idle:
                 await http.aclose()
-    _assert_clean_log(daemon)
+    assert_clean_log(daemon)
 
 
 @pytest.mark.slow
 async def test_a_client_reusing_one_connection_every_five_to_six_seconds_never_sees_it_closed(
         tmp_path: Path) -> None:
-    async with _gateway_daemon(tmp_path, "r-keep") as (daemon, url, port, token):
+    async with gateway_daemon(tmp_path, "r-keep") as (daemon, url, port, token):
         auth = {"Authorization": f"Bearer {token}"}
         answers: list[int] = []
 
@@ -306,7 +189,7 @@ async def test_a_client_reusing_one_connection_every_five_to_six_seconds_never_s
             nursery.start_soon(raw_client)
             nursery.start_soon(mcp_client)
         assert answers == [200] * 7
-    _assert_clean_log(daemon)
+    assert_clean_log(daemon)
 
 
 def _reset(stream: trio.SocketStream) -> None:
@@ -315,8 +198,8 @@ def _reset(stream: trio.SocketStream) -> None:
 
 
 async def test_clients_vanishing_at_any_point_of_a_request_leave_no_traceback(tmp_path: Path) -> None:
-    async with _gateway_daemon(tmp_path, "r-vanish") as (daemon, url, port, token):
-        call = _rpc(3, "tools/call", {"name": "recall", "arguments": {"query": "flaky ledger"}})
+    async with gateway_daemon(tmp_path, "r-vanish") as (daemon, url, port, token):
+        call = rpc_message(3, "tools/call", {"name": "recall", "arguments": {"query": "flaky ledger"}})
         for headers in ({}, {"Authorization": f"Bearer {token}"}):
             for rst in (False, True):
                 for cut in ("head", "body", "response", "idle"):
@@ -335,6 +218,6 @@ async def test_clients_vanishing_at_any_point_of_a_request_leave_no_traceback(tm
                     await trio.sleep(0.05)  # noqa: ASYNC251 -- the server has read what was sent
                     await http.aclose()
         # The gateway still answers, and every one of those clients has left without a trace.
-        assert "ep_" in await _legacy_recall(port, token)
+        assert "ep_" in await legacy_recall(port, token)
         await trio.sleep(0.5)  # noqa: ASYNC251 -- let the daemon finish with the last of them
-    _assert_clean_log(daemon)
+    assert_clean_log(daemon)

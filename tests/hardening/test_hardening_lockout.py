@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import Daemon
 from memactors.rpc.transport import RpcError, connect_rpc
-from support_daemon import Daemon
-from test_hardening_gateway import Http, _assert_clean_log, _client_recall, _gateway_daemon, _legacy_recall
+from support_hardening import Http, assert_clean_log, client_recall, gateway_daemon, legacy_recall
 
 SERVICE = "harness.v1.MemoryService"
 
@@ -81,7 +81,7 @@ async def _trickler(port: int, stop: trio.Event) -> None:
 @pytest.mark.parametrize("nofile", [256, 1024])
 async def test_unauthenticated_event_streams_and_slow_bodies_never_lock_a_token_holder_out(
         tmp_path: Path, nofile: int) -> None:
-    async with _gateway_daemon(tmp_path, "r-sse", nofile=nofile) as (daemon, url, port, token):
+    async with gateway_daemon(tmp_path, "r-sse", nofile=nofile) as (daemon, url, port, token):
         stop = trio.Event()
         seen: list[str] = []
         served: list[str] = []
@@ -93,14 +93,14 @@ async def test_unauthenticated_event_streams_and_slow_bodies_never_lock_a_token_
             await trio.sleep(2.0)  # noqa: ASYNC251 -- the flood takes every slot before the agents come
             with trio.fail_after(300):  # a hang guard only: before issue 34 every one of these timed out
                 for _ in range(6):
-                    served.append(await _legacy_recall(port, token))
-                    served.append(await _client_recall(url, token))
+                    served.append(await legacy_recall(port, token))
+                    served.append(await client_recall(url, token))
             stop.set()
         assert len(served) == 12 and all("ep_" in text for text in served)
         # No stream was opened for a caller without a token: 405, or closed to make room for an agent.
         assert seen and all(s.startswith("405") or s in ("closed", "unconnected") for s in seen), sorted(set(seen))
         assert any(s.startswith("405") for s in seen)
-    _assert_clean_log(daemon)
+    assert_clean_log(daemon)
 
 
 async def _read_websocket(daemon: Daemon, stop: trio.Event, outcomes: list[str], settled: trio.Event) -> None:
@@ -130,7 +130,7 @@ async def _cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[bytes]
 @pytest.mark.parametrize("nofile", [256, 1024])
 async def test_four_hundred_read_token_websockets_leave_the_cli_and_the_control_tier_served(
         tmp_path: Path, nofile: int) -> None:
-    async with _gateway_daemon(tmp_path, "r-ops", nofile=nofile) as (daemon, _url, _port, _token):
+    async with gateway_daemon(tmp_path, "r-ops", nofile=nofile) as (daemon, _url, _port, _token):
         stop = trio.Event()
         outcomes: list[str] = []
         results: list[tuple[str, int, bytes]] = []
@@ -191,7 +191,7 @@ async def test_a_busy_read_flood_never_cuts_the_cli_and_an_idle_one_is_not_a_log
     next newcomer); an idle flood wrote one `rpc connection closed` line per connection. Here 100 busy
     clients on a daemon whose read tier holds 37 (ulimit -n 256): every CLI call is answered; then 200
     connections that make no call leave a few lines, not 200."""
-    async with _gateway_daemon(tmp_path, "r-flood", nofile=256) as (daemon, _url, _port, _token):
+    async with gateway_daemon(tmp_path, "r-flood", nofile=256) as (daemon, _url, _port, _token):
         stop = trio.Event()
         counts: dict[str, int] = {}
         results: list[tuple[int, bytes]] = []

@@ -20,10 +20,10 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
-from support import run_record
-from support_daemon import start_daemon
-from support_secrets import Sample, corpus
+from support_hardening import secret_record
+from support_secrets import corpus
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
@@ -39,25 +39,6 @@ def test_the_corpus_has_sixty_realistic_formats_and_names_the_ones_once_missed()
                    "ec-private-key", "openssh-private-key", "pgp-private-key"):
         assert needed in ids
     assert all(s.random_parts for s in corpus())
-
-
-def _record(i: int, sample: Sample) -> dict[str, object]:
-    text, line = sample.text, sample.one_line
-    # One-line fields hold 256 characters: the sample, else the secret alone, else (a key block) nothing
-    # of it. A secret is never cut here: a cut one is shorter than its format, which is another test.
-    secret = " ".join(sample.secret.split())
-    short = line if len(line) <= 240 else secret if len(secret) <= 240 else f"long-{i}"
-    at = "2026-11-28T09:01:00Z"
-    return run_record(
-        harness=f"h{i} {short}", run_id=f"r{i} {short}", trace_id=text, result_text=f"Done. {text} end",
-        model={"served": short}, trigger={"source": "api", "name": text},
-        sessions=[{"session_id": f"s{i} {short}", "cwd": f"/srv/api/{line}"[:4000], "repo": API,
-                   "git_branch": short}],
-        events=[{"kind": "edit", "session_id": f"s{i} {short}", "at": at, "path": f"src/{line}"[:4000]},
-                {"kind": "verify", "session_id": f"s{i} {short}", "at": at, "ok": False, "error_class": text},
-                {"kind": "message", "session_id": f"s{i} {short}", "at": at, "text": text},
-                {"kind": "tool_call", "session_id": f"s{i} {short}", "at": at, "payload": {"args": text}}],
-    )
 
 
 async def _recall_and_briefing(url: str, token: str) -> None:
@@ -96,10 +77,10 @@ async def test_no_format_of_the_corpus_reaches_the_state_directory_or_the_log(tm
     try:
         async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
             for i, sample in enumerate(corpus()):
-                result = await rpc.call(f"{SERVICE}/IngestRun", {"record": _record(i, sample),
+                result = await rpc.call(f"{SERVICE}/IngestRun", {"record": secret_record(i, sample),
                                                                 "source": f"file {sample.one_line}"[:250]})
                 assert result["outcome"] in ("recorded", "queued"), (sample.id, result)
-                short = _record(i, sample)["harness"]
+                short = secret_record(i, sample)["harness"]
                 await rpc.call(f"{SERVICE}/AddFact", {"scope": f"project:{API}", "text": f"fact {sample.text}",
                                                      "confidence": 0.5})
                 await rpc.call(f"{SERVICE}/ReportPresence", {"harness": f"p{short}", "run_id": f"{i}",

@@ -21,12 +21,12 @@ import trio_websocket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fix_daemon import daemon_in_process
 from memactors._wire import parse_run_record
-from memactors.config import load_config
-from memactors.daemon import Listening, run_daemon
+from memactors.daemon import Listening
 from memactors.errors import InvalidArgument
 from memactors.rpc.transport import MAX_DEPTH, RpcError, connect_rpc, read_token
-from support import run_record, write_config
+from support import run_record
 
 SERVICE = "harness.v1.MemoryService"
 SECRETISH = "ZZ-rejected-value-must-not-echo"
@@ -107,16 +107,6 @@ def test_bounded_valid_records_still_parse() -> None:
 # ------------------------------------------------------------------------------------------ the daemon
 
 
-@asynccontextmanager
-async def daemon(tmp_path: Path) -> AsyncIterator[Listening]:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                       task_status=task_status))
-        yield listening
-        nursery.cancel_scope.cancel()
-
-
 async def raw_call(ws: trio_websocket.WebSocketConnection, frame: str) -> dict[str, Any]:
     await ws.send_message(frame)
     with trio.fail_after(30):
@@ -171,7 +161,7 @@ def _encode(params: dict[str, Any]) -> str:
 
 @pytest.mark.slow
 async def test_wrong_typed_and_oversized_rpc_params_are_invalid_argument_naming_the_field(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as listening, raw_socket(listening, tmp_path / "state") as ws:
+    async with daemon_in_process(tmp_path) as (_, listening), raw_socket(listening, tmp_path / "state") as ws:
         for i, (method, params, field) in enumerate(BAD_PARAMS):
             frame = f'{{"id": {i}, "method": "{SERVICE}/{method}", "params": {_encode(params)}}}'
             reply = await raw_call(ws, frame)
@@ -186,7 +176,7 @@ async def test_wrong_typed_and_oversized_rpc_params_are_invalid_argument_naming_
 
 @pytest.mark.slow
 async def test_deeply_nested_json_gets_an_invalid_argument_reply_not_a_dropped_connection(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as listening, raw_socket(listening, tmp_path / "state") as ws:
+    async with daemon_in_process(tmp_path) as (_, listening), raw_socket(listening, tmp_path / "state") as ws:
         for depth in (MAX_DEPTH + 1, 5_000, 200_000):
             nested = "[" * depth + "]" * depth
             reply = await raw_call(ws, f'{{"id": 1, "method": "{SERVICE}/Status", "params": {{"x": {nested}}}}}')
@@ -197,7 +187,7 @@ async def test_deeply_nested_json_gets_an_invalid_argument_reply_not_a_dropped_c
 
 @pytest.mark.slow
 async def test_the_rpc_client_refuses_unsendable_params_without_a_traceback(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as listening:
+    async with daemon_in_process(tmp_path) as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             deep: Any = []
             for _ in range(100_000):
@@ -276,7 +266,7 @@ async def test_property_rpc_frames_never_yield_internal_or_a_dropped_connection(
         frames.append(f)
 
     collect()
-    async with daemon(tmp_path) as listening, raw_socket(listening, tmp_path / "state") as ws:
+    async with daemon_in_process(tmp_path) as (_, listening), raw_socket(listening, tmp_path / "state") as ws:
         for f in frames:
             reply = await raw_call(ws, f)  # a dropped connection raises here
             error = reply.get("error")
@@ -300,7 +290,7 @@ async def test_the_cli_reports_poison_files_and_goes_on_without_a_traceback(
     nested.write_text(json.dumps(run_record(model=inner)))
     good = tmp_path / "good.json"
     good.write_text(json.dumps(run_record()))
-    async with daemon(tmp_path) as _:
+    async with daemon_in_process(tmp_path) as _:
         argv = ["--config", str(tmp_path / "harness.toml"), "runs", "ingest",
                 str(deep), str(infinite), str(nested), str(good)]
         code = await trio.to_thread.run_sync(cli.main, argv)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import start_daemon
 from memactors.rpc.transport import connect_rpc
 from memactors.testing.postgres import Cluster
 from support import example, write_config
-from support_daemon import start_daemon
+from support_hardening import INIT, LEGACY, Http, rpc_message
 from support_readside import gateway_client
-from test_hardening_gateway import INIT, LEGACY, Http, _rpc
 
 pytestmark = [pytest.mark.slow]
 
@@ -77,14 +77,14 @@ async def test_a_postgresql_outage_answers_a_run_token_holder_degraded_on_every_
                     status, headers, body = await http.request(INIT, auth)
                     assert status == 200 and body, (status, body)
                     session = {**auth, "Mcp-Session-Id": headers["mcp-session-id"], "Mcp-Protocol-Version": LEGACY}
-                    status, _, _ = await http.request(_rpc(None, "notifications/initialized"), session)
+                    status, _, _ = await http.request(rpc_message(None, "notifications/initialized"), session)
                     assert status == 202
                     for i, (method, params) in enumerate((
                             ("tools/call", {"name": "recall", "arguments": {"query": "ledger"}}),
                             ("tools/call", {"name": "briefing", "arguments": {}}),
                             ("resources/read", {"uri": "harness://memory/briefing"}),
                             ("tools/list", {}), ("resources/list", {}))):
-                        status, _, body = await http.request(_rpc(10 + i, method, params), session)
+                        status, _, body = await http.request(rpc_message(10 + i, method, params), session)
                         assert status == 200 and body, (method, status, body)
                         answer = json.loads(body)
                         assert "result" in answer, answer

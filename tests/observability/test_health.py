@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
+from fix_providers import FaultFiles, fault_toml
 from memactors.cli.memory import EXIT_DEGRADED, status_exit
 from memactors.config import load_config
 from memactors.doctor import doctor_rows
 from support import run_record, write_config
-from support_daemon import Daemon, daemon_process
-from support_providers import FaultFiles, fault_toml
 
 
 def _status(**overrides: Any) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
+from fix_providers import sample
 from memactors.metrics import FAMILY_NAMES, FLEET_FAMILY_NAMES, OTHER_HARNESS, Metrics, serve_metrics
 
 
@@ -29,15 +29,6 @@ async def scrape(base_url: str) -> str:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     return response.text
-
-
-def sample(text: str, name: str, **labels: str) -> float | None:
-    """Return the value of one series in an exposition, or None when it is absent."""
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return s.value
-    return None
 
 
 @pytest.mark.req21

@@ -13,12 +13,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from fix_providers import FaultFiles, fault_toml
 from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
 from memactors.service import open_memory_service
 from memactors.telemetry import memory_span
 from support import example, serving, wait_ready
-from support_providers import FaultFiles, fault_toml
 from support_readside import API, as_run, gateway_client
 
 _exporter = InMemorySpanExporter()

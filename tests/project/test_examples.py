@@ -49,8 +49,8 @@ async def test_req4_the_minimal_example_provider_passes_the_check_over_stdio(tmp
 
 @pytest.mark.slow
 def test_demo_ingests_the_packaged_examples_into_the_running_daemon_and_its_next_steps_work(tmp_path: Path) -> None:
+    from fix_daemon import daemon_process
     from memactors.cli.demo import examples_dir
-    from support_daemon import daemon_process
 
     # the examples the wheel ships are the repository's (src/memactors/examples is a link to them)
     assert sorted(p.name for p in examples_dir().glob("run-*.json")) == sorted(p.name for p in EXAMPLES.glob("run-*.json"))

@@ -26,10 +26,10 @@ import pytest
 import trio
 from packaging.version import Version
 
+from fix_agents import git_repo
+from fix_daemon import Daemon, start_daemon
 from memactors.cli.demo import OTHER_WORDS as DEMO_OTHER_WORDS
 from support import write_config
-from support_codex import git_repo
-from support_daemon import Daemon, start_daemon
 from support_readside import gateway_client
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ import pytest
 import trio
 from mcp import Client
 
+from fix_providers import poll
 from memactors.conformance import synthetic_episode
 from memactors.contract import TOOLS, check_request, split_items, tool_result_payload, validate_response
 from memactors.testing import fault_provider_params
 from memactors.testing.fault_provider import EXTRA_IDS, SPOOF_CLAIM
 from support import within
-from support_providers import poll
 
 pytestmark = [pytest.mark.req3, pytest.mark.slow]
 

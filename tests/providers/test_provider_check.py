@@ -8,37 +8,26 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from fix_daemon import daemon_in_process, serving_env
+from fix_providers import FaultFiles, fault_toml, sample
 from memactors import cli
-from memactors.config import ConfigHolder, load_config
+from memactors.config import ConfigHolder
 from memactors.contract import schema_document
-from memactors.daemon import Listening, run_daemon
 from memactors.metrics import Metrics
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import MemoryService, open_memory_service
 from support import LogRecords, run_record, wait_ready, write_config
-from support_providers import FaultFiles, fault_toml, sample
 
 pytestmark = pytest.mark.slow
 
 SERVICE = "harness.v1.MemoryService"
-
-
-@asynccontextmanager
-async def daemon(tmp_path: Path, extra: str = "") -> AsyncIterator[tuple[Path, Listening]]:
-    path = write_config(tmp_path, extra)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                       task_status=task_status))
-        yield path, listening
-        nursery.cancel_scope.cancel()
 
 
 async def run_cli(config: Path, *argv: str) -> int:
@@ -65,7 +54,7 @@ async def test_req11_the_builtin_provider_passes_its_own_check(memory: MemorySer
 
 @pytest.mark.req4
 async def test_req4_the_builtin_check_through_the_cli_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    async with daemon(tmp_path) as (config, _):
+    async with daemon_in_process(tmp_path) as (config, _):
         assert await run_cli(config, "memory", "provider", "check") == 0
     out = capsys.readouterr().out
     assert out.count("PASS") == 7 and out.strip().endswith("ok")
@@ -74,7 +63,7 @@ async def test_req4_the_builtin_check_through_the_cli_exits_zero(tmp_path: Path,
 @pytest.mark.req4
 async def test_req4_a_provider_without_memory_contract_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = FaultFiles(tmp_path / "fault")
-    async with daemon(tmp_path, fault_toml(files, "omit_contract", provider=False)) as (config, _):
+    async with daemon_in_process(tmp_path, fault_toml(files, "omit_contract", provider=False)) as (config, _):
         code = await run_cli(config, "memory", "provider", "check", "--provider", "fault")
         assert code != 0
         assert await run_cli(config, "memory", "provider", "check", "--provider", "fault", "--json") == 1
@@ -90,7 +79,7 @@ async def test_req4_a_provider_without_memory_contract_fails(tmp_path: Path, cap
 async def test_req4_a_provider_that_ignores_scope_passes_with_a_warning(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], make_holder: Callable[[str], ConfigHolder]) -> None:
     files = FaultFiles(tmp_path / "fault")
-    async with daemon(tmp_path, fault_toml(files, "other_scope", provider=False)) as (config, _):
+    async with daemon_in_process(tmp_path, fault_toml(files, "other_scope", provider=False)) as (config, _):
         assert await run_cli(config, "memory", "provider", "check", "--provider", "fault") == 0
     out = capsys.readouterr().out
     assert "5  WARN" in out and out.count("FAIL") == 0
@@ -110,7 +99,7 @@ async def test_req4_a_provider_that_ignores_scope_passes_with_a_warning(
 
 @pytest.mark.req4
 async def test_an_unknown_or_project_only_provider_cannot_be_checked(tmp_path: Path) -> None:
-    async with daemon(tmp_path) as (_, listening):
+    async with daemon_in_process(tmp_path) as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             from memactors.rpc.transport import RpcError
 
@@ -141,7 +130,7 @@ def test_req3_provider_schema_prints_the_shipped_schemas(capsys: pytest.CaptureF
 
 @pytest.mark.req10
 async def test_req10_memory_forget_and_status_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    async with daemon(tmp_path) as (config, listening):
+    async with daemon_in_process(tmp_path) as (config, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": run_record()}))["episode_id"]
         capsys.readouterr()
@@ -159,7 +148,7 @@ async def test_req10_memory_forget_and_status_through_the_cli(tmp_path: Path, ca
 @pytest.mark.req3
 async def test_req3_memory_status_shows_an_incompatible_provider(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = FaultFiles(tmp_path / "fault")
-    async with daemon(tmp_path, fault_toml(files, "contract_v2")) as (config, listening):
+    async with daemon_in_process(tmp_path, fault_toml(files, "contract_v2")) as (config, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "read")) as rpc:
             with trio.fail_after(60):
                 while (await rpc.call(f"{SERVICE}/Status", {}))["state"] != "incompatible":  # noqa: ASYNC110
@@ -179,7 +168,7 @@ async def test_req1_a_running_daemon_keeps_its_last_good_configuration(tmp_path:
 
 
 async def _keeps_last_good(tmp_path: Path, logs: LogRecords) -> None:
-    async with daemon(tmp_path, '[memory.episodes]\nretention = "30d"\n') as (config, listening):
+    async with daemon_in_process(tmp_path, '[memory.episodes]\nretention = "30d"\n') as (config, listening):
         token = read_token(tmp_path / "state", "read")
 
         async def retention() -> str:
@@ -225,7 +214,7 @@ async def test_a_provider_that_dies_at_start_fails_check_1_showing_its_last_stde
     extra = (f"[mcp.nomcp]\ncommand = {json.dumps(sys.executable)}\nargs = [\"-S\", {json.dumps(str(provider))}]\n"
              f"[mcp.leaky]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps('-c')}, {json.dumps(leaky)}]\n")
     with LogRecords() as logs:
-        async with daemon(tmp_path, extra) as (config, _):
+        async with daemon_in_process(tmp_path, extra) as (config, _):
             assert await run_cli(config, "memory", "provider", "check", "--provider", "nomcp") == 1
             out = capsys.readouterr().out
             assert await run_cli(config, "memory", "provider", "check", "--provider", "leaky", "--json") == 1
@@ -249,7 +238,7 @@ async def test_the_official_server_memory_fails_check_1_pointing_at_the_provider
     memory_file = tmp_path / "memory.jsonl"
     extra = (f"[mcp.graph]\ncommand = {json.dumps(str(SERVER_MEMORY))}\n"
              f"env = {{ MEMORY_FILE_PATH = {json.dumps(str(memory_file))} }}\n")
-    async with daemon(tmp_path, extra) as (config, _):
+    async with daemon_in_process(tmp_path, extra) as (config, _):
         assert await run_cli(config, "memory", "provider", "check", "--provider", "graph") == 1
     out = capsys.readouterr().out
     assert "1  FAIL" in out and "no memory_contract tool" in out and "create_entities" in out
@@ -275,28 +264,8 @@ def test_the_example_configurations_own_provider_passes_whatever_python3_the_pat
     (bin_dir / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(tmp_path),
            "HARNESS_CONFIG": str(config)}
-    with daemon_in(REPO, env, tmp_path / "daemon.log"):
+    with serving_env(env, tmp_path / "state", tmp_path / "daemon.log", cwd=REPO):
         done = subprocess.run([sys.executable, "-m", "memactors.cli", "memory", "provider", "check", "--provider",
                                "mini"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("PASS") == 7 and "minimal 0.1, contract 1" in done.stdout
-
-
-@contextmanager
-def daemon_in(cwd: Path, env: dict[str, str], log: Path) -> Iterator[None]:
-    """`memactors serve` started from ``cwd`` (relative provider paths resolve there); ready once it
-    announced its addresses, stopped with SIGINT."""
-    with log.open("w", encoding="utf-8") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "memactors.cli", "serve"], cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("Ctrl-C stops it."):
-                break
-        else:
-            raise AssertionError(log.read_text(encoding="utf-8")[-3000:])
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)

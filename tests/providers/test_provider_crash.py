@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_providers import FaultFiles, fault_toml, poll
 from memactors.actors.breaker import Breaker
 from memactors.actors.provider_session import ProviderSession, provider_call
 from memactors.config import ConfigHolder
@@ -18,7 +19,6 @@ from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing import fault_provider_params
 from support import run_record, wait_ready
-from support_providers import FaultFiles, fault_toml, poll
 
 REPO = "forge.example/acme/api"
 

@@ -17,6 +17,7 @@ import trio
 import trio.testing
 from mcp.server import Server
 
+from fix_providers import FaultFiles, fault_toml, poll, sample
 from memactors.actors import provider_session as ps
 from memactors.config import Config, ConfigHolder, load_config
 from memactors.daemon import run_daemon
@@ -27,7 +28,6 @@ from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.fault_provider import PROVIDER_NAME, PROVIDER_VERSION, FaultProvider
 from support import write_config
-from support_providers import FaultFiles, fault_toml, poll, sample
 
 SERVICE = "harness.v1.MemoryService"
 MISSING = "/nonexistent/memory-provider"

@@ -24,7 +24,7 @@ from memactors.config import ConfigHolder
 from memactors.service import open_memory_service
 from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
 from support import run_record, wait_ready
-from test_redact import TRUE_POSITIVES
+from support_secrets import TRUE_POSITIVES
 
 API = "forge.example/acme/api"
 GHP = "gh" + "p_" + "Idg53Z131ckMzKyTs2mP" + "Ln6YYc8kkswFm9il"

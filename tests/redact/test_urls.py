@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
+from fix_daemon import start_daemon
 from memactors.provider_stderr import log_stderr
 from memactors.urls import MASK, mask_url, mask_urls
 from support import write_config
-from support_daemon import start_daemon
 
 PASS, KEY, TOK, HASH, REFRESH = "Pa55w0rdXyz", "QueryKey9Abc", "FragTok7Qrs", "HashVal3Def", "Refresh5Ghi"
 SECRET_URL = (f"http://svc:{PASS}@127.0.0.1:9/mcp?api_key={KEY}&x=1&hash={HASH}&refresh={REFRESH}"

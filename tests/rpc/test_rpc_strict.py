@@ -12,9 +12,9 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+from fix_daemon import Daemon, daemon_process
 from memactors.rpc.methods import SERVICE, operator_methods
 from memactors.service import MemoryService
-from support_daemon import Daemon, daemon_process
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fix_agents import codex_bin, codex_env, fake_provider_args, run_codex
 from memactors.adapters import LaunchRequest
 from memactors.adapters.codex import CodexAdapter, CodexParser, unwrap_shell
 from memactors.testing.fake_openai import Message, PatchCall, ShellCall, Turn, run_fake_openai
-from support_codex import codex_bin, codex_env, fake_provider_args, run_codex
 from support_runs import PYTEST
 
 DATA = Path(__file__).resolve().parents[1] / "data"

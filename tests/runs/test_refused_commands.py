@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import serving_env as daemon
 from memactors.adapters import CommandRun
 from memactors.adapters.claude_code import ClaudeCodeAdapter
 from memactors.agents.run_record import build_run_record
@@ -26,7 +27,7 @@ from memactors.agents.transcript import read_claude_transcript, run_record_from_
 from memactors.config import HarnessConfig
 from memactors.testing.fake_anthropic import Script, Text, ToolUse, run_fake_anthropic
 from support import write_config
-from support_runs import base_env, claude_binary, claude_env, cli, daemon, make_repo
+from support_runs import base_env, claude_binary, claude_env, cli, make_repo
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AT = "2026-12-01T10:00:00.000000Z"

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import serving_env as daemon
 from memactors.testing.fake_anthropic import Script, Text, run_fake_anthropic
 from support import write_config
-from support_runs import base_env, claude_binary, claude_env, cli, daemon, make_repo
+from support_runs import base_env, claude_binary, claude_env, cli, make_repo
 
 pytestmark = [pytest.mark.slow, pytest.mark.req5, pytest.mark.req16]
 

@@ -31,6 +31,7 @@ from memactors.service import MemoryService, open_memory_service
 from memactors.store import pull_requests
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import EXAMPLES, example, run_record, wait_ready, within, write_config
+from support_readside import sample
 
 API = "forge.example/acme/api"
 GHP = "gh" + "p_" + "Idg53Z131ckMzKyTs2mP" + "Ln6YYc8kkswFm9il"
@@ -52,10 +53,6 @@ async def service(holder: ConfigHolder) -> AsyncIterator[MemoryService]:
     async with open_memory_service(holder) as svc:
         await wait_ready(svc)
         yield svc
-
-
-def sample(svc: MemoryService, name: str, **labels: str) -> float:
-    return svc.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 async def count(svc: MemoryService, table: str) -> int:

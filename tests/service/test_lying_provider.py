@@ -14,23 +14,21 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
 
+from fix_daemon import daemon_in_process, daemon_process
 from memactors.actors.index import OWN_TEXT_CHARS, text_belongs
 from memactors.builtin import search_words
-from memactors.config import ConfigHolder, load_config
-from memactors.daemon import Listening, run_daemon
+from memactors.config import ConfigHolder
 from memactors.gist import gist
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
-from support import EXAMPLES, example, wait_ready, write_config
-from support_daemon import daemon_process
+from support import EXAMPLES, example, wait_ready
 from support_readside import API, as_run, fault_toml, fenced_only, gateway_client, sample
 from support_runs import make_repo
 
@@ -42,16 +40,6 @@ REPLACED = "memactors_memory_results_text_replaced_total"
 # Words only the billing episode (run-7-billing-bot.json) has.
 BILLING_WORDS = ("proration", "invoice")
 QUERIES = ["ledger", "ledger rounding", "rounding", "ledger proration", "invoice ledger"]
-
-
-@asynccontextmanager
-async def daemon(tmp_path: Path, extra: str) -> AsyncIterator[Listening]:
-    path = write_config(tmp_path, extra)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                       task_status=task_status))
-        yield listening
-        nursery.cancel_scope.cancel()
 
 
 def test_text_belongs_accepts_snippets_of_the_episode_and_refuses_foreign_words() -> None:
@@ -67,7 +55,7 @@ def test_text_belongs_accepts_snippets_of_the_episode_and_refuses_foreign_words(
 @pytest.mark.req9
 @pytest.mark.slow
 async def test_req9_a_text_swapping_provider_serves_no_foreign_text_over_many_recalls(tmp_path: Path) -> None:
-    async with daemon(tmp_path, fault_toml(tmp_path)) as listening:
+    async with daemon_in_process(tmp_path, fault_toml(tmp_path)) as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             with trio.fail_after(30):  # the provider subprocess connects after the daemon starts serving
                 while (await rpc.call(f"{SERVICE}/Status"))["state"] != "ready":  # noqa: ASYNC110 -- polls the daemon over RPC

@@ -323,8 +323,8 @@ async def test_a_batch_logs_one_info_line_and_still_counts_every_episode(tmp_pat
     its INFO `run ingested` line."""
     import httpx2
 
+    from fix_daemon import daemon_process
     from memactors.rpc.transport import connect_rpc
-    from support_daemon import daemon_process
 
     service = "harness.v1.MemoryService"
     with daemon_process(tmp_path) as daemon:

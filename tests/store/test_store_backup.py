@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import daemon_process
 from support import run_record, write_config
-from support_daemon import daemon_process
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import daemon_process, start_daemon
 from memactors.rpc.transport import connect_rpc
 from support import run_record, write_config
-from support_codex import daemon_process
-from support_daemon import start_daemon
 
 SERVICE = "harness.v1.MemoryService"
 

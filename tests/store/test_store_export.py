@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
 from support import write_config
-from support_daemon import Daemon, daemon_process
-from test_import_git import HISTORY, KEY, make_history
+from support_runs import HISTORY, KEY, make_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process, start_daemon
 from support import run_record, write_config
-from support_daemon import Daemon, daemon_process, start_daemon
 
 REPO = "forge.example/acme/api"
 OTHER = "forge.example/acme/other"

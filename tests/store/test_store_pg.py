@@ -664,10 +664,10 @@ async def test_pgvector_backfill_retires_vectors_of_an_older_embedding_text(vect
 async def test_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> None:
     """PostgreSQL with pgvector: the text hits' score is the words matched then the cover density
     (the engine's order), the cosine hits' pgvector's similarity (1 − `<=>`); the same checks as
-    SQLite's (`test_builtin._scored_hits`)."""
+    SQLite's (`support_builtin.check_scored_hits`)."""
     from memactors.modelapi import ModelApiClient, ModelApiSettings
     from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
-    from test_builtin import _scored_hits
+    from support_builtin import check_scored_hits
 
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
@@ -675,6 +675,6 @@ async def test_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> Non
         store = await open_store(vector_url)
         try:
             async with ModelApiClient(settings) as client:
-                await _scored_hits(store, client)
+                await check_scored_hits(store, client)
         finally:
             store.close()

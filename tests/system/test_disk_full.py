@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from fix_daemon import Daemon, daemon_process
 from memactors.cli import memory as cli_memory
 from memactors.cli._core import EXIT_RESOURCE
 from memactors.store.health import WriteHealth, disk_full_cause
 from support import run_record
-from support_daemon import Daemon, daemon_process
 
 
 def _can_mount() -> bool:

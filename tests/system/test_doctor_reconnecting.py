@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import Daemon, start_daemon
 from memactors.doctor import store_rows
 from memactors.testing.postgres import Cluster
 from support import write_config
-from support_daemon import Daemon, start_daemon
 
 DISK_WORDS = ("RESOURCE_EXHAUSTED", "disk", "space", "free")
 

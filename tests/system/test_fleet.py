@@ -23,11 +23,11 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import Daemon, start_daemon
 from memactors.rpc.transport import RpcError, connect_rpc
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, write_config
-from support_daemon import Daemon, start_daemon
 from support_readside import API, BILLING, gateway_client
 from support_runs import command_harness, make_repo
 

@@ -31,6 +31,7 @@ import pytest
 import trio
 import trio.testing
 
+from fix_daemon import Daemon, start_daemon
 from memactors.config import ConfigHolder, load_config
 from memactors.errors import StoreUnavailable
 from memactors.rpc.transport import RpcError, connect_rpc
@@ -38,7 +39,6 @@ from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, wait_ready, within, write_config
-from support_daemon import Daemon, start_daemon
 from support_readside import API, as_run, gateway_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.fleet]
