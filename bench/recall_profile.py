@@ -203,10 +203,11 @@ def main() -> None:
         for k in PARTS + LAYERS + (("gateway", "rpc") if args.daemon else ()):
             ratio = f"   {t[k]['p50'] / parts:5.2f}x parts" if k not in PARTS else ""
             print(f"    {k:<9} p50 {t[k]['p50']:>8.2f} ms   p99 {t[k]['p99']:>8.2f} ms{ratio}", flush=True)
-        print(f"    per agent recall (cProfile of {args.profile}, trio thread):")
-        for label, n in counts(res["profile"], args.profile).items():
-            print(f"        {label:<24} {n:5.1f}")
-        pstats.Stats(res["profile"]).sort_stats("tottime").print_stats(25)
+        if args.profile:  # `--profile 0`: the timings alone (an empty profile has no stats to print)
+            print(f"    per agent recall (cProfile of {args.profile}, trio thread):")
+            for label, n in counts(res["profile"], args.profile).items():
+                print(f"        {label:<24} {n:5.1f}")
+            pstats.Stats(res["profile"]).sort_stats("tottime").print_stats(25)
     print(machine(), flush=True)
 
 
