@@ -78,6 +78,13 @@ def backoff_seconds(attempts: int) -> float:
 #: Seconds between two retention lines for the same kind of failure (the rest are counted: ``suppressed``).
 RETRY_LOG_SECONDS = 10.0
 
+
+def record_arguments(episode_id: str, stored: tuple[dict[str, Any], str, str, str]) -> dict[str, Any]:
+    """`memory_record_episode`'s arguments for a stored copy (episode, text, scope, trust class)."""
+    episode, text, scope, trust_class = stored
+    return {"episode_id": episode_id, "scope": scope, "trust_class": trust_class, "episode": episode, "text": text}
+
+
 @attrs.frozen
 class RecordNow(Ask[str]):
     """Try to record this episode now (the caller's deadline bounds the wait); answers the outcome.
@@ -440,9 +447,7 @@ class Retention:
         keys = [_key(Attempt("record", episodes[n][0], "", self._provider)) for n in mine]
         self._inflight.update(keys)
         try:
-            arguments = {"episodes": [
-                {"episode_id": episodes[n][0], "scope": episodes[n][1][2], "trust_class": episodes[n][1][3],
-                 "episode": episodes[n][1][0], "text": episodes[n][1][1]} for n in mine]}
+            arguments = {"episodes": [record_arguments(*episodes[n]) for n in mine]}
             try:
                 payload = await self._call_within(contract.RECORD_MANY, arguments, len(mine))
                 ids = [tuple(str(i) for i in result["ids"]) for result in payload["results"]]
@@ -489,9 +494,7 @@ class Retention:
                 return await self._quarantine(Attempt("record", episode_id, "", self._provider), unreadable)
             stored = (*copy, row[1], row[2])
         # Just stored by the ingest path: forgotten meanwhile is handled when the ids are indexed.
-        episode, text, scope, trust_class = stored
-        arguments = {"episode_id": episode_id, "scope": scope, "trust_class": trust_class,
-                     "episode": episode, "text": text}
+        arguments = record_arguments(episode_id, stored)
         try:
             payload = await self._call_within("memory_record_episode", arguments)
             ids = tuple(str(i) for i in payload["ids"])

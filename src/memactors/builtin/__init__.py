@@ -324,28 +324,18 @@ class BuiltinProvider:
     async def record(self, args: dict[str, Any]) -> dict[str, Any]:
         """Store the episode's document; its vector comes later, from the background embedder
         (`embed_worker`), which this wakes: recording never waits for a model."""
-        episode_id = str(args["episode_id"])
-        scope = str(args["scope"])
-        episode = args.get("episode") or {}
-        text = str(args["text"])
-        summary = str(episode.get("summary") or "")
-        files = [str(f) for f in episode.get("files_touched") or []]
-        started_at = str(episode.get("started_at") or "")
-        digest = content_hash(text, summary)
-        fields = record_fields(text, summary, files, episode if isinstance(episode, dict) else None)
-
-        _doc_id, changed = await self.store.write(lambda db: self.index.write_doc(
-            db, episode_id=episode_id, scope=scope, fields=fields, started_at=started_at, digest=digest))
-        if changed and self.hybrid:
-            self._count_pending(self.pending_vectors + 1)
-        self.wake()
-        return {"ids": [episode_id]}
+        return (await self._record_docs([args]))[0]
 
     async def record_many(self, args: dict[str, Any]) -> dict[str, Any]:
         """`contract.RECORD_MANY`: `record` for each of ``args["episodes"]``, every document written in
         one store transaction (an ingest batch's episodes: one commit instead of one each)."""
+        return {"results": await self._record_docs(args["episodes"])}
+
+    async def _record_docs(self, episodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write the episodes' documents in one store transaction, count the new ones as waiting for a
+        vector and wake the embedder: each episode's `record` answer, in order."""
         docs = []
-        for one in args["episodes"]:
+        for one in episodes:
             episode = one.get("episode") or {}
             text = str(one["text"])
             summary = str(episode.get("summary") or "")
@@ -365,7 +355,7 @@ class BuiltinProvider:
         if changed and self.hybrid:
             self._count_pending(self.pending_vectors + changed)
         self.wake()
-        return {"results": [{"ids": [doc[0]]} for doc in docs]}
+        return [{"ids": [doc[0]]} for doc in docs]
 
     # -- embeddings (REQ-11), in the background -------------------------------------------------
     async def embed_pending(self, *, everything: bool = False,
