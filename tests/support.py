@@ -24,6 +24,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 #: The drop-in that turns the embedded model off for a test's daemon (`write_config`).
 NO_EMBEDDINGS = "[memory]\nembeddings = false\n"
+# On a loaded 2-core CI machine (4 pytest workers) one built-in record has taken 2.1 s of wall clock, past the 2 s
+# default, and the run was then (correctly) queued rather than recorded. Tests of the built-in provider assert on
+# "recorded", so they get a deadline a loaded machine cannot miss; tests of deadlines set their own.
+ROOMY_PROVIDER_TIMEOUT = '[memory.episodes]\nprovider_timeout = "30s"\n'
 
 
 def write_config(tmp_path: Path, extra: str = "", *, store_url: str | None = None,
@@ -42,6 +46,11 @@ def write_config(tmp_path: Path, extra: str = "", *, store_url: str | None = Non
         (dropins / "00-tests-no-embeddings.toml").write_text(NO_EMBEDDINGS, encoding="utf-8")
     else:
         (dropins / "00-tests-no-embeddings.toml").unlink(missing_ok=True)
+    if "provider_timeout" in extra or 'provider = "' in extra:
+        (dropins / "00-tests-provider-timeout.toml").unlink(missing_ok=True)
+    else:
+        dropins.mkdir(exist_ok=True)
+        (dropins / "00-tests-provider-timeout.toml").write_text(ROOMY_PROVIDER_TIMEOUT, encoding="utf-8")
     url = f'url = "{store_url}"\n' if store_url else ""
     path.write_text(
         f'[store]\npath = "{tmp_path / "state"}"\n{url}'
