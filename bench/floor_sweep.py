@@ -3,22 +3,28 @@
 
     .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs /tmp/black --no-changelog --keep /tmp/rq
     .venv/bin/python bench/floor_sweep.py --state /tmp/rq/state-embedded            # figures of the shipped model
-    .venv/bin/python bench/floor_sweep.py --state /tmp/rq/state-embedded --fit      # refit, print the weights
+    .venv/bin/python bench/floor_sweep.py --state /tmp/rq/state-embedded --fit      # refit, sweep, print
+    .venv/bin/python bench/floor_sweep.py --state /tmp/rq/state-embedded --newest 0.3,0.5,0.8  # while filling
 
 Each natural-language question of `recall_quality.py` (the answerable ones and the no-answer ones of
-`bench/data/noanswer_questions.json`) is asked once, in-process on the kept store, of the text ranking
-and the cosine ranking (`text_candidates`, `knn`) with the words' evidence (`evidence`); then, in pure
-Python, the fused order (`ranking.fuse_hybrid`) is filtered by a score and scored: all-questions MRR
-(the 266 of `recall_quality.py`'s "all" row) and the share of no-answer questions answered with
-nothing. The held-out sets the bench reports in their own rows (`heldout2`, `noanswer_heldout`) are
-left out: no fit reads them.
+`bench/data/noanswer_questions.json` and `bench/data/noanswer_heldout.json`) is asked once, in-process on
+the kept store, of the text ranking and the cosine ranking (`text_candidates`, `knn`) with the words'
+evidence (`evidence`); then, in pure Python, what the built-in provider's recall does with them:
+`ranking.fuse_hybrid`'s order filtered by `ranking.relevance_scores` at the floor. Figures: all-questions
+MRR (the 266 of `recall_quality.py`'s "all" row) and the share of each no-answer set answered with
+nothing. The sets no fit reads are left out (`heldout2`, the other-words set written after issue 32's
+fusion, and `noanswer_heldout2`, the second blind no-answer set).
 
-`--fit` fits a logistic model of the five measures `ranking.relevance` uses — coverage, cosine, its
-margin over the median of the cosine ranking's best 20, the query's unknown-word share and the
-best cosine — on the answers (positive) and the first eight items of the no-answer questions
-(negative), classes weighed equally, and prints its weights in raw units (what ranking.py holds) and
-its figures at each floor, in-sample and with each half (by a hash of the question) fitted on the
-other. Without `--fit`: the shipped model's figures beside no floor.
+`--fit` fits the item model `ranking.item_logit` uses — a logistic regression of coverage, cosine, its
+margin over the median of the cosine ranking's best 20, the query's unknown-word share and the best
+cosine, on the answers (positive) and the first eight items of the no-answer questions (negative), the
+classes weighed equally — prints its weights in raw units (what ranking.py holds), then the floor and
+ANSWER_WEIGHT swept with those weights, in-sample and with each of five folds (by a hash of the
+question) judged by the model fitted on the other four.
+
+`--newest P,...`: the same questions as if only the newest share P of each repository's episodes had
+their vector (the back-fill's order: newest doc ids first), against BM25 alone (no vector at all), per
+question set: the offline check of "never below BM25 while the vectors fill in".
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import hashlib
 import math
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +45,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import LIMIT, load_questions, machine  # noqa: E402
 
 from memactors.builtin import ranking  # noqa: E402
+from memactors.builtin.ranking import Evidence, Hit  # noqa: E402
 
-LEFT_OUT = ("heldout2", "noanswer_heldout")
+LEFT_OUT = ("heldout2", "noanswer_heldout2")
 MEASURES = ("coverage", "cosine", "margin", "unknown", "best")
+WEIGHTS = ("W_COVERAGE", "W_COSINE", "W_MARGIN", "W_UNKNOWN", "W_BEST")
+FOLDS = 5
+#: Cosine candidates kept per question for `--newest` (the newest share's best must be among them).
+DEEP = 1500
 
 
-async def collect(state: Path) -> list[dict[str, Any]]:
-    """Each question with its fused order and, per item, the five measures."""
-    from memactors.builtin import doc_digest
+async def collect(state: Path, deep: bool) -> list[dict[str, Any]]:
+    """Each question with its text and cosine rankings and the words' evidence over their hits."""
+    from memactors.builtin import doc_digest, index_sqlite
     from memactors.builtin.index_sqlite import SqliteIndex
     from memactors.embedding import BUILTIN_MODEL, LocalEmbedder
     from memactors.repo import scope_for
     from memactors.store.engines import open_store
 
+    if deep:
+        index_sqlite.CANDIDATES = DEEP  # type: ignore[attr-defined]
     store = await open_store(state / "memactors.db")
     index = SqliteIndex()
     # a store kept by an older build is upgraded as the provider does at start (int8 vectors stored once)
@@ -67,52 +81,95 @@ async def collect(state: Path) -> list[dict[str, Any]]:
             vector = (await embed([q["query"]]))[0]
 
             def rows(db: Any, words: Sequence[str] = words, scopes: Sequence[str] = scopes,
-                     vector: list[float] = vector) -> list[tuple[str, list[float]]]:
+                     vector: list[float] = vector) -> dict[str, Any]:
                 text = index.text_candidates(db, words, scopes, LIMIT, ranking.FUSE_DEPTH) if words else []
                 cosine = index.knn(db, vector, scopes)
-                candidates = [*text, *cosine[:ranking.FUSE_DEPTH]]
-                evidence = index.evidence(db, words, scopes, [h.doc_id for h in candidates], vectors=True)
-                embedded = {h.episode_id for h in candidates if h.doc_id in evidence.vectored}
-                hits = {h.episode_id: h for h in cosine} | {h.episode_id: h for h in text}
-                fused = ranking.fuse_hybrid(text, cosine, embedded)
-                order = ranking.rank(fused, {e: h.started_at for e, h in hits.items()}, len(fused))
-                covered = ranking.coverage(evidence)
-                sims = [h.score for h in cosine]
-                similarity = {h.episode_id: h.score for h in cosine}
-                unknown = ranking.unknown_share(evidence)
-                best = sims[0] if sims else 0.0
-                items = []
-                for e in order:
-                    c = similarity.get(e, sims[-1] if sims else 0.0)
-                    # the margin as ranking.relevance measures it: over the median of the others
-                    median = statistics.median(ranking._others(sims[:ranking.FUSE_DEPTH], c)) if sims else 0.0
-                    items.append((runs.get(e, "?"), [covered.get(hits[e].doc_id, 0.0), c, c - median, unknown, best]))
-                return items
+                hits = [*text, *(cosine if deep else cosine[:ranking.FUSE_DEPTH])]
+                evidence = index.evidence(db, words, scopes, [h.doc_id for h in hits], vectors=True)
+                return {"text": text, "cosine": cosine, "evidence": evidence}
 
-            out.append({**q, "items": await store.read(rows)})
+            found = await store.read(rows)
+            found["runs"] = {h.episode_id: runs.get(h.episode_id, "?") for h in [*found["text"], *found["cosine"]]}
+            out.append({**q, **found})
     finally:
         store.close()
     return out
 
 
-def figures(questions: list[dict[str, Any]], keep: Callable[[list[float]], bool]) -> tuple[float, float]:
-    """(all-questions MRR, share of no-answer questions answered with nothing) with the items `keep`s."""
+def answer(q: dict[str, Any], floor: float, newest: float | None = None) -> list[str]:
+    """The run ids the built-in provider serves for `q` (no paths): its recall's fusion and scores.
+    `newest`: as if only the newest share of the scope's episodes had a vector (0: BM25 alone)."""
+    ev: Evidence = q["evidence"]
+    text: list[Hit] = q["text"]
+    cosine: list[Hit] = q["cosine"]
+    vectored: Collection[int] = ev.vectored
+    if newest is not None:
+        cut = ev.docs * (1 - newest)
+        vectored = frozenset(d for d in ev.present if (d & 0xFFFFFFFF) > cut)
+        cosine = [h for h in cosine if h.doc_id in vectored][:ranking.CANDIDATES]
+        ev = Evidence(ev.docs, ev.df, ev.present, frozenset(vectored))
+    hits = {h.episode_id: h for h in cosine} | {h.episode_id: h for h in text}
+    candidates = [*text, *cosine[:ranking.FUSE_DEPTH]]
+    embedded = {h.episode_id for h in candidates if h.doc_id in ev.vectored}
+    fused = (ranking.fuse_hybrid(text, cosine, embedded) if cosine
+             else ranking.rrf([[h.episode_id for h in text][:ranking.FUSE_DEPTH]] if text else []))
+    score = ranking.relevance_scores(hits, ev, cosine, fused.keys(),
+                                     filling=bool(cosine) and ranking.embedded_share(text, embedded) < 1)
+    order = ranking.rank(fused, {e: h.started_at for e, h in hits.items()}, len(fused))
+    return [q["runs"][e] for e in order if score[e] >= floor][:LIMIT]
+
+
+def rr(q: dict[str, Any], served: Sequence[str]) -> float:
+    return next((1 / i for i, run in enumerate(served, 1) if run in q["answers"]), 0.0)
+
+
+def is_all(q: dict[str, Any]) -> bool:
+    """Whether `q` counts in recall_quality.py's "all natural-language questions" row."""
+    return q["kind"] in ("same", "other") and q.get("set") not in ("heldout2",)
+
+
+def figures(questions: Sequence[dict[str, Any]], floor: float) -> tuple[float, dict[str, float]]:
+    """(all-questions MRR, share of each no-answer set answered with nothing) at `floor`."""
     mrr: list[float] = []
-    nothing: list[float] = []
+    nothing: dict[str, list[float]] = {}
     for q in questions:
-        served = [run for run, x in q["items"] if keep(x)][:LIMIT]
+        served = answer(q, floor)
         if q["kind"] == "none":
-            nothing.append(0.0 if served else 1.0)
-        else:
-            mrr.append(next((1 / i for i, run in enumerate(served, 1) if run in q["answers"]), 0.0))
-    return statistics.mean(mrr), statistics.mean(nothing)
+            nothing.setdefault(q["set"], []).append(0.0 if served else 1.0)
+        elif is_all(q):
+            mrr.append(rr(q, served))
+    return statistics.mean(mrr), {k: statistics.mean(v) for k, v in nothing.items()}
 
 
-def fit(rows: list[tuple[list[float], int]], l2: float = 0.01, steps: int = 3000) -> tuple[list[float], float]:
+def line(mrr: float, nothing: dict[str, float]) -> str:
+    return f"MRR {mrr:.3f}, nothing " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(nothing.items()))
+
+
+def measures(q: dict[str, Any]) -> Iterator[tuple[str, list[float]]]:
+    """Each of the fused order's first LIMIT items with a vector: (run id, the five measures)."""
+    ev: Evidence = q["evidence"]
+    text, cosine = q["text"], q["cosine"]
+    hits = {h.episode_id: h for h in cosine} | {h.episode_id: h for h in text}
+    embedded = {h.episode_id for h in [*text, *cosine[:ranking.FUSE_DEPTH]] if h.doc_id in ev.vectored}
+    fused = ranking.fuse_hybrid(text, cosine, embedded) if cosine else {}
+    covered = ranking.coverage(ev)
+    unknown = ranking.unknown_share(ev)
+    sims = [h.score for h in cosine]
+    similarity = {h.episode_id: h.score for h in cosine}
+    for e in ranking.rank(fused, {e: h.started_at for e, h in hits.items()}, LIMIT):
+        if e in similarity or hits[e].doc_id in ev.vectored:
+            c = similarity.get(e, sims[-1])
+            median = statistics.median(ranking._others(sims[:ranking.FUSE_DEPTH], c))
+            yield q["runs"][e], [covered.get(hits[e].doc_id, 0.0), c, c - median, unknown, sims[0]]
+
+
+def fit(questions: Sequence[dict[str, Any]], l2: float = 0.01, steps: int = 3000) -> tuple[list[float], float]:
     """Logistic regression by gradient descent on standardised measures, the two classes weighed
     equally; weights returned in raw units."""
     import numpy as np
 
+    rows = [(x, 0) if q["kind"] == "none" else (x, 1) for q in questions for run, x in q["measures"]
+            if q["kind"] == "none" or (is_all(q) and run in q["answers"])]
     x = np.array([r[0] for r in rows])
     y = np.array([r[1] for r in rows])
     mu, sd = x.mean(0), x.std(0) + 1e-9
@@ -127,58 +184,89 @@ def fit(rows: list[tuple[list[float], int]], l2: float = 0.01, steps: int = 3000
     return [float(v) for v in raw], float(b - (w * mu / sd).sum())
 
 
-def training(questions: list[dict[str, Any]]) -> list[tuple[list[float], int]]:
-    rows = []
+@contextmanager
+def model(weights: Sequence[float], bias: float, answer_weight: float) -> Iterator[None]:
+    """ranking's constants set to a model for the block."""
+    saved = {n: getattr(ranking, n) for n in (*WEIGHTS, "RELEVANCE_BIAS", "ANSWER_WEIGHT")}
+    for n, v in zip(WEIGHTS, weights, strict=True):
+        setattr(ranking, n, v)
+    ranking.RELEVANCE_BIAS, ranking.ANSWER_WEIGHT = bias, answer_weight
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(ranking, n, v)
+
+
+def fold(q: dict[str, Any]) -> int:
+    return hashlib.sha256(q["query"].encode()).digest()[0] % FOLDS
+
+
+def sweep(questions: list[dict[str, Any]]) -> None:
+    """The refit model at each floor and answer weight, in-sample and cross-validated by folds. The
+    floor is reported as the shift to RELEVANCE_BIAS that puts it at RELEVANCE_FLOOR."""
     for q in questions:
-        for run, x in q["items"][:LIMIT]:
-            if q["kind"] == "none":
-                rows.append((x, 0))
-            elif run in q["answers"]:
-                rows.append((x, 1))
-    return rows
+        q["measures"] = list(measures(q))
+    weights, bias = fit(questions)
+    print("fitted:", ", ".join(f"{m} {w:.2f}" for m, w in zip(MEASURES, weights, strict=True)), f"bias {bias:.2f}")
+    folds = [fit([q for q in questions if fold(q) != k]) for k in range(FOLDS)]
+    floor = ranking.RELEVANCE_FLOOR
+    logit: Callable[[float], float] = lambda p: math.log(p / (1 - p))  # noqa: E731
+    for answer_weight in (0.0, 0.5, 0.85, 1.0):
+        for at in (0.4, 0.45, 0.5, 0.55, 0.56, 0.57, 0.58, 0.6):
+            shift = logit(floor) - logit(at)  # the model's floor `at` moved to RELEVANCE_FLOOR
+            with model(weights, bias + shift, answer_weight):
+                mrr, nothing = figures(questions, floor)
+            cv_mrr: list[float] = []
+            cv_nothing: dict[str, list[float]] = {}
+            for k in range(FOLDS):
+                with model(folds[k][0], folds[k][1] + shift, answer_weight):
+                    for q in questions:
+                        if fold(q) != k:
+                            continue
+                        served = answer(q, floor)
+                        if q["kind"] == "none":
+                            cv_nothing.setdefault(q["set"], []).append(0.0 if served else 1.0)
+                        elif is_all(q):
+                            cv_mrr.append(rr(q, served))
+            print(f"answer weight {answer_weight:.2f}, floor {at:.2f} (bias {bias + shift:.2f}): {line(mrr, nothing)}"
+                  f" | by folds: {line(statistics.mean(cv_mrr), {k: statistics.mean(v) for k, v in cv_nothing.items()})}")
 
 
-def score(weights: Sequence[float], bias: float) -> Callable[[list[float]], float]:
-    return lambda x: 1 / (1 + math.exp(-(bias + sum(w * v for w, v in zip(weights, x, strict=True)))))
+def filling(questions: list[dict[str, Any]], shares: Sequence[float]) -> None:
+    """Per question set, MRR as if only the newest share of each scope had its vector, against BM25."""
+    sets = sorted({(q["kind"], q.get("set", "first")) for q in questions if q["kind"] != "none"})
 
+    def per_set(newest: float) -> dict[tuple[str, str], float]:
+        return {s: statistics.mean(rr(q, answer(q, ranking.RELEVANCE_FLOOR, newest)) for q in questions
+                                   if (q["kind"], q.get("set", "first")) == s) for s in sets}
 
-def half(q: dict[str, Any]) -> int:
-    return hashlib.sha256(q["query"].encode()).digest()[0] % 2
+    bm25 = per_set(0.0)
+    print("MRR per question set, as if only the newest share of each repository had its vector"
+          " (< below BM25 alone):")
+    print(f"{'set':24} {'BM25':>7}" + "".join(f" {share:>7}" for share in shares))
+    got = {share: per_set(share) for share in shares}
+    for s in sets:
+        print(f"{s[0] + ' ' + s[1]:24} {bm25[s]:>7.3f}"
+              + "".join(f" {got[share][s]:>6.3f}{'<' if got[share][s] < bm25[s] - 1e-9 else ' '}" for share in shares))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--state", required=True, type=Path, help="a `recall_quality.py --keep` state directory")
     parser.add_argument("--fit", action="store_true", help="refit the model and sweep the floor")
+    parser.add_argument("--newest", default="", help="comma-separated shares of each scope with a vector")
     args = parser.parse_args()
-    questions = trio.run(collect, args.state)
-    print(f"machine: {machine()}; {sum(q['kind'] != 'none' for q in questions)} answerable, "
+    shares = [float(s) for s in args.newest.split(",") if s]
+    questions = trio.run(collect, args.state, bool(shares))
+    print(f"machine: {machine()}; {sum(is_all(q) for q in questions)} answerable, "
           f"{sum(q['kind'] == 'none' for q in questions)} no-answer questions")
-    mrr, nothing = figures(questions, lambda x: True)
-    print(f"no floor: MRR {mrr:.3f}, answered with nothing {nothing:.0%}")
-    shipped = [ranking.W_COVERAGE, ranking.W_COSINE, ranking.W_MARGIN, ranking.W_UNKNOWN, ranking.W_BEST]
-    s = score(shipped, ranking.RELEVANCE_BIAS)
-    mrr, nothing = figures(questions, lambda x: s(x) >= ranking.RELEVANCE_FLOOR)
-    print(f"shipped model, floor {ranking.RELEVANCE_FLOOR}: MRR {mrr:.3f}, answered with nothing {nothing:.0%}")
-    if not args.fit:
-        return
-    weights, bias = fit(training(questions))
-    print("fitted:", ", ".join(f"{m} {w:.2f}" for m, w in zip(MEASURES, weights, strict=True)), f"bias {bias:.2f}")
-    halves = [fit(training([q for q in questions if half(q) != h])) for h in (0, 1)]
-    for floor in (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6):
-        s = score(weights, bias)
-        mrr, nothing = figures(questions, lambda x, s=s, floor=floor: s(x) >= floor)
-        cv_mrr, cv_nothing = 0.0, 0.0
-        for h in (0, 1):
-            part = [q for q in questions if half(q) == h]
-            sh = score(*halves[h])
-            m, n = figures(part, lambda x, sh=sh, floor=floor: sh(x) >= floor)
-            cv_mrr += m * sum(q["kind"] != "none" for q in part)
-            cv_nothing += n * sum(q["kind"] == "none" for q in part)
-        cv_mrr /= sum(q["kind"] != "none" for q in questions)
-        cv_nothing /= sum(q["kind"] == "none" for q in questions)
-        print(f"floor {floor:.2f}: MRR {mrr:.3f}, nothing {nothing:.0%} | each half fitted on the other:"
-              f" MRR {cv_mrr:.3f}, nothing {cv_nothing:.0%}")
+    print(f"no floor: {line(*figures(questions, 0.0))}")
+    print(f"shipped model, floor {ranking.RELEVANCE_FLOOR}: {line(*figures(questions, ranking.RELEVANCE_FLOOR))}")
+    if shares:
+        filling(questions, shares)
+    if args.fit:
+        sweep(questions)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ from .ranking import bm25_candidates as bm25_candidates
 from .ranking import briefing_order as briefing_order
 from .ranking import briefing_rank as briefing_rank
 from .ranking import coverage as coverage
+from .ranking import embedded_share as embedded_share
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
 from .ranking import names_scope as names_scope
@@ -105,7 +106,7 @@ from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
 from .ranking import query_words as query_words
 from .ranking import rank as rank
-from .ranking import relevance as relevance
+from .ranking import relevance_scores as relevance_scores
 from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
@@ -534,14 +535,8 @@ class BuiltinProvider:
             text_rank = [h.episode_id for h in text]
             fused = (fuse_hybrid(text, cosine, embedded) if cosine
                      else rrf([text_rank[:FUSE_DEPTH]] if text else []))
-            covered = coverage(evidence)
-            similarity = {h.episode_id: h.score for h in cosine}
-            cosines = [h.score for h in cosine]
-            unknown = unknown_share(evidence)
-            vectored = {h.episode_id for h in cosine} | embedded
-            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), cosines, unknown,
-                                    vector=eid in vectored)
-                     for eid, h in hits.items()}
+            score = relevance_scores(hits, evidence, cosine, fused.keys(),
+                                     filling=bool(cosine) and embedded_share(text, embedded) < 1)
             floor = 0.0 if meta_mode else (
                 _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)
             if paths:

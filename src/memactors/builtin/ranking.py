@@ -348,6 +348,13 @@ TEXT_WEIGHT = 0.4
 CONFIDENT = 1.3
 
 
+def embedded_share(text: Sequence[Hit], embedded: Collection[str] | None) -> float:
+    """The share (0–1) of the text ranking's best FUSE_DEPTH that have a vector (`embedded`; None: all
+    of them): below 1 while the back-fill has not reached every candidate."""
+    top = text[:FUSE_DEPTH]
+    return 1.0 if embedded is None or not top else sum(h.episode_id in embedded for h in top) / len(top)
+
+
 def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
                 embedded: Collection[str] | None = None) -> dict[str, float]:
     """Hybrid recall's fused score (episode id → score in [0, 2]) of the text ranking's and the cosine
@@ -358,15 +365,18 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
     × its cosine score (0 where it is not in that list). When BM25 is confident — its first hit scores
     CONFIDENT times its second, or it has one hit — that hit's score is raised by 1, above every other.
 
-    `embedded`, when given, holds the text hits that have a vector. A text hit without one (recorded,
-    not yet back-filled: right after `runs ingest` or an import) is ranked on the signal it has — its
-    text score, whole — not pushed down by the cosine score it cannot have (issue 38: with the missing
-    cosine counted 0, recall on a half-embedded store fell below BM25 alone). And the cosine ranking
-    weighs in proportion to the share of the text ranking's best FUSE_DEPTH that have a vector
-    ((1 − TEXT_WEIGHT) × share, the text the rest): while the back-fill runs, the cosine ranking is the
-    best of the few episodes embedded so far, and its min-max-normalised first place says little (a
-    cosine-only or embedded weak text match had jumped above BM25's better ones: natural other words
-    0.502 against BM25's 0.530 right after ingest). Every hit embedded: the weights above.
+    `embedded`, when given, holds the text hits that have a vector. While some of the text ranking's
+    best FUSE_DEPTH have none (recorded, not yet back-filled: right after `runs ingest` or an import),
+    every hit is ranked on the signals it has, and the cosine can only lift, never lower: a text hit's
+    score is its text score, plus — when it has a vector and the cosine ranking puts it higher than the
+    text ranking does — cosine_weight × (its cosine score − its text score), where cosine_weight is
+    (1 − TEXT_WEIGHT) × the share of the text ranking's best FUSE_DEPTH that have a vector; a hit of
+    the cosine ranking alone scores cosine_weight × its cosine score. Issue 38: with the missing cosine
+    counted 0, recall on a half-embedded store fell below BM25 alone; with the blend below applied to
+    the embedded few, an embedded BM25 first with a middling cosine fell below an unembedded second
+    (own words 0.979, hard other words 0.143 against BM25's 1.000 / 0.154 right after ingest): the
+    cosine ranking of the few episodes embedded so far, min-max normalised, says little about where
+    the others stand. Every hit embedded: the weights above.
 
     Measured against REQ-11's RRF (k = 60) of the same two lists (bench/fusion_sweep.py, 266 questions
     through the built-in provider): every question set at or above BM25 alone, where RRF lost 6 points
@@ -379,13 +389,12 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
         return {eid: (v - low) / (high - low) if high > low else 1.0 for eid, v in best.items()}
 
     t, c = normalised(text), normalised(cosine)
-    top = text[:FUSE_DEPTH]
-    share = 1.0 if embedded is None or not top else sum(h.episode_id in embedded for h in top) / len(top)
+    share = embedded_share(text, embedded)
     cosine_weight = (1 - TEXT_WEIGHT) * share
 
     def blend(eid: str) -> float:
-        if embedded is not None and eid not in embedded and eid not in c:
-            return t.get(eid, 0.0)
+        if share < 1:  # while the back-fill runs: the text whole, the cosine a lift
+            return t.get(eid, 0.0) + cosine_weight * max(0.0, c.get(eid, 0.0) - t.get(eid, 0.0))
         return (1 - cosine_weight) * t.get(eid, 0.0) + cosine_weight * c.get(eid, 0.0)
 
     fused = {eid: blend(eid) for eid in (*t, *c)}
@@ -397,25 +406,34 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
 #: Issue 38's one score scale: an item's score is its relevance in [0, 1], on every install (BM25 alone
 #: or hybrid, SQLite or PostgreSQL), from absolute evidence only (never a min-max over the answer, which
 #: made the best of nothing score 1): how much of the query's weight its text holds (`coverage`) and,
-#: with a vector, how close the embedded model puts it (`relevance`). RELEVANCE_FLOOR is the score below
-#: which an item is not served, so a recall can answer "nothing"; it was calibrated on questions with no
-#: answer in the store (bench/data/noanswer_questions.json) and the answerable questions of
-#: bench/recall_quality.py (docs/benchmarks.md, "Relevance floor").
+#: with a vector, how close the embedded model puts it and how close the answer comes at all
+#: (`relevance_scores`). RELEVANCE_FLOOR is the score below which an item is not served, so a recall
+#: can answer "nothing"; it was calibrated on questions with no answer in the store
+#: (bench/data/noanswer_questions.json, bench/data/noanswer_heldout.json) and the answerable questions
+#: of bench/recall_quality.py (docs/benchmarks.md, bench/floor_sweep.py).
 RELEVANCE_FLOOR = 0.4
-#: Evidence of an episode with a vector (issue 38's second pass, `relevance`): a logistic model of five
-#: absolute measures, fitted on the answers and the best-ranked non-answers of bench/recall_quality.py's
-#: answerable and no-answer questions (bench/floor_sweep.py; docs/benchmarks.md, "Relevance floor"):
-#: its `coverage`, its cosine similarity to the query, how far that stands above the median of the
-#: cosine ranking's best FUSE_DEPTH (a match standing out from the scope's other episodes), the idf
-#: share of the query's words that no episode of the scope holds (`unknown_share`: a question about
-#: something the repository never saw), and the cosine ranking's best similarity (how close the
-#: scope comes to the question at all). The logit is RELEVANCE_BIAS + Σ weight × measure.
-RELEVANCE_BIAS = -4.75
-W_COVERAGE = 1.7
-W_COSINE = 4.3
-W_MARGIN = 5.4
-W_UNKNOWN = -3.5
-W_BEST = 5.3
+#: An item's own evidence with a vector (`item_logit`): a logistic model of five absolute measures,
+#: fitted on the answers and the no-answer questions' items of bench/recall_quality.py
+#: (bench/floor_sweep.py --fit): its `coverage`, its cosine similarity to the query, how far that
+#: stands above the median of the cosine ranking's best FUSE_DEPTH (a match standing out from the
+#: scope's other episodes), the idf share of the query's words that no episode of the scope holds
+#: (`unknown_share`: a question about something the repository never saw), and the cosine ranking's
+#: best similarity (how close the scope comes to the question at all). The logit is RELEVANCE_BIAS +
+#: Σ weight × measure.
+RELEVANCE_BIAS = -4.17
+W_COVERAGE = 1.64
+W_COSINE = 3.53
+W_MARGIN = 4.91
+W_UNKNOWN = -3.69
+W_BEST = 3.87
+#: How much of an item's score is the answer's (issue 38's third pass): the logit served is
+#: (1 − ANSWER_WEIGHT) × the item's own + ANSWER_WEIGHT × the best item's of the answer. Whether a
+#: question has an answer in the store at all is told better by the answer's best candidate than by
+#: each item alone (a weaker third item of a clear answer is worth showing; a fair-looking item of a
+#: question the repository cannot answer is not), and the item's own half keeps an unrelated episode
+#: out of a clear answer. bench/floor_sweep.py --fit: at 80–85 % of the no-answer questions answered
+#: with nothing, 0.01 more MRR than items judged alone.
+ANSWER_WEIGHT = 0.5
 #: Text evidence of an episode known by its text alone (BM25-only installs; an episode whose vector
 #: is not back-filled yet): its `coverage` over TEXT_SURE.
 TEXT_SURE = 0.45
@@ -480,25 +498,59 @@ def _others(cosines: Sequence[float], own: float) -> Sequence[float]:
     return others
 
 
-def relevance(covered: float, cosine: float | None = None, cosines: Sequence[float] = (), unknown: float = 0.0,
-              *, vector: bool = False) -> float:
-    """An item's score on the one scale (0–1, RELEVANCE_FLOOR and up is served). `covered` is its text
-    `coverage`; `cosine` its similarity to the query when it is among the cosine ranking's candidates,
-    `cosines` that ranking's similarities best first, `unknown` the query's `unknown_share`; `vector`
-    whether it has a vector at all.
+def text_relevance(covered: float) -> float:
+    """The score of an episode known by its text alone (0–1): `covered` / TEXT_SURE, at most 1. With no
+    cosine to vouch for or against it, fewer of the words must match."""
+    return min(1.0, covered / TEXT_SURE)
 
-    With a vector: the logistic of RELEVANCE_BIAS + W_COVERAGE × covered + W_COSINE × cosine +
-    W_MARGIN × (cosine − median of the other best FUSE_DEPTH cosines) + W_UNKNOWN × unknown + W_BEST × the
-    best cosine (an episode below the cosine ranking's candidates counts its last similarity, the most
-    it can have). An episode without one (an install without embeddings, or one not back-filled yet)
-    is scored on its text alone, `covered` / TEXT_SURE: ranked and scored on the signal it has."""
-    if not vector or not cosines:
-        return min(1.0, covered / TEXT_SURE)
+
+def item_logit(covered: float, cosine: float | None, cosines: Sequence[float], unknown: float) -> float:
+    """An item's own evidence with a vector, as a logit: RELEVANCE_BIAS + W_COVERAGE × covered +
+    W_COSINE × cosine + W_MARGIN × (cosine − median of the other best FUSE_DEPTH cosines) + W_UNKNOWN ×
+    unknown + W_BEST × the best cosine. `cosine` is None for an episode below the cosine ranking's
+    candidates `cosines` (best first, not empty): it counts their last similarity, the most it can
+    have."""
     similarity = cosines[-1] if cosine is None else cosine
     margin = similarity - statistics.median(_others(cosines[:FUSE_DEPTH], similarity))
-    logit = (RELEVANCE_BIAS + W_COVERAGE * covered + W_COSINE * similarity + W_MARGIN * margin
-             + W_UNKNOWN * unknown + W_BEST * cosines[0])
-    return 1.0 / (1.0 + math.exp(-logit))
+    return (RELEVANCE_BIAS + W_COVERAGE * covered + W_COSINE * similarity + W_MARGIN * margin
+            + W_UNKNOWN * unknown + W_BEST * cosines[0])
+
+
+def relevance_scores(hits: Mapping[str, Hit], evidence: Evidence, cosine: Sequence[Hit],
+                     candidates: Collection[str], *, filling: bool = False) -> dict[str, float]:
+    """Each hit's score on the one scale (episode id → 0–1; RELEVANCE_FLOOR and up is served).
+
+    `hits` are the answer's episodes (the text and the cosine rankings' and any other), `evidence` the
+    words' (`DocIndex.evidence`, with `vectored`), `cosine` the cosine ranking (best first; empty on a
+    BM25-only install or for a metadata-only query), `candidates` the ids the fusion ranked (the
+    answer's best candidates, whose best item speaks for the answer), `filling` whether some of the text
+    ranking's best have no vector yet (`embedded_share` below 1: the back-fill is running).
+
+    * An episode without a vector, or any episode when there is no cosine ranking: `text_relevance`.
+    * An episode with a vector: the logistic of (1 − ANSWER_WEIGHT) × its `item_logit` + ANSWER_WEIGHT ×
+      the best `item_logit` among the `candidates` with a vector. While `filling`, at least its
+      `text_relevance`: the cosine ranking of the few episodes embedded so far (its best similarity, its
+      median) does not stand for the scope, and an item is served on the signal it has, as on BM25
+      alone (issue 38: below BM25 right after ingest)."""
+    covered = coverage(evidence)
+    cosines = [h.score for h in cosine]
+    if not cosines:
+        return {eid: text_relevance(covered.get(h.doc_id, 0.0)) for eid, h in hits.items()}
+    unknown = unknown_share(evidence)
+    similarity = {h.episode_id: h.score for h in cosine}
+    own = {eid: item_logit(covered.get(h.doc_id, 0.0), similarity.get(eid), cosines, unknown)
+           for eid, h in hits.items() if eid in similarity or h.doc_id in evidence.vectored}
+    answer = max((own[eid] for eid in candidates if eid in own), default=None)
+    scores = {}
+    for eid, h in hits.items():
+        text = text_relevance(covered.get(h.doc_id, 0.0))
+        if eid not in own:
+            scores[eid] = text
+            continue
+        logit = own[eid] if answer is None else (1 - ANSWER_WEIGHT) * own[eid] + ANSWER_WEIGHT * answer
+        score = 1.0 / (1.0 + math.exp(-logit))
+        scores[eid] = max(score, text) if filling else score
+    return scores
 
 
 def rank(fused: dict[str, float], started: dict[str, str], limit: int) -> list[str]:
