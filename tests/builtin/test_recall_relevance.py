@@ -128,6 +128,30 @@ async def test_while_most_episodes_wait_for_their_vector_the_few_embedded_do_not
     assert _ids(half) == _ids(text_only)
 
 
+async def test_while_the_back_fill_runs_an_episode_holding_every_word_is_served_as_bm25_alone_serves_it(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    # The answer holds both words of the question in a long account of other work (a faint cosine);
+    # the few episodes embedded so far are unrelated, and the others matching a word wait for their
+    # vector. Judged by the cosine ranking of those few, the answer would fall under the floor.
+    filler = " ".join(f"step{n}" for n in range(100))
+    answer = await _ingest(memory, "1", f"ledger rounding and then {filler}", "2026-11-20T09:00:00Z")
+    waiting = [await _ingest(memory, f"{n + 10}", f"ledger notes {n}", f"2026-11-1{n}T09:00:00Z") for n in range(4)]
+    for n in range(6):
+        await _ingest(memory, f"{n + 20}", f"dependency bump {n} for the docs build", f"2026-10-1{n}T09:00:00Z")
+    assert await memory.builtin.wait_embedded() == 0
+    await _drop_vectors(memory, waiting)
+    query = "ledger rounding"
+    half = await memory.recall(query=query, repo=API)
+    assert half["degraded"] is None  # the cosine ranking took part
+    memory.builtin.query_embedder = _failing_embedder
+    memory.builtin._query_vectors.clear()
+    text_only = await memory.recall(query=query, repo=API)
+    assert text_only["degraded"] == "embeddings_unavailable"
+    assert _ids(text_only)[0] == answer
+    assert _ids(half)[0] == answer
+
+
 async def _failing_embedder(texts: Any) -> list[list[float]]:
     from memactors.modelapi import ModelApiError
 
