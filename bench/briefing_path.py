@@ -40,10 +40,10 @@ from mcp.client.streamable_http import streamable_http_client
 from memactors.actors import briefing as briefing_actor
 from memactors.actors.provider_session import provider_call
 from memactors.config import ConfigHolder, load_config
+from memactors.documents import Section, fit_briefing
 from memactors.gateway import start_gateway
 from memactors.logs import configure_logging
 from memactors.service import open_memory_service
-from memactors.wrapper import Section, fit_briefing
 
 REPO = "forge.example/acme/api"
 #: Candidates asked of the provider for the briefing's 3 slots: before issue 17, a few more, the most.

@@ -42,13 +42,7 @@ from loguru import logger
 from .. import contract
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
-from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
-from ..logs import LogThrottle
-from ..metrics import Metrics
-from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
-from ..store.facts import Fact, count_facts, search_facts, top_facts
-from ..wrapper import Document, Section, fit_briefing, fit_recall, item_chars, render_json, render_text
-from .documents import (
+from ..documents import (
     BRIEFING_CANDIDATES,
     BRIEFING_EPISODES,
     BRIEFING_LAYOUT,
@@ -57,6 +51,8 @@ from .documents import (
     RECALL_POINTER,
     RECENT_RUNS,
     RECENT_RUNS_POOL,
+    Document,
+    Section,
     briefing_episode_item,
     briefing_run_item,
     collapse_episodes,
@@ -68,11 +64,21 @@ from .documents import (
     episode_item,
     fact_ids,
     fact_item,
+    fit_briefing,
+    fit_recall,
     is_empty_run,
     is_trivial_run,
+    item_chars,
+    render_json,
+    render_text,
     run_item,
     withhold_facts,
 )
+from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
+from ..logs import LogThrottle
+from ..metrics import Metrics
+from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
+from ..store.facts import Fact, count_facts, search_facts, top_facts
 from .index import Filtered, KeptItem, filter_items
 from .kernel import Ask, open_mailbox, serve
 from .provider_session import provider_call

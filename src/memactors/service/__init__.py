@@ -68,6 +68,7 @@ from ..agents import run_rows
 from ..builtin import BuiltinProvider, missing_vectors
 from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
 from ..doctor import doctor_rows
+from ..documents import cut_at_word, lead
 from ..embedding import BUILTIN_MODEL, LocalEmbedder, model_dir, model_info
 from ..errors import (
     ConfigError,
@@ -76,7 +77,6 @@ from ..errors import (
     StoreUnavailable,
     UnknownEpisode,
 )
-from ..gist import lead
 from ..metrics import INGEST_OUTCOMES, Metrics
 from ..modelapi import ModelApiClient, SummaryResult, UtilityBudget
 from ..redact import redact
@@ -101,7 +101,6 @@ from ..store.episodes import episode_counts
 from ..store.pending import ForgetOutcome, first_pending_at
 from ..store.run_history import latest_repo
 from ..telemetry import guard_sdk_spans
-from ..wrapper import cut_at_word
 from .ingest import ingest, ingest_batch
 from .installs import InstallActivity, install_rows, read_installs
 from .providers import check_target, provider_endpoint, provider_target, upstream_target
