@@ -9,7 +9,7 @@ episodes section with ``provider_unavailable`` when the provider times out, erro
 its breaker is open. Recall, briefings (tool, resource, prompt, operator preview) and operator recall
 all call it; none has a private way to the provider.
 
-Who is reading is a :class:`~.view.View`: a harness run seen through its run token (its repository is the
+Who is reading is a :class:`~memactors.view.View`: a harness run seen through its run token (its repository is the
 one its run works in now, else its workdir's), an operator looking as a repository or a harness, or
 an unattributed caller (no episodes at all). Provenance in every document comes from the daemon's own
 rows; provider text only ever appears fenced and flagged untrusted, and is never written as a fact or
@@ -79,13 +79,13 @@ from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
 from ..store.facts import Fact, count_facts, search_facts, top_facts
+from ..view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 from .index import Filtered, KeptItem, filter_items
 from .kernel import Ask, open_mailbox, serve
 from .provider_session import provider_call
-from .view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 
-# View, the document helpers and the layout live in .view and .documents; they are re-exported here,
-# where the service, spawn and gateway have always imported them from.
+# View, the document helpers and the layout live in memactors.view and memactors.documents; they are
+# re-exported here, where the service, spawn and gateway have always imported them from.
 __all__ = [
     "BRIEFING_LAYOUT",
     "UNATTRIBUTED",
