@@ -79,16 +79,12 @@ from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
 from ..store.facts import Fact, count_facts, search_facts, top_facts
-from ..view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
+from ..view import View
 from .index import Filtered, KeptItem, filter_items
 from .kernel import Ask, open_mailbox, serve
 from .provider_session import provider_call
 
-# View, the document helpers and the layout live in memactors.view and memactors.documents; they are
-# re-exported here, where the service, spawn and gateway have always imported them from.
 __all__ = [
-    "BRIEFING_LAYOUT",
-    "UNATTRIBUTED",
     "Briefing",
     "BriefingAnswer",
     "BriefingRequest",
@@ -97,12 +93,6 @@ __all__ = [
     "ExposePrompt",
     "RecallAnswer",
     "RecallRequest",
-    "View",
-    "document_from_json",
-    "latest_run_place",
-    "resolve_view",
-    "run_place",
-    "withhold_facts",
 ]
 
 RECALL_RUNS = 5

@@ -68,7 +68,8 @@ from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
 from ..store import Db, Store, WallClock, iso, run_tokens
-from .briefing import Briefing, BriefingAnswer, View
+from ..view import View
+from .briefing import Briefing, BriefingAnswer
 from .kernel import Ask, open_mailbox, serve
 from .spawn import SpawnPort, prepare_spawn
 

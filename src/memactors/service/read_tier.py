@@ -16,7 +16,7 @@ import trio
 
 from .._toml_tables import is_duration
 from .._wire import parse_time
-from ..actors.briefing import BriefingRequest, RecallRequest, View, latest_run_place, resolve_view
+from ..actors.briefing import BriefingRequest, RecallRequest
 from ..actors.index import EpisodePage, GetEpisode, ListEpisodes, episode_view, is_known_repo, known_repos
 from ..actors.provider_session import GetStatus, ProviderStatus
 from ..actors.retention import PendingCounts
@@ -31,6 +31,7 @@ from ..store import Db, iso
 from ..store.episodes import episode_counts
 from ..store.pending import first_pending_at
 from ..store.run_history import latest_repo
+from ..view import View, latest_run_place, resolve_view
 from .installs import install_rows, read_installs
 from .parts import ServiceParts
 
