@@ -159,7 +159,7 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320, *
 
     `body` is the stored REQ-5 object (its `summary`, `result_excerpt`, `files_touched` and
     `verify_failures` are read; a missing one is empty), `words` the query's words (lower-cased; none
-    for a briefing or a path-only hit). With `subject` (a briefing's short item, issue 38) the run's
+    for a briefing or a path-only hit). With `subject` (a briefing's short item) the run's
     own words are the first line of its summary or excerpt only (a commit's subject, an agent's
     opening sentence), and what it touched gets what the subject leaves (a third of the width at least).
     """

@@ -226,7 +226,9 @@ def document_from_json(data: Mapping[str, Any]) -> Document:
 def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
     """The same document with its facts section emptied (counted as not shown), refitted to its cap.
 
-    Used when writing exposure fails: SPEC-0028 withholds the facts rather than serve them unrecorded.
+    Used when writing exposure fails: the facts are withheld rather than
+    served unrecorded: a run's vote on a fact it was shown is not counted, and without the exposure row
+    it would be (docs/contracts.md, "Exposure and votes").
     """
     sections = tuple(
         attrs.evolve(s, items=(), dropped=s.dropped + len(s.items)) if s.name == "facts" else s
