@@ -18,7 +18,12 @@ repository, limit 8), interleaved query by query in one process, it times the pa
   briefing actor, the REQ-9 re-check, facts, the exposure write), **agent_again** (the same question
   asked again at once: its vector comes from the query-vector cache), **operator** (`MemoryService.recall`);
 * with `--daemon`: a real `memactors serve` on the same store, **gateway** (MCP `tools/call recall`
-  over streamable HTTP with a run token) and **rpc** (operator-RPC `Recall` over the websocket).
+  over streamable HTTP with a run token) and **rpc** (operator-RPC `Recall` over the websocket), each with
+  the daemon's CPU per call (from /proc: a mean) and the client's (this process).
+
+`--cpu` times CPU instead of the wall clock, in process only: the store reads and the query's embedding
+run inline on the trio thread, so the process's CPU time around a call is the whole work of that call
+and a loaded machine moves it little (the wall clock of a hop is mostly waiting for a core there).
 
 **The answers are not empty.** The vectors being random, the relevance floor (`[memory] relevance_floor`,
 0.4 by default) would leave nearly every answer empty, and an empty answer costs less than one a user gets
@@ -53,6 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -63,7 +69,18 @@ from loguru import logger
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embed_gateway import add_vectors  # noqa: E402
 from recall_path import corpus  # noqa: E402
-from user_paths import REPOS, SERVICE, anchor_sql, daemon, gateway_client, machine, pct, repo, write_config  # noqa: E402
+from user_paths import (  # noqa: E402
+    REPOS,
+    SERVICE,
+    anchor_sql,
+    cpu_s,
+    daemon,
+    gateway_client,
+    machine,
+    pct,
+    repo,
+    write_config,
+)
 
 from memactors.actors.provider_session import provider_call  # noqa: E402
 from memactors.builtin import (
@@ -118,7 +135,8 @@ def ask(q: str, layer: str) -> str:
 class Parts:
     """The raw parts of a recall, timed in this process: FTS5, the provider's KNN, the model on the query."""
 
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.model = shared_model()
         self.raw = _connect(state / "memactors.db")
         self.nums = dict(self.raw.execute("SELECT scope, num FROM builtin_scopes").fetchall())
@@ -126,20 +144,20 @@ class Parts:
     def fts5(self, z: int, q: str) -> float:
         scope = scope_for(repo(z))
         sql, params = anchor_sql("and+tok", query_words(q), scope, self.nums.get(scope, 0))
-        t = time.perf_counter()
+        t = self.clock()
         self.raw.execute(sql, params).fetchall()
-        return time.perf_counter() - t
+        return self.clock() - t
 
     def knn(self, z: int, q: str) -> float:
         vec = self.model.encode([q])[0]
-        t = time.perf_counter()
+        t = self.clock()
         index_sqlite.knn(self.raw, vec, [scope_for(repo(z))])
-        return time.perf_counter() - t
+        return self.clock() - t
 
     def embed(self, q: str) -> float:
-        t = time.perf_counter()
+        t = self.clock()
         self.model.encode([ask(q, "parts")])
-        return time.perf_counter() - t
+        return self.clock() - t
 
     def time_all(self, times: dict[str, list[float]], z: int, q: str) -> None:
         times["fts5"].append(self.fts5(z, q))
@@ -150,10 +168,27 @@ class Parts:
         self.raw.conn.close()
 
 
+def run_inline(svc: Any, model: Any) -> None:
+    """`--cpu`: every store read and the query's embedding on the calling (trio) thread, so the process's
+    CPU time around a call is that call's whole work, whatever else the machine runs."""
+    store = svc.store
+
+    async def read(fn: Callable[[Any], Any]) -> Any:
+        return store._read_sync(fn)
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        return model.encode(texts)
+
+    store.read = read
+    if svc.builtin.hybrid:
+        svc.builtin.query_embedder = embed
+
+
 async def measure(root: Path, state: Path, queries: list[tuple[int, str]], profiled: int,
-                  floor: float) -> dict[str, Any]:
+                  floor: float, inline: bool = False) -> dict[str, Any]:
     times: dict[str, list[float]] = {k: [] for k in PARTS + LAYERS + BM25_LAYERS + ("fts5_bm25",)}
-    parts = Parts(state)
+    clock = time.process_time if inline else time.perf_counter
+    parts = Parts(state, clock)
     log = (root / "bench.log").open("a", encoding="utf-8")
     configure_logging("INFO", sink=log)
     prof = cProfile.Profile()
@@ -161,6 +196,8 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], profi
         config = write_config(root, state, settings(floor, embeddings))
         holder = ConfigHolder(lambda config=config: load_config(config, env={"HOME": str(root)}))
         async with open_memory_service(holder) as svc:
+            if inline:
+                run_inline(svc, parts.model)
             if embeddings:
                 status = await svc.builtin.vector_status()
                 if status["pending"]:
@@ -176,26 +213,26 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], profi
                 else:
                     times["fts5_bm25"].append(parts.fts5(z, q))
                 suffix = "" if embeddings else "_bm25"
-                t = time.perf_counter()
+                t = clock()
                 await svc.builtin.recall({"query": ask(q, "provider"), "scope": [scope], "limit": 2 * LIMIT})
-                times["provider" + suffix].append(time.perf_counter() - t)
+                times["provider" + suffix].append(clock() - t)
                 if embeddings:
-                    t = time.perf_counter()
+                    t = clock()
                     await provider_call(svc.session.address, "memory_recall",
                                         {"query": ask(q, "session"), "scope": [scope], "limit": 2 * LIMIT})
-                    times["session"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                    times["session"].append(clock() - t)
+                t = clock()
                 view = await svc.caller_view(tokens[z])
                 await svc.agent_recall(view, query=ask(q, "agent"), limit=LIMIT, call_id="bench")
-                times["agent" + suffix].append(time.perf_counter() - t)
+                times["agent" + suffix].append(clock() - t)
                 if embeddings:
-                    t = time.perf_counter()  # the same question again: its vector is cached
+                    t = clock()  # the same question again: its vector is cached
                     view = await svc.caller_view(tokens[z])
                     await svc.agent_recall(view, query=ask(q, "agent"), limit=LIMIT, call_id="bench")
-                    times["agent_again"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                    times["agent_again"].append(clock() - t)
+                t = clock()
                 await svc.recall(query=ask(q, "operator"), repo=repo(z), limit=LIMIT)
-                times["operator" + suffix].append(time.perf_counter() - t)
+                times["operator" + suffix].append(clock() - t)
             if embeddings:
                 for z, q in queries[10:10 + profiled]:
                     prof.enable()
@@ -227,6 +264,7 @@ async def measure_daemon(root: Path, state: Path, queries: list[tuple[int, str]]
     suffix = "" if embeddings else "_bm25"
     names = (("d_fts5", "d_knn", "d_embed") if embeddings else ("d_fts5_bm25",)) + (f"gateway{suffix}", f"rpc{suffix}")
     times: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, tuple[float, ...]] = {f"gateway{suffix}": (), f"rpc{suffix}": ()}
     parts = Parts(state)
     async with daemon(root, config, state) as d, AsyncExitStack() as stack:
         control = await stack.enter_async_context(connect_rpc(d["operator"], d["control"]))
@@ -244,22 +282,31 @@ async def measure_daemon(root: Path, state: Path, queries: list[tuple[int, str]]
                 times["d_embed"].append(parts.embed(q))
             else:
                 times["d_fts5_bm25"].append(parts.fts5(z, q))
-            t = time.perf_counter()
+            c, own, t = cpu_s(d["pid"]), time.process_time(), time.perf_counter()
             res = await clients[z].call_tool("recall", {"query": ask(q, "gateway"), "limit": LIMIT})
             times[f"gateway{suffix}"].append(time.perf_counter() - t)
+            cpu[f"gateway{suffix}"] += (cpu_s(d["pid"]) - c, time.process_time() - own)
             served += "episode ·" in "".join(getattr(c, "text", "") for c in res.content)
-            t = time.perf_counter()
+            c, own, t = cpu_s(d["pid"]), time.process_time(), time.perf_counter()
             await control.call(f"{SERVICE}/Recall", {"query": ask(q, "rpc"), "repo": repo(z), "limit": LIMIT})
             times[f"rpc{suffix}"].append(time.perf_counter() - t)
+            cpu[f"rpc{suffix}"] += (cpu_s(d["pid"]) - c, time.process_time() - own)
     parts.close()
     out = {k: stats_ms(v) for k, v in times.items()}
     out[f"served{suffix}"] = {"p50": served, "p99": len(queries)}
+    for k, v in cpu.items():  # /proc counts in clock ticks: a mean over every call, not a p50
+        out[f"cpu_{k}"] = {"daemon": sum(v[0::2]) * 1000 / len(queries), "client": sum(v[1::2]) * 1000 / len(queries)}
     return out
 
 
 def row(t: dict[str, dict[str, float]], k: str, anchor: float | None = None, label: str = "parts") -> str:
     ratio = f"   {t[k]['p50'] / anchor:5.2f}x {label}" if anchor else ""
     return f"    {k:<14} p50 {t[k]['p50']:>8.2f} ms   p99 {t[k]['p99']:>8.2f} ms{ratio}"
+
+
+def cpu_note(t: dict[str, Any], k: str) -> str:
+    c = t[f"cpu_{k}"]
+    return f"   CPU/call: daemon {c['daemon']:.1f} ms, client {c['client']:.1f} ms"
 
 
 def main() -> None:
@@ -270,6 +317,8 @@ def main() -> None:
     parser.add_argument("--daemon", action="store_true", help="also time gateway and RPC recall into `memactors serve`")
     parser.add_argument("--floor", type=float, default=0.0,
                         help="[memory] relevance_floor (0: every match served, so answers are not empty)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="in process only: each call's CPU time, its store reads and query embedding run inline")
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpus in")
     args = parser.parse_args()
     print(machine(), flush=True)
@@ -279,13 +328,14 @@ def main() -> None:
         state, queries, _ = corpus(root, args.size)
         with_vectors(state)
         queries = queries[:args.queries + 10]
-        res = trio.run(measure, root, state, queries, args.profile, args.floor)
+        res = trio.run(measure, root, state, queries, args.profile, args.floor, args.cpu)
         t = res["times"]
-        if args.daemon:
+        if args.daemon and not args.cpu:
             t.update(trio.run(measure_daemon, root, state, queries[10:], args.floor, True))
             t.update(trio.run(measure_daemon, root, state, queries[10:], args.floor, False))
         parts = sum(t[k]["p50"] for k in PARTS)
-        print(f"{args.size} episodes, {len(queries) - 10} distinct queries, limit {LIMIT}, relevance_floor {args.floor}")
+        print(f"{args.size} episodes, {len(queries) - 10} distinct queries, limit {LIMIT}, relevance_floor {args.floor}"
+              + (": CPU time per call, reads and embedding inline (--cpu)" if args.cpu else ": wall clock"))
         print(f"  in process, embedded model on:  parts fts5 + knn + embed p50 = {parts:.2f} ms")
         for k in PARTS:
             print(row(t, k))
@@ -295,18 +345,18 @@ def main() -> None:
         print(f"  in process, BM25 only ([memory] embeddings = false):  fts5 p50 = {bm25:.2f} ms")
         for k in BM25_LAYERS:
             print(row(t, k, bm25, "fts5"))
-        if args.daemon:
+        if args.daemon and not args.cpu:
             dparts = sum(t["d_" + k]["p50"] for k in PARTS)
             print(f"  `memactors serve`, embedded model on:  parts (timed between its recalls) p50 = {dparts:.2f} ms"
                   f"  (fts5 {t['d_fts5']['p50']:.2f} + knn {t['d_knn']['p50']:.2f} + embed {t['d_embed']['p50']:.2f});"
                   f" {t['served']['p50']:.0f}/{t['served']['p99']:.0f} gateway answers with episodes")
-            print(row(t, "gateway", dparts))
-            print(row(t, "rpc", dparts))
+            print(row(t, "gateway", dparts) + cpu_note(t, "gateway"))
+            print(row(t, "rpc", dparts) + cpu_note(t, "rpc"))
             dbm25 = t["d_fts5_bm25"]["p50"]
             print(f"  `memactors serve`, BM25 only:  fts5 (timed between its recalls) p50 = {dbm25:.2f} ms;"
                   f" {t['served_bm25']['p50']:.0f}/{t['served_bm25']['p99']:.0f} gateway answers with episodes")
-            print(row(t, "gateway_bm25", dbm25, "fts5"))
-            print(row(t, "rpc_bm25", dbm25, "fts5"))
+            print(row(t, "gateway_bm25", dbm25, "fts5") + cpu_note(t, "gateway_bm25"))
+            print(row(t, "rpc_bm25", dbm25, "fts5") + cpu_note(t, "rpc_bm25"))
             print("  targets (p50 ratios): issue 43 gateway and RPC <= 1.5x parts, BM25-only <= 2x fts5;"
                   " issue 38 gateway with embeddings <= 1.5x gateway BM25-only")
             print(f"    gateway {t['gateway']['p50'] / dparts:.2f}x parts, RPC {t['rpc']['p50'] / dparts:.2f}x parts;"
