@@ -23,9 +23,9 @@ import trio
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
+from ..documents import gist
 from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
-from ..gist import gist
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import scope_for
@@ -418,7 +418,7 @@ def _has_word(folded: str, word: str) -> bool:
     """Whether ``word`` (a run of letters and digits, case-folded) is one of ``_words`` of the text whose
     case fold is ``folded``: an occurrence with no letter or digit either side (``[^\\W_]`` is exactly
     ``str.isalnum``). A few substring searches, where ``_words`` splits the whole text: a recall checks
-    16 items against bodies of kilobytes (issue 43)."""
+    16 items against bodies of kilobytes."""
     start = folded.find(word)
     end = len(folded)
     while start >= 0:

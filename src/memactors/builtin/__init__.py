@@ -72,8 +72,8 @@ from mcp.server import Server
 from .. import contract
 from .._version import __version__
 from ..contract import load_schemas
+from ..documents import gist
 from ..errors import InvalidArgument, MemactorsError
-from ..gist import gist
 from ..modelapi import ModelApiError
 from ..store import Store
 from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
@@ -540,7 +540,7 @@ class BuiltinProvider:
             unknown = unknown_share(evidence)
             vectored = {h.episode_id for h in cosine} | embedded
             # Scored: the fused candidates, the only ones an answer can hold besides the path ranking's
-            # (scored 1.0 below); not the cosine ranking's other CANDIDATES - FUSE_DEPTH (issue 43).
+            # (scored 1.0 below); not the cosine ranking's other CANDIDATES - FUSE_DEPTH.
             score = {eid: relevance(covered.get(hits[eid].doc_id, 0.0), similarity.get(eid), cosines, unknown,
                                     vector=eid in vectored)
                      for eid in fused}
