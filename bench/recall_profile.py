@@ -107,7 +107,7 @@ COUNTED = {
     "thread hops": ("_thread_cache.py", "start_thread_soon"),
     "mailbox sends": ("_channel.py", "send_nowait"),
     "pydantic validations": ("~", "<method 'validate_python' of 'pydantic_core._pydantic_core.SchemaValidator' objects>"),
-    "jsonschema validations": ("contract.py", "_validate"),
+    "contract schema checks": ("contract.py", "_schema_error"),
     "log lines": ("logs.py", "render_extra"),
 }
 
