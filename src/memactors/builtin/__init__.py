@@ -289,7 +289,7 @@ class BuiltinProvider:
         self.query_embedder = query_embedder or embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
-        #: An item scoring below it (`ranking.relevance`, 0–1) is not served (issue 38); None:
+        #: An item scoring below it (`ranking.relevance_scores`, 0–1) is not served (issue 38); None:
         #: `ranking.RELEVANCE_FLOOR`.
         self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
@@ -535,7 +535,9 @@ class BuiltinProvider:
             text_rank = [h.episode_id for h in text]
             fused = (fuse_hybrid(text, cosine, embedded) if cosine
                      else rrf([text_rank[:FUSE_DEPTH]] if text else []))
-            score = relevance_scores(hits, evidence, cosine, fused.keys(),
+            # Scored: the fused candidates, the only ones an answer can hold besides the path ranking's
+            # (scored 1.0 below); not the cosine ranking's other CANDIDATES - FUSE_DEPTH.
+            score = relevance_scores({eid: hits[eid] for eid in fused}, evidence, cosine, fused.keys(),
                                      filling=bool(cosine) and embedded_share(text, embedded) < 1)
             floor = 0.0 if meta_mode else (
                 _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)
