@@ -45,15 +45,7 @@ from ..actors.briefing import (
     run_place,
 )
 from ..actors.call_log import CallLog
-from ..actors.index import (
-    EpisodePage,
-    GetEpisode,
-    Index,
-    ListEpisodes,
-    episode_view,
-    is_known_repo,
-    known_repos,
-)
+from ..actors.index import GetEpisode, Index, ListEpisodes, episode_view
 from ..actors.kernel import ChildSpec, Supervisor, open_supervisor
 from ..actors.provider_session import GetStatus, ProviderSession, ProviderStatus
 from ..actors.retention import (
@@ -64,7 +56,6 @@ from ..actors.retention import (
 )
 from ..actors.runs import CancelRun, FindRun, ListRuns, Runs, RunsPort, StartRun
 from ..actors.summary import SummaryActor, model_api_settings
-from ..agents import run_rows
 from ..builtin import BuiltinProvider, missing_vectors
 from ..config import Config, ConfigHolder, HarnessConfig, parse_duration
 from ..doctor import doctor_rows
@@ -86,6 +77,7 @@ from ..store import (
     Db,
     Store,
     WallClock,
+    agent_runs,
     briefing_cache,
     ensure_daemon_id,
     facts,
@@ -97,7 +89,7 @@ from ..store import (
     votes,
 )
 from ..store.engines import open_store
-from ..store.episodes import episode_counts
+from ..store.episodes import EpisodePage, episode_counts, is_known_repo, known_repos
 from ..store.pending import ForgetOutcome, first_pending_at
 from ..store.run_history import latest_repo
 from ..telemetry import guard_sdk_spans
@@ -562,7 +554,7 @@ class MemoryService:
             events, kept = watch.since(after), True
             dropped = watch.dropped
         else:
-            stored = await self.store.read(lambda db: run_rows.log_of(db, state.harness, state.run_id))
+            stored = await self.store.read(lambda db: agent_runs.log_of(db, state.harness, state.run_id))
             kept = stored is not None
             events, dropped = [e for e in stored or () if e.get("seq", 0) > after], state.log_dropped
         last = events[-1]["seq"] if events else after

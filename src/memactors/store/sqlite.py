@@ -265,7 +265,7 @@ def _m0010_agent_runs(db: sqlite_utils.Database) -> None:
 
     When the run's episode is forgotten (REQ-10 sets `runs.record_id` to NULL with the run record), the
     trigger removes the stderr tail and the log too: both may hold what the agent wrote. The row's ids,
-    times and outcome stay, as the runs row does. Rows are pruned by age (`run_rows.prune`)."""
+    times and outcome stay, as the runs row does. Rows are pruned by age (`agent_runs.prune`)."""
     db.executescript(_sql("0010_agent_runs"))
 
 
@@ -288,7 +288,7 @@ def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
 @migrations(name="0013_runs_by_session")
 def _m0013_runs_by_session(db: sqlite_utils.Database) -> None:
     """An index on runs by (adapter, run id): an import's "is this session recorded already, under any
-    harness" (`actors.index.sessions_recorded`) reads those rows, not every run."""
+    harness" (`run_history.sessions_recorded`) reads those rows, not every run."""
     db.executescript(_sql("0013_runs_by_session"))
 
 
