@@ -1,6 +1,6 @@
-"""A start-up repair for episodes whose answer the old prompt scrub ate (issue 30).
+"""A start-up repair for episodes whose answer an earlier prompt scrub ate.
 
-Before issue 30 a run's scrub replaced every line of the *composed* prompt — briefing included — so a
+An earlier memactors scrubbed every line of a run's *composed* prompt — briefing included — so a
 run whose answer repeated a line of its briefing (a recurring job's stable "No new issues.") was
 stored with ``result_excerpt`` exactly ``[prompt]``, and every later briefing repeated the loss. At
 start the daemon looks for such episodes (live ones; a forgotten episode has no body) and:
@@ -13,7 +13,8 @@ start the daemon looks for such episodes (live ones; a forgotten episode has no 
 
 Only the stored REQ-5 body changes (what ``memory episodes`` and briefings read); a provider's copy of
 the episode keeps its old text until the episode is forgotten. It runs on the store's ``Db`` (both
-engines; what it reads and writes is ``store.episodes`` and ``store.agent_runs``); idempotent: a repaired body no longer matches, so a second start finds nothing.
+engines; what it reads and writes is ``store.episodes`` and ``store.agent_runs``); idempotent: a
+repaired body no longer matches, so a second start finds nothing.
 """
 
 from __future__ import annotations

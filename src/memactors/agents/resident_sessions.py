@@ -1,4 +1,4 @@
-"""A resident Gemini CLI or OpenCode session → a closed run record (issue 26).
+"""A resident Gemini CLI or OpenCode session → a closed run record.
 
 Residents are started by their user, so nobody read their stream; what happened is in what the CLI keeps
 or hands its hooks, and each is read here by the parser of that CLI's own stream (``adapters``), so a
