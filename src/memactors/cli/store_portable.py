@@ -110,7 +110,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..errors import MemactorsError
     from ..service.import_rows import check_row
     from ..store.engines import open_store
-    from ..store.pending import tombstone
     from ..store.portable import PortableError, import_lines, read_lines
 
     config = core.load(args)
@@ -130,7 +129,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             store = await open_store(target, daemon_id="import")
             try:
                 return await import_lines(store, read_lines(source, MAX_IMPORT_LINE_BYTES),
-                                          provider=config.memory.provider, forget=tombstone, check=check_row,
+                                          provider=config.memory.provider, check=check_row,
                                           limit=MAX_IMPORT_LINE_BYTES,
                                           progress=lambda n: bar.show(f"{n} lines imported"))
             finally:
