@@ -91,6 +91,7 @@ def test_no_module_imports_a_private_name_from_another_package() -> None:
 _SQL = re.compile(
     r"\bSELECT\s+\S|\bINSERT\s+INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b"
     r"|\b(?:CREATE|ALTER|DROP)\s+(?:VIRTUAL\s+)?(?:UNIQUE\s+)?(?:TABLE|INDEX|TRIGGER|EXTENSION)\b|^\s*PRAGMA\s+\w"
+    r"|^\s*(?:(?:ROLLBACK\s+TO|RELEASE)\s+)?SAVEPOINT\s+\w"
 )
 #: Where SQL belongs: the store (one module per concept, per engine where it differs) and the built-in
 #: provider's own store.
@@ -142,6 +143,8 @@ def test_the_sql_check_sees_a_statement_planted_outside_the_store() -> None:
     planted = 'def f(db):\n    """SELECT is a word in prose."""\n    return db.execute(f"DELETE FROM facts WHERE id = {1}")\n'
     assert [n for n, s in _strings(ast.parse(planted)) if _SQL.search(s)] == [3]
     assert [s for _, s in _strings(ast.parse('"""UPDATE runs SET x = 1"""\nX = "select a word"\n')) if _SQL.search(s)] == []
+    assert [n for n, s in _strings(ast.parse('db.execute("SAVEPOINT w")\ndb.execute("ROLLBACK TO SAVEPOINT w")\n'))
+            if _SQL.search(s)] == [1, 2]
 
 
 # -- docs/architecture.md says what the code does ---------------------------------------------------------
