@@ -27,7 +27,7 @@ from ..episode import render_text
 from ..gist import gist
 from ..models import Episode, RunRecord
 from ..store import Db, Store, WallClock, each_in_savepoint, episodes, iso, memory_index, run_history
-from ..store.episodes import EpisodeRow
+from ..store.episodes import EpisodePage, EpisodeRow
 from .kernel import Ask, open_mailbox, serve
 
 #: REQ-9's drop reasons, exactly (REQ-21's ``reason`` label). An item served with the daemon's own text
@@ -312,12 +312,12 @@ class FilterItems:
 
 
 @attrs.frozen
-class GetEpisode(Ask["EpisodeRow | None"]):
+class GetEpisode(Ask[EpisodeRow | None]):
     episode_id: str
 
 
 @attrs.frozen
-class ListEpisodes(Ask["EpisodePage"]):
+class ListEpisodes(Ask[EpisodePage]):
     harness: str | None = None
     repo: str | None = None
     since: str | None = None
