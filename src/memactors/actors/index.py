@@ -23,8 +23,8 @@ import trio
 
 from .._wire import episode_from_dict, episode_to_dict
 from ..contract import RecallItem
+from ..documents import gist
 from ..episode import render_text
-from ..gist import gist
 from ..models import Episode, RunRecord
 from ..store import Db, Store, WallClock, each_in_savepoint, episodes, iso, memory_index, run_history
 from ..store.episodes import EpisodePage, EpisodeRow
