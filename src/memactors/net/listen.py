@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from hypercorn.trio.tcp_server import TCPServer
 
 __all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "SHED_AFTER", "CappedListener",
-           "ConnectionTable", "RateLimitedLog", "connection_cap", "serve_asgi", "trust_connection"]
+           "ConnectionTable", "connection_cap", "serve_asgi", "trust_connection"]
 
 #: Descriptors no listener may take: SQLite (writer, read pool, WAL), provider pipes, logs, spares.
 FD_RESERVE = 128
@@ -88,11 +88,6 @@ def connection_cap(listeners: int = LISTENERS, per_listener: int = MAX_CONNECTIO
     if soft == resource.RLIM_INFINITY:
         return per_listener
     return max(8, min(per_listener, (soft - FD_RESERVE) // listeners))
-
-
-#: One line per key per interval with the count folded in: the shared throttle, under the name the
-#: listeners have always used.
-RateLimitedLog = LogThrottle
 
 
 class _CountedStream(trio.abc.HalfCloseableStream):
@@ -162,7 +157,7 @@ class CappedListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.cap = cap
         self.name = name
         self._slots = trio.Semaphore(cap)
-        self._limited = RateLimitedLog(interval=10.0)
+        self._limited = LogThrottle(interval=10.0)
         #: The connections the listener may close to make room under pressure (None: it never does).
         self.table: Any = None
         #: Told of every accepted connection (the operator listener tracks them by tier).
@@ -448,7 +443,7 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
     return _DeadlineTCPServer
 
 
-_slow = RateLimitedLog(interval=10.0)
+_slow = LogThrottle(interval=10.0)
 
 
 def _dropped(stream: Any, phase: str) -> None:

@@ -11,17 +11,9 @@ from typing import Any
 
 import trio
 
-from ..actors.briefing import (
-    UNATTRIBUTED,
-    BriefingAnswer,
-    BriefingRequest,
-    RecallAnswer,
-    RecallRequest,
-    View,
-    resolve_view,
-    run_place,
-)
+from ..actors.briefing import BriefingAnswer, BriefingRequest, RecallAnswer, RecallRequest
 from ..store import run_tokens
+from ..view import UNATTRIBUTED, View, resolve_view, run_place
 from .parts import ServiceParts
 
 

@@ -16,22 +16,22 @@ import trio
 
 from .._toml_tables import is_duration
 from .._wire import parse_time
-from ..actors.briefing import BriefingRequest, RecallRequest, View, latest_run_place, resolve_view
+from ..actors.briefing import BriefingRequest, RecallRequest
 from ..actors.index import EpisodePage, GetEpisode, ListEpisodes, episode_view, is_known_repo, known_repos
 from ..actors.provider_session import GetStatus, ProviderStatus
 from ..actors.retention import PendingCounts
 from ..builtin import missing_vectors
 from ..config import parse_duration
 from ..doctor import doctor_rows
+from ..documents import cut_at_word, lead
 from ..errors import ConfigError, InvalidArgument, NoRepository, StoreUnavailable, UnknownEpisode
-from ..gist import lead
 from ..redact import redact
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
 from ..store import Db, iso
 from ..store.episodes import episode_counts
 from ..store.pending import first_pending_at
 from ..store.run_history import latest_repo
-from ..wrapper import cut_at_word
+from ..view import View, latest_run_place, resolve_view
 from .installs import install_rows, read_installs
 from .parts import ServiceParts
 
