@@ -101,9 +101,11 @@ class RunHandlers(ServiceParts):
     async def list_runs(self, *, harness: str | None = None, state: str | None = None, limit: int = 50,
                         after: str | None = None) -> dict[str, Any]:
         """ListRuns: runs this daemon started, newest first: ``{runs, total, next_cursor}``."""
-        if state not in (None, "running", "ended"):
-            raise InvalidArgument("params.state must be running or ended", field="params.state")
-        return await self.runs.address.ask(ListRuns(harness, state, limit, after))  # type: ignore[arg-type]
+        match state:
+            case None | "running" | "ended":
+                return await self.runs.address.ask(ListRuns(harness, state, limit, after))
+            case _:
+                raise InvalidArgument("params.state must be running or ended", field="params.state")
 
     async def cancel_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
         """CancelRun (control): stop a running run (SIGTERM, grace, SIGKILL); it is recorded as
