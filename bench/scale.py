@@ -24,16 +24,21 @@ For the same queries, in this one process and run, it times:
   MCP, the built-in provider's hybrid ranking with the query embedded by the real model), limit 8;
 * **text**: the raw text query alone (SQLite: FTS5, the words AND-ed with the scope's token,
   `ORDER BY rank LIMIT 8`; PostgreSQL: the `tsvector` AND query with the scope, `ts_rank_cd`, LIMIT 8);
-* **knn**: the raw vector query alone, best 8 of the asking repository (SQLite: the `vec0` MATCH in
-  the scope's partition, as the provider stores vectors; PostgreSQL: `ORDER BY embedding <=> q` with
-  the index and the settings the provider uses);
+* **knn**: the raw vector query alone, best 8 of the asking repository, as the provider asks it
+  (`index_sqlite.vec_candidates` / `index_pg.knn_rows`: the nearest cells of a divided scope,
+  `builtin.vector_cells`, or the whole scope below CELLS_FROM vectors);
+* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8 in
+  sqlite-vec, halfvec in pgvector), the anchor the cells are measured against;
 * **embed**: the model run on the query;
-* **recall@8**: the knn's 8 against the exact 8 (numpy, cosine over the scope's float32 vectors as
-  derived), averaged over the queries.
+* **recall@8**: the knn's 8 (and the exact scan's) against the exact 8 of numpy's cosine over the
+  scope's float32 vectors as derived, averaged over the queries.
 
-On PostgreSQL the vectors are loaded without an index, then each index kind is built and timed (HNSW
-m = 16, ef_construction = 64; IVFFlat with rows/1000 lists) and the knn timed with each (HNSW's
-ef_search, IVFFlat's probes as the provider sets them). It prints the machine and its load first and last.
+The service is opened on the built (or kept) store: its start brings a store made before to this
+version's form (`check_vectors`) and its back-fill's first pass divides the large scopes; both are
+timed before the queries. `--pg-index hnsw ivfflat` also builds pgvector's own store-wide indexes after
+the measurement and times their knn (HNSW m = 16, ef_construction = 64, ef_search 200; IVFFlat with
+rows/1000 lists, probes 10; both with iterative scans), for comparison. It prints the machine and its
+load first and last.
 """
 
 from __future__ import annotations
@@ -191,6 +196,90 @@ async def build(target: Path | str, items: list[dict[str, Any]], vectors: np.nda
     return doc_ids, time.perf_counter() - t
 
 
+async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarray) -> tuple[np.ndarray, float]:
+    """`--bulk` (SQLite): the rows `build` writes — the daemon's (runs, run_records, episodes,
+    episode_bodies, memory_index), the provider's documents (`index_sqlite.insert_doc`, FTS5 by its
+    triggers) and vectors (int8 by `index.quantize`'s formula, vectorised) with their cache rows —
+    written in transactions of 20,000 episodes, without the per-row look-ups of the product's write path
+    (1M episodes through it would take hours here). Every scope is one cell; the service's back-fill
+    divides the large ones at its start (timed by `measure`)."""
+    from memactors.actors.index import record_json
+    from memactors.store.sqlite import _connect
+
+    (await open_store(path)).close()  # the schema, by the store's migrations
+    t = time.perf_counter()
+    db = _connect(path)
+    dim = vectors.shape[1]
+    index_sqlite.ensure_vec_table(db, MODEL, dim)
+    nums: dict[str, int] = {}
+    seqs: dict[str, int] = {}
+    doc_ids = np.zeros(len(items), dtype=np.int64)
+    now = "2026-11-30T00:00:00.000000Z"
+    step = 20_000
+    for start in range(0, len(items), step):
+        chunk = items[start:start + step]
+        block = vectors[start:start + step]
+        peak = np.abs(block).max(axis=1, keepdims=True)
+        peak[peak == 0] = 1.0
+        q8 = np.round(block * 127.0 / peak).astype(np.int8)
+        db.execute("BEGIN")
+        runs, records, bodies, episodes, index_rows, vec_rows, cache_rows = [], [], [], [], [], [], []
+        for k, it in enumerate(chunk):
+            i = start + k
+            z, harness, run_id, started = it["z"], it["harness"], it["run_id"], it["started"]
+            eid = builtin_episode_id(it)
+            scope = scope_for(store_engines.repo(z))
+            if scope not in nums:
+                nums[scope] = len(nums) + 1
+                seqs[scope] = 1
+                db.execute("INSERT INTO builtin_scopes (scope, num, next_seq) VALUES (?, ?, 1)", [scope, nums[scope]])
+            doc_id = (nums[scope] << 32) | seqs[scope]
+            seqs[scope] += 1
+            doc_ids[i] = doc_id
+            episode = {"episode_id": eid, "harness": harness, "adapter": "claude-code", "run_id": run_id,
+                       "trace_id": f"t{run_id}", "model": "bench-model", "repo": store_engines.repo(z),
+                       "branch": "main", "outcome": it["outcome"], "reason": "completed", "started_at": started,
+                       "duration_ms": 60000, "cost_usd": None, "cost_source": "unknown", "files_touched": it["files"],
+                       "pull_request": None, "verify_failures": [], "result_excerpt": it["body"], "summary": None,
+                       "trust_class": "standard", "scope": scope}
+            text = "".join(f"{k2}: {', '.join(v) if isinstance(v, list) else (v or '')}\n" for k2, v in episode.items())
+            records.append((i + 1, record_json({"harness": harness, "run_id": run_id})))
+            runs.append((harness, run_id, "claude-code", started, started, it["outcome"], "completed", 60000,
+                         store_engines.repo(z), "main", i + 1, now))
+            bodies.append((i + 1, json.dumps(episode, ensure_ascii=False)))
+            episodes.append((eid, harness, run_id, store_engines.repo(z), "main", scope, "standard", it["outcome"],
+                             started, now, i + 1))
+            index_rows.append((eid, eid, scope, now))
+            fields = builtin.record_fields(text, "", it["files"], episode)
+            index_sqlite.insert_doc(db, doc_id=doc_id, episode_id=eid, scope=scope, fields=fields, started_at=started,
+                                    digest=builtin.content_hash(text, ""))
+            digest = builtin.text_digest(builtin.embedding_text(fields.summary or "", fields.excerpt or "",
+                                                                [list(f) for f in fields.failures]))
+            vec_rows.append((doc_id, scope, q8[k].tobytes()))
+            cache_rows.append((digest, MODEL, dim, doc_id))
+        conn = db.conn
+        conn.executemany("INSERT INTO run_records (id, record) VALUES (?, ?)", records)
+        conn.executemany("INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+                         " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", runs)
+        conn.executemany("INSERT INTO episode_bodies (id, body) VALUES (?, ?)", bodies)
+        conn.executemany("INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
+                         " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)", episodes)
+        conn.executemany("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
+                         " VALUES ('builtin', ?, ?, ?, ?)", index_rows)
+        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
+                         vec_rows)
+        conn.executemany("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
+                         " VALUES (?, ?, ?, X'', ?)", cache_rows)
+        for scope, seq in seqs.items():
+            db.execute("UPDATE builtin_scopes SET next_seq = ? WHERE scope = ?", [seq, scope])
+        db.execute("COMMIT")
+        if (start // step) % 5 == 4:
+            print(f"    ... {start + len(chunk)} episodes, {time.perf_counter() - t:.0f} s", flush=True)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.conn.close()
+    return doc_ids, time.perf_counter() - t
+
+
 def builtin_episode_id(it: dict[str, Any]) -> str:
     from memactors.episode import episode_id_for
     return episode_id_for(it["harness"], it["run_id"], it["started"])
@@ -219,10 +308,8 @@ class SqliteRaw:
         sql, params = anchor_sql("and+tok", builtin.query_words(q), scope, self.nums.get(scope, 0))
         return list(self.db.execute(sql, params).fetchall())
 
-    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
-        return [int(r[0]) for r in self.db.execute(
-            f"SELECT doc_id FROM builtin_vec WHERE embedding MATCH {index_sqlite.query_form()} AND k = {LIMIT}"
-            " AND scope = ?", [index_sqlite.query_blob(vec.tolist()), scope]).fetchall()]
+    def knn(self, vec: np.ndarray, scope: str, probes: int | None = None) -> list[int]:
+        return [d for _, d in index_sqlite.vec_candidates(self.db, vec.tolist(), scope, LIMIT, probes)]
 
     def close(self) -> None:
         self.db.conn.close()
@@ -231,8 +318,10 @@ class SqliteRaw:
 class PgRaw:
     def __init__(self, url: str) -> None:
         import psycopg
+        from memactors.store.pg import PgDb
         self.conn = psycopg.connect(url, autocommit=True)
-        self.index = "hnsw"
+        self.db = PgDb(self.conn)
+        self.index = index_pg.VEC_INDEX
 
     def text(self, q: str, scope: str) -> list[Any]:
         expression = index_pg.tsquery(builtin.search_words(q), "&")
@@ -241,12 +330,14 @@ class PgRaw:
             f" AND d.tsv @@ q ORDER BY ts_rank_cd('{index_pg.RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
             f" d.episode_id LIMIT {LIMIT}", [expression, [scope]]).fetchall())
 
-    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
+    def knn(self, vec: np.ndarray, scope: str, probes: int | None = None) -> list[int]:
+        if self.index == index_pg.VEC_INDEX:
+            return [int(r[1]) for r in index_pg.knn_rows(self.db, vec.tolist(), [scope], LIMIT, probes)]
         with self.conn.transaction():
             for setting in index_pg.knn_settings(self.index):
                 self.conn.execute(setting)
             return [int(r[0]) for r in self.conn.execute(
-                f"SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector LIMIT {LIMIT}",
+                f"SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::halfvec LIMIT {LIMIT}",
                 [[scope], index_pg._literal(vec.tolist())]).fetchall()]
 
     def close(self) -> None:
@@ -256,14 +347,21 @@ class PgRaw:
 async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: list[tuple[int, str]],
                   vectors: np.ndarray, doc_ids: np.ndarray, zs: np.ndarray, service: bool = True) -> dict[str, Any]:
     holder = ConfigHolder(lambda: load_config(config_for(root, state, url), env={"HOME": str(root)}))
-    times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "embed")}
+    times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "exact", "embed")}
     recall_at: list[float] = []
+    exact_at: list[float] = []
+    exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
     log = (root / "bench.log").open("a", encoding="utf-8")
     configure_logging("INFO", sink=log)
     try:
+        t = time.perf_counter()
         async with open_memory_service(holder) as svc:
+            opened = time.perf_counter() - t
+            await svc.builtin.wait_embedded()  # the first back-fill pass: the large scopes divided
+            print(f"    service start {opened:.0f} s (a store made before is converted), first back-fill pass"
+                  f" (cells) {time.perf_counter() - t - opened:.0f} s", flush=True)
             status = await svc.builtin.vector_status()
             if status["pending"]:
                 raise SystemExit(f"vectors missing: {status}")
@@ -286,11 +384,18 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
                 times["knn"].append(time.perf_counter() - t)
                 want = exact_top(vectors, rows_of[z], doc_ids, vec)
                 recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
+                if exact:
+                    t = time.perf_counter()
+                    every = raw.knn(vec, scope, 1 << 30)
+                    times["exact"].append(time.perf_counter() - t)
+                    exact_at.append(len(set(every) & set(want)) / max(len(want), 1))
     finally:
         logger.remove()
         log.close()
     out: dict[str, Any] = {k: stats(v) for k, v in times.items() if v}
     out["recall@8"] = round(statistics.mean(recall_at), 4)
+    if exact_at:
+        out["exact recall@8"] = round(statistics.mean(exact_at), 4)
     if service:
         parts = out["text"]["p50_ms"] + out["knn"]["p50_ms"] + out["embed"]["p50_ms"]
         out["x_parts"] = round(out["recall"]["p50_ms"] / parts, 2)
@@ -298,10 +403,11 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
 
 
 def show(label: str, r: dict[str, Any]) -> None:
-    parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms" for k in ("recall", "text", "knn", "embed")
-                       if k in r)
+    parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms"
+                       for k in ("recall", "text", "knn", "exact", "embed") if k in r)
     extra = f"   {r['x_parts']}x parts" if "x_parts" in r else ""
-    print(f"    {label:<22} {parts}   recall@8 {r['recall@8']}{extra}", flush=True)
+    exact = f" (exact scan {r['exact recall@8']})" if "exact recall@8" in r else ""
+    print(f"    {label:<22} {parts}   knn recall@8 {r['recall@8']}{exact}{extra}", flush=True)
 
 
 async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
@@ -318,9 +424,12 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
         doc_ids = np.load(saved)
         print(f"  {engine} {size} episodes: the kept store in {state}", flush=True)
     else:
-        doc_ids, built = await build(target, items, vectors)
-        print(f"  {engine} {size} episodes: built in {built:.0f} s ({size / built:.0f} episodes/s with vectors)",
-              flush=True)
+        if args.bulk and cluster is None:
+            doc_ids, built = await bulk_build(state / "memactors.db", items, vectors)
+        else:
+            doc_ids, built = await build(target, items, vectors)
+        print(f"  {engine} {size} episodes: built in {built:.0f} s ({size / built:.0f} episodes/s with vectors"
+              f"{', bulk rows' if args.bulk and cluster is None else ''})", flush=True)
         if cluster is None:
             np.save(saved, doc_ids)
     if cluster is None:
@@ -510,6 +619,8 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
+    parser.add_argument("--bulk", action="store_true",
+                        help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
     parser.add_argument("--partition", type=int, metavar="N",
                         help="only the vector search over one repository of N episodes, in three forms")
     args = parser.parse_args()
