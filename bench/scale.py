@@ -318,6 +318,7 @@ class SqliteRaw:
 class PgRaw:
     def __init__(self, url: str) -> None:
         import psycopg
+
         from memactors.store.pg import PgDb
         self.conn = psycopg.connect(url, autocommit=True)
         self.db = PgDb(self.conn)
@@ -350,6 +351,7 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
     times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "exact", "embed")}
     recall_at: list[float] = []
     exact_at: list[float] = []
+    cpu: dict[str, list[float]] = {"knn": [], "exact": []}  # this process's CPU: a quiet machine's wall
     exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
@@ -379,21 +381,24 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
                 t = time.perf_counter()
                 vec = np.asarray(model.encode([q])[0], dtype=np.float32)
                 times["embed"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 got = raw.knn(vec, scope)
                 times["knn"].append(time.perf_counter() - t)
+                cpu["knn"].append(time.process_time() - c)
                 want = exact_top(vectors, rows_of[z], doc_ids, vec)
                 recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
                 if exact:
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     every = raw.knn(vec, scope, 1 << 30)
                     times["exact"].append(time.perf_counter() - t)
+                    cpu["exact"].append(time.process_time() - c)
                     exact_at.append(len(set(every) & set(want)) / max(len(want), 1))
     finally:
         logger.remove()
         log.close()
     out: dict[str, Any] = {k: stats(v) for k, v in times.items() if v}
     out["recall@8"] = round(statistics.mean(recall_at), 4)
+    out["cpu"] = {k: round(statistics.median(v) * 1000, 2) for k, v in cpu.items() if v}
     if exact_at:
         out["exact recall@8"] = round(statistics.mean(exact_at), 4)
     if service:
@@ -408,6 +413,8 @@ def show(label: str, r: dict[str, Any]) -> None:
     extra = f"   {r['x_parts']}x parts" if "x_parts" in r else ""
     exact = f" (exact scan {r['exact recall@8']})" if "exact recall@8" in r else ""
     print(f"    {label:<22} {parts}   knn recall@8 {r['recall@8']}{exact}{extra}", flush=True)
+    if r.get("cpu"):
+        print("    CPU p50 (this process): " + ", ".join(f"{k} {v} ms" for k, v in r["cpu"].items()), flush=True)
 
 
 async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
@@ -557,10 +564,18 @@ def partition(n: int, queries: int, real_n: int) -> None:
 
 
 def pg_partition(n: int, queries: int, real_n: int) -> None:
-    """`--partition N --engines postgresql`: pgvector over one repository of N vectors: each index kind
-    built and timed (`index_pg.index_sql`), its knn (the provider's settings) timed, recall@8 against
-    numpy's exact cosine. The vectors go in by COPY (not the provider's per-row write)."""
+    """`--partition N --engines postgresql`: pgvector over one repository of N vectors (halfvec, as the
+    provider stores them): the provider's cells (`builtin.vector_cells`: divided and written by its own
+    `index_pg.write_division`, searched by its `knn_rows`, beside the exact scan of every cell), then
+    pgvector's store-wide HNSW and IVFFlat built and timed (`index_pg.index_sql`) with their knn (the
+    settings bench/scale.py measured before, and a wider search). recall@8 against numpy's exact cosine
+    over the float32 vectors. The vectors go in by COPY (not the provider's per-row write)."""
+    from importlib import resources
+
     import psycopg
+
+    from memactors.builtin import vector_cells
+    from memactors.store.pg import PgDb
 
     model = shared_model()
     items = corpus(max(real_n, 2000), 1)
@@ -568,21 +583,55 @@ def pg_partition(n: int, queries: int, real_n: int) -> None:
     vectors = derive_vectors(real, n)
     qs = [q for _, q in make_queries(items, queries)]
     qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    cells_sql = resources.files("memactors.store").joinpath("migrations/pg/0008_vector_cells.sql").read_text()
     with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "max_parallel_maintenance_workers = 1")) as cluster:
         cluster.create_database("part")
         cluster.admin("CREATE EXTENSION vector", dbname="part")
         with psycopg.connect(cluster.url("part"), autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT NOT NULL,"
-                         f" embedding vector({vectors.shape[1]}) NOT NULL)")
+            db = PgDb(conn)
+            conn.execute(cells_sql)
+            conn.execute("CREATE TABLE builtin_docs (doc_id BIGINT PRIMARY KEY, episode_id TEXT, started_at TEXT)")
+            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT COLLATE \"C\" NOT NULL,"
+                         f" cell INTEGER NOT NULL DEFAULT 0, embedding halfvec({vectors.shape[1]}) NOT NULL)")
+            conn.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
             t = time.perf_counter()
+            with conn.cursor().copy("COPY builtin_docs (doc_id, episode_id, started_at) FROM STDIN") as copy:
+                for i in range(n):
+                    copy.write_row((i + 1, f"ep_{i + 1}", "2026-11-28T09:00:00Z"))
             with conn.cursor().copy("COPY builtin_vec (doc_id, scope, embedding) FROM STDIN") as copy:
                 for i, v in enumerate(vectors):
                     copy.write_row((i + 1, "s", "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
             conn.execute("VACUUM ANALYZE builtin_vec")
             conn.execute("SET maintenance_work_mem = '1GB'")
+            size = conn.execute("SELECT pg_total_relation_size('builtin_vec')").fetchone()[0]
             print(f"one partition of {n} vectors ({real_n} real, the rest derived) copied in"
-                  f" {time.perf_counter() - t:.0f} s", flush=True)
+                  f" {time.perf_counter() - t:.0f} s; builtin_vec (halfvec, with its b-tree) {size / n:.0f} B/vector",
+                  flush=True)
             wants = [set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist()) for q in qvecs]
+
+            def run(label: str, knn: Any) -> None:
+                times, cpu, hits = [], [], []
+                for q, want in zip(qvecs, wants, strict=True):
+                    t, c = time.perf_counter(), time.process_time()
+                    got = knn(q)
+                    times.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
+                    hits.append(len(want & set(got)) / LIMIT)
+                r = stats(times)
+                print(f"    {label}: knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms (this process's CPU p50"
+                      f" {statistics.median(cpu) * 1000:.2f} ms)   recall@8 {statistics.mean(hits):.4f}", flush=True)
+
+            t = time.perf_counter()
+            ids, x = index_pg.scope_vectors(db, "s")
+            division = vector_cells.divide("s", ids, x)
+            with conn.transaction():
+                index_pg.write_division(db, division)
+            conn.execute("ANALYZE builtin_vec")
+            print(f"    cells: {len(division.centroids)} fitted and written in {time.perf_counter() - t:.0f} s", flush=True)
+            run(f"cells, {vector_cells.PROBES} probed (the provider's)",
+                lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT)])
+            run("cells, every one read (exact scan)",
+                lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT, 1 << 30)])
             for kind in ("hnsw", "ivfflat"):
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
@@ -590,24 +639,20 @@ def pg_partition(n: int, queries: int, real_n: int) -> None:
                 for statement in index_pg.index_sql(kind, n):
                     conn.execute(statement)
                 built = time.perf_counter() - t
-                size = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
-                # the provider's settings, then a wider search (what recall@8 buys at what time)
+                isize = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
                 for extra in ("", "SET LOCAL hnsw.ef_search = 800" if kind == "hnsw" else "SET LOCAL ivfflat.probes = 40"):
-                    times, hits = [], []
-                    for q, want in zip(qvecs, wants, strict=True):
-                        t = time.perf_counter()
+
+                    def knn(q: np.ndarray, kind: str = kind, extra: str = extra) -> list[int]:
                         with conn.transaction():
                             for setting in [*index_pg.knn_settings(kind), *([extra] if extra else [])]:
                                 conn.execute(setting)
-                            got = [int(r[0]) for r in conn.execute(
-                                "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector"
+                            return [int(r[0]) for r in conn.execute(
+                                "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::halfvec"
                                 f" LIMIT {LIMIT}", [["s"], index_pg._literal(q.tolist())]).fetchall()]
-                        times.append(time.perf_counter() - t)
-                        hits.append(len(want & set(got)) / LIMIT)
-                    r = stats(times)
-                    print(f"    {kind:<8} built in {built:.0f} s, {size / n:.0f} B/vector; {extra or 'the provider settings'}:"
-                          f" knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms   recall@8 {statistics.mean(hits):.4f}",
-                          flush=True)
+
+                    run(f"{kind} (built in {built:.0f} s, {isize / n:.0f} B/vector), {extra or 'settings as before'}", knn)
+            conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
+            conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
 
 
 def main() -> None:

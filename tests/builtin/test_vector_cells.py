@@ -8,19 +8,18 @@ operator's `Recall` runs), the thresholds lowered so a small store shows what a 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_recall_relevance import fake as fake  # noqa: F401 -- the fixtures, shared
+from test_recall_relevance import vector_store_url as vector_store_url  # noqa: F401
 
 from memactors.builtin import index_of, vector_cells
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fake_model_api import FakeModelApi, embedding_for
 from support import run_record, wait_ready, write_config
-from test_recall_relevance import fake as fake  # noqa: F401 -- the fixtures, shared
-from test_recall_relevance import vector_store_url as vector_store_url  # noqa: F401
 
 pytestmark = pytest.mark.req11
 
