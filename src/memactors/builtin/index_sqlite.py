@@ -343,13 +343,17 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
 
 
 def scopes_to_divide(db: sqlite_utils.Database) -> list[str]:
-    """`CellIndex.scopes_to_divide` on SQLite: the scopes whose documents reach the next division
-    (a cheap count by the scope's index), then confirmed by their vectors."""
+    """`CellIndex.scopes_to_divide` on SQLite: the scopes whose documents ever numbered (`builtin_scopes`,
+    one row a scope: read after every back-fill pass, so never a count of the store) reach the next
+    division, confirmed by their documents and then their vectors."""
     if not vec_exists(db):
         return []
     divided = dict(db.execute("SELECT scope, vectors FROM builtin_vec_divisions").fetchall())
     out = []
-    for scope, docs in db.execute("SELECT scope, count(*) FROM builtin_docs GROUP BY scope").fetchall():
+    for scope, numbered in db.execute("SELECT scope, next_seq - 1 FROM builtin_scopes").fetchall():
+        if not due(int(numbered), divided.get(scope)):
+            continue
+        (docs,) = db.execute("SELECT count(*) FROM builtin_docs WHERE scope = ?", [scope]).fetchone()
         if due(int(docs), divided.get(scope)):
             (vectors,) = db.execute("SELECT count(*) FROM builtin_vec WHERE scope = ?", [scope]).fetchone()
             if due(int(vectors), divided.get(scope)):
