@@ -556,6 +556,37 @@ def partition(n: int, queries: int, real_n: int) -> None:
             times["binary+rerank"].append(time.perf_counter() - t)
             cpu["binary+rerank"].append(time.process_time() - c)
             hits["binary+rerank"].append(len(want & set(got)) / LIMIT)
+        # the provider's own table and cells (`builtin.vector_cells`): divided by its write_division,
+        # searched by its vec_candidates (the nearest PROBES cells), and every cell read (exact)
+        from importlib import resources
+
+        from memactors.builtin import vector_cells
+        db.conn.executescript(resources.files("memactors.store").joinpath("migrations/sqlite/0015_vector_cells.sql")
+                              .read_text())
+        db.execute("CREATE TABLE builtin_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("CREATE TABLE builtin_embed_cache (content_hash TEXT, model TEXT, dim INTEGER, vector BLOB,"
+                   " doc_id INTEGER)")
+        index_sqlite.ensure_vec_table(db, "m", dim)
+        db.execute("BEGIN")
+        db.conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) SELECT doc_id, 's', 0, embedding"
+                            " FROM v_int8 WHERE doc_id = ?", [(i + 1,) for i in range(n)])
+        db.execute("COMMIT")
+        t0 = time.perf_counter()
+        ids, x = index_sqlite.scope_vectors(db, "s")
+        division = vector_cells.divide("s", ids, x)
+        db.execute("BEGIN")
+        index_sqlite.write_division(db, division)
+        db.execute("COMMIT")
+        print(f"    cells: {len(division.centroids)} fitted and written in {time.perf_counter() - t0:.0f} s", flush=True)
+        for label, probes in ((f"cells {vector_cells.PROBES}", None), ("cells, all", 1 << 30)):
+            times[label], cpu[label], hits[label] = [], [], []
+            for q in qvecs:
+                want = set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist())
+                t, c = time.perf_counter(), time.process_time()
+                got = [d for _, d in index_sqlite.vec_candidates(db, q.tolist(), "s", LIMIT, probes)]
+                times[label].append(time.perf_counter() - t)
+                cpu[label].append(time.process_time() - c)
+                hits[label].append(len(want & set(got)) / LIMIT)
         for form, v in times.items():
             r = stats(v)
             print(f"    {form:<14} knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms, CPU p50"
