@@ -33,11 +33,11 @@ PER_TOPIC = 10
 
 @pytest.fixture
 def small_cells(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scope is divided from 40 vectors on, into cells of ~8, and a knn reads the 2 nearest: the
-    60-episode scope below becomes 7 cells of which a knn reads 2."""
+    """A scope is divided from 40 vectors on, into cells of ~8, and a knn reads 0.75 × √cells of them:
+    the 60-episode scope below becomes 7 cells of which a knn reads 2."""
     monkeypatch.setattr(vector_cells, "CELLS_FROM", 40)
     monkeypatch.setattr(vector_cells, "CELL_ROWS", 8)
-    monkeypatch.setattr(vector_cells, "PROBES", 2)
+    monkeypatch.setattr(vector_cells, "PROBE_FACTOR", 0.75)
 
 
 def _holder(tmp_path: Path, fake_api: FakeModelApi, url: str | None) -> ConfigHolder:
@@ -104,7 +104,7 @@ async def test_a_large_scope_divided_into_cells_recalls_what_the_exact_search_re
 
         divisions, used = await memory.store.read(cells)
         assert divisions == [(scope, 60, 7)]  # 60 // 8 cells; the web repository is not divided
-        assert used > vector_cells.PROBES
+        assert vector_cells.probes(7) == 2 and used > 2
         assert await _answers(memory) == exact_answers
         assert [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS] == exact_knn
 

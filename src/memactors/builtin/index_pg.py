@@ -402,13 +402,17 @@ def has_vector(db: Db, doc_id: int) -> bool:
 
 
 def probe_cells(db: Db, literal: str, scopes: Sequence[str], probes: int | None = None) -> list[tuple[str, int]]:
-    """The (scope, cell)s a knn reads: in each divided scope the `probes` (`vector_cells.PROBES`) whose
-    centroids are nearest the query (`literal`), and cell 0 of each scope not divided."""
-    probes = vector_cells.PROBES if probes is None else probes
+    """The (scope, cell)s a knn reads: in each divided scope the `probes` (by default
+    `vector_cells.probes` of its cells) whose centroids are nearest the query (`literal`), and cell 0 of
+    each scope not divided."""
+    wanted = list(dict.fromkeys(scopes))
+    cells = dict(db.execute("SELECT scope, cells FROM builtin_vec_divisions WHERE scope = ANY(?)", [wanted]).fetchall())
+    limits = [(int(probes) if probes is not None else vector_cells.probes(int(cells[s]))) if s in cells else 0
+              for s in wanted]
     rows = db.execute(
-        "SELECT s.scope, c.cell FROM unnest(?::text[]) s (scope) LEFT JOIN LATERAL (SELECT cell FROM builtin_vec_cells"
-        f" WHERE scope = s.scope ORDER BY centroid::vector <=> ?::vector LIMIT {int(probes)}) c ON true",
-        [list(dict.fromkeys(scopes)), literal]).fetchall()
+        "SELECT s.scope, c.cell FROM unnest(?::text[], ?::int[]) s (scope, probes) LEFT JOIN LATERAL (SELECT cell"
+        " FROM builtin_vec_cells WHERE scope = s.scope ORDER BY centroid::vector <=> ?::vector LIMIT s.probes) c ON true",
+        [wanted, limits, literal]).fetchall()
     return [(str(r[0]), 0 if r[1] is None else int(r[1])) for r in rows]
 
 

@@ -298,9 +298,13 @@ def query_blob(vector: Sequence[float]) -> bytes:
 
 
 def probe_cells(db: sqlite_utils.Database, vector: Sequence[float], scope: str, probes: int | None = None) -> list[int]:
-    """The cells of `scope` a knn reads: the `probes` (`vector_cells.PROBES`) whose centroids are
-    nearest `vector`, or the one cell (0) of a scope not divided."""
-    probes = vector_cells.PROBES if probes is None else probes
+    """The cells of `scope` a knn reads: the `probes` (by default `vector_cells.probes` of the scope's
+    cells) whose centroids are nearest `vector`, or the one cell (0) of a scope not divided."""
+    if probes is None:
+        row = db.execute("SELECT cells FROM builtin_vec_divisions WHERE scope = ?", [scope]).fetchone()
+        if row is None:
+            return [0]
+        probes = vector_cells.probes(int(row[0]))
     return [int(r[0]) for r in db.execute(
         "SELECT cell FROM builtin_vec_cells WHERE scope = ? ORDER BY vec_distance_cosine(centroid, ?)"
         f" LIMIT {int(probes)}", [scope, sqlite_vec.serialize_float32(list(vector))]).fetchall()] or [0]
