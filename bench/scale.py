@@ -709,6 +709,39 @@ def pg_partition(n: int, queries: int, real_n: int) -> None:
             conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
 
 
+def cells_model(n: int, queries: int, real_n: int, cell_rows: int, reads: list[int]) -> None:
+    """`--cells-model N`: recall@8 of the cells against how many are read, in numpy (no store): the
+    product's own `vector_cells.divide` over one scope of N int8 vectors (as the stores hold them), the
+    nearest `reads` cells of each query scanned exactly; against numpy's exact float32 cosine."""
+    from memactors.builtin import vector_cells
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qvecs = np.asarray(model.encode([q for _, q in make_queries(items, queries)]), dtype=np.float32)
+    peak = np.abs(vectors).max(axis=1, keepdims=True)
+    stored = vector_cells.unit_rows(np.round(vectors * 127 / peak).astype(np.int8).astype(np.float32))
+    wants = [set(np.argsort(-(vectors @ q))[:LIMIT].tolist()) for q in qvecs]
+    exact = statistics.mean(len(set(np.argsort(-(stored @ q))[:LIMIT].tolist()) & w) / LIMIT
+                            for q, w in zip(qvecs, wants, strict=True))
+    vector_cells.CELL_ROWS = cell_rows
+    t = time.perf_counter()
+    division = vector_cells.divide("s", list(range(n)), stored)
+    centroids = division.centroids
+    assigned = np.array([division.cells[i] for i in range(n)])
+    print(f"one scope of {n} vectors ({real_n} real): {len(centroids)} cells of ~{cell_rows} fitted in"
+          f" {time.perf_counter() - t:.0f} s; the exact int8 scan's recall@8 {exact:.3f}", flush=True)
+    for read in reads:
+        hits, scanned = [], []
+        for q, want in zip(qvecs, wants, strict=True):
+            rows = np.flatnonzero(np.isin(assigned, np.argsort(-(centroids @ q))[:read]))
+            scanned.append(len(rows))
+            hits.append(len(set(rows[np.argsort(-(stored[rows] @ q))[:LIMIT]].tolist()) & want) / LIMIT)
+        print(f"    {read} cells read: {statistics.median(scanned) / n:.1%} of the vectors, recall@8"
+              f" {statistics.mean(hits):.3f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
@@ -722,8 +755,15 @@ def main() -> None:
                         help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
     parser.add_argument("--partition", type=int, metavar="N",
                         help="only the vector search over one repository of N episodes, in three forms")
+    parser.add_argument("--cells-model", type=int, metavar="N",
+                        help="only the cells' recall against the cells read, in numpy, over one scope of N vectors")
+    parser.add_argument("--cell-rows", type=int, default=256)
+    parser.add_argument("--reads", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96])
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.cells_model:
+        cells_model(args.cells_model, args.queries, args.real, args.cell_rows, args.reads)
+        return
     if args.partition:
         if "postgresql" in args.engines:
             pg_partition(args.partition, args.queries, args.real)
