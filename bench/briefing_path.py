@@ -37,13 +37,14 @@ import mcp
 import trio
 from mcp.client.streamable_http import streamable_http_client
 
+from memactors import documents
 from memactors.actors import briefing as briefing_actor
 from memactors.actors.provider_session import provider_call
 from memactors.config import ConfigHolder, load_config
+from memactors.documents import Section, fit_briefing
 from memactors.gateway import start_gateway
 from memactors.logs import configure_logging
 from memactors.service import open_memory_service
-from memactors.wrapper import Section, fit_briefing
 
 REPO = "forge.example/acme/api"
 #: Candidates asked of the provider for the briefing's 3 slots: before issue 17, a few more, the most.
@@ -126,7 +127,7 @@ async def run(n_runs: int, calls: int, empty_every: int) -> list[str]:
             default = briefing_actor.BRIEFING_CANDIDATES
             shown = await memory.agent_briefing(view, delivery="tool", refresh=True)
             sections = [(s, n, share) for s, (_, n, share) in zip(shown.document.sections,
-                                                                   briefing_actor.BRIEFING_LAYOUT, strict=True)]
+                                                                   documents.BRIEFING_LAYOUT, strict=True)]
             times: dict[str, list[float]] = {"gateway": []}
             shows: dict[str, int] = {}
             for n in CANDIDATES:
@@ -148,7 +149,7 @@ async def run(n_runs: int, calls: int, empty_every: int) -> list[str]:
                             memory.session.address, "memory_recall",
                             {"query": query, "scope": [f"project:{REPO}"], "limit": n}, caller="daemon"),
                             times[f"provider limit {n}"])
-                    briefing_actor.BRIEFING_CANDIDATES = default
+                    documents.BRIEFING_CANDIDATES = default
 
                     async def compose() -> Any:
                         return fit_briefing([(Section(s.name, s.items, s.dropped, s.note), n, share)

@@ -299,7 +299,7 @@ def shared_words(query: str, subject: str) -> int:
     """How many content words of the commit's subject the question has (equal, or one starting the
     other, or the same first five letters: `gist.matches`)."""
     from memactors.builtin.ranking import STOPWORDS
-    from memactors.gist import matches
+    from memactors.documents import matches
 
     def content(t: str) -> set[str]:
         return {w for w in re.findall(r"[^\W_]+", t.lower()) if w not in STOPWORDS and not w.isdigit()}

@@ -16,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from fix_providers import FaultFiles
 from fix_providers import fault_toml as providers_fault_toml
-from memactors.actors.briefing import View
 from memactors.service import MemoryService
+from memactors.view import View
 
 API = "forge.example/acme/api"
 BILLING = "forge.example/acme/billing"

@@ -37,12 +37,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from . import contract
-from .actors.briefing import UNATTRIBUTED, View
 from .errors import InvalidArgument, NoRepository, NotAttributed, ProviderReserved, StoreUnavailable
+from .logs import LogThrottle
 from .net.asgi import serve_lifespan
-from .net.listen import RateLimitedLog, connection_cap, serve_asgi, trust_connection
+from .net.listen import connection_cap, serve_asgi, trust_connection
 from .store import bound_field, iso
 from .telemetry import consent_server_spans
+from .view import UNATTRIBUTED, View
 
 if TYPE_CHECKING:
     from .actors.briefing import BriefingAnswer, RecallAnswer
@@ -171,7 +172,7 @@ class Gateway:
         self._service = service
         self._log = logger.bind(component="gateway")
         #: refused calls are caller-caused: one line per caller per 10 s, with the count folded in
-        self._refusals = RateLimitedLog(interval=10.0)
+        self._refusals = LogThrottle(interval=10.0)
 
     def server(self) -> Server[Any]:
         server = Server(
@@ -327,8 +328,8 @@ class BearerGate:
         self._service = service
         self._log = logger.bind(component="gateway")
         # Anyone who can open a socket can send bad tokens: one line per client per 10 s, with a count.
-        self._refusals = RateLimitedLog(interval=10.0)
-        self._store_down = RateLimitedLog(interval=10.0)
+        self._refusals = LogThrottle(interval=10.0)
+        self._store_down = LogThrottle(interval=10.0)
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":

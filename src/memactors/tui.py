@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from .wrapper import cut_at_word
+from .documents import cut_at_word
 
 ESC = "esc"
 HELP_MAIN = "↑/↓ select  B briefing  r refresh  q quit"

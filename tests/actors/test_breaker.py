@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from memactors.actors.breaker import Breaker
+from memactors.breaker import Breaker
 
 pytestmark = pytest.mark.req13
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from memactors.config import ConfigHolder
+from memactors.documents import BRIEFING_MAX_BYTES
 from memactors.errors import NotAttributed
 from memactors.service import MemoryService, open_memory_service
-from memactors.wrapper import BRIEFING_MAX_BYTES
 from support import refuse_inserts, run_record, wait_ready
 from support_readside import API, as_run, count, fault_toml, fixed_clock, sample
 

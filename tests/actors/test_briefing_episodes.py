@@ -25,10 +25,9 @@ from fix_daemon import daemon_process
 from memactors.actors.index import text_belongs
 from memactors.builtin import BRIEFING_ITEM_TEXT
 from memactors.config import ConfigHolder
+from memactors.documents import BRIEFING_MAX_BYTES, gist
 from memactors.gateway import BRIEFING_URI
-from memactors.gist import gist
 from memactors.service import MemoryService
-from memactors.wrapper import BRIEFING_MAX_BYTES
 from support import RESIDENT, serving, write_config
 from support_briefing import COMPACT, REPO, empty_run, episode_blocks, real_run, sections
 from support_readside import NOW, as_run, fixed_clock, gateway_client

@@ -119,11 +119,10 @@ async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[by
 
 @pytest.mark.slow
 @pytest.mark.req14
-async def test_memory_briefing_of_two_harnesses_shows_each_its_own_runs(tmp_path: Path, engine: str) -> None:
+async def test_memory_briefing_of_two_harnesses_shows_each_its_own_runs(tmp_path: Path) -> None:
     """`memactors memory briefing <harness>` (the operator's preview) of two harnesses of one repository,
-    the daemon a process and the records ingested with `memactors runs ingest`."""
-    if engine != "sqlite":
-        pytest.skip("the gateway test above covers PostgreSQL's ordering; this one is the CLI's")
+    the daemon a process and the records ingested with `memactors runs ingest`. On the embedded store only
+    (no `engine` fixture): the gateway test above covers PostgreSQL's ordering; this one is the CLI's."""
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "out"
     config = write_config(tmp_path, "".join(command_harness(h, workdir=repo, mode="briefing", out=out, extra=WIDE)

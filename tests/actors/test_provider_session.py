@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from fix_providers import FaultFiles, fault_toml, poll, sample
-from memactors.actors.breaker import Breaker
 from memactors.actors.provider_session import ProviderSession, provider_call
+from memactors.breaker import Breaker
 from memactors.config import ConfigHolder
 from memactors.conformance import synthetic_episode, synthetic_scope
 from memactors.errors import ProviderIncompatible, ProviderUnavailable

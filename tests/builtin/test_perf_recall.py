@@ -19,7 +19,7 @@ import trio
 
 from memactors.actors.index import text_belongs
 from memactors.builtin import MAX_ITEM_TEXT, BuiltinProvider, Hit, bm25_candidates, item_texts, query_words
-from memactors.gist import gist
+from memactors.documents import gist
 from memactors.store import Store
 
 pytestmark = pytest.mark.req11
@@ -220,15 +220,15 @@ async def test_the_view_of_a_token_is_read_in_one_hop(memory: Any, monkeypatch: 
 def test_wire_size_is_json_dumps_size(text: str) -> None:
     import json
 
-    from memactors.wrapper import _wire_nbytes
+    from memactors.documents._fit import _wire_nbytes
 
     assert _wire_nbytes(text) == len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
 
 
 @pytest.mark.req12
 def test_a_nonce_found_in_any_one_string_is_refused_and_none_spans_two() -> None:
+    from memactors.documents._model import _check_nonce
     from memactors.errors import InvalidArgument
-    from memactors.wrapper import _check_nonce
 
     nonce = "0123456789abcdef"
     _check_nonce(nonce, ["01234567", "89abcdef"])  # the halves in two strings are not an occurrence

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memactors.actors.documents import age, briefing_episode_item, collapse_facts, fact_item, is_empty_run
 from memactors.actors.index import KeptItem, Provenance
+from memactors.documents import age, briefing_episode_item, collapse_facts, fact_item, is_empty_run
 from memactors.store.facts import Fact
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memactors.actors.index import text_belongs_body
 from memactors.builtin import BuiltinProvider, metadata_only
-from memactors.gist import gist
+from memactors.documents import gist
 from memactors.store import Store
 from memactors.tui import HarnessEntry, TuiState
 
@@ -118,7 +118,7 @@ async def test_req14_a_metadata_only_query_is_ordered_by_what_helps_the_next_run
 def test_the_last_failure_class_that_fits_exactly_is_shown() -> None:
     """Room for ", …" is kept only while more are to come: a last piece that fits exactly is shown,
     for failures as for files (the two parts are one rule)."""
-    from memactors.gist import _failures_part, _files_part
+    from memactors.documents._gist import _failures_part, _files_part
 
     assert _failures_part([("test_failure", 2)], len("verify failures: test_failure ×2")) == \
         "verify failures: test_failure ×2"

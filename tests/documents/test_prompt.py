@@ -17,8 +17,8 @@ from memactors.agents.prompt import (
     render_template,
     validate_template,
 )
+from memactors.documents import Item, Provenance, Section, fit_briefing, render_text
 from memactors.errors import ConfigError, InvalidArgument
-from memactors.wrapper import Item, Provenance, Section, fit_briefing, render_text
 
 BASE_ARGV = ("claude", "--print", "--output-format", "stream-json")
 

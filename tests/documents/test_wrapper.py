@@ -13,27 +13,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memactors import wrapper
 from memactors._wire import parse_run_record
 from memactors.actors.index import text_belongs
-from memactors.episode import SessionRepo, assemble
-from memactors.episode import render_text as render_episode
-from memactors.errors import InvalidArgument
-from memactors.gist import gist
-from memactors.wrapper import (
+from memactors.documents import (
     ELLIPSIS,
     Document,
     Item,
     Provenance,
     Section,
+    _render,
     build_document,
     cut_at_word,
     fit_briefing,
     fit_recall,
+    gist,
     new_nonce,
     render_json,
     render_text,
 )
+from memactors.episode import SessionRepo, assemble
+from memactors.episode import render_text as render_episode
+from memactors.errors import InvalidArgument
 from support import run_record
 
 POINTER = "use the recall tool for more"
@@ -605,7 +605,7 @@ def test_fit_briefing_respects_caps_order_and_never_cuts(
         it = iter(orig.items[:max_items])
         assert all(any(k is o for o in it) for k in got.items)  # kept items in input order, whole
         assert got.dropped == len(orig.items) - len(got.items)
-        assert sum(len(wrapper._item_block(k, doc.nonce)) + 1 for k in got.items) <= share * max_chars
+        assert sum(len(_render._item_block(k, doc.nonce)) + 1 for k in got.items) <= share * max_chars
     assert doc.truncated == sum(s.dropped for s in doc.sections)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 
+from memactors.logs import LogThrottle
 from memactors.net.asgi import serve_lifespan
 from memactors.net.listen import (
     BODY_TIMEOUT,
@@ -17,7 +18,6 @@ from memactors.net.listen import (
     KEEP_ALIVE_TIMEOUT,
     MAX_BODY_BYTES,
     SHED_AFTER,
-    RateLimitedLog,
     serve_asgi,
     trust_connection,
 )
@@ -314,7 +314,7 @@ def test_the_cap_leaves_descriptors_in_reserve_for_the_store(nofile: int, cap: i
 
 async def test_a_rate_limited_line_is_written_once_per_interval_with_the_suppressed_count(
         autojump_clock: trio.abc.Clock) -> None:
-    lines = RateLimitedLog(interval=10.0)
+    lines = LogThrottle(interval=10.0)
     written = [lines.allow("peer-a") for _ in range(10_000)]
     assert written[0] == 0 and written[1:] == [None] * 9_999
     assert lines.allow("peer-b") == 0  # another peer has its own budget

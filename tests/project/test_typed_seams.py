@@ -27,13 +27,13 @@ def _plant(path: Path, anchor: str, replacement: str) -> None:
 def test_planted_type_breaches_at_the_seams_fail_the_check_and_are_named(tmp_path: Path) -> None:
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copytree(SRC, tmp_path / "src" / "memactors", ignore=shutil.ignore_patterns("__pycache__"))
-    service = tmp_path / "src" / "memactors" / "service" / "__init__.py"
+    service = tmp_path / "src" / "memactors" / "service"
     # 1. A recall's answer taken for an int: only a typed `ask` can tell (an `Any` answer would pass).
-    _plant(service, "        answer = await self.briefing.address.ask(RecallRequest(",
+    _plant(service / "read_tier.py", "        answer = await self.briefing.address.ask(RecallRequest(",
            "        planted: int = await self.briefing.address.ask(RecallRequest(view=view, query=query))\n"
            "        answer = await self.briefing.address.ask(RecallRequest(")
     # 2. The service loses a member the gateway uses.
-    _plant(service, "    async def caller_view(self, token: str | None) -> View:",
+    _plant(service / "agent_calls.py", "    async def caller_view(self, token: str | None) -> View:",
            "    async def caller_view_renamed(self, token: str | None) -> View:")
     done = subprocess.run([str(MYPY), "--cache-dir", str(tmp_path / ".mypy_cache")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, check=False)

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from fix_providers import FaultFiles, fault_toml, poll
-from memactors.actors.breaker import Breaker
 from memactors.actors.provider_session import ProviderSession, provider_call
+from memactors.breaker import Breaker
 from memactors.config import ConfigHolder
 from memactors.metrics import Metrics
 from memactors.service import open_memory_service

@@ -24,7 +24,7 @@ from fix_daemon import daemon_in_process, daemon_process
 from memactors.actors.index import OWN_TEXT_CHARS, text_belongs
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder
-from memactors.gist import gist
+from memactors.documents import gist
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM

@@ -12,11 +12,10 @@ import trio
 from memactors.actors.index import OWN_TEXT_CHARS
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder
+from memactors.documents import RECALL_MAX_BYTES, gist
 from memactors.errors import InvalidArgument
-from memactors.gist import gist
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
-from memactors.wrapper import RECALL_MAX_BYTES
 from support import example, run_record, wait_ready, within
 from support_readside import API, BILLING, as_run, calls, count, fault_toml, fenced_only, sample
 

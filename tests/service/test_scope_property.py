@@ -22,12 +22,13 @@ from hypothesis import strategies as st
 from mcp.server import Server
 
 from memactors import contract
-from memactors.actors.briefing import Briefing, RecallRequest, View
+from memactors.actors.briefing import Briefing, RecallRequest
 from memactors.actors.index import Index, filter_items
 from memactors.actors.provider_session import ProviderSession
 from memactors.config import Config
 from memactors.metrics import Metrics
 from memactors.store.engines import open_store
+from memactors.view import View
 from support_readside import fixed_clock
 
 PROVIDER = "fake"

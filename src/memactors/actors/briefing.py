@@ -9,7 +9,7 @@ episodes section with ``provider_unavailable`` when the provider times out, erro
 its breaker is open. Recall, briefings (tool, resource, prompt, operator preview) and operator recall
 all call it; none has a private way to the provider.
 
-Who is reading is a :class:`~.view.View`: a harness run seen through its run token (its repository is the
+Who is reading is a :class:`~memactors.view.View`: a harness run seen through its run token (its repository is the
 one its run works in now, else its workdir's), an operator looking as a repository or a harness, or
 an unattributed caller (no episodes at all). Provenance in every document comes from the daemon's own
 rows; provider text only ever appears fenced and flagged untrusted, and is never written as a fact or
@@ -42,13 +42,7 @@ from loguru import logger
 from .. import contract
 from ..builtin import search_words
 from ..config import Config, HarnessConfig
-from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
-from ..logs import LogThrottle
-from ..metrics import Metrics
-from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
-from ..store.facts import Fact, count_facts, search_facts, top_facts
-from ..wrapper import Document, Section, fit_briefing, fit_recall, item_chars, render_json, render_text
-from .documents import (
+from ..documents import (
     BRIEFING_CANDIDATES,
     BRIEFING_EPISODES,
     BRIEFING_LAYOUT,
@@ -57,6 +51,8 @@ from .documents import (
     RECALL_POINTER,
     RECENT_RUNS,
     RECENT_RUNS_POOL,
+    Document,
+    Section,
     briefing_episode_item,
     briefing_run_item,
     collapse_episodes,
@@ -68,21 +64,27 @@ from .documents import (
     episode_item,
     fact_ids,
     fact_item,
+    fit_briefing,
+    fit_recall,
     is_empty_run,
     is_trivial_run,
+    item_chars,
+    render_json,
+    render_text,
     run_item,
     withhold_facts,
 )
+from ..errors import InvalidArgument, MemactorsError, NotAttributed, ProviderTimeout, StoreUnavailable
+from ..logs import LogThrottle
+from ..metrics import Metrics
+from ..store import Db, Store, WallClock, briefing_cache, presence, run_history, votes
+from ..store.facts import Fact, count_facts, search_facts, top_facts
+from ..view import View
 from .index import Filtered, KeptItem, filter_items
 from .kernel import Ask, open_mailbox, serve
 from .provider_session import provider_call
-from .view import UNATTRIBUTED, View, latest_run_place, resolve_view, run_place
 
-# View, the document helpers and the layout live in .view and .documents; they are re-exported here,
-# where the service, spawn and gateway have always imported them from.
 __all__ = [
-    "BRIEFING_LAYOUT",
-    "UNATTRIBUTED",
     "Briefing",
     "BriefingAnswer",
     "BriefingRequest",
@@ -91,12 +93,6 @@ __all__ = [
     "ExposePrompt",
     "RecallAnswer",
     "RecallRequest",
-    "View",
-    "document_from_json",
-    "latest_run_place",
-    "resolve_view",
-    "run_place",
-    "withhold_facts",
 ]
 
 RECALL_RUNS = 5

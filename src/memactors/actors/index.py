@@ -23,9 +23,9 @@ import trio
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
 from ..contract import RecallItem
+from ..documents import gist
 from ..episode import episode_id_for, is_stored, render_text
 from ..errors import InvalidArgument
-from ..gist import gist
 from ..models import Episode, RunRecord
 from ..redact import redact_obj
 from ..repo import scope_for

@@ -47,13 +47,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import contract
+from ..breaker import Breaker
 from ..errors import MemactorsError, ProviderIncompatible, ProviderTimeout, ProviderUnavailable
 from ..metrics import Metrics
 from ..provider_stderr import log_stderr
 from ..store import Store, WallClock, iso, log_call, utc_now
 from ..telemetry import guard_sdk_spans
 from ..urls import mask_urls
-from .breaker import Breaker
 from .call_log import CallLog
 from .kernel import Address, Ask, Mailbox, open_mailbox, serve
 

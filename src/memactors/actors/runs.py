@@ -41,7 +41,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 import trio
@@ -60,6 +60,7 @@ from ..agents.run_process import (
     write_mcp_config,
 )
 from ..agents.run_record import StopReason, build_run_record, cap_reached, git_changed, git_start
+from ..agents.run_state import RunState
 from ..agents.run_watch import PromptScrub, RunWatch
 from ..config import Config, HarnessConfig, load_config
 from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
@@ -67,13 +68,53 @@ from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
 from ..store import Db, Store, WallClock, iso, run_tokens
-from .briefing import Briefing, BriefingAnswer, View
-from .kernel import open_mailbox, serve
-from .run_state import CancelRun, FindRun, ListRuns, RunState, StartRun
+from ..view import View
+from .briefing import Briefing, BriefingAnswer
+from .kernel import Ask, open_mailbox, serve
 from .spawn import SpawnPort, prepare_spawn
 
 __all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "Runs", "RunsPort", "StartRun", "build_run_record",
            "exit_status"]
+
+
+# -- messages -------------------------------------------------------------------------------------------
+
+@attrs.frozen
+class StartRun(Ask["RunState"]):
+    """Start a run of ``harness``; ``prompt`` replaces the configured prompt for this run only."""
+
+    harness: str
+    prompt: str | None = None
+    run_id: str | None = None
+
+
+@attrs.frozen
+class FindRun(Ask["RunState"]):
+    """A run this daemon started (running, or ended: in memory or in the store); ``harness`` narrows a
+    run id that more than one harness used."""
+
+    run_id: str
+    harness: str | None = None
+
+
+@attrs.frozen
+class ListRuns(Ask[dict[str, Any]]):
+    """Runs newest first, optionally of one harness and in one state (``running`` or ``ended``)."""
+
+    harness: str | None = None
+    state: Literal["running", "ended"] | None = None
+    limit: int = 50
+    after: str | None = None
+
+
+@attrs.frozen
+class CancelRun(Ask["RunState"]):
+    """Stop a running run the way a deadline does (SIGTERM, grace, SIGKILL); it is still recorded, as
+    ``cancelled`` / ``operator_cancel``. Answers at once with the run's state (an ended run as it is)."""
+
+    run_id: str
+    harness: str | None = None
+
 
 #: SIGTERM to SIGKILL.
 KILL_GRACE = 5.0

@@ -36,7 +36,8 @@ from ..config import Config, HarnessConfig
 from ..errors import InvalidArgument, MemactorsError
 from ..metrics import Metrics
 from ..store import Store
-from .briefing import Briefing, BriefingAnswer, ExposePrompt, View, resolve_view
+from ..view import View, resolve_view
+from .briefing import Briefing, BriefingAnswer, ExposePrompt
 
 __all__ = ["SpawnPlan", "operator_prompt", "prepare_spawn"]
 

@@ -99,7 +99,7 @@ class CommandRun:
     ``finished`` False: the agent CLI ran the command but reported no end for it, or an end without an
     exit status (Codex never sent its ``item.completed``; Claude Code's Bash timed out or was
     interrupted). A command the CLI refused to run has no exit status either but is ``finished``: it
-    tested nothing. The run record turns an unfinished verify call into ``verify_incomplete`` (issue 26).
+    tested nothing. The run record turns an unfinished verify call into ``verify_incomplete``.
     """
 
     command: str

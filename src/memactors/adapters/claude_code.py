@@ -23,7 +23,7 @@ The stream is Claude Code's JSON lines, one object per line:
   to run (a ``system``/``permission_denied`` event names it, and its result's meta carries
   ``non_execution_kind`` or a ``reject`` decision): the command never ran, so it is no test result.
   A command that did run but whose result has no exit status (timed out, interrupted) or never came
-  is ``finished=False``: a verify call among those makes the run ``verify_incomplete`` (issue 26);
+  is ``finished=False``: a verify call among those makes the run ``verify_incomplete``;
 * ``{"type": "system", "subtype": "permission_denied", "tool_use_id", ...}`` — a refused tool call;
 * ``{"type": "result", "subtype", "is_error", "result", "duration_ms", "total_cost_usd", ...}`` — the
   agent's own verdict and final answer.
@@ -169,7 +169,8 @@ def refused_ids(meta: Any) -> set[str]:
 def bash_exit_status(block: dict[str, Any]) -> int | None:
     """A Bash tool_result's exit status: N from Claude Code's leading ``Exit code N`` line, 0 when the
     result is not an error, None when it is an error without an exit status (refused, interrupted, a
-    timeout): such a command did not finish, so it is no verify event (issue 18)."""
+    timeout): such a command did not finish, so it is no verify event (a refused or
+    interrupted test run proves nothing either way)."""
     match = _EXIT_CODE.match(_result_text(block.get("content")))
     if match:
         return int(match.group(1))

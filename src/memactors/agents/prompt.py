@@ -23,8 +23,8 @@ from typing import Literal
 
 import attrs
 
+from ..documents import new_nonce
 from ..errors import ConfigError, InvalidArgument
-from ..wrapper import new_nonce
 
 __all__ = [
     "ARG_MAX_SINGLE",

@@ -30,8 +30,8 @@ import ahocorasick_rs
 import trio
 
 from ..adapters import Transcript
+from ..documents import NONCE_BYTES
 from ..redact import redact, redact_many
-from ..wrapper import NONCE_BYTES
 
 __all__ = ["MAX_EVENTS", "MAX_EVENT_CHARS", "STDERR_TAIL_BYTES", "MIN_LINE", "PromptScrub", "RunWatch", "StderrTail", "scrub"]
 

@@ -72,8 +72,8 @@ from mcp.server import Server
 from .. import contract
 from .._version import __version__
 from ..contract import load_schemas
+from ..documents import gist
 from ..errors import InvalidArgument, MemactorsError
-from ..gist import gist
 from ..modelapi import ModelApiError
 from ..store import Store
 from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS

@@ -50,7 +50,7 @@ from .agents import SERVER_NAME as SERVER
 
 #: Recognises the SessionEnd hook entry install writes (whatever interpreter or --config it names).
 HOOK_MARK = "hook claude-code session-end"
-#: Recognises the SessionStart hook entry install writes (issue 26: the briefing at session start).
+#: Recognises the SessionStart hook entry install writes (the briefing at session start).
 START_MARK = "hook claude-code session-start"
 #: The SessionStart hook's declared timeout: its own exchange with the gateway gives up far sooner
 #: (agents/session_start.TIMEOUT_SECONDS), so a daemon down or slow never holds a session up.
@@ -258,7 +258,7 @@ def _codex_merge(path: Path, text: str | None, server: dict[str, Any] | None, *,
         servers[SERVER] = table
     elif servers is not None and not servers:
         del doc["mcp_servers"]
-    # The SessionStart / SessionEnd hooks (issue 26: _codex_hooks); with server None, only taken out.
+    # The SessionStart / SessionEnd hooks (`_codex_hooks`): with server None, only taken out.
     merge_hooks(doc, end_command=end_command if server is not None else "",
                 start_command=start_command if server is not None else "")
     out = tomlkit.dumps(doc)

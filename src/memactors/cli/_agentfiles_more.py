@@ -16,7 +16,7 @@ opencode            ``DIR/opencode.json`` ``mcp.memactors``: ``type: remote``, t
 opencode --user     ``$XDG_CONFIG_HOME/opencode/opencode.json`` (default ``~/.config/opencode/opencode.json``)
 ==================  ==========================================================================================
 
-Besides the server, install makes each session recorded and briefed (issue 26):
+Besides the server, install makes each session recorded and briefed:
 
 * **gemini-cli**: the same ``settings.json`` gets ``hooks.SessionStart`` (``memactors hook gemini-cli
   session-start``: the briefing as the hook's ``additionalContext``) and ``hooks.SessionEnd`` (``memactors

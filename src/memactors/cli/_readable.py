@@ -16,7 +16,7 @@ from ..humanize import absolute, ago, label
 
 __all__ = ["readable"]
 
-#: The parts of an item text after its gist (`gist.gist`): what it touched, its verify failures.
+#: The parts of an item text after its gist (`documents.gist`): what it touched, its verify failures.
 _TOUCHED = "touched "
 _FAILURES = "verify failures: "
 _SEP = re.compile(r" · ")

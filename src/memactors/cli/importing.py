@@ -1,4 +1,4 @@
-"""`memactors import`: the history a user already has, as run records (issue 27).
+"""`memactors import`: the history a user already has, as run records.
 
 `import git --repo DIR` turns each commit (its message, the files it changed, its author time) into a
 closed run record; `import claude-code` and `import codex` turn each past session transcript into one.

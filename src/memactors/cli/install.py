@@ -242,7 +242,8 @@ RELOAD_WAIT_SECONDS = 10.0
 
 
 def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
-    """Make sure the running daemon has this harness's table (issue 26). ``known``: it had it;
+    """Make sure the running daemon has this harness's table, which the hooks
+    install writes name. ``known``: it had it;
     ``reloaded``: it had not, so it was sent SIGHUP (its pid from daemon.json) and now has it;
     ``not_reloaded``: it still has not (another configuration file, a broken edit, no signal allowed);
     ``unknown``: it did not answer."""
@@ -339,7 +340,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- byte-exact uninstall (issue 26) ---------------------------------------------------------------------------
+# -- byte-exact uninstall --------------------------------------------------------------------------------------
 #
 # install keeps, in the state directory (0700; the file 0600: a file's earlier text may hold the user's own
 # secrets), what each file it changed held before and what it wrote, and the directories it created.

@@ -1,5 +1,5 @@
 """``memactors hook gemini-cli|opencode|qwen-code …``: what a resident Gemini CLI, OpenCode or Qwen Code runs at a
-session's start and end (issue 26), as ``memactors install`` wrote it into the agent's configuration.
+session's start and end, as ``memactors install`` wrote it into the agent's configuration.
 Qwen Code, a Gemini CLI fork, has Gemini's hooks; its session file is its chat recording
 (``agents.resident_sessions.qwen_session``).
 

@@ -38,8 +38,8 @@ import attrs
 import trio
 from jinja2 import Environment, PackageLoader, StrictUndefined, UndefinedError, select_autoescape
 
+from ..documents import lead
 from ..errors import MemactorsError, PermissionDenied, single_leaf
-from ..gist import lead
 from ..logs import get_logger
 from ..net.asgi import serve_lifespan
 from .charts import Sampler

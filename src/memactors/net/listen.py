@@ -51,7 +51,7 @@ import trio
 from ..logs import LogThrottle, get_logger
 
 __all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "SHED_AFTER", "CappedListener",
-           "ConnectionTable", "RateLimitedLog", "connection_cap", "serve_asgi", "trust_connection"]
+           "ConnectionTable", "connection_cap", "serve_asgi", "trust_connection"]
 
 #: Descriptors no listener may take: SQLite (writer, read pool, WAL), provider pipes, logs, spares.
 FD_RESERVE = 128
@@ -84,11 +84,6 @@ def connection_cap(listeners: int = LISTENERS, per_listener: int = MAX_CONNECTIO
     if soft == resource.RLIM_INFINITY:
         return per_listener
     return max(8, min(per_listener, (soft - FD_RESERVE) // listeners))
-
-
-#: One line per key per interval with the count folded in: the shared throttle, under the name the
-#: listeners have always used.
-RateLimitedLog = LogThrottle
 
 
 class _CountedStream(trio.abc.HalfCloseableStream):
@@ -158,7 +153,7 @@ class CappedListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.cap = cap
         self.name = name
         self._slots = trio.Semaphore(cap)
-        self._limited = RateLimitedLog(interval=10.0)
+        self._limited = LogThrottle(interval=10.0)
         #: The connections the listener may close to make room under pressure (None: it never does).
         self.table: Any = None
         #: Told of every accepted connection (the operator listener tracks them by tier).
@@ -444,7 +439,7 @@ def _deadline_tcp_server() -> type[Any]:
     return _DeadlineTCPServer
 
 
-_slow = RateLimitedLog(interval=10.0)
+_slow = LogThrottle(interval=10.0)
 
 
 def _dropped(stream: Any, phase: str) -> None:

@@ -1,6 +1,7 @@
 """The operator RPC's methods: each MemoryService handler under its RPC name, tier and parameters.
 
-rpc/transport.py (over frames, tokens, server, client) is the transport and service/__init__.py the handlers; this is the edge between them, where a frame's
+rpc/transport.py (over frames, tokens, server, client) is the transport and service/ the handlers (service/read_tier.py,
+control_tier.py and daemon_runs.py); this is the edge between them, where a frame's
 ``params`` become a handler's arguments. Every parameter is typed and bounded here (docs/contracts.md
 "Input bounds"): a wrong type, a control character in an id or an oversized value is ``INVALID_ARGUMENT``
 naming ``params.<field>``, never ``INTERNAL``, and the message never repeats the value. Every method

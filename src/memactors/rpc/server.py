@@ -19,8 +19,8 @@ from trio_websocket import (
 )
 
 from ..errors import MemactorsError, single_leaf
-from ..logs import get_logger
-from ..net.listen import HANDSHAKE_TIMEOUT, SHED_AFTER, RateLimitedLog, open_capped_listener
+from ..logs import LogThrottle, get_logger
+from ..net.listen import HANDSHAKE_TIMEOUT, SHED_AFTER, open_capped_listener
 from .frames import CODES, ENDPOINT_PATH, MAX_IN_FLIGHT, MAX_MESSAGE_SIZE, TIERS, Tier
 from .tokens import Tokens
 
@@ -357,7 +357,7 @@ def _address(remote: object) -> tuple[str, int] | None:
 
 async def _serve_one(
     ws: WebSocketConnection, frame: str | bytes, table: dict[str, Method], tier: Tier, slots: trio.Semaphore,
-    peer: str = "unknown", lines: RateLimitedLog | None = None, stats: _ConnectionStats | None = None,
+    peer: str = "unknown", lines: LogThrottle | None = None, stats: _ConnectionStats | None = None,
 ) -> None:
     if stats is not None:
         stats.busy += 1
@@ -380,7 +380,7 @@ async def _serve_one(
 
 
 async def _answer(frame: str | bytes, table: dict[str, Method], tier: Tier, peer: str,
-                  lines: RateLimitedLog | None, stats: _ConnectionStats | None) -> dict[str, Any]:
+                  lines: LogThrottle | None, stats: _ConnectionStats | None) -> dict[str, Any]:
     """The reply to one frame: an error for a malformed one, else the method's answer."""
     parsed = _parse(frame)
     if isinstance(parsed, _Request):
@@ -409,7 +409,7 @@ async def _answer(frame: str | bytes, table: dict[str, Method], tier: Tier, peer
 
 
 async def _serve_connection(ws: WebSocketConnection, table: dict[str, Method], tier: Tier,
-                            peer: str = "unknown", lines: RateLimitedLog | None = None,
+                            peer: str = "unknown", lines: LogThrottle | None = None,
                             stats: _ConnectionStats | None = None) -> None:
     slots = trio.Semaphore(MAX_IN_FLIGHT)
     async with trio.open_nursery() as nursery:
@@ -450,7 +450,7 @@ async def serve_rpc(
     actual_port = listener.socket.getsockname()[1]
     own_origins = _own_origins(host, actual_port)
     # Lines a peer can cause at will (malformed frames, refused handshakes): one per peer per 10 s.
-    peer_lines = RateLimitedLog(interval=10.0)
+    peer_lines = LogThrottle(interval=10.0)
 
     async def on_request(request: WebSocketRequest) -> None:
         peer = peer_text(request.remote)

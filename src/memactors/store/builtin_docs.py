@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
+from ..documents import ELLIPSIS, cut_at_word
 from ..episode import drop_escape_remnants, flatten
-from ..wrapper import ELLIPSIS, cut_at_word
 
 #: `builtin_fts`'s columns (migration 0009), in order: the scope token, then what the run said and
 #: touched (the content columns), then its metadata (harness, adapter, model, repository, branch,

@@ -1,8 +1,8 @@
-"""The runs actor's messages and the state of one run as the operator sees it (``RunState.view()``: what
+"""The state of one run the daemon started, as the operator sees it (``RunState.view()``: what
 ``StartRun``, ``WaitRun``, ``GetRun`` and ``ListRuns`` answer, and what the store keeps of it).
 
-Kept apart from the actor (``actors/runs.py``), which supervises processes: this is the shape of a run,
-read by the service, the RPC and the store's rows.
+Kept apart from the runs actor (``actors/runs.py``), which supervises processes: this is the shape of a
+run, read by the service, the RPC and the store's rows.
 """
 
 from __future__ import annotations
@@ -13,50 +13,10 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from ..agents.run_record import StopReason
-from ..agents.run_watch import RunWatch
-from .kernel import Ask
+from .run_record import StopReason
+from .run_watch import RunWatch
 
-__all__ = ["CancelRun", "FindRun", "ListRuns", "RunState", "StartRun"]
-
-
-# -- messages -------------------------------------------------------------------------------------------
-
-@attrs.frozen
-class StartRun(Ask["RunState"]):
-    """Start a run of ``harness``; ``prompt`` replaces the configured prompt for this run only."""
-
-    harness: str
-    prompt: str | None = None
-    run_id: str | None = None
-
-
-@attrs.frozen
-class FindRun(Ask["RunState"]):
-    """A run this daemon started (running, or ended: in memory or in the store); ``harness`` narrows a
-    run id that more than one harness used."""
-
-    run_id: str
-    harness: str | None = None
-
-
-@attrs.frozen
-class ListRuns(Ask[dict[str, Any]]):
-    """Runs newest first, optionally of one harness and in one state (``running`` or ``ended``)."""
-
-    harness: str | None = None
-    state: Literal["running", "ended"] | None = None
-    limit: int = 50
-    after: str | None = None
-
-
-@attrs.frozen
-class CancelRun(Ask["RunState"]):
-    """Stop a running run the way a deadline does (SIGTERM, grace, SIGKILL); it is still recorded, as
-    ``cancelled`` / ``operator_cancel``. Answers at once with the run's state (an ended run as it is)."""
-
-    run_id: str
-    harness: str | None = None
+__all__ = ["RunState"]
 
 
 @attrs.define(eq=False)

@@ -1,9 +1,10 @@
 """Who is reading (REQ-9): a harness run, an operator, or an unattributed caller, and so which scopes
 a read may see.
 
-A run's repository is the one its run works in now as the graph records it (live presence, else the
-ingested run), else its workdir's before the run's first session. Split out of the briefing actor so the
-actor holds what it composes and serves, and this module holds whose eyes it is for.
+A run's repository is the one its run works in now as the store records it (live presence, else the
+ingested run), else its workdir's before the run's first session. The briefing actor resolves a view for
+every read; this module, below the actors (it reads the store and git and holds no state), says whose
+eyes it is for.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from ..config import Config
-from ..repo import resolve_repo, scope_for
-from ..store import Store
-from ..store.run_history import latest_branch
-from ..store.run_history import latest_run_place as latest_run_place
-from ..store.run_history import run_place as run_place
+from .config import Config
+from .repo import resolve_repo, scope_for
+from .store import Store
+from .store.run_history import latest_branch
+from .store.run_history import latest_run_place as latest_run_place
+from .store.run_history import run_place as run_place
 
 __all__ = ["UNATTRIBUTED", "View", "latest_run_place", "resolve_view", "run_place"]
 

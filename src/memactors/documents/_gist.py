@@ -12,10 +12,10 @@ stored REQ-5 object (the episode body) and writes, most useful first:
 
 No field names (`summary:`, `result_excerpt:`, `trust_class`), nothing the provenance line already
 says (harness, run, repository, branch, outcome, ids, time), no escapes. Every word of the gist is a
-word of the episode (REQ-9's text check, `index.text_belongs_body`): text is only ever cut between
-words (`wrapper.cut_at_word`, the one word-boundary cut, made here where the item text is written; a
-briefing places an item's text whole or drops the item, REQ-14), and the few words it adds (`touched`, `verify`, `failures`) are the words of REQ-5's own field
-names `files_touched` and `verify_failures`, which every episode carries.
+word of the episode (REQ-9's text check, `actors.index.text_belongs_body`): text is only ever cut between
+words (`cut_at_word`, the one word-boundary cut, made here where the item text is written; a briefing
+places an item's text whole or drops the item, REQ-14), and the few words it adds (`touched`,
+`verify`, `failures`) are the words of REQ-5's own field names `files_touched` and `verify_failures`, which every episode carries.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .wrapper import ELLIPSIS, cut_at_word
+from ._fit import ELLIPSIS, cut_at_word
 
 __all__ = ["gist", "lead", "matches"]
 
@@ -159,7 +159,7 @@ def gist(body: Mapping[str, Any], words: Sequence[str] = (), width: int = 320, *
 
     `body` is the stored REQ-5 object (its `summary`, `result_excerpt`, `files_touched` and
     `verify_failures` are read; a missing one is empty), `words` the query's words (lower-cased; none
-    for a briefing or a path-only hit). With `subject` (a briefing's short item, issue 38) the run's
+    for a briefing or a path-only hit). With `subject` (a briefing's short item) the run's
     own words are the first line of its summary or excerpt only (a commit's subject, an agent's
     opening sentence), and what it touched gets what the subject leaves (a third of the width at least).
     """

@@ -1,16 +1,21 @@
-"""The documents the briefing actor serves, built from rows: pure code, no I/O.
+"""The items of a recall answer or a briefing, built from the daemon's rows: pure code, no I/O.
 
 Item builders for each label (provenance only from the daemon's rows, provider text only as untrusted
 item text), REQ-14's layout, the cached form's round trip, withholding facts when exposure cannot be
 written, and the derived nonce that keeps a briefing byte-identical for the same store and now. The
-actor (:mod:`memactors.actors.briefing`) gathers the rows and the provider's items and calls these.
+briefing actor (:mod:`memactors.actors.briefing`) gathers the rows and the provider's items and calls
+these.
 
-The rules of issue 17 live here: near-duplicate facts collapse into one (:func:`collapse_facts`, in
-recall and briefings alike); a briefing's episode items carry a one-line provenance (run, harness,
-outcome, age: :func:`briefing_episode_item`) so that the provider's text has the room of REQ-14's
-episodes share (each item placed whole or dropped whole, never shortened), while the full provenance
-stays in recall (:func:`episode_item`); and an empty run never takes a briefing's episode slot
-(:func:`is_empty_run`).
+What keeps an answer readable lives here too: near-duplicate facts collapse into one
+(:func:`collapse_facts`, in recall and briefings alike); a briefing's episode items carry a one-line
+provenance (run, harness, outcome, age: :func:`briefing_episode_item`) so that the provider's text has
+the room of REQ-14's episodes share (each item placed whole or dropped whole, never shortened), while
+the full provenance stays in recall (:func:`episode_item`); and an empty run never takes a briefing's
+episode slot (:func:`is_empty_run`).
+
+The rows are read through the Protocols below (what each builder reads of a fact, a run, a presence
+collision and a kept recall item), which the store's and the index actor's row classes satisfy: this
+module sits with the document format, below the store and the actors that produce the rows.
 """
 
 from __future__ import annotations
@@ -21,25 +26,120 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
 from .. import contract
 from ..errors import MemactorsError
-from ..gist import gist
-from ..store import presence, run_history
-from ..store.facts import Fact
-from ..wrapper import (
-    BRIEFING_MAX_BYTES,
-    Document,
-    Item,
-    Provenance,
-    Section,
-    fit_briefing,
-    fit_recall,
-)
-from .index import KeptItem
+from ._fit import BRIEFING_MAX_BYTES, fit_briefing, fit_recall
+from ._gist import gist
+from ._model import Document, Item, Provenance, Section
+
+
+class FactLike(Protocol):
+    """What a fact item shows of a fact (``store.facts.Fact`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def updated_at(self) -> str: ...
+
+
+class RunLike(Protocol):
+    """What a run item shows of a run (``store.run_history.RunRow`` is one)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def harness(self) -> str: ...
+    @property
+    def adapter(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def branch(self) -> str | None: ...
+    @property
+    def ended_at(self) -> str: ...
+    @property
+    def duration_ms(self) -> int: ...
+    @property
+    def pull_request(self) -> str | None: ...
+
+
+class SessionLike(Protocol):
+    """What a collision item shows of the other session (``store.presence.Presence`` is one)."""
+
+    @property
+    def harness(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def branch(self) -> str | None: ...
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+    @property
+    def reported_at(self) -> str: ...
+
+
+class CollisionLike(Protocol):
+    """What a collision item shows (``store.presence.Collision`` is one)."""
+
+    @property
+    def second(self) -> SessionLike: ...
+    @property
+    def same_branch(self) -> bool: ...
+    @property
+    def shared_paths(self) -> tuple[str, ...]: ...
+
+
+class EpisodeProvenanceLike(Protocol):
+    """An episode's provenance from the daemon's row (``actors.index.Provenance`` is one)."""
+
+    @property
+    def episode_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def harness(self) -> str: ...
+    @property
+    def adapter(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def repo(self) -> str: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def started_at(self) -> str: ...
+
+
+class KeptLike(Protocol):
+    """A provider's recall item the daemon kept, with its own stored episode (``actors.index.KeptItem``
+    is one)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def provenance(self) -> EpisodeProvenanceLike: ...
+    @property
+    def episode(self) -> Mapping[str, Any]: ...
+
+
+F = TypeVar("F", bound=FactLike)
+K = TypeVar("K", bound=KeptLike)
 
 __all__ = [
     "BRIEFING_CANDIDATES",
@@ -126,7 +226,9 @@ def document_from_json(data: Mapping[str, Any]) -> Document:
 def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
     """The same document with its facts section emptied (counted as not shown), refitted to its cap.
 
-    Used when writing exposure fails: SPEC-0028 withholds the facts rather than serve them unrecorded.
+    Used when writing exposure fails: the facts are withheld rather than
+    served unrecorded: a run's vote on a fact it was shown is not counted, and without the exposure row
+    it would be (docs/contracts.md, "Exposure and votes").
     """
     sections = tuple(
         attrs.evolve(s, items=(), dropped=s.dropped + len(s.items)) if s.name == "facts" else s
@@ -142,7 +244,7 @@ def withhold_facts(doc: Document, *, max_chars: int | None = None) -> Document:
     )
 
 
-def fact_item(f: Fact, similar: int = 0) -> Item:
+def fact_item(f: FactLike, similar: int = 0) -> Item:
     """A fact; ``similar`` counts the near-duplicates collapsed into it (`collapse_facts`), shown as
     ``similar N`` when there were any."""
     return Item(Provenance("fact", (
@@ -164,7 +266,7 @@ def _near(a: frozenset[str], b: frozenset[str]) -> bool:
     return len(a & b) >= NEAR_DUPLICATE * len(a | b)
 
 
-def collapse_facts(facts: Sequence[Fact], limit: int) -> list[tuple[Fact, int]]:
+def collapse_facts(facts: Sequence[F], limit: int) -> list[tuple[F, int]]:
     """Near-duplicate facts of one answer as one: up to ``limit`` (fact, similar) pairs.
 
     Two facts are near-duplicates when their word sets (letters and digits, case-folded) share at
@@ -181,7 +283,7 @@ def collapse_facts(facts: Sequence[Fact], limit: int) -> list[tuple[Fact, int]]:
             groups.append([i])
         else:
             home.append(i)
-    out: list[tuple[Fact, int]] = []
+    out: list[tuple[F, int]] = []
     for g in groups[: max(limit, 0)]:
         best = min(g, key=lambda j: (-facts[j].confidence, j))
         out.append((facts[best], len(g) - 1))
@@ -197,7 +299,7 @@ RECENT_RUNS_POOL = 25
 RECENT_RUNS = 5
 
 
-def run_item(r: run_history.RunRow) -> Item:
+def run_item(r: RunLike) -> Item:
     return Item(Provenance("run", (
         ("run", r.run_id), ("harness", r.harness), ("adapter", r.adapter), ("outcome", r.outcome),
         ("branch", r.branch), ("ended", r.ended_at), ("duration_ms", r.duration_ms),
@@ -205,10 +307,10 @@ def run_item(r: run_history.RunRow) -> Item:
     )), "", untrusted=False)
 
 
-def briefing_run_item(r: run_history.RunRow, episode: Mapping[str, Any] | None, now: datetime) -> Item:
+def briefing_run_item(r: RunLike, episode: Mapping[str, Any] | None, now: datetime) -> Item:
     """A run as a briefing's recent_runs shows it: a short provenance line from the daemon's runs row
     (run, harness, outcome, age at ``now``, pull request) and, given its stored episode, the episode's
-    gist (what it said and touched; issue 38: a line of provenance alone told a reader nothing),
+    gist (what it said and touched: a line of provenance alone tells a reader nothing),
     fenced as untrusted like every agent-written text. The full provenance is recall's (`run_item`)."""
     text = gist(episode, (), RUN_GIST_CHARS, subject=True) if episode else ""
     return Item(Provenance("run", (
@@ -217,18 +319,18 @@ def briefing_run_item(r: run_history.RunRow, episode: Mapping[str, Any] | None, 
     )), text, untrusted=bool(text))
 
 
-def collapse_episodes(items: Sequence[KeptItem]) -> list[tuple[KeptItem, int]]:
-    """Near-duplicate episodes of one answer as one (issue 38: retries of one task filled an answer's
+def collapse_episodes(items: Sequence[K]) -> list[tuple[K, int]]:
+    """Near-duplicate episodes of one answer as one (retries of one task would fill an answer's
     slots with one fact): (item, runs) pairs in the answer's order, ``runs`` the number of episodes the
     item stands for.
 
-    Judged from the daemon's own stored episodes (`KeptItem.episode`), never from provider text: two
+    Judged from the daemon's own stored episodes (`KeptLike.episode`), never from provider text: two
     episodes are near-duplicates when the words of what they said (summary, else result excerpt) are
     ``NEAR_DUPLICATE`` alike (Jaccard ≥ 0.8) and they touched the same files. An episode joins the
     first group holding a member it is near; each group is shown at its first member's place, as that
     member (the provider's best of them), with its own provenance. An episode that said nothing is
     never a duplicate."""
-    def key(kept: KeptItem) -> tuple[frozenset[str], frozenset[str]]:
+    def key(kept: K) -> tuple[frozenset[str], frozenset[str]]:
         ep = kept.episode
         said = str(ep.get("summary") or ep.get("result_excerpt") or "")
         return _words(said), frozenset(str(f) for f in ep.get("files_touched") or ())
@@ -246,7 +348,7 @@ def collapse_episodes(items: Sequence[KeptItem]) -> list[tuple[KeptItem, int]]:
     return [(items[g[0]], len(g)) for g in groups]
 
 
-def episode_item(provider: str, kept: KeptItem, runs: int = 1) -> Item:
+def episode_item(provider: str, kept: KeptLike, runs: int = 1) -> Item:
     """An episode as recall serves it: the full provenance from the daemon's rows, ``runs N`` when it
     stands for N near-duplicate episodes (`collapse_episodes`), then the provider's text (untrusted)."""
     p = kept.provenance
@@ -287,7 +389,7 @@ def is_empty_run(episode: Mapping[str, Any]) -> bool:
 
 
 def is_trivial_run(episode: Mapping[str, Any]) -> bool:
-    """Whether a stored episode is not worth a briefing's slot (issue 38): an empty run
+    """Whether a stored episode is not worth a briefing's slot: an empty run
     (`is_empty_run`), or one that edited nothing, failed no verification and answered in one short
     line (a `claude -p "hello"`). Judged from the daemon's own episode."""
     if is_empty_run(episode):
@@ -302,7 +404,7 @@ def is_trivial_run(episode: Mapping[str, Any]) -> bool:
 TRIVIAL_CHARS = 80
 
 
-def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:
+def briefing_episode_item(kept: KeptLike, now: datetime) -> Item:
     """An episode as a briefing shows it: one short provenance line (run, harness, outcome, age at
     ``now``), all from the daemon's episode row, then the provider's text (untrusted), whole. The
     full provenance is recall's (`episode_item`)."""
@@ -312,7 +414,7 @@ def briefing_episode_item(kept: KeptItem, now: datetime) -> Item:
     )), kept.text, untrusted=True)
 
 
-def collision_item(c: presence.Collision) -> Item:
+def collision_item(c: CollisionLike) -> Item:
     other = c.second
     return Item(Provenance("collision", (
         ("harness", other.harness), ("run", other.run_id), ("branch", other.branch),
@@ -324,7 +426,7 @@ def collision_item(c: presence.Collision) -> Item:
 def derived_nonce(key: bytes, sections: Sequence[Section]) -> str:
     """A nonce that is the same for the same content, and unpredictable without ``key``.
 
-    Derived from the content alone, not from the instant it was composed (issue 33): two previews of
+    Derived from the content alone, not from the instant it was composed: two previews of
     the same store whose documents say the same thing are byte-identical however many milliseconds
     apart they were asked for (REQ-14 "Deterministic without the provider"). Whatever ``now`` changes in
     a document (an episode's age, a collision that expired) is content, so it changes the nonce too.
