@@ -15,7 +15,7 @@ import pytest
 from test_recall_relevance import fake as fake  # noqa: F401 -- the fixtures, shared
 from test_recall_relevance import vector_store_url as vector_store_url  # noqa: F401
 
-from memactors.builtin import index_of, vector_cells
+from memactors.builtin import index_of, index_pg, index_sqlite, vector_cells
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fake_model_api import FakeModelApi, embedding_for
@@ -134,7 +134,8 @@ async def test_a_store_made_before_the_cells_is_upgraded_at_start_with_its_vecto
             layout = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_layout'").fetchone()[0]
             return layout, int(db.execute("SELECT count(*) FROM builtin_vec_divisions").fetchone()[0])
 
-        assert await memory.store.read(form) == ("cells", 0)
+        layout = index_pg.VEC_LAYOUT if engine == "postgresql" else index_sqlite.VEC_LAYOUT
+        assert await memory.store.read(form) == (layout, 0)
         if engine == "postgresql":
             kind = await memory.store.read(lambda db: db.execute(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'builtin_vec'::regclass"

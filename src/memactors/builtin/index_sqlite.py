@@ -5,8 +5,8 @@ PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
   `builtin_fts` (FTS5, `porter unicode61`, external content, kept in step by triggers: the text is
   stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
   the briefing order, the path candidates);
-* `builtin_vec`, a sqlite-vec `vec0` table (one int8 embedding per episode, partitioned by scope and
-  by cell, cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known
+* `builtin_vec`, a sqlite-vec `vec0` table (one int8 embedding per episode, partitioned by scope, its
+  cell a metadata column, cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known
   and rebuilt empty when the model or dimension changes; embeddings cached by content in
   `builtin_embed_cache`. A large scope is divided into cells (`builtin.vector_cells`: centroids in
   `builtin_vec_cells`, the last division in `builtin_vec_divisions`) and its knn reads the cells nearest
@@ -97,13 +97,16 @@ VEC_CHUNK = 128
 #: 100k store its best 8 are float32's best 8 within recall@8 0.9x (docs/benchmarks.md, "A million
 #: episodes"); bench/recall_quality.py's MRR is unchanged.
 VEC_FORM = "int8"
-#: `builtin_vec`'s partitions: by scope, then by cell (`builtin.vector_cells`).
-VEC_LAYOUT = "cells"
+#: `builtin_vec`'s layout: partitioned by scope, the cell (`builtin.vector_cells`) a metadata column
+#: that a knn filters on. Not a second partition key: vec0 sets up each partition it reads (~0.7 ms of
+#: CPU each), which cost more than the distances it saved (bench/scale.py --partition 170000: 104 cells
+#: as partitions 91 ms, as a metadata filter ~50 ms, the exact scan 137 ms).
+VEC_LAYOUT = "cell-meta"
 
 
 def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
     db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, cell INTEGER PARTITION KEY, embedding int8[{int(dim)}]"
+               f" scope TEXT PARTITION KEY, cell INTEGER, embedding int8[{int(dim)}]"
                f" distance_metric=cosine, chunk_size={VEC_CHUNK})")
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
@@ -315,10 +318,11 @@ def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: st
     """The best `k` (cosine distance, doc_id) of `scope`, closest first: vec0's exact scan of the cells
     `probe_cells` picks (each cell a partition: the others are not read)."""
     cells = probe_cells(db, vector, scope, probes)
+    among = f" AND cell IN ({','.join('?' * len(cells))})" if cells != [0] else ""  # one cell: the whole scope
     rows = db.execute(
         f"SELECT distance, doc_id FROM builtin_vec WHERE embedding MATCH {query_form()} AND k = {int(k)}"
-        f" AND scope = ? AND cell IN ({','.join('?' * len(cells))})", [query_blob(vector), scope, *cells]).fetchall()
-    return sorted((float(r[0]), int(r[1])) for r in rows)[:k]  # vec0 answers each cell apart
+        f" AND scope = ?{among}", [query_blob(vector), scope, *(cells if among else [])]).fetchall()
+    return sorted((float(r[0]), int(r[1])) for r in rows)[:k]
 
 
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
@@ -378,8 +382,7 @@ def scope_vectors(db: sqlite_utils.Database, scope: str) -> tuple[list[int], Any
 
 def write_division(db: sqlite_utils.Database, division: Division) -> None:
     """`CellIndex.write_division` on SQLite: the scope's centroids replaced, and each of its vectors in
-    its new cell (a vec0 partition key cannot be updated: the moved ones are deleted and inserted);
-    a vector written since the division was fitted joins its nearest new centroid."""
+    its new cell; a vector written since the division was fitted joins its nearest new centroid."""
     import numpy as np
 
     scope = division.scope
@@ -396,9 +399,7 @@ def write_division(db: sqlite_utils.Database, division: Division) -> None:
             x = unit_rows(np.frombuffer(bytes(blob), dtype=np.int8).astype(np.float32)[None, :])
             new = int(np.argmax(division.centroids @ x[0]))
         if new != int(cell):
-            db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [int(doc_id)])
-            db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
-                       [int(doc_id), scope, new, bytes(blob)])
+            db.execute("UPDATE builtin_vec SET cell = ? WHERE doc_id = ?", [new, int(doc_id)])
 
 
 def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],

@@ -3,7 +3,7 @@
 -- each cell's centroid (float32, sqlite-vec's serialisation); builtin_vec_divisions says when each
 -- scope was last divided (its vector count then), so the back-fill divides it again once it has doubled.
 -- builtin_vec itself (created at run time, once the embedding dimension is known) gains the cell as a
--- second partition key; a store made before is rebuilt into that form at start with its vectors kept
+-- metadata column; a store made before is rebuilt into that form at start with its vectors kept
 -- (`builtin.index_sqlite.compact_vec_table`).
 CREATE TABLE builtin_vec_cells (
     scope    TEXT NOT NULL,
