@@ -617,7 +617,7 @@ def partition(n: int, queries: int, real_n: int) -> None:
         db.conn.close()
 
 
-def pg_partition(n: int, queries: int, real_n: int) -> None:
+def pg_partition(n: int, queries: int, real_n: int, kinds: list[str]) -> None:
     """`--partition N --engines postgresql`: pgvector over one repository of N vectors (halfvec, as the
     provider stores them): the provider's cells (`builtin.vector_cells`: divided and written by its own
     `index_pg.write_division`, searched by its `knn_rows`, beside the exact scan of every cell), then
@@ -686,7 +686,7 @@ def pg_partition(n: int, queries: int, real_n: int) -> None:
                 lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT)])
             run("cells, every one read (exact scan)",
                 lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT, 1 << 30)])
-            for kind in ("hnsw", "ivfflat"):
+            for kind in kinds:
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
                 t = time.perf_counter()
@@ -746,7 +746,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
-    parser.add_argument("--pg-index", nargs="+", default=["hnsw", "ivfflat"], choices=["hnsw", "ivfflat"])
+    parser.add_argument("--pg-index", nargs="*", default=["hnsw", "ivfflat"], choices=["hnsw", "ivfflat"],
+                        help="pgvector's own indexes to build and compare (none: the provider's cells alone)")
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
@@ -766,7 +767,7 @@ def main() -> None:
         return
     if args.partition:
         if "postgresql" in args.engines:
-            pg_partition(args.partition, args.queries, args.real)
+            pg_partition(args.partition, args.queries, args.real, args.pg_index)
         if "sqlite" in args.engines:
             partition(args.partition, args.queries, args.real)
         print(machine(), flush=True)
