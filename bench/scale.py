@@ -480,6 +480,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
     raw = PgRaw(cluster.url(dbname))
     raw.conn.execute("SET maintenance_work_mem = '1GB'")
     try:
+        res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs)  # the provider's cells
+        show(f"postgresql ({index_pg.VEC_FORM}, {index_pg.VEC_INDEX})", res)
         for kind in args.pg_index:
             for other in ("hnsw", "ivfflat"):
                 raw.conn.execute(f"DROP INDEX IF EXISTS builtin_vec_{other}")
@@ -490,9 +492,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
             raw.index = kind
             bytes_ = raw.conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
             print(f"    {kind} index {bytes_ / size:.0f} B/episode", flush=True)
-            # the service only with the index the provider creates; the other one's knn alone
-            res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs,
-                                service=kind == index_pg.VEC_INDEX)
+            # pgvector's own index: its knn alone (the provider searches the cells)
+            res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs, service=False)
             show(f"postgresql ({kind})", res)
     finally:
         raw.close()
