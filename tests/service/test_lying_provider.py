@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from fix_daemon import daemon_in_process, daemon_process
-from memactors.actors.index import OWN_TEXT_CHARS, text_belongs
+from memactors.actors.index import OWN_TEXT_CHARS, text_belongs, text_belongs_body
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder
 from memactors.documents import gist
@@ -51,6 +51,16 @@ def test_text_belongs_accepts_snippets_of_the_episode_and_refuses_foreign_words(
     assert not text_belongs("Fixed the ledger rounding for billing", stored)
     assert not text_belongs("proration invoice", stored)
 
+
+
+def test_an_item_word_that_is_only_part_of_a_word_of_the_episode_is_not_drawn_from_it() -> None:
+    body = json.dumps({"episode_id": "ep_1", "repo": "forge.example/acme/api", "summary": "Rounding fixed.",
+                       "result_excerpt": "Fixed the ledger_rounding in cents2024\nÉTAPE done", "files_touched": []}, ensure_ascii=False)
+    assert text_belongs_body("fixed the [ledger] rounding… étape", body)  # "_" separates, case folded
+    assert text_belongs_body("cents2024 done", body)
+    # Each of these words occurs inside a word of the episode, never as a word of it.
+    for foreign in ("ledge", "ounding", "cents", "2024", "tape", "rounding fixe"):
+        assert not text_belongs_body(foreign, body), foreign
 
 @pytest.mark.req9
 @pytest.mark.slow

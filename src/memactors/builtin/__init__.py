@@ -544,9 +544,11 @@ class BuiltinProvider:
             cosines = [h.score for h in cosine]
             unknown = unknown_share(evidence)
             vectored = {h.episode_id for h in cosine} | embedded
-            score = {eid: relevance(covered.get(h.doc_id, 0.0), similarity.get(eid), cosines, unknown,
+            # Scored: the fused candidates, the only ones an answer can hold besides the path ranking's
+            # (scored 1.0 below); not the cosine ranking's other CANDIDATES - FUSE_DEPTH.
+            score = {eid: relevance(covered.get(hits[eid].doc_id, 0.0), similarity.get(eid), cosines, unknown,
                                     vector=eid in vectored)
-                     for eid, h in hits.items()}
+                     for eid in fused}
             floor = 0.0 if meta_mode else (
                 _ranking.RELEVANCE_FLOOR if self.relevance_floor is None else self.relevance_floor)
             if paths:

@@ -330,17 +330,22 @@ def collapse_episodes(items: Sequence[K]) -> list[tuple[K, int]]:
     first group holding a member it is near; each group is shown at its first member's place, as that
     member (the provider's best of them), with its own provenance. An episode that said nothing is
     never a duplicate."""
-    def key(kept: K) -> tuple[frozenset[str], frozenset[str]]:
-        ep = kept.episode
-        said = str(ep.get("summary") or ep.get("result_excerpt") or "")
-        return _words(said), frozenset(str(f) for f in ep.get("files_touched") or ())
+    files = [frozenset(str(f) for f in k.episode.get("files_touched") or ()) for k in items]
+    said: dict[int, frozenset[str]] = {}
 
-    keys = [key(k) for k in items]
+    def words(i: int) -> frozenset[str]:
+        # Only for episodes that touched the same files as another: splitting every item's text into
+        # words cost more than the rest of the collapse.
+        if i not in said:
+            ep = items[i].episode
+            said[i] = _words(str(ep.get("summary") or ep.get("result_excerpt") or ""))
+        return said[i]
+
     groups: list[list[int]] = []
-    for i, (words, files) in enumerate(keys):
-        home = None if not words else next(
-            (g for g in groups if any(keys[j][0] and keys[j][1] == files and _near(words, keys[j][0]) for j in g)),
-            None)
+    for i in range(len(items)):
+        home = next((g for g in groups
+                     if any(files[j] == files[i] and words(i) and words(j) and _near(words(i), words(j)) for j in g)),
+                    None)
         if home is None:
             groups.append([i])
         else:
