@@ -24,16 +24,21 @@ For the same queries, in this one process and run, it times:
   MCP, the built-in provider's hybrid ranking with the query embedded by the real model), limit 8;
 * **text**: the raw text query alone (SQLite: FTS5, the words AND-ed with the scope's token,
   `ORDER BY rank LIMIT 8`; PostgreSQL: the `tsvector` AND query with the scope, `ts_rank_cd`, LIMIT 8);
-* **knn**: the raw vector query alone, best 8 of the asking repository (SQLite: the `vec0` MATCH in
-  the scope's partition, as the provider stores vectors; PostgreSQL: `ORDER BY embedding <=> q` with
-  the index and the settings the provider uses);
+* **knn**: the raw vector query alone, best 8 of the asking repository, as the provider asks it
+  (`index_sqlite.vec_candidates` / `index_pg.knn_rows`: the nearest cells of a divided scope,
+  `builtin.vector_cells`, or the whole scope below CELLS_FROM vectors);
+* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8 in
+  sqlite-vec, halfvec in pgvector), the anchor the cells are measured against;
 * **embed**: the model run on the query;
-* **recall@8**: the knn's 8 against the exact 8 (numpy, cosine over the scope's float32 vectors as
-  derived), averaged over the queries.
+* **recall@8**: the knn's 8 (and the exact scan's) against the exact 8 of numpy's cosine over the
+  scope's float32 vectors as derived, averaged over the queries.
 
-On PostgreSQL the vectors are loaded without an index, then each index kind is built and timed (HNSW
-m = 16, ef_construction = 64; IVFFlat with rows/1000 lists) and the knn timed with each (HNSW's
-ef_search, IVFFlat's probes as the provider sets them). It prints the machine and its load first and last.
+The service is opened on the built (or kept) store: its start brings a store made before to this
+version's form (`check_vectors`) and its back-fill's first pass divides the large scopes; both are
+timed before the queries. `--pg-index hnsw ivfflat` also builds pgvector's own store-wide indexes after
+the measurement and times their knn (HNSW m = 16, ef_construction = 64, ef_search 200; IVFFlat with
+rows/1000 lists, probes 10; both with iterative scans), for comparison. It prints the machine and its
+load first and last.
 """
 
 from __future__ import annotations
@@ -191,6 +196,90 @@ async def build(target: Path | str, items: list[dict[str, Any]], vectors: np.nda
     return doc_ids, time.perf_counter() - t
 
 
+async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarray) -> tuple[np.ndarray, float]:
+    """`--bulk` (SQLite): the rows `build` writes — the daemon's (runs, run_records, episodes,
+    episode_bodies, memory_index), the provider's documents (`index_sqlite.insert_doc`, FTS5 by its
+    triggers) and vectors (int8 by `index.quantize`'s formula, vectorised) with their cache rows —
+    written in transactions of 20,000 episodes, without the per-row look-ups of the product's write path
+    (1M episodes through it would take hours here). Every scope is one cell; the service's back-fill
+    divides the large ones at its start (timed by `measure`)."""
+    from memactors.actors.index import record_json
+    from memactors.store.sqlite import _connect
+
+    (await open_store(path)).close()  # the schema, by the store's migrations
+    t = time.perf_counter()
+    db = _connect(path)
+    dim = vectors.shape[1]
+    index_sqlite.ensure_vec_table(db, MODEL, dim)
+    nums: dict[str, int] = {}
+    seqs: dict[str, int] = {}
+    doc_ids = np.zeros(len(items), dtype=np.int64)
+    now = "2026-11-30T00:00:00.000000Z"
+    step = 20_000
+    for start in range(0, len(items), step):
+        chunk = items[start:start + step]
+        block = vectors[start:start + step]
+        peak = np.abs(block).max(axis=1, keepdims=True)
+        peak[peak == 0] = 1.0
+        q8 = np.round(block * 127.0 / peak).astype(np.int8)
+        db.execute("BEGIN")
+        runs, records, bodies, episodes, index_rows, vec_rows, cache_rows = [], [], [], [], [], [], []
+        for k, it in enumerate(chunk):
+            i = start + k
+            z, harness, run_id, started = it["z"], it["harness"], it["run_id"], it["started"]
+            eid = builtin_episode_id(it)
+            scope = scope_for(store_engines.repo(z))
+            if scope not in nums:
+                nums[scope] = len(nums) + 1
+                seqs[scope] = 1
+                db.execute("INSERT INTO builtin_scopes (scope, num, next_seq) VALUES (?, ?, 1)", [scope, nums[scope]])
+            doc_id = (nums[scope] << 32) | seqs[scope]
+            seqs[scope] += 1
+            doc_ids[i] = doc_id
+            episode = {"episode_id": eid, "harness": harness, "adapter": "claude-code", "run_id": run_id,
+                       "trace_id": f"t{run_id}", "model": "bench-model", "repo": store_engines.repo(z),
+                       "branch": "main", "outcome": it["outcome"], "reason": "completed", "started_at": started,
+                       "duration_ms": 60000, "cost_usd": None, "cost_source": "unknown", "files_touched": it["files"],
+                       "pull_request": None, "verify_failures": [], "result_excerpt": it["body"], "summary": None,
+                       "trust_class": "standard", "scope": scope}
+            text = "".join(f"{k2}: {', '.join(v) if isinstance(v, list) else (v or '')}\n" for k2, v in episode.items())
+            records.append((i + 1, record_json({"harness": harness, "run_id": run_id})))
+            runs.append((harness, run_id, "claude-code", started, started, it["outcome"], "completed", 60000,
+                         store_engines.repo(z), "main", i + 1, now))
+            bodies.append((i + 1, json.dumps(episode, ensure_ascii=False)))
+            episodes.append((eid, harness, run_id, store_engines.repo(z), "main", scope, "standard", it["outcome"],
+                             started, now, i + 1))
+            index_rows.append((eid, eid, scope, now))
+            fields = builtin.record_fields(text, "", it["files"], episode)
+            index_sqlite.insert_doc(db, doc_id=doc_id, episode_id=eid, scope=scope, fields=fields, started_at=started,
+                                    digest=builtin.content_hash(text, ""))
+            digest = builtin.text_digest(builtin.embedding_text(fields.summary or "", fields.excerpt or "",
+                                                                [list(f) for f in fields.failures]))
+            vec_rows.append((doc_id, scope, q8[k].tobytes()))
+            cache_rows.append((digest, MODEL, dim, doc_id))
+        conn = db.conn
+        conn.executemany("INSERT INTO run_records (id, record) VALUES (?, ?)", records)
+        conn.executemany("INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+                         " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", runs)
+        conn.executemany("INSERT INTO episode_bodies (id, body) VALUES (?, ?)", bodies)
+        conn.executemany("INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
+                         " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)", episodes)
+        conn.executemany("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
+                         " VALUES ('builtin', ?, ?, ?, ?)", index_rows)
+        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
+                         vec_rows)
+        conn.executemany("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
+                         " VALUES (?, ?, ?, X'', ?)", cache_rows)
+        for scope, seq in seqs.items():
+            db.execute("UPDATE builtin_scopes SET next_seq = ? WHERE scope = ?", [seq, scope])
+        db.execute("COMMIT")
+        if (start // step) % 5 == 4:
+            print(f"    ... {start + len(chunk)} episodes, {time.perf_counter() - t:.0f} s", flush=True)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.conn.close()
+    return doc_ids, time.perf_counter() - t
+
+
 def builtin_episode_id(it: dict[str, Any]) -> str:
     from memactors.episode import episode_id_for
     return episode_id_for(it["harness"], it["run_id"], it["started"])
@@ -219,10 +308,11 @@ class SqliteRaw:
         sql, params = anchor_sql("and+tok", builtin.query_words(q), scope, self.nums.get(scope, 0))
         return list(self.db.execute(sql, params).fetchall())
 
-    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
-        return [int(r[0]) for r in self.db.execute(
-            f"SELECT doc_id FROM builtin_vec WHERE embedding MATCH {index_sqlite.query_form()} AND k = {LIMIT}"
-            " AND scope = ?", [index_sqlite.query_blob(vec.tolist()), scope]).fetchall()]
+    def knn(self, vec: np.ndarray, scope: str, probes: int | None = None) -> list[int]:
+        return [d for _, d in index_sqlite.vec_candidates(self.db, vec.tolist(), scope, LIMIT, probes)]
+
+    def divided(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT scope FROM builtin_vec_divisions").fetchall()}
 
     def close(self) -> None:
         self.db.conn.close()
@@ -231,8 +321,11 @@ class SqliteRaw:
 class PgRaw:
     def __init__(self, url: str) -> None:
         import psycopg
+
+        from memactors.store.pg import PgDb
         self.conn = psycopg.connect(url, autocommit=True)
-        self.index = "hnsw"
+        self.db = PgDb(self.conn)
+        self.index = index_pg.VEC_INDEX
 
     def text(self, q: str, scope: str) -> list[Any]:
         expression = index_pg.tsquery(builtin.search_words(q), "&")
@@ -241,13 +334,18 @@ class PgRaw:
             f" AND d.tsv @@ q ORDER BY ts_rank_cd('{index_pg.RANK_WEIGHTS}', d.tsv, q, 1) DESC, d.started_at DESC,"
             f" d.episode_id LIMIT {LIMIT}", [expression, [scope]]).fetchall())
 
-    def knn(self, vec: np.ndarray, scope: str) -> list[int]:
+    def knn(self, vec: np.ndarray, scope: str, probes: int | None = None) -> list[int]:
+        if self.index == index_pg.VEC_INDEX:
+            return [int(r[1]) for r in index_pg.knn_rows(self.db, vec.tolist(), [scope], LIMIT, probes)]
         with self.conn.transaction():
             for setting in index_pg.knn_settings(self.index):
                 self.conn.execute(setting)
             return [int(r[0]) for r in self.conn.execute(
-                f"SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector LIMIT {LIMIT}",
+                f"SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::halfvec LIMIT {LIMIT}",
                 [[scope], index_pg._literal(vec.tolist())]).fetchall()]
+
+    def divided(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT scope FROM builtin_vec_divisions").fetchall()}
 
     def close(self) -> None:
         self.conn.close()
@@ -256,17 +354,28 @@ class PgRaw:
 async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: list[tuple[int, str]],
                   vectors: np.ndarray, doc_ids: np.ndarray, zs: np.ndarray, service: bool = True) -> dict[str, Any]:
     holder = ConfigHolder(lambda: load_config(config_for(root, state, url), env={"HOME": str(root)}))
-    times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "embed")}
+    times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "exact", "embed")}
     recall_at: list[float] = []
+    exact_at: list[float] = []
+    cpu: dict[str, list[float]] = {"knn": [], "exact": []}  # this process's CPU: a quiet machine's wall
+    exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
     log = (root / "bench.log").open("a", encoding="utf-8")
     configure_logging("INFO", sink=log)
     try:
+        t = time.perf_counter()
         async with open_memory_service(holder) as svc:
+            opened = time.perf_counter() - t
+            await svc.builtin.wait_embedded()  # the first back-fill pass: the large scopes divided
+            print(f"    service start {opened:.0f} s (a store made before is converted), first back-fill pass"
+                  f" (cells) {time.perf_counter() - t - opened:.0f} s", flush=True)
             status = await svc.builtin.vector_status()
             if status["pending"]:
                 raise SystemExit(f"vectors missing: {status}")
+            divided = raw.divided()
+            big: dict[str, list[float]] = {"knn": [], "exact": [], "knn cpu": [], "exact cpu": [], "recall@8": [],
+                                           "exact recall@8": [], "recall": []}
             for z, q in queries[:5]:  # warm-up: the model loads
                 await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
             for z, q in queries[5:]:
@@ -281,16 +390,37 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
                 t = time.perf_counter()
                 vec = np.asarray(model.encode([q])[0], dtype=np.float32)
                 times["embed"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 got = raw.knn(vec, scope)
                 times["knn"].append(time.perf_counter() - t)
+                cpu["knn"].append(time.process_time() - c)
                 want = exact_top(vectors, rows_of[z], doc_ids, vec)
                 recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
+                if exact:
+                    t, c = time.perf_counter(), time.process_time()
+                    every = raw.knn(vec, scope, 1 << 30)
+                    times["exact"].append(time.perf_counter() - t)
+                    cpu["exact"].append(time.process_time() - c)
+                    exact_at.append(len(set(every) & set(want)) / max(len(want), 1))
+                    if scope in divided:  # the queries the cells answer, apart
+                        for key, value in (("knn", times["knn"][-1]), ("exact", times["exact"][-1]),
+                                           ("knn cpu", cpu["knn"][-1]), ("exact cpu", cpu["exact"][-1]),
+                                           ("recall@8", recall_at[-1]), ("exact recall@8", exact_at[-1]),
+                                           ("recall", times["recall"][-1] if service else 0.0)):
+                            big[key].append(value)
     finally:
         logger.remove()
         log.close()
     out: dict[str, Any] = {k: stats(v) for k, v in times.items() if v}
     out["recall@8"] = round(statistics.mean(recall_at), 4)
+    out["cpu"] = {k: round(statistics.median(v) * 1000, 2) for k, v in cpu.items() if v}
+    if big["knn"]:
+        out["divided"] = {"queries": len(big["knn"]), "scopes": len(divided),
+                          **{k: round(statistics.median(v) * (1 if "recall@8" in k else 1000), 4 if "recall@8" in k else 2)
+                             for k, v in big.items() if "recall@8" not in k},
+                          **{k: round(statistics.mean(v), 4) for k, v in big.items() if "recall@8" in k}}
+    if exact_at:
+        out["exact recall@8"] = round(statistics.mean(exact_at), 4)
     if service:
         parts = out["text"]["p50_ms"] + out["knn"]["p50_ms"] + out["embed"]["p50_ms"]
         out["x_parts"] = round(out["recall"]["p50_ms"] / parts, 2)
@@ -298,10 +428,16 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
 
 
 def show(label: str, r: dict[str, Any]) -> None:
-    parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms" for k in ("recall", "text", "knn", "embed")
-                       if k in r)
+    parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms"
+                       for k in ("recall", "text", "knn", "exact", "embed") if k in r)
     extra = f"   {r['x_parts']}x parts" if "x_parts" in r else ""
-    print(f"    {label:<22} {parts}   recall@8 {r['recall@8']}{extra}", flush=True)
+    exact = f" (exact scan {r['exact recall@8']})" if "exact recall@8" in r else ""
+    print(f"    {label:<22} {parts}   knn recall@8 {r['recall@8']}{exact}{extra}", flush=True)
+    if r.get("cpu"):
+        print("    CPU p50 (this process): " + ", ".join(f"{k} {v} ms" for k, v in r["cpu"].items()), flush=True)
+    if r.get("divided"):
+        print("    queries in the divided scopes (p50 ms; recall@8 means): "
+              + ", ".join(f"{k} {v}" for k, v in r["divided"].items()), flush=True)
 
 
 async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
@@ -318,9 +454,12 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
         doc_ids = np.load(saved)
         print(f"  {engine} {size} episodes: the kept store in {state}", flush=True)
     else:
-        doc_ids, built = await build(target, items, vectors)
-        print(f"  {engine} {size} episodes: built in {built:.0f} s ({size / built:.0f} episodes/s with vectors)",
-              flush=True)
+        if args.bulk and cluster is None:
+            doc_ids, built = await bulk_build(state / "memactors.db", items, vectors)
+        else:
+            doc_ids, built = await build(target, items, vectors)
+        print(f"  {engine} {size} episodes: built in {built:.0f} s ({size / built:.0f} episodes/s with vectors"
+              f"{', bulk rows' if args.bulk and cluster is None else ''})", flush=True)
         if cluster is None:
             np.save(saved, doc_ids)
     if cluster is None:
@@ -341,6 +480,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
     raw = PgRaw(cluster.url(dbname))
     raw.conn.execute("SET maintenance_work_mem = '1GB'")
     try:
+        res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs)  # the provider's cells
+        show(f"postgresql ({index_pg.VEC_FORM}, {index_pg.VEC_INDEX})", res)
         for kind in args.pg_index:
             for other in ("hnsw", "ivfflat"):
                 raw.conn.execute(f"DROP INDEX IF EXISTS builtin_vec_{other}")
@@ -351,9 +492,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
             raw.index = kind
             bytes_ = raw.conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
             print(f"    {kind} index {bytes_ / size:.0f} B/episode", flush=True)
-            # the service only with the index the provider creates; the other one's knn alone
-            res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs,
-                                service=kind == index_pg.VEC_INDEX)
+            # pgvector's own index: its knn alone (the provider searches the cells)
+            res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs, service=False)
             show(f"postgresql ({kind})", res)
     finally:
         raw.close()
@@ -440,6 +580,37 @@ def partition(n: int, queries: int, real_n: int) -> None:
             times["binary+rerank"].append(time.perf_counter() - t)
             cpu["binary+rerank"].append(time.process_time() - c)
             hits["binary+rerank"].append(len(want & set(got)) / LIMIT)
+        # the provider's own table and cells (`builtin.vector_cells`): divided by its write_division,
+        # searched by its vec_candidates (the nearest `vector_cells.probes`), and every cell read (exact)
+        from importlib import resources
+
+        from memactors.builtin import vector_cells
+        db.conn.executescript(resources.files("memactors.store").joinpath("migrations/sqlite/0015_vector_cells.sql")
+                              .read_text())
+        db.execute("CREATE TABLE builtin_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("CREATE TABLE builtin_embed_cache (content_hash TEXT, model TEXT, dim INTEGER, vector BLOB,"
+                   " doc_id INTEGER)")
+        index_sqlite.ensure_vec_table(db, "m", dim)
+        db.execute("BEGIN")
+        db.conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) SELECT doc_id, 's', 0, embedding"
+                            " FROM v_int8 WHERE doc_id = ?", [(i + 1,) for i in range(n)])
+        db.execute("COMMIT")
+        t0 = time.perf_counter()
+        ids, x = index_sqlite.scope_vectors(db, "s")
+        division = vector_cells.divide("s", ids, x)
+        db.execute("BEGIN")
+        index_sqlite.write_division(db, division)
+        db.execute("COMMIT")
+        print(f"    cells: {len(division.centroids)} fitted and written in {time.perf_counter() - t0:.0f} s", flush=True)
+        for label, probes in ((f"cells {vector_cells.probes(len(division.centroids))}", None), ("cells, all", 1 << 30)):
+            times[label], cpu[label], hits[label] = [], [], []
+            for q in qvecs:
+                want = set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist())
+                t, c = time.perf_counter(), time.process_time()
+                got = [d for _, d in index_sqlite.vec_candidates(db, q.tolist(), "s", LIMIT, probes)]
+                times[label].append(time.perf_counter() - t)
+                cpu[label].append(time.process_time() - c)
+                hits[label].append(len(want & set(got)) / LIMIT)
         for form, v in times.items():
             r = stats(v)
             print(f"    {form:<14} knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms, CPU p50"
@@ -447,11 +618,19 @@ def partition(n: int, queries: int, real_n: int) -> None:
         db.conn.close()
 
 
-def pg_partition(n: int, queries: int, real_n: int) -> None:
-    """`--partition N --engines postgresql`: pgvector over one repository of N vectors: each index kind
-    built and timed (`index_pg.index_sql`), its knn (the provider's settings) timed, recall@8 against
-    numpy's exact cosine. The vectors go in by COPY (not the provider's per-row write)."""
+def pg_partition(n: int, queries: int, real_n: int, kinds: list[str]) -> None:
+    """`--partition N --engines postgresql`: pgvector over one repository of N vectors (halfvec, as the
+    provider stores them): the provider's cells (`builtin.vector_cells`: divided and written by its own
+    `index_pg.write_division`, searched by its `knn_rows`, beside the exact scan of every cell), then
+    pgvector's store-wide HNSW and IVFFlat built and timed (`index_pg.index_sql`) with their knn (the
+    settings bench/scale.py measured before, and a wider search). recall@8 against numpy's exact cosine
+    over the float32 vectors. The vectors go in by COPY (not the provider's per-row write)."""
+    from importlib import resources
+
     import psycopg
+
+    from memactors.builtin import vector_cells
+    from memactors.store.pg import PgDb
 
     model = shared_model()
     items = corpus(max(real_n, 2000), 1)
@@ -459,64 +638,137 @@ def pg_partition(n: int, queries: int, real_n: int) -> None:
     vectors = derive_vectors(real, n)
     qs = [q for _, q in make_queries(items, queries)]
     qvecs = np.asarray(model.encode(qs), dtype=np.float32)
+    cells_sql = resources.files("memactors.store").joinpath("migrations/pg/0008_vector_cells.sql").read_text()
     with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "max_parallel_maintenance_workers = 1")) as cluster:
         cluster.create_database("part")
         cluster.admin("CREATE EXTENSION vector", dbname="part")
         with psycopg.connect(cluster.url("part"), autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT NOT NULL,"
-                         f" embedding vector({vectors.shape[1]}) NOT NULL)")
+            db = PgDb(conn)
+            conn.execute(cells_sql)
+            conn.execute("CREATE TABLE builtin_docs (doc_id BIGINT PRIMARY KEY, episode_id TEXT, started_at TEXT)")
+            conn.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY, scope TEXT COLLATE \"C\" NOT NULL,"
+                         f" cell INTEGER NOT NULL DEFAULT 0, embedding halfvec({vectors.shape[1]}) NOT NULL)")
+            conn.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
             t = time.perf_counter()
+            with conn.cursor().copy("COPY builtin_docs (doc_id, episode_id, started_at) FROM STDIN") as copy:
+                for i in range(n):
+                    copy.write_row((i + 1, f"ep_{i + 1}", "2026-11-28T09:00:00Z"))
             with conn.cursor().copy("COPY builtin_vec (doc_id, scope, embedding) FROM STDIN") as copy:
                 for i, v in enumerate(vectors):
                     copy.write_row((i + 1, "s", "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
             conn.execute("VACUUM ANALYZE builtin_vec")
             conn.execute("SET maintenance_work_mem = '1GB'")
+            size = conn.execute("SELECT pg_total_relation_size('builtin_vec')").fetchone()[0]
             print(f"one partition of {n} vectors ({real_n} real, the rest derived) copied in"
-                  f" {time.perf_counter() - t:.0f} s", flush=True)
+                  f" {time.perf_counter() - t:.0f} s; builtin_vec (halfvec, with its b-tree) {size / n:.0f} B/vector",
+                  flush=True)
             wants = [set((np.argsort(-(vectors @ q))[:LIMIT] + 1).tolist()) for q in qvecs]
-            for kind in ("hnsw", "ivfflat"):
+
+            def run(label: str, knn: Any) -> None:
+                times, cpu, hits = [], [], []
+                for q, want in zip(qvecs, wants, strict=True):
+                    t, c = time.perf_counter(), time.process_time()
+                    got = knn(q)
+                    times.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
+                    hits.append(len(want & set(got)) / LIMIT)
+                r = stats(times)
+                print(f"    {label}: knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms (this process's CPU p50"
+                      f" {statistics.median(cpu) * 1000:.2f} ms)   recall@8 {statistics.mean(hits):.4f}", flush=True)
+
+            t = time.perf_counter()
+            ids, x = index_pg.scope_vectors(db, "s")
+            division = vector_cells.divide("s", ids, x)
+            with conn.transaction():
+                index_pg.write_division(db, division)
+            conn.execute("ANALYZE builtin_vec")
+            print(f"    cells: {len(division.centroids)} fitted and written in {time.perf_counter() - t:.0f} s", flush=True)
+            run(f"cells, {vector_cells.probes(len(division.centroids))} probed (the provider's)",
+                lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT)])
+            run("cells, every one read (exact scan)",
+                lambda q: [int(r[1]) for r in index_pg.knn_rows(db, q.tolist(), ["s"], LIMIT, 1 << 30)])
+            for kind in kinds:
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
                 conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
                 t = time.perf_counter()
                 for statement in index_pg.index_sql(kind, n):
                     conn.execute(statement)
                 built = time.perf_counter() - t
-                size = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
-                # the provider's settings, then a wider search (what recall@8 buys at what time)
+                isize = conn.execute(f"SELECT pg_relation_size('builtin_vec_{kind}')").fetchone()[0]
                 for extra in ("", "SET LOCAL hnsw.ef_search = 800" if kind == "hnsw" else "SET LOCAL ivfflat.probes = 40"):
-                    times, hits = [], []
-                    for q, want in zip(qvecs, wants, strict=True):
-                        t = time.perf_counter()
+
+                    def knn(q: np.ndarray, kind: str = kind, extra: str = extra) -> list[int]:
                         with conn.transaction():
                             for setting in [*index_pg.knn_settings(kind), *([extra] if extra else [])]:
                                 conn.execute(setting)
-                            got = [int(r[0]) for r in conn.execute(
-                                "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::vector"
+                            return [int(r[0]) for r in conn.execute(
+                                "SELECT doc_id FROM builtin_vec WHERE scope = ANY(%s) ORDER BY embedding <=> %s::halfvec"
                                 f" LIMIT {LIMIT}", [["s"], index_pg._literal(q.tolist())]).fetchall()]
-                        times.append(time.perf_counter() - t)
-                        hits.append(len(want & set(got)) / LIMIT)
-                    r = stats(times)
-                    print(f"    {kind:<8} built in {built:.0f} s, {size / n:.0f} B/vector; {extra or 'the provider settings'}:"
-                          f" knn p50 {r['p50_ms']} / p99 {r['p99_ms']} ms   recall@8 {statistics.mean(hits):.4f}",
-                          flush=True)
+
+                    run(f"{kind} (built in {built:.0f} s, {isize / n:.0f} B/vector), {extra or 'settings as before'}", knn)
+            conn.execute("DROP INDEX IF EXISTS builtin_vec_hnsw")
+            conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
+
+
+def cells_model(n: int, queries: int, real_n: int, cell_rows: int, reads: list[int]) -> None:
+    """`--cells-model N`: recall@8 of the cells against how many are read, in numpy (no store): the
+    product's own `vector_cells.divide` over one scope of N int8 vectors (as the stores hold them), the
+    nearest `reads` cells of each query scanned exactly; against numpy's exact float32 cosine."""
+    from memactors.builtin import vector_cells
+
+    model = shared_model()
+    items = corpus(max(real_n, 2000), 1)
+    real = np.asarray(model.encode([it["body"] for it in items[:real_n]]), dtype=np.float32)
+    vectors = derive_vectors(real, n)
+    qvecs = np.asarray(model.encode([q for _, q in make_queries(items, queries)]), dtype=np.float32)
+    peak = np.abs(vectors).max(axis=1, keepdims=True)
+    stored = vector_cells.unit_rows(np.round(vectors * 127 / peak).astype(np.int8).astype(np.float32))
+    wants = [set(np.argsort(-(vectors @ q))[:LIMIT].tolist()) for q in qvecs]
+    exact = statistics.mean(len(set(np.argsort(-(stored @ q))[:LIMIT].tolist()) & w) / LIMIT
+                            for q, w in zip(qvecs, wants, strict=True))
+    vector_cells.CELL_ROWS = cell_rows
+    t = time.perf_counter()
+    division = vector_cells.divide("s", list(range(n)), stored)
+    centroids = division.centroids
+    assigned = np.array([division.cells[i] for i in range(n)])
+    print(f"one scope of {n} vectors ({real_n} real): {len(centroids)} cells of ~{cell_rows} fitted in"
+          f" {time.perf_counter() - t:.0f} s; the exact int8 scan's recall@8 {exact:.3f}", flush=True)
+    for read in reads:
+        hits, scanned = [], []
+        for q, want in zip(qvecs, wants, strict=True):
+            rows = np.flatnonzero(np.isin(assigned, np.argsort(-(centroids @ q))[:read]))
+            scanned.append(len(rows))
+            hits.append(len(set(rows[np.argsort(-(stored[rows] @ q))[:LIMIT]].tolist()) & want) / LIMIT)
+        print(f"    {read} cells read: {statistics.median(scanned) / n:.1%} of the vectors, recall@8"
+              f" {statistics.mean(hits):.3f}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
-    parser.add_argument("--pg-index", nargs="+", default=["hnsw", "ivfflat"], choices=["hnsw", "ivfflat"])
+    parser.add_argument("--pg-index", nargs="*", default=["hnsw", "ivfflat"], choices=["hnsw", "ivfflat"],
+                        help="pgvector's own indexes to build and compare (none: the provider's cells alone)")
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
+    parser.add_argument("--bulk", action="store_true",
+                        help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
     parser.add_argument("--partition", type=int, metavar="N",
                         help="only the vector search over one repository of N episodes, in three forms")
+    parser.add_argument("--cells-model", type=int, metavar="N",
+                        help="only the cells' recall against the cells read, in numpy, over one scope of N vectors")
+    parser.add_argument("--cell-rows", type=int, default=256)
+    parser.add_argument("--reads", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96])
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.cells_model:
+        cells_model(args.cells_model, args.queries, args.real, args.cell_rows, args.reads)
+        return
     if args.partition:
         if "postgresql" in args.engines:
-            pg_partition(args.partition, args.queries, args.real)
+            pg_partition(args.partition, args.queries, args.real, args.pg_index)
         if "sqlite" in args.engines:
             partition(args.partition, args.queries, args.real)
         print(machine(), flush=True)

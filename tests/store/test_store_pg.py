@@ -353,7 +353,11 @@ async def test_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
                 assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 4
                 kinds = await store.read(lambda db: db.execute(
                     "SELECT indexdef FROM pg_indexes WHERE tablename = 'builtin_vec'").fetchall())
-                assert any("hnsw" in k[0] and "vector_cosine_ops" in k[0] for k in kinds)
+                assert any("(scope, cell)" in k[0] for k in kinds)  # the cells' b-tree (builtin.vector_cells)
+                form = await store.read(lambda db: db.execute(
+                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                    " WHERE attrelid = 'builtin_vec'::regclass AND attname = 'embedding'").fetchone()[0])
+                assert form == "halfvec(64)"  # half float32's bytes
                 out = await p.recall({"query": "different words", "scope": [a], "limit": 5})
                 ids = [i["id"] for i in out["items"]]
                 assert ids[0] == "ep_2" and set(ids) == {"ep_1", "ep_2", "ep_9"}  # cosine-only hits too

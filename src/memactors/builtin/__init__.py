@@ -111,6 +111,7 @@ from .ranking import rrf as rrf
 from .ranking import scoped_match as scoped_match
 from .ranking import search_words as search_words
 from .ranking import unknown_share as unknown_share
+from .vector_cells import divide_scopes
 
 CONTRACT_VERSION = 1
 #: Bound on one item's text (its gist, `gist.gist`): the run's own words first. Small enough that an
@@ -426,6 +427,7 @@ class BuiltinProvider:
         self._wake.set()
         self._pass_done = trio.Event()
         task_status.started()
+        first_pass = True
         try:
             while True:
                 await self._wake.wait()
@@ -435,6 +437,9 @@ class BuiltinProvider:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
                     count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
                                                      self._count_pending(max(0, at - done), keep=True))
+                    if count or first_pass:  # a large scope's cells, off the recall path
+                        await divide_scopes(self.store, self.index)
+                    first_pass = False
                     self._count_pending(await self.store.read(self.index.missing_vectors))
                     self.embed_stats["last_error"] = None
                     if count:

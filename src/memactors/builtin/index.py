@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..store.builtin_docs import DocFields
 from .ranking import Evidence, Hit
+from .vector_cells import CellIndex
 
 #: The embedding cache's key of a document's text: (summary, excerpt, failures JSON) -> digest, the
 #: provider's (`builtin.embedding_text` then `builtin.text_digest`).
@@ -41,7 +42,7 @@ def as_floats(blob: bytes, dim: int) -> list[float]:
     return [v / norm for v in values]
 
 
-class DocIndex(Protocol):
+class DocIndex(CellIndex, Protocol):
     """What the built-in provider's flow asks of a store engine: where the documents, ranking inputs and
     vectors are, and the queries over them. Everything else — the contract, the fields and item text of
     an episode, the embedding calls and their deadlines, and REQ-11's ranking (which rankings, RRF with
@@ -49,6 +50,9 @@ class DocIndex(Protocol):
     once for both engines. SQLite's (FTS5 with BM25, sqlite-vec) is `builtin.index_sqlite.SqliteIndex`, with
     `builtin/ranking.py`'s FTS5 statements; PostgreSQL's (tsvector with `ts_rank_cd`, pgvector) is
     `builtin.index_pg.PgIndex`.
+
+    A large scope's vectors are divided into cells (`CellIndex`, `builtin.vector_cells`) by the
+    back-fill; `knn` reads the nearest cells of such a scope.
 
     Every method takes the `Db` of a `Store.write` (the writes) or `Store.read` (the queries) call. Hits
     come best first; a ranking's tie-breaks are recency, then episode id, on both engines.

@@ -21,8 +21,11 @@ sqlite-vec):
 * A query of metadata words only (REQ-14's briefing query) is told apart with the weight classes
   (`word:D` against `word:ABC`) and answered by `ranking.briefing_rank`, as on SQLite.
 * Vectors (hybrid ranking) with pgvector when the extension is installed: `builtin_vec` (one
-  `vector(dim)` per episode, an HNSW index with `vector_cosine_ops`), created once the embedding
-  dimension is known, rebuilt empty when the model or dimension changes. Without the extension the
+  `halfvec(dim)` per episode, half float32's bytes, and its cell under a (scope, cell) b-tree), created
+  once the embedding dimension is known, rebuilt empty when the model or dimension changes. A large
+  scope is divided into cells (`builtin.vector_cells`, as on SQLite) and its knn reads the cells nearest
+  the query; a small one is one cell, searched exactly. pgvector's own store-wide indexes (HNSW,
+  IVFFlat) lose most of their recall when filtered to one scope among many (docs/benchmarks.md). Without the extension the
   provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
 
 These functions are `PgIndex`, the built-in provider's `builtin.DocIndex` on PostgreSQL: the provider's
@@ -43,8 +46,10 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from . import vector_cells
 from .index import DocDigest, as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
+from .vector_cells import Division, due, unit_rows
 
 CANDIDATES = 200
 #: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —
@@ -132,7 +137,7 @@ def _keep_in_cache(db: Db, doc_id: int | None = None) -> None:
     if not _vec_exists(db):
         return
     where, params = ("", []) if doc_id is None else (" WHERE c.doc_id = ?", [doc_id])
-    rows = db.execute("SELECT c.content_hash, c.model, v.embedding::real[] FROM builtin_embed_cache c"
+    rows = db.execute("SELECT c.content_hash, c.model, v.embedding::vector::real[] FROM builtin_embed_cache c"
                       f" JOIN builtin_vec v ON v.doc_id = c.doc_id{where}", params).fetchall()
     for digest, model, vector in rows:
         db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL WHERE content_hash = ? AND model = ?",
@@ -278,28 +283,73 @@ def _vec_exists(db: Db) -> bool:
     return db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0]
 
 
+#: How `builtin_vec` holds a vector: pgvector's half-precision `halfvec` (2 bytes a dimension, half of
+#: `vector`'s; cosine over it keeps recall: docs/benchmarks.md), each in its scope's cell.
+VEC_FORM = "halfvec"
+VEC_LAYOUT = "cells"
+
+
+def _set_meta(db: Db, pairs: Sequence[tuple[str, str]]) -> None:
+    db.executemany("INSERT INTO builtin_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+                   " SET value = excluded.value", list(pairs))
+
+
+def _create_vec_table(db: Db, dim: int) -> None:
+    db.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY REFERENCES builtin_docs (doc_id)"
+               f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, cell INTEGER NOT NULL DEFAULT 0,"
+               f" embedding halfvec({int(dim)}) NOT NULL)")
+    db.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+    _set_meta(db, [("vec_form", VEC_FORM), ("vec_layout", VEC_LAYOUT)])
+
+
+def _drop_vec_table(db: Db) -> None:
+    db.execute("DROP TABLE builtin_vec")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+
+
 def ensure_vec_table(db: Db, model: str, dim: int) -> None:
-    """Create `builtin_vec` for (model, dim) with its HNSW cosine index, or rebuild it empty when either
-    changed."""
+    """Create `builtin_vec` for (model, dim), or rebuild it empty when either changed."""
     meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')").fetchall())
     exists = _vec_exists(db)
     if exists and meta.get("vec_model") == model and meta.get("vec_dim") == str(dim):
         return
     if exists:
         _keep_in_cache(db)
-        db.execute("DROP TABLE builtin_vec")
-    db.execute(f"CREATE TABLE builtin_vec (doc_id BIGINT PRIMARY KEY REFERENCES builtin_docs (doc_id)"
-               f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, embedding vector({int(dim)}) NOT NULL)")
-    for statement in index_sql(VEC_INDEX, 0):
-        db.execute(statement)
-    db.execute("CREATE INDEX builtin_vec_by_scope ON builtin_vec (scope)")
-    db.executemany("INSERT INTO builtin_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
-                   " SET value = excluded.value", [("vec_model", model), ("vec_dim", str(dim))])
+        _drop_vec_table(db)
+    _create_vec_table(db, dim)
+    _set_meta(db, [("vec_model", model), ("vec_dim", str(dim))])
 
 
-#: The approximate index over `builtin_vec` (bench/scale.py measures both kinds: build time, knn p50,
-#: recall@8 against exact; docs/benchmarks.md, "A million episodes").
-VEC_INDEX = "hnsw"
+def compact_vec_table(db: Db) -> bool:
+    """Bring a `builtin_vec` made before `VEC_FORM` and `VEC_LAYOUT` (float32 `vector` under a store-wide
+    HNSW index) to them, its vectors kept (as halfvec; every scope one cell until the back-fill divides
+    it), in the caller's write transaction; whether it did. Run once at start (`check_vectors`)."""
+    if not _vec_exists(db):
+        return False
+    meta = dict(db.execute("SELECT key, value FROM builtin_meta WHERE key IN ('vec_dim', 'vec_form', 'vec_layout')")
+                .fetchall())
+    if meta.get("vec_dim") is None or (meta.get("vec_form") == VEC_FORM and meta.get("vec_layout") == VEC_LAYOUT):
+        return False
+    dim = int(meta["vec_dim"])
+    for kind in ("hnsw", "ivfflat"):
+        db.execute(f"DROP INDEX IF EXISTS builtin_vec_{kind}")
+    db.execute("DROP INDEX IF EXISTS builtin_vec_by_scope")
+    db.execute(f"ALTER TABLE builtin_vec ALTER COLUMN embedding TYPE halfvec({dim}) USING embedding::halfvec({dim})")
+    db.execute("ALTER TABLE builtin_vec ADD COLUMN IF NOT EXISTS cell INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE INDEX IF NOT EXISTS builtin_vec_by_cell ON builtin_vec (scope, cell)")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+    _set_meta(db, [("vec_form", VEC_FORM), ("vec_layout", VEC_LAYOUT)])
+    return True
+
+
+#: pgvector's own approximate indexes, as bench/scale.py builds them to compare with the cells (build
+#: time, knn p50, recall@8 against exact; docs/benchmarks.md, "A million episodes"). The provider uses
+#: neither: `VEC_INDEX` is its per-scope cells.
+VEC_INDEX = "cells"
 
 
 def index_sql(kind: str, rows: int) -> list[str]:
@@ -307,9 +357,9 @@ def index_sql(kind: str, rows: int) -> list[str]:
     defaults m = 16, ef_construction = 64; `ivfflat`: rows / 1000 lists, at least 10, built over the rows
     there are)."""
     if kind == "hnsw":
-        return ["CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)"]
+        return ["CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding halfvec_cosine_ops)"]
     lists = max(10, rows // 1000)
-    return [f"CREATE INDEX builtin_vec_ivfflat ON builtin_vec USING ivfflat (embedding vector_cosine_ops)"
+    return [f"CREATE INDEX builtin_vec_ivfflat ON builtin_vec USING ivfflat (embedding halfvec_cosine_ops)"
             f" WITH (lists = {lists})"]
 
 
@@ -338,32 +388,97 @@ def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, ve
         return
     ensure_vec_table(db, model, len(vector))
     db.execute(upsert, [digest, model, len(vector), b"", doc_id])
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, ?::vector)"
-               " ON CONFLICT (doc_id) DO UPDATE SET scope = excluded.scope, embedding = excluded.embedding",
-               [doc_id, scope, _literal(vector)])
+    literal = _literal(vector)
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?,"
+               " coalesce((SELECT cell FROM builtin_vec_cells WHERE scope = ?"
+               "  ORDER BY centroid::vector <=> ?::vector LIMIT 1), 0), ?::halfvec)"
+               " ON CONFLICT (doc_id) DO UPDATE SET scope = excluded.scope, cell = excluded.cell,"
+               " embedding = excluded.embedding",
+               [doc_id, scope, scope, literal, literal])
 
 
 def has_vector(db: Db, doc_id: int) -> bool:
     return _vec_exists(db) and db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [doc_id]).fetchone() is not None
 
 
+def probe_cells(db: Db, literal: str, scopes: Sequence[str], probes: int | None = None) -> list[tuple[str, int]]:
+    """The (scope, cell)s a knn reads: in each divided scope the `probes` (by default
+    `vector_cells.probes` of its cells) whose centroids are nearest the query (`literal`), and cell 0 of
+    each scope not divided."""
+    wanted = list(dict.fromkeys(scopes))
+    cells = dict(db.execute("SELECT scope, cells FROM builtin_vec_divisions WHERE scope = ANY(?)", [wanted]).fetchall())
+    limits = [(int(probes) if probes is not None else vector_cells.probes(int(cells[s]))) if s in cells else 0
+              for s in wanted]
+    rows = db.execute(
+        "SELECT s.scope, c.cell FROM unnest(?::text[], ?::int[]) s (scope, probes) LEFT JOIN LATERAL (SELECT cell"
+        " FROM builtin_vec_cells WHERE scope = s.scope ORDER BY centroid::vector <=> ?::vector LIMIT s.probes) c ON true",
+        [wanted, limits, literal]).fetchall()
+    return [(str(r[0]), 0 if r[1] is None else int(r[1])) for r in rows]
+
+
+def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, probes: int | None = None) -> list[Any]:
+    """The best `k` (episode_id, doc_id, started_at, distance) of `scopes`, closest first: the exact
+    distance over the cells `probe_cells` picks, found by the (scope, cell) b-tree."""
+    literal = _literal(vector)
+    cells = probe_cells(db, literal, scopes, probes)
+    return db.execute(
+        "SELECT d.episode_id, d.doc_id, d.started_at, s.distance FROM ("
+        # as float32: this pgvector's halfvec distance costs 2.3x the cast and vector's (bench/scale.py)
+        " SELECT v.doc_id, v.embedding::vector <=> ?::vector AS distance FROM unnest(?::text[], ?::int[]) c (scope, cell)"
+        f" JOIN builtin_vec v ON v.scope = c.scope AND v.cell = c.cell ORDER BY distance LIMIT {int(k)}) s"
+        " JOIN builtin_docs d ON d.doc_id = s.doc_id ORDER BY s.distance, d.started_at DESC, d.episode_id",
+        [literal, [c[0] for c in cells], [c[1] for c in cells]]).fetchall()
+
+
 def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
-    """Best CANDIDATES episodes by cosine distance in `scopes` (HNSW), closest first."""
+    """Best CANDIDATES episodes by cosine distance in `scopes` (`knn_rows`: exact in a small scope, the
+    nearest cells of a divided one), closest first."""
     if not _vec_exists(db):
         return []
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
-    # The outer ORDER BY puts relaxed-order results in order.
-    for setting in knn_settings(VEC_INDEX):
-        db.execute(setting)
-    rows = db.execute(
-        "SELECT episode_id, doc_id, started_at, distance FROM ("
-        " SELECT d.episode_id, d.doc_id, d.started_at, v.embedding <=> ?::vector AS distance"
-        " FROM builtin_vec v JOIN builtin_docs d ON d.doc_id = v.doc_id WHERE v.scope = ANY(?)"
-        f" ORDER BY distance LIMIT {CANDIDATES}) s ORDER BY distance, started_at DESC, episode_id",
-        [_literal(vector), list(scopes)]).fetchall()
-    return [Hit(r[0], int(r[1]), r[2], 1.0 - float(r[3])) for r in rows]
+    return [Hit(r[0], int(r[1]), r[2], 1.0 - float(r[3])) for r in knn_rows(db, vector, scopes, CANDIDATES)]
+
+
+# -- cells (`builtin.vector_cells`) ------------------------------------------------------------------
+
+
+def scopes_to_divide(db: Db) -> list[str]:
+    """`CellIndex.scopes_to_divide` on PostgreSQL: the scopes whose vectors reach their next division."""
+    if not _vec_exists(db):
+        return []
+    divided = dict(db.execute("SELECT scope, vectors FROM builtin_vec_divisions").fetchall())
+    return [str(scope) for scope, n in db.execute("SELECT scope, count(*) FROM builtin_vec GROUP BY scope").fetchall()
+            if due(int(n), divided.get(scope))]
+
+
+def scope_vectors(db: Db, scope: str) -> tuple[list[int], Any]:
+    """`CellIndex.scope_vectors` on PostgreSQL: the scope's doc ids and their unit float32 rows."""
+    import numpy as np
+
+    rows = db.execute("SELECT doc_id, embedding::vector::real[] FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
+    if not rows:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    return [int(r[0]) for r in rows], unit_rows(np.asarray([r[1] for r in rows], dtype=np.float32))
+
+
+def write_division(db: Db, division: Division) -> None:
+    """`CellIndex.write_division` on PostgreSQL: the scope's centroids replaced and its vectors moved
+    to their new cells; a vector written since the division was fitted joins its nearest new centroid."""
+    scope = division.scope
+    db.execute("DELETE FROM builtin_vec_cells WHERE scope = ?", [scope])
+    db.executemany("INSERT INTO builtin_vec_cells (scope, cell, centroid) VALUES (?, ?, ?)",
+                   [(scope, n, [float(x) for x in c]) for n, c in enumerate(division.centroids)])
+    db.execute("INSERT INTO builtin_vec_divisions (scope, vectors, cells) VALUES (?, ?, ?) ON CONFLICT (scope)"
+               " DO UPDATE SET vectors = excluded.vectors, cells = excluded.cells",
+               [scope, division.vectors, len(division.centroids)])
+    ids = list(division.cells)
+    db.execute("UPDATE builtin_vec v SET cell = n.cell FROM unnest(?::bigint[], ?::int[]) n (doc_id, cell)"
+               " WHERE v.doc_id = n.doc_id AND v.cell <> n.cell", [ids, [division.cells[i] for i in ids]])
+    db.execute("UPDATE builtin_vec v SET cell = (SELECT cell FROM builtin_vec_cells c WHERE c.scope = v.scope"
+               " ORDER BY c.centroid::vector <=> v.embedding::vector LIMIT 1)"
+               " WHERE v.scope = ? AND NOT (v.doc_id = ANY(?::bigint[]))", [scope, ids])
 
 
 def evidence(db: Db, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
@@ -429,7 +544,7 @@ def retire_vectors(db: Db, model: str, *, everything: bool = False) -> bool:
     if not everything and row is not None and row[0] == model:
         return False
     _keep_in_cache(db)
-    db.execute("DROP TABLE builtin_vec")
+    _drop_vec_table(db)
     db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
     return True
 
@@ -444,6 +559,7 @@ def warn_without_vectors(db: Db, model: str, doc_digest: DocDigest) -> bool:
     """At start, with an embedding model configured: whether pgvector is there. When it is not, one WARN
     says recall ranks by text and the path boost alone (REQ-11's fusion without the cosine ranking)."""
     if has_pgvector(db):
+        compact_vec_table(db)
         cache_once(db, doc_digest)
         return True
     _log.bind(embedding_model=model).warning(
@@ -461,7 +577,7 @@ def vector_from_cache(db: Db, *, doc_id: int, scope: str, model: str, digest: st
     if row is None:
         return False
     if row[2] is not None:
-        found = db.execute("SELECT embedding::real[] FROM builtin_vec WHERE doc_id = ?", [row[2]]).fetchone() \
+        found = db.execute("SELECT embedding::vector::real[] FROM builtin_vec WHERE doc_id = ?", [row[2]]).fetchone() \
             if _vec_exists(db) else None
         if found is None:
             return False
@@ -555,6 +671,9 @@ class PgIndex:
     doc_exists = staticmethod(doc_exists)
     retire_vectors = staticmethod(retire_vectors)
     vector_count = staticmethod(vector_count)
+    scopes_to_divide = staticmethod(scopes_to_divide)
+    scope_vectors = staticmethod(scope_vectors)
+    write_division = staticmethod(write_division)
 
     @staticmethod
     def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float]) -> None:

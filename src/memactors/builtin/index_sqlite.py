@@ -5,9 +5,12 @@ PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
   `builtin_fts` (FTS5, `porter unicode61`, external content, kept in step by triggers: the text is
   stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
   the briefing order, the path candidates);
-* `builtin_vec`, a sqlite-vec `vec0` table (one float32 embedding per episode, partitioned by scope,
-  cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known and
-  rebuilt empty when the model or dimension changes; embeddings cached by content in `builtin_embed_cache`.
+* `builtin_vec`, a sqlite-vec `vec0` table (one int8 embedding per episode, partitioned by scope, its
+  cell a metadata column, cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known
+  and rebuilt empty when the model or dimension changes; embeddings cached by content in
+  `builtin_embed_cache`. A large scope is divided into cells (`builtin.vector_cells`: centroids in
+  `builtin_vec_cells`, the last division in `builtin_vec_divisions`) and its knn reads the cells nearest
+  the query; a small one is one cell (0), searched exactly.
 
 The flow over them (record, embed, recall with REQ-11's fusion, forget) is `builtin.BuiltinProvider`'s.
 """
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
+import sqlite_vec
 
 from ..store import scope_doc_id, scope_key
 from ..store.builtin_docs import FTS_COLUMNS
+from . import vector_cells
 from .index import as_floats as as_floats
 from .index import quantize, stored_form
 from .ranking import (
@@ -35,6 +40,7 @@ from .ranking import (
     path_candidates,
     scope_ranges,
 )
+from .vector_cells import Division, due, unit_rows
 
 if TYPE_CHECKING:
     from ..store.builtin_docs import DocFields
@@ -91,18 +97,43 @@ VEC_CHUNK = 128
 #: 100k store its best 8 are float32's best 8 within recall@8 0.9x (docs/benchmarks.md, "A million
 #: episodes"); bench/recall_quality.py's MRR is unchanged.
 VEC_FORM = "int8"
+#: `builtin_vec`'s layout: partitioned by scope, the cell (`builtin.vector_cells`) a metadata column
+#: that a knn filters on. Not a second partition key: vec0 sets up each partition it reads (~0.7 ms of
+#: CPU each), which cost more than the distances it saved (bench/scale.py --partition 170000: 104 cells
+#: as partitions 91 ms, as a metadata filter ~50 ms, the exact scan 137 ms).
+VEC_LAYOUT = "cell-meta"
 
 
 def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
     db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, embedding int8[{int(dim)}] distance_metric=cosine,"
-               f" chunk_size={VEC_CHUNK})")
-    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?), ('vec_form', ?)",
-               [str(VEC_CHUNK), VEC_FORM])
+               f" scope TEXT PARTITION KEY, cell INTEGER, embedding int8[{int(dim)}]"
+               f" distance_metric=cosine, chunk_size={VEC_CHUNK})")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?), ('vec_form', ?),"
+               " ('vec_layout', ?)", [str(VEC_CHUNK), VEC_FORM, VEC_LAYOUT])
 
 
-def _insert_vec(db: sqlite_utils.Database, doc_id: int, scope: str, blob: bytes) -> None:
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, vec_int8(?))", [doc_id, scope, blob])
+def _drop_vec_table(db: sqlite_utils.Database) -> None:
+    db.execute("DROP TABLE builtin_vec")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+
+
+def _cell_of(db: sqlite_utils.Database, scope: str, vector: Sequence[float]) -> int:
+    """The cell a new vector of `scope` joins: the nearest centroid's, or 0 in a scope not divided."""
+    row = db.execute("SELECT cell FROM builtin_vec_cells WHERE scope = ?"
+                     " ORDER BY vec_distance_cosine(centroid, ?) LIMIT 1",
+                     [scope, sqlite_vec.serialize_float32(list(vector))]).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _insert_vec(db: sqlite_utils.Database, doc_id: int, scope: str, blob: bytes,
+                vector: Sequence[float] | None = None) -> None:
+    """Insert one int8 vector into its scope's cell (found by `vector`, or by the int8 `blob` itself)."""
+    cell = _cell_of(db, scope, vector if vector is not None else as_floats(blob, len(blob)))
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
+               [doc_id, scope, cell, blob])
 
 
 def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
@@ -113,29 +144,31 @@ def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
         return
     if exists:
         _keep_in_cache(db)
-        db.execute("DROP TABLE builtin_vec")
+        _drop_vec_table(db)
     _create_vec_table(db, dim)
     db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
                [model, str(dim)])
 
 
 def compact_vec_table(db: sqlite_utils.Database) -> bool:
-    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`) or another vector form
-    (float32, before `VEC_FORM`) with its vectors kept (converted), in the caller's write transaction;
+    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`), another vector form
+    (float32, before `VEC_FORM`) or without cells (before `VEC_LAYOUT`) with its vectors kept
+    (converted; every scope one cell until the back-fill divides it), in the caller's write transaction;
     whether it did. Run once at start (`check_vectors`)."""
     if not vec_exists(db):
         return False
     meta = dict(db.execute("SELECT key, value FROM builtin_meta"
-                           " WHERE key IN ('vec_dim', 'vec_chunk', 'vec_form')").fetchall())
-    if (meta.get("vec_chunk") == str(VEC_CHUNK) and meta.get("vec_form", "float32") == VEC_FORM) \
-            or meta.get("vec_dim") is None:
+                           " WHERE key IN ('vec_dim', 'vec_chunk', 'vec_form', 'vec_layout')").fetchall())
+    if (meta.get("vec_chunk") == str(VEC_CHUNK) and meta.get("vec_form", "float32") == VEC_FORM
+            and meta.get("vec_layout") == VEC_LAYOUT) or meta.get("vec_dim") is None:
         return False
     dim = int(meta["vec_dim"])
     rows = [(int(d), str(s), bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")]
-    db.execute("DROP TABLE builtin_vec")
+    _drop_vec_table(db)
     _create_vec_table(db, dim)
     for doc_id, scope, blob in rows:
-        _insert_vec(db, doc_id, scope, stored_form(blob, dim))
+        db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
+                   [doc_id, scope, stored_form(blob, dim)])
     return True
 
 
@@ -189,7 +222,7 @@ def write_vector(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: s
     db.execute("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
                " VALUES (?, ?, ?, X'', ?)", [digest, model, len(vector), doc_id])
     db.execute("DELETE FROM builtin_vec WHERE doc_id = ?", [doc_id])
-    _insert_vec(db, doc_id, scope, quantize(vector))
+    _insert_vec(db, doc_id, scope, quantize(vector), vector)
 
 
 def _cache_row(db: sqlite_utils.Database, digest: str, model: str) -> tuple[bytes, int] | None:
@@ -246,7 +279,7 @@ def retire_vectors(db: sqlite_utils.Database, model: str, *, everything: bool = 
     if not everything and row is not None and row[0] == model:
         return False
     _keep_in_cache(db)
-    db.execute("DROP TABLE builtin_vec")
+    _drop_vec_table(db)
     db.execute("DELETE FROM builtin_meta WHERE key IN ('vec_model', 'vec_dim')")
     return True
 
@@ -267,26 +300,106 @@ def query_blob(vector: Sequence[float]) -> bytes:
     return quantize(vector)
 
 
+def probe_cells(db: sqlite_utils.Database, vector: Sequence[float], scope: str, probes: int | None = None) -> list[int]:
+    """The cells of `scope` a knn reads: the `probes` (by default `vector_cells.probes` of the scope's
+    cells) whose centroids are nearest `vector`, or the one cell (0) of a scope not divided."""
+    if probes is None:
+        row = db.execute("SELECT cells FROM builtin_vec_divisions WHERE scope = ?", [scope]).fetchone()
+        if row is None:
+            return [0]
+        probes = vector_cells.probes(int(row[0]))
+    return [int(r[0]) for r in db.execute(
+        "SELECT cell FROM builtin_vec_cells WHERE scope = ? ORDER BY vec_distance_cosine(centroid, ?)"
+        f" LIMIT {int(probes)}", [scope, sqlite_vec.serialize_float32(list(vector))]).fetchall()] or [0]
+
+
+def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: str, k: int,
+                   probes: int | None = None) -> list[tuple[float, int]]:
+    """The best `k` (cosine distance, doc_id) of `scope`, closest first: vec0's exact scan of the cells
+    `probe_cells` picks (each cell a partition: the others are not read)."""
+    cells = probe_cells(db, vector, scope, probes)
+    among = f" AND cell IN ({','.join('?' * len(cells))})" if cells != [0] else ""  # one cell: the whole scope
+    rows = db.execute(
+        f"SELECT distance, doc_id FROM builtin_vec WHERE embedding MATCH {query_form()} AND k = {int(k)}"
+        f" AND scope = ?{among}", [query_blob(vector), scope, *(cells if among else [])]).fetchall()
+    return sorted((float(r[0]), int(r[1])) for r in rows)[:k]
+
+
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
-    """Best CANDIDATES episodes by cosine distance in the given scopes (one vec0 partition each), closest
-    first."""
+    """Best CANDIDATES episodes by cosine distance in the given scopes (`vec_candidates`: exact in a
+    small scope, the nearest cells of a divided one), closest first."""
     if not vec_exists(db):
         return []
     dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
     if dim is None or int(dim[0]) != len(vector):
         return []
-    blob = query_blob(vector)
+    distance: dict[int, float] = {}
+    for scope in dict.fromkeys(scopes):
+        distance.update((d, dist) for dist, d in vec_candidates(db, vector, scope, CANDIDATES))
+    best = sorted(distance, key=lambda d: distance[d])[:CANDIDATES]
     found: list[tuple[float, str, int, str]] = []
-    for scope in scopes:
-        rows = db.execute(
-            f"SELECT v.distance, d.episode_id, d.doc_id, d.started_at FROM"
-            f" (SELECT doc_id, distance FROM builtin_vec WHERE embedding MATCH {query_form()} AND k = {CANDIDATES}"
-            f"  AND scope = ?) v JOIN builtin_docs d ON d.doc_id = v.doc_id",
-            [blob, scope],
-        ).fetchall()
-        found.extend((float(r[0]), r[1], int(r[2]), r[3]) for r in rows)
+    for start in range(0, len(best), 500):
+        chunk = best[start:start + 500]
+        found += [(distance[int(r[1])], r[0], int(r[1]), r[2]) for r in db.execute(
+            f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE doc_id IN ({','.join('?' * len(chunk))})",
+            chunk).fetchall()]
     found.sort(key=lambda r: (r[0], _desc(r[3]), r[1]))
-    return [Hit(r[1], r[2], r[3], 1.0 - r[0]) for r in found[:CANDIDATES]]
+    return [Hit(r[1], r[2], r[3], 1.0 - r[0]) for r in found]
+
+
+# -- cells (`builtin.vector_cells`) ------------------------------------------------------------------
+
+
+def scopes_to_divide(db: sqlite_utils.Database) -> list[str]:
+    """`CellIndex.scopes_to_divide` on SQLite: the scopes whose documents ever numbered (`builtin_scopes`,
+    one row a scope: read after every back-fill pass, so never a count of the store) reach the next
+    division, confirmed by their documents and then their vectors."""
+    if not vec_exists(db):
+        return []
+    divided = dict(db.execute("SELECT scope, vectors FROM builtin_vec_divisions").fetchall())
+    out = []
+    for scope, numbered in db.execute("SELECT scope, next_seq - 1 FROM builtin_scopes").fetchall():
+        if not due(int(numbered), divided.get(scope)):
+            continue
+        (docs,) = db.execute("SELECT count(*) FROM builtin_docs WHERE scope = ?", [scope]).fetchone()
+        if due(int(docs), divided.get(scope)):
+            (vectors,) = db.execute("SELECT count(*) FROM builtin_vec WHERE scope = ?", [scope]).fetchone()
+            if due(int(vectors), divided.get(scope)):
+                out.append(str(scope))
+    return out
+
+
+def scope_vectors(db: sqlite_utils.Database, scope: str) -> tuple[list[int], Any]:
+    """`CellIndex.scope_vectors` on SQLite: the scope's doc ids and unit float32 rows of its int8 vectors."""
+    import numpy as np
+
+    rows = db.execute("SELECT doc_id, embedding FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
+    if not rows:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    x = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.int8).reshape(len(rows), -1)
+    return [int(r[0]) for r in rows], unit_rows(x.astype(np.float32))
+
+
+def write_division(db: sqlite_utils.Database, division: Division) -> None:
+    """`CellIndex.write_division` on SQLite: the scope's centroids replaced, and each of its vectors in
+    its new cell; a vector written since the division was fitted joins its nearest new centroid."""
+    import numpy as np
+
+    scope = division.scope
+    db.execute("DELETE FROM builtin_vec_cells WHERE scope = ?", [scope])
+    for n, c in enumerate(division.centroids):
+        db.execute("INSERT INTO builtin_vec_cells (scope, cell, centroid) VALUES (?, ?, ?)",
+                   [scope, n, c.astype(np.float32).tobytes()])
+    db.execute("INSERT OR REPLACE INTO builtin_vec_divisions (scope, vectors, cells) VALUES (?, ?, ?)",
+               [scope, division.vectors, len(division.centroids)])
+    rows = db.execute("SELECT doc_id, cell, embedding FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
+    for doc_id, cell, blob in rows:
+        new = division.cells.get(int(doc_id))
+        if new is None:  # written after the division was fitted
+            x = unit_rows(np.frombuffer(bytes(blob), dtype=np.int8).astype(np.float32)[None, :])
+            new = int(np.argmax(division.centroids @ x[0]))
+        if new != int(cell):
+            db.execute("UPDATE builtin_vec SET cell = ? WHERE doc_id = ?", [new, int(doc_id)])
 
 
 def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
@@ -365,6 +478,9 @@ class SqliteIndex:
     doc_exists = staticmethod(doc_exists)
     retire_vectors = staticmethod(retire_vectors)
     vector_count = staticmethod(vector_count)
+    scopes_to_divide = staticmethod(scopes_to_divide)
+    scope_vectors = staticmethod(scope_vectors)
+    write_division = staticmethod(write_division)
 
     @staticmethod
     def check_vectors(db: sqlite_utils.Database, model: str, doc_digest: DocDigest) -> bool:

@@ -1,0 +1,168 @@
+"""The built-in provider's approximate vector search for a large scope (`builtin.vector_cells`): the
+back-fill divides a scope that reaches CELLS_FROM vectors into k-means cells, a knn then reads only the
+cells nearest the query, and a store made before the cells (SQLite: vec0 without the cell; PostgreSQL:
+float32 `vector` under a store-wide HNSW index) is brought to them at start with its vectors kept.
+
+On SQLite and on PostgreSQL with pgvector, through the service (`MemoryService.recall`, what the
+operator's `Recall` runs), the thresholds lowered so a small store shows what a large one does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_recall_relevance import fake as fake  # noqa: F401 -- the fixtures, shared
+from test_recall_relevance import vector_store_url as vector_store_url  # noqa: F401
+
+from memactors.builtin import index_of, index_pg, index_sqlite, vector_cells
+from memactors.config import ConfigHolder, load_config
+from memactors.service import MemoryService, open_memory_service
+from memactors.testing.fake_model_api import FakeModelApi, embedding_for
+from support import run_record, wait_ready, write_config
+
+pytestmark = pytest.mark.req11
+
+API = "forge.example/acme/api"
+WEB = "forge.example/acme/web"
+TOPICS = [("ledger", "rounding", "invoice", "decimal"), ("websocket", "reconnect", "heartbeat", "backoff"),
+          ("migration", "schema", "column", "index"), ("thumbnail", "resize", "upload", "jpeg"),
+          ("timezone", "offset", "calendar", "daylight"), ("lockfile", "resolver", "pin", "wheel")]
+PER_TOPIC = 10
+
+
+@pytest.fixture
+def small_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scope is divided from 40 vectors on, into cells of ~8, and a knn reads 0.75 × √cells of them:
+    the 60-episode scope below becomes 7 cells of which a knn reads 2."""
+    monkeypatch.setattr(vector_cells, "CELLS_FROM", 40)
+    monkeypatch.setattr(vector_cells, "CELL_ROWS", 8)
+    monkeypatch.setattr(vector_cells, "PROBE_FACTOR", 0.75)
+
+
+def _holder(tmp_path: Path, fake_api: FakeModelApi, url: str | None) -> ConfigHolder:
+    path = write_config(tmp_path, f'[model_api]\nbase_url = "{fake_api.base_url}"\nembedding_model = "fake-embed"\n',
+                        store_url=url)
+    return ConfigHolder(lambda: load_config(path, env={"HOME": str(tmp_path)}))
+
+
+async def _ingest_topics(memory: MemoryService) -> None:
+    n = 0
+    for words in TOPICS:
+        for k in range(PER_TOPIC):
+            n += 1
+            text = f"{' '.join(words)} {' '.join(words[:2])} note{n}"
+            started = f"2026-11-{1 + k:02d}T{n % 24:02d}:00:00Z"
+            result = await memory.ingest_run(run_record(run_id=str(n), trace_id=f"t-{n}", result_text=text,
+                                                        started_at=started, ended_at=started))
+            assert result["outcome"] == "recorded"
+
+
+async def _answers(memory: MemoryService) -> list[list[str]]:
+    out = []
+    for words in TOPICS:
+        found = await memory.recall(query=" ".join(words[:2]), repo=API, limit=5)
+        out.append([e["episode_id"] for e in found["episodes"]])
+    return out
+
+
+def _knn(memory: MemoryService, words: tuple[str, ...], scope: str) -> Any:
+    vector = embedding_for(" ".join(words[:2]), 64, "bag_of_words")
+    index = index_of(memory.store.engine)
+    return lambda db: [h.episode_id for h in index.knn(db, vector, [scope])][:8]
+
+
+async def test_a_large_scope_divided_into_cells_recalls_what_the_exact_search_recalled(
+        tmp_path: Path, fake: FakeModelApi, vector_store_url: str | None,  # noqa: F811
+        small_cells: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sixty episodes of six topics in one repository: searched exactly first (the scope below the
+    threshold), then divided by the back-fill once the threshold is lowered. Each topic's recall and the
+    knn's best 8 are the exact search's, while the knn reads 2 of the scope's 7 cells; the other
+    repository (one episode) stays one cell."""
+    monkeypatch.setattr(vector_cells, "CELLS_FROM", 1000)
+    async with open_memory_service(_holder(tmp_path, fake, vector_store_url)) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        assert await memory.store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec_cells").fetchone()[0]) == 0
+        exact_answers = await _answers(memory)
+        exact_knn = [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS]
+        assert all(exact_answers) and all(len(k) == 8 for k in exact_knn)
+
+        monkeypatch.setattr(vector_cells, "CELLS_FROM", 40)
+        sessions = [{"session_id": "s9", "cwd": "/srv/web", "repo": WEB, "git_branch": "main"}]
+        result = await memory.ingest_run(run_record(run_id="web-1", trace_id="t-web", sessions=sessions,
+                                                    result_text="ledger rounding elsewhere"))
+        assert result["outcome"] == "recorded"
+        assert await memory.builtin.wait_embedded() == 0  # the pass that embedded it divided the scope
+
+        def cells(db: Any) -> tuple[Any, ...]:
+            divisions = db.execute("SELECT scope, vectors, cells FROM builtin_vec_divisions").fetchall()
+            used = db.execute("SELECT count(DISTINCT cell) FROM builtin_vec WHERE scope = ?", [scope]).fetchone()[0]
+            return [tuple(d) for d in divisions], int(used)
+
+        divisions, used = await memory.store.read(cells)
+        assert divisions == [(scope, 60, 7)]  # 60 // 8 cells; the web repository is not divided
+        assert vector_cells.probes(7) == 2 and used > 2
+        assert await _answers(memory) == exact_answers
+        assert [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS] == exact_knn
+
+
+async def test_a_store_made_before_the_cells_is_upgraded_at_start_with_its_vectors_kept(
+        tmp_path: Path, fake: FakeModelApi, vector_store_url: str | None) -> None:  # noqa: F811
+    """A store whose vectors are in the form before the cells (SQLite: vec0 partitioned by scope alone;
+    PostgreSQL: float32 `vector` with the store-wide HNSW index and no cell) is converted when the
+    service starts: no episode waits for a vector again, none is embedded again, every scope is one cell
+    (halfvec on PostgreSQL), and recall answers as before."""
+    holder = _holder(tmp_path, fake, vector_store_url)
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        before = await _answers(memory)
+        engine = memory.store.engine
+        await memory.store.write(_old_form)
+    requests = len(fake.requests_to("/v1/embeddings"))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        status = await memory.builtin.vector_status()
+        assert status["with_vector"] == 60 and status["pending"] == 0
+
+        def form(db: Any) -> tuple[str, int]:
+            layout = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_layout'").fetchone()[0]
+            return layout, int(db.execute("SELECT count(*) FROM builtin_vec_divisions").fetchone()[0])
+
+        layout = index_pg.VEC_LAYOUT if engine == "postgresql" else index_sqlite.VEC_LAYOUT
+        assert await memory.store.read(form) == (layout, 0)
+        if engine == "postgresql":
+            kind = await memory.store.read(lambda db: db.execute(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'builtin_vec'::regclass"
+                " AND attname = 'embedding'").fetchone()[0])
+            assert kind == "halfvec(64)"
+        assert await _answers(memory) == before
+    assert len(fake.requests_to("/v1/embeddings")) == requests + len(TOPICS)  # the recalls' queries only
+
+
+def _old_form(db: Any) -> None:
+    """Rewrite the store's vectors into the form before the cells, as a store made then holds them."""
+    db.execute("DELETE FROM builtin_meta WHERE key = 'vec_layout'")
+    db.execute("DELETE FROM builtin_vec_cells")
+    db.execute("DELETE FROM builtin_vec_divisions")
+    dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
+    if db.dialect.name == "postgresql":
+        db.execute("DROP INDEX builtin_vec_by_cell")
+        db.execute("ALTER TABLE builtin_vec DROP COLUMN cell")
+        db.execute(f"ALTER TABLE builtin_vec ALTER COLUMN embedding TYPE vector({dim}) USING embedding::vector({dim})")
+        db.execute("CREATE INDEX builtin_vec_hnsw ON builtin_vec USING hnsw (embedding vector_cosine_ops)")
+        db.execute("CREATE INDEX builtin_vec_by_scope ON builtin_vec (scope)")
+        db.execute("DELETE FROM builtin_meta WHERE key = 'vec_form'")
+        return
+    rows = db.execute("SELECT doc_id, scope, embedding FROM builtin_vec").fetchall()
+    db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
+               f" embedding int8[{dim}] distance_metric=cosine, chunk_size=128)")
+    for doc_id, scope, blob in rows:
+        db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, vec_int8(?))",
+                   [doc_id, scope, bytes(blob)])
