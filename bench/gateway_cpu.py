@@ -11,7 +11,8 @@ queries it makes the gateway's `tools/call recall` and then the operator-RPC `Re
 (another stop word appended, so the query-vector cache answers neither), and reads the daemon's CPU
 time (/proc: user + system, all its threads) around each: the **daemon CPU per call** is a mean over
 the calls. The RPC recall does the same recall work without HTTP or MCP, so gateway − RPC is what the
-gateway's HTTP and MCP layers cost the daemon.
+gateway's HTTP and MCP layers cost the daemon beyond the RPC's websocket; then as many `tools/list` calls
+(no store read, no actor: the HTTP and MCP layers alone, the least noisy figure on a loaded machine).
 
 `--before SRC` starts the daemon alternately on another tree's `src` (first on PYTHONPATH) and on this
 one, `--rounds` times each, so both are measured in one run under the same load. `--profile N` runs
@@ -45,7 +46,7 @@ LIMIT = 8
 
 
 async def measure(root: Path, state: Path, queries: list[tuple[int, str]], *, src: Path | None = None,
-                  profile: Path | None = None, rpc: bool = True) -> dict[str, float]:
+                  profile: Path | None = None, rpc: bool = True, lists: int = 0) -> dict[str, float]:
     """Daemon (and client) CPU ms per gateway call and per RPC call, means over the queries."""
     config = write_config(root, state, "[memory]\nrelevance_floor = 0.0\n")
     gateway = daemon_rpc = client = 0.0
@@ -67,15 +68,21 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], *, sr
                 c = cpu_s(d["pid"])
                 await control.call(f"{SERVICE}/Recall", {"query": f"{q} into", "repo": repo(z), "limit": LIMIT})
                 daemon_rpc += cpu_s(d["pid"]) - c
+        # The HTTP and MCP layers alone: `tools/list` (no store read, no actor) through the same stack.
+        listing = 0.0
+        for _ in range(lists or len(queries)) if rpc else ():
+            c = cpu_s(d["pid"])
+            await mcp.list_tools()
+            listing += cpu_s(d["pid"]) - c
     n = len(queries)
     return {"gateway": gateway * 1000 / n, "rpc": daemon_rpc * 1000 / n, "client": client * 1000 / n,
-            "served": served / n}
+            "served": served / n, "list": listing * 1000 / (lists or n)}
 
 
 def show(label: str, r: dict[str, float]) -> str:
     return (f"  {label:<8} daemon CPU per call: gateway {r['gateway']:6.2f} ms, RPC {r['rpc']:6.2f} ms,"
             f" gateway - RPC {r['gateway'] - r['rpc']:6.2f} ms; client {r['client']:5.2f} ms;"
-            f" {r['served']:.0%} answers with episodes")
+            f" {r['served']:.0%} answers with episodes; tools/list {r['list']:5.2f} ms")
 
 
 def main() -> None:
@@ -84,6 +91,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--before", type=Path, help="another tree's src, measured alternately with this one")
+    parser.add_argument("--lists", type=int, default=0, help="tools/list calls per daemon (default: --calls)")
     parser.add_argument("--profile", type=int, default=0, help="gateway calls made to a daemon under cProfile")
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpus in")
     args = parser.parse_args()
@@ -103,7 +111,7 @@ def main() -> None:
         trees = [("before", args.before), ("this", None)] if args.before else [("this", None)]
         for _ in range(args.rounds):
             for label, src in trees:
-                print(show(label, trio.run(partial_measure, root, state, mine, src)) + f"  [{machine()}]", flush=True)
+                print(show(label, trio.run(partial_measure, root, state, mine, src, args.lists)) + f"  [{machine()}]", flush=True)
         if args.profile:
             out = (args.keep or Path(tmp)) / "daemon.prof"
             calls = mine[:args.profile]
@@ -116,8 +124,9 @@ def main() -> None:
     print(f"(bench run by pid {os.getpid()})")
 
 
-async def partial_measure(root: Path, state: Path, queries: list[tuple[int, str]], src: Path | None) -> dict[str, float]:
-    return await measure(root, state, queries, src=src)
+async def partial_measure(root: Path, state: Path, queries: list[tuple[int, str]], src: Path | None,
+                          lists: int) -> dict[str, float]:
+    return await measure(root, state, queries, src=src, lists=lists)
 
 
 if __name__ == "__main__":
