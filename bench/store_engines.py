@@ -47,12 +47,12 @@ import trio
 from mcp.client.streamable_http import streamable_http_client
 
 from memactors import builtin
-from memactors.actors.index import record_json
 from memactors.builtin import index_pg as _builtin_pg
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
 from memactors.rpc.transport import connect_rpc, read_token
 from memactors.store.engines import open_store
+from memactors.store.run_history import record_json
 from memactors.testing.postgres import Cluster
 
 SERVICE = "harness.v1.MemoryService"

@@ -10,18 +10,19 @@ It depends only on the MCP Python SDK (2.x) and trio; docs/write-a-provider.md e
 """
 
 import json
+from typing import Any
 
 import mcp.types as t
 import trio
-from mcp.server import Server
+from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-episodes: dict[str, dict] = {}  # id -> {"scope", "text"}; a real provider persists this
+episodes: dict[str, dict[str, str]] = {}  # id -> {"scope", "text"}; a real provider persists this
 OPEN = {"type": "object"}  # input schemas: accept what memactors sends (it validates before sending)
 TOOLS = ["memory_contract", "memory_record_episode", "memory_recall", "memory_forget"]
 
 
-def handle(name: str, args: dict) -> dict:
+def handle(name: str, args: dict[str, Any]) -> dict[str, Any]:
     if name == "memory_contract":
         return {"contract": 1, "provider": {"name": "minimal", "version": "0.1"}}
     if name == "memory_record_episode":
@@ -37,11 +38,11 @@ def handle(name: str, args: dict) -> dict:
     return {"forgotten": episodes.pop(args["id"], None) is not None}  # memory_forget
 
 
-async def list_tools(ctx, params) -> t.ListToolsResult:
+async def list_tools(ctx: ServerRequestContext, params: t.PaginatedRequestParams | None) -> t.ListToolsResult:
     return t.ListToolsResult(tools=[t.Tool(name=n, input_schema=OPEN) for n in TOOLS])
 
 
-async def call_tool(ctx, params: t.CallToolRequestParams) -> t.CallToolResult:
+async def call_tool(ctx: ServerRequestContext, params: t.CallToolRequestParams) -> t.CallToolResult:
     if params.name not in TOOLS:
         return t.CallToolResult(content=[t.TextContent(type="text", text="unknown tool")], is_error=True)
     result = handle(params.name, dict(params.arguments or {}))

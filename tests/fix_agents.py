@@ -22,11 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx2
 import pytest
 import trio
 
 from fix_daemon import CLI, Daemon, daemon_process
+from memactors.testing.fake_chat import FakeChat
 from support import run_record
 from support_runs import REPO_KEY
 
@@ -100,11 +102,11 @@ OPENCODE_MODEL = "fake/fake-model"
 FACT = "ledger amounts round with Decimal, never float"
 
 
-async def seed(daemon: Any, tmp_path: Path) -> str:
-    """An earlier run's episode in the repository (through `memactors runs ingest`); returns its id."""
+async def seed(daemon: Any, tmp_path: Path, text: str = "ledger rounding fixed with Decimal quantize") -> str:
+    """An earlier run's episode in the repository (through `memactors runs ingest`), its answer ``text``;
+    returns its id."""
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
+    earlier.write_text(json.dumps(run_record(result_text=text)), encoding="utf-8")
     done = await daemon.acli("runs", "ingest", str(earlier), "--json")
     assert done.returncode == 0, done.stderr
     [result] = json.loads(done.stdout)
@@ -165,6 +167,87 @@ def gateway_calls(state: Path) -> list[tuple[str, str, str]]:
         return db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
     finally:
         db.close()
+
+
+@attrs.frozen
+class AgentRun:
+    """One `memactors run <harness> --wait --json` as a user reads it: the exit status, the run, its episode
+    (`memactors memory episodes <id>`), its events (`memactors runs logs`, when asked for) and the daemon's log."""
+
+    returncode: int
+    run: dict[str, Any]
+    episode: dict[str, Any]
+    events: list[dict[str, Any]]
+    log: str
+
+
+async def run_to_its_episode(daemon: Daemon, harness: str, *, logs: bool = False) -> AgentRun:
+    """Run ``harness``'s one-shot through the CLI, wait for it, and read back its episode (and ``logs``)."""
+    done = await daemon.acli("run", harness, "--wait", "--json")
+    assert done.stdout, (done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
+    run = json.loads(done.stdout)
+    shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    events: list[dict[str, Any]] = []
+    if logs:
+        listed = await daemon.acli("runs", "logs", run["run_id"], "--harness", harness, "--json")
+        assert listed.returncode == 0, listed.stderr
+        events = [json.loads(line) for line in listed.stdout.splitlines()]
+    return AgentRun(done.returncode, run, json.loads(shown.stdout)["episode"], events,
+                    daemon.log.read_text(encoding="utf-8"))
+
+
+def assert_the_failed_test_episode(episode: dict[str, Any], *, adapter: str, run_id: str | None) -> None:
+    """An episode of the ledger task (edit NOTES.md, run the failing test), from a run or a resident's session:
+    its adapter and run (``run_id`` None: a session whose id the test cannot see), the repository and branch,
+    the one edit, the failed test, the outcome."""
+    assert (episode["adapter"], episode["repo"]) == (adapter, REPO_KEY), episode
+    assert run_id is None or episode["run_id"] == run_id, (episode["run_id"], run_id)
+    assert episode["branch"] == "main"
+    assert episode["files_touched"] == ["NOTES.md"]
+    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
+    assert episode["outcome"] == "failed"
+
+
+def assert_the_failed_test_run_was_recorded(done: AgentRun, state: Path, *, harness: str, adapter: str) -> None:
+    """What every agent's ledger run (recall, write NOTES.md, run the failing test, answer) must leave: the
+    run failed on its test (exit 1), its episode (`assert_the_failed_test_episode`) keeps the answer, and its
+    one recall went through the gateway as this run. Read once the daemon has stopped (the call log)."""
+    run = done.run
+    assert done.returncode == 1, (run, done.events, done.log[-3000:])
+    assert (run["outcome"], run["reason"]) == ("failed", "verify_failed"), (run, done.events)
+    assert_the_failed_test_episode(done.episode, adapter=adapter, run_id=run["run_id"])
+    assert "2.675 is not representable" in done.episode["result_excerpt"]
+    assert gateway_calls(state) == [(f"{harness}/{run['run_id']}", "recall", "ok")]
+
+
+def assert_the_model_got_its_memory(fake: FakeChat, *, seeded: str, prompt: str) -> None:
+    """Over the fake Chat Completions API, a ledger run's memory reached the model: the recall's document
+    (naming the ``seeded`` episode) came back as the tool result of its second request, and its first user
+    message carried the fenced briefing before the configured ``prompt`` (REQ-16)."""
+    agent = fake.agent_requests()
+    assert seeded in " ".join(agent[1].tool_results())
+    first = json.dumps(agent[0].body)
+    assert first.index("memory-data kind=\\\"briefing\\\"") < first.index(prompt)
+
+
+async def the_only_episode(daemon: Daemon, harness: str = "coder") -> dict[str, Any]:
+    """The one episode of ``harness``, in full, as `memactors memory episodes` lists and shows it."""
+    listed = await daemon.acli("memory", "episodes", "--harness", harness, "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)["episodes"]
+    shown = await daemon.acli("memory", "episodes", row["episode_id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    return dict(json.loads(shown.stdout)["episode"])
+
+
+def left_while_down(state: Path) -> tuple[list[str], dict[str, Any]]:
+    """What a resident session leaves when the daemon is down: the harnesses whose SessionStart found no
+    daemon (`session-start-failures.jsonl`), and the one session record spooled to send later."""
+    failures = (state / "session-start-failures.jsonl").read_text(encoding="utf-8").splitlines()
+    [spooled] = [json.loads(line) for line in (state / "session-spool.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    return [json.loads(line)["harness"] for line in failures], dict(spooled["record"])
 
 
 def _others_may_write(path: Path) -> bool:

@@ -122,9 +122,10 @@ def lock_state_dir(state_dir: Path) -> int:
 
 def read_daemon_file(state_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((state_dir / DAEMON_FILE).read_text(encoding="utf-8"))
+        data = json.loads((state_dir / DAEMON_FILE).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 async def run_daemon(

@@ -63,7 +63,7 @@ def doctor_rows(
     # fails once it has lasted five minutes (REQ-19). Incompatible fails at once.
     # A ready provider behind an open (or half-open) breaker is not healthy either: every recall comes
     # back without episodes and records are queued, so it warns with what that means.
-    first: Status = {"ready": "pass", "connecting": "info"}.get(state, "warn")  # type: ignore[assignment]
+    first: Status = "pass" if state == "ready" else "info" if state == "connecting" else "warn"
     breaker = status.get("breaker")
     if state == "ready" and breaker not in (None, "closed"):
         first = "warn"

@@ -473,7 +473,9 @@ def reclean_episode(episode: Episode, *, repo: str) -> Episode:
     rest = iter(texts[len(lines):])
     repo_clean, pull_request, excerpt = next(rest), next(rest), next(rest)
     return attrs.evolve(
-        episode, **one, repo=one_line(_cut_clean(repo_clean)),
+        episode, harness=one["harness"], adapter=one["adapter"], run_id=one["run_id"],
+        trace_id=one["trace_id"], model=one["model"], branch=one["branch"], started_at=one["started_at"],
+        repo=one_line(_cut_clean(repo_clean)),
         pull_request=one_line(_cut_clean(pull_request)) if episode.pull_request else None,
         result_excerpt=_flat_excerpt(excerpt, MAX_EXCERPT_CHARS),
         files_touched=tuple(one_line(_cut_clean(next(rest))) for _ in files),

@@ -9,11 +9,14 @@ cannot attach a body, a query or a prompt by accident.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.util._decorator import _agnosticcontextmanager  # what Tracer's own context managers are
+from opentelemetry.util.types import Attributes
 
 ALLOWED_ATTRIBUTES = frozenset({
     "memory.episode_id", "memory.provider", "memory.outcome", "memory.bytes", "memory.items",
@@ -71,21 +74,37 @@ _sdk_consent: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.Co
     "memactors_sdk_span_consent", default=None)
 
 
-class _GuardedTracer:
-    def __init__(self, inner: Any) -> None:
+class _GuardedTracer(trace.Tracer):
+    """The mcp SDK's tracer behind the consent of the task that opens a span (`guard_sdk_spans`)."""
+
+    def __init__(self, inner: trace.Tracer) -> None:
         self._inner = inner
 
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+    @_agnosticcontextmanager
+    def start_as_current_span(
+        self, name: str, context: Context | None = None, kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        attributes: Attributes = None, links: Sequence[trace.Link] | None = None, start_time: int | None = None,
+        record_exception: bool = True, set_status_on_exception: bool = True, end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
         consent = _sdk_consent.get()
         if consent is not None and not consent():
-            return nullcontext(trace.INVALID_SPAN)
-        return self._inner.start_as_current_span(*args, **kwargs)
+            yield trace.INVALID_SPAN
+            return
+        with self._inner.start_as_current_span(
+                name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception,
+                end_on_exit) as span:
+            yield span
 
-    def start_span(self, *args: Any, **kwargs: Any) -> Any:
+    def start_span(
+        self, name: str, context: Context | None = None, kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        attributes: Attributes = None, links: Sequence[trace.Link] | None = None, start_time: int | None = None,
+        record_exception: bool = True, set_status_on_exception: bool = True,
+    ) -> trace.Span:
         consent = _sdk_consent.get()
         if consent is not None and not consent():
             return trace.INVALID_SPAN
-        return self._inner.start_span(*args, **kwargs)
+        return self._inner.start_span(name, context, kind, attributes, links, start_time, record_exception,
+                                      set_status_on_exception)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -232,7 +232,7 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
     palette = [("header", "black", "light gray"), ("help", "black", "light gray"), ("title", "bold", ""),
                ("selected", "standout", "")]
 
-    class Keys(urwid.WidgetWrap):
+    class Keys(urwid.WidgetWrap[urwid.Columns]):
         """The main view: takes focus so every key reaches `on_key`, handles none itself."""
 
         def selectable(self) -> bool:
@@ -264,7 +264,6 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
 
     async def main() -> None:
         event_loop = urwid.TrioEventLoop()
-        loop = urwid.MainLoop(main_view(), palette, event_loop=event_loop, handle_mouse=False)
 
         def redraw() -> None:
             view = main_view()
@@ -298,18 +297,18 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
                     state.failed(exc.message)
                 redraw()
 
-            def on_key(key: Any) -> bool:
+            def on_key(key: str | tuple[str, int, int, int]) -> bool:
                 if not isinstance(key, str):
                     return False
                 action = state.key(key)
                 if state.quit:
                     raise urwid.ExitMainLoop()
-                if action is not None:
-                    nursery.start_soon(brief if action.harness else refresh, *([action.harness] if action.harness else []))
+                if action is not None and action.harness:
+                    nursery.start_soon(brief, action.harness)
+                elif action is not None:
+                    nursery.start_soon(refresh)
                 redraw()
                 return True
-
-            loop.unhandled_input = on_key
 
             async def connection() -> None:
                 nonlocal client
@@ -326,6 +325,9 @@ def run_tui(harnesses: Sequence[HarnessEntry], url: str, token: str, *, refresh_
                         redraw()
                     await trio.sleep(refresh_seconds)
 
+            # Made here, once `on_key` can start loads in the nursery; nothing draws before it exists.
+            loop = urwid.MainLoop(main_view(), palette, event_loop=event_loop, handle_mouse=False,
+                                  unhandled_input=on_key)
             nursery.start_soon(connection)
             with loop.start():
                 await event_loop.run_async()

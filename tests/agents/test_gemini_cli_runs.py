@@ -18,17 +18,19 @@ from fix_agents import (
     GEMINI_MODEL,
     GEMINI_VERSION,
     agent_bin,
-    gateway_calls,
+    assert_the_failed_test_run_was_recorded,
     gemini_user,
+    run_to_its_episode,
     secure_dir,
+    seed,
     version,
 )
 from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.gemini_cli import GeminiCliAdapter, GeminiCliParser
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support import SEED_TEXT, run_record
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support import SEED_TEXT
+from support_runs import PYTEST, make_repo
 
 AT = "2026-12-02T08:00:00Z"
 PROMPT = "Fix the ledger rounding test."
@@ -101,9 +103,6 @@ async def test_a_gemini_cli_run_calls_recall_and_becomes_an_episode_with_its_edi
 
 async def _gemini_run(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
-                       encoding="utf-8")
     script = [
         Turn([McpToolCall("memactors", "recall", {"query": "ledger rounding"})]),
         Turn([FunctionCall("run_shell_command", {"command": f"{PYTEST} test_ledger.py",
@@ -114,29 +113,14 @@ async def _gemini_run(tmp_path: Path) -> None:
     async with run_fake_gemini(script) as fake:
         env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, gemini_harness("gem-fixer", workdir=repo), env=env) as daemon:
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
-            done = await daemon.acli("run", "gem-fixer", "--wait", "--json")
-            assert done.returncode == 1, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
-            run = json.loads(done.stdout)
-            shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
-            assert shown.returncode == 0, shown.stderr
-            episode = json.loads(shown.stdout)["episode"]
-            logs = await daemon.acli("runs", "logs", run["run_id"], "--harness", "gem-fixer", "--json")
-            assert logs.returncode == 0, logs.stderr
-            events = [json.loads(line) for line in logs.stdout.splitlines()]
-            log = daemon.log.read_text(encoding="utf-8")
-        calls = gateway_calls(daemon.state)
-    assert (run["outcome"], run["reason"]) == ("failed", "verify_failed"), (run, events)
-    assert episode["adapter"] == "gemini-cli" and episode["run_id"] == run["run_id"]
-    assert episode["repo"] == REPO_KEY and episode["branch"] == "main"
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert "2.675 is not representable" in episode["result_excerpt"]
+            seeded = await seed(daemon, tmp_path, SEED_TEXT)
+            done = await run_to_its_episode(daemon, "gem-fixer", logs=True)
+    # the run, its episode, and its recall through the gateway as this run
+    assert_the_failed_test_run_was_recorded(done, daemon.state, harness="gem-fixer", adapter="gemini-cli")
+    events, log = done.events, done.log
+    assert done.episode["branch"] == "main"
     assert (repo / "NOTES.md").read_text(encoding="utf-8") == "rounding is binary floating point\n"
-    # recall went through the gateway as this run, and the memory document came back to the model
-    assert calls == [(f"gem-fixer/{run['run_id']}", "recall", "ok")]
+    # the memory document came back to the model
     agent = fake.agent_requests()
     [recalled] = agent[1].function_responses()
     document = json.dumps(recalled["response"])

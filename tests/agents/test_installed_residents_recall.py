@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from fix_agents import (
     opencode_user,
     seed,
 )
-from fix_daemon import Daemon, daemon_process
+from fix_daemon import daemon_process
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_openai import FunctionCall, Message, run_fake_openai
 from memactors.testing.fake_openai import Turn as OpenAITurn
@@ -30,11 +28,6 @@ from support_runs import make_repo
 pytestmark = pytest.mark.slow
 
 HARNESS = '[harness.coder]\nharness = "gemini-cli"\n'
-
-
-def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 
@@ -56,7 +49,7 @@ async def test_opencode_installed_for_the_user_recalls_headless_and_uninstall_re
         harness = f'[harness.coder]\nharness = "opencode"\nworkdir = "{repo}"\n'
         with daemon_process(tmp_path, harness, env=env) as daemon:
             seeded = await seed(daemon, tmp_path)
-            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--user", "--json")
+            done = daemon.cli("install", "opencode", "--briefing-at-start", "--harness", "coder", "--user", "--json")
             assert done.returncode == 0, done.stderr
             installed = json.loads(config.read_text(encoding="utf-8"))
             assert installed["provider"] == own["provider"]
@@ -65,7 +58,7 @@ async def test_opencode_installed_for_the_user_recalls_headless_and_uninstall_re
             agent = await run_agent([str(agent_bin(OPENCODE_BIN)), "run", "--format", "json", "--title", "resident",
                                      "--model", OPENCODE_MODEL, "What do we know?"], cwd=repo, env=daemon.env)
             assert agent.returncode == 0, agent.stderr.decode(errors="replace")[-3000:]
-            gone = memactors(daemon, "uninstall", "opencode", "--harness", "coder", "--user")
+            gone = daemon.cli("uninstall", "opencode", "--harness", "coder", "--user")
             assert gone.returncode == 0, gone.stderr
     calls = gateway_calls(daemon.state)
     [recalled] = fake.tool_outputs(1)

@@ -18,16 +18,18 @@ from fix_agents import (
     OPENCODE_MODEL,
     OPENCODE_VERSION,
     agent_bin,
-    gateway_calls,
+    assert_the_failed_test_run_was_recorded,
     opencode_user,
+    run_to_its_episode,
+    seed,
     version,
 )
 from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.opencode import OpenCodeAdapter, OpenCodeParser
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support import SEED_TEXT, run_record
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support import SEED_TEXT
+from support_runs import PYTEST, make_repo
 
 AT = "2026-12-02T08:00:00Z"
 PROMPT = "Fix the ledger rounding test."
@@ -111,9 +113,6 @@ def test_opencode_parser_reads_exit_codes_edits_cost_and_the_answer() -> None:
 async def test_an_opencode_run_calls_recall_and_becomes_an_episode_with_its_edit_and_failed_test(
         tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api", failing_test=True)
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
-                       encoding="utf-8")
     script = [
         Turn([FunctionCall("memactors_recall", {"query": "ledger rounding"})]),
         Turn([FunctionCall("bash", {"command": f"{PYTEST} test_ledger.py", "description": "run the ledger test",
@@ -124,28 +123,13 @@ async def test_an_opencode_run_calls_recall_and_becomes_an_episode_with_its_edit
     async with run_fake_openai(script) as fake:
         env = {**os.environ, **opencode_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, opencode_harness("oc-fixer", workdir=repo), env=env) as daemon:
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
-            done = await daemon.acli("run", "oc-fixer", "--wait", "--json")
-            assert done.stdout, (done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
-            run = json.loads(done.stdout)
-            shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
-            assert shown.returncode == 0, shown.stderr
-            episode = json.loads(shown.stdout)["episode"]
-            logs = await daemon.acli("runs", "logs", run["run_id"], "--harness", "oc-fixer", "--json")
-            assert logs.returncode == 0, logs.stderr
-            events = [json.loads(line) for line in logs.stdout.splitlines()]
-            log = daemon.log.read_text(encoding="utf-8")
-        calls = gateway_calls(daemon.state)
-    assert (run["outcome"], run["reason"]) == ("failed", "verify_failed"), (run, events)
-    assert episode["adapter"] == "opencode" and episode["run_id"] == run["run_id"]
-    assert episode["repo"] == REPO_KEY and episode["branch"] == "main"
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert "2.675 is not representable" in episode["result_excerpt"]
-    # recall went through the gateway as this run, and the memory document came back to the model
-    assert calls == [(f"oc-fixer/{run['run_id']}", "recall", "ok")]
+            seeded = await seed(daemon, tmp_path, SEED_TEXT)
+            done = await run_to_its_episode(daemon, "oc-fixer", logs=True)
+    # the run, its episode, and its recall through the gateway as this run
+    assert_the_failed_test_run_was_recorded(done, daemon.state, harness="oc-fixer", adapter="opencode")
+    run, events, log = done.run, done.events, done.log
+    assert done.episode["branch"] == "main"
+    # the memory document came back to the model
     [recalled] = fake.tool_outputs(1)
     assert recalled.count('<memory-data kind="recall"') == 1 and seeded in recalled and "Decimal quantize" in recalled
     # REQ-16: the fenced briefing precedes the configured prompt in the first user message, exactly as

@@ -14,13 +14,24 @@ from pathlib import Path
 
 import pytest
 
-from fix_agents import QWEN_BIN, QWEN_MODEL, QWEN_VERSION, agent_bin, gateway_calls, qwen_user, version
+from fix_agents import (
+    QWEN_BIN,
+    QWEN_MODEL,
+    QWEN_VERSION,
+    agent_bin,
+    assert_the_failed_test_run_was_recorded,
+    assert_the_model_got_its_memory,
+    qwen_user,
+    run_to_its_episode,
+    seed,
+    version,
+)
 from fix_daemon import daemon_process
 from memactors.adapters import LaunchRequest
 from memactors.adapters.qwen_code import QwenCodeAdapter, QwenCodeParser
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support import SEED_TEXT, run_record
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support import SEED_TEXT
+from support_runs import PYTEST, make_repo
 
 AT = "2026-12-02T08:00:00Z"
 PROMPT = "Fix the ledger rounding test."
@@ -75,9 +86,6 @@ def test_qwen_parser_reads_edits_exit_codes_and_the_answer() -> None:
 async def test_a_qwen_code_run_recalls_and_becomes_an_episode_with_its_edit_and_failed_test(tmp_path: Path) -> None:
     qwen = agent_bin(QWEN_BIN)
     repo = make_repo(tmp_path / "api", failing_test=True)
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text=SEED_TEXT)),
-                       encoding="utf-8")
     script = [Step([Call("mcp__memactors__recall|memactors__recall|recall", {"query": "ledger rounding"})]),
               Step([Call("write_file", {"file_path": str(repo / "NOTES.md"), "content": "binary floating point\n"})]),
               Step([Call("run_shell_command", {"command": f"{PYTEST} test_ledger.py", "description": "the test"})]),
@@ -87,24 +95,10 @@ async def test_a_qwen_code_run_recalls_and_becomes_an_episode_with_its_edit_and_
     async with run_fake_chat(script) as fake:
         env = {**os.environ, **qwen_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness, env=env) as daemon:
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
-            done = await daemon.acli("run", "qwen-fixer", "--wait", "--json")
-            assert done.returncode == 1, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
-            run = json.loads(done.stdout)
-            shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
-            episode = json.loads(shown.stdout)["episode"]
-        calls = gateway_calls(daemon.state)
-    assert (run["outcome"], run["reason"]) == ("failed", "verify_failed"), run.get("stderr_tail")
-    assert (episode["adapter"], episode["run_id"], episode["repo"]) == ("qwen-code", run["run_id"], REPO_KEY)
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert "2.675 is not representable" in episode["result_excerpt"] and episode["duration_ms"] > 0
-    # recall went through the gateway as this run, and the memory document came back to the model
-    assert calls == [(f"qwen-fixer/{run['run_id']}", "recall", "ok")]
-    agent = fake.agent_requests()
-    assert seeded in " ".join(agent[1].tool_results())
-    # REQ-16: the fenced briefing precedes the configured prompt in the first user message
-    first = json.dumps(agent[0].body)
-    assert first.index("memory-data kind=\\\"briefing\\\"") < first.index(PROMPT)
+            seeded = await seed(daemon, tmp_path, SEED_TEXT)
+            done = await run_to_its_episode(daemon, "qwen-fixer")
+    # the run, its episode, and its recall through the gateway as this run
+    assert_the_failed_test_run_was_recorded(done, daemon.state, harness="qwen-fixer", adapter="qwen-code")
+    assert done.episode["duration_ms"] > 0, done.run.get("stderr_tail")
+    # the memory document came back to the model, and the briefing came first (REQ-16)
+    assert_the_model_got_its_memory(fake, seeded=seeded, prompt=PROMPT)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,18 @@ from fix_agents import (
     GEMINI_MODEL,
     add_fact,
     agent_bin,
+    assert_the_failed_test_episode,
     gateway_calls,
     gemini_user,
+    left_while_down,
     seed,
+    the_only_episode,
 )
-from fix_daemon import Daemon, daemon_process
+from fix_daemon import daemon_process
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_gemini import FunctionCall, McpToolCall, Text, Turn, run_fake_gemini
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support_runs import PYTEST, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +42,6 @@ OWN_SETTINGS = '{\n    "model": {"name": "gemini-2.5-flash"},\n    "hooks": {"Af
 
 def harness(repo: Path) -> str:
     return f'[harness.coder]\nharness = "gemini-cli"\nworkdir = "{repo}"\nmemory_briefing = true\n'
-
-
-def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 def trust(home: Path, folder: Path) -> None:
@@ -83,7 +79,7 @@ async def test_gemini_cli_installed_in_a_project_starts_briefed_recalls_and_its_
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
-            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
+            done = daemon.cli("install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             assert "GEMINI_CLI_TRUST_WORKSPACE" in done.stderr  # the note on trusting the folder
             installed = json.loads(settings.read_text(encoding="utf-8"))
@@ -93,11 +89,8 @@ async def test_gemini_cli_installed_in_a_project_starts_briefed_recalls_and_its_
             assert installed["hooks"]["AfterTool"] == json.loads(OWN_SETTINGS)["hooks"]["AfterTool"]
             assert not any("Bearer" in h["command"] for h in hooks.values())  # the token is read from the file
             answer = await gemini_p("What do we know about the ledger rounding?", cwd=repo, env=daemon.env)
-            listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
-            assert listed.returncode == 0, listed.stderr
-            [episode] = json.loads(listed.stdout)["episodes"]
-            shown = await daemon.acli("memory", "episodes", episode["episode_id"], "--json")
-            gone = memactors(daemon, "uninstall", "gemini-cli", "--harness", "coder", "--project", str(repo))
+            full = await the_only_episode(daemon)
+            gone = daemon.cli("uninstall", "gemini-cli", "--harness", "coder", "--project", str(repo))
             assert gone.returncode == 0, gone.stderr
         calls = gateway_calls(daemon.state)
     # the session started with its briefing: the SessionStart hook's context before the prompt, fenced
@@ -114,13 +107,8 @@ async def test_gemini_cli_installed_in_a_project_starts_briefed_recalls_and_its_
     run = f"coder/{run_id_for('gemini-cli', repo)}"
     assert calls == [(run, "briefing", "ok"), (run, "recall", "ok")]
     # the session became an episode: its edit, its failed test with its exit status, its answer
-    full = json.loads(shown.stdout)["episode"]
-    assert full["adapter"] == "gemini-cli" and full["run_id"] == answer["session_id"]
-    assert full["repo"] == REPO_KEY and full["branch"] == "main"
-    assert full["files_touched"] == ["NOTES.md"]
-    assert full["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
+    assert_the_failed_test_episode(full, adapter="gemini-cli", run_id=answer["session_id"])
     assert "2.675 is not representable" in full["result_excerpt"]
-    assert full["outcome"] == "failed"
     # uninstall: the user's settings back byte for byte
     assert settings.read_bytes() == OWN_SETTINGS.encode()
 
@@ -132,17 +120,15 @@ async def test_gemini_cli_for_the_user_with_the_daemon_down_starts_at_once_unbri
                                 Turn([Text("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **gemini_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--user")
+            done = daemon.cli("install", "gemini-cli", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         # the user's settings: --skip-trust is enough for them (it is not for a project's)
         answer = await gemini_p("Run the ledger test.", cwd=repo, env=daemon.env, flags=("--skip-trust",))
     # no briefing, no memory tools reached, and the session waited for neither
     assert "harness-memory" not in json.dumps(fake.agent_requests()[0].body)
-    failures = (tmp_path / "state" / "session-start-failures.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line)["harness"] for line in failures] == ["coder"]
-    [spooled] = [json.loads(line) for line in (tmp_path / "state" / "session-spool.jsonl").read_text(
-        encoding="utf-8").splitlines()]
-    assert spooled["record"]["run_id"] == answer["session_id"] and spooled["record"]["reason"] == "verify_failed"
+    failed_to_start, spooled = left_while_down(tmp_path / "state")
+    assert failed_to_start == ["coder"]
+    assert spooled["run_id"] == answer["session_id"] and spooled["reason"] == "verify_failed"
     # the daemon sends what was spooled when it starts
     with daemon_process(tmp_path, harness(repo)) as restarted:
         listed = await restarted.acli("memory", "episodes", "--harness", "coder", "--json")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,18 @@ from fix_agents import (
     OPENCODE_MODEL,
     add_fact,
     agent_bin,
+    assert_the_failed_test_episode,
     gateway_calls,
+    left_while_down,
     opencode_user,
     seed,
+    the_only_episode,
 )
-from fix_daemon import Daemon, daemon_process
+from fix_daemon import daemon_process
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_openai import FunctionCall, Message, Turn, run_fake_openai
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support_runs import PYTEST, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +39,6 @@ pytestmark = pytest.mark.slow
 
 def harness(repo: Path) -> str:
     return f'[harness.coder]\nharness = "opencode"\nworkdir = "{repo}"\nmemory_briefing = true\n'
-
-
-def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 async def opencode_run(prompt: str, *, cwd: Path, env: dict[str, str]) -> list[dict]:
@@ -86,7 +82,7 @@ async def test_opencode_installed_in_a_project_starts_briefed_recalls_and_its_se
             await add_fact(daemon)
             seeded = await seed(daemon, tmp_path)
             before = snapshot(repo)
-            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
+            done = daemon.cli("install", "opencode", "--briefing-at-start", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             plugin, source = installed_plugin(repo / "opencode.json")
             assert plugin.parent == daemon.state / "installs"  # not in the project: nothing of OpenCode's there
@@ -94,12 +90,9 @@ async def test_opencode_installed_in_a_project_starts_briefed_recalls_and_its_se
             assert "hook opencode session-start" not in source  # argv arrays, never a shell line
             assert '"opencode", "session-start"' in source and "Bearer" not in source
             events = await opencode_run("What do we know about the ledger rounding?", cwd=repo, env=daemon.env)
-            listed = await daemon.acli("memory", "episodes", "--harness", "coder", "--json")
-            assert listed.returncode == 0, listed.stderr
-            [episode] = json.loads(listed.stdout)["episodes"]
-            shown = await daemon.acli("memory", "episodes", episode["episode_id"], "--json")
+            full = await the_only_episode(daemon)
             (repo / "NOTES.md").unlink()
-            gone = memactors(daemon, "uninstall", "opencode", "--harness", "coder", "--project", str(repo))
+            gone = daemon.cli("uninstall", "opencode", "--harness", "coder", "--project", str(repo))
             assert gone.returncode == 0, gone.stderr
         calls = gateway_calls(daemon.state)
     # the session started with its briefing in the system prompt, before the model was first asked anything
@@ -113,12 +106,8 @@ async def test_opencode_installed_in_a_project_starts_briefed_recalls_and_its_se
     run = f"coder/{run_id_for('opencode', repo)}"
     assert calls == [(run, "briefing", "ok"), (run, "recall", "ok")]
     # the session became an episode: its edit, its failed test, its answer
-    full = json.loads(shown.stdout)["episode"]
-    assert full["adapter"] == "opencode" and full["run_id"] == events[0]["sessionID"]
-    assert full["repo"] == REPO_KEY and full["branch"] == "main"
-    assert full["files_touched"] == ["NOTES.md"]
-    assert full["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert "2.675 is not representable" in full["result_excerpt"] and full["outcome"] == "failed"
+    assert_the_failed_test_episode(full, adapter="opencode", run_id=events[0]["sessionID"])
+    assert "2.675 is not representable" in full["result_excerpt"]
     # uninstall: the plugin and opencode.json gone, every file as it was (.git/info/exclude included)
     assert not (daemon.state / "installs" / plugin.name).exists()
     assert snapshot(repo) == before
@@ -132,17 +121,15 @@ async def test_opencode_with_the_daemon_down_starts_at_once_unbriefed_and_its_se
                                 Turn([Message("Offline, and the test fails.")])]) as fake:
         env = {**os.environ, **opencode_user(tmp_path, fake.base_url)}
         with daemon_process(tmp_path, harness(repo), env=env) as daemon:
-            done = memactors(daemon, "install", "opencode", "--briefing-at-start", "--harness", "coder", "--user")
+            done = daemon.cli("install", "opencode", "--briefing-at-start", "--harness", "coder", "--user")
             assert done.returncode == 0, done.stderr
         assert installed_plugin(tmp_path / ".config" / "opencode" / "opencode.json")[1] is not None
         events = await opencode_run("Run the ledger test.", cwd=repo, env=daemon.env)
     assert "harness-memory" not in json.dumps(fake.model_calls[0].body)
-    failures = (tmp_path / "state" / "session-start-failures.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line)["harness"] for line in failures] == ["coder"]
-    [spooled] = [json.loads(line) for line in (tmp_path / "state" / "session-spool.jsonl").read_text(
-        encoding="utf-8").splitlines()]
-    assert spooled["record"]["run_id"] == events[0]["sessionID"]
-    assert (spooled["record"]["outcome"], spooled["record"]["reason"]) == ("failed", "verify_failed")
+    failed_to_start, spooled = left_while_down(tmp_path / "state")
+    assert failed_to_start == ["coder"]
+    assert spooled["run_id"] == events[0]["sessionID"]
+    assert (spooled["outcome"], spooled["reason"]) == ("failed", "verify_failed")
     with daemon_process(tmp_path, harness(repo)) as restarted:
         listed = await restarted.acli("memory", "episodes", "--harness", "coder", "--json")
     [episode] = json.loads(listed.stdout)["episodes"]

@@ -12,17 +12,24 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 
-from fix_agents import FACT, PI_BIN, add_fact, agent_bin, gateway_calls, pi_user
-from fix_daemon import Daemon, daemon_process
+from fix_agents import (
+    FACT,
+    PI_BIN,
+    add_fact,
+    agent_bin,
+    assert_the_failed_test_episode,
+    gateway_calls,
+    pi_user,
+)
+from fix_daemon import daemon_process
 from memactors.cli.install import run_id_for
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support_runs import PYTEST, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -35,11 +42,6 @@ def test_make_installs_the_pinned_pi() -> None:
     assert (shown.stdout + shown.stderr).split()[-1] == PI_VERSION  # pi prints it on stderr
 #: The user's own project settings, in a layout json.dumps would not write: uninstall gives these bytes back.
 OWN_SETTINGS = '{"theme": "dark", "extensions": ["./tools/mine.ts"]}'
-
-
-def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 @pytest.mark.req15
@@ -62,7 +64,7 @@ async def test_an_installed_pi_session_recalls_through_the_extension_and_is_reco
         pi_user(tmp_path, fake.base_url)
         with daemon_process(tmp_path, f'[harness.coder]\nharness = "claude-code"\nworkdir = "{repo}"\n') as daemon:
             await add_fact(daemon)
-            done = memactors(daemon, "install", "pi", "--harness", "coder", "--project", str(repo))
+            done = daemon.cli("install", "pi", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             installed = json.loads(settings.read_text(encoding="utf-8"))
             assert installed["theme"] == "dark" and installed["extensions"][0] == "./tools/mine.ts"
@@ -72,12 +74,12 @@ async def test_an_installed_pi_session_recalls_through_the_extension_and_is_reco
                                           "Fix the ledger rounding test."], cwd=repo, env={**os.environ, **daemon.env},
                                          capture_stdout=True, capture_stderr=True, check=False)
             assert ran.returncode == 0, ran.stderr.decode(errors="replace")[-3000:]
-            listed = json.loads(memactors(daemon, "memory", "episodes", "--harness", "coder", "--json").stdout)
+            listed = json.loads(daemon.cli("memory", "episodes", "--harness", "coder", "--json").stdout)
             assert listed["episodes"], ran.stderr.decode(errors="replace")[-3000:]
             [row] = listed["episodes"]
-            episode = json.loads(memactors(daemon, "memory", "episodes", row["episode_id"], "--json").stdout)[
+            episode = json.loads(daemon.cli("memory", "episodes", row["episode_id"], "--json").stdout)[
                 "episode"]
-            removed = memactors(daemon, "uninstall", "pi", "--harness", "coder", "--project", str(repo))
+            removed = daemon.cli("uninstall", "pi", "--harness", "coder", "--project", str(repo))
             assert removed.returncode == 0, removed.stderr
     first = json.dumps(fake.agent_requests()[0].body)
     # REQ-15: nothing prepended; the briefing tool is offered, with what it is for
@@ -87,10 +89,8 @@ async def test_an_installed_pi_session_recalls_through_the_extension_and_is_reco
     assert FACT in " ".join(fake.agent_requests()[1].tool_results())
     assert gateway_calls(daemon.state) == [(f"coder/{run_id_for('pi', repo)}", "recall", "ok")]
     # the extension's session_shutdown recorded what the session did
-    assert (episode["adapter"], episode["repo"], episode["branch"]) == ("pi", REPO_KEY, "main")
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert episode["outcome"] == "failed" and "still fails" in episode["result_excerpt"]
+    assert_the_failed_test_episode(episode, adapter="pi", run_id=None)
+    assert "still fails" in episode["result_excerpt"]
     assert episode["duration_ms"] > 0
     # uninstall gave the user's settings back byte for byte, and took its extension and token away
     assert settings.read_bytes() == (before / ".pi" / "settings.json").read_bytes()

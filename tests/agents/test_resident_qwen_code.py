@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,16 +21,17 @@ from fix_agents import (
     QWEN_VERSION,
     add_fact,
     agent_bin,
+    assert_the_failed_test_episode,
     gateway_calls,
     interactive,
     qwen_user,
     version,
 )
-from fix_daemon import Daemon, daemon_process
+from fix_daemon import daemon_process
 from memactors.cli.install import run_id_for
 from memactors.gateway import INSTRUCTIONS
 from memactors.testing.fake_chat import Call, Reply, Step, run_fake_chat
-from support_runs import PYTEST, REPO_KEY, make_repo
+from support_runs import PYTEST, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -40,11 +39,6 @@ pytestmark = pytest.mark.slow
 #: Code's settings version (an older file it migrates, rewriting it itself): uninstall gives these bytes back.
 OWN_SETTINGS = '{\r\n    "model": {"name": "fake-chat"},\r\n    "hooks": {"Stop": [{"hooks": [{"type": "command", ' \
                '"command": "true"}]}]},\r\n    "$version": 4\r\n}'
-
-
-def memactors(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=daemon.env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 @pytest.mark.req15
@@ -66,7 +60,7 @@ async def test_an_installed_qwen_code_session_recalls_and_is_recorded_when_the_u
         with daemon_process(tmp_path, f'[harness.coder]\nharness = "qwen-code"\nworkdir = "{repo}"\n',
                             env=env) as daemon:
             await add_fact(daemon)
-            done = memactors(daemon, "install", "qwen-code", "--harness", "coder", "--project", str(repo))
+            done = daemon.cli("install", "qwen-code", "--harness", "coder", "--project", str(repo))
             assert done.returncode == 0, done.stderr
             installed = json.loads(settings.read_text(encoding="utf-8"))
             assert installed["model"] == {"name": "fake-chat"}  # the user's own keys kept
@@ -82,15 +76,15 @@ async def test_an_installed_qwen_code_session_recalls_and_is_recorded_when_the_u
             # the hook delivers from a detached child (Qwen Code gives it 2 s at exit): wait for the episode
             with trio.fail_after(120):  # a hang guard, not a timing assertion
                 while True:
-                    listed = json.loads(memactors(daemon, "memory", "episodes", "--harness", "coder",
+                    listed = json.loads(daemon.cli("memory", "episodes", "--harness", "coder",
                                                   "--json").stdout)
                     if listed["episodes"]:
                         break
                     await trio.sleep(0.2)  # another process's state
             [row] = listed["episodes"]
-            episode = json.loads(memactors(daemon, "memory", "episodes", row["episode_id"], "--json").stdout)[
+            episode = json.loads(daemon.cli("memory", "episodes", row["episode_id"], "--json").stdout)[
                 "episode"]
-            removed = memactors(daemon, "uninstall", "qwen-code", "--harness", "coder", "--project", str(repo))
+            removed = daemon.cli("uninstall", "qwen-code", "--harness", "coder", "--project", str(repo))
             assert removed.returncode == 0, removed.stderr
     first = json.dumps(fake.agent_requests()[0].body)
     # REQ-15: nothing prepended; the gateway's instructions are what tells the agent to read its briefing
@@ -101,10 +95,8 @@ async def test_an_installed_qwen_code_session_recalls_and_is_recorded_when_the_u
     run = run_id_for("qwen-code", repo)
     assert gateway_calls(daemon.state) == [(f"coder/{run}", "recall", "ok")]
     # the SessionEnd hook recorded what the session did
-    assert (episode["adapter"], episode["repo"], episode["branch"]) == ("qwen-code", REPO_KEY, "main")
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert episode["outcome"] == "failed" and "still fails" in episode["result_excerpt"]
+    assert_the_failed_test_episode(episode, adapter="qwen-code", run_id=None)
+    assert "still fails" in episode["result_excerpt"]
     assert episode["duration_ms"] > 0
     # uninstall gave the user's settings back byte for byte (CRLF and all)
     assert settings.read_bytes() == (before / ".qwen" / "settings.json").read_bytes()

@@ -5,12 +5,21 @@ agent really did (issue 8)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from fix_agents import CODEX_VERSIONS, FAKE_MODEL, codex_bin, codex_env, codex_version
+from fix_agents import (
+    CODEX_VERSIONS,
+    FAKE_MODEL,
+    assert_the_failed_test_episode,
+    codex_bin,
+    codex_env,
+    codex_version,
+    gateway_calls,
+    run_to_its_episode,
+    seed,
+)
 from fix_daemon import daemon_process
 from memactors.testing.fake_openai import (
     FunctionCall,
@@ -22,7 +31,6 @@ from memactors.testing.fake_openai import (
     Turn,
     run_fake_openai,
 )
-from support import run_record
 from support_runs import PYTEST, REPO_KEY, make_repo
 
 pytestmark = pytest.mark.slow
@@ -54,19 +62,12 @@ async def test_memactors_run_with_real_codex_records_the_changed_file_and_the_fa
             fact = await daemon.acli("facts", "add", "ledger amounts round with Decimal, never float",
                               "--scope", f"project:{REPO_KEY}", "--confidence", "0.9")
             assert fact.returncode == 0, fact.stderr
-            done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
-            assert done.returncode == 1, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
-            run = json.loads(done.stdout)
-            assert (run["harness"], run["outcome"]) == ("codex-fixer", "failed")
-            shown = await daemon.acli("memory", "episodes", run["episode_id"], "--json")
-            assert shown.returncode == 0, shown.stderr
-            episode = json.loads(shown.stdout)["episode"]
-            log = daemon.log.read_text(encoding="utf-8")
-    assert episode["adapter"] == "codex" and episode["run_id"] == run["run_id"]
-    assert episode["repo"] == REPO_KEY and episode["branch"] == "main"
-    assert episode["files_touched"] == ["NOTES.md"]
-    assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
-    assert "2.675 is not representable" in episode["result_excerpt"]
+            done = await run_to_its_episode(daemon, "codex-fixer")
+    run, log = done.run, done.log
+    assert done.returncode == 1, (run, log[-3000:])
+    assert (run["harness"], run["outcome"]) == ("codex-fixer", "failed")
+    assert_the_failed_test_episode(done.episode, adapter="codex", run_id=run["run_id"])
+    assert "2.675 is not representable" in done.episode["result_excerpt"]
     # Codex really ran against the fake: four model calls, the prompt as the first user message
     assert len(fake.model_calls) == 4
     # it reached the gateway with its run token, attributed to its run: the briefing for its repository
@@ -126,9 +127,6 @@ async def test_a_codex_run_calls_recall_as_a_tool_and_gets_its_memory_document_b
     ``mcp__memactors.recall`` as a model would, and the answer is the wrapped memory document."""
     codex = codex_bin(which)
     repo = make_repo(tmp_path / "api")
-    earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(run_record(result_text="ledger rounding fixed with Decimal quantize")),
-                       encoding="utf-8")
     script = [
         Turn([ToolSearch("memactors recall memory")]),
         Turn([McpToolCall("memactors", "recall", {"query": "ledger rounding"})]),
@@ -137,18 +135,12 @@ async def test_a_codex_run_calls_recall_as_a_tool_and_gets_its_memory_document_b
     async with run_fake_openai(script) as fake:
         with daemon_process(tmp_path, codex_harness("codex-fixer", codex=codex, workdir=repo, base_url=fake.base_url),
                             env=codex_env(tmp_path / "codex-home")) as daemon:
-            ingested = await daemon.acli("runs", "ingest", str(earlier), "--json")
-            assert ingested.returncode == 0, ingested.stderr
-            [seeded] = [r["episode_id"] for r in json.loads(ingested.stdout)]
+            seeded = await seed(daemon, tmp_path)
             done = await daemon.acli("run", "codex-fixer", "--wait", "--json")
             assert done.returncode == 0, (done.stdout, done.stderr, daemon.log.read_text(encoding="utf-8")[-3000:])
             run = json.loads(done.stdout)
     # the call log is written in batches: read it once the daemon has stopped (a clean stop writes it all)
-    db = sqlite3.connect(daemon.state / "memactors.db")
-    try:
-        calls = db.execute("SELECT caller, tool, outcome FROM call_log WHERE server = 'gateway'").fetchall()
-    finally:
-        db.close()
+    calls = gateway_calls(daemon.state)
     [recalled] = fake.tool_outputs(2)
     assert "requires approval" not in recalled
     assert recalled.count('<memory-data kind="recall"') == 1

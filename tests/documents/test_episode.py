@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memactors._wire import episode_json, episode_to_dict, parse_run_record
-from memactors.actors.index import stored_copy, text_belongs_body
+from memactors.actors.index import text_belongs_body
 from memactors.episode import (
     FIELD_ORDER,
     MAX_FIELD_BYTES,
@@ -34,6 +34,7 @@ from memactors.episode import (
 from memactors.models import RunRecord
 from memactors.redact import REDACTED, redact
 from memactors.repo import GitUnavailable, clear_cache
+from memactors.store.episodes import stored_copy
 from support import example, run_record
 
 API = "forge.example/acme/api"

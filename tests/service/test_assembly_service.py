@@ -19,7 +19,6 @@ import trio
 
 from memactors._wire import episode_json, load_run_record
 from memactors.actors.assembler import Assemble, Assembler
-from memactors.actors.index import add_index_rows
 from memactors.actors.summary import Summarize, SummaryActor, model_api_settings
 from memactors.config import ConfigHolder
 from memactors.episode import assemble, render_text, resolve_sessions
@@ -29,6 +28,7 @@ from memactors.modelapi import SUMMARY_DEADLINE
 from memactors.repo import clear_cache
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import pull_requests
+from memactors.store.memory_index import add_index_rows
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import EXAMPLES, example, run_record, wait_ready, within, write_config
 from support_readside import sample

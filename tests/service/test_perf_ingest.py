@@ -126,9 +126,10 @@ async def test_a_batch_is_written_in_one_transaction_and_a_failing_record_rolls_
     (one transaction); a record refused at parse time and one whose write fails get their own results
     and leave nothing behind, the others are committed, listed and recallable."""
     from memactors.actors import index
+    from memactors.store import episodes
 
     calls: list[int] = []
-    real_runs, real_episode = index.record_runs, index.store_episode
+    real_runs, real_episode = index.record_runs, episodes.store_episode
 
     def counting(db: Any, runs: Any, now: str, claimer: str = "") -> Any:
         calls.append(len(runs))
@@ -140,7 +141,7 @@ async def test_a_batch_is_written_in_one_transaction_and_a_failing_record_rolls_
         return real_episode(db, episode, **kw)
 
     monkeypatch.setattr(index, "record_runs", counting)
-    monkeypatch.setattr(index, "store_episode", failing)
+    monkeypatch.setattr(episodes, "store_episode", failing)
     out = await memory.ingest_runs([
         {"record": run_record(run_id="a", result_text="ledger rounding fixed"), "source": "a.json"},
         {"record": run_record(run_id="b", started_at="yesterday"), "source": "b.json"},
@@ -189,8 +190,8 @@ async def test_the_retry_loop_leaves_a_fresh_record_to_the_ingest_attempt(memory
 
 def test_the_stored_run_record_is_compact_and_loads_back_the_same() -> None:
     from memactors._wire import converter, load_run_record
-    from memactors.actors.index import record_json
     from memactors.episode import stored_record
+    from memactors.store.run_history import record_json
 
     for data in [*_examples(), run_record()]:
         record = stored_record(parse_run_record(data))

@@ -105,8 +105,9 @@ async def test_an_existing_store_moves_its_texts_and_drops_the_episode_text_copy
     import sqlean
 
     from memactors._wire import episode_json, parse_run_record
-    from memactors.actors.index import record_json, stored_copy
     from memactors.episode import SessionRepo, assemble, render_text, stored_record
+    from memactors.store.episodes import stored_copy
+    from memactors.store.run_history import record_json
     from support import example
 
     rec = stored_record(parse_run_record(example("run-42-api-fixer.json")))

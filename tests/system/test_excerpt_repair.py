@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from memactors.agents import run_rows
 from memactors.agents.excerpt_repair import LOST
 from memactors.config import ConfigHolder
 from memactors.service import open_memory_service
+from memactors.store import agent_runs
 from support import run_record, wait_ready
 
 pytestmark = [pytest.mark.both_engines, pytest.mark.req5]
@@ -38,7 +38,7 @@ async def test_a_prompt_excerpt_is_restored_from_the_runs_log_or_marked(
             ids[run_id] = (await memory.ingest_run(run_record(run_id=run_id, result_text=result)))["episode_id"]
             if texts is not None:
                 view, events = _agent_run(run_id, texts)
-                await memory.store.write(lambda db, v=view, e=events: run_rows.upsert(db, v, log=e))
+                await memory.store.write(lambda db, v=view, e=events: agent_runs.upsert(db, v, log=e))
     for _ in range(2):  # the repair runs at start; the second start finds nothing left to repair
         async with open_memory_service(holder) as memory:
             await wait_ready(memory)

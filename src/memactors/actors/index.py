@@ -1,4 +1,7 @@
-"""The index actor's data: stored episode copies, index rows, and REQ-9's scope filter.
+"""The index actor: the closed runs, episode copies and index rows it writes, and REQ-9's scope filter.
+
+What is written and read is the store's (``store.run_history``, ``store.episodes``,
+``store.memory_index``); this module decides what a `RecordRun` keeps and which provider items survive.
 
 The indexed scope is the only scope memactors trusts. `filter_items` is the single choke point every
 read path (recall, briefing, operator recall) sends provider items through: an item survives only if its
@@ -8,8 +11,6 @@ is rebuilt from the daemon's own episode row. Only text and score come from the 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from collections import Counter
@@ -20,16 +21,13 @@ import attrs
 import cattrs
 import trio
 
-from .._limits import MAX_EPISODE_BODY_BYTES
-from .._wire import converter, episode_from_dict, episode_json, episode_to_dict
+from .._wire import episode_from_dict, episode_to_dict
 from ..contract import RecallItem
 from ..documents import gist
-from ..episode import episode_id_for, is_stored, render_text
-from ..errors import InvalidArgument
+from ..episode import render_text
 from ..models import Episode, RunRecord
-from ..redact import redact_obj
-from ..repo import scope_for
-from ..store import Db, Store, WallClock, iso
+from ..store import Db, Store, WallClock, each_in_savepoint, episodes, iso, memory_index, run_history
+from ..store.episodes import EpisodePage, EpisodeRow
 from .kernel import Ask, open_mailbox, serve
 
 #: REQ-9's drop reasons, exactly (REQ-21's ``reason`` label). An item served with the daemon's own text
@@ -76,23 +74,6 @@ class Filtered:
 
 
 @attrs.frozen
-class EpisodeRow:
-    episode_id: str
-    harness: str
-    run_id: str
-    repo: str
-    branch: str
-    scope: str
-    outcome: str
-    started_at: str
-    recorded_at: str
-    forgotten_at: str | None
-    episode: Episode | None
-    text: str | None
-    index: tuple[tuple[str, str, str | None], ...] = ()  # (provider, provider_id, forgotten_at)
-
-
-@attrs.frozen
 class Stored:
     """What RecordRun wrote: whether the run was new, and the episode it stored (None if none was new)."""
 
@@ -100,309 +81,21 @@ class Stored:
     episode_new: bool
 
 
-def store_run(db: Db, record: RunRecord, *, repo: str | None, branch: str | None,
-              paths: Iterable[str], now: str, clean: bool = False) -> bool:
-    """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
-
-    A closed run is kept once: the first record stored for (harness, run_id) wins and a later one is
-    ignored (False), so an episode never changes, nor its scope, once recorded (REQ-6).
-    """
-    raw = converter.unstructure(record)
-    raw.pop("prompt", None)
-    # Clean already (the ingest path's `stored_record`, or a caller that says so): redact each string once,
-    # at the boundary (issue 11).
-    if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", [record.harness, record.run_id]).fetchone():
-        return False
-    safe = raw if clean or is_stored(record) else redact_obj(raw)
-    (record_id,) = db.execute("INSERT INTO run_records (record) VALUES (?) RETURNING id",
-                              [record_json(safe)]).fetchone()
-    inserted = db.execute(
-        "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
-         record.reason, record.duration_ms, repo, branch, record_id, now],
-    ).fetchone()
-    if inserted is None:
-        # Another daemon sharing the store committed the same run between the check above and this
-        # insert (two hosts ingesting one run): theirs is the first record; this one is a duplicate.
-        db.execute("DELETE FROM run_records WHERE id = ?", [record_id])
-        return False
-    if repo:
-        for path in sorted(set(paths)):
-            db.execute("INSERT INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-                       [record.harness, record.run_id, repo, path])
-    return True
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list | tuple):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
-def record_json(raw: dict[str, Any]) -> str:
-    """The stored form of a (redacted) run record: compact JSON without its null fields (each has a
-    default in the model, so `load_run_record` gives back the same record) — ~15 % of the stored record."""
-    return json.dumps(_without_nulls(raw), sort_keys=True, separators=(",", ":"))
-
-
 def record_run(db: Db, m: RecordRun, now: str, claimer: str = "") -> Stored:
-    """`RecordRun`'s writes (in the caller's transaction)."""
-    if not store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now, clean=m.clean):
+    """`RecordRun`'s writes (in the caller's transaction): the run, kept once (the first record stored for
+    it wins), then its episode, when it has one, with a pending record to its provider."""
+    if not run_history.store_run(db, m.record, repo=m.repo, branch=m.branch, paths=m.paths, now=now, clean=m.clean):
         return Stored(run_new=False, episode_new=False)
     if m.episode is None or m.text is None:
         return Stored(run_new=True, episode_new=False)
-    return Stored(run_new=True, episode_new=store_episode(db, m.episode, provider=m.provider, now=now,
-                                                          due=m.record_after, claimer=claimer))
+    return Stored(run_new=True, episode_new=episodes.store_episode(
+        db, m.episode, provider=m.provider, now=now, due=m.record_after, claimer=claimer))
 
 
 def record_runs(db: Db, runs: Sequence[RecordRun], now: str, claimer: str = "") -> tuple[Stored | Exception, ...]:
     """Many `record_run`s in the caller's transaction, each in its own savepoint (a failure rolls back
     that run alone and is returned in its place)."""
-    out: list[Stored | Exception] = []
-    for m in runs:
-        db.execute("SAVEPOINT record_run")
-        try:
-            out.append(record_run(db, m, now, claimer))
-        except Exception as exc:  # ok: this run's writes roll back; the others stay
-            db.execute("ROLLBACK TO SAVEPOINT record_run")
-            if db.dialect.retryable(exc):
-                raise  # a deadlock with another daemon: the store runs the whole write again
-            out.append(exc)
-        db.execute("RELEASE SAVEPOINT record_run")
-    return tuple(out)
-
-
-def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
-    """The runs of `keys` the store holds: {(harness, run_id): its episode id, or None without one}."""
-    out: dict[tuple[str, str], str | None] = {}
-    for harness, run_id in dict.fromkeys(keys):
-        row = db.execute("SELECT started_at FROM runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
-        if row is None:
-            continue
-        episode_id = episode_id_for(harness, run_id, row[0])
-        known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-        out[(harness, run_id)] = episode_id if known else None
-    return out
-
-
-def sessions_recorded(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
-    """Of ``keys`` ((adapter, run id): an agent's session, whose id the agent made unique), those the store
-    holds under any harness: {key: its episode id, or None without one}. For an import, which must not
-    record a second time a session a resident's hook recorded under the resident's harness. Read through
-    the ``runs_by_session`` index on (adapter, run_id) (store migrations 0013 SQLite, 0006 PostgreSQL)."""
-    out: dict[tuple[str, str], str | None] = {}
-    wanted = set(keys)
-    for adapter in sorted({a for a, _ in wanted}):
-        ids = sorted(r for a, r in wanted if a == adapter)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = db.execute(f"SELECT harness, run_id, started_at FROM runs WHERE adapter = ? AND run_id IN ({marks})"
-                              " ORDER BY ingested_at", [adapter, *chunk]).fetchall()
-            for harness, run_id, started_at in rows:
-                if (adapter, run_id) in out:
-                    continue
-                episode_id = episode_id_for(harness, run_id, started_at)
-                known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-                out[(adapter, run_id)] = episode_id if known else None
-    return out
-
-
-def store_episode(db: Db, episode: Episode, *, provider: str, now: str,
-                  due: str | None = None, claimer: str = "") -> bool:
-    """Store the episode copy (its row, and its REQ-5 body in `episode_bodies`; the text rendering is
-    rendered from the body where needed, `stored_copy`) and queue its record to `provider` (first due at `due`, default now).
-    Idempotent: False if it was already stored."""
-    existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
-    if existing is not None:
-        return False
-    (body_id,) = db.execute("INSERT INTO episode_bodies (body) VALUES (?) RETURNING id",
-                            [episode_json(episode)]).fetchone()
-    inserted = db.execute(
-        "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
-        " recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-        [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
-         episode.trust_class, episode.outcome, episode.started_at, now, body_id],
-    ).fetchone()
-    if inserted is None:  # stored meanwhile by another daemon sharing the store
-        db.execute("DELETE FROM episode_bodies WHERE id = ?", [body_id])
-        return False
-    queue(db, "record", provider, episode.episode_id, now=now, due=due, claimer=claimer)
-    return True
-
-
-def queue(db: Db, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
-          now: str, due: str | None = None, claimer: str = "") -> None:
-    """Queue a pending record or forget, due now. With `due`, the row is claimed by `claimer` (a
-    daemon id) until then: the ingest path holds its fresh records for its own first attempt, and no
-    retry loop — this daemon's or another's sharing the store — tries them meanwhile."""
-    db.execute(
-        "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at, claimed_until, claimed_by)"
-        " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-        [kind, provider, episode_id, provider_id, now, now, due, claimer if due else None],
-    )
-
-
-def add_index_rows(db: Db, *, provider: str, episode_id: str, ids: Sequence[str],
-                   scope: str, now: str) -> bool:
-    """Index every provider id for the episode under the episode's own (stored) scope, and clear the pending record.
-
-    `scope` is ignored: the stored episode's scope is the only one trusted. Ids of an episode forgotten
-    while its record was in flight are indexed as forgotten and queued for memory_forget (REQ-10):
-    returns True when it queued such forgets (the retry loop has work), else False.
-    """
-    row = db.execute("SELECT scope, forgotten_at FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
-    if row is None:
-        return False
-    stored_scope, forgotten_at = row
-    for pid in ids:
-        db.execute(
-            "INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at, forgotten_at)"
-            " VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-            [provider, pid, episode_id, stored_scope, now, forgotten_at],
-        )
-        if forgotten_at is not None:
-            queue(db, "forget", provider, episode_id, provider_id=pid, now=now)
-    db.execute("DELETE FROM pending WHERE kind = 'record' AND provider = ? AND episode_id = ?", [provider, episode_id])
-    return forgotten_at is not None and bool(ids)
-
-
-def is_indexed(db: Db, provider: str, episode_id: str) -> bool:
-    return db.execute("SELECT 1 FROM memory_index WHERE provider = ? AND episode_id = ? LIMIT 1",
-                      [provider, episode_id]).fetchone() is not None
-
-
-def stored_copy(body: str) -> tuple[dict[str, Any], str]:
-    """A stored body (REQ-5 JSON) and its text rendering, as memory_record_episode sends them: the
-    rendering is a pure function of the episode (byte-identical for identical episodes), so the store
-    keeps the body alone."""
-    episode = json.loads(body)
-    return episode, render_text(episode_from_dict(episode))
-
-
-#: An episode's row with its body (NULL once forgotten), for `_row`.
-EPISODE_ROWS = "SELECT e.*, b.body FROM episodes e LEFT JOIN episode_bodies b ON b.id = e.body_id"
-
-
-def _readable(body: str) -> Episode | None:
-    """The stored episode, or None for a body that is not one or is past MAX_EPISODE_BODY_BYTES (a
-    damaged row, or one an older `store import` let in: its pending record is quarantined): listed
-    without its text, never an INTERNAL or an answer past the RPC's frame limit."""
-    if len(body) > MAX_EPISODE_BODY_BYTES:  # (an episode this daemon assembles is a few KiB)
-        return None
-    try:
-        return episode_from_dict(json.loads(body))
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, cattrs.BaseValidationError):
-        return None
-
-
-def _row(db: Db, r: dict[str, Any], *, with_index: bool) -> EpisodeRow:
-    index: tuple[tuple[str, str, str | None], ...] = ()
-    if with_index:
-        index = tuple(
-            (p, pid, f) for p, pid, f in db.execute(
-                "SELECT provider, provider_id, forgotten_at FROM memory_index WHERE episode_id = ?"
-                " ORDER BY provider, provider_id", [r["episode_id"]]).fetchall()
-        )
-    episode = _readable(r["body"]) if r["body"] else None
-    return EpisodeRow(
-        episode_id=r["episode_id"], harness=r["harness"], run_id=r["run_id"], repo=r["repo"], branch=r["branch"],
-        scope=r["scope"], outcome=r["outcome"], started_at=r["started_at"], recorded_at=r["recorded_at"],
-        forgotten_at=r["forgotten_at"], episode=episode,
-        text=render_text(episode) if episode is not None else None, index=index,
-    )
-
-
-def get_episode(db: Db, episode_id: str) -> EpisodeRow | None:
-    rows = list(db.query(EPISODE_ROWS + " WHERE episode_id = ?", [episode_id]))
-    return _row(db, rows[0], with_index=True) if rows else None
-
-
-def encode_cursor(started_at: str, episode_id: str) -> str:
-    """The opaque next-page cursor of ListEpisodes: the last row's (started_at, episode_id)."""
-    raw = json.dumps([started_at, episode_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    """Raises InvalidArgument naming `after` for a cursor ListEpisodes did not hand out."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        started_at, episode_id = json.loads(raw)
-        if not isinstance(started_at, str) or not isinstance(episode_id, str):
-            raise ValueError
-    except (ValueError, TypeError, binascii.Error):
-        raise InvalidArgument("after is not a cursor printed by memory episodes", field="after") from None
-    return started_at, episode_id
-
-
-@attrs.frozen
-class EpisodePage:
-    rows: tuple[EpisodeRow, ...]
-    total: int
-    next_cursor: str | None
-
-
-def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None,
-                  since: str | None = None, limit: int = 100, after: str | None = None,
-                  include_forgotten: bool = False, outcome: str | None = None,
-                  paths: tuple[str, ...] = (), run_id: str | None = None) -> EpisodePage:
-    """One page, newest first (by when the run started), keyset-paged on (started_at DESC, episode_id):
-    `after` is the cursor of the previous page's last row, so pages stay stable while episodes are
-    added. `total` counts every row the filters match (all pages). `outcome` keeps one run outcome;
-    `paths` keeps the episodes whose run touched any of them (the runs' `run_paths`)."""
-    where: list[str] = []
-    params: list[Any] = []
-    if run_id:
-        where.append("run_id = ?")
-        params.append(run_id)
-    if outcome:
-        where.append("outcome = ?")
-        params.append(outcome)
-    if paths:
-        where.append("EXISTS (SELECT 1 FROM run_paths p WHERE p.harness = e.harness AND p.run_id = e.run_id"
-                     f" AND p.path IN ({','.join('?' * len(paths))}))")
-        params += list(paths)
-    if harness:
-        where.append("harness = ?")
-        params.append(harness)
-    if repo:
-        where.append("repo = ?")
-        params.append(repo)
-    if since:
-        where.append("started_at >= ?")
-        params.append(since)
-    if not include_forgotten:
-        where.append("forgotten_at IS NULL")
-    filters = " WHERE " + " AND ".join(where) if where else ""
-    total = int(db.execute("SELECT count(*) FROM episodes e" + filters, params).fetchone()[0])
-    page_where, page_params = list(where), list(params)
-    if after:
-        started_at, episode_id = decode_cursor(after)
-        page_where.append("(started_at < ? OR (started_at = ? AND episode_id > ?))")
-        page_params += [started_at, started_at, episode_id]
-    sql = EPISODE_ROWS + (" WHERE " + " AND ".join(page_where) if page_where else "")
-    sql += " ORDER BY started_at DESC, episode_id LIMIT ?"
-    rows = [_row(db, r, with_index=False) for r in db.query(sql, [*page_params, limit + 1])]
-    more = len(rows) > limit
-    rows = rows[:limit]
-    cursor = encode_cursor(rows[-1].started_at, rows[-1].episode_id) if more and rows else None
-    return EpisodePage(rows=tuple(rows), total=total, next_cursor=cursor)
-
-
-def known_repos(db: Db) -> list[str]:
-    """Every repository key that has an episode (live or forgotten), sorted."""
-    return [r[0] for r in db.execute("SELECT DISTINCT repo FROM episodes WHERE repo IS NOT NULL ORDER BY repo")]
-
-
-def is_known_repo(db: Db, key: str) -> bool:
-    """Whether an episode (live or forgotten) is stored under repository `key`: one index seek (a
-    repository's scope is derived from its key), where `known_repos` reads every episode."""
-    return db.execute("SELECT 1 FROM episodes WHERE scope = ? AND repo = ? LIMIT 1",
-                      [scope_for(key), key]).fetchone() is not None
+    return each_in_savepoint(db, runs, lambda db, m: record_run(db, m, now, claimer))
 
 
 # Ellipses and highlight markers a snippet may add (FTS5 snippet() with "[", "]" and "…"); not words.
@@ -515,7 +208,7 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
         dropped["invalid"] += invalid
     kept: list[KeptItem] = []
     seen: set[str] = set()
-    rows = _index_rows(db, provider, [item.id for item in items])
+    rows = memory_index.index_rows(db, provider, [item.id for item in items])
     for item in items:
         row = rows.get(item.id)
         if row is None:
@@ -553,23 +246,6 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
             episode=ep,
         ))
     return Filtered(kept=tuple(kept), dropped=tuple(sorted(dropped.items())), replaced=replaced_count)
-
-
-def _index_rows(db: Db, provider: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    """The index and episode rows of every provider id in one query (REQ-9's re-check, not one per item)."""
-    wanted = list(dict.fromkeys(ids))
-    out: dict[str, tuple[Any, ...]] = {}
-    for start in range(0, len(wanted), 500):  # well under SQLite's bound on host parameters
-        chunk = wanted[start:start + 500]
-        for row in db.execute(
-            "SELECT i.provider_id, i.scope, i.forgotten_at, e.episode_id, e.run_id, e.harness, e.repo, e.branch,"
-            " e.outcome, e.started_at, b.body, e.forgotten_at, e.trust_class FROM memory_index i"
-            " JOIN episodes e ON e.episode_id = i.episode_id LEFT JOIN episode_bodies b ON b.id = e.body_id"
-            f" WHERE i.provider = ? AND i.provider_id IN ({','.join('?' * len(chunk))})",
-            [provider, *chunk],
-        ).fetchall():
-            out[row[0]] = tuple(row[1:])
-    return out
 
 
 def episode_view(row: EpisodeRow) -> dict[str, Any]:
@@ -654,12 +330,12 @@ class FilterItems:
 
 
 @attrs.frozen
-class GetEpisode(Ask["EpisodeRow | None"]):
+class GetEpisode(Ask[EpisodeRow | None]):
     episode_id: str
 
 
 @attrs.frozen
-class ListEpisodes(Ask["EpisodePage"]):
+class ListEpisodes(Ask[EpisodePage]):
     harness: str | None = None
     repo: str | None = None
     since: str | None = None
@@ -692,11 +368,13 @@ class Index:
                 return await self._store.write(lambda db: record_runs(db, runs, now, self._store.daemon_id))
             case IndexIds(provider=provider, episode_id=episode_id, ids=ids):
                 return await self._store.write(
-                    lambda db: add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now))
-            case IndexIdsMany(provider=provider, episodes=episodes):
+                    lambda db: memory_index.add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids,
+                                                           scope="", now=now))
+            case IndexIdsMany(provider=provider, episodes=many):
                 def index_all(db: Db) -> bool:
-                    queued = [add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids, scope="", now=now)
-                              for episode_id, ids in episodes]
+                    queued = [memory_index.add_index_rows(db, provider=provider, episode_id=episode_id, ids=ids,
+                                                          scope="", now=now)
+                              for episode_id, ids in many]
                     return any(queued)
 
                 return await self._store.write(index_all)
@@ -706,10 +384,10 @@ class Index:
                     db, provider=f.provider, items=f.items, invalid=f.invalid,
                     visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text, words=f.words))
             case GetEpisode(episode_id=episode_id):
-                return await self._store.read(lambda db: get_episode(db, episode_id))
+                return await self._store.read(lambda db: episodes.get_episode(db, episode_id))
             case ListEpisodes():
                 q = message
-                return await self._store.read(lambda db: list_episodes(
+                return await self._store.read(lambda db: episodes.list_episodes(
                     db, harness=q.harness, repo=q.repo, since=q.since, limit=q.limit, after=q.after,
                     outcome=q.outcome, paths=q.paths, run_id=q.run_id))
             case _:

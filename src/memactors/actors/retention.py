@@ -45,8 +45,9 @@ from ..logs import LogThrottle
 from ..metrics import Metrics
 from ..redact import redact
 from ..store import Db, Store, WallClock, iso, pending
+from ..store.episodes import stored_copy
 from ..store.pending import ForgetOutcome, tombstone
-from .index import IndexIds, IndexIdsMany, stored_copy
+from .index import IndexIds, IndexIdsMany
 from .kernel import Address, Ask, open_mailbox, serve
 from .provider_session import provider_call
 

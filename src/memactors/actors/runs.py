@@ -21,7 +21,7 @@ nursery, which owns the child process, its deadline and the run record written w
    ``budget_exceeded``. Every stopped run is still recorded.
 3. **Record**: the run record is built from what happened (``agents/run_record.py``'s rules) and sent down
    ``IngestRun``'s path, so the episode appears as soon as the process ends. The run's row in the store
-   (``run_rows``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
+   (``store.agent_runs``: written at spawn, rewritten at the end with the redacted stderr tail and event log)
    keeps it listable after a restart. The token then expires after a short grace.
 
 The composed prompt exists only in the child's argv: it is never logged, stored or sent anywhere (what
@@ -48,7 +48,6 @@ import trio
 from loguru import logger
 
 from ..adapters import Adapter, LaunchRequest, StreamParser, get_adapter
-from ..agents import run_rows
 from ..agents.run_process import (
     agent_env,
     drain,
@@ -67,7 +66,7 @@ from ..errors import InvalidArgument, MemactorsError, UnknownRun, exit_status
 from ..metrics import Metrics
 from ..redact import redact, redact_tail
 from ..repo import resolve_repo
-from ..store import Db, Store, WallClock, iso, run_tokens
+from ..store import Db, Store, WallClock, agent_runs, iso, run_tokens
 from ..view import View
 from .briefing import Briefing, BriefingAnswer
 from .kernel import Ask, open_mailbox, serve
@@ -252,7 +251,7 @@ class Runs:
             return key[1] == run_id and (harness is None or key[0] == harness)
 
         live = [s for key, s in self._active.items() if matches(key)]
-        stored = await self._service.store.read(lambda db: run_rows.find(db, run_id, harness))
+        stored = await self._service.store.read(lambda db: agent_runs.find(db, run_id, harness))
         names = sorted({s.harness for s in live} | {v["harness"] for v in stored})
         if len(names) > 1:
             raise InvalidArgument(f"run {run_id} exists for harnesses {', '.join(names)}: name one with --harness",
@@ -268,7 +267,7 @@ class Runs:
         raise UnknownRun(f"no run {run_id}{whose} started by this daemon", harness=harness, run=run_id)
 
     async def _list(self, query: ListRuns) -> dict[str, Any]:
-        views, total, cursor = await self._service.store.read(lambda db: run_rows.page(
+        views, total, cursor = await self._service.store.read(lambda db: agent_runs.page(
             db, harness=query.harness, state=query.state, limit=query.limit, after=query.after))
         live = {(v["harness"], v["run_id"]): {**v, "stderr_tail": None}
                 for v in (s.view() for s in self._active.values())}
@@ -282,7 +281,7 @@ class Runs:
         files go too. (Another host's running runs are its daemon's.)"""
         service = self._service
         host = socket.gethostname()
-        stale = [v for v in await service.store.read(run_rows.stale_running) if v.get("host", host) == host]
+        stale = [v for v in await service.store.read(agent_runs.stale_running) if v.get("host", host) == host]
         now = service.wall_clock()
         for view in stale:
             fate = "gone" if view.get("pid") is None else await trio.to_thread.run_sync(
@@ -291,7 +290,7 @@ class Runs:
                         error=f"the daemon stopped while the run was running (its agent: {fate})")
 
             def mark(db: Db, v: dict[str, Any] = view) -> None:
-                run_rows.upsert(db, v)
+                agent_runs.upsert(db, v)
 
             await service.store.write(mark)
             self._log.bind(harness=view["harness"], run=view["run_id"], agent=fate).warning(
@@ -303,7 +302,7 @@ class Runs:
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = now
-        rows, logs = await self._service.store.write(lambda db: run_rows.prune(db, now))
+        rows, logs = await self._service.store.write(lambda db: agent_runs.prune(db, now))
         if rows or logs:
             self._log.bind(rows=rows, logs=logs).info("old runs pruned")
 
@@ -432,7 +431,7 @@ class Runs:
         try:
             # The row exists before StartRun answers, so `runs list` shows the run from its first moment.
             with trio.CancelScope(shield=True), trio.move_on_after(self._record_budget()):
-                await self._service.store.write(lambda db: run_rows.upsert(db, state.view()))
+                await self._service.store.write(lambda db: agent_runs.upsert(db, state.view()))
         except MemactorsError as exc:  # not fatal: the run goes on; its end rewrites the row
             log.bind(error=type(exc).__name__).warning("run row not written at spawn")
         task_status.started()
@@ -567,7 +566,7 @@ class Runs:
                 self._service.metrics.run_ended(state.harness, str(state.outcome), duration_ms / 1000)
             try:
                 # Rewritten before the run leaves _active, so a lookup always finds it in one place.
-                await self._service.store.write(lambda db: run_rows.upsert(
+                await self._service.store.write(lambda db: agent_runs.upsert(
                     db, state.view(), stderr_tail=state.stderr_tail, log=events))
             finally:
                 self._active.pop(key, None)

@@ -1,4 +1,4 @@
-"""A past Codex session's rollout file → what the session did (``memactors import codex``, issue 27).
+"""A past Codex session's rollout file → what the session did (``memactors import codex``).
 
 Codex keeps every session as a JSON-lines *rollout* under ``$CODEX_HOME/sessions/YYYY/MM/DD/
 rollout-<time>-<id>.jsonl``. Each line is ``{"timestamp", "type", "payload"}``:
@@ -121,7 +121,7 @@ def _verify(out: SessionTranscript, call: str, command: str | None, code: Any, a
     if call:
         seen.add(("cmd", call))
     if command is None or not isinstance(code, int) or isinstance(code, bool):
-        return  # a command without an exit status tested nothing (issue 18)
+        return  # a command without an exit status tested nothing (a refusal is no failed test)
     if any(p.search(command) for p in patterns):
         out.verifies.append(Verify(command=command, ok=code == 0, at=at))
 

@@ -1,6 +1,6 @@
-"""A start-up repair for episodes whose answer the old prompt scrub ate (issue 30).
+"""A start-up repair for episodes whose answer an earlier prompt scrub ate.
 
-Before issue 30 a run's scrub replaced every line of the *composed* prompt — briefing included — so a
+An earlier memactors scrubbed every line of a run's *composed* prompt — briefing included — so a
 run whose answer repeated a line of its briefing (a recurring job's stable "No new issues.") was
 stored with ``result_excerpt`` exactly ``[prompt]``, and every later briefing repeated the loss. At
 start the daemon looks for such episodes (live ones; a forgotten episode has no body) and:
@@ -12,16 +12,19 @@ start the daemon looks for such episodes (live ones; a forgotten episode has no 
   agent said.
 
 Only the stored REQ-5 body changes (what ``memory episodes`` and briefings read); a provider's copy of
-the episode keeps its old text until the episode is forgotten. Portable SQL on the store's ``Db`` (both
-engines); idempotent: a repaired body no longer matches, so a second start finds nothing.
+the episode keeps its old text until the episode is forgotten. It runs on the store's ``Db`` (both
+engines; what it reads and writes is ``store.episodes`` and ``store.agent_runs``); idempotent: a
+repaired body no longer matches, so a second start finds nothing.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..redact import redact
+from ..store import Db
+from ..store.agent_runs import log_text
+from ..store.episodes import live_bodies_containing, replace_body
 from .run_watch import MAX_EVENT_CHARS, NONCE, PROMPT
 
 __all__ = ["LOST", "repair_prompt_excerpts"]
@@ -48,28 +51,23 @@ def _last_words(log: str | None) -> str | None:
     return last
 
 
-def repair_prompt_excerpts(db: Any, *, excerpt_chars: int) -> tuple[int, int]:
+def repair_prompt_excerpts(db: Db, *, excerpt_chars: int) -> tuple[int, int]:
     """Repair the stored episodes whose ``result_excerpt`` is exactly ``[prompt]``; returns (restored,
     marked)."""
-    rows = db.execute(
-        "SELECT e.harness, e.run_id, b.id, b.body FROM episodes e JOIN episode_bodies b ON b.id = e.body_id"
-        " WHERE e.forgotten_at IS NULL AND b.body LIKE ?", ['%"' + PROMPT + '"%']).fetchall()
     restored = marked = 0
-    for harness, run_id, body_id, raw in rows:
+    for harness, run_id, body_id, raw in live_bodies_containing(db, '"' + PROMPT + '"'):
         try:
             body = json.loads(raw)
         except ValueError:
             continue
         if not isinstance(body, dict) or body.get("result_excerpt") != PROMPT:
             continue
-        log = db.execute("SELECT log FROM agent_runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
-        words = _last_words(None if log is None else log[0])
+        words = _last_words(log_text(db, harness, run_id))
         if words is not None:
             body["result_excerpt"] = redact(words)[:excerpt_chars]
             restored += 1
         else:
             body["result_excerpt"] = LOST
             marked += 1
-        db.execute("UPDATE episode_bodies SET body = ? WHERE id = ?",
-                   [json.dumps(body, ensure_ascii=False, separators=(",", ":")), body_id])
+        replace_body(db, body_id, body)
     return restored, marked

@@ -1,4 +1,4 @@
-"""The prompt fence (SPEC-0017 REQ-10 as SPEC-0030 REQ-16 and REQ-20 amend it).
+"""The prompt fence around untrusted text (SPEC-0030 REQ-16; REQ-20 says how it changes the prompt source).
 
 A prompt one-shot with ``memory_briefing = true`` gets its briefing prepended as::
 
@@ -11,8 +11,8 @@ A prompt one-shot with ``memory_briefing = true`` gets its briefing prepended as
 with a fresh nonce per spawn and the operator's prompt byte for byte. This module builds that block,
 decides whether it fits in one argv element, and renders the ``{{untrusted event.<field>}}`` template
 references that the same fence carries when ``untrusted_inline`` is set. It never logs: the composed
-prompt must not be persisted, logged or put on the wire (SPEC-0017 REQ-11), so the caller logs sizes
-and counts from the returned :class:`PromptPlan`.
+prompt is never persisted, logged or put on the wire, so the caller logs sizes and counts from the
+returned :class:`PromptPlan`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SkipReason = Literal["briefing_unavailable", "argument_limit", "empty"]
 
 
 def fence(value: str, *, source: str, field: str, nonce: str | None = None) -> str:
-    """SPEC-0017 REQ-10's fence around ``value``, with no trailing newline.
+    """The untrusted-data fence around ``value`` , with no trailing newline.
 
     The nonce is fresh (64 random bits) and absent from ``value`` unless one is passed, in which case
     it is checked. Raises InvalidArgument for a passed nonce found in the value or for attribute
@@ -119,7 +119,7 @@ def validate_template(template: str, *, untrusted_inline: bool) -> tuple[str, ..
 
 
 def render_template(template: str, *, event: Mapping[str, str] | None, untrusted_inline: bool) -> str:
-    """Render a prompt template: each ``{{untrusted event.<field>}}`` becomes a SPEC-0017 fence
+    """Render a prompt template: each ``{{untrusted event.<field>}}`` becomes an untrusted-data fence
     (``source="event"``, ``field="<field>"``) around the event's value, with one fresh nonce per
     rendering that occurs in none of the fenced values. Everything else is copied unchanged.
 

@@ -1,4 +1,4 @@
-"""A resident Gemini CLI or OpenCode session → a closed run record (issue 26).
+"""A resident Gemini CLI or OpenCode session → a closed run record.
 
 Residents are started by their user, so nobody read their stream; what happened is in what the CLI keeps
 or hands its hooks, and each is read here by the parser of that CLI's own stream (``adapters``), so a
@@ -66,8 +66,9 @@ def _tool_events(call: dict[str, Any]) -> list[dict[str, Any]]:
     tool_id, name = _str(call.get("id")), _str(call.get("name"))
     if tool_id is None or name is None:
         return []
-    use = {"type": "tool_use", "tool_name": name, "tool_id": tool_id,
-           "parameters": call.get("args") if isinstance(call.get("args"), dict) else {}}
+    args = call.get("args")
+    use: dict[str, Any] = {"type": "tool_use", "tool_name": name, "tool_id": tool_id,
+                           "parameters": args if isinstance(args, dict) else {}}
     result: dict[str, Any] = {"type": "tool_result", "tool_id": tool_id, "status": call.get("status")}
     for item in call.get("result") or ():
         response = (item.get("functionResponse") or {}).get("response") if isinstance(item, dict) else None
@@ -182,8 +183,9 @@ def qwen_session(lines: Iterable[str]) -> GeminiSession:
     for entry, at in _timed_entries(lines, out):
         if out.parser.transcript.session_id is None and _str(entry.get("sessionId")):
             out.parser.feed(json.dumps({"type": "init", "session_id": entry["sessionId"]}), at=at)
-        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
-        parts = [p for p in message.get("parts") or () if isinstance(p, dict)]
+        message = entry.get("message")
+        parts = [p for p in (message.get("parts") if isinstance(message, dict) else None) or ()
+                 if isinstance(p, dict)]
         if entry.get("type") == "assistant":
             if _str(entry.get("model")):
                 out.parser.transcript.model = entry["model"]

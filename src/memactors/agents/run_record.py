@@ -116,7 +116,7 @@ def _outcome(transcript: Transcript, *, exit_code: int | None, stopped: StopReas
     if exit_code:
         return "failed", "exit_nonzero"
     if verify_ok and verify_ok[-1] is None:
-        # The last test command the agent ran never reported its end: nothing says it passed (issue 26).
+        # The last test command the agent ran never reported its end: nothing says it passed.
         return "failed", "verify_incomplete"
     if verify_ok and not verify_ok[-1]:
         return "failed", "verify_failed"

@@ -12,11 +12,12 @@ Bounds (docs/runs.md "What is kept"): every string in an event is redacted with 
 and cut to :data:`MAX_EVENT_CHARS`; a run keeps its last :data:`MAX_EVENTS` events (older ones are
 counted as ``dropped``). The agent's stderr is never parsed: its last :data:`STDERR_TAIL_BYTES` bytes
 are kept (:class:`StderrTail`) and redacted when the run ends (``redact.redact_tail``: a key block that
-the window cut is still caught), so a launch failure or a refusal says why (issue 18). Neither goes into the episode (REQ-5): they are kept with the run only.
+the window cut is still caught), so a launch failure or a refusal says why. Neither goes into the
+episode (REQ-5): they are kept with the run only.
 
 What the agent echoes of its prompt is scrubbed (:class:`PromptScrub`): the operator's prompt and the
-fence nonces, never the briefing's items, so an answer that repeats a briefing line is kept (issue 30).
-Every text is redacted first and scrubbed after (issue 33): a scrub inside a credential would split it
+fence nonces, never the briefing's items, so an answer that repeats a briefing line is kept.
+Every text is redacted first and scrubbed after: a scrub inside a credential would split it
 into halves the redactor no longer recognises.
 """
 
@@ -46,7 +47,7 @@ STDERR_TAIL_BYTES = 4096
 def _cut(text: str, scrub: PromptScrub | None = None) -> str:
     """``text`` redacted, then scrubbed of the operator's prompt (``scrub``), then cut to MAX_EVENT_CHARS.
 
-    Redaction comes first (issue 33): a scrub that replaced part of a credential would split it, and the
+    Redaction comes first: a scrub that replaced part of a credential would split it, and the
     redactor would pass both halves. The text is cut before redacting too (a 100 KB stdout line is not
     redacted whole on the loop), with room to spare so a secret that straddles the first cut lies past
     the second one; a line that the first cut halves and that begins a line of the prompt is dropped.
@@ -98,7 +99,7 @@ PROMPT = "[prompt]"
 NONCE = "[nonce]"
 #: Scrub passes at most: each one replaces what the last one joined (a pattern across a marker's edge).
 _MAX_PASSES = 8
-# The opening line of a SPEC-0017 REQ-10 fence (prompt.fence): the briefing's, or an event field's that
+# The opening line of an untrusted-data fence (prompt.fence): the briefing's, or an event field's that
 # an ``untrusted_inline`` template put in the operator's prompt.
 # A nonce as wrapper.new_nonce makes them (hex), in a tag of the briefing document.
 _WRAPPER_NONCE = re.compile(rf'nonce="([0-9a-f]{{{2 * NONCE_BYTES}}})"')
@@ -113,7 +114,7 @@ class PromptScrub:
     ``composed`` what the agent received, the fenced briefing before it (``prompt.compose_prompt``).
     The briefing is not the prompt: its items are episodes and facts already stored, redacted, and an
     answer that repeats one ("No new issues.", an earlier run's excerpt) is what the agent said, kept
-    verbatim (issue 30). So only whole lines of the operator's prompt (12 characters or more, stripped;
+    verbatim. So only whole lines of the operator's prompt (12 characters or more, stripped;
     as written and as the redactor renders them, since the text scrubbed is redacted first) become
     ``[prompt]`` wherever they occur (a usage line that echoes the argument), the whole composed prompt
     too when it is echoed whole, and each fence nonce ``[nonce]``.

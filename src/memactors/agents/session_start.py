@@ -1,4 +1,4 @@
-"""A resident's briefing at session start (issue 26): what the agent's own session-start hook pulls.
+"""A resident's briefing at session start: what the agent's own session-start hook pulls.
 
 Claude Code runs its ``SessionStart`` hooks before the session's first model request and adds what a hook
 prints as ``hookSpecificOutput.additionalContext`` to the session's context. ``memactors install

@@ -37,7 +37,7 @@ __all__ = ["BATCH", "REVOCATIONS", "Claim", "append", "batches", "queue_revocati
            "send_spool", "spool_path", "tally"]
 
 SPOOL = "session-spool.jsonl"
-#: Token revocations `memactors uninstall` could not hand to the daemon (issue 34), applied at its start.
+#: Token revocations `memactors uninstall` could not hand to the daemon, applied at its start.
 REVOCATIONS = "revocations-spool.jsonl"
 REJECTED = "session-spool.rejected.jsonl"
 _CLAIMED = "session-spool.sending-"

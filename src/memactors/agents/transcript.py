@@ -16,7 +16,7 @@ from:
   ``test_failure`` otherwise. The status is Claude Code's leading ``Exit code N`` line, or 0 for a
   result that is not an error. A command Claude Code refused to run (the entry's ``toolDenialKind``, or
   a ``reject`` in its ``permissionDecision``) or an error result with no exit status tested nothing and
-  is no verify event (issue 18: a refusal is not a failed test);
+  is no verify event (a refusal is not a failed test);
 - the result text is the session's last assistant text; the model is the one that served it.
 
 The claude-code adapter's stream parser reads the same message shapes, but a transcript differs where

@@ -120,10 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     except BaseException as exc:  # ok: the CLI's one edge; what it cannot explain is re-raised
         explained = explain(exc)
-        if explained is None and isinstance(exc, Exception) and getattr(args, "hook_agent", None):
+        hook_agent = getattr(args, "hook_agent", None)
+        if explained is None and isinstance(exc, Exception) and hook_agent:
             # A hook runs inside the user's agent, which shows its stderr: a bug there is one line, not a
             # traceback, and the session goes on (cli/_hook_io.py reads its input the safe way).
-            explained = 1, f"memactors: the {args.hook_agent} hook failed ({type(exc).__name__}: {exc})"
+            explained = 1, f"memactors: the {hook_agent} hook failed ({type(exc).__name__}: {exc})"
         if explained is None:
             raise
         status, line = explained

@@ -85,7 +85,7 @@ def merge_hooks(doc: Any, *, end_command: str, start_command: str) -> None:
         if groups is not None and not isinstance(groups, list):
             raise CliError("INVALID_ARGUMENT", f"hooks.{event} in Codex's config.toml is not a list of groups; "
                                                "nothing was changed")
-        if groups is not None:
+        if hooks is not None and groups is not None:  # groups come from hooks
             for n in reversed(range(len(groups))):
                 group = groups[n]
                 handlers = group.get("hooks") if isinstance(group, dict) else None

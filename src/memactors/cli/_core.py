@@ -66,9 +66,10 @@ def load(args: argparse.Namespace) -> Config:
 
 def read_daemon_file(state_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((state_dir / DAEMON_FILE).read_text(encoding="utf-8"))
+        data = json.loads((state_dir / DAEMON_FILE).read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def operator_url(config: Config) -> str:

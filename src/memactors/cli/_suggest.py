@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn, TypeVar, overload
+
+_N = TypeVar("_N")
 
 __all__ = ["SuggestingParser"]
 
@@ -33,11 +35,18 @@ class SuggestingParser(argparse.ArgumentParser):
     #: The command line being parsed (set by `parse_args` on the parser that was called).
     _argv: list[str] | None = None
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         import sys
 
         self._argv = list(sys.argv[1:] if args is None else args)
-        return super().parse_args(args, namespace)
+        return super().parse_args(self._argv if args is not None else None, namespace)
 
     def error(self, message: str) -> NoReturn:
         hint = self._hint(message)

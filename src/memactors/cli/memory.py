@@ -84,11 +84,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if code in (EXIT_PROVIDER_DOWN, EXIT_PROVIDER_INCOMPATIBLE):
         print(f"memactors: provider {st['provider']} is {st['state']} for {int(st['state_for_seconds'])} s: "
               f"{st.get('last_error') or 'no detail'}", file=sys.stderr)
-    elif code == EXIT_STORE_UNWRITABLE and store.get("damaged"):  # type: ignore[union-attr]
-        print(f"memactors: {store.get('error')}", file=sys.stderr)  # type: ignore[union-attr]
+    elif code == EXIT_STORE_UNWRITABLE and store.get("damaged"):
+        print(f"memactors: {store.get('error')}", file=sys.stderr)
     elif code == EXIT_STORE_UNWRITABLE:
-        print(f"memactors: store {store['path']} is not writable: {store.get('error')}; "  # type: ignore[index]
-              f"{store.get('free_bytes')} bytes free", file=sys.stderr)  # type: ignore[union-attr]
+        print(f"memactors: store {store['path']} is not writable: {store.get('error')}; "
+              f"{store.get('free_bytes')} bytes free", file=sys.stderr)
     elif code == EXIT_DEGRADED:
         print(f"memactors: recall is degraded: {st['degraded']}", file=sys.stderr)
     return code

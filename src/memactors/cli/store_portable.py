@@ -12,15 +12,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _core as core
 from ._core import EXIT_FAILED, EXIT_OK, JSON_HELP, CliError
 
+if TYPE_CHECKING:
+    from ..config import Config
+
 DB_NAME = "memactors.db"
 
 
-def _target(config: Any, given: str | None) -> Path | str:
+def _target(config: Config, given: str | None) -> Path | str:
     """The store a command works on: `given` (a SQLite path or a postgresql:// URL), else the daemon's."""
     from ..store import is_store_url
 
@@ -110,7 +113,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..errors import MemactorsError
     from ..service.import_rows import check_row
     from ..store.engines import open_store
-    from ..store.pending import tombstone
     from ..store.portable import PortableError, import_lines, read_lines
 
     config = core.load(args)
@@ -130,7 +132,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             store = await open_store(target, daemon_id="import")
             try:
                 return await import_lines(store, read_lines(source, MAX_IMPORT_LINE_BYTES),
-                                          provider=config.memory.provider, forget=tombstone, check=check_row,
+                                          provider=config.memory.provider, check=check_row,
                                           limit=MAX_IMPORT_LINE_BYTES,
                                           progress=lambda n: bar.show(f"{n} lines imported"))
             finally:
@@ -177,7 +179,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 REFUSALS_SHOWN = 20
 
 
-def _sqlite_store(config: Any, what: str) -> Path:
+def _sqlite_store(config: Config, what: str) -> Path:
     if config.store.url:
         raise CliError("FAILED_PRECONDITION", f"`store {what}` copies a SQLite store; this daemon's store is "
                        "PostgreSQL: use pg_dump or point-in-time recovery (docs/operations.md, Backup and restore)")

@@ -412,10 +412,13 @@ def _build_mcp(
     t = root.sub("mcp")
     default_policy = t.str_("default_policy", "default")
     exposure = t.str_("exposure", "eager")
-    if exposure not in ("eager", "lazy"):
-        raise t.error("exposure", exposure, 'must be "eager" or "lazy"')
+    match exposure:
+        case "eager" | "lazy":
+            pass
+        case _:
+            raise t.error("exposure", exposure, 'must be "eager" or "lazy"')
     assert default_policy is not None
-    defaults = McpDefaults(default_policy=default_policy, exposure=exposure)  # type: ignore[arg-type]
+    defaults = McpDefaults(default_policy=default_policy, exposure=exposure)
     servers: dict[str, McpServerConfig] = {}
     for name, body in t.data.items():
         if name in t.used:

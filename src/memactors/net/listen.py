@@ -44,11 +44,15 @@ import math
 import resource
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..logs import LogThrottle, get_logger
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio.tcp_server import TCPServer
 
 __all__ = ["BODY_TIMEOUT", "FD_RESERVE", "HANDSHAKE_TIMEOUT", "KEEP_ALIVE_TIMEOUT", "SHED_AFTER", "CappedListener",
            "ConnectionTable", "connection_cap", "serve_asgi", "trust_connection"]
@@ -288,7 +292,7 @@ async def open_capped_listener(host: str, port: int, *, name: str, cap: int | No
     return CappedListener(listeners[0], cap if cap is not None else connection_cap(), name)
 
 
-def hypercorn_config() -> Any:
+def hypercorn_config() -> HypercornConfig:
     """hypercorn settings for the daemon's HTTP listeners: quiet, a long keep-alive, bounded heads.
 
     ``read_timeout`` is off: a per-read timeout is reset by every byte (useless against a trickle) and
@@ -308,7 +312,7 @@ def hypercorn_config() -> Any:
     return config
 
 
-def _deadline_tcp_server() -> type[Any]:
+def _deadline_tcp_server() -> Callable[..., TCPServer]:
     """hypercorn's trio ``TCPServer`` with a total deadline on every request head (built on first use,
     for the same reason as :func:`hypercorn_config`)."""
     import h11
@@ -317,7 +321,7 @@ def _deadline_tcp_server() -> type[Any]:
     from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
     from hypercorn.utils import parse_socket_addr
 
-    class _DeadlineTCPServer(TCPServer):  # type: ignore[misc]
+    class _DeadlineTCPServer(TCPServer):
         """Reads the socket under the deadline of the phase the connection is in.
 
         hypercorn reports a request head's completion as ``Updated(idle=False)`` and the end of a

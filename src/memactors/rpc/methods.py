@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
+from .frames import Tier
 from .server import Method
 
 if TYPE_CHECKING:
@@ -28,12 +29,11 @@ SERVICE = "harness.v1.MemoryService"
 def operator_methods(service: MemoryService) -> list[Method]:
     """Every MemoryService method the operator RPC serves (``serve_rpc``'s table), over `service`."""
 
-    def m(name: str, tier: str, handler: Callable[[dict[str, Any]], Any], *,
+    def m(name: str, tier: Tier, handler: Callable[[dict[str, Any]], Awaitable[Any]], *,
           params: tuple[str, ...] | None = None) -> Method:
         # `params`: every parameter the method reads; any other is refused by name before the handler
         # (Error Handling Standards; the gateway refuses an unknown tool argument the same way).
-        return Method(f"{SERVICE}/{name}", tier, handler,  # type: ignore[arg-type]
-                      params=None if params is None else frozenset(params))
+        return Method(f"{SERVICE}/{name}", tier, handler, params=None if params is None else frozenset(params))
 
     async def ingest(p: dict[str, Any]) -> Any:
         record = _param(p, "record", dict)

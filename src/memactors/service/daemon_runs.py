@@ -13,12 +13,11 @@ from typing import Any
 import trio
 
 from ..actors.runs import CancelRun, FindRun, ListRuns, StartRun
-from ..agents import run_rows
 from ..config import HarnessConfig
 from ..errors import InvalidArgument
 from ..metrics import INGEST_OUTCOMES
 from ..modelapi import SummaryResult
-from ..store import pull_requests
+from ..store import agent_runs, pull_requests
 from .ingest import ingest, ingest_batch
 from .parts import ServiceParts
 
@@ -102,9 +101,11 @@ class RunHandlers(ServiceParts):
     async def list_runs(self, *, harness: str | None = None, state: str | None = None, limit: int = 50,
                         after: str | None = None) -> dict[str, Any]:
         """ListRuns: runs this daemon started, newest first: ``{runs, total, next_cursor}``."""
-        if state not in (None, "running", "ended"):
-            raise InvalidArgument("params.state must be running or ended", field="params.state")
-        return await self.runs.address.ask(ListRuns(harness, state, limit, after))  # type: ignore[arg-type]
+        match state:
+            case None | "running" | "ended":
+                return await self.runs.address.ask(ListRuns(harness, state, limit, after))
+            case _:
+                raise InvalidArgument("params.state must be running or ended", field="params.state")
 
     async def cancel_run(self, *, run_id: str, harness: str | None = None) -> dict[str, Any]:
         """CancelRun (control): stop a running run (SIGTERM, grace, SIGKILL); it is recorded as
@@ -129,7 +130,7 @@ class RunHandlers(ServiceParts):
             events, kept = watch.since(after), True
             dropped = watch.dropped
         else:
-            stored = await self.store.read(lambda db: run_rows.log_of(db, state.harness, state.run_id))
+            stored = await self.store.read(lambda db: agent_runs.log_of(db, state.harness, state.run_id))
             kept = stored is not None
             events, dropped = [e for e in stored or () if e.get("seq", 0) > after], state.log_dropped
         last = events[-1]["seq"] if events else after

@@ -33,7 +33,6 @@ from jsonschema.exceptions import best_match
 from .._fastcheck import compile_check
 from .._limits import MAX_EPISODE_BODY_BYTES
 from .._wire import _non_finite, check_repo_key, converter, episode_from_dict, episode_json, parse_time
-from ..actors.index import record_json
 from ..contract import load_schemas
 from ..episode import clean, cut_utf8, one_line, reclean_episode, stored_record
 from ..errors import InvalidArgument
@@ -41,6 +40,7 @@ from ..models import RunRecord
 from ..repo import scope_for
 from ..store import iso
 from ..store.portable import RowRefused
+from ..store.run_history import record_json
 from .ingest import prepare_record
 
 __all__ = ["check_row"]

@@ -18,7 +18,7 @@ from loguru import logger
 from .._limits import MAX_RECORD_BYTES, oversize_message, record_size
 from .._wire import episode_to_dict, parse_run_record
 from ..actors.assembler import Assembled, AssembleMany, Assembler
-from ..actors.index import Index, RecordRun, RecordRuns, Stored, sessions_recorded, stored_runs
+from ..actors.index import Index, RecordRun, RecordRuns, Stored
 from ..actors.retention import Kick, RecordMany, RecordNow, Retention
 from ..config import Config, HarnessConfig
 from ..episode import stored_record
@@ -26,6 +26,8 @@ from ..errors import InvalidArgument, MemactorsError, StoreFull
 from ..metrics import Metrics
 from ..models import RunRecord
 from ..store import Store, WallClock, iso
+from ..store.pending import release_records
+from ..store.run_history import sessions_recorded, stored_runs
 from ..telemetry import memory_span
 
 
@@ -350,12 +352,6 @@ async def _release_record(service: Stages, *episode_ids: str) -> None:
     now = iso(service.wall_clock())
     me = service.store.daemon_id
 
-    def release(db: Any) -> None:
-        for episode_id in episode_ids:
-            db.execute(
-                "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
-                " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
-                [now, service.provider, episode_id, me])
-
-    await service.store.write(release)
+    await service.store.write(lambda db: release_records(
+        db, provider=service.provider, episode_ids=episode_ids, daemon_id=me, now=now))
     await service.retention.address.tell(Kick())

@@ -17,7 +17,7 @@ import trio
 from .._toml_tables import is_duration
 from .._wire import parse_time
 from ..actors.briefing import BriefingRequest, RecallRequest
-from ..actors.index import EpisodePage, GetEpisode, ListEpisodes, episode_view, is_known_repo, known_repos
+from ..actors.index import GetEpisode, ListEpisodes, episode_view
 from ..actors.provider_session import GetStatus, ProviderStatus
 from ..actors.retention import PendingCounts
 from ..builtin import missing_vectors
@@ -28,7 +28,7 @@ from ..errors import ConfigError, InvalidArgument, NoRepository, StoreUnavailabl
 from ..redact import redact
 from ..repo import match_repo, repo_key, resolve_repo, scope_for
 from ..store import Db, iso
-from ..store.episodes import episode_counts
+from ..store.episodes import EpisodePage, episode_counts, is_known_repo, known_repos
 from ..store.pending import first_pending_at
 from ..store.run_history import latest_repo
 from ..view import View, latest_run_place, resolve_view

@@ -1,14 +1,16 @@
 """The daemon's store: one interface, two engines.
 
-The package: this module is the interface (`Store`, `Db`, the write queue both engines share, the
-rows and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and
-``pg`` are the engines, one module each; ``migrations/<engine>/NNNN_name.sql`` their schemas, as
-versioned files; ``builtin_docs`` the built-in provider's document columns both engines migrate;
-``health`` the write-health state; ``migrate`` `memactors store migrate`. What the store holds besides
-runs and episodes is one module per concept, engine-neutral SQL over `Db` (full-text search through
-`db.dialect`): ``facts``, ``votes`` (exposure and votes), ``pull_requests``, ``run_history`` (the runs
-briefings list), ``presence``, ``run_tokens``, ``briefing_cache``. May import: the pure
-modules (errors, urls, episode, wrapper) only — never the provider, the actors or anything above.
+The package: this module is the interface (`Store`, `Db`, the write queue both engines share, the rows
+and helpers every engine writes alike); ``engines`` opens one (`open_store`); ``sqlite`` and ``pg`` are
+the engines, one module each; ``migrations/<engine>/NNNN_name.sql`` their schemas, as versioned files;
+``builtin_docs`` the built-in provider's document columns both engines migrate; ``health`` the
+write-health state; ``migrate`` `memactors store migrate`. What the store holds is one module per concept,
+engine-neutral SQL over `Db` (full-text search through `db.dialect`): ``episodes`` (episode rows and
+bodies), ``memory_index`` (provider ids per episode, under its scope), ``pending`` (the record/forget
+queue and tombstones), ``run_history`` (the closed runs ingested, and what briefings read of them),
+``agent_runs`` (the runs the daemon started), ``facts``, ``votes`` (exposure and votes),
+``pull_requests``, ``presence``, ``run_tokens``, ``briefing_cache``. May import: the pure modules
+(errors, urls, episode, wrapper, ...) only — never the provider, the actors or anything above.
 
 SQLite (`store.sqlite`) is the embedded default: one file in the state directory, opened through
 sqlean-py (the stdlib sqlite3 here cannot load extensions) and handed to sqlite-utils; WAL, foreign
@@ -210,6 +212,28 @@ class Db(Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[dict[str, Any]]: ...
+
+
+A = TypeVar("A")
+
+
+def each_in_savepoint(db: Db, items: Sequence[A], fn: Callable[[Db, A], T]) -> tuple[T | Exception, ...]:
+    """`fn(db, item)` for each of `items` in the caller's transaction, each inside its own savepoint: one
+    that raises rolls back alone and its exception is returned in its place, in order. An error the
+    engine retries (`db.dialect.retryable`: a deadlock with another daemon) is raised instead, so the
+    store runs the whole write again."""
+    out: list[T | Exception] = []
+    for item in items:
+        db.execute("SAVEPOINT each_item")
+        try:
+            out.append(fn(db, item))
+        except Exception as exc:  # ok: this item's writes roll back; the others stay
+            db.execute("ROLLBACK TO SAVEPOINT each_item")
+            if db.dialect.retryable(exc):
+                raise
+            out.append(exc)
+        db.execute("RELEASE SAVEPOINT each_item")
+    return tuple(out)
 
 
 class _WriteJob:

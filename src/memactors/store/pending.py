@@ -34,6 +34,28 @@ class ForgetOutcome:
     body_deleted: bool
 
 
+def queue(db: Db, kind: str, provider: str, episode_id: str, *, provider_id: str = "",
+          now: str, due: str | None = None, claimer: str = "") -> None:
+    """Queue a pending record or forget, due now. With `due`, the row is claimed by `claimer` (a
+    daemon id) until then: the ingest path holds its fresh records for its own first attempt, and no
+    retry loop — this daemon's or another's sharing the store — tries them meanwhile."""
+    db.execute(
+        "INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at, claimed_until, claimed_by)"
+        " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+        [kind, provider, episode_id, provider_id, now, now, due, claimer if due else None],
+    )
+
+
+def release_records(db: Db, *, provider: str, episode_ids: Sequence[str], daemon_id: str, now: str) -> None:
+    """Make the episodes' pending records this daemon holds back for its own first attempt (`queue`'s
+    `due`) due at `now` and unclaimed: the attempt ran out of time, the retry loop takes them over."""
+    for episode_id in episode_ids:
+        db.execute(
+            "UPDATE pending SET next_at = ?, claimed_until = NULL, claimed_by = NULL WHERE kind = 'record'"
+            " AND provider = ? AND episode_id = ? AND state = 'pending' AND claimed_by = ?",
+            [now, provider, episode_id, daemon_id])
+
+
 def tombstone(db: Db, episode_id: str, now: str, *, claim: tuple[str, str] | None = None) -> bool:
     """Mark an episode and its index rows forgotten and queue their forgets; False if already forgotten.
 

@@ -17,7 +17,7 @@ Failure is contained like a provider's: a refused, dropped or timed-out connecti
 `StoreUnavailable` (UNAVAILABLE over RPC) naming the store as ``user@host:port/db`` — never the password
 — and the pools reconnect by themselves when the server is back.
 
-A caller never pays for the pools' dead connections (issue 28). A pooled connection is looked at as it
+A caller never pays for the pools' dead connections. A pooled connection is looked at as it
 is checked out (`_usable`: has the server said anything on it while it sat idle — a FATAL on restart or
 `pg_terminate_backend`, a FIN, a reset — or is it on a server that cannot take writes?) and replaced
 when it is dead; and a statement that fails because the connection is gone is run again on a fresh
@@ -121,7 +121,8 @@ def _scrub(message: str, url: str) -> str:
 # -- the schema ------------------------------------------------------------------------------------------
 
 def _m0005_words_stay_words(conn: psycopg.Connection[Any]) -> None:
-    """Issue 25: SQLite's `0012_words_stay_words`, the same function (`builtin_docs.words_stay_words`)."""
+    """Escape remnants leave the stored text: SQLite's `0012_words_stay_words`, the same function
+    (`builtin_docs.words_stay_words`)."""
     words_stay_words(conn, "%s")
 
 
@@ -133,7 +134,7 @@ def _m0005_words_stay_words(conn: psycopg.Connection[Any]) -> None:
 MIGRATIONS: list[tuple[str, str | Callable[[psycopg.Connection[Any]], None]]] = sorted([
     *((f.name.removesuffix(".sql"), f.read_text(encoding="utf-8"))
       for f in resources.files("memactors.store").joinpath("migrations/pg").iterdir() if f.name.endswith(".sql")),
-    # Escape remnants leave the stored text; the built-in provider's documents are re-indexed (issue 25).
+    # Escape remnants leave the stored text; the built-in provider's documents are re-indexed.
     ("0005_words_stay_words", _m0005_words_stay_words),
 ], key=lambda m: m[0])
 

@@ -19,8 +19,8 @@ Import writes a store the daemon is not running on (the CLI takes the state dire
 SQLite one). What the target already holds wins: a run, episode or fact it has is skipped, so importing
 twice adds nothing. Forgotten stays forgotten, both ways: a tombstone in the file is imported as one
 (the run row with it, so the run is never ingested again), and an episode the target holds live is
-forgotten through `store.pending.tombstone`, the one the retention actor uses (handed in),
-which queues its forgets at the provider; an episode the target has forgotten is never revived.
+forgotten through `store.pending.tombstone`, the one the retention actor uses, which queues its
+forgets at the provider; an episode the target has forgotten is never revived.
 
 Live episodes are recorded to the target's provider by the daemon itself: each is queued as a pending
 record (the path every acknowledged episode takes, from its stored copy), so the built-in provider's
@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 
 from . import Db, Store, iso
+from .pending import queue, tombstone
 
 __all__ = ["FORMAT", "VERSION", "ExportFilter", "ImportResult", "Oversized", "PortableError", "RowRefused", "export_lines",
            "import_lines", "read_lines"]
@@ -56,8 +57,6 @@ _EPISODE = ("episode_id", "harness", "run_id", "repo", "branch", "scope", "trust
 _INDEX = ("provider", "provider_id", "episode_id", "scope", "recorded_at", "forgotten_at")
 _FACT = ("id", "scope", "text", "confidence", "status", "created_at", "updated_at")
 
-#: Forget one episode in a write transaction (`store.pending.tombstone`): (db, episode id, now) → bool.
-Forget = Callable[[Db, str, str], bool]
 
 
 class PortableError(ValueError):
@@ -256,14 +255,14 @@ def _values(row: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
 _ROW_ERRORS = frozenset({"IntegrityError", "DataError"})
 
 
-def _write_batch(db: Db, items: list[tuple[int, dict[str, Any]]], *, provider: str, now: str, forget: Forget,
+def _write_batch(db: Db, items: list[tuple[int, dict[str, Any]]], *, provider: str, now: str,
                  result: ImportResult) -> None:
     for n, item in items:
         # One savepoint a row: a row the store itself refuses (a constraint no check foresaw) costs that
         # row alone, never its batch's transaction.
         db.execute("SAVEPOINT import_row")
         try:
-            _write_one(db, item, provider=provider, now=now, forget=forget, result=result)
+            _write_one(db, item, provider=provider, now=now, result=result)
         except RowRefused as exc:
             db.execute("ROLLBACK TO SAVEPOINT import_row")
             result.refuse(n, item["type"], str(exc))
@@ -275,8 +274,7 @@ def _write_batch(db: Db, items: list[tuple[int, dict[str, Any]]], *, provider: s
         db.execute("RELEASE SAVEPOINT import_row")
 
 
-def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, forget: Forget,
-               result: ImportResult) -> None:
+def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, result: ImportResult) -> None:
     kind, row = item["type"], item["row"]
     match kind:
         case "run":
@@ -295,7 +293,7 @@ def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, forget:
                               " ON CONFLICT DO NOTHING RETURNING 1", _values(row, _RUN_PATH)).fetchone()
             result.count(result.added if done else result.present, kind)
         case "episode":
-            _episode(db, item, provider=provider, now=now, forget=forget, result=result)
+            _episode(db, item, provider=provider, now=now, result=result)
         case "index":
             values = _values(row, _INDEX)
             if values[0] == provider == "builtin":
@@ -325,15 +323,14 @@ def _write_one(db: Db, item: dict[str, Any], *, provider: str, now: str, forget:
             raise RowRefused(f"unknown type {str(other)[:32]!r}")
 
 
-def _episode(db: Db, item: dict[str, Any], *, provider: str, now: str, forget: Forget,
-             result: ImportResult) -> None:
+def _episode(db: Db, item: dict[str, Any], *, provider: str, now: str, result: ImportResult) -> None:
     values = dict(zip(_EPISODE, _values(item["row"], _EPISODE), strict=True))
     gone = values["forgotten_at"] is not None
     kind = "tombstone" if gone else "episode"
     held = db.execute("SELECT forgotten_at FROM episodes WHERE episode_id = ?", [values["episode_id"]]).fetchone()
     if held is not None:
         if gone and held[0] is None:
-            forget(db, values["episode_id"], now)  # forgotten there: forgotten here too, at the provider as well
+            tombstone(db, values["episode_id"], now)  # forgotten there: forgotten here too, at the provider as well
             result.forgotten += 1
         else:
             result.count(result.present, kind)
@@ -345,14 +342,11 @@ def _episode(db: Db, item: dict[str, Any], *, provider: str, now: str, forget: F
                [*values.values(), body_id])
     result.count(result.added, kind)
     if not gone and body_id is not None:
-        db.execute("INSERT INTO pending (kind, provider, episode_id, provider_id, first_at, next_at)"
-                   " VALUES ('record', ?, ?, '', ?, ?) ON CONFLICT DO NOTHING",
-                   [provider, values["episode_id"], now, now])
+        queue(db, "record", provider, values["episode_id"], now=now)
         result.queued += 1
 
 
-async def import_lines(store: Store, lines: Iterable[str | Oversized], *, provider: str, forget: Forget,
-                       check: Check, limit: int,
+async def import_lines(store: Store, lines: Iterable[str | Oversized], *, provider: str, check: Check, limit: int,
                        progress: Callable[[int], None] = lambda n: None,
                        now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> ImportResult:
     """Import an export (its lines, header first; `read_lines` gives them) into `store` for `provider`
@@ -376,8 +370,7 @@ async def import_lines(store: Store, lines: Iterable[str | Oversized], *, provid
 
     async def flush(batch: list[tuple[int, dict[str, Any]]]) -> None:
         nonlocal done
-        await store.write(lambda db: _write_batch(db, batch, provider=provider, now=stamp, forget=forget,
-                                                  result=result))
+        await store.write(lambda db: _write_batch(db, batch, provider=provider, now=stamp, result=result))
         done += len(batch)
         progress(done)
 

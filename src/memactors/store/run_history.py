@@ -1,17 +1,112 @@
-"""The run history briefings and recall read (REQ-12, REQ-14; docs/contracts.md, "Run graph"): the runs on a branch, the
-runs that edited a path, each with its latest pull request, the stored episode a run left, and where a
-run works (its live presence, else its ingested run: the repository and branch REQ-9's view reads)."""
+"""The run history (REQ-6, REQ-12, REQ-14; docs/contracts.md, "Run graph"): the closed runs the daemon
+ingested, each kept once with its (redacted) run record and the paths it edited, and what briefings and
+recall read of them: the runs on a branch, the runs that edited a path, each with its latest pull
+request, the stored episode a run left, and where a run works (its live presence, else its ingested
+run: the repository and branch REQ-9's view reads)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
+from .._wire import converter
+from ..episode import episode_id_for, is_stored
+from ..models import RunRecord
+from ..redact import redact_obj
 from . import Db
 from ._feeds import checked_limit, like_prefix, normalise_path
+
+# -- the closed runs the ingest path keeps -----------------------------------------------------------
+
+
+def store_run(db: Db, record: RunRecord, *, repo: str | None, branch: str | None,
+              paths: Iterable[str], now: str, clean: bool = False) -> bool:
+    """Keep the run record (redacted, prompt dropped) and the paths it edited, for the graph.
+
+    A closed run is kept once: the first record stored for (harness, run_id) wins and a later one is
+    ignored (False), so an episode never changes, nor its scope, once recorded (REQ-6).
+    """
+    raw = converter.unstructure(record)
+    raw.pop("prompt", None)
+    if db.execute("SELECT 1 FROM runs WHERE harness = ? AND run_id = ?", [record.harness, record.run_id]).fetchone():
+        return False
+    # Clean already (the ingest path's `stored_record`, or a caller that says so): each string is
+    # redacted once, at the boundary, never twice.
+    safe = raw if clean or is_stored(record) else redact_obj(raw)
+    (record_id,) = db.execute("INSERT INTO run_records (record) VALUES (?) RETURNING id",
+                              [record_json(safe)]).fetchone()
+    inserted = db.execute(
+        "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
+         record.reason, record.duration_ms, repo, branch, record_id, now],
+    ).fetchone()
+    if inserted is None:
+        # Another daemon sharing the store committed the same run between the check above and this
+        # insert (two hosts ingesting one run): theirs is the first record; this one is a duplicate.
+        db.execute("DELETE FROM run_records WHERE id = ?", [record_id])
+        return False
+    if repo:
+        for path in sorted(set(paths)):
+            db.execute("INSERT INTO run_paths (harness, run_id, repo, path) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                       [record.harness, record.run_id, repo, path])
+    return True
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def record_json(raw: dict[str, Any]) -> str:
+    """The stored form of a (redacted) run record: compact JSON without its null fields (each has a
+    default in the model, so `load_run_record` gives back the same record) — ~15 % of the stored record."""
+    return json.dumps(_without_nulls(raw), sort_keys=True, separators=(",", ":"))
+
+
+def stored_runs(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """The runs of `keys` the store holds: {(harness, run_id): its episode id, or None without one}."""
+    out: dict[tuple[str, str], str | None] = {}
+    for harness, run_id in dict.fromkeys(keys):
+        row = db.execute("SELECT started_at FROM runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
+        if row is None:
+            continue
+        episode_id = episode_id_for(harness, run_id, row[0])
+        known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+        out[(harness, run_id)] = episode_id if known else None
+    return out
+
+
+def sessions_recorded(db: Db, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """Of ``keys`` ((adapter, run id): an agent's session, whose id the agent made unique), those the store
+    holds under any harness: {key: its episode id, or None without one}. For an import, which must not
+    record a second time a session a resident's hook recorded under the resident's harness. Read through
+    the ``runs_by_session`` index on (adapter, run_id) (store migrations 0013 SQLite, 0006 PostgreSQL)."""
+    out: dict[tuple[str, str], str | None] = {}
+    wanted = set(keys)
+    for adapter in sorted({a for a, _ in wanted}):
+        ids = sorted(r for a, r in wanted if a == adapter)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(f"SELECT harness, run_id, started_at FROM runs WHERE adapter = ? AND run_id IN ({marks})"
+                              " ORDER BY ingested_at", [adapter, *chunk]).fetchall()
+            for harness, run_id, started_at in rows:
+                if (adapter, run_id) in out:
+                    continue
+                episode_id = episode_id_for(harness, run_id, started_at)
+                known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
+                out[(adapter, run_id)] = episode_id if known else None
+    return out
+
+
+# -- what briefings and recall read ------------------------------------------------------------------
 
 
 @attrs.frozen

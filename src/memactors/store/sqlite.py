@@ -148,7 +148,7 @@ def _m0006_builtin_scope_in_fts(db: sqlite_utils.Database) -> None:
 def _m0007_episode_text_from_body(db: sqlite_utils.Database) -> None:
     """`episodes.text` goes: the REQ-5 text rendering is a pure function of the stored body
     (`episode.render_text`), so keeping it beside the body was a second copy of every episode's result
-    excerpt (~1 KB an episode, issue 11). Its readers render it from the body: the retry loop (the
+    excerpt (~1 KB an episode). Its readers render it from the body: the retry loop (the
     `text` of memory_record_episode), the operator's episode view, and REQ-9's text check
     (`index.text_belongs_body`). SQLite rewrites the table; with secure_delete on, the dropped copies
     are overwritten."""
@@ -204,7 +204,7 @@ _BUILTIN_FTS_SQL = """
 
 @migrations(name="0009_flat_text_and_builtin_fields")
 def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
-    """Issue 17: index the words, not their escapes; index what a run said, touched and failed apart
+    """Index the words, not their escapes; index what a run said, touched and failed apart
     from its metadata.
 
     1. Every string of every stored episode body is flattened (`episode.flatten`: a run of line
@@ -259,13 +259,13 @@ def _m0009_flat_text_and_builtin_fields(db: sqlite_utils.Database) -> None:
 @migrations(name="0010_agent_runs")
 def _m0010_agent_runs(db: sqlite_utils.Database) -> None:
     """The runs the daemon starts (`memactors run`), from spawn to end, so `memactors runs list/show`
-    answer after a restart too (issue 18). One row per run: its state and the operator's view of it
+    answer after a restart too. One row per run: its state and the operator's view of it
     (JSON: pid, times, outcome, reason, episode, caps); the redacted tail of the agent's stderr and its
     parsed, redacted event log (JSON lines) are kept beside it, never in the episode (REQ-5).
 
     When the run's episode is forgotten (REQ-10 sets `runs.record_id` to NULL with the run record), the
     trigger removes the stderr tail and the log too: both may hold what the agent wrote. The row's ids,
-    times and outcome stay, as the runs row does. Rows are pruned by age (`run_rows.prune`)."""
+    times and outcome stay, as the runs row does. Rows are pruned by age (`agent_runs.prune`)."""
     db.executescript(_sql("0010_agent_runs"))
 
 
@@ -280,7 +280,7 @@ def _m0011_pending_claims(db: sqlite_utils.Database) -> None:
 
 @migrations(name="0012_words_stay_words")
 def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
-    """Issue 25: escape remnants leave the stored text and the built-in provider's documents are
+    """Escape remnants leave the stored text and the built-in provider's documents are
     re-indexed (`words_stay_words`)."""
     words_stay_words(db)
 
@@ -288,13 +288,13 @@ def _m0012_words_stay_words(db: sqlite_utils.Database) -> None:
 @migrations(name="0013_runs_by_session")
 def _m0013_runs_by_session(db: sqlite_utils.Database) -> None:
     """An index on runs by (adapter, run id): an import's "is this session recorded already, under any
-    harness" (`actors.index.sessions_recorded`) reads those rows, not every run."""
+    harness" (`run_history.sessions_recorded`) reads those rows, not every run."""
     db.executescript(_sql("0013_runs_by_session"))
 
 
 @migrations(name="0014_embed_cache_by_doc")
 def _m0014_embed_cache_by_doc(db: sqlite_utils.Database) -> None:
-    """Issue 43: an embedding-cache row may point at its document's vector in `builtin_vec` instead of
+    """An embedding-cache row may point at its document's vector in `builtin_vec` instead of
     holding a copy (the vector stored once); the vectors move at start (`index_sqlite.cache_once`)."""
     db.executescript(_sql("0014_embed_cache_by_doc"))
 
@@ -410,7 +410,7 @@ def empty_store(path: Path) -> StoreDamaged | None:
 
     A new store is never zero bytes once opened (its header is written at once), so an empty file where
     the store should be is a truncation or a failed copy: starting on it would begin an empty memory
-    without a word. The daemon refuses instead and says how to start afresh deliberately (issue 45)."""
+    without a word. The daemon refuses instead and says how to start afresh deliberately."""
     try:
         size = path.stat().st_size
     except OSError:
@@ -484,7 +484,7 @@ class SqliteStore(Store):
 
         def setup() -> SqliteDb:
             # A file that is not a database, has a damaged page, or cannot be written: one line naming the
-            # file and the cause (the CLI exits 5 on it), not a traceback (issue 34).
+            # file and the cause (the CLI exits 5 on it), not a traceback.
             try:
                 # Only a directory made here is made private: a --db in an existing shared directory
                 # (/tmp, a project folder) must never have its mode changed (the state directory
@@ -537,8 +537,8 @@ class SqliteStore(Store):
     async def integrity(self) -> str | None:
         """SQLite's ``PRAGMA quick_check`` of the file, at most once per ``INTEGRITY_MAX_AGE`` seconds
         (callers in between get the last answer): None when it reads whole, else a one-line account of
-        what is damaged, naming the file (issue 34: garbage pages written under a running daemon left
-        status and doctor green while every recall degraded).
+        what is damaged, naming the file (garbage pages written under a running daemon once left status
+        and doctor green while every recall degraded).
 
         The check runs on a fresh read-only connection (a pooled one may hold the damaged pages' old
         images in its cache) in a worker thread, one at a time."""

@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+from typing import TypedDict
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -64,13 +65,21 @@ def _launch(path: str, args: list[str]) -> None:
         os._exit(1)
     status = int(line)
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        killed_by = os.WTERMSIG(status)
+        signal.signal(killed_by, signal.SIG_DFL)
+        os.kill(os.getpid(), killed_by)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def _child(fds: list[int], request: dict[str, object], inherited: list[int]) -> None:
+class _Request(TypedDict):
+    """What a launcher sends beside its three fds (`_launch`'s payload)."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def _child(fds: list[int], request: _Request, inherited: list[int]) -> None:
     try:
         for fd in inherited:  # the server's own: its wake-up pipe, other launchers' connections
             os.close(fd)
@@ -83,10 +92,10 @@ def _child(fds: list[int], request: dict[str, object], inherited: list[int]) -> 
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python process
         os.chdir(str(request["cwd"]))
         os.environ.clear()
-        os.environ.update(request["env"])  # type: ignore[arg-type]
+        os.environ.update(request["env"])
         from memactors.testing.fault_provider import main
 
-        args = [str(a) for a in request["args"]]  # type: ignore[attr-defined]
+        args = [str(a) for a in request["args"]]
         sys.argv = ["memactors.testing.fault_provider", *args]
         main(args)
         code = 0
@@ -120,7 +129,8 @@ def _serve(path: str) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     children: dict[int, socket.socket] = {}
     while True:
-        readable, _, _ = select.select([server, wake_r, 0, *children.values()], [], [])
+        watched: list[socket.socket | int] = [server, wake_r, 0, *children.values()]
+        readable, _, _ = select.select(watched, [], [])
         for ready in readable:
             if ready == 0:  # stdin: the pytest process that started us is gone (EOF)
                 if not os.read(0, 4096):
@@ -157,13 +167,13 @@ def _serve(path: str) -> None:
                 break
             if pid == 0:
                 break
-            conn = children.pop(pid, None)
-            if conn is not None:
+            launcher = children.pop(pid, None)
+            if launcher is not None:
                 try:
-                    conn.sendall(f"{status}\n".encode())
+                    launcher.sendall(f"{status}\n".encode())
                 except OSError:
                     pass
-                conn.close()
+                launcher.close()
 
 
 if __name__ == "__main__":

@@ -162,7 +162,8 @@ def _rough_tokens(body: Any) -> int:
 _USAGE = {"input_tokens": 120, "output_tokens": 24, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
-def _message(model: str, blocks: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+def _message(model: str, blocks: list[dict[str, Any]], stop: str | None) -> dict[str, Any]:
+    # stop is None in a stream's message_start: the reason comes with message_delta
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": blocks,
             "stop_reason": stop, "stop_sequence": None, "usage": _USAGE}
 
@@ -176,7 +177,7 @@ async def _stream(send: _Send, model: str, blocks: Sequence[dict[str, Any]], sto
         chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-    start = _message(model, [], None)  # type: ignore[arg-type]
+    start = _message(model, [], None)
     start["usage"] = {**_USAGE, "output_tokens": 1}
     await event("message_start", {"type": "message_start", "message": start})
     for index, block in enumerate(blocks):

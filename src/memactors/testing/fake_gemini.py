@@ -220,7 +220,9 @@ def _fitting(schema: Any) -> Any:
         return schema["enum"][0]
     kind = str(schema.get("type", "object")).lower()
     if kind == "object":
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = schema.get("properties")
+        if not isinstance(props, dict):
+            props = {}
         return {key: _fitting(props.get(key)) for key in schema.get("required") or props}
     return {"string": "a scripted test session", "number": 10, "integer": 10, "boolean": False,
             "array": []}.get(kind)

@@ -268,14 +268,14 @@ class FakeOpenAI:
             case FunctionCall(name=name, arguments=arguments):
                 return self._function_call(name, json.dumps(arguments))
             case ShellCall(command=command, workdir=workdir, timeout_ms=timeout_ms):
-                name = next((n for n in _SHELL_TOOLS if n in offered), None)
-                if name is None:
+                shell = next((n for n in _SHELL_TOOLS if n in offered), None)
+                if shell is None:
                     raise LookupError(f"the request offered no shell tool (tools: {sorted(offered)})")
                 args: dict[str, Any]
-                if name == "shell_command":
+                if shell == "shell_command":
                     args = {"command": command[-1] if command[:2] in (["bash", "-lc"], ["bash", "-c"]) else
                             " ".join(command)}
-                elif name == "exec_command":
+                elif shell == "exec_command":
                     args = {"cmd": command[-1] if command[:2] in (["bash", "-lc"], ["bash", "-c"]) else
                             " ".join(command)}
                 else:
@@ -283,13 +283,13 @@ class FakeOpenAI:
                 if workdir:
                     args["workdir"] = workdir
                 if timeout_ms is not None:
-                    args["yield_time_ms" if name == "exec_command" else "timeout_ms"] = timeout_ms
-                return self._function_call(name, json.dumps(args))
+                    args["yield_time_ms" if shell == "exec_command" else "timeout_ms"] = timeout_ms
+                return self._function_call(shell, json.dumps(args))
             case PatchCall(patch=patch):
-                tool = offered.get("apply_patch")
-                if tool is None:
+                patch_tool = offered.get("apply_patch")
+                if patch_tool is None:
                     raise LookupError(f"the request offered no apply_patch tool (tools: {sorted(offered)})")
-                if tool.get("type") == "custom":
+                if patch_tool.get("type") == "custom":
                     return {"type": "custom_tool_call", "id": self._next_id("ctc"), "call_id": self._next_id("call"),
                             "name": "apply_patch", "input": patch, "status": "completed"}
                 return self._function_call("apply_patch", json.dumps({"input": patch}))

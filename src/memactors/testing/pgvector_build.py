@@ -207,16 +207,16 @@ def build(tree: Path | None = None, *, force: bool = False) -> Path:
             _copy_server(server, staging)
             _make(source, server, "install", f"DESTDIR={staging}")
             rel = {k: str(Path(server[k]).relative_to("/")) for k in ("bindir", "pkglibdir", "sharedir")}
+            installed = {"vector_so": f"{rel['pkglibdir']}/vector.so",
+                         "vector_control": f"{rel['sharedir']}/extension/vector.control"}
             stamp = {
                 "recipe": RECIPE, "server": server["version"], "pgvector": version,
                 "source": f"Debian {SOURCE_SUITE}'s source package {SOURCE_PACKAGE} {debian_version(source)}", "make_flags": list(MAKE_FLAGS),
-                **rel,
-                "vector_so": f"{rel['pkglibdir']}/vector.so",
-                "vector_control": f"{rel['sharedir']}/extension/vector.control",
+                **rel, **installed,
             }
-            for key in ("vector_so", "vector_control"):
-                if not (staging / stamp[key]).exists():
-                    raise RuntimeError(f"make install of pgvector left no {stamp[key]} under {staging}")
+            for path in installed.values():
+                if not (staging / path).exists():
+                    raise RuntimeError(f"make install of pgvector left no {path} under {staging}")
             isa_guard.check([staging])
             for directory, _, _ in os.walk(staging):
                 os.chmod(directory, 0o755)

@@ -80,7 +80,10 @@ def tree_bindir(tree: Path) -> Path:
     stamp = read_stamp(tree)
     if stamp is None:
         raise RuntimeError(f"{tree} is not a pgvector server tree (no stamp): `make postgres` builds one")
-    return tree / stamp["bindir"]
+    bindir = stamp["bindir"]
+    if not isinstance(bindir, str):
+        raise RuntimeError(f"{tree}'s stamp names no bindir: `python -m memactors.testing.pgvector_build --force` rebuilds it")
+    return tree / bindir
 
 
 def pgvector_install() -> Path:

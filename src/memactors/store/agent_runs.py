@@ -1,9 +1,9 @@
 """The ``agent_runs`` table: every run the daemon starts, kept past its end and past a restart.
 
-Functions of a store connection (either engine), run by the store's writer or a reader (``Store.write`` / ``read``)
-for the runs actor. A row is written when the run is spawned (state ``running``) and again when it
-ended, with the redacted stderr tail and event log (``run_watch``). What is kept and for how long
-(docs/runs.md "What is kept"):
+Engine-neutral SQL over `Db`, run through ``Store.write`` / ``read`` by the runs actor (``actors.runs``),
+the service (a run's log) and the start-up repair (``agents.excerpt_repair``). A row is written when the
+run is spawned (state ``running``) and again when it ended, with the redacted stderr tail and event log
+(``agents.run_watch``). What is kept and for how long (docs/runs.md "What is kept"):
 
 * the row (ids, times, outcome, reason, episode, pid, caps; the stderr tail): :data:`KEEP_ROWS_DAYS`
   after the run ended;
@@ -17,9 +17,10 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..store import Db, iso
+from . import Db, iso
 
-__all__ = ["KEEP_LOGS", "KEEP_LOG_DAYS", "KEEP_ROWS_DAYS", "find", "page", "prune", "stale_running", "upsert"]
+__all__ = ["KEEP_LOGS", "KEEP_LOG_DAYS", "KEEP_ROWS_DAYS", "find", "log_of", "log_text", "page", "prune", "stale_running",
+           "upsert"]
 
 #: An ended run's row is kept this long.
 KEEP_ROWS_DAYS = 30
@@ -59,12 +60,19 @@ def find(db: Db, run_id: str, harness: str | None) -> list[dict[str, Any]]:
     return [_view(r) for r in rows.fetchall()]
 
 
+def log_text(db: Db, harness: str, run_id: str) -> str | None:
+    """An ended run's stored event log as stored (one JSON event a line); None when it is gone (pruned,
+    or its episode forgotten) or the run is unknown."""
+    row = db.execute("SELECT log FROM agent_runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def log_of(db: Db, harness: str, run_id: str) -> list[dict[str, Any]] | None:
     """An ended run's stored event log; None when it is gone (pruned, or its episode forgotten)."""
-    row = db.execute("SELECT log FROM agent_runs WHERE harness = ? AND run_id = ?", [harness, run_id]).fetchone()
-    if row is None or row[0] is None:
+    text = log_text(db, harness, run_id)
+    if text is None:
         return None
-    return [json.loads(line) for line in row[0].splitlines() if line]
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def page(db: Db, *, harness: str | None, state: str | None, limit: int,
