@@ -30,7 +30,6 @@ import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import trio
 from loguru import logger
