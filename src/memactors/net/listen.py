@@ -300,9 +300,25 @@ def hypercorn_config() -> HypercornConfig:
 
     hypercorn is imported here, not at the top: the CLI imports this module (through the RPC client)
     and must not pay for the HTTP server it never runs."""
+    import time
+    from wsgiref.handlers import format_date_time
+
     from hypercorn.config import Config as HypercornConfig
 
-    config = HypercornConfig()
+    class _Config(HypercornConfig):
+        """hypercorn's settings, with the ``date`` header formatted once a second, not per response (its
+        value has a resolution of one second: the same bytes, first among the server's headers)."""
+
+        _date: tuple[int, bytes] = (-1, b"")
+
+        def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+            now = int(time.time())
+            if self._date[0] != now:
+                self._date = (now, format_date_time(now).encode("ascii"))
+            return [(b"date", self._date[1]), *super().response_headers(protocol)]
+
+    config = _Config()
+    config.include_date_header = False  # written by _Config.response_headers
     config.accesslog = None
     config.errorlog = None
     config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
