@@ -186,15 +186,24 @@ def write_config(root: Path, state: Path, extra: str = "") -> Path:
 
 
 @asynccontextmanager
-async def daemon(root: Path, config: Path, state: Path, *,
-                 wait_ready: bool = True) -> AsyncIterator[dict[str, Any]]:
+async def daemon(root: Path, config: Path, state: Path, *, wait_ready: bool = True,
+                 src: Path | None = None, profile: Path | None = None) -> AsyncIterator[dict[str, Any]]:
     """A `memactors serve` subprocess on `config`; waits for its provider to be ready unless told not
-    to (a daemon whose provider never becomes ready, for the drain measurement)."""
+    to (a daemon whose provider never becomes ready, for the drain measurement). `src`: another tree's
+    `src` first on PYTHONPATH (before/after in one run); `profile`: the daemon runs under cProfile,
+    its stats written there when it stops."""
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(root)}
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])
     (state / "daemon.json").unlink(missing_ok=True)
     log = (root / "daemon.log").open("ab")
-    proc = await trio.lowlevel.open_process([sys.executable, "-m", "memactors.cli", "serve"], env=env,
-                                            stdout=log, stderr=log)
+    # cProfile on the thread's CPU clock: on a loaded machine the wall clock charges a call for the waits
+    # for a core (a socket send that wakes the client shows as milliseconds).
+    profiler = ["-c", "import cProfile, runpy, sys, time; p = cProfile.Profile(time.thread_time);"
+                " sys.argv = ['memactors', 'serve']; p.enable()\ntry: runpy.run_module('memactors.cli', run_name='__main__')"
+                f"\nfinally: p.disable(); p.dump_stats({str(profile)!r})"] if profile is not None \
+        else ["-m", "memactors.cli", "serve"]
+    proc = await trio.lowlevel.open_process([sys.executable, *profiler], env=env, stdout=log, stderr=log)
     try:
         with trio.fail_after(120):
             while not (state / "daemon.json").exists():  # noqa: ASYNC110 -- a bench, polling the file

@@ -117,8 +117,21 @@ _BRIEFING_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-#: The schemas ``tools/list`` advertises, by tool name (None for any other name: nothing to check).
+#: The schemas ``tools/list`` advertises, by tool name.
 _TOOL_SCHEMAS: dict[str, dict[str, Any]] = {"recall": _RECALL_SCHEMA, "briefing": _BRIEFING_SCHEMA}
+# The SDK compares a tools/call's `Mcp-Param-*` headers with the arguments only for the properties a schema
+# annotates with `x-mcp-header`; these annotate none, so that check has nothing to compare (see
+# _no_param_headers). A schema that comes to annotate one must be handed to the SDK again.
+if "x-mcp-header" in json.dumps(_TOOL_SCHEMAS):  # pragma: no cover - a guard for whoever edits the schemas
+    raise RuntimeError("a gateway tool schema annotates x-mcp-header: give the SDK its schemas again")
+
+
+def _no_param_headers(name: str) -> None:
+    """The input schema the SDK checks a tools/call's `Mcp-Param-*` headers against: none. No property of
+    ours routes by header, so the SDK's check (a walk of the schema and a fold of every header, per call)
+    could never refuse anything; None skips it. Without this hook the SDK would run a whole tools/list
+    through its dispatcher for each call to find the schema."""
+    return None
 
 #: What ``tools/list`` answers. The annotations tell a host what a call does before it makes one:
 #: both tools only read memory (``readOnlyHint``; the exposure rows a call writes are the daemon's
@@ -183,9 +196,7 @@ class Gateway:
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
-            # Without this the SDK answers each HTTP tools/call's Mcp-Param header check by running a
-            # whole tools/list through its dispatcher first (a second request's worth of work per call).
-            get_tool_input_schema=_TOOL_SCHEMAS.get,
+            get_tool_input_schema=_no_param_headers,
         )
         # REQ-18: the SDK's SERVER span per message (`tools/call recall`, …) only under consent.
         consent_server_spans(server, self._spans_consented)

@@ -38,6 +38,12 @@ async def _echo_body(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await HOLD[scope["path"]].wait()
     if scope["path"] == "/trusted":  # as the gateway does for a request with a live run token
         trust_connection(scope)
+    if scope["path"].startswith("/stream/"):  # a streamed answer (no length): its head and first event now
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
+        await HOLD[scope["path"]].wait()
+        await send({"type": "http.response.body", "body": b"data: last\n\n"})
+        return
     size = 0
     while True:
         message = await receive()
@@ -320,3 +326,28 @@ async def test_a_rate_limited_line_is_written_once_per_interval_with_the_suppres
     assert lines.allow("peer-b") == 0  # another peer has its own budget
     await trio.sleep(10)
     assert lines.allow("peer-a") == 9_999  # the next line says how many were folded into it
+
+
+async def test_a_streamed_answer_reaches_the_client_before_it_ends_and_a_sized_one_arrives_whole(
+        nursery: trio.Nursery) -> None:
+    """The listener writes a sized answer's head with its body in one send; a streamed answer (no length:
+    an event stream) must still reach the client event by event, head first, while the app holds it open."""
+    port = await _serve(nursery)
+    HOLD["/stream/1"] = trio.Event()
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(b"GET /stream/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"data: first" not in data:
+            chunk = await stream.receive_some(4096)
+            assert chunk, data
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in data.lower()
+        assert b"data: last" not in data
+        HOLD["/stream/1"].set()
+        while not data.endswith(b"0\r\n\r\n"):
+            data += await stream.receive_some(4096)
+        assert b"data: last" in data
+        # The same connection then serves a sized answer, whole: head, length and body.
+        await stream.send_all(POST % 2 + b"ok")
+        answer = await _answer(stream)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n2")

@@ -300,9 +300,25 @@ def hypercorn_config() -> HypercornConfig:
 
     hypercorn is imported here, not at the top: the CLI imports this module (through the RPC client)
     and must not pay for the HTTP server it never runs."""
+    import time
+    from wsgiref.handlers import format_date_time
+
     from hypercorn.config import Config as HypercornConfig
 
-    config = HypercornConfig()
+    class _Config(HypercornConfig):
+        """hypercorn's settings, with the ``date`` header formatted once a second, not per response (its
+        value has a resolution of one second: the same bytes, first among the server's headers)."""
+
+        _date: tuple[int, bytes] = (-1, b"")
+
+        def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+            now = int(time.time())
+            if self._date[0] != now:
+                self._date = (now, format_date_time(now).encode("ascii"))
+            return [(b"date", self._date[1]), *super().response_headers(protocol)]
+
+    config = _Config()
+    config.include_date_header = False  # written by _Config.response_headers
     config.accesslog = None
     config.errorlog = None
     config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
@@ -327,9 +343,17 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
         hypercorn reports a request head's completion as ``Updated(idle=False)`` and the end of a
         response (the connection idle again) as ``Updated(idle=True)``; between the two the request's
         body is the application's to bound. While idle, the first byte received starts the next head's
-        clock; with none, the keep-alive timer (hypercorn's idle task) runs. A connection that has
-        served no request yet has its head clock running from the accept. HTTP/2 and websocket
-        connections (no h11 request cycle to follow) keep a per-read timeout of ``BODY_TIMEOUT``.
+        clock; with none, the keep-alive deadline (``KEEP_ALIVE_TIMEOUT`` from the end of the last
+        response) runs on the same read. A connection that has served no request yet has its head clock
+        running from the accept. HTTP/2 and websocket connections (no h11 request cycle to follow) keep a
+        per-read timeout of ``BODY_TIMEOUT`` and hypercorn's idle task for their keep-alive.
+
+        Per request it does less than hypercorn's own server (issue 43: the gateway's HTTP cost per call):
+        the keep-alive of an HTTP/1.1 connection is the read's deadline, not a task started after every
+        response and cancelled at the next request; the empty write h11 makes for the end of a sized
+        body is not sent (a lock, a shielded scope and a checkpoint for no byte); and the head of a sized
+        response goes out with its first body bytes in one send, not two (one segment over loopback, one
+        wake-up of the client instead of two). A streamed response (chunked, SSE) has its head sent at once.
         """
 
         def __init__(self, *args: Any, table: ConnectionTable | None = None, **kwargs: Any) -> None:
@@ -344,6 +368,12 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
             self._shed = False
             #: Never closed to make room (a request on it carried a live run token).
             self.trusted = False
+            #: A sized response's head, written with the response's next bytes (see the class's doc).
+            self._held = b""
+            #: h11's state for this side at the last write: a head is the write that enters SEND_BODY.
+            self._sent_state: Any = None
+            #: hypercorn's idle task, started at the accept, is stopped at the first request (h11 only).
+            self._idle_task_running = True
             #: Set when the connection is closed and its slot given back.
             self.gone = trio.Event()
 
@@ -369,7 +399,37 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
                 now = trio.current_time()
                 self._request_started = now
                 self._idle_since = now if event.idle else None
+                if self._h11() is not None:  # keep-alive by the read deadline (see _read_deadline)
+                    self._sent_state = None
+                    if self._reading is not None:  # the read under way began with the request's deadline
+                        self._reading.deadline = self._read_deadline()
+                    if self._idle_task_running:
+                        self._idle_task_running = False
+                        await self.idle_task.stop()
+                    return
+                self._idle_task_running = event.idle
+            elif isinstance(event, RawData):
+                event = self._coalesced(event)
+                if event is None:
+                    return
+            elif isinstance(event, Closed) and self._held:
+                held, self._held = self._held, b""
+                await super().protocol_send(RawData(data=held))
             await super().protocol_send(event)
+
+        def _coalesced(self, event: Any) -> Any:
+            """The write to make for ``event`` (None: nothing now): a sized response's head is held for
+            its first body bytes (or the empty end of its body), everything else goes as it comes."""
+            data = self._held + event.data
+            self._held = b""
+            connection = self._h11()
+            if connection is not None:
+                state, before = connection.our_state, self._sent_state
+                self._sent_state = state
+                if state is h11.SEND_BODY and before is not h11.SEND_BODY and b"\r\ncontent-length:" in event.data.lower():
+                    self._held = data
+                    return None
+            return RawData(data=data) if data else None
 
         def _h11(self) -> Any:
             """The connection's h11 state machine, or None (HTTP/2, a websocket, not started yet)."""
@@ -385,8 +445,8 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
                 return trio.current_time() + BODY_TIMEOUT
             if self._in_request or connection.their_state is not h11.IDLE:
                 return math.inf  # a body (bounded by RequestBodyGuard) or the app's answer
-            if self._head_started is None:
-                return math.inf  # keep-alive: hypercorn's idle timer closes the connection
+            if self._head_started is None:  # keep-alive, from the end of the last response
+                return math.inf if self._idle_since is None else self._idle_since + KEEP_ALIVE_TIMEOUT
             return self._head_started + HANDSHAKE_TIMEOUT
 
         def shed_state(self) -> tuple[int, float] | None:
@@ -427,7 +487,8 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
                 if self._shed:
                     break
                 if waited.cancelled_caught:
-                    _dropped(self.stream, "head")
+                    if self._head_started is not None:  # else the keep-alive ended: a quiet close
+                        _dropped(self.stream, "head")
                     break
                 if data and not self._in_request and self._head_started is None:
                     self._head_started = trio.current_time()
