@@ -1,8 +1,9 @@
 """The suite's own rules (no user profile, garbage collected per test, trio's clock, CPU notes) and the
 plugins that provide the shared fixtures, each named for what it provides:
 
-* fix_store: the store engine(s) and PostgreSQL clusters, `store_url`, `store`;
-* fix_service: the service in this process (`config_path`, `make_holder`, `memory`, `served`);
+* fix_store: the store engine(s) and PostgreSQL clusters, `store_url`, `store`, `vector_store_url`;
+* fix_service: the service in this process (`config_path`, `make_holder`, `memory`, `served`) and
+  `bag_of_words_api`;
 * fix_providers: the fault provider's fork server and its helpers (`FaultFiles`, `fault_toml`, `sample`);
 * fix_daemon: the daemon as a process (`Daemon`, `start_daemon`, `daemon_process`, `daemon_in_process`);
 * fix_agents: the real agent CLIs, the configuration each needs to reach a loopback fake model API, and

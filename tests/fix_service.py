@@ -1,5 +1,6 @@
 """Plugin: the memory service in this process on a real config file and the test's store engine
-(`config_path`, `make_holder`, `memory`), and with its gateway on 127.0.0.1 (`served`)."""
+(`config_path`, `make_holder`, `memory`), with its gateway on 127.0.0.1 (`served`), and a loopback model
+API whose embeddings are bags of words (`bag_of_words_api`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
+from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import RESIDENT, serving, wait_ready, write_config
 
 
@@ -41,3 +43,11 @@ async def served(make_holder: Callable[[str], ConfigHolder]) -> AsyncIterator[tu
     """A service with a resident claude-code harness (`RESIDENT`) and its gateway on 127.0.0.1: (service, url)."""
     async with serving(make_holder(RESIDENT)) as answer:
         yield answer
+
+
+@pytest.fixture
+async def bag_of_words_api() -> AsyncIterator[FakeModelApi]:
+    """A model API on loopback (the fake's real HTTP wire format) whose embeddings are 64-dimensional bags of
+    words: a text's cosine to a question follows the words they share, so ranking tests can say what wins."""
+    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
+        yield api

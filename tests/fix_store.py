@@ -1,6 +1,7 @@
 """Plugin: the store under test. `engine` ("sqlite", or both engines for a module marked `both_engines`),
 this worker's PostgreSQL clusters (`pg_cluster`, `pgvector_cluster`), a fresh database (`pg_url`) or a
-reused empty schema (`store_url`), and an open `store` on that engine."""
+reused empty schema (`store_url`), an open `store` on that engine, and each engine that holds vectors
+(`vector_store_url`)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,20 @@ async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(params=["sqlite", "pgvector"])
+def vector_store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """Each engine whose store holds vectors, in turn: None (the SQLite file) or a fresh database on the worker's pgvector server, the extension created
+    by the administrator (docs/fleet.md)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    cluster = request.getfixturevalue("pgvector_cluster")
+    url = cluster.create_database()
+    name = url.rsplit("/", 1)[1]
+    cluster.admin("CREATE EXTENSION vector", dbname=name)
+    try:
+        yield url
+    finally:
+        cluster.drop_database(name)

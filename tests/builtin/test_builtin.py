@@ -21,7 +21,7 @@ from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
 from memactors.store.sqlite import _connect
-from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
+from memactors.testing.fake_model_api import FakeModelApi
 from support import RESIDENT, run_record, serving, wait_ready, within
 from support_builtin import A, check_scored_hits
 from support_builtin import episode_args as _args
@@ -33,14 +33,8 @@ B = "project:forge.example/acme/web"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeModelApi]:
-    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
-        yield api
-
-
-@pytest.fixture
-async def embed_client(fake: FakeModelApi) -> AsyncIterator[ModelApiClient]:
-    settings = ModelApiSettings(base_url=fake.base_url, api_key=None, utility_model=None,
+async def embed_client(bag_of_words_api: FakeModelApi) -> AsyncIterator[ModelApiClient]:
+    settings = ModelApiSettings(base_url=bag_of_words_api.base_url, api_key=None, utility_model=None,
                                 embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
     async with ModelApiClient(settings) as client:
         yield client
@@ -143,19 +137,19 @@ async def test_recording_twice_returns_the_same_ids_and_forget_of_unknown_is_fal
 
 
 async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     # No floor: the fusion's candidates, however weak (the fake model's cosines are not the embedded one's).
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0)
     await p.record(_args("ep_1", "rounding error in invoices"))
     await p.record(_args("ep_2", "totally different words here"))
-    assert fake.requests_to("/v1/embeddings") == []  # recording never waits for the model
+    assert bag_of_words_api.requests_to("/v1/embeddings") == []  # recording never waits for the model
     assert await store.read(missing_vectors) == 2
     assert await p.embed_pending() == 2
-    assert len(fake.requests_to("/v1/embeddings")) == 1  # one batch
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == 1  # one batch
     await p.record(_args("ep_1", "rounding error in invoices"))  # same content: nothing to do
     await p.record(_args("ep_9", "rounding error in invoices"))  # same content, other episode: the cache
     assert await p.embed_pending() == 1
-    assert len(fake.requests_to("/v1/embeddings")) == 1
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == 1
     assert await store.read(missing_vectors) == 0
     rows = await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
     assert rows == 3
@@ -172,12 +166,12 @@ async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine
 
 @pytest.mark.both_engines
 async def test_req11_hybrid_recall_falls_back_to_text(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
     await p.record(_args("ep_1", "ledger rounding fixed"))
     await p.record(_args("ep_2", "something else entirely"))
     await p.embed_pending()
-    fake.behaviour.embed_status = 503
+    bag_of_words_api.behaviour.embed_status = 503
     out = await p.recall({"query": "ledger", "scope": [A], "limit": 5})
     assert out["degraded"] == "embeddings_unavailable"
     assert [i["id"] for i in out["items"]] == ["ep_1"]  # FTS5 alone: no cosine-only hits
@@ -185,10 +179,10 @@ async def test_req11_hybrid_recall_falls_back_to_text(
 
 @pytest.mark.both_engines
 async def test_a_slow_embedding_model_does_not_hold_up_recall(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient, trio_clock: trio.testing.MockClock) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient, trio_clock: trio.testing.MockClock) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", query_embed_deadline=0.2)
     await p.record(_args("ep_1", "ledger rounding fixed"))
-    fake.behaviour.embed_delay = 30.0
+    bag_of_words_api.behaviour.embed_delay = 30.0
     out, _ = await within(trio_clock, 0.2, lambda: p.recall({"query": "ledger", "scope": [A], "limit": 5}))
     assert out["degraded"] == "embeddings_unavailable"
     assert [i["id"] for i in out["items"]] == ["ep_1"]
@@ -197,14 +191,14 @@ async def test_a_slow_embedding_model_does_not_hold_up_recall(
 # SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
 # tests in test_store_pg.py (the ones on pgvector) cover that engine.
 async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed")
-    fake.behaviour.embed_status = 503
+    bag_of_words_api.behaviour.embed_status = 503
     assert (await p.record(_args("ep_1", "ledger rounding fixed")))["ids"] == ["ep_1"]
     with pytest.raises(ModelApiError):
         await p.embed_pending()
     assert await store.read(missing_vectors) == 1
-    fake.behaviour.embed_status = 200
+    bag_of_words_api.behaviour.embed_status = 200
     assert await _ids(p, "ledger") == ["ep_1"]
     assert await p.embed_pending() == 1  # the next pass gives it its vector
     assert await store.read(missing_vectors) == 0
@@ -213,18 +207,18 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
 # SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
 # tests in test_store_pg.py (the ones on pgvector) cover that engine.
 async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(
-        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
-    holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+        make_holder: Callable[[str], ConfigHolder], bag_of_words_api: FakeModelApi) -> None:
+    holder = make_holder(f'[model_api]\nbase_url = "{bag_of_words_api.base_url}"\nembedding_model = "fake-embed"\n')
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         result = await memory.ingest_run(run_record())
         assert result["outcome"] == "recorded"
         assert await memory.builtin.wait_embedded() == 0  # embedded in the background
-        assert len(fake.requests_to("/v1/embeddings")) == 1
+        assert len(bag_of_words_api.requests_to("/v1/embeddings")) == 1
         ok = await memory.recall(query="ledger rounding", repo="forge.example/acme/api")
         assert ok["degraded"] is None
         assert [e["episode_id"] for e in ok["episodes"]] == [result["episode_id"]]
-        fake.behaviour.embed_status = 503
+        bag_of_words_api.behaviour.embed_status = 503
         # A query not asked before (a repeated one has its vector cached and needs no model).
         fallback = await memory.recall(query="rounding ledger", repo="forge.example/acme/api")
         assert fallback["degraded"] == "embeddings_unavailable"
@@ -416,7 +410,7 @@ async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(t
 
 @pytest.mark.both_engines
 async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_timestamps(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     """Issue 32: what is sent to the embedding model is what the run said and did — its result words
     (its summary when it has one), its failure classes — and none of the REQ-5 rendering's field
     names, ids or timestamps, which filled 74 % of the model's window. Nor its paths (text version 2:
@@ -435,7 +429,7 @@ async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_t
                     "episode": {"started_at": "2026-11-28T09:00:00Z"}})
     await p.record(_args("ep_sum", "the excerpt words", summary="Summarised: uploads retried on throttling"))
     assert await p.embed_pending() == 2
-    (request,) = fake.requests_to("/v1/embeddings")
+    (request,) = bag_of_words_api.requests_to("/v1/embeddings")
     (from_rendering,) = [x for x in request.body["input"] if "upload" in x and "Summarised" not in x]
     (with_summary,) = [x for x in request.body["input"] if "Summarised" in x]
     assert from_rendering.startswith("Retry the upload when the storage bucket answers a throttling error")
@@ -472,17 +466,17 @@ def test_a_confident_text_match_stays_first_and_a_match_of_both_rankings_beats_e
 
 
 async def test_sqlite_scores_its_hits_for_the_fusion(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     """SQLite: BM25 (negated FTS5 rank) and sqlite-vec's cosine similarity (1 − distance). PostgreSQL
     with pgvector: `test_store_pg.py::test_postgresql_scores_its_hits_for_the_fusion`."""
     await check_scored_hits(store, embed_client)
 
 
 async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
-        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+        make_holder: Callable[[str], ConfigHolder], bag_of_words_api: FakeModelApi) -> None:
     """The query's vector is cached by model and text: the same question through the gateway a second
     time (another run's agent, even) is answered alike with no embedding request; a new one makes one."""
-    holder = make_holder(RESIDENT + f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    holder = make_holder(RESIDENT + f'[model_api]\nbase_url = "{bag_of_words_api.base_url}"\nembedding_model = "fake-embed"\n')
     async with serving(holder) as (memory, url):
         for i, text in enumerate(("ledger rounding fixed", "invoice totals rounded in the ledger")):
             await memory.ingest_run(run_record(run_id=str(i + 1), trace_id=f"t-{i}", result_text=text))
@@ -490,18 +484,18 @@ async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
         documents = []
         for run in ("100", "101"):
             token, _ = await as_run(memory, "api-fixer", run, "forge.example/acme/api")
-            before = len(fake.requests_to("/v1/embeddings"))
+            before = len(bag_of_words_api.requests_to("/v1/embeddings"))
             async with gateway_client(url, token) as client:
                 result = await client.call_tool("recall", {"query": "ledger rounding", "limit": 5})
             assert not result.is_error
             text = "".join(c.text for c in result.content if isinstance(c, t.TextContent))
             documents.append(re.findall(r"^- episode · .*?· run (\w+)", text, re.M))
-            model_runs = len(fake.requests_to("/v1/embeddings")) - before
+            model_runs = len(bag_of_words_api.requests_to("/v1/embeddings")) - before
             assert model_runs == (1 if run == "100" else 0)
         assert documents[0] == documents[1] and documents[0]
         async with gateway_client(url, token) as client:
             assert not (await client.call_tool("recall", {"query": "invoice totals", "limit": 5})).is_error
-        assert len(fake.requests_to("/v1/embeddings")) - before == 1  # a new question is embedded
+        assert len(bag_of_words_api.requests_to("/v1/embeddings")) - before == 1  # a new question is embedded
 
 
 def _old_vec_table(path: Path) -> int:
@@ -540,11 +534,11 @@ def _cache_copies(db: Any) -> int:
 
 
 async def test_a_store_made_before_compact_vectors_is_upgraded_at_start_with_its_vectors_kept(
-        make_holder: Callable[[str], ConfigHolder], fake: FakeModelApi) -> None:
+        make_holder: Callable[[str], ConfigHolder], bag_of_words_api: FakeModelApi) -> None:
     """float32 vectors in vec0's default chunks, each also copied in the embedding cache: at start they
     become int8 in small chunks, stored once (the cache points at them), and recall answers alike
     without the model embedding an episode again."""
-    holder = make_holder(f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n')
+    holder = make_holder(f'[model_api]\nbase_url = "{bag_of_words_api.base_url}"\nembedding_model = "fake-embed"\n')
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         for i, text in enumerate(("ledger rounding fixed", "invoice page rounding")):
@@ -556,7 +550,7 @@ async def test_a_store_made_before_compact_vectors_is_upgraded_at_start_with_its
     check = _connect(path)
     assert _cache_copies(check) == 2
     check.conn.close()
-    requests = len(fake.requests_to("/v1/embeddings"))
+    requests = len(bag_of_words_api.requests_to("/v1/embeddings"))
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         status = await memory.builtin.vector_status()
@@ -568,12 +562,12 @@ async def test_a_store_made_before_compact_vectors_is_upgraded_at_start_with_its
         form = await memory.store.read(lambda db: db.execute(
             "SELECT value FROM builtin_meta WHERE key = 'vec_form'").fetchone()[0])
         assert form == "int8"
-    assert len(fake.requests_to("/v1/embeddings")) == requests + 1  # the recall's query only
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == requests + 1  # the recall's query only
     assert new_bytes < old_bytes / 4, (old_bytes, new_bytes)
 
 
 async def test_a_forgotten_episodes_vector_stays_cached_for_its_text(
-        store: Store, fake: FakeModelApi, embed_client: ModelApiClient) -> None:
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     """The vector is stored once (the cache points at the document's), yet REQ-11's cache by content
     and model outlives the document: the same text recorded again after a forget, or after every
     vector is retired, gets its vector back with no model request."""
@@ -585,10 +579,10 @@ async def test_a_forgotten_episodes_vector_stays_cached_for_its_text(
     assert await store.read(_cache_copies) == 1  # the vector left builtin_vec for the cache
     await p.record(_args("ep_2", "rounding error in invoices", started="2026-11-29T09:00:00Z"))
     assert await p.embed_pending() == 1
-    assert len(fake.requests_to("/v1/embeddings")) == 1  # from the cache
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == 1  # from the cache
     assert await store.read(_cache_copies) == 0  # and pointed at ep_2's again
     assert await store.write(lambda db: retire_vectors(db, "fake-embed", everything=True))
     assert await store.read(_cache_copies) == 1
     assert await p.embed_pending() == 1
-    assert len(fake.requests_to("/v1/embeddings")) == 1
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == 1
     assert [i["id"] for i in (await p.recall({"query": "invoices", "scope": [A], "limit": 5}))["items"]] == ["ep_2"]

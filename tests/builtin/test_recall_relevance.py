@@ -6,7 +6,7 @@ On SQLite and on PostgreSQL with pgvector (the engines whose stores hold vectors
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,39 +16,16 @@ from memactors.builtin import ranking
 from memactors.builtin.ranking import RELEVANCE_FLOOR
 from memactors.config import ConfigHolder, load_config
 from memactors.service import MemoryService, open_memory_service
-from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
+from memactors.testing.fake_model_api import FakeModelApi
 from support import example, run_record, wait_ready, write_config
 
 API = "forge.example/acme/api"
 
 
-@pytest.fixture(params=["sqlite", "pgvector"])
-def vector_store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """None (the SQLite file) or a fresh database on the worker's pgvector server, the extension created
-    by the administrator (docs/fleet.md)."""
-    if request.param == "sqlite":
-        yield None
-        return
-    cluster = request.getfixturevalue("pgvector_cluster")
-    url = cluster.create_database()
-    name = url.rsplit("/", 1)[1]
-    cluster.admin("CREATE EXTENSION vector", dbname=name)
-    try:
-        yield url
-    finally:
-        cluster.drop_database(name)
-
-
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeModelApi]:
-    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
-        yield api
-
-
-@pytest.fixture
-async def hybrid(tmp_path: Path, vector_store_url: str | None, fake: FakeModelApi) -> AsyncIterator[MemoryService]:
+async def hybrid(tmp_path: Path, vector_store_url: str | None, bag_of_words_api: FakeModelApi) -> AsyncIterator[MemoryService]:
     """The service with hybrid ranking (an embedding model behind the fake model API) on the engine."""
-    path = write_config(tmp_path, f'[model_api]\nbase_url = "{fake.base_url}"\nembedding_model = "fake-embed"\n',
+    path = write_config(tmp_path, f'[model_api]\nbase_url = "{bag_of_words_api.base_url}"\nembedding_model = "fake-embed"\n',
                         store_url=vector_store_url)
     async with open_memory_service(ConfigHolder(lambda: load_config(path, env={"HOME": str(tmp_path)}))) as memory:
         await wait_ready(memory)
@@ -199,9 +176,9 @@ def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def test_status_doctor_and_metrics_say_how_many_episodes_wait_for_a_vector_and_since_when(
-        hybrid: MemoryService, fake: FakeModelApi) -> None:
+        hybrid: MemoryService, bag_of_words_api: FakeModelApi) -> None:
     memory = hybrid
-    fake.behaviour.embed_status = 503  # the model down: the back-fill cannot catch up
+    bag_of_words_api.behaviour.embed_status = 503  # the model down: the back-fill cannot catch up
     await _ingest(memory, "1", "ledger rounding fixed", "2026-11-20T09:00:00Z")
     await _ingest(memory, "2", "invoice totals page", "2026-11-21T09:00:00Z")
     status = (await memory.status())["embeddings"]
@@ -211,7 +188,7 @@ async def test_status_doctor_and_metrics_say_how_many_episodes_wait_for_a_vector
     exposition = memory.metrics.exposition().decode()
     assert "memactors_embeddings_pending 2.0" in exposition
     assert "memactors_embeddings_pending_seconds" in exposition
-    fake.behaviour.embed_status = 200
+    bag_of_words_api.behaviour.embed_status = 200
     await memory.builtin.embed_pending()  # (the worker's own retry, 30 s on, may have begun on a loaded machine)
     status = (await memory.status())["embeddings"]
     assert status["pending"] == 0 and status["pending_since"] is None

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_recall_relevance import fake as fake  # noqa: F401 -- the fixtures, shared
-from test_recall_relevance import vector_store_url as vector_store_url  # noqa: F401
 
 from memactors.builtin import index_of, index_pg, index_sqlite, vector_cells
 from memactors.config import ConfigHolder, load_config
@@ -73,14 +71,14 @@ def _knn(memory: MemoryService, words: tuple[str, ...], scope: str) -> Any:
 
 
 async def test_a_large_scope_divided_into_cells_recalls_what_the_exact_search_recalled(
-        tmp_path: Path, fake: FakeModelApi, vector_store_url: str | None,  # noqa: F811
+        tmp_path: Path, bag_of_words_api: FakeModelApi, vector_store_url: str | None,
         small_cells: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sixty episodes of six topics in one repository: searched exactly first (the scope below the
     threshold), then divided by the back-fill once the threshold is lowered. Each topic's recall and the
     knn's best 8 are the exact search's, while the knn reads 2 of the scope's 7 cells; the other
     repository (one episode) stays one cell."""
     monkeypatch.setattr(vector_cells, "CELLS_FROM", 1000)
-    async with open_memory_service(_holder(tmp_path, fake, vector_store_url)) as memory:
+    async with open_memory_service(_holder(tmp_path, bag_of_words_api, vector_store_url)) as memory:
         await wait_ready(memory)
         await _ingest_topics(memory)
         assert await memory.builtin.wait_embedded() == 0
@@ -110,12 +108,12 @@ async def test_a_large_scope_divided_into_cells_recalls_what_the_exact_search_re
 
 
 async def test_a_store_made_before_the_cells_is_upgraded_at_start_with_its_vectors_kept(
-        tmp_path: Path, fake: FakeModelApi, vector_store_url: str | None) -> None:  # noqa: F811
+        tmp_path: Path, bag_of_words_api: FakeModelApi, vector_store_url: str | None) -> None:
     """A store whose vectors are in the form before the cells (SQLite: vec0 partitioned by scope alone;
     PostgreSQL: float32 `vector` with the store-wide HNSW index and no cell) is converted when the
     service starts: no episode waits for a vector again, none is embedded again, every scope is one cell
     (halfvec on PostgreSQL), and recall answers as before."""
-    holder = _holder(tmp_path, fake, vector_store_url)
+    holder = _holder(tmp_path, bag_of_words_api, vector_store_url)
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         await _ingest_topics(memory)
@@ -123,7 +121,7 @@ async def test_a_store_made_before_the_cells_is_upgraded_at_start_with_its_vecto
         before = await _answers(memory)
         engine = memory.store.engine
         await memory.store.write(_old_form)
-    requests = len(fake.requests_to("/v1/embeddings"))
+    requests = len(bag_of_words_api.requests_to("/v1/embeddings"))
     async with open_memory_service(holder) as memory:
         await wait_ready(memory)
         assert await memory.builtin.wait_embedded() == 0
@@ -142,7 +140,7 @@ async def test_a_store_made_before_the_cells_is_upgraded_at_start_with_its_vecto
                 " AND attname = 'embedding'").fetchone()[0])
             assert kind == "halfvec(64)"
         assert await _answers(memory) == before
-    assert len(fake.requests_to("/v1/embeddings")) == requests + len(TOPICS)  # the recalls' queries only
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == requests + len(TOPICS)  # the recalls' queries only
 
 
 def _old_form(db: Any) -> None:
