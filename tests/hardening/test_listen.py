@@ -166,6 +166,29 @@ async def test_making_room_spares_trusted_connections_and_idle_ones_while_one_tr
     await slow.aclose()
 
 
+async def test_an_idle_connection_is_not_closed_for_room_while_a_trickling_one_is_younger_than_the_shedding_age(
+        nursery: trio.Nursery, trio_clock: trio.testing.MockClock) -> None:
+    """The idle connection has been idle past SHED_AFTER, the trickling one has just begun: the waiting
+    client waits for the trickling one to come of age and takes its place; the idle one still serves."""
+    port = await _serve(nursery, cap=2)
+    kept = await trio.open_tcp_stream("127.0.0.1", port)
+    await kept.send_all(POST % 2 + b"ok")
+    assert (await _answer(kept)).startswith(b"HTTP/1.1 200")
+    await trio.testing.wait_all_tasks_blocked()  # the server has seen its answer out: it is idle
+    trio_clock.jump(2 * SHED_AFTER)
+    slow = await trio.open_tcp_stream("127.0.0.1", port)
+    await slow.send_all(POST % 1000 + b"x")
+    await trio.testing.wait_all_tasks_blocked()  # the server has read its head: it is in a body
+    answer, waited = await within(trio_clock, SHED_AFTER + 1, lambda: _get(port))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert waited >= SHED_AFTER
+    assert await _closed_by_server(slow) == b""
+    await kept.send_all(POST % 2 + b"ok")
+    assert (await _answer(kept)).startswith(b"HTTP/1.1 200")
+    await kept.aclose()
+    await slow.aclose()
+
+
 async def test_a_trusted_idle_connection_is_never_closed_to_make_room(
         nursery: trio.Nursery, trio_clock: trio.testing.MockClock) -> None:
     port = await _serve(nursery, cap=2)

@@ -263,9 +263,12 @@ class ConnectionTable:
     def victim(self, now: float) -> Any | None:
         states = [(state, m) for m in self._members if (state := m.shed_state()) is not None]
         for phase in (self.SLOW, self.IDLE):
-            eligible = [(since, id(m), m) for (p, since), m in states if p == phase and now - since >= SHED_AFTER]
-            if eligible:
-                return min(eligible)[2]
+            members = [(since, id(m), m) for (p, since), m in states if p == phase]
+            if members:
+                # The oldest of the first phase that has any; none yet while it is younger than SHED_AFTER:
+                # an idle connection is not closed because a slow one has not been slow for long enough.
+                since, _, oldest = min(members)
+                return oldest if now - since >= SHED_AFTER else None
         return None
 
 
