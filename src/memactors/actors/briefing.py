@@ -89,7 +89,6 @@ __all__ = [
     "BriefingAnswer",
     "BriefingRequest",
     "Episodes",
-    "EpisodesRequest",
     "ExposePrompt",
     "RecallAnswer",
     "RecallRequest",
@@ -126,17 +125,6 @@ class Episodes:
     provider_failed: bool
     #: Empty runs left out (``exclude_empty``): candidates that never take a briefing's slot.
     empty: int = 0
-
-
-@attrs.frozen
-class EpisodesRequest:
-    """Just the episodes of a view, through the choke point (what :meth:`Briefing.episodes` returns)."""
-
-    view: View
-    query: str
-    limit: int = 8
-    paths: tuple[str, ...] = ()
-    deadline: float = float("inf")
 
 
 @attrs.frozen
@@ -269,8 +257,6 @@ class Briefing:
         match message:
             case RecallRequest():
                 return await self.recall(message)
-            case EpisodesRequest(view=view, query=query, limit=limit, paths=paths, deadline=deadline):
-                return await self.episodes(view, query=query, limit=limit, paths=paths, deadline=deadline)
             case BriefingRequest():
                 return await self.briefing(message)
             case ExposePrompt(answer=answer, view=view):

@@ -319,17 +319,6 @@ class IndexIdsMany(Ask[bool]):
 
 
 @attrs.frozen
-class FilterItems:
-    provider: str
-    items: tuple[RecallItem, ...]
-    invalid: int
-    visible_scopes: frozenset[str]
-    limit: int
-    check_text: bool = True
-    words: tuple[str, ...] = ()
-
-
-@attrs.frozen
 class GetEpisode(Ask[EpisodeRow | None]):
     episode_id: str
 
@@ -378,11 +367,6 @@ class Index:
                     return any(queued)
 
                 return await self._store.write(index_all)
-            case FilterItems():
-                f = message
-                return await self._store.read(lambda db: filter_items(
-                    db, provider=f.provider, items=f.items, invalid=f.invalid,
-                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text, words=f.words))
             case GetEpisode(episode_id=episode_id):
                 return await self._store.read(lambda db: episodes.get_episode(db, episode_id))
             case ListEpisodes():
