@@ -195,8 +195,8 @@ class BriefingAnswer:
 def fitting_episodes(candidates: Sequence[KeptItem], now: datetime, max_chars: int) -> tuple[list[KeptItem], int]:
     """The episodes a briefing places, in the provider's order: of its first EPISODE_LOOKAHEAD
     candidates, the first BRIEFING_EPISODES whose items fit whole in what the ones before them leave of
-    the section's share (REQ-14: an item is placed whole or not at all; issue 38: one long text
-    first left a single episode where two shorter ones after it fit); and how many of those it looked
+    the section's share (REQ-14: an item is placed whole or not at all; one long text
+    once left a single episode where two shorter ones after it fit); and how many of those it looked
     at and left out (counted as not shown). When none fits, the first BRIEFING_EPISODES, which the
     wrapper then drops and counts."""
     share = int(dict((name, s) for name, _, s in BRIEFING_LAYOUT)["episodes"] * max_chars)
@@ -356,7 +356,7 @@ class Briefing:
             try:
                 return await self._store.read(local), True
             except StoreUnavailable as exc:
-                # Every recall during a store outage: one line per 10 s, the count folded in (issue 45).
+                # Every recall during a store outage: one line per 10 s, the count folded in.
                 suppressed = self._degraded_lines.allow("local store unavailable")
                 if suppressed is not None:
                     self._log.bind(error=exc.message, suppressed=suppressed).warning(
@@ -392,7 +392,7 @@ class Briefing:
             return facts, runs
 
         # Room for near-duplicates: the provider fills up to twice the slots, and `limit` distinct items
-        # are kept after collapsing them (issue 38: retries of one task had left an answer short).
+        # are kept after collapsing them (retries of one task had left an answer short).
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=min(contract.MAX_LIMIT, 2 * limit),
                                                       paths=req.paths, deadline=req.deadline, local=local,
                                                       fallback=([], []), words=search_words(query))
@@ -458,7 +458,7 @@ class Briefing:
                                    list[tuple[Fact, int]], int]:
             clashes = presence.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
-            # The newest runs that did something (issue 38: trivial runs took the slots), each with
+            # The newest runs that did something (trivial runs had taken the slots), each with
             # its episode (its gist is the line's text).
             pool = run_history.recent_runs(db, repo=repo, branch=branch, limit=RECENT_RUNS_POOL)
             bodies = run_history.run_episodes(db, pool)
@@ -474,7 +474,7 @@ class Briefing:
             exclude_empty=True)
         # The episodes section: informative episodes, one item per fact (near-duplicates collapsed),
         # in the provider's order; recent_runs the newest runs that did something and that section
-        # does not show already (issue 38: the same runs twice, trivial runs taking the slots).
+        # does not show already (it had shown the same runs twice, trivial runs taking the slots).
         episodes, skipped = fitting_episodes(
             [k for k, _ in collapse_episodes(eps.items) if not is_trivial_run(k.episode)], now, max_chars)
         shown = {(k.provenance.harness, k.provenance.run_id) for k in episodes}

@@ -123,7 +123,7 @@ def _has_word(folded: str, word: str) -> bool:
 
 
 def text_belongs(item_text: str, stored_text: str) -> bool:
-    """REQ-9 (issue 9 "a lying provider"): whether a provider's item text is drawn from the episode's text.
+    """REQ-9 (a lying provider): whether a provider's item text is drawn from the episode's text.
 
     The rule: every word of the item text — a run of Unicode letters or digits ("_" separates words,
     as in FTS5's unicode61 tokenizer, so a snippet() cut inside `verify_failures` still passes), compared
