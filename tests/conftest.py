@@ -1,7 +1,7 @@
 """The suite's own rules (no user profile, garbage collected per test, trio's clock, CPU notes) and the
 plugins that provide the shared fixtures, each named for what it provides:
 
-* fix_store: the store engine(s) and PostgreSQL clusters, `store_url`, `store`, `vector_store_url`;
+* fix_store: the store engine(s) and PostgreSQL clusters, `store_url`, `store`, `vector_url`, `vector_store_url`;
 * fix_service: the service in this process (`config_path`, `make_holder`, `memory`, `served`) and
   `bag_of_words_api`;
 * fix_providers: the fault provider's fork server and its helpers (`FaultFiles`, `fault_toml`, `sample`);

@@ -1,7 +1,7 @@
 """Plugin: the store under test. `engine` ("sqlite", or both engines for a module marked `both_engines`),
 this worker's PostgreSQL clusters (`pg_cluster`, `pgvector_cluster`), a fresh database (`pg_url`) or a
-reused empty schema (`store_url`), an open `store` on that engine, and each engine that holds vectors
-(`vector_store_url`)."""
+reused empty schema (`store_url`), an open `store` on that engine, a fresh pgvector database
+(`vector_url`), and each engine that holds vectors in turn (`vector_store_url`)."""
 
 from __future__ import annotations
 
@@ -141,18 +141,22 @@ async def store(tmp_path: Path, store_url: str | None) -> AsyncIterator[Store]:
         s.close()
 
 
-@pytest.fixture(params=["sqlite", "pgvector"])
-def vector_store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """Each engine whose store holds vectors, in turn: None (the SQLite file) or a fresh database on the worker's pgvector server, the extension created
-    by the administrator (docs/fleet.md)."""
-    if request.param == "sqlite":
-        yield None
-        return
-    cluster = request.getfixturevalue("pgvector_cluster")
-    url = cluster.create_database()
+@pytest.fixture
+def vector_url(pgvector_cluster: Any) -> Iterator[str]:
+    """A fresh database on the worker's pgvector server (Debian's PostgreSQL with the pgvector `make
+    postgres` compiles, from its own tree: never the system's directories), with the extension created by
+    the administrator as docs/fleet.md says (it is not a trusted extension: the daemon's role may not
+    create it)."""
+    url = pgvector_cluster.create_database()
     name = url.rsplit("/", 1)[1]
-    cluster.admin("CREATE EXTENSION vector", dbname=name)
+    pgvector_cluster.admin("CREATE EXTENSION vector", dbname=name)
     try:
         yield url
     finally:
-        cluster.drop_database(name)
+        pgvector_cluster.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "pgvector"])
+def vector_store_url(request: pytest.FixtureRequest) -> str | None:
+    """Each engine whose store holds vectors, in turn: None (the SQLite file) or `vector_url`."""
+    return None if request.param == "sqlite" else request.getfixturevalue("vector_url")

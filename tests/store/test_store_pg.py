@@ -215,21 +215,6 @@ async def test_without_pgvector_hybrid_ranking_warns_once_and_recall_ranks_by_te
     assert found["degraded"] is None
 
 
-@pytest.fixture
-def vector_url(pgvector_cluster: Cluster) -> Iterator[str]:
-    """A fresh database on the worker's pgvector server (Debian's PostgreSQL with the pgvector `make
-    postgres` compiles, from its own tree: never the system's directories), with the extension created by
-    the administrator as docs/fleet.md says (it is not a trusted extension: the daemon's role may not
-    create it)."""
-    url = pgvector_cluster.create_database()
-    name = url.rsplit("/", 1)[1]
-    pgvector_cluster.admin("CREATE EXTENSION vector", dbname=name)
-    try:
-        yield url
-    finally:
-        pgvector_cluster.drop_database(name)
-
-
 def test_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
         pgvector_cluster: Cluster) -> None:
     """The vector path is tested on the tree `make postgres` builds (Debian's server copied, pgvector

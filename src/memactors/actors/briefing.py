@@ -89,7 +89,6 @@ __all__ = [
     "BriefingAnswer",
     "BriefingRequest",
     "Episodes",
-    "EpisodesRequest",
     "ExposePrompt",
     "RecallAnswer",
     "RecallRequest",
@@ -126,17 +125,6 @@ class Episodes:
     provider_failed: bool
     #: Empty runs left out (``exclude_empty``): candidates that never take a briefing's slot.
     empty: int = 0
-
-
-@attrs.frozen
-class EpisodesRequest:
-    """Just the episodes of a view, through the choke point (what :meth:`Briefing.episodes` returns)."""
-
-    view: View
-    query: str
-    limit: int = 8
-    paths: tuple[str, ...] = ()
-    deadline: float = float("inf")
 
 
 @attrs.frozen
@@ -207,8 +195,8 @@ class BriefingAnswer:
 def fitting_episodes(candidates: Sequence[KeptItem], now: datetime, max_chars: int) -> tuple[list[KeptItem], int]:
     """The episodes a briefing places, in the provider's order: of its first EPISODE_LOOKAHEAD
     candidates, the first BRIEFING_EPISODES whose items fit whole in what the ones before them leave of
-    the section's share (REQ-14: an item is placed whole or not at all; issue 38: one long text
-    first left a single episode where two shorter ones after it fit); and how many of those it looked
+    the section's share (REQ-14: an item is placed whole or not at all; one long text
+    once left a single episode where two shorter ones after it fit); and how many of those it looked
     at and left out (counted as not shown). When none fits, the first BRIEFING_EPISODES, which the
     wrapper then drops and counts."""
     share = int(dict((name, s) for name, _, s in BRIEFING_LAYOUT)["episodes"] * max_chars)
@@ -269,8 +257,6 @@ class Briefing:
         match message:
             case RecallRequest():
                 return await self.recall(message)
-            case EpisodesRequest(view=view, query=query, limit=limit, paths=paths, deadline=deadline):
-                return await self.episodes(view, query=query, limit=limit, paths=paths, deadline=deadline)
             case BriefingRequest():
                 return await self.briefing(message)
             case ExposePrompt(answer=answer, view=view):
@@ -370,7 +356,7 @@ class Briefing:
             try:
                 return await self._store.read(local), True
             except StoreUnavailable as exc:
-                # Every recall during a store outage: one line per 10 s, the count folded in (issue 45).
+                # Every recall during a store outage: one line per 10 s, the count folded in.
                 suppressed = self._degraded_lines.allow("local store unavailable")
                 if suppressed is not None:
                     self._log.bind(error=exc.message, suppressed=suppressed).warning(
@@ -406,7 +392,7 @@ class Briefing:
             return facts, runs
 
         # Room for near-duplicates: the provider fills up to twice the slots, and `limit` distinct items
-        # are kept after collapsing them (issue 38: retries of one task had left an answer short).
+        # are kept after collapsing them (retries of one task had left an answer short).
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=min(contract.MAX_LIMIT, 2 * limit),
                                                       paths=req.paths, deadline=req.deadline, local=local,
                                                       fallback=([], []), words=search_words(query))
@@ -472,7 +458,7 @@ class Briefing:
                                    list[tuple[Fact, int]], int]:
             clashes = presence.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
-            # The newest runs that did something (issue 38: trivial runs took the slots), each with
+            # The newest runs that did something (trivial runs had taken the slots), each with
             # its episode (its gist is the line's text).
             pool = run_history.recent_runs(db, repo=repo, branch=branch, limit=RECENT_RUNS_POOL)
             bodies = run_history.run_episodes(db, pool)
@@ -488,7 +474,7 @@ class Briefing:
             exclude_empty=True)
         # The episodes section: informative episodes, one item per fact (near-duplicates collapsed),
         # in the provider's order; recent_runs the newest runs that did something and that section
-        # does not show already (issue 38: the same runs twice, trivial runs taking the slots).
+        # does not show already (it had shown the same runs twice, trivial runs taking the slots).
         episodes, skipped = fitting_episodes(
             [k for k, _ in collapse_episodes(eps.items) if not is_trivial_run(k.episode)], now, max_chars)
         shown = {(k.provenance.harness, k.provenance.run_id) for k in episodes}

@@ -123,7 +123,7 @@ def _has_word(folded: str, word: str) -> bool:
 
 
 def text_belongs(item_text: str, stored_text: str) -> bool:
-    """REQ-9 (issue 9 "a lying provider"): whether a provider's item text is drawn from the episode's text.
+    """REQ-9 (a lying provider): whether a provider's item text is drawn from the episode's text.
 
     The rule: every word of the item text — a run of Unicode letters or digits ("_" separates words,
     as in FTS5's unicode61 tokenizer, so a snippet() cut inside `verify_failures` still passes), compared
@@ -319,17 +319,6 @@ class IndexIdsMany(Ask[bool]):
 
 
 @attrs.frozen
-class FilterItems:
-    provider: str
-    items: tuple[RecallItem, ...]
-    invalid: int
-    visible_scopes: frozenset[str]
-    limit: int
-    check_text: bool = True
-    words: tuple[str, ...] = ()
-
-
-@attrs.frozen
 class GetEpisode(Ask[EpisodeRow | None]):
     episode_id: str
 
@@ -378,11 +367,6 @@ class Index:
                     return any(queued)
 
                 return await self._store.write(index_all)
-            case FilterItems():
-                f = message
-                return await self._store.read(lambda db: filter_items(
-                    db, provider=f.provider, items=f.items, invalid=f.invalid,
-                    visible_scopes=f.visible_scopes, limit=f.limit, check_text=f.check_text, words=f.words))
             case GetEpisode(episode_id=episode_id):
                 return await self._store.read(lambda db: episodes.get_episode(db, episode_id))
             case ListEpisodes():

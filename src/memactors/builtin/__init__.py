@@ -35,7 +35,7 @@ caller's scopes) and the path boost for a request carrying `paths` (the episodes
 contains one of them exactly, repository-relative) — ties by recency, then id. Without an embedding
 model the ranking is BM25 (plus the path boost) alone. A metadata-only query (REQ-14's briefing query)
 is ordered by what helps the next run of the harness it names instead (`ranking.briefing_order`: its
-own recent runs first, issue 25).
+own recent runs first).
 
 Embedding happens at record time, after the text is committed, under its own deadline: a failure
 (model API down, budget spent, deadline) leaves the episode without a vector and is only logged
@@ -43,11 +43,11 @@ Embedding happens at record time, after the text is committed, under its own dea
 concurrently with the BM25 search; a query that cannot be embedded is answered from FTS5 with
 `degraded: "embeddings_unavailable"` — never an error.
 
-Item text is the episode's gist (`gist.gist`, issue 17): the run's own words first (its summary, else
+Item text is the episode's gist (`gist.gist`): the run's own words first (its summary, else
 the start of its excerpt), then the words around the query's when they come later, then what it touched
 and which verify failures it had — no field names, nothing the provenance line says, only the episode's
 own words. At most MAX_ITEM_TEXT characters; for a briefing's (metadata-only) query, the run's first
-sentence and what it touched, at most BRIEFING_ITEM_TEXT (issue 38: two fit a default briefing). The
+sentence and what it touched, at most BRIEFING_ITEM_TEXT (so two fit a default briefing). The
 whole episode is one `memactors memory episodes <id>` away.
 
 Scope is enforced here too: recall only ever reads rows in the requested scopes. `memory_forget` of an
@@ -121,7 +121,7 @@ MAX_ITEM_TEXT = 320
 #: Bound on the text of an item answering a briefing's query (a metadata-only query, REQ-14): the first
 #: line of what the run said, then what it touched (`gist.gist` with `subject`). Small enough that two
 #: items fit whole in a default briefing's 500-character episodes share with their provenance lines
-#: (up to ~110 characters: a 40-hex `git-<sha>` run id) and fences (issue 38: at 320, one did).
+#: (up to ~110 characters: a 40-hex `git-<sha>` run id) and fences (at 320, only one did).
 BRIEFING_ITEM_TEXT = 80
 #: Characters of an episode's text sent to the embedding model (the model truncates anyway).
 EMBED_INPUT_CHARS = 8000
@@ -168,12 +168,12 @@ def embed_input(text: str, summary: str) -> str:
 
 #: The version of `embedding_text`: part of the vectors' model key (`vector_model`), so a change to
 #: what is embedded re-embeds every store (the old vectors are retired, the cache misses). Version 2
-#: dropped the touched paths (issue 32's sweep below).
+#: dropped the touched paths (`embedding_text` says why).
 EMBED_TEXT_VERSION = 2
 
 
 def embedding_text(summary: str, excerpt: str, failures: Sequence[Sequence[Any]]) -> str:
-    """What is embedded for an episode (issue 32): what the run said and did — its summary (REQ-7) when
+    """What is embedded for an episode: what the run said and did — its summary (REQ-7) when
     it has one, else its result excerpt's words — then its verify failure classes. No field names, no
     ids, no timestamps: in the model's window, every token is the run's.
 
@@ -290,7 +290,7 @@ class BuiltinProvider:
         self.query_embedder = query_embedder or embedder
         self.embedding_model = embedding_model or ""
         self.query_embed_deadline = query_embed_deadline
-        #: An item scoring below it (`ranking.relevance_scores`, 0–1) is not served (issue 38); None:
+        #: An item scoring below it (`ranking.relevance_scores`, 0–1) is not served; None:
         #: `ranking.RELEVANCE_FLOOR`.
         self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
@@ -530,12 +530,12 @@ class BuiltinProvider:
             hits = {h.episode_id: h for h in cosine}
             hits.update((h.episode_id, h) for h in text)
             started = {eid: h.started_at for eid, h in hits.items()}
-            # What the score is made of (issue 38): the words each candidate holds and, hybrid, which of
+            # What the score is made of: the words each candidate holds and, hybrid, which of
             # the text ranking's have a vector (one without is ranked on its text alone).
             candidates = [*text, *cosine[:FUSE_DEPTH]]
             evidence = index.evidence(db, words, scopes, [h.doc_id for h in candidates], vectors=bool(cosine))
             embedded = {h.episode_id for h in candidates if h.doc_id in evidence.vectored}
-            # BM25 alone: REQ-11's order (RRF of the one ranking is its order). Hybrid: issue 32's
+            # BM25 alone: REQ-11's order (RRF of the one ranking is its order). Hybrid: the
             # fusion of the best FUSE_DEPTH of each ranking (`ranking.fuse_hybrid`).
             text_rank = [h.episode_id for h in text]
             fused = (fuse_hybrid(text, cosine, embedded) if cosine

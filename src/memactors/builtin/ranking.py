@@ -17,7 +17,7 @@ so the ranking reads in one sitting. The FTS5 and JSON statements here are the S
   name, which every episode's `meta` column matches alike — is not ranked by BM25 but by what helps the
   next run of the query's harness (`metadata_only`, `briefing_order`: its own recent runs on this branch,
   then runs that fixed a failure on the files it edits most, then recency, this branch,
-  failed-then-fixed; issues 17 and 25).
+  failed-then-fixed).
 * The path boost (`path_candidates`, `path_ranking`): the episodes that touched a requested path, those
   the text rankings found first in their order, the others after every text match, newest first.
 * Rankings are fused by `rrf` (Σ 1/(60 + rank)); `rank` breaks ties by recency (started_at, newest
@@ -60,7 +60,7 @@ def query_words(query: str) -> list[str]:
 
 #: Words that say how a question is asked, not what it is about: English function words and the
 #: phrasing of a question a developer asks before starting work ("has anyone already changed how ...").
-#: Dropped from a query unless nothing else is left (issue 17: with them, the AND of a natural
+#: Dropped from a query unless nothing else is left (with them, the AND of a natural
 #: question matched nothing and the OR ranked the episodes that happened to say "anyone" or "did").
 STOPWORDS = frozenset("""
 a about above after again against all already also am an and any anyone anything are around as at be
@@ -204,8 +204,8 @@ def briefing_order(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequ
 def names_scope(words: Sequence[str], scopes: Sequence[str]) -> bool:
     """Whether a query's words begin with the words of one of the requested scopes' repository (a
     ``project:<repository>`` scope): REQ-14's briefing query, repository then branch and harness name.
-    It is a metadata-only query however common the words of its branch or harness are (issue 38: a
-    harness named `docs` or `test-fixer`, whose name is also a word of many commits, turned the briefing
+    It is a metadata-only query however common the words of its branch or harness are (a
+    harness named `docs` or `test-fixer`, whose name is also a word of many commits, had turned the briefing
     into a text search that served 800th-newest commits, or nothing above the relevance floor)."""
     for scope in scopes:
         if scope.startswith("project:"):
@@ -230,7 +230,7 @@ def briefing_harness(words: Sequence[str], names: Sequence[str]) -> frozenset[st
 def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str],
                   harnesses: frozenset[str] = frozenset()) -> list[Hit]:
     """`briefing_order`'s ranking, given rows (doc_id, episode_id, started_at, branch, outcome, files as
-    JSON, harness); every store engine uses it. Issue 25: the harness counts, so two harnesses of one
+    JSON, harness); every store engine uses it. The harness counts, so two harnesses of one
     repository get different picks, each what its next runs will need.
 
     1. The query harness's own runs on the query's branch (every word of their branch is a word of the
@@ -240,7 +240,7 @@ def briefing_rank(rows: Sequence[Sequence[Any]], words: Sequence[str],
        those runs that touched it), among its HARNESS_RUNS newest here.
     2. Then the runs that fixed what failed — a run that succeeded after a failed run of the scope
        touching one of the same files —, newest first, that touched one of those files.
-    3. Then the scope's order without a harness (as before issue 25): RRF of the scope's newest
+    3. Then the scope's order without a harness (the older order): RRF of the scope's newest
        BRIEFING_CANDIDATES newest first, those on the query's branch newest first, and those that fixed
        what failed newest first. It is all there is for a query naming no harness of the scope.
     Ties by recency, then id.
@@ -317,9 +317,9 @@ def path_ranking(touched: Sequence[Hit], text_score: Mapping[str, float]) -> dic
     (`touched`, newest first): newest first, and among runs of the same start time the better text
     match (`text_score`, the fused text and cosine score) first.
 
-    The recency of the runs that touched a path is what an agent about to edit it needs (issue 25: the
+    The recency of the runs that touched a path is what an agent about to edit it needs (the
     most recent runs that touched the paths are the relevant ones), so with `paths` this ranking is
-    decisive and the text only breaks ties. Issue 17 had ordered text matches first, which in a
+    decisive and the text only breaks ties. Ordering text matches first (as it once did) in a
     repository where most runs touch one file gave old text matches the first places (path MRR 0.52 →
     0.30 in outsiders' measure).
     """
@@ -338,7 +338,7 @@ def rrf(rankings: Sequence[Sequence[str] | Mapping[str, int]], k: int = RRF_K) -
     return fused
 
 
-#: Hybrid fusion (issue 32), chosen by `bench/fusion_sweep.py` on the real histories of httpx, attrs and
+#: Hybrid fusion, chosen by `bench/fusion_sweep.py` on the real histories of httpx, attrs and
 #: black: each ranking gives its best FUSE_DEPTH; BM25's weight in the score blend (cosine's is 1 − it).
 FUSE_DEPTH = 20
 TEXT_WEIGHT = 0.4
@@ -371,7 +371,7 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
     score is its text score, plus — when it has a vector and the cosine ranking puts it higher than the
     text ranking does — cosine_weight × (its cosine score − its text score), where cosine_weight is
     (1 − TEXT_WEIGHT) × the share of the text ranking's best FUSE_DEPTH that have a vector; a hit of
-    the cosine ranking alone scores cosine_weight × its cosine score. Issue 38: with the missing cosine
+    the cosine ranking alone scores cosine_weight × its cosine score. With the missing cosine
     counted 0, recall on a half-embedded store fell below BM25 alone; with the blend below applied to
     the embedded few, an embedded BM25 first with a middling cosine fell below an unembedded second
     (own words 0.979, hard other words 0.143 against BM25's 1.000 / 0.154 right after ingest): the
@@ -403,7 +403,7 @@ def fuse_hybrid(text: Sequence[Hit], cosine: Sequence[Hit],
     return fused
 
 
-#: Issue 38's one score scale: an item's score is its relevance in [0, 1], on every install (BM25 alone
+#: One score scale: an item's score is its relevance in [0, 1], on every install (BM25 alone
 #: or hybrid, SQLite or PostgreSQL), from absolute evidence only (never a min-max over the answer, which
 #: made the best of nothing score 1): how much of the query's weight its text holds (`coverage`) and,
 #: with a vector, how close the embedded model puts it and how close the answer comes at all
@@ -426,7 +426,7 @@ W_COSINE = 3.53
 W_MARGIN = 4.91
 W_UNKNOWN = -3.69
 W_BEST = 3.87
-#: How much of an item's score is the answer's (issue 38's third pass): the logit served is
+#: How much of an item's score is the answer's: the logit served is
 #: (1 − ANSWER_WEIGHT) × the item's own + ANSWER_WEIGHT × the best item's of the answer. Whether a
 #: question has an answer in the store at all is told better by the answer's best candidate than by
 #: each item alone (a weaker third item of a clear answer is worth showing; a fair-looking item of a
@@ -531,7 +531,7 @@ def relevance_scores(hits: Mapping[str, Hit], evidence: Evidence, cosine: Sequen
       the best `item_logit` among the `candidates` with a vector. While `filling`, at least its
       `text_relevance`: the cosine ranking of the few episodes embedded so far (its best similarity, its
       median) does not stand for the scope, and an item is served on the signal it has, as on BM25
-      alone (issue 38: below BM25 right after ingest)."""
+      alone (judged by the few, it fell below BM25 right after ingest)."""
     covered = coverage(evidence)
     cosines = [h.score for h in cosine]
     if not cosines:

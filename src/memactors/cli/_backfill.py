@@ -1,4 +1,4 @@
-"""The vector back-fill after `runs ingest` and `import ...` (issue 38): how many of the episodes just
+"""The vector back-fill after `runs ingest` and `import ...`: how many of the episodes just
 recorded still wait for their vector, and, with `--wait-vectors`, a progress bar until none does.
 
 Recall never waits for the back-fill (an episode without a vector is ranked on its text), but it ranks

@@ -351,7 +351,7 @@ def _deadline_tcp_server() -> Callable[..., TCPServer]:
         running from the accept. HTTP/2 and websocket connections (no h11 request cycle to follow) keep a
         per-read timeout of ``BODY_TIMEOUT`` and hypercorn's idle task for their keep-alive.
 
-        Per request it does less than hypercorn's own server (issue 43: the gateway's HTTP cost per call):
+        Per request it does less than hypercorn's own server (to cut the gateway's HTTP cost per call):
         the keep-alive of an HTTP/1.1 connection is the read's deadline, not a task started after every
         response and cancelled at the next request; the empty write h11 makes for the end of a sized
         body is not sent (a lock, a shielded scope and a checkpoint for no byte); and the head of a sized

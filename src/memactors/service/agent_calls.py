@@ -21,7 +21,7 @@ class AgentHandlers(ServiceParts):
     """Recall and briefings for a run's view (the agent side: gateway, spawn)."""
 
     async def caller_view(self, token: str | None) -> View:
-        """Resolve a gateway bearer token to the run's view (SPEC-0005); unattributed without a live one.
+        """Resolve a gateway bearer token to the run's view; unattributed without a live one.
 
         One read hop: the token and its run's place are read together (the gateway's bearer gate calls
         this once per HTTP request and hands the view to the tool handlers)."""

@@ -58,7 +58,7 @@ class ControlHandlers(ServiceParts):
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",
                              ttl_seconds: float | None = None, replace: bool = False) -> dict[str, Any]:
-        """Mint the bearer token a run presents to the gateway (SPEC-0005); with ``ttl_seconds`` it
+        """Mint the bearer token a run presents to the gateway; with ``ttl_seconds`` it
         expires that long from now (`memactors token mint --ttl`), at most a year.
 
         ``replace`` rotates: the run's earlier tokens are revoked and its cached briefing dropped in the

@@ -56,7 +56,7 @@ class RunHandlers(ServiceParts):
         return answer
 
     def _count_ingested(self, data: Any, outcome: str) -> None:
-        """Issue 40's metrics: a resident's session record (its trigger ``session-end``), or an imported one
+        """Install metrics: a resident's session record (its trigger ``session-end``), or an imported one
         (``import <source>``), by what became of it. Other records (runs, `runs ingest`) are not counted here."""
         if not isinstance(data, dict) or outcome not in INGEST_OUTCOMES:
             return
@@ -71,7 +71,8 @@ class RunHandlers(ServiceParts):
         return await self.summary.summarize(text, episode_id)
 
     async def pull_request_for(self, repo: str, branch: str | None) -> str | None:
-        """The pull request SPEC-0027's graph links to (repo, branch) now, if any (REQ-5 pull_request)."""
+        """The pull request the run graph links to (repo, branch) now, if any (REQ-5 pull_request;
+        docs/contracts.md, "Run graph")."""
         return await self.store.read(lambda db: pull_requests.pull_request_for(db, repo, branch))
 
     # -- runs (memactors run) ---------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class ServiceParts:
         #: MCP config), else None.
         self.gateway_url: str | None = None
         self.builtin: BuiltinProvider = BuiltinProvider(store)
-        #: What this daemon saw of each resident install (gateway requests, briefings); issue 40.
+        #: What this daemon saw of each resident install (gateway requests, briefings), to tell a silent one.
         self.installs = InstallActivity(started=wall_clock())
 
     @property

@@ -37,7 +37,7 @@ from .parts import ServiceParts
 
 #: Most episodes one ListEpisodes page returns.
 MAX_PAGE = 1000
-#: "A run of degraded recalls" (issue 20): this many in a row, the last within DEGRADED_RECENT_SECONDS,
+#: "A run of degraded recalls": this many in a row, the last within DEGRADED_RECENT_SECONDS,
 #: make Status say the memory is degraded even while the breaker is closed (a provider that times out
 #: now and then never opens it, yet every recall may come back without episodes).
 DEGRADED_RUN = 3
@@ -71,7 +71,7 @@ def _lasted(seconds: float) -> str:
 def provider_condition(*, state: str, breaker: str | None, since: str | None, seconds: float,
                        last_error: str | None) -> str:
     """The provider's real state in one line, for every surface that used to show only the breaker
-    (`memory status`, doctor, the TUI's header; issue 33).
+    (`memory status`, doctor, the TUI's header).
 
     The breaker only ever sees calls that reach a ready provider: one that is down, connecting or
     incompatible is refused before the breaker, which therefore stays closed however long the outage.
@@ -94,12 +94,12 @@ class ReadHandlers(ServiceParts):
         (daemons sharing a store tell each other apart by it), whether it answers (`reachable`) and can
         write (`writable`, the store's health: a full disk), and the error while it cannot."""
         # The ping first: it clears (or sets) the engine's last error, which the snapshot then reports,
-        # so a store that came back is not reported with the error of the outage (issue 30).
+        # so a store that came back is not reported with the error of the outage.
         error = await self.store.ping()
         snapshot = await trio.to_thread.run_sync(self.store.health.snapshot)
         out = {**snapshot, "engine": self.store.engine, "where": self.store.where,
                "daemon_id": self.store.daemon_id, "reachable": error is None}
-        if error is not None and self.store.engine == "sqlite":  # the file is there but damaged (issue 34)
+        if error is not None and self.store.engine == "sqlite":  # the file is there but damaged
             out.update(reachable=True, writable=False, damaged=True, error=error)
         elif error is not None:
             out.update(writable=False, error=error)
@@ -162,7 +162,7 @@ class ReadHandlers(ServiceParts):
 
     def _damaged(self, store: dict[str, Any], exc: Exception) -> None:
         """Mark the status's ``store`` damaged when ``exc`` is a damaged page (Status and Doctor answer,
-        naming the file, instead of INTERNAL: issue 45); re-raise anything else."""
+        naming the file, instead of INTERNAL); re-raise anything else."""
         said = self.store.damage(exc)
         if said is None:
             raise exc
@@ -170,7 +170,7 @@ class ReadHandlers(ServiceParts):
 
     async def install_status(self) -> list[dict[str, Any]] | None:
         """Each resident install (agent, scope, harness) with when the agent last reached the gateway,
-        its last briefing and its last recorded session, and whether it looks silent (issue 40); None when
+        its last briefing and its last recorded session, and whether it looks silent; None when
         the store does not answer."""
         try:
             stored = await self.store.read(read_installs)
@@ -220,7 +220,7 @@ class ReadHandlers(ServiceParts):
     async def get_episode(self, episode_id: str) -> dict[str, Any]:
         row = await self.index.address.ask(GetEpisode(episode_id))
         if row is None:
-            shown = redact(episode_id)[:64]  # a client's id: never echoed raw (issue 9)
+            shown = redact(episode_id)[:64]  # a client's id: never echoed raw
             raise UnknownEpisode(f"no episode {shown}", episode=shown)
         return episode_view(row)
 
@@ -276,7 +276,7 @@ class ReadHandlers(ServiceParts):
                 "memory_briefing": cfg.memory_briefing, "provider": self.provider}
 
     async def describe_harness(self, harness: str) -> dict[str, Any]:
-        """DescribeHarness (REQ-20, SPEC-0006 "Prompt Source"): a configured harness with its prompt source
+        """DescribeHarness (REQ-20's prompt source amendment): a configured harness with its prompt source
         exactly as configured. Never a briefing: the one a `memory_briefing` one-shot gets is prepended
         at spawn and never stored, so the prompt shown is the operator's, byte for byte."""
         cfg = self.config.harness.get(harness)
@@ -291,7 +291,7 @@ class ReadHandlers(ServiceParts):
                 **prompts}
 
     async def harness_repo(self, harness: str) -> str | None:
-        """The repository a harness works in now: its latest run's repo (SPEC-0027's record), else its workdir's."""
+        """The repository a harness works in now: its latest run's repo (the run graph's), else its workdir's."""
         repo = await self.store.read(lambda db: latest_repo(db, harness))
         if repo:
             return repo

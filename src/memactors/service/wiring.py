@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 
 async def _repair_excerpts(store: Store, config: Config) -> None:
-    """Issue 30's start-up repair: episodes stored with the excerpt `[prompt]` get their answer back from
+    """The start-up repair: episodes stored with the excerpt `[prompt]` get their answer back from
     their run's log, or a mark saying it is gone (`excerpt_repair`). A store that does not answer now
     (PostgreSQL down) is repaired at a later start."""
     from ..agents.excerpt_repair import repair_prompt_excerpts

@@ -301,7 +301,7 @@ def _m0014_embed_cache_by_doc(db: sqlite_utils.Database) -> None:
 
 @migrations(name="0015_vector_cells")
 def _m0015_vector_cells(db: sqlite_utils.Database) -> None:
-    """Issue 43: a large scope's vectors are divided into cells (`builtin.vector_cells`): the centroids
+    """A large scope's vectors are divided into cells (`builtin.vector_cells`): the centroids
     and each scope's last division; `builtin_vec` takes the cell as a metadata column at start
     (`index_sqlite.compact_vec_table`)."""
     db.executescript(_sql("0015_vector_cells"))
