@@ -15,9 +15,11 @@ deadlines that only guard against a hang.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -222,11 +224,14 @@ async def test_a_busy_read_flood_never_cuts_the_cli_and_an_idle_one_is_not_a_log
 
         await settled()
         before = daemon.log_text().count("rpc connection closed")
+        began = time.monotonic()
         async with trio.open_nursery() as nursery:
             for _ in range(200):
                 nursery.start_soon(_idle_reader, daemon)
         await settled()
+        windows = math.ceil((time.monotonic() - began) / 10)  # a loaded machine takes longer than one
         idle_lines = daemon.log_text().count("rpc connection closed") - before
-        assert idle_lines <= 3, idle_lines  # one per peer per 10 s, the rest counted (suppressed=N)
+        # One per peer per 10 s, the rest counted (suppressed=N): a few lines, never one per connection.
+        assert idle_lines <= 2 + windows, (idle_lines, windows)
     log = daemon.log_text()
     assert "Traceback" not in log, log[-4000:]

@@ -10,8 +10,10 @@ hang on recall; the CLI runs as a subprocess.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,7 @@ def test_a_run_of_degraded_recalls_and_an_open_breaker_warn_and_fail_memory_stat
         assert cli(daemon, "runs", "ingest", str(tmp_path / "r.json")).returncode == 0
         assert cli(daemon, "memory", "status").returncode == 0
         files.control.write_text("hang_recall")  # from now on every recall times out
+        began = time.monotonic()
 
         for _ in range(3):  # three in a row: the breaker (5 failures) is still closed
             recall(daemon)
@@ -97,6 +100,7 @@ def test_a_run_of_degraded_recalls_and_an_open_breaker_warn_and_fail_memory_stat
         assert rows["memory provider"]["status"] == "warn", rows["memory provider"]
         assert "breaker open" in rows["memory provider"]["message"]
         log = daemon.log_text()
+        windows = math.ceil((time.monotonic() - began) / 10)  # 10 s windows the recalls spanned (load)
     # 20 degraded recalls: one INFO "recall served" each (as for any recall), but each repeated warning
     # once per error type (a timeout, then the open breaker) per 10 s window, not once per recall; a
     # line written after a window says how many it stands for.
@@ -104,5 +108,5 @@ def test_a_run_of_degraded_recalls_and_an_open_breaker_warn_and_fail_memory_stat
     degraded = [line for line in log.splitlines() if "episodes degraded: provider unavailable" in line]
     failed = [line for line in log.splitlines() if "handler failed" in line and "ProviderCall" in line]
     for lines in (degraded, failed):
-        assert 1 <= len(lines) <= 6, lines  # 20 before; one or two error types, a window or three if slow
+        assert 1 <= len(lines) <= 2 * (windows + 1), (lines, windows)  # 20 before; two error types per window
         assert all("suppressed=" in line for line in lines)
