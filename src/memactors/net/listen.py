@@ -315,7 +315,7 @@ def hypercorn_config() -> HypercornConfig:
         _date: tuple[int, bytes] = (-1, b"")
 
         def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
-            now = int(time.time())
+            now = int(time.time())  # ok: the Date header is wall-clock time, not a deadline
             if self._date[0] != now:
                 self._date = (now, format_date_time(now).encode("ascii"))
             return [(b"date", self._date[1]), *super().response_headers(protocol)]

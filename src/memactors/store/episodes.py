@@ -144,27 +144,15 @@ def list_episodes(db: Db, *, harness: str | None = None, repo: str | None = None
     `after` is the cursor of the previous page's last row, so pages stay stable while episodes are
     added. `total` counts every row the filters match (all pages). `outcome` keeps one run outcome;
     `paths` keeps the episodes whose run touched any of them (the runs' `run_paths`)."""
-    where: list[str] = []
-    params: list[Any] = []
-    if run_id:
-        where.append("run_id = ?")
-        params.append(run_id)
-    if outcome:
-        where.append("outcome = ?")
-        params.append(outcome)
+    given = [(clause, value) for clause, value in (("run_id = ?", run_id), ("outcome = ?", outcome),
+                                                   ("harness = ?", harness), ("repo = ?", repo),
+                                                   ("started_at >= ?", since)) if value]
+    where: list[str] = [clause for clause, _ in given]
+    params: list[Any] = [value for _, value in given]
     if paths:
         where.append("EXISTS (SELECT 1 FROM run_paths p WHERE p.harness = e.harness AND p.run_id = e.run_id"
                      f" AND p.path IN ({','.join('?' * len(paths))}))")
         params += list(paths)
-    if harness:
-        where.append("harness = ?")
-        params.append(harness)
-    if repo:
-        where.append("repo = ?")
-        params.append(repo)
-    if since:
-        where.append("started_at >= ?")
-        params.append(since)
     if not include_forgotten:
         where.append("forgotten_at IS NULL")
     filters = " WHERE " + " AND ".join(where) if where else ""
