@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import cli, machine  # noqa: E402
 from user_paths import SERVICE, daemon  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

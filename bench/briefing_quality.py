@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import cli, machine  # noqa: E402
 from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 #: (harness table name, its agent) configured besides the import's own `imported`.
 RESIDENTS = (("claude", "claude-code"), ("codex", "codex"), ("docs", "codex"), ("test-fixer", "claude-code"))

@@ -49,7 +49,7 @@ from user_paths import (  # noqa: E402
 
 from memactors.builtin import embedding_text, text_digest, vector_model, write_vector  # noqa: E402
 from memactors.embedding import BUILTIN_MODEL, DIM  # noqa: E402
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
 
 

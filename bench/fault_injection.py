@@ -40,7 +40,8 @@ import trio
 
 from memactors.config import ConfigHolder, load_config
 from memactors.logs import configure_logging
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.service import DB_NAME, open_memory_service
 
 SERVICE = "harness.v1.MemoryService"

@@ -39,7 +39,7 @@ from embed_gateway import add_vectors  # noqa: E402
 from recall_path import corpus  # noqa: E402
 from user_paths import SERVICE, cpu_s, daemon, gateway_client, machine, repo, write_config  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 LIMIT = 8
 

@@ -155,7 +155,7 @@ class Http:
 async def prepare(daemon: Daemon) -> str:
     """An episode in API and a live run there; returns the run's token."""
     sys.path.insert(0, str(ROOT / "src"))
-    from memactors.rpc.transport import connect_rpc
+    from memactors.rpc.client import connect_rpc
 
     async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
         await rpc.call(f"{SERVICE}/IngestRun", {"record": json.loads(RECORD.read_text(encoding="utf-8"))})
@@ -336,7 +336,8 @@ async def stream_flood(daemon: Daemon, token: str, attackers: int, count: int) -
 
 async def statuses(url: str, token: str, count: int, rpc: object | None = None) -> tuple[list[float], int]:
     """Status ``count`` times, 0.25 s apart: on ``rpc`` (kept), or on a fresh connection each time."""
-    from memactors.rpc.transport import RpcError, connect_rpc
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.frames import RpcError
 
     times, failed = [], 0
     for _ in range(count):
@@ -356,7 +357,8 @@ async def statuses(url: str, token: str, count: int, rpc: object | None = None) 
 
 
 async def websocket_flood(daemon: Daemon, sockets: int, count: int) -> None:
-    from memactors.rpc.transport import RpcError, connect_rpc
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.frames import RpcError
 
     url, read, control = daemon.info["operator"], daemon.token("read"), daemon.token("control")
     opened, refused = 0, 0

@@ -56,7 +56,7 @@ from memactors.builtin import query_words  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
 

@@ -82,7 +82,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
 CHANGELOG_DATA = DATA.with_name("changelog_questions.json")

@@ -35,7 +35,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 from user_paths import SERVICE, daemon, machine, run_record, vocabulary, write_config  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 
 def file_bytes(db: Path) -> tuple[int, int]:

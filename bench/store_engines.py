@@ -50,7 +50,8 @@ from memactors import builtin
 from memactors.builtin import index_pg as _builtin_pg
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.store.engines import open_store
 from memactors.store.run_history import record_json
 from memactors.testing.postgres import Cluster

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support import example, run_record
 from support_readside import gateway_client
 from support_secrets import Sample

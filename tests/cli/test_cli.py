@@ -29,7 +29,8 @@ from fix_daemon import daemon_in_process
 from memactors import cli
 from memactors.cli import runs as cli_runs
 from memactors.daemon import Listening
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from support import EXAMPLES, acknowledged, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -149,7 +150,7 @@ def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
 ])
 def test_each_rpc_error_code_maps_to_its_documented_exit_status(code: str, status: int,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from memactors.rpc.transport import RpcError
+    from memactors.rpc.frames import RpcError
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RpcError(code, "x")

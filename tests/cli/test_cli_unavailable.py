@@ -36,7 +36,8 @@ from fix_daemon import daemon_process, start_daemon
 from memactors import cli
 from memactors._limits import MAX_RECORD_BYTES, record_size
 from memactors.agents import spool
-from memactors.rpc.transport import MAX_MESSAGE_SIZE, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import MAX_MESSAGE_SIZE
 from support import run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -109,7 +109,7 @@ async def test_doctor_over_the_daemon_and_without_it(tmp_path: Path) -> None:
     import trio
 
     from memactors.daemon import run_daemon
-    from memactors.rpc.transport import ensure_tokens
+    from memactors.rpc.tokens import ensure_tokens
     from support import write_config
 
     path = write_config(tmp_path)

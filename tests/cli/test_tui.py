@@ -17,7 +17,8 @@ import trio
 from fix_daemon import start_daemon
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
 from support import example, run_record, wait_ready, write_config

@@ -26,7 +26,8 @@ import pytest
 import trio
 
 from fix_daemon import Daemon
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from support_hardening import Http, assert_clean_log, client_recall, gateway_daemon, legacy_recall
 
 SERVICE = "harness.v1.MemoryService"

@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from fix_daemon import start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support_hardening import secret_record
 from support_secrets import corpus
 

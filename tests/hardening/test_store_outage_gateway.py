@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from fix_daemon import start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from memactors.testing.postgres import Cluster
 from support import example, write_config
 from support_hardening import INIT, LEGACY, Http, rpc_message

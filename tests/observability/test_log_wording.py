@@ -15,7 +15,7 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc.transport import peer_text
+from memactors.rpc.server import peer_text
 from support import LogRecords, write_config
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,8 @@ from memactors.config import Config, ConfigHolder, load_config
 from memactors.daemon import run_daemon
 from memactors.doctor import doctor_rows
 from memactors.metrics import Metrics
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.fault_provider import PROVIDER_NAME, PROVIDER_VERSION, FaultProvider

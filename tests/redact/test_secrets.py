@@ -177,7 +177,8 @@ async def test_no_credential_family_reaches_the_state_directory_or_the_log_throu
 
     from memactors.config import load_config
     from memactors.daemon import run_daemon
-    from memactors.rpc.transport import connect_rpc, read_token
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.tokens import read_token
     from support import write_config
 
     service = "harness.v1.MemoryService"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import CODES
+from memactors.rpc.frames import CODES
 from memactors.rpc.wsclient import _read_message, _send_frame, handshake
 from memactors.testing.rpc_fuzz import frame
 

@@ -25,7 +25,8 @@ from memactors.actors.index import OWN_TEXT_CHARS, text_belongs, text_belongs_bo
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder
 from memactors.documents import gist
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from support import EXAMPLES, example, wait_ready

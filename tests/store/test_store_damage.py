@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from fix_daemon import daemon_process, start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support import run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -16,7 +16,9 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc.transport import RpcError, connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.tokens import read_token
 from support import EXAMPLES, acknowledged, example, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -18,7 +18,9 @@ import trio
 
 from memactors.config import load_config
 from memactors.daemon import read_daemon_file, run_daemon
-from memactors.rpc.transport import RpcError, connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.tokens import read_token
 from support import example, write_config
 
 SERVICE = "harness.v1.MemoryService"

@@ -24,7 +24,8 @@ import pytest
 import trio
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, write_config

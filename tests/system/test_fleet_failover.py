@@ -34,7 +34,8 @@ import trio.testing
 from fix_daemon import Daemon, start_daemon
 from memactors.config import ConfigHolder, load_config
 from memactors.errors import StoreUnavailable
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
