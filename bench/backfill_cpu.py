@@ -1,4 +1,4 @@
-"""The vector back-fill's cost in the daemon's CPU time (issue 38: target ≥ 100 episodes per CPU-second).
+"""The vector back-fill's cost in the daemon's CPU time (target: ≥ 100 episodes per CPU-second).
 
 Imports a real repository's history with `memactors import git` (the CLI, a subprocess) into a fresh
 daemon in the default configuration (the embedded model), waits until every record is recorded, then

@@ -1,4 +1,4 @@
-"""Gateway recall with the embedded model against BM25 only, at 10k episodes (issue 25's target: p50
+"""Gateway recall with the embedded model against BM25 only, at 10k episodes (the target: p50
 with embeddings ≤ 1.5 × the BM25-only p50, the query's embedding included).
 
     .venv/bin/python bench/embed_gateway.py                       # 10k episodes, 100 queries a mode

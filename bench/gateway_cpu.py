@@ -1,4 +1,4 @@
-"""The daemon's CPU per gateway `recall` call, and where it goes (issue 43).
+"""The daemon's CPU per gateway `recall` call, and where it goes.
 
     .venv/bin/python bench/gateway_cpu.py --keep /tmp/corpora                       # this tree, 200 calls
     .venv/bin/python bench/gateway_cpu.py --keep /tmp/corpora --before /tmp/main/src --rounds 3

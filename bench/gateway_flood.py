@@ -1,4 +1,4 @@
-"""The gateway under attack by clients without a token (issue 20): memory after an initialize flood, and a
+"""The gateway under attack by clients without a token: memory after an initialize flood, and a
 token holder's recall latency during a slow-body flood, against the daemon as a process.
 
     .venv/bin/python bench/gateway_flood.py                        # this checkout
@@ -15,14 +15,14 @@ token holder's recall latency during a slow-body flood, against the daemon as a 
    time, as a newly started agent does. Printed: p50 / p99 / max of each, and how many failed (no
    answer within 30 s; after three such failures and no answer the series stops: locked out). The
    anchor is the same recall with no flood.
-3. **Event-stream flood** (issue 34): A clients without a token each open ``GET /mcp`` asking for an
+3. **Event-stream flood**: A clients without a token each open ``GET /mcp`` asking for an
    event stream and keep it open (reconnecting when answered or dropped), while the token holder
    recalls as in 2.
-4. **Operator websocket flood** (issue 34): W read-token websockets held open and idle, while a
+4. **Operator websocket flood**: W read-token websockets held open and idle, while a
    control-tier client (connected before the flood) and a read-tier client opening a fresh connection
    each time (as the CLI does) call ``Status`` R times. Printed: p50 / p99 / max and refusals.
 
-``--nofile N`` starts each daemon under ``ulimit -n N`` (the issue's 256 and 1024).
+``--nofile N`` starts each daemon under ``ulimit -n N`` (e.g. 256 and 1024).
 
 The machine (CPU count, load average) is printed first: other work on it shows in every figure.
 """
@@ -418,7 +418,7 @@ if __name__ == "__main__":
     parser.add_argument("--attackers", type=int, default=300)
     parser.add_argument("--websockets", type=int, default=400)
     parser.add_argument("--recalls", type=int, default=40)
-    parser.add_argument("--nofile", type=int, help="the daemon's ulimit -n (issue 34: 256, 1024)")
+    parser.add_argument("--nofile", type=int, help="the daemon's ulimit -n (e.g. 256, 1024)")
     parser.add_argument("--phases", default="initialize,slow-body,event-stream,websocket",
                         help="comma-separated: initialize, slow-body, event-stream, websocket")
     trio.run(main, parser.parse_args())

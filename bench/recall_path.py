@@ -1,4 +1,4 @@
-"""The read path below the gateway, layer by layer, on bench/user_paths.py's corpus (issue 11).
+"""The read path below the gateway, layer by layer, on bench/user_paths.py's corpus.
 
     .venv/bin/python bench/recall_path.py                      # 1k and 10k episodes, 200 queries
     .venv/bin/python bench/recall_path.py --sizes 1000 --queries 100 --keep /tmp/corpora

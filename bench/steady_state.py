@@ -1,4 +1,4 @@
-"""The store's size under steady traffic with forgetting, without VACUUM (issue 11, "Storage").
+"""The store's size under steady traffic with forgetting, without VACUUM.
 
     .venv/bin/python bench/steady_state.py                       # 12 rounds of 500, a window of 1,000
     .venv/bin/python bench/steady_state.py --rounds 20 --per-round 1000 --window 3000

@@ -1,4 +1,4 @@
-"""What users hit, timed side by side on one generated corpus (issue 11).
+"""What users hit, timed side by side on one generated corpus.
 
     .venv/bin/python bench/user_paths.py                  # 1k and 10k episodes, 200 queries each
     .venv/bin/python bench/user_paths.py --full           # adds 100k
