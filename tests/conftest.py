@@ -7,7 +7,8 @@ plugins that provide the shared fixtures, each named for what it provides:
 * fix_providers: the fault provider's fork server and its helpers (`FaultFiles`, `fault_toml`, `sample`);
 * fix_daemon: the daemon as a process (`Daemon`, `start_daemon`, `daemon_process`, `daemon_in_process`);
 * fix_agents: the real agent CLIs, the configuration each needs to reach a loopback fake model API, and
-  the `daemon` fixture (one per module, with the resident harness `coder`) the install tests share.
+  the `daemon` fixture (one per module, with the resident harness `coder`) the install tests share;
+* fix_git: git with no repository above the test's directory and no user or system config (`isolated_git`).
 
 Helpers with no fixture stay in support*.py (support.py: a real config file, the service's gateway)."""
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import trio.testing
 
-pytest_plugins = ["fix_store", "fix_service", "fix_providers", "fix_daemon", "fix_agents"]
+pytest_plugins = ["fix_store", "fix_service", "fix_providers", "fix_daemon", "fix_agents", "fix_git"]
 
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
 _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR",

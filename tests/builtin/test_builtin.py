@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlite_vec import serialize_float32
 from memactors.builtin import RRF_K, BuiltinProvider, missing_vectors, rrf
 from memactors.builtin.index_sqlite import as_floats, retire_vectors
 from memactors.config import ConfigHolder
-from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
+from memactors.modelapi import ModelApiClient, ModelApiError
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
@@ -30,14 +30,6 @@ from support_readside import as_run, gateway_client
 pytestmark = pytest.mark.req11
 
 B = "project:forge.example/acme/web"
-
-
-@pytest.fixture
-async def embed_client(bag_of_words_api: FakeModelApi) -> AsyncIterator[ModelApiClient]:
-    settings = ModelApiSettings(base_url=bag_of_words_api.base_url, api_key=None, utility_model=None,
-                                embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-    async with ModelApiClient(settings) as client:
-        yield client
 
 
 async def _ids(provider: BuiltinProvider, query: str, scopes: list[str] = [A], **extra: Any) -> list[str]:  # noqa: B006

@@ -31,7 +31,7 @@ from memactors.cli import runs as cli_runs
 from memactors.daemon import Listening
 from memactors.rpc.client import connect_rpc
 from memactors.rpc.tokens import read_token
-from support import EXAMPLES, acknowledged, run_record, write_config
+from support import EXAMPLES, acknowledged, read_terminal, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
@@ -197,14 +197,7 @@ async def test_forget_on_a_terminal_asks_and_no_keeps_the_episode(tmp_path: Path
             while b"[y/N]" not in out:
                 out += os.read(fd, 1024)
             os.write(fd, reply)
-            while True:
-                try:
-                    chunk = os.read(fd, 1024)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
+            out = read_terminal(fd, out)
             return os.waitpid(pid, 0)[1], out
 
         status, out = await trio.to_thread.run_sync(answer, b"n\n")
@@ -277,15 +270,7 @@ async def test_runs_ingest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) ->
                                    *(str(tmp_path / f"run-{i}.json") for i in range(3)), "--config", str(config)],
                                   stdout=subprocess.PIPE, stderr=secondary, text=True) as proc:
                 os.close(secondary)
-                err = b""
-                while True:
-                    try:
-                        chunk = os.read(main, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    err += chunk
+                err = read_terminal(main)
                 out = proc.stdout.read() if proc.stdout else ""
                 code = proc.wait()
             os.close(main)
@@ -323,14 +308,7 @@ async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_p
                         raise AssertionError(f"no progress line for 2 records within 60 s: {err!r}")
                     err += os.read(main, 4096)
                 proc.send_signal(signal.SIGINT)
-                while True:
-                    try:
-                        chunk = os.read(main, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    err += chunk
+                err = read_terminal(main, err)
                 code = proc.wait(timeout=60)
             os.close(main)
             return code, err.decode()
@@ -445,15 +423,7 @@ def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
     with subprocess.Popen([sys.executable, "-m", "memactors.cli", *argv], stdout=secondary,
                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) as proc:
         os.close(secondary)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(main, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = read_terminal(main)
         code = proc.wait()
     os.close(main)
     return code, out.decode().replace("\r\n", "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -33,7 +32,7 @@ from memactors.episode import (
 )
 from memactors.models import RunRecord
 from memactors.redact import REDACTED, redact
-from memactors.repo import GitUnavailable, clear_cache
+from memactors.repo import GitUnavailable
 from memactors.store.episodes import stored_copy
 from support import example, run_record
 
@@ -41,14 +40,7 @@ API = "forge.example/acme/api"
 GHP = "gh" + "p_" + "Idg53Z131ckMzKyTs2mP" + "Ln6YYc8kkswFm9il"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No repository above tmp_path counts, and no user or system git config leaks in."""
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 def git_repo(path: Path, *remotes: tuple[str, str]) -> Path:
