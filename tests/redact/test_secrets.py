@@ -20,6 +20,7 @@ import pytest
 import sqlean
 from loguru import logger
 
+from fix_daemon import daemon_in_process
 from memactors.config import ConfigHolder
 from memactors.service import open_memory_service
 from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
@@ -173,13 +174,8 @@ def telltales(secret: str) -> set[str]:
 @pytest.mark.slow
 async def test_no_credential_family_reaches_the_state_directory_or_the_log_through_the_daemon(
         tmp_path: Path) -> None:
-    import trio
-
-    from memactors.config import load_config
-    from memactors.daemon import run_daemon
     from memactors.rpc.client import connect_rpc
     from memactors.rpc.tokens import read_token
-    from support import write_config
 
     service = "harness.v1.MemoryService"
     samples = family_samples()
@@ -189,10 +185,7 @@ async def test_no_credential_family_reaches_the_state_directory_or_the_log_throu
     state = tmp_path / "state"
     found: list[tuple[str, str]] = []
     try:
-        path = write_config(tmp_path, "[memory.episodes]\nsummary = false\n")
-        async with trio.open_nursery() as nursery:
-            listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                           task_status=task_status))
+        async with daemon_in_process(tmp_path, "[memory.episodes]\nsummary = false\n") as (_, listening):
             async with connect_rpc(listening.operator, read_token(state, "control")) as rpc:
                 for i, (_, before, secret, after) in enumerate(samples):
                     ctx = before + secret + after
@@ -221,7 +214,6 @@ async def test_no_credential_family_reaches_the_state_directory_or_the_log_throu
                 for file in sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token")):
                     data = file.read_bytes()
                     found += [(file.name, s) for _, _, s, _ in samples if any(f.encode() in data for f in telltales(s))]
-            nursery.cancel_scope.cancel()
     finally:
         logger.remove(sink)
     # ... and again after the stop has checkpointed them into the db file.

@@ -14,6 +14,7 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import daemon_in_process
 from memactors.config import load_config
 from memactors.daemon import run_daemon
 from memactors.rpc.client import connect_rpc
@@ -36,9 +37,7 @@ REQ21_FAMILIES = [
 
 
 async def test_daemon_serves_the_thin_path_over_rpc_with_tiers(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         state = tmp_path / "state"
         control, read = read_token(state, "control"), read_token(state, "read")
         async with connect_rpc(listening.operator, control) as rpc:
@@ -61,19 +60,15 @@ async def test_daemon_serves_the_thin_path_over_rpc_with_tiers(tmp_path: Path) -
         assert refused.value.code == "UNAUTHENTICATED"
         async with connect_rpc(listening.operator, control) as rpc:
             assert (await rpc.call(f"{SERVICE}/ListEpisodes", {}))["episodes"][0]["run_id"] == "42"
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req21
 async def test_metrics_endpoint_shows_every_req21_family(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         async with httpx2.AsyncClient() as http:
             text = (await http.get(listening.metrics)).text
         for family in REQ21_FAMILIES:
             assert f"# TYPE {family.removesuffix('_total')}" in text, family
-        nursery.cancel_scope.cancel()
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -173,10 +168,8 @@ async def test_a_port_in_use_is_a_config_error_naming_the_key(tmp_path: Path) ->
 
 async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_ones_by_name(tmp_path: Path) -> None:
     """IngestRuns: one call, a result per record in order; a bad record is rejected and the rest go on."""
-    path = write_config(tmp_path)
     bad = run_record(run_id="2", started_at="yesterday")
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
             out = await rpc.call(f"{SERVICE}/IngestRuns", {"records": [
@@ -200,7 +193,6 @@ async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_on
                 await rpc.call(f"{SERVICE}/IngestRuns", {"records": [{"record": run_record()}] * 501})
             assert too_many.value.code == "INVALID_ARGUMENT"
             assert "500" in str(too_many.value)
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.slow
