@@ -75,7 +75,7 @@ def test_words_between_breaks_and_escape_sequences_stay_the_same_words(case: tup
     assert excerpt == " ".join(ws), (text, excerpt)
 
 
-def test_the_issues_two_examples() -> None:
+def test_line_breaks_tabs_and_a_colour_escape_leave_the_words_one_space_apart() -> None:
     assert assembled_excerpt("first\nsecond\tline\rthird") == "first second line third"
     assert assembled_excerpt("\x1b[31mred\x1b[0m alert") == "red alert"
 
