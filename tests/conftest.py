@@ -35,7 +35,7 @@ _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_H
 def _no_user_profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The suite never reads the user's own configuration: HOME is an empty directory of this session's
     and the variables above are unset, for the tests and every process they start. `make test` once
-    passed or failed by what the user's profile held (issue 18); each test passes what it needs."""
+    passed or failed by what the user's profile held; each test passes what it needs."""
     saved = {name: os.environ.get(name) for name in ("HOME", *_PROFILE_VARS)}
     os.environ["HOME"] = str(tmp_path_factory.mktemp("home"))
     for name in _PROFILE_VARS:

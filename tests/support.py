@@ -67,7 +67,7 @@ def example(name: str) -> dict[str, Any]:
     return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
 
 
-#: An earlier run's answer worth a briefing's slot (more than a one-line "done": issue 38's trivial-run rule),
+#: An earlier run's answer worth a briefing's slot (more than a one-line "done": the trivial-run rule),
 #: which the agent tests seed and expect back from recall and in the briefing.
 SEED_TEXT = ("ledger rounding fixed with Decimal quantize: invoice totals are now summed in integer cents "
              "before the ledger reconciles them")

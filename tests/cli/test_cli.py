@@ -1,4 +1,4 @@
-"""The `memactors` CLI as a user meets it (issue 12): help text, --version, completion, --config on
+"""The `memactors` CLI as a user meets it: help text, --version, completion, --config on
 either side of the subcommand, distinct exit codes, forget's confirmation, `runs ingest` over files,
 directories and stdin with a summary (and Ctrl-C), `memory episodes` pages, `--repo` read as the
 daemon's repository key, and a start-up that imports only what the command needs.
@@ -133,7 +133,7 @@ def test_a_daemon_that_is_not_listening_exits_3(tmp_path: Path) -> None:
 
 def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
     """A control command needs a valid configuration; a read command falls back to the state directory
-    (issue 10: an operator can still ask the running daemon), warning with the same error."""
+    (an operator can still ask the running daemon), warning with the same error."""
     config = tmp_path / "harness.toml"
     config.write_text('[store]\npath = ""\n')
     done = run_cli(config, "memory", "forget", "ep_0", "--yes")
@@ -431,7 +431,7 @@ def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
 
 @pytest.mark.slow
 async def test_recall_and_briefing_read_for_people_on_a_terminal_and_for_agents_raw_or_piped(tmp_path: Path) -> None:
-    """Issue 40: on a terminal `memory recall` and `memory briefing` print a few lines per item (date,
+    """On a terminal `memory recall` and `memory briefing` print a few lines per item (date,
     harness, outcome, what was done, files, one provenance line), no nonce or 300-character provenance
     lines; `--raw` and a pipe print the agent's document byte for byte; `--json` as before."""
     uuid, sha = "0b7f2c8e-3c1d-4e4b-9a55-2f3e1d6c7b8a", "c9c2256e4555a5bdb8e55c606db2b512ca388b6f"

@@ -41,7 +41,7 @@ def test_builtin_provider_is_healthy_and_stays_on_host(tmp_path: Path) -> None:
 
 
 def test_an_actor_out_of_a_resource_warns_then_fails_at_the_alarm(tmp_path: Path) -> None:
-    """Issue 9's resource exhaustion, surfaced: a spell under the alarm warns, one past it fails, and
+    """Resource exhaustion, surfaced: a spell under the alarm warns, one past it fails, and
     the row says what ran out and when the daemon gives up."""
     config = _config(tmp_path, "")
     spells = {"index": {"seconds": 42.0, "attempts": 3, "error": "OSError EMFILE"},

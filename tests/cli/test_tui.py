@@ -1,4 +1,4 @@
-"""The TUI (issue 12, REQ-19): its state machine without a terminal, and the real program in a real
+"""The TUI (REQ-19): its state machine without a terminal, and the real program in a real
 terminal under tmux against a running daemon (send-keys / capture-pane)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
         assert wanted == Load("api-fixer")
         app.loaded(await memory.get_briefing("api-fixer"), await memory.status())
         text = "\n".join(app.lines())
-        assert "provider gone: unreachable since" in text  # its real state, not "breaker closed" (issue 33)
+        assert "provider gone: unreachable since" in text  # its real state, not "breaker closed"
         assert "cannot start /nonexistent/memory-provider" in text and "breaker" not in text
         assert "provider_unavailable" in text
         assert "memory_briefing: yes" in text
@@ -177,7 +177,7 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: `make test` installs it")
 async def test_req19_a_provider_down_for_minutes_is_shown_unreachable_since_not_breaker_closed(
         tmp_path: Path) -> None:
-    """Issue 33: `memory status`, doctor and the TUI said "breaker closed" for a provider that had been
+    """`memory status`, doctor and the TUI said "breaker closed" for a provider that had been
     down for more than 5 minutes (a provider that is down is refused before the breaker, which never
     opens). The daemon as a process, its provider's command missing; doctor's five minutes shortened to
     one second (the only change; `fix_daemon` constants). Every surface that showed the breaker

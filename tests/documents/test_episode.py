@@ -154,7 +154,7 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
     assert FIELD_ORDER[:4] == ("episode_id", "harness", "adapter", "run_id")
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
-    # Every run of line breaks (LF, CRLF, U+2028) is one space (REQ-6, issue 17); nothing is escaped.
+    # Every run of line breaks (LF, CRLF, U+2028) is one space (REQ-6); nothing is escaped.
     assert "result_excerpt: line one line two back\\slash" in lines
     assert ep.result_excerpt == "line one line two back\\slash" and ep.trace_id == "t x"
     # A path with a line break is refused at the boundary; a backslash is kept as it is.
@@ -194,7 +194,7 @@ def test_every_string_is_redacted_and_control_characters_stripped() -> None:
     ep = assemble(rec, fixed(rec), excerpt_chars=600)
     dumped = episode_json(ep) + render_text(ep)
     assert GHP not in dumped and GHP[4:] not in dumped
-    assert ep.result_excerpt == f"pushed with {REDACTED} ok"  # the escape sequence goes whole (issue 25)
+    assert ep.result_excerpt == f"pushed with {REDACTED} ok"  # the escape sequence goes whole
     assert ep.branch == f"b-{REDACTED}" and ep.files_touched == (f"src/{REDACTED}.go",)
     assert "\x00" not in dumped and "\x1b" not in dumped and "\x07" not in dumped
 
@@ -213,7 +213,7 @@ _texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_si
     [GHP, f"token {GHP}", "é" * 140, "a\nb\r\u2028c\\d", "\x00\x1f\x7f\x85", "password = Xk9#mP2$vL8qR4nT"])
 
 
-# harness, adapter, run_id, branch and paths are one line (issue 9: the boundary rejects control characters
+# harness, adapter, run_id, branch and paths are one line (the boundary rejects control characters
 # and line breaks in them); other fields may carry any text.
 _ONE_LINE = re.compile("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 _lines = _texts.map(lambda s: _ONE_LINE.sub("", s))

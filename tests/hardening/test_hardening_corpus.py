@@ -1,6 +1,6 @@
-"""Issue 31, "Redaction that generalizes": every format of the generated corpus (tests/support_corpus.py:
+"""Redaction that generalizes: every format of the generated corpus (tests/support_corpus.py:
 300+ valid-shaped FAKE credentials — the structural forms, vendor prefixes, one sample per gitleaks rule,
-issue 20's formats) placed in every field through the real surfaces, with the daemon as a process:
+memactors' own formats) placed in every field through the real surfaces, with the daemon as a process:
 
 * run records through the CLI (`memactors runs ingest DIR`, a subprocess, one batch): result text, trace
   id, trigger, harness, run, session and model names, cwd, branch, edited paths, verify failure text,

@@ -1,4 +1,4 @@
-"""Issue 20, "Secrets": every format of the corpus (tests/data/secret_corpus.json, 60+ realistic credential
+"""Secrets: every format of the corpus (tests/data/secret_corpus.json, 60+ realistic credential
 formats) is redacted wherever the daemon keeps or writes text, with the daemon as a process.
 
 Each format is put into a run record — result text, harness name, run id, trace id, model, trigger,

@@ -1,4 +1,4 @@
-"""Poison input (issue 9): run records and RPC parameters are validated at the boundary.
+"""Poison input: run records and RPC parameters are validated at the boundary.
 
 Every bad value is INVALID_ARGUMENT naming the field as a JSON path, never INTERNAL, never a dropped
 connection, and the message never repeats the value. The RPC cases run against the real daemon

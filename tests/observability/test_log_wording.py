@@ -1,4 +1,4 @@
-"""Log wording (issue 12): peers as host:port, one INFO line per CLI call, expected client errors at
+"""Log wording: peers as host:port, one INFO line per CLI call, expected client errors at
 INFO with their code (never a warning), and `configuration reloaded` once per SIGHUP."""
 
 from __future__ import annotations

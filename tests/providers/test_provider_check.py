@@ -197,7 +197,7 @@ async def _keeps_last_good(tmp_path: Path, logs: LogRecords) -> None:
         assert config.exists()
 
 
-# -- a failing check says why (issue 18) ---------------------------------------------------------------------
+# -- a failing check says why ---------------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_MEMORY = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "mcp-server-memory"

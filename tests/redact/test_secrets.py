@@ -49,7 +49,7 @@ def forms(secret: str) -> set[str]:
 
 def secret_record(i: int, before: str, secret: str, after: str) -> dict[str, Any]:
     ctx = before + secret + after
-    line = " ".join(ctx.split())  # one-line fields refuse line breaks (issue 9): the same secret on one line
+    line = " ".join(ctx.split())  # one-line fields refuse line breaks: the same secret on one line
     at = "2026-11-28T09:01:00Z"
     return run_record(
         harness=f"h{i} {line}"[:250], run_id=f"r{i}", trace_id=ctx, result_text=f"RESULT-MARKER {ctx} end",
@@ -149,7 +149,7 @@ async def test_req6_a_token_in_the_result_never_leaves_the_daemon(make_holder: H
     assert [i["provider"] for i in view["index"]] == ["fault"]
 
 
-# -- issue 9 "Nothing secret": every credential family, every field and feed, through the real daemon --
+# -- nothing secret: every credential family, every field and feed, through the real daemon --
 
 CREDENTIAL_FAMILIES = ("stripe-access-token", "gcp-api-key", "npm-access-token", "pypi-upload-token",
                    "sendgrid-api-token", "vault-service-token", "docker-pat", "github-pat",

@@ -1,4 +1,4 @@
-"""Issue 34: no operator RPC frame is answered INTERNAL. Hypothesis draws frames through
+"""No operator RPC frame is answered INTERNAL. Hypothesis draws frames through
 ``memactors.testing.rpc_fuzz.frame`` (its ``st.randoms`` makes every choice shrinkable) and sends each
 over one real websocket to the daemon as a process; every answer must be a well-formed reply whose code
 is not INTERNAL. The bench (``bench/rpc_fuzz.py``) runs the same generator over >= 100,000 frames.

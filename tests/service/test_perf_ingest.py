@@ -1,4 +1,4 @@
-"""Issue 11, ingest at the speed of SQLite: the fast paths of the write path give the answers of the
+"""Ingest at the speed of SQLite: the fast paths of the write path give the answers of the
 reference paths they stand in front of, and a batch is one write transaction with per-record results.
 
 No timings here (speed belongs in bench/): these tests pin the behaviour the fast paths must keep.

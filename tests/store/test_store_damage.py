@@ -1,4 +1,4 @@
-"""Issue 34, "a corrupt or unwritable store": the daemon as a process on a real SQLite file.
+"""A corrupt or unwritable store: the daemon as a process on a real SQLite file.
 
 * At start, a file that is not a database, or a store path SQLite cannot open or write: `memactors
   serve` prints one line naming the file and the cause and exits 5, no traceback.

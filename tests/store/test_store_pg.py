@@ -1,4 +1,4 @@
-"""Issue 19: the store on PostgreSQL — what only a shared, networked engine has.
+"""The store on PostgreSQL — what only a shared, networked engine has.
 
 Several daemons on one store (claims under FOR UPDATE SKIP LOCKED, the prune under an advisory lock,
 migrations once, the same run ingested twice), the password never shown, one WARN without pgvector,
@@ -239,7 +239,7 @@ def test_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
 
 
 def test_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: Cluster) -> None:
-    """Issue 23's reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
+    """The reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
     SIGILL at the first `CREATE INDEX … USING hnsw`. The portable build builds it, a query ordered by
     cosine distance is answered through it, and no backend of the server died."""
     import psycopg
@@ -612,7 +612,7 @@ async def test_a_store_outage_is_contained_and_work_resumes_without_a_restart(
 
 async def test_pgvector_backfill_retires_vectors_of_an_older_embedding_text(
         vector_store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
-    """Issue 32 on pgvector: vectors stored under another embedding-text version (or model) are
+    """On pgvector: vectors stored under another embedding-text version (or model) are
     retired at the embedder's next pass and every episode is embedded again from its run's words; the
     cache keeps the rest from the model."""
     from memactors.builtin import BuiltinProvider, missing_vectors, vector_model

@@ -115,7 +115,7 @@ def test_cli_walkthrough_signals_and_restart(tmp_path: Path) -> None:
     """The README walk-through as a user types it; the daemon stops cleanly on SIGTERM (first run) and
     SIGINT (second run) and keeps its episodes. One test for both signals: each daemon start is seconds
     of the suite. The default configuration, the embedded model's hybrid ranking included, as the README
-    runs it: step 4's "nothing" holds with cosine similarity in the ranking (issue 38's floor)."""
+    runs it: step 4's "nothing" holds with cosine similarity in the ranking (the relevance floor)."""
     config = write_config(tmp_path, embeddings=True)
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     state = tmp_path / "state"
@@ -198,7 +198,7 @@ async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_on
 @pytest.mark.slow
 async def test_a_maximum_size_record_is_accepted_and_a_bigger_one_refused_while_other_callers_get_answers(
         tmp_path: Path) -> None:
-    """Issue 9: a record at the 1 MiB bound is ingested, one over it is refused naming its size and the
+    """A record at the 1 MiB bound is ingested, one over it is refused naming its size and the
     limit; meanwhile another caller's requests keep being answered (timings belong to bench/)."""
     from memactors._limits import MAX_RECORD_BYTES, record_size
 

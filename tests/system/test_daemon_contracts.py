@@ -1,4 +1,4 @@
-"""Contracts the daemon keeps as a whole (issue 10): facts status, exported series, state directory."""
+"""Contracts the daemon keeps as a whole: facts status, exported series, state directory."""
 
 from __future__ import annotations
 
@@ -202,9 +202,9 @@ async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_o
 
 @pytest.mark.req6
 async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(tmp_path: Path) -> None:
-    """No field keeps a TAB, LF or CR: each run of them is one space (issue 17; the result text too);
+    """No field keeps a TAB, LF or CR: each run of them is one space (the result text too);
     the rendered text keeps every field on its own line. A line break in an identity field (repo,
-    branch, harness, paths) is refused at the boundary instead (issue 9: it could escape a fence)."""
+    branch, harness, paths) is refused at the boundary instead (it could escape a fence)."""
     from memactors.episode import FIELD_ORDER
 
     record = example("run-42-api-fixer.json")
@@ -221,9 +221,9 @@ async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(
             eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": record}))["episode_id"]
             view = await rpc.call(f"{SERVICE}/GetEpisode", {"episode_id": eid})
     episode = view["episode"]
-    # Issue 17: every run of line breaks and tabs is one space, in every field (words never fuse).
+    # Every run of line breaks and tabs is one space, in every field (words never fuse).
     assert episode["branch"] == "fix/flaky" and episode["trace_id"] == "t 1 2"
-    assert episode["result_excerpt"] == "line one indented bell line three"  # the escape sequence whole (issue 25)
+    assert episode["result_excerpt"] == "line one indented bell line three"  # the escape sequence whole
     for name, value in episode.items():
         if isinstance(value, str):
             assert not set(value) & set("\t\n\r\x07\x1b"), name
