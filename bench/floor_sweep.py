@@ -47,7 +47,7 @@ from recall_quality import LIMIT, load_questions, machine  # noqa: E402
 from memactors.builtin import RECALL_EMBED, ranking  # noqa: E402
 from memactors.builtin.ranking import Evidence, Hit  # noqa: E402
 
-LEFT_OUT = ("heldout2", "noanswer_heldout2")
+LEFT_OUT = ("heldout2", "noanswer_heldout2", "noanswer_heldout3")
 MEASURES = ("coverage", "cosine", "margin", "unknown", "best")
 WEIGHTS = ("W_COVERAGE", "W_COSINE", "W_MARGIN", "W_UNKNOWN", "W_BEST")
 FOLDS = 5

@@ -573,10 +573,18 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             for r in repos:
                 clients[r.key] = await stack.enter_async_context(gateway_client(d["gateway"], tokens[r.harnesses[0]]))
                 await clients[r.key].call_tool("recall", {"query": "warm up", "limit": LIMIT})
-            for q in questions:
+            asked = questions
+            waiting: dict[str, list[float]] = {}
+            total = sum(out["episodes"].values())
+            if mode == "fresh":  # the sets interleaved, so each meets the back-fill at every stage
+                asked = sorted(questions, key=lambda q: hashlib.sha256(q["query"].encode()).digest())
+            for q in asked:
                 args = {"query": q["query"], "limit": LIMIT}
                 if q.get("paths"):
                     args["paths"] = q["paths"]
+                if mode == "fresh":  # how many episodes still had no vector when it was asked
+                    pending = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending") or 0
+                    waiting.setdefault(group(q), []).append(pending / max(total, 1))
                 t = time.perf_counter()
                 result = await clients[q["repo"]].call_tool("recall", args)
                 times.append(time.perf_counter() - t)
@@ -588,6 +596,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
         out["recall_ms_p50"] = round(statistics.median(times) * 1000, 1)
         out["misses"] = {k: s.misses for k, s in scores.items()}
+        if mode == "fresh" and not direct:
+            out["pending_share_when_asked"] = {k: round(statistics.mean(v), 3) for k, v in waiting.items()}
         if mode == "fresh":
             out["pending_after_questions"] = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending")
         if scored:
@@ -649,6 +659,10 @@ def report(outs: dict[str, dict[str, Any]]) -> None:
         print(line)
     keys = list(dict.fromkeys(k for out in outs.values() for k in out["recall"]))
     head = "".join(f" {m + ' MRR':>14} {'hit@3':>6}" for m in modes)
+    for mode, out in outs.items():
+        if out.get("pending_share_when_asked"):
+            print(f"[{mode}] mean share of episodes without a vector when asked: " + ", ".join(
+                f"{k} {v:.0%}" for k, v in out["pending_share_when_asked"].items()))
     print(f"{'questions':34} {'n':>4}{head}")
     for k in keys:
         rows = [out["recall"].get(k) for out in outs.values()]
@@ -702,6 +716,8 @@ def main() -> None:
                         help="with --direct: set a constant of memactors.builtin.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--skip-set", action="append", default=[], metavar="SET",
+                        help="leave out a question set (e.g. noanswer_heldout3 once its one run is done)")
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                         help="the daemon's store: its SQLite file (default), or a PostgreSQL server with pgvector"
                              " started for the run (memactors.testing.postgres, the tests' tree; one fresh database"
@@ -714,7 +730,7 @@ def main() -> None:
         parser.error(f"at most {len(data['repos'])} clones: {', '.join(data['repos'])}")
     repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
     given = {r.key for r in repos}
-    data["questions"] = [q for q in data["questions"] if q["repo"] in given]
+    data["questions"] = [q for q in data["questions"] if q["repo"] in given and q.get("set") not in args.skip_set]
     for r in repos:
         r.commits = read_commits(r.path)
     if args.write_path_questions:
