@@ -755,7 +755,10 @@ def main() -> None:
         parser.error("--direct reads the SQLite file: use it with --store sqlite")
     with postgres_server() if args.store == "postgres" else contextlib.nullcontext() as cluster:
         for mode in modes:
-            url = cluster.create_database() if cluster is not None else None
+            url = None
+            if cluster is not None:  # pgvector created by the administrator, as docs/fleet.md says
+                url = cluster.create_database()
+                cluster.admin("CREATE EXTENSION vector", dbname=url.rsplit("/", 1)[1])
             outs[mode] = trio.run(lambda mode=mode, url=url: evaluate(
                 repos, data["questions"], root, direct=args.direct, mode=mode, briefings_wanted=mode == modes[-1],
                 store_url=url))
