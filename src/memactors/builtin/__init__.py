@@ -434,14 +434,16 @@ class BuiltinProvider:
         candidates without one (`embed_candidates`); when none wait, it costs a recall nothing."""
         return bool(self.pending_vectors) or bool(self.embed_stats["running"])
 
-    async def embed_candidates(self, hits: Sequence[Hit]) -> int:
+    async def embed_candidates(self, hits: Sequence[Hit], deadline: float | None = None) -> int:
         """Give a recall's text candidates that have no vector yet (the text ranking's best
         RECALL_EMBED, recorded and not back-filled: right after `runs ingest` or an import) their
-        vectors now, in one batch through the query's embedder within the recall's embedding deadline,
-        and write them, so the back-fill skips them and the recall scores them as it does once every
-        episode has its vector (ranked on their text alone, a question the store cannot answer was
-        answered with an item holding some of its words). Returns how many got one; on a failure or
-        past the deadline, none (they are ranked on their text, as before)."""
+        vectors now, in one batch through the query's embedder by `deadline` (trio time: the recall's
+        query-embedding deadline, which the query's own embedding shares, so the two stay within half
+        of provider_timeout; default query_embed_deadline from now), and write them, so the back-fill
+        skips them and the recall scores them as it does once every episode has its vector (ranked on
+        their text alone, a question the store cannot answer was answered with an item holding some of
+        its words). Returns how many got one; on a failure or past the deadline, none (they are ranked
+        on their text, as before)."""
         doc_ids = [h.doc_id for h in hits[:RECALL_EMBED]]
         if not doc_ids or self.query_embedder is None:
             return 0
@@ -454,7 +456,7 @@ class BuiltinProvider:
             text = embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]"))
             todo.append((int(r[0]), str(r[1]), text, text_digest(text)))
         vectors: list[list[float]] | None = None
-        with trio.move_on_after(self.query_embed_deadline):
+        with trio.move_on_at(trio.current_time() + self.query_embed_deadline if deadline is None else deadline):
             try:
                 vectors = await embedder([k[2] for k in todo])
             except MemactorsError as exc:
@@ -629,6 +631,7 @@ class BuiltinProvider:
 
             ranked = await self.store.read(both)
         else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
+            embed_by = trio.current_time() + self.query_embed_deadline  # the query's and its candidates'
             text: list[Hit] = []
             vector: list[float] | None = None
 
@@ -646,7 +649,7 @@ class BuiltinProvider:
             if vector is None:
                 degraded = "embeddings_unavailable"
             elif not meta_mode and self.vectors_pending():  # right after an ingest: scored as once filled
-                await self.embed_candidates(text)
+                await self.embed_candidates(text, embed_by)
 
             def knn_and_fuse(db: Any, vector: list[float] | None = vector) -> list[tuple[str, str, float]]:
                 return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
