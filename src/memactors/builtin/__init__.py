@@ -483,6 +483,7 @@ class BuiltinProvider:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 self.embed_stats["running"] = True
+                failed = False
                 try:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
                     count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
@@ -499,13 +500,15 @@ class BuiltinProvider:
                     self.embed_stats["last_error"] = type(exc).__name__
                     _log.bind(error=type(exc).__name__).warning(
                         "episodes left without embedding for now; trying again later")
-                    self._release_waiters()
-                    await trio.sleep(EMBED_RETRY_SECONDS)
-                    self._wake.set()
-                    continue
+                    failed = True
                 finally:
                     self.embed_stats["running"] = False
+                # A failed pass ends like any other for its waiters (they read what is still
+                # missing), and the worker is idle while it waits to try again.
                 self._release_waiters()
+                if failed:
+                    await trio.sleep(EMBED_RETRY_SECONDS)
+                    self._wake.set()
         finally:
             self._wake = None
             self._release_waiters()
