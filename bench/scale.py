@@ -203,7 +203,7 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
     written in transactions of 20,000 episodes, without the per-row look-ups of the product's write path
     (1M episodes through it would take hours here). Every scope is one cell; the service's back-fill
     divides the large ones at its start (timed by `measure`)."""
-    from memactors.actors.index import record_json
+    from memactors.store.run_history import record_json
     from memactors.store.sqlite import _connect
 
     (await open_store(path)).close()  # the schema, by the store's migrations
@@ -266,7 +266,7 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
                          " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)", episodes)
         conn.executemany("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
                          " VALUES ('builtin', ?, ?, ?, ?)", index_rows)
-        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
+        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, ?)",
                          vec_rows)
         conn.executemany("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
                          " VALUES (?, ?, ?, X'', ?)", cache_rows)
@@ -462,6 +462,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
               f"{', bulk rows' if args.bulk and cluster is None else ''})", flush=True)
         if cluster is None:
             np.save(saved, doc_ids)
+        if args.build_only:
+            return
     if cluster is None:
         size_b = (state / "memactors.db").stat().st_size
         print(f"    store file {size_b / size:.0f} B/episode", flush=True)
@@ -506,15 +508,28 @@ async def main_async(args: argparse.Namespace) -> None:
         model = shared_model()
         for size in args.sizes:
             t = time.perf_counter()
-            items = corpus(size, args.repos)
-            k = min(args.real, size)
-            texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
-            real = np.asarray(model.encode(texts), dtype=np.float32)
-            vectors = derive_vectors(real, size)
-            top = np.bincount([it["z"] for it in items]).max()
-            print(f"{size} episodes over {args.repos} repositories (the biggest {top}); {k} real embeddings,"
-                  f" {size - k} derived; made in {time.perf_counter() - t:.0f} s", flush=True)
-            queries = make_queries(items, args.queries + 5)
+            kept = root / f"corpus-{size}-{args.repos}-{args.real}.npz"  # what a kept store is measured with
+            stores = [root / f"{engine}-{size}" / "doc_ids.npy" for engine in args.engines]
+            if kept.exists() and all(s.exists() for s in stores) and not args.build_only:
+                with np.load(kept) as saved:
+                    vectors, zs = saved["vectors"], saved["zs"]
+                items = [{"z": int(z)} for z in zs]  # enough for a kept store: its repository
+                queries = [(int(z), str(q)) for z, q in json.loads(kept.with_suffix(".json").read_text())]
+                print(f"{size} episodes: the kept corpus {kept.name} (the biggest repository {np.bincount(zs).max()})",
+                      flush=True)
+            else:
+                items = corpus(size, args.repos)
+                k = min(args.real, size)
+                texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
+                real = np.asarray(model.encode(texts), dtype=np.float32)
+                vectors = derive_vectors(real, size)
+                zs = np.fromiter((it["z"] for it in items), dtype=np.int32, count=len(items))
+                print(f"{size} episodes over {args.repos} repositories (the biggest {np.bincount(zs).max()}); {k} real"
+                      f" embeddings, {size - k} derived; made in {time.perf_counter() - t:.0f} s", flush=True)
+                queries = make_queries(items, args.queries + 5)
+                if args.keep:
+                    np.savez(kept, vectors=vectors, zs=zs)
+                    kept.with_suffix(".json").write_text(json.dumps(queries))
             for engine in args.engines:
                 if engine == "postgresql":
                     with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "synchronous_commit = off",
@@ -755,6 +770,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
     parser.add_argument("--bulk", action="store_true",
                         help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
+    parser.add_argument("--build-only", action="store_true", help="build the stores (with --keep) and stop")
     parser.add_argument("--partition", type=int, metavar="N",
                         help="only the vector search over one repository of N episodes, in three forms")
     parser.add_argument("--cells-model", type=int, metavar="N",

@@ -164,3 +164,58 @@ def _old_form(db: Any) -> None:
     for doc_id, scope, blob in rows:
         db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, vec_int8(?))",
                    [doc_id, scope, bytes(blob)])
+
+
+async def test_a_sqlite_store_with_cells_in_vec0_keeps_its_cells_when_upgraded_at_start(
+        tmp_path: Path, bag_of_words_api: FakeModelApi, small_cells: None) -> None:
+    """A SQLite store whose divided scope's vectors are in the sqlite-vec `vec0` table with the cell as a
+    metadata column (the layout before the plain table) is converted when the service starts: every
+    vector keeps its cell, the division is kept (not fitted again), nothing is embedded again, and recall
+    and the knn answer what they did."""
+    holder = _holder(tmp_path, bag_of_words_api, None)
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        before = await _answers(memory)
+        knn_before = [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS]
+        cells_before = await memory.store.read(_cells)
+        divisions = await memory.store.read(_divisions)
+        assert len(divisions) == 1 and len({cell for _, cell in cells_before}) > 2  # divided while ingested
+        await memory.store.write(_vec0_with_cells)
+    requests = len(bag_of_words_api.requests_to("/v1/embeddings"))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        layout = await memory.store.read(lambda db: db.execute(
+            "SELECT value FROM builtin_meta WHERE key = 'vec_layout'").fetchone()[0])
+        assert layout == index_sqlite.VEC_LAYOUT
+        assert await memory.store.read(lambda db: db.execute(
+            "SELECT type FROM sqlite_master WHERE name = 'builtin_vec'").fetchone()[0]) == "table"
+        assert await memory.store.read(_cells) == cells_before
+        assert await memory.store.read(_divisions) == divisions
+        assert await _answers(memory) == before
+        assert [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS] == knn_before
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == requests + len(TOPICS)  # the recalls' queries only
+
+
+def _cells(db: Any) -> list[tuple[int, int]]:
+    return [(int(d), int(c)) for d, c in db.execute("SELECT doc_id, cell FROM builtin_vec ORDER BY doc_id").fetchall()]
+
+
+def _divisions(db: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in db.execute("SELECT scope, vectors, cells FROM builtin_vec_divisions").fetchall()]
+
+
+def _vec0_with_cells(db: Any) -> None:
+    """Rewrite the vectors into the `vec0` table with the cell as a metadata column, as the store held them then."""
+    dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
+    rows = db.execute("SELECT doc_id, scope, cell, embedding FROM builtin_vec").fetchall()
+    db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
+               f" cell INTEGER, embedding int8[{dim}] distance_metric=cosine, chunk_size=128)")
+    for doc_id, scope, cell, blob in rows:
+        db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
+                   [doc_id, scope, cell, bytes(blob)])
+    db.execute("UPDATE builtin_meta SET value = 'cell-meta' WHERE key = 'vec_layout'")
