@@ -219,3 +219,54 @@ def _vec0_with_cells(db: Any) -> None:
         db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
                    [doc_id, scope, cell, bytes(blob)])
     db.execute("UPDATE builtin_meta SET value = 'cell-meta' WHERE key = 'vec_layout'")
+
+
+async def test_postgresql_keeps_each_scopes_vector_count_as_vectors_come_and_go(
+        tmp_path: Path, bag_of_words_api: FakeModelApi, vector_url: str) -> None:
+    """On PostgreSQL the back-fill asks which scopes reached their next division from one count a scope
+    (`builtin_vec_counts`, kept by triggers), not by counting the store: the counts follow what is
+    embedded and forgotten, a scope that reaches the threshold is divided by them, and a store made
+    before the counts gets them at start from its vectors."""
+    holder = _holder(tmp_path, bag_of_words_api, vector_url)
+
+    def counts(db: Any) -> dict[str, int]:
+        return {str(s): int(n) for s, n in db.execute("SELECT scope, vectors FROM builtin_vec_counts").fetchall()}
+
+    def actual(db: Any) -> dict[str, int]:
+        return {str(s): int(n) for s, n in db.execute("SELECT scope, count(*) FROM builtin_vec GROUP BY scope").fetchall()}
+
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        assert await memory.store.read(counts) == {scope: 60}
+        found = await memory.recall(query="ledger rounding", repo=API, limit=2)
+        for episode in found["episodes"]:
+            assert (await memory.forget(episode["episode_id"]))["forgotten"]
+        assert await memory.store.read(counts) == await memory.store.read(actual) == {scope: 58}
+        assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(vector_cells, "CELLS_FROM", 40)
+            patch.setattr(vector_cells, "CELL_ROWS", 8)
+            assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == [scope]
+            assert await vector_cells.divide_scopes(memory.store, index_pg.PG_INDEX) == 1
+            assert await memory.store.read(lambda db: db.execute(
+                "SELECT vectors, cells FROM builtin_vec_divisions").fetchall()) == [(58, 7)]
+            assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == []
+
+        def before_counts(db: Any) -> None:  # the store as a daemon before the counts left it
+            db.execute("DROP TRIGGER builtin_vec_count_insert ON builtin_vec")
+            db.execute("DROP TRIGGER builtin_vec_count_delete ON builtin_vec")
+            db.execute("DROP TRIGGER builtin_vec_count_move ON builtin_vec")
+            db.execute("DROP TABLE builtin_vec_counts")
+            db.execute("DROP FUNCTION builtin_vec_counted(), builtin_vec_count()")
+            db.execute("DELETE FROM memactors_migrations WHERE name = '0009_vector_counts'")
+
+        await memory.store.write(before_counts)
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert await memory.store.read(counts) == {scope: 58}
+        await memory.ingest_run(run_record(run_id="late", trace_id="t-late", result_text="ledger rounding late"))
+        assert await memory.builtin.wait_embedded() == 0
+        assert await memory.store.read(counts) == await memory.store.read(actual) == {scope: 59}
