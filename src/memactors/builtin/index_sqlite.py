@@ -314,11 +314,11 @@ def cell_vectors(db: sqlite_utils.Database, scope: str, cells: Sequence[int] | N
     import numpy as np
 
     among = f" AND cell IN ({','.join('?' * len(cells))})" if cells is not None else ""
-    blob, ids = db.execute(f"SELECT CAST(group_concat(embedding, '') AS BLOB), group_concat(doc_id)"
+    blob, ids = db.execute(f"SELECT CAST(group_concat(embedding, '') AS BLOB), group_concat(printf('%016x', doc_id), '')"
                            f" FROM builtin_vec WHERE scope = ?{among}", [scope, *(cells or [])]).fetchone()
     if not ids:
         return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.int8)
-    doc_ids = np.array(str(ids).split(","), dtype=np.int64)
+    doc_ids = np.frombuffer(bytes.fromhex(str(ids)), dtype=">i8").astype(np.int64)  # doc ids are positive
     return doc_ids, np.frombuffer(bytes(blob), dtype=np.int8).reshape(len(doc_ids), -1)
 
 
@@ -334,9 +334,10 @@ def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: st
         return []
     rows = x.astype(np.float32)
     q = np.asarray(vector, dtype=np.float32)
+    # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * max(float(np.linalg.norm(q)), 1e-12)
     norms[norms == 0] = 1.0
-    distance = 1.0 - (rows @ q) / norms
+    distance = 1.0 - np.einsum("ij,j->i", rows, q) / norms
     best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
     return sorted((float(distance[i]), int(doc_ids[i])) for i in best)[:k]
 
