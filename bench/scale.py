@@ -3,6 +3,11 @@ episodes").
 
     .venv/bin/python bench/scale.py                                # 100k on both engines, 200 queries
     .venv/bin/python bench/scale.py --sizes 100000 1000000 --engines sqlite --keep /tmp/scale
+    .venv/bin/python bench/scale.py --sizes 1000000 --engines sqlite --bulk --keep /work/scale --build-only
+    .venv/bin/python bench/scale.py --sizes 1000000 --engines sqlite --keep /work/scale   # the kept store again
+
+With `--keep` the corpus (vectors, repositories, queries) is saved beside the stores, so a kept store is
+measured again without making the corpus again (1M episodes: ~2 minutes) or building it (~20 minutes).
 
 **The corpus is synthetic, and so are most of its vectors.** Episodes come from a template vocabulary
 of coding-agent work (verbs, components, failures, files: "fix flaky timeout in the session cache
@@ -27,8 +32,8 @@ For the same queries, in this one process and run, it times:
 * **knn**: the raw vector query alone, best 8 of the asking repository, as the provider asks it
   (`index_sqlite.vec_candidates` / `index_pg.knn_rows`: the nearest cells of a divided scope,
   `builtin.vector_cells`, or the whole scope below CELLS_FROM vectors);
-* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8 in
-  sqlite-vec, halfvec in pgvector), the anchor the cells are measured against;
+* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8
+  scored in numpy on SQLite, halfvec in pgvector), the anchor the cells are measured against;
 * **embed**: the model run on the query;
 * **recall@8**: the knn's 8 (and the exact scan's) against the exact 8 of numpy's cosine over the
   scope's float32 vectors as derived, averaged over the queries.
