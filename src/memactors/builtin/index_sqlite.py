@@ -171,8 +171,8 @@ def compact_vec_table(db: sqlite_utils.Database) -> bool:
             for d, s, c, e in db.execute(f"SELECT doc_id, scope, {cell}, embedding FROM builtin_vec")]
     _drop_vec_table(db, keep_cells=keep_cells)
     _create_vec_table(db, keep_cells=keep_cells)
-    db.conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, ?)",
-                        sorted(rows, key=lambda r: (r[1], r[2], r[0])))  # in the table's order: appends
+    rows.sort(key=lambda r: (r[1], r[2], r[0]))  # in the table's order: every insert appends
+    db.conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, ?)", rows)
     return True
 
 
