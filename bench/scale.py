@@ -569,7 +569,7 @@ def partition(n: int, queries: int, real_n: int) -> None:
         for form, (kind, wrap, enc) in forms.items():
             metric = "" if kind == "bit" else " distance_metric=cosine"
             db.execute(f"CREATE VIRTUAL TABLE v_{form} USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
-                       f" embedding {kind}[{dim}]{metric}, chunk_size={index_sqlite.VEC_CHUNK})")
+                       f" embedding {kind}[{dim}]{metric}, chunk_size=128)")  # vec0 as the provider had it
             db.execute("BEGIN")
             for i, v in enumerate(vectors):
                 db.execute(f"INSERT INTO v_{form} (doc_id, scope, embedding) VALUES (?, 's', {wrap})", [i + 1, enc(v)])
