@@ -322,6 +322,11 @@ def cell_vectors(db: sqlite_utils.Database, scope: str, cells: Sequence[int] | N
     return doc_ids, np.frombuffer(bytes(blob), dtype=np.int8).reshape(len(doc_ids), -1)
 
 
+#: Rows a knn converts to float32 and scores at a time: a slice stays in the CPU's cache (40k vectors
+#: in one piece cost 13 ms here, in slices of 2,048 9 ms).
+SCORE_ROWS = 2048
+
+
 def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: str, k: int,
                    probes: int | None = None) -> list[tuple[float, int]]:
     """The best `k` (cosine distance, doc_id) of `scope`, closest first: the exact cosine, in numpy, of
@@ -332,12 +337,16 @@ def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: st
     doc_ids, x = cell_vectors(db, scope, None if cells == [0] else cells)
     if not len(doc_ids) or x.shape[1] != len(vector):
         return []
-    rows = x.astype(np.float32)
     q = np.asarray(vector, dtype=np.float32)
-    # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * max(float(np.linalg.norm(q)), 1e-12)
-    norms[norms == 0] = 1.0
-    distance = 1.0 - np.einsum("ij,j->i", rows, q) / norms
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    similarity = np.empty(len(doc_ids), dtype=np.float32)
+    for start in range(0, len(doc_ids), SCORE_ROWS):
+        rows = x[start:start + SCORE_ROWS].astype(np.float32)
+        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        norms[norms == 0] = 1.0
+        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
+    distance = 1.0 - similarity
     best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
     return sorted((float(distance[i]), int(doc_ids[i])) for i in best)[:k]
 
