@@ -730,6 +730,94 @@ def pg_partition(n: int, queries: int, real_n: int, kinds: list[str]) -> None:
             conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
 
 
+def pg_probe_forms(n: int, cells: int, probes: int, queries: int) -> None:
+    """`--pg-probe-forms N`: timing only (N random unit vectors in one scope, `cells` cells of which a knn
+    reads `probes`, as the provider's cells read 104 of 664 at 170k): what a PostgreSQL knn over the
+    probed cells costs in several forms — the provider's (scope, cell) b-tree and heap with the distance
+    in SQL; a covering b-tree (index-only scan); the vectors sent to this process and scored in numpy;
+    and **packed cells** (one row a cell: its doc ids and int8 vectors, read in binary and scored in
+    numpy), the form the measurement points to. Random vectors: recall is not measured here."""
+    import psycopg
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 384)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cell = rng.integers(0, cells, size=n)
+    q8 = np.round(x * 127 / np.abs(x).max(axis=1, keepdims=True)).astype(np.int8)
+    scope = "forge.example/acme/big"
+    with Cluster(pgvector=True, extra=("shared_buffers = 1GB",)) as cluster:
+        cluster.create_database("forms")
+        cluster.admin("CREATE EXTENSION vector", dbname="forms")
+        with psycopg.connect(cluster.url("forms"), autocommit=True) as conn:
+            conn.execute('CREATE TABLE v (doc_id BIGINT PRIMARY KEY, scope TEXT COLLATE "C" NOT NULL, cell INT NOT NULL,'
+                         " embedding halfvec(384) NOT NULL)")
+            conn.execute('CREATE TABLE packs (scope TEXT COLLATE "C" NOT NULL, cell INT NOT NULL, doc_ids BIGINT[] NOT NULL,'
+                         " vectors BYTEA NOT NULL, PRIMARY KEY (scope, cell))")
+            conn.execute("ALTER TABLE packs ALTER COLUMN vectors SET STORAGE EXTERNAL")  # not compressed
+            t = time.perf_counter()
+            with conn.cursor().copy("COPY v (doc_id, scope, cell, embedding) FROM STDIN") as copy:
+                for i in rng.permutation(n):  # in time order: a cell's rows spread over the heap
+                    copy.write_row((int(i), scope, int(cell[i]), "[" + ",".join(f"{v:.5f}" for v in x[i]) + "]"))
+            with conn.cursor().copy("COPY packs (scope, cell, doc_ids, vectors) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int4", "int8[]", "bytea"])
+                for c in range(cells):
+                    rows = np.flatnonzero(cell == c)
+                    copy.write_row((scope, c, rows.tolist(), q8[rows].tobytes()))
+            conn.execute("CREATE INDEX v_by_cell ON v (scope, cell)")
+            conn.execute("VACUUM ANALYZE v")
+            conn.execute("VACUUM ANALYZE packs")
+            per = {t: conn.execute(f"SELECT pg_total_relation_size('{t}')").fetchone()[0] / n for t in ("v", "packs")}
+            print(f"{n} random vectors in {cells} cells copied in {time.perf_counter() - t:.0f} s; per vector: table and"
+                  f" b-tree {per['v']:.0f} B, packs {per['packs']:.0f} B", flush=True)
+            qs = rng.standard_normal((queries, 384)).astype(np.float32)
+            picks = [rng.choice(cells, probes, replace=False).tolist() for _ in range(queries)]
+
+            def in_sql(q: np.ndarray, p: list[int]) -> list[int]:
+                return [int(r[0]) for r in conn.execute(
+                    "SELECT v.doc_id, v.embedding::vector <=> %s::vector AS d FROM unnest(%s::text[], %s::int[]) c (scope, cell)"
+                    " JOIN v ON v.scope = c.scope AND v.cell = c.cell ORDER BY d LIMIT 200",
+                    [index_pg._literal(q.tolist()), [scope] * len(p), p]).fetchall()]
+
+            def top(ids: np.ndarray, m: np.ndarray, q: np.ndarray) -> list[int]:
+                sim = np.empty(len(ids), dtype=np.float32)
+                for i in range(0, len(ids), 2048):
+                    r = m[i:i + 2048].astype(np.float32)
+                    sim[i:i + 2048] = np.einsum("ij,j->i", r, q) / np.sqrt(np.einsum("ij,ij->i", r, r))
+                return [int(ids[i]) for i in np.argsort(-sim)[:200]]
+
+            def sent(q: np.ndarray, p: list[int]) -> list[int]:
+                blob, ids = conn.cursor(binary=True).execute(
+                    "SELECT string_agg(halfvec_send(embedding), ''::bytea), array_agg(doc_id) FROM v"
+                    " WHERE scope = %s AND cell = ANY(%s)", [scope, p]).fetchone()
+                m = np.frombuffer(blob, dtype=">f2").reshape(len(ids), -1)[:, 2:]  # a 4-byte header a vector
+                return top(np.asarray(ids), m, q)
+
+            def packed(q: np.ndarray, p: list[int]) -> list[int]:
+                rows = conn.cursor(binary=True).execute("SELECT doc_ids, vectors FROM packs WHERE scope = %s AND cell = ANY(%s)",
+                                                        [scope, p]).fetchall()
+                ids = np.concatenate([np.asarray(r[0], dtype=np.int64) for r in rows])
+                return top(ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(ids), -1), q)
+
+            def run(label: str, knn: Any) -> None:
+                wall, cpu = [], []
+                for q, p in zip(qs, picks, strict=True):
+                    t, c = time.perf_counter(), time.process_time()
+                    knn(q, p)
+                    wall.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
+                print(f"    {label}: wall p50 {statistics.median(wall) * 1000:.1f} ms (this process's CPU p50"
+                      f" {statistics.median(cpu) * 1000:.1f} ms)", flush=True)
+
+            same = set(in_sql(qs[0], picks[0])[:8]) == set(packed(qs[0], picks[0])[:8])
+            print(f"    the best 8 of the packed cells (int8) are the SQL's (halfvec): {same}", flush=True)
+            run("(scope, cell) b-tree and heap, distance in SQL (the provider's)", in_sql)
+            run("the same vectors sent here (halfvec_send) and scored in numpy", sent)
+            run("packed cells, read in binary and scored in numpy", packed)
+            conn.execute("CREATE INDEX v_cover ON v (scope, cell) INCLUDE (doc_id, embedding)")
+            conn.execute("VACUUM ANALYZE v")
+            run("a covering (scope, cell) INCLUDE (doc_id, embedding) b-tree, distance in SQL", in_sql)
+
+
 def cells_model(n: int, queries: int, real_n: int, cell_rows: int, reads: list[int]) -> None:
     """`--cells-model N`: recall@8 of the cells against how many are read, in numpy (no store): the
     product's own `vector_cells.divide` over one scope of N int8 vectors (as the stores hold them), the
@@ -780,10 +868,16 @@ def main() -> None:
                         help="only the vector search over one repository of N episodes, in three forms")
     parser.add_argument("--cells-model", type=int, metavar="N",
                         help="only the cells' recall against the cells read, in numpy, over one scope of N vectors")
+    parser.add_argument("--pg-probe-forms", type=int, metavar="N",
+                        help="only PostgreSQL's knn over 104 of 664 cells in several forms, N random vectors")
     parser.add_argument("--cell-rows", type=int, default=256)
     parser.add_argument("--reads", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96])
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.pg_probe_forms:
+        pg_probe_forms(args.pg_probe_forms, 664, 104, min(args.queries, 40))
+        print(machine(), flush=True)
+        return
     if args.cells_model:
         cells_model(args.cells_model, args.queries, args.real, args.cell_rows, args.reads)
         return
