@@ -22,8 +22,8 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 `builtin_fts` (FTS5, `porter unicode61`, external-content over builtin_docs — the text is stored once —
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
-embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+embedding model is configured — `builtin_vec`, a plain table of one int8 embedding per episode
+(`index_sqlite.VEC_FORM`) clustered by scope and cell, scored by cosine in numpy. It is
 created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
 changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
 model key, so re-recording or re-embedding the same content never calls the model API again; a cache
