@@ -46,6 +46,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from ..store.pg import PgDb
 from . import vector_cells
 from .index import DocDigest, as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
@@ -249,6 +250,7 @@ RECHECK_VECTORS = 300.0
 def has_pgvector(db: Db) -> bool:
     """Whether the `vector` extension is installed in this database, or can be (then it is created)."""
     # the server too: two stores in one process (tests, `store migrate`) may have databases of one name
+    assert isinstance(db, PgDb), type(db)  # this index runs on the PostgreSQL engine's connections only
     info = db.conn.info
     (schema,) = db.execute("SELECT current_schema()").fetchone()
     where = f"{info.host}:{info.port}/{info.dbname}/{schema}"
@@ -280,7 +282,7 @@ def _has_pgvector(db: Db) -> bool:
 
 
 def _vec_exists(db: Db) -> bool:
-    return db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0]
+    return bool(db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0])
 
 
 #: How `builtin_vec` holds a vector: pgvector's half-precision `halfvec` (2 bytes a dimension, half of

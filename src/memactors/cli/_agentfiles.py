@@ -278,7 +278,9 @@ def same_content(path: Path, a: str | None, b: str | None) -> bool:
         return a is b
     try:
         if path.suffix == ".json":
-            return json.loads(a.removeprefix(BOM) or "{}") == json.loads(b.removeprefix(BOM) or "{}")
+            data_a: object = json.loads(a.removeprefix(BOM) or "{}")
+            data_b: object = json.loads(b.removeprefix(BOM) or "{}")
+            return data_a == data_b
         if path.suffix == ".toml":
             import tomllib
 

@@ -304,8 +304,9 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         return 0
     for change in changes:
         files.write(change)
-        if change.after is not None and modes.get(str(change.path)) is not None:
-            os.chmod(change.path, modes[str(change.path)])
+        mode = modes.get(str(change.path))
+        if change.after is not None and mode is not None:
+            os.chmod(change.path, mode)
     removed = _remove_created_dirs(manifest)
     manifest_path.unlink(missing_ok=True)
     summary["removed_dirs"] = [str(d) for d in removed]
@@ -487,7 +488,9 @@ def _codex_trusts(project: Path, env: dict[str, str]) -> bool:
         data = tomllib.loads(codex_file(Target("codex", None), env).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    projects = data.get("projects") if isinstance(data.get("projects"), dict) else {}
+    projects = data.get("projects")
+    if not isinstance(projects, dict):
+        return False
     for place in (project, *project.parents):
         entry = projects.get(str(place))
         if isinstance(entry, dict) and entry.get("trust_level") == "trusted":
