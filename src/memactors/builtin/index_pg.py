@@ -46,6 +46,7 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from ..store.builtin_docs import DocFields
 from ..store.pg import PgDb
 from . import vector_cells
 from .index import DocDigest, as_floats
@@ -102,9 +103,9 @@ def tsquery(words: Sequence[str], op: str, classes: str = "") -> str:
     return f" {op} ".join(f"{w}{suffix}" for w in words_of(words))
 
 
-def write_doc(db: Db, *, episode_id: str, scope: str, fields: Any, started_at: str,
+def write_doc(db: Db, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
               digest: str) -> tuple[int, bool]:
-    """Insert or replace one episode's document (`fields`: `builtin.DocFields`); returns (doc_id,
+    """Insert or replace one episode's document; returns (doc_id,
     changed). Recording the same episode twice (two daemons, a retried record) changes nothing."""
     row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
                      [episode_id]).fetchone()

@@ -28,7 +28,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..adapters.kinds import KINDS
 from ._core import CliError, call, load
@@ -351,11 +351,28 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 # (empty) directories install created, and only for a file changed since (by the user, or by the agent
 # rewriting its own state file) removes memactors' entries from what is there, in that file's layout.
 
+class _Written(TypedDict):
+    """One file install changed: its text before the first install (None: it did not exist), the text
+    install wrote (None: removed), and its mode before."""
+
+    before: str | None
+    after: str | None
+    mode: int | None
+
+
+class _Manifest(TypedDict):
+    """What install keeps for uninstall. ``files``: path -> a :class:`_Written` as saved; read back from
+    the state directory unchecked, so each use checks the entry it reads."""
+
+    files: dict[str, object]
+    dirs: list[str]
+
+
 def _manifest_path(state_dir: Path, run_id: str) -> Path:
     return Path(state_dir) / "installs" / f"{run_id}.json"
 
 
-def _load_manifest(path: Path) -> dict[str, Any]:
+def _load_manifest(path: Path) -> _Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -365,7 +382,7 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     return {"files": data["files"], "dirs": [d for d in data.get("dirs") or () if isinstance(d, str)]}
 
 
-def _save_manifest(path: Path, manifest: dict[str, Any]) -> None:
+def _save_manifest(path: Path, manifest: _Manifest) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -381,13 +398,13 @@ def _mode(path: Path) -> int | None:
         return None
 
 
-def _install_manifest(target: Target, env: dict[str, str], changes: list[Change], old: dict[str, Any]) -> dict[str, Any]:
+def _install_manifest(target: Target, env: dict[str, str], changes: list[Change], old: _Manifest) -> _Manifest:
     """What uninstall needs to undo these changes byte for byte: per file the text before the first
     install (kept across re-installs while the file is as the last install left it) and the text written."""
     from . import _install_plan as files
 
     clean = {str(c.path): c for c in files.plan(target, env=env, install=False)}
-    entries: dict[str, Any] = dict(old["files"])
+    entries: dict[str, object] = dict(old["files"])
     dirs = [d for d in old["dirs"] if Path(d).is_dir()]
     for change in changes:
         key = str(change.path)
@@ -406,11 +423,11 @@ def _install_manifest(target: Target, env: dict[str, str], changes: list[Change]
             mode = _mode(change.path)
         if change.after is not None:
             dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
-        entries[key] = {"before": before, "after": change.after, "mode": mode}
+        entries[key] = _Written(before=before, after=change.after, mode=mode)
     return {"files": entries, "dirs": dirs}
 
 
-def _uninstall_plan(changes: list[Change], manifest: dict[str, Any]) -> tuple[list[Change], dict[str, int | None]]:
+def _uninstall_plan(changes: list[Change], manifest: _Manifest) -> tuple[list[Change], dict[str, int | None]]:
     """The uninstall changes: a file still as install wrote it gets its earlier bytes back (or goes, when
     install created it); any other has memactors' entries removed, in its own layout, and becomes its
     earlier bytes when that is all that differs."""
@@ -441,7 +458,7 @@ def _uninstall_plan(changes: list[Change], manifest: dict[str, Any]) -> tuple[li
     return out, modes
 
 
-def _remove_created_dirs(manifest: dict[str, Any]) -> list[Path]:
+def _remove_created_dirs(manifest: _Manifest) -> list[Path]:
     """Remove the directories install created, deepest first, when they are empty now."""
     removed = []
     for directory in sorted({Path(d) for d in manifest["dirs"]}, key=lambda d: len(d.parts), reverse=True):
