@@ -22,8 +22,8 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 `builtin_fts` (FTS5, `porter unicode61`, external-content over builtin_docs — the text is stored once —
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
-embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+embedding model is configured — `builtin_vec`, a plain table of one int8 embedding per episode
+(`index_sqlite.VEC_FORM`) clustered by scope and cell, scored by cosine in numpy. It is
 created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
 changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
 model key, so re-recording or re-embedding the same content never calls the model API again; a cache
@@ -135,6 +135,9 @@ EMBED_BATCH = 16
 EMBED_RETRY_SECONDS = 30.0
 #: Default deadline for embedding a query; the service passes half of provider_timeout.
 QUERY_EMBED_DEADLINE = 1.0
+#: A recall embeds at most this many of its text candidates that have no vector yet (the text
+#: ranking's best: what the fusion reads), in one batch (`BuiltinProvider.embed_candidates`).
+RECALL_EMBED = FUSE_DEPTH
 #: Query vectors kept (least recently used out first): an agent asking the same question again, or
 #: several agents asking the same one, costs no model run. ~3 KB a vector at 384 dimensions.
 QUERY_VECTORS_CACHED = 256
@@ -295,7 +298,7 @@ class BuiltinProvider:
         self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
         #: What the background embedder has done since start (`memory status`).
-        self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
+        self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "at_recall": 0, "failed_batches": 0,
                                             "last_error": None, "running": False}
         #: Episodes without a vector as this process last counted them (a record adds one, a pass
         #: recounts), and since when there have been some (UTC, ISO; None when every one has its
@@ -408,19 +411,66 @@ class BuiltinProvider:
                 if vectors is None or len(vectors) != len(todo):
                     raise ModelApiError("the embedding model did not answer within the deadline")
 
-                def store_vectors(db: Any, todo: list[tuple[int, str, str, str]] = todo,
-                                  vectors: list[list[float]] = vectors) -> None:
-                    for (doc_id, scope, _text, digest), vector in zip(todo, vectors, strict=True):
-                        if index.doc_exists(db, doc_id):  # forgotten meanwhile: no orphan vector
-                            index.write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
-                                               vector=vector)
-
-                await self.store.write(store_vectors)
+                await self._store_vectors(todo, vectors)
             self.embed_stats["embedded"] += len(todo)
             self.embed_stats["from_cache"] += len(cached)
             done += len(rows)
             if progress is not None:
                 progress(done)
+
+    async def _store_vectors(self, todo: Sequence[tuple[int, str, str, str]],
+                             vectors: Sequence[Sequence[float]]) -> None:
+        """Write the vectors of documents (doc_id, scope, text, digest) in one store transaction; one
+        forgotten meanwhile gets none (no orphan vector)."""
+        index, model = self.index, self.vector_model
+
+        def store_vectors(db: Any) -> None:
+            for (doc_id, scope, _text, digest), vector in zip(todo, vectors, strict=True):
+                if index.doc_exists(db, doc_id):
+                    index.write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector)
+
+        await self.store.write(store_vectors)
+
+    def vectors_pending(self) -> bool:
+        """Whether some documents may still wait for their vector (as this process last counted: a
+        record adds to the count, each back-fill pass recounts the store), so a recall looks for its
+        candidates without one (`embed_candidates`); when none wait, it costs a recall nothing."""
+        return bool(self.pending_vectors) or bool(self.embed_stats["running"])
+
+    async def embed_candidates(self, hits: Sequence[Hit], deadline: float | None = None) -> int:
+        """Give a recall's text candidates that have no vector yet (the text ranking's best
+        RECALL_EMBED, recorded and not back-filled: right after `runs ingest` or an import) their
+        vectors now, in one batch through the query's embedder by `deadline` (trio time: the recall's
+        query-embedding deadline, which the query's own embedding shares, so the two stay within half
+        of provider_timeout; default query_embed_deadline from now), and write them, so the back-fill
+        skips them and the recall scores them as it does once every episode has its vector (ranked on
+        their text alone, a question the store cannot answer was answered with an item holding some of
+        its words). Returns how many got one; on a failure or past the deadline, none (they are ranked
+        on their text, as before)."""
+        doc_ids = [h.doc_id for h in hits[:RECALL_EMBED]]
+        if not doc_ids or self.query_embedder is None:
+            return 0
+        embedder = self.query_embedder
+        rows = await self.store.read(lambda db: self.index.pending_docs(db, len(doc_ids), among=doc_ids))
+        if not rows:
+            return 0
+        todo = []
+        for r in rows:
+            text = embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]"))
+            todo.append((int(r[0]), str(r[1]), text, text_digest(text)))
+        vectors: list[list[float]] | None = None
+        with trio.move_on_at(trio.current_time() + self.query_embed_deadline if deadline is None else deadline):
+            try:
+                vectors = await embedder([k[2] for k in todo])
+            except MemactorsError as exc:
+                _log.bind(error=type(exc).__name__).warning("recall candidates not embedded; ranked on their text")
+                return 0
+        if vectors is None or len(vectors) != len(todo):
+            return 0
+        await self._store_vectors(todo, vectors)
+        self.embed_stats["at_recall"] += len(todo)
+        self._count_pending(max(0, self.pending_vectors - len(todo)), keep=True)
+        return len(todo)
 
     async def embed_worker(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """The background embedder: back-fills the store at start (an upgrade's re-embedding, vectors
@@ -436,6 +486,7 @@ class BuiltinProvider:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 self.embed_stats["running"] = True
+                failed = False
                 try:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
                     def progress(done: int, at: int = self.pending_vectors) -> None:
@@ -454,13 +505,15 @@ class BuiltinProvider:
                     self.embed_stats["last_error"] = type(exc).__name__
                     _log.bind(error=type(exc).__name__).warning(
                         "episodes left without embedding for now; trying again later")
-                    self._release_waiters()
-                    await trio.sleep(EMBED_RETRY_SECONDS)
-                    self._wake.set()
-                    continue
+                    failed = True
                 finally:
                     self.embed_stats["running"] = False
+                # A failed pass ends like any other for its waiters (they read what is still
+                # missing), and the worker is idle while it waits to try again.
                 self._release_waiters()
+                if failed:
+                    await trio.sleep(EMBED_RETRY_SECONDS)
+                    self._wake.set()
         finally:
             self._wake = None
             self._release_waiters()
@@ -578,7 +631,7 @@ class BuiltinProvider:
         known = self._cached_query_vector(query) if hybrid else None
         if not hybrid:  # one read transaction, one worker-thread hop
             ranked = await self.store.read(text_only)
-        elif known is not None:  # a query embedded before: both rankings and the fusion in one hop
+        elif known is not None and not self.vectors_pending():  # a query embedded before: one hop
 
             def both(db: Any, vector: list[float] = known) -> list[tuple[str, str, float]]:
                 text = text_ranking(db)
@@ -586,6 +639,7 @@ class BuiltinProvider:
 
             ranked = await self.store.read(both)
         else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
+            embed_by = trio.current_time() + self.query_embed_deadline  # the query's and its candidates'
             text: list[Hit] = []
             vector: list[float] | None = None
 
@@ -595,13 +649,15 @@ class BuiltinProvider:
 
             async def vector_side() -> None:
                 nonlocal vector
-                vector = await self._embed_query(query)
+                vector = known if known is not None else await self._embed_query(query)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(text_side)
                 nursery.start_soon(vector_side)
             if vector is None:
                 degraded = "embeddings_unavailable"
+            elif not meta_mode and self.vectors_pending():  # right after an ingest: scored as once filled
+                await self.embed_candidates(text, embed_by)
 
             def knn_and_fuse(db: Any, vector: list[float] | None = vector) -> list[tuple[str, str, float]]:
                 return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])

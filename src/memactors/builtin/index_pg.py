@@ -302,13 +302,15 @@ def _create_vec_table(db: Db, dim: int) -> None:
                f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, cell INTEGER NOT NULL DEFAULT 0,"
                f" embedding halfvec({int(dim)}) NOT NULL)")
     db.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
+    db.execute("SELECT builtin_vec_counted()")  # each scope's count kept by triggers (migration 0009)
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
     _set_meta(db, [("vec_form", VEC_FORM), ("vec_layout", VEC_LAYOUT)])
 
 
 def _drop_vec_table(db: Db) -> None:
-    db.execute("DROP TABLE builtin_vec")
+    db.execute("DROP TABLE builtin_vec")  # its count triggers with it
+    db.execute("DELETE FROM builtin_vec_counts")
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
 
@@ -448,12 +450,15 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
 
 
 def scopes_to_divide(db: Db) -> list[str]:
-    """`CellIndex.scopes_to_divide` on PostgreSQL: the scopes whose vectors reach their next division."""
+    """`CellIndex.scopes_to_divide` on PostgreSQL: the scopes whose vectors reach their next division, by
+    `builtin_vec_counts` (one row a scope, kept by triggers on builtin_vec: read after every back-fill
+    pass, so never a count of the store)."""
     if not _vec_exists(db):
         return []
-    divided = dict(db.execute("SELECT scope, vectors FROM builtin_vec_divisions").fetchall())
-    return [str(scope) for scope, n in db.execute("SELECT scope, count(*) FROM builtin_vec GROUP BY scope").fetchall()
-            if due(int(n), divided.get(scope))]
+    return [str(scope) for scope, n, divided_at in db.execute(
+        "SELECT c.scope, c.vectors, d.vectors FROM builtin_vec_counts c"
+        " LEFT JOIN builtin_vec_divisions d ON d.scope = c.scope").fetchall()
+            if due(int(n), None if divided_at is None else int(divided_at))]
 
 
 def scope_vectors(db: Db, scope: str) -> tuple[list[int], Any]:
@@ -523,11 +528,14 @@ def missing_vectors(db: Db) -> int:
     return total - int(db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
 
 
-def pending_docs(db: Db, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
+def pending_docs(db: Db, limit: int, before: int | None = None,
+                 among: Sequence[int] | None = None) -> list[tuple[int, str, str, str, str, str]]:
     """Up to `limit` documents without a vector, newest doc ids first (as `_builtin_sqlite.pending_docs`)."""
     conds = ["NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)"] if _vec_exists(db) else []
     if before is not None:  # the next page of one pass: never scans the ones already embedded again
         conds.append(f"d.doc_id < {int(before)}")
+    if among is not None:  # a recall's own candidates (`BuiltinProvider.embed_candidates`)
+        conds.append(f"d.doc_id IN ({','.join(str(int(d)) for d in among) or 'NULL'})")
     cond = " WHERE " + " AND ".join(conds) if conds else ""
     return [(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in db.execute(
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
