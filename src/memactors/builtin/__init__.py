@@ -75,7 +75,7 @@ from ..contract import load_schemas
 from ..documents import gist
 from ..errors import InvalidArgument, MemactorsError
 from ..modelapi import ModelApiError
-from ..store import Store
+from ..store import Db, Store
 from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
 from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
 from ..store.builtin_docs import FTS_COLUMNS as FTS_COLUMNS
@@ -379,7 +379,10 @@ class BuiltinProvider:
         seen: set[int] = set()
         before: int | None = None  # keyset paging, newest first: each page starts below the last one
         while True:
-            rows = await self.store.read(lambda db, before=before: index.pending_docs(db, EMBED_BATCH, before))
+            def page(db: Db, before: int | None = before) -> list[tuple[int, str, str, str, str, str]]:
+                return index.pending_docs(db, EMBED_BATCH, before)
+
+            rows = await self.store.read(page)
             if not rows and before is not None:  # recorded meanwhile, above the cursor: one more look from the top
                 before = None
                 rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
@@ -486,8 +489,10 @@ class BuiltinProvider:
                 failed = False
                 try:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
-                    count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
-                                                     self._count_pending(max(0, at - done), keep=True))
+                    def progress(done: int, at: int = self.pending_vectors) -> None:
+                        self._count_pending(max(0, at - done), keep=True)
+
+                    count = await self.embed_pending(progress=progress)
                     if count or first_pass:  # a large scope's cells, off the recall path
                         await divide_scopes(self.store, self.index)
                     first_pass = False
