@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,53 @@ async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine
     assert set(ids) == {"ep_1", "ep_2", "ep_9"}
     # Scope is a vec0 partition: nothing from another scope.
     assert (await p.recall({"query": "different words", "scope": [B], "limit": 5}))["items"] == []
+
+
+class _TextRankedFirst:
+    """A `DocIndex` that says when its text ranking has run (from the store read's thread)."""
+
+    def __init__(self, index: Any) -> None:
+        self._index = index
+        self.ranked = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+    def text_candidates(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._index.text_candidates(*args, **kwargs)
+        finally:
+            self.ranked.set()
+
+
+async def test_a_new_query_embedded_only_after_its_text_ranking_is_still_fused_with_cosine_in_one_read(
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = 0
+    real_read = store.read
+
+    async def counted_read(fn: Callable[[Any], Any]) -> Any:
+        nonlocal reads
+        reads += 1
+        return await real_read(fn)
+
+    async def embed_after_the_text_ranking(texts: list[str]) -> list[list[float]]:
+        await trio.to_thread.run_sync(index.ranked.wait, 30.0)  # the text ranking has run: its read waits
+        return await embed_client.embed(texts)
+
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0,
+                        query_embedder=embed_after_the_text_ranking)
+    await p.record(_args("ep_1", "rounding error in invoices"))
+    await p.record(_args("ep_2", "totally different words here"))
+    assert await p.embed_pending() == 2
+    index = _TextRankedFirst(p.index)
+    p.index = index
+    monkeypatch.setattr(store, "read", counted_read)
+    out = await p.recall({"query": "different words", "scope": [A], "limit": 5})
+    assert index.ranked.is_set()
+    assert "degraded" not in out
+    assert {i["id"] for i in out["items"]} == {"ep_1", "ep_2"}  # ep_1 from the cosine ranking alone
+    assert reads == 1  # the text ranking, the cosine ranking and the fusion: one read hop
 
 
 @pytest.mark.both_engines

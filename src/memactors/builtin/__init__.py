@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -135,6 +136,10 @@ EMBED_BATCH = 16
 EMBED_RETRY_SECONDS = 30.0
 #: Default deadline for embedding a query; the service passes half of provider_timeout.
 QUERY_EMBED_DEADLINE = 1.0
+#: How much longer than the query deadline a store read's thread waits for the query's vector at
+#: most: the embedding task sets it (or gives up) within the deadline; this only bounds the wait
+#: should that task never run.
+QUERY_VECTOR_SLACK = 1.0
 #: Query vectors kept (least recently used out first): an agent asking the same question again, or
 #: several agents asking the same one, costs no model run. ~3 KB a vector at 384 dimensions.
 QUERY_VECTORS_CACHED = 256
@@ -577,36 +582,64 @@ class BuiltinProvider:
 
             def both(db: Any, vector: list[float] = known) -> list[tuple[str, str, float]]:
                 text = text_ranking(db)
-                return fuse(db, text, index.knn(db, vector, scopes))
+                return fuse(db, text, [] if meta_mode else index.knn(db, vector, scopes))
 
             ranked = await self.store.read(both)
-        else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
-            text: list[Hit] = []
-            vector: list[float] | None = None
-
-            async def text_side() -> None:
-                nonlocal text
-                text = await self.store.read(text_ranking)
-
-            async def vector_side() -> None:
-                nonlocal vector
-                vector = await self._embed_query(query)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(text_side)
-                nursery.start_soon(vector_side)
-            if vector is None:
+        else:  # the text ranking while the query is embedded, then the cosine ranking and the fusion
+            ranked, vectored = await self._rank_while_embedding(
+                query, text_ranking, lambda: not meta_mode, lambda db, text, vector: fuse(
+                    db, text, index.knn(db, vector, scopes) if vector is not None and not meta_mode else []))
+            if not vectored:
                 degraded = "embeddings_unavailable"
-
-            def knn_and_fuse(db: Any, vector: list[float] | None = vector) -> list[tuple[str, str, float]]:
-                return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
-
-            ranked = await self.store.read(knn_and_fuse)
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 4)}
                                          for eid, text, score in ranked]}
         if degraded:
             out["degraded"] = degraded
         return out
+
+    async def _rank_while_embedding(
+            self, query: str, text_ranking: Callable[[Any], list[Hit]], wants_vector: Callable[[], bool],
+            fuse: Callable[[Any, list[Hit], list[float] | None], list[tuple[str, str, float]]],
+    ) -> tuple[list[tuple[str, str, float]], bool]:
+        """A hybrid recall of a query not embedded before: ``fuse(db, text_ranking(db), vector)``, and
+        whether the query got its vector.
+
+        The query is embedded (its own thread) while one store read ranks by text; that read then
+        waits for the vector and runs the cosine ranking and the fusion in the same transaction, so
+        the recall costs one read hop, not one for the text and another for the rest. Its thread
+        waits only as long as the embedding may take (the query deadline: a failure or a deadline
+        gives no vector, and the answer is the text ranking's, as before), and not at all when the
+        text ranking says the vector is not wanted (``wants_vector()`` false: a metadata-only query,
+        which the cosine ranking does not order). Where the store runs a read on the trio thread
+        itself (nothing can be waited for there), a vector not there yet is fused in a second read."""
+        box = _QueryVector()
+
+        async def embed() -> None:
+            try:
+                box.vector = await self._embed_query(query)
+            finally:
+                box.done.set()  # whatever happened: the read never waits past this
+
+        def rank(db: Any) -> tuple[list[Hit], list[tuple[str, str, float]] | None]:
+            text = text_ranking(db)
+            if not wants_vector():
+                return text, fuse(db, text, None)
+            if not trio.lowlevel.in_trio_run():  # a worker thread: the trio thread embeds meanwhile
+                box.done.wait(self.query_embed_deadline + QUERY_VECTOR_SLACK)
+            if not box.done.is_set():
+                return text, None
+            return text, fuse(db, text, box.vector)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(embed)
+            text, ranked = await self.store.read(rank)
+        if ranked is None:  # the read ran before the vector was there (on the trio thread)
+
+            def knn_and_fuse(db: Any, vector: list[float] | None = box.vector) -> list[tuple[str, str, float]]:
+                return fuse(db, text, vector)
+
+            ranked = await self.store.read(knn_and_fuse)
+        return ranked, box.vector is not None
 
     def _cached_query_vector(self, query: str) -> list[float] | None:
         """The vector of ``query`` if it was embedded before by this model (and is still cached)."""
@@ -687,6 +720,15 @@ class BuiltinProvider:
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class _QueryVector:
+    """A query's vector as its embedding task leaves it (None: none could be had), and the event a
+    store read's thread waits on for it (`BuiltinProvider._rank_while_embedding`)."""
+
+    def __init__(self) -> None:
+        self.vector: list[float] | None = None
+        self.done = threading.Event()
 
 
 def _error(message: str) -> t.CallToolResult:
