@@ -35,14 +35,14 @@ import trio
 from loguru import logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall_profile import LIMIT, Parts, ask, run_inline, settings, with_vectors  # noqa: E402
 from recall_path import corpus  # noqa: E402
+from recall_profile import LIMIT, Parts, ask, run_inline, settings, with_vectors  # noqa: E402
 from user_paths import REPOS, machine, repo, write_config  # noqa: E402
 
 import memactors.actors.briefing as briefing_module  # noqa: E402
 import memactors.builtin as builtin_module  # noqa: E402
-from memactors.builtin import index_of  # noqa: E402
 from memactors.actors.provider_session import provider_call  # noqa: E402
+from memactors.builtin import index_of  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
