@@ -21,7 +21,7 @@ from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
-from memactors.store.sqlite import _connect
+from memactors.store.sqlite import READ_CONNECTIONS, _connect
 from memactors.testing.fake_model_api import FakeModelApi
 from support import RESIDENT, run_record, serving, wait_ready, within
 from support_builtin import A, check_scored_hits
@@ -210,6 +210,51 @@ async def test_a_new_query_embedded_only_after_its_text_ranking_is_still_fused_w
     assert "degraded" not in out
     assert {i["id"] for i in out["items"]} == {"ep_1", "ep_2"}  # ep_1 from the cosine ranking alone
     assert reads == 1  # the text ranking, the cosine ranking and the fusion: one read hop
+
+
+async def test_recalls_waiting_for_their_query_vectors_leave_read_connections_to_other_reads(
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
+    gate = trio.Event()  # the model answers no query until another read has been served
+    ranked = 0
+    all_ranked = trio.Event()
+
+    def one_ranked() -> None:
+        nonlocal ranked
+        ranked += 1
+        if ranked == READ_CONNECTIONS:
+            all_ranked.set()
+
+    class Counted(_TextRankedFirst):
+        def text_candidates(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().text_candidates(*args, **kwargs)
+            finally:
+                trio.from_thread.run_sync(one_ranked)
+
+    async def gated(texts: list[str]) -> list[list[float]]:
+        await gate.wait()
+        return await embed_client.embed(texts)
+
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0,
+                        query_embedder=gated, query_embed_deadline=10.0)
+    await p.record(_args("ep_1", "rounding error in invoices"))
+    await p.record(_args("ep_2", "totally different words here"))
+    assert await p.embed_pending() == 2
+    p.index = Counted(p.index)
+    answers: list[dict[str, Any]] = []
+
+    async def recall(n: int) -> None:
+        answers.append(await p.recall({"query": f"different words {n}", "scope": [A], "limit": 5}))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(READ_CONNECTIONS):  # as many new queries as the store has read connections
+            nursery.start_soon(recall, n)
+        await all_ranked.wait()
+        # Their text rankings have run, their vectors are not there: another read is still served.
+        assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == 2
+        gate.set()
+    assert [a.get("degraded") for a in answers] == [None] * READ_CONNECTIONS
+    assert all({i["id"] for i in a["items"]} == {"ep_1", "ep_2"} for a in answers)
 
 
 @pytest.mark.both_engines

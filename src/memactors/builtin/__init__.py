@@ -140,6 +140,9 @@ QUERY_EMBED_DEADLINE = 1.0
 #: most: the embedding task sets it (or gives up) within the deadline; this only bounds the wait
 #: should that task never run.
 QUERY_VECTOR_SLACK = 1.0
+#: Store reads that may wait for their query's vector at once (`_rank_while_embedding`): half the
+#: store's read connections (4), so the others stay free for the rest of the daemon's reads.
+WAITING_READS = 2
 #: Query vectors kept (least recently used out first): an agent asking the same question again, or
 #: several agents asking the same one, costs no model run. ~3 KB a vector at 384 dimensions.
 QUERY_VECTORS_CACHED = 256
@@ -311,6 +314,8 @@ class BuiltinProvider:
         self._pass_done: trio.Event | None = None
         #: Query vectors by (model, text sent to the model), most recently used last.
         self._query_vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        #: Taken (from a store read's thread, never blocking) by a read that waits for its query's vector.
+        self._waiting_reads = threading.BoundedSemaphore(WAITING_READS)
 
     @property
     def hybrid(self) -> bool:
@@ -606,12 +611,14 @@ class BuiltinProvider:
 
         The query is embedded (its own thread) while one store read ranks by text; that read then
         waits for the vector and runs the cosine ranking and the fusion in the same transaction, so
-        the recall costs one read hop, not one for the text and another for the rest. Its thread
+        the recall costs one read hop, not one for the text and another for the rest (up to
+        WAITING_READS such reads at once; any other fuses in a second read, as before). Its thread
         waits only as long as the embedding may take (the query deadline: a failure or a deadline
         gives no vector, and the answer is the text ranking's, as before), and not at all when the
         text ranking says the vector is not wanted (``wants_vector()`` false: a metadata-only query,
         which the cosine ranking does not order). Where the store runs a read on the trio thread
-        itself (nothing can be waited for there), a vector not there yet is fused in a second read."""
+        itself (nothing can be waited for there), a vector not there yet is fused in a second read
+        too."""
         box = _QueryVector()
 
         async def embed() -> None:
@@ -624,8 +631,14 @@ class BuiltinProvider:
             text = text_ranking(db)
             if not wants_vector():
                 return text, fuse(db, text, None)
-            if not trio.lowlevel.in_trio_run():  # a worker thread: the trio thread embeds meanwhile
-                box.done.wait(self.query_embed_deadline + QUERY_VECTOR_SLACK)
+            # A worker thread (the trio thread embeds meanwhile), and a read connection to spare: at
+            # most WAITING_READS reads wait at once, so recalls queued for the model never hold every
+            # read connection while other requests' reads wait for one.
+            if not trio.lowlevel.in_trio_run() and self._waiting_reads.acquire(blocking=False):
+                try:
+                    box.done.wait(self.query_embed_deadline + QUERY_VECTOR_SLACK)
+                finally:
+                    self._waiting_reads.release()
             if not box.done.is_set():
                 return text, None
             return text, fuse(db, text, box.vector)
