@@ -13,7 +13,7 @@ time (/proc: user + system, all its threads) around each: the **daemon CPU per c
 the calls. The RPC recall does the same recall work without HTTP or MCP, so gateway − RPC is what the
 gateway's HTTP and MCP layers cost the daemon beyond the RPC's websocket; then as many `tools/list` calls
 (no store read, no actor: the HTTP and MCP layers alone, the least noisy figure on a loaded machine).
-It also prints the wall-clock p50 of both recalls and their ratio to issue 43's anchor, the parts (raw
+It also prints the wall-clock p50 of both recalls and their ratio to the recall targets' anchor, the parts (raw
 FTS5 + the provider's KNN + the model on the query, `recall_profile.Parts`), timed in this process
 before each query's recalls while the daemon is idle.
 

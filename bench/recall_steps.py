@@ -1,4 +1,4 @@
-"""What each step of one recall costs in CPU, without a profiler's inflation (issue 43).
+"""What each step of one recall costs in CPU, without a profiler's inflation.
 
     .venv/bin/python bench/recall_steps.py --keep DIR                # recall_profile's 10k corpus in DIR
     .venv/bin/python bench/recall_steps.py --keep DIR --queries 100 --size 1000
