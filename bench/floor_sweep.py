@@ -44,15 +44,16 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import LIMIT, load_questions, machine  # noqa: E402
 
-from memactors.builtin import ranking  # noqa: E402
+from memactors.builtin import RECALL_EMBED, ranking  # noqa: E402
 from memactors.builtin.ranking import Evidence, Hit  # noqa: E402
 
-LEFT_OUT = ("heldout2", "noanswer_heldout2")
+LEFT_OUT = ("heldout2", "noanswer_heldout2", "noanswer_heldout3")
 MEASURES = ("coverage", "cosine", "margin", "unknown", "best")
 WEIGHTS = ("W_COVERAGE", "W_COSINE", "W_MARGIN", "W_UNKNOWN", "W_BEST")
 FOLDS = 5
-#: Cosine candidates kept per question for `--newest` (the newest share's best must be among them).
-DEEP = 1500
+#: Cosine candidates kept per question for `--newest` (the newest share's best must be among them, and
+#: every text candidate a recall embeds: more than the largest scope holds).
+DEEP = 2500
 
 
 async def collect(state: Path, deep: bool) -> list[dict[str, Any]]:
@@ -98,7 +99,9 @@ async def collect(state: Path, deep: bool) -> list[dict[str, Any]]:
 
 def answer(q: dict[str, Any], floor: float, newest: float | None = None) -> list[str]:
     """The run ids the built-in provider serves for `q` (no paths): its recall's fusion and scores.
-    `newest`: as if only the newest share of the scope's episodes had a vector (0: BM25 alone)."""
+    `newest`: as if only the newest share of the scope's episodes had a vector (0: BM25 alone), and the
+    recall embedded its text candidates without one (`BuiltinProvider.embed_candidates`: the text
+    ranking's best RECALL_EMBED) before the cosine ranking."""
     ev: Evidence = q["evidence"]
     text: list[Hit] = q["text"]
     cosine: list[Hit] = q["cosine"]
@@ -106,6 +109,8 @@ def answer(q: dict[str, Any], floor: float, newest: float | None = None) -> list
     if newest is not None:
         cut = ev.docs * (1 - newest)
         vectored = frozenset(d for d in ev.present if (d & 0xFFFFFFFF) > cut)
+        if newest > 0:  # the recall gives its text candidates their vectors
+            vectored |= {h.doc_id for h in text[:RECALL_EMBED]}
         cosine = [h for h in cosine if h.doc_id in vectored][:ranking.CANDIDATES]
         ev = Evidence(ev.docs, ev.df, ev.present, frozenset(vectored))
     hits = {h.episode_id: h for h in cosine} | {h.episode_id: h for h in text}

@@ -60,6 +60,7 @@ the same store (same ranking, no REQ-9 filter or wrapper): for quick ranking exp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -70,7 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -103,6 +104,10 @@ NOANSWER_HELDOUT_DATA = DATA.with_name("noanswer_heldout.json")
 #: that the first two were fitted into was being built, opened only once that model was final: judged on,
 #: never tuned on (bench/floor_sweep.py leaves it out), reported in its own row.
 NOANSWER_HELDOUT2_DATA = DATA.with_name("noanswer_heldout2.json")
+#: A fourth no-answer set (issue 38's fourth pass), written blind by another engineer while recall's
+#: embedding of its unembedded candidates was being built, opened once that ranking was final and
+#: committed, run once: judged on, never tuned on (bench/floor_sweep.py leaves it out), its own row.
+NOANSWER_HELDOUT3_DATA = DATA.with_name("noanswer_heldout3.json")
 #: The modes one run compares: BM25 alone ([memory] embeddings = false) and the default configuration
 #: (the embedded model, hybrid ranking); `fresh` is the default configuration asked as soon as `runs
 #: ingest` has returned and every record is recorded, while the vectors are still being back-filled
@@ -119,7 +124,8 @@ GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other"
           ("path-recency", "first"): "path (recency)", ("path-recency", "hard"): "path (recency)",
           ("none", "noanswer"): "no answer (MRR: share answered with nothing)",
           ("none", "noanswer_heldout"): "no answer, held-out (untuned; share answered with nothing)",
-          ("none", "noanswer_heldout2"): "no answer, held-out 2 (blind; share answered with nothing)"}
+          ("none", "noanswer_heldout2"): "no answer, held-out 2 (blind; share answered with nothing)",
+          ("none", "noanswer_heldout3"): "no answer, held-out 3 (blind; share answered with nothing)"}
 #: The changelog questions' groups, by how many content words of the commit's subject they share.
 CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
@@ -213,7 +219,8 @@ def load_questions(*, changelog: bool = False) -> dict[str, Any]:
     """The hand-written questions; with `changelog`, the changelog questions after them."""
     data = json.loads(DATA.read_text(encoding="utf-8"))
     for path, name in ((HELDOUT_DATA, "heldout"), (HELDOUT2_DATA, "heldout2"), (NOANSWER_DATA, "noanswer"),
-                       (NOANSWER_HELDOUT_DATA, "noanswer_heldout"), (NOANSWER_HELDOUT2_DATA, "noanswer_heldout2")):
+                       (NOANSWER_HELDOUT_DATA, "noanswer_heldout"), (NOANSWER_HELDOUT2_DATA, "noanswer_heldout2"),
+                       (NOANSWER_HELDOUT3_DATA, "noanswer_heldout3")):
         if path.exists():
             data["questions"] += [{**q, "set": name} for q in json.loads(path.read_text(encoding="utf-8"))["questions"]]
     if changelog and CHANGELOG_DATA.exists():
@@ -230,7 +237,7 @@ def group(q: dict[str, Any]) -> str:
 
 def half(q: dict[str, Any]) -> str:
     """`tune` or `check`, fixed by the question's text; black's questions are all `check`."""
-    if q.get("set") in ("black", "heldout", "heldout2", "noanswer_heldout", "noanswer_heldout2"):
+    if q.get("set") in ("black", "heldout", "heldout2", "noanswer_heldout", "noanswer_heldout2", "noanswer_heldout3"):
         return "check"
     return ("tune", "check")[hashlib.sha256(q["query"].encode()).digest()[0] % 2]
 
@@ -418,12 +425,16 @@ def machine() -> str:
             f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
-def config_for(root: Path, state: Path, repos: Sequence[Repo], mode: str = "embedded") -> Path:
+def config_for(root: Path, state: Path, repos: Sequence[Repo], mode: str = "embedded",
+               store_url: str | None = None) -> Path:
+    """The daemon's configuration for `mode`; with `store_url`, the store in that PostgreSQL database
+    (pgvector) instead of the SQLite file."""
     tables = "".join(f'[harness.{h}]\nharness = "{"codex" if i % 2 else "claude-code"}"\n'
                      for r in repos for i, h in enumerate(r.harnesses))
     path = root / f"harness-{mode}.toml"
     memory = "[memory]\nembeddings = false\n" if mode == "bm25" else ""
-    path.write_text(f'[store]\npath = "{state}"\n[operator]\nlisten = "127.0.0.1:0"\n'
+    url = f'url = "{store_url}"\n' if store_url else ""
+    path.write_text(f'[store]\npath = "{state}"\n{url}[operator]\nlisten = "127.0.0.1:0"\n'
                     '[gateway]\nlisten = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n'
                     f'{memory}[memory.episodes]\nsummary = false\n' + tables, encoding="utf-8")
     return path
@@ -455,9 +466,10 @@ def touches(commit: Commit, upcoming: set[str]) -> bool:
 
 
 async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Path, *, direct: bool,
-                   mode: str = "embedded", briefings_wanted: bool = True) -> dict[str, Any]:
+                   mode: str = "embedded", briefings_wanted: bool = True,
+                   store_url: str | None = None) -> dict[str, Any]:
     state = root / f"state-{mode}"
-    config = config_for(root, state, repos, "embedded" if mode == "fresh" else mode)
+    config = config_for(root, state, repos, "embedded" if mode == "fresh" else mode, store_url)
     records = root / "records"
     records.mkdir(exist_ok=True)
     kept: dict[str, list[Commit]] = {}
@@ -468,7 +480,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                 f.write(json.dumps(run_record(r, c)) + "\n")
     subjects = {c.run_id: c.subject for r in repos for c in r.commits}
     questions = [*questions, *recency_questions(repos, kept, questions)]
-    out: dict[str, Any] = {"machine": machine(), "mode": mode, "episodes": {r.key: len(kept[r.key]) for r in repos}}
+    out: dict[str, Any] = {"machine": machine(), "mode": mode, "store": "postgresql" if store_url else "sqlite",
+                           "episodes": {r.key: len(kept[r.key]) for r in repos}}
     reuse = (state / "memactors.db").exists()
     run_tag = f"{int(time.time()):x}"  # fresh run ids: a run's briefing is computed at its first read (REQ-15)
     async with daemon(root, config, state) as d, AsyncExitStack() as stack:
@@ -520,7 +533,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             g = group(q)
             for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
                 scores.setdefault(key, Scores()).add(q, found, subjects)
-            if q.get("set") in ("heldout2", "noanswer", "noanswer_heldout", "noanswer_heldout2"):  # its own row only: "all" stays comparable with earlier runs
+            if q.get("set") in ("heldout2", "noanswer", "noanswer_heldout", "noanswer_heldout2", "noanswer_heldout3"):  # its own row only: "all" stays comparable with earlier runs
                 return
             if q["kind"] not in ("path", "path-recency", "changelog"):  # the NL questions together, per corpus
                 key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"
@@ -560,10 +573,18 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             for r in repos:
                 clients[r.key] = await stack.enter_async_context(gateway_client(d["gateway"], tokens[r.harnesses[0]]))
                 await clients[r.key].call_tool("recall", {"query": "warm up", "limit": LIMIT})
-            for q in questions:
+            asked = questions
+            waiting: dict[str, list[float]] = {}
+            total = sum(out["episodes"].values())
+            if mode == "fresh":  # the sets interleaved, so each meets the back-fill at every stage
+                asked = sorted(questions, key=lambda q: hashlib.sha256(q["query"].encode()).digest())
+            for q in asked:
                 args = {"query": q["query"], "limit": LIMIT}
                 if q.get("paths"):
                     args["paths"] = q["paths"]
+                if mode == "fresh":  # how many episodes still had no vector when it was asked
+                    pending = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending") or 0
+                    waiting.setdefault(group(q), []).append(pending / max(total, 1))
                 t = time.perf_counter()
                 result = await clients[q["repo"]].call_tool("recall", args)
                 times.append(time.perf_counter() - t)
@@ -575,6 +596,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             scores, key=lambda k: (order.index(k.split(" · ")[0]), k))}
         out["recall_ms_p50"] = round(statistics.median(times) * 1000, 1)
         out["misses"] = {k: s.misses for k, s in scores.items()}
+        if mode == "fresh" and not direct:
+            out["pending_share_when_asked"] = {k: round(statistics.mean(v), 3) for k, v in waiting.items()}
         if mode == "fresh":
             out["pending_after_questions"] = ((await control.call(f"{SERVICE}/Status", {}))["embeddings"] or {}).get("pending")
         if scored:
@@ -616,7 +639,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
 def report(outs: dict[str, dict[str, Any]]) -> None:
     """Every mode's figures side by side (MRR and hit@3 per group), then each mode's details."""
     first = next(iter(outs.values()))
-    print(f"machine: {first['machine']}")
+    print(f"machine: {first['machine']} · store: {first.get('store', 'sqlite')}")
     modes = list(outs)
     for mode, out in outs.items():
         line = f"[{mode}] episodes: {out['episodes']}  ingest: {out['ingest']} in {out['ingest_s']} s"
@@ -636,6 +659,10 @@ def report(outs: dict[str, dict[str, Any]]) -> None:
         print(line)
     keys = list(dict.fromkeys(k for out in outs.values() for k in out["recall"]))
     head = "".join(f" {m + ' MRR':>14} {'hit@3':>6}" for m in modes)
+    for mode, out in outs.items():
+        if out.get("pending_share_when_asked"):
+            print(f"[{mode}] mean share of episodes without a vector when asked: " + ", ".join(
+                f"{k} {v:.0%}" for k, v in out["pending_share_when_asked"].items()))
     print(f"{'questions':34} {'n':>4}{head}")
     for k in keys:
         rows = [out["recall"].get(k) for out in outs.values()]
@@ -666,6 +693,16 @@ def report(outs: dict[str, dict[str, Any]]) -> None:
                   f" ({len(nxt)} harnesses with runs among the held-out commits)")
 
 
+@contextlib.contextmanager
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server with pgvector for the run (the tests' server tree, `make postgres`), durable as
+    the store benchmarks run it; removed afterwards."""
+    from memactors.testing.postgres import Cluster
+
+    with Cluster(durable=True, pgvector=True) as cluster:
+        yield cluster
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="clones of the repositories, in the data file's order")
@@ -679,6 +716,12 @@ def main() -> None:
                         help="with --direct: set a constant of memactors.builtin.ranking (or of memactors.MODULE) to a Python"
                              " literal, to try a change")
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--skip-set", action="append", default=[], metavar="SET",
+                        help="leave out a question set (e.g. noanswer_heldout3 once its one run is done)")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the daemon's store: its SQLite file (default), or a PostgreSQL server with pgvector"
+                             " started for the run (memactors.testing.postgres, the tests' tree; one fresh database"
+                             " per mode)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="which configurations to compare, in this run (default: bm25,embedded)")
     args = parser.parse_args()
@@ -687,7 +730,7 @@ def main() -> None:
         parser.error(f"at most {len(data['repos'])} clones: {', '.join(data['repos'])}")
     repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
     given = {r.key for r in repos}
-    data["questions"] = [q for q in data["questions"] if q["repo"] in given]
+    data["questions"] = [q for q in data["questions"] if q["repo"] in given and q.get("set") not in args.skip_set]
     for r in repos:
         r.commits = read_commits(r.path)
     if args.write_path_questions:
@@ -708,9 +751,17 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     modes = [m for m in args.modes.split(",") if m]
     outs: dict[str, dict[str, Any]] = {}
-    for mode in modes:
-        outs[mode] = trio.run(lambda mode=mode: evaluate(repos, data["questions"], root, direct=args.direct, mode=mode,
-                                                         briefings_wanted=mode == modes[-1]))
+    if args.store == "postgres" and args.direct:
+        parser.error("--direct reads the SQLite file: use it with --store sqlite")
+    with postgres_server() if args.store == "postgres" else contextlib.nullcontext() as cluster:
+        for mode in modes:
+            url = None
+            if cluster is not None:  # pgvector created by the administrator, as docs/fleet.md says
+                url = cluster.create_database()
+                cluster.admin("CREATE EXTENSION vector", dbname=url.rsplit("/", 1)[1])
+            outs[mode] = trio.run(lambda mode=mode, url=url: evaluate(
+                repos, data["questions"], root, direct=args.direct, mode=mode, briefings_wanted=mode == modes[-1],
+                store_url=url))
     report(outs)
     if args.show_misses:
         for mode, out in outs.items():

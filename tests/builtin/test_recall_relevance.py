@@ -129,6 +129,27 @@ async def test_while_the_back_fill_runs_an_episode_holding_every_word_is_served_
     assert _ids(half)[0] == answer
 
 
+async def test_right_after_ingest_a_question_nothing_answers_is_answered_with_nothing_and_the_answer_still_found(
+        hybrid: MemoryService) -> None:
+    memory = hybrid
+    texts = ("ledger rounding fixed in the nightly export job", "invoice totals page layout tweaks",
+             "retry the webhook delivery on timeout", "dependency bump for the docs build",
+             "release notes for the spring version", "flaky login test marked as slow")
+    ids = [await _ingest(memory, f"{n + 1}", text, f"2026-11-1{n}T09:00:00Z") for n, text in enumerate(texts)]
+    assert await memory.builtin.wait_embedded() == 0
+    # None has its vector yet: what an agent meets right after `runs ingest` or an import, before the
+    # back-fill has reached them.
+    await _drop_vectors(memory, ids)
+    assert (await memory.builtin.vector_status())["pending"] == len(texts)
+    # A question about something this repository never did, sharing one word with one of its episodes
+    # (ranked on that word alone, it was served: a share of the question's words, no cosine against it).
+    assert _ids(await memory.recall(query="helm chart for the ledger", repo=API)) == []
+    # Its candidates got their vectors at the recall: the back-fill has them already.
+    assert (await memory.builtin.vector_status())["pending"] == len(texts) - 1
+    # A question the store answers is answered as before.
+    assert _ids(await memory.recall(query="webhook delivery retry", repo=API))[:1] == [ids[2]]
+
+
 async def _failing_embedder(texts: Any) -> list[list[float]]:
     from memactors.modelapi import ModelApiError
 

@@ -143,6 +143,9 @@ QUERY_VECTOR_SLACK = 1.0
 #: Store reads that may wait for their query's vector at once (`_rank_while_embedding`): half the
 #: store's read connections (4), so the others stay free for the rest of the daemon's reads.
 WAITING_READS = 2
+#: A recall embeds at most this many of its text candidates that have no vector yet (the text
+#: ranking's best: what the fusion reads), in one batch (`BuiltinProvider.embed_candidates`).
+RECALL_EMBED = FUSE_DEPTH
 #: Query vectors kept (least recently used out first): an agent asking the same question again, or
 #: several agents asking the same one, costs no model run. ~3 KB a vector at 384 dimensions.
 QUERY_VECTORS_CACHED = 256
@@ -303,7 +306,7 @@ class BuiltinProvider:
         self.relevance_floor = relevance_floor
         self.record_embed_deadline = record_embed_deadline
         #: What the background embedder has done since start (`memory status`).
-        self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "failed_batches": 0,
+        self.embed_stats: dict[str, Any] = {"embedded": 0, "from_cache": 0, "at_recall": 0, "failed_batches": 0,
                                             "last_error": None, "running": False}
         #: Episodes without a vector as this process last counted them (a record adds one, a pass
         #: recounts), and since when there have been some (UTC, ISO; None when every one has its
@@ -415,19 +418,66 @@ class BuiltinProvider:
                 if vectors is None or len(vectors) != len(todo):
                     raise ModelApiError("the embedding model did not answer within the deadline")
 
-                def store_vectors(db: Any, todo: list[tuple[int, str, str, str]] = todo,
-                                  vectors: list[list[float]] = vectors) -> None:
-                    for (doc_id, scope, _text, digest), vector in zip(todo, vectors, strict=True):
-                        if index.doc_exists(db, doc_id):  # forgotten meanwhile: no orphan vector
-                            index.write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest,
-                                               vector=vector)
-
-                await self.store.write(store_vectors)
+                await self._store_vectors(todo, vectors)
             self.embed_stats["embedded"] += len(todo)
             self.embed_stats["from_cache"] += len(cached)
             done += len(rows)
             if progress is not None:
                 progress(done)
+
+    async def _store_vectors(self, todo: Sequence[tuple[int, str, str, str]],
+                             vectors: Sequence[Sequence[float]]) -> None:
+        """Write the vectors of documents (doc_id, scope, text, digest) in one store transaction; one
+        forgotten meanwhile gets none (no orphan vector)."""
+        index, model = self.index, self.vector_model
+
+        def store_vectors(db: Any) -> None:
+            for (doc_id, scope, _text, digest), vector in zip(todo, vectors, strict=True):
+                if index.doc_exists(db, doc_id):
+                    index.write_vector(db, doc_id=doc_id, scope=scope, model=model, digest=digest, vector=vector)
+
+        await self.store.write(store_vectors)
+
+    def vectors_pending(self) -> bool:
+        """Whether some documents may still wait for their vector (as this process last counted: a
+        record adds to the count, each back-fill pass recounts the store), so a recall looks for its
+        candidates without one (`embed_candidates`); when none wait, it costs a recall nothing."""
+        return bool(self.pending_vectors) or bool(self.embed_stats["running"])
+
+    async def embed_candidates(self, hits: Sequence[Hit], deadline: float | None = None) -> int:
+        """Give a recall's text candidates that have no vector yet (the text ranking's best
+        RECALL_EMBED, recorded and not back-filled: right after `runs ingest` or an import) their
+        vectors now, in one batch through the query's embedder by `deadline` (trio time: the recall's
+        query-embedding deadline, which the query's own embedding shares, so the two stay within half
+        of provider_timeout; default query_embed_deadline from now), and write them, so the back-fill
+        skips them and the recall scores them as it does once every episode has its vector (ranked on
+        their text alone, a question the store cannot answer was answered with an item holding some of
+        its words). Returns how many got one; on a failure or past the deadline, none (they are ranked
+        on their text, as before)."""
+        doc_ids = [h.doc_id for h in hits[:RECALL_EMBED]]
+        if not doc_ids or self.query_embedder is None:
+            return 0
+        embedder = self.query_embedder
+        rows = await self.store.read(lambda db: self.index.pending_docs(db, len(doc_ids), among=doc_ids))
+        if not rows:
+            return 0
+        todo = []
+        for r in rows:
+            text = embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]"))
+            todo.append((int(r[0]), str(r[1]), text, text_digest(text)))
+        vectors: list[list[float]] | None = None
+        with trio.move_on_at(trio.current_time() + self.query_embed_deadline if deadline is None else deadline):
+            try:
+                vectors = await embedder([k[2] for k in todo])
+            except MemactorsError as exc:
+                _log.bind(error=type(exc).__name__).warning("recall candidates not embedded; ranked on their text")
+                return 0
+        if vectors is None or len(vectors) != len(todo):
+            return 0
+        await self._store_vectors(todo, vectors)
+        self.embed_stats["at_recall"] += len(todo)
+        self._count_pending(max(0, self.pending_vectors - len(todo)), keep=True)
+        return len(todo)
 
     async def embed_worker(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """The background embedder: back-fills the store at start (an upgrade's re-embedding, vectors
@@ -583,19 +633,45 @@ class BuiltinProvider:
         known = self._cached_query_vector(query) if hybrid else None
         if not hybrid:  # one read transaction, one worker-thread hop
             ranked = await self.store.read(text_only)
-        elif known is not None:  # a query embedded before: both rankings and the fusion in one hop
+        elif known is not None and not self.vectors_pending():  # a query embedded before: one hop
 
             def both(db: Any, vector: list[float] = known) -> list[tuple[str, str, float]]:
                 text = text_ranking(db)
                 return fuse(db, text, [] if meta_mode else index.knn(db, vector, scopes))
 
             ranked = await self.store.read(both)
-        else:  # the text ranking while the query is embedded, then the cosine ranking and the fusion
+        elif not self.vectors_pending():  # every episode has its vector: the rankings and fusion in one read
             ranked, vectored = await self._rank_while_embedding(
                 query, text_ranking, lambda: not meta_mode, lambda db, text, vector: fuse(
                     db, text, index.knn(db, vector, scopes) if vector is not None and not meta_mode else []))
             if not vectored:
                 degraded = "embeddings_unavailable"
+        else:  # right after an ingest: the text ranking while the query is embedded; the text candidates
+            # without a vector embedded (`embed_candidates`, written); then the cosine ranking and the fusion
+            embed_by = trio.current_time() + self.query_embed_deadline  # the query's and its candidates'
+            text: list[Hit] = []
+            vector: list[float] | None = None
+
+            async def text_side() -> None:
+                nonlocal text
+                text = await self.store.read(text_ranking)
+
+            async def vector_side() -> None:
+                nonlocal vector
+                vector = known if known is not None else await self._embed_query(query)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(text_side)
+                nursery.start_soon(vector_side)
+            if vector is None:
+                degraded = "embeddings_unavailable"
+            elif not meta_mode and self.vectors_pending():  # right after an ingest: scored as once filled
+                await self.embed_candidates(text, embed_by)
+
+            def knn_and_fuse(db: Any, vector: list[float] | None = vector) -> list[tuple[str, str, float]]:
+                return fuse(db, text, index.knn(db, vector, scopes) if vector is not None else [])
+
+            ranked = await self.store.read(knn_and_fuse)
         out: dict[str, Any] = {"items": [{"id": eid, "text": text, "score": round(score, 4)}
                                          for eid, text, score in ranked]}
         if degraded:

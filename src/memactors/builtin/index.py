@@ -116,9 +116,11 @@ class DocIndex(CellIndex, Protocol):
         """Episodes without an embedding."""
         ...
 
-    def pending_docs(self, db: Any, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
+    def pending_docs(self, db: Any, limit: int, before: int | None = None,
+                     among: Sequence[int] | None = None) -> list[tuple[int, str, str, str, str, str]]:
         """Up to `limit` documents without a vector, newest first (doc ids below `before` when given: a
-        pass's next page): (doc_id, scope, summary, excerpt, files JSON, failures JSON)."""
+        pass's next page; only those of `among` when given: a recall's candidates): (doc_id, scope,
+        summary, excerpt, files JSON, failures JSON)."""
         ...
 
     def doc_exists(self, db: Any, doc_id: int) -> bool:

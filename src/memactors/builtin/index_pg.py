@@ -520,11 +520,14 @@ def missing_vectors(db: Db) -> int:
     return total - int(db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0])
 
 
-def pending_docs(db: Db, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
+def pending_docs(db: Db, limit: int, before: int | None = None,
+                 among: Sequence[int] | None = None) -> list[tuple[int, str, str, str, str, str]]:
     """Up to `limit` documents without a vector, newest doc ids first (as `_builtin_sqlite.pending_docs`)."""
     conds = ["NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)"] if _vec_exists(db) else []
     if before is not None:  # the next page of one pass: never scans the ones already embedded again
         conds.append(f"d.doc_id < {int(before)}")
+    if among is not None:  # a recall's own candidates (`BuiltinProvider.embed_candidates`)
+        conds.append(f"d.doc_id IN ({','.join(str(int(d)) for d in among) or 'NULL'})")
     cond = " WHERE " + " AND ".join(conds) if conds else ""
     return [(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in db.execute(
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"

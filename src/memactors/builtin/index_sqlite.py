@@ -255,12 +255,15 @@ def missing_vectors(db: sqlite_utils.Database) -> int:
     return int(total) - int(have)
 
 
-def pending_docs(db: sqlite_utils.Database, limit: int, before: int | None = None) -> list[tuple[int, str, str, str, str, str]]:
+def pending_docs(db: sqlite_utils.Database, limit: int, before: int | None = None,
+                 among: Sequence[int] | None = None) -> list[tuple[int, str, str, str, str, str]]:
     """Up to `limit` documents without a vector, newest doc ids first: (doc_id, scope, summary, excerpt,
     files JSON, failures JSON), what `builtin.embedding_text` is made of."""
     conds = ["NOT EXISTS (SELECT 1 FROM builtin_vec v WHERE v.doc_id = d.doc_id)"] if vec_exists(db) else []
     if before is not None:  # the next page of one pass: never scans the ones already embedded again
         conds.append(f"d.doc_id < {int(before)}")
+    if among is not None:  # a recall's own candidates (`BuiltinProvider.embed_candidates`)
+        conds.append(f"d.doc_id IN ({','.join(str(int(d)) for d in among) or 'NULL'})")
     cond = " WHERE " + " AND ".join(conds) if conds else ""
     return [tuple(r) for r in db.execute(
         f"SELECT d.doc_id, d.scope, d.summary, d.excerpt, d.files, d.failures FROM builtin_docs d{cond}"
