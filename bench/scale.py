@@ -3,6 +3,11 @@ episodes").
 
     .venv/bin/python bench/scale.py                                # 100k on both engines, 200 queries
     .venv/bin/python bench/scale.py --sizes 100000 1000000 --engines sqlite --keep /tmp/scale
+    .venv/bin/python bench/scale.py --sizes 1000000 --engines sqlite --bulk --keep /work/scale --build-only
+    .venv/bin/python bench/scale.py --sizes 1000000 --engines sqlite --keep /work/scale   # the kept store again
+
+With `--keep` the corpus (vectors, repositories, queries) is saved beside the stores, so a kept store is
+measured again without making the corpus again (1M episodes: ~2 minutes) or building it (~20 minutes).
 
 **The corpus is synthetic, and so are most of its vectors.** Episodes come from a template vocabulary
 of coding-agent work (verbs, components, failures, files: "fix flaky timeout in the session cache
@@ -27,8 +32,8 @@ For the same queries, in this one process and run, it times:
 * **knn**: the raw vector query alone, best 8 of the asking repository, as the provider asks it
   (`index_sqlite.vec_candidates` / `index_pg.knn_rows`: the nearest cells of a divided scope,
   `builtin.vector_cells`, or the whole scope below CELLS_FROM vectors);
-* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8 in
-  sqlite-vec, halfvec in pgvector), the anchor the cells are measured against;
+* **exact**: the same query over every cell of the scope (the exact scan in the stored form: int8
+  scored in numpy on SQLite, halfvec in pgvector), the anchor the cells are measured against;
 * **embed**: the model run on the query;
 * **recall@8**: the knn's 8 (and the exact scan's) against the exact 8 of numpy's cosine over the
   scope's float32 vectors as derived, averaged over the queries.
@@ -203,7 +208,7 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
     written in transactions of 20,000 episodes, without the per-row look-ups of the product's write path
     (1M episodes through it would take hours here). Every scope is one cell; the service's back-fill
     divides the large ones at its start (timed by `measure`)."""
-    from memactors.actors.index import record_json
+    from memactors.store.run_history import record_json
     from memactors.store.sqlite import _connect
 
     (await open_store(path)).close()  # the schema, by the store's migrations
@@ -266,7 +271,7 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
                          " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)", episodes)
         conn.executemany("INSERT INTO memory_index (provider, provider_id, episode_id, scope, recorded_at)"
                          " VALUES ('builtin', ?, ?, ?, ?)", index_rows)
-        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
+        conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, ?)",
                          vec_rows)
         conn.executemany("INSERT OR REPLACE INTO builtin_embed_cache (content_hash, model, dim, vector, doc_id)"
                          " VALUES (?, ?, ?, X'', ?)", cache_rows)
@@ -462,6 +467,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
               f"{', bulk rows' if args.bulk and cluster is None else ''})", flush=True)
         if cluster is None:
             np.save(saved, doc_ids)
+        if args.build_only:
+            return
     if cluster is None:
         size_b = (state / "memactors.db").stat().st_size
         print(f"    store file {size_b / size:.0f} B/episode", flush=True)
@@ -506,15 +513,28 @@ async def main_async(args: argparse.Namespace) -> None:
         model = shared_model()
         for size in args.sizes:
             t = time.perf_counter()
-            items = corpus(size, args.repos)
-            k = min(args.real, size)
-            texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
-            real = np.asarray(model.encode(texts), dtype=np.float32)
-            vectors = derive_vectors(real, size)
-            top = np.bincount([it["z"] for it in items]).max()
-            print(f"{size} episodes over {args.repos} repositories (the biggest {top}); {k} real embeddings,"
-                  f" {size - k} derived; made in {time.perf_counter() - t:.0f} s", flush=True)
-            queries = make_queries(items, args.queries + 5)
+            kept = root / f"corpus-{size}-{args.repos}-{args.real}.npz"  # what a kept store is measured with
+            stores = [root / f"{engine}-{size}" / "doc_ids.npy" for engine in args.engines]
+            if kept.exists() and all(s.exists() for s in stores) and not args.build_only:
+                with np.load(kept) as saved:
+                    vectors, zs = saved["vectors"], saved["zs"]
+                items = [{"z": int(z)} for z in zs]  # enough for a kept store: its repository
+                queries = [(int(z), str(q)) for z, q in json.loads(kept.with_suffix(".json").read_text())]
+                print(f"{size} episodes: the kept corpus {kept.name} (the biggest repository {np.bincount(zs).max()})",
+                      flush=True)
+            else:
+                items = corpus(size, args.repos)
+                k = min(args.real, size)
+                texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
+                real = np.asarray(model.encode(texts), dtype=np.float32)
+                vectors = derive_vectors(real, size)
+                zs = np.fromiter((it["z"] for it in items), dtype=np.int32, count=len(items))
+                print(f"{size} episodes over {args.repos} repositories (the biggest {np.bincount(zs).max()}); {k} real"
+                      f" embeddings, {size - k} derived; made in {time.perf_counter() - t:.0f} s", flush=True)
+                queries = make_queries(items, args.queries + 5)
+                if args.keep:
+                    np.savez(kept, vectors=vectors, zs=zs)
+                    kept.with_suffix(".json").write_text(json.dumps(queries))
             for engine in args.engines:
                 if engine == "postgresql":
                     with Cluster(pgvector=True, extra=("shared_buffers = 1GB", "synchronous_commit = off",
@@ -549,7 +569,7 @@ def partition(n: int, queries: int, real_n: int) -> None:
         for form, (kind, wrap, enc) in forms.items():
             metric = "" if kind == "bit" else " distance_metric=cosine"
             db.execute(f"CREATE VIRTUAL TABLE v_{form} USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
-                       f" embedding {kind}[{dim}]{metric}, chunk_size={index_sqlite.VEC_CHUNK})")
+                       f" embedding {kind}[{dim}]{metric}, chunk_size=128)")  # vec0 as the provider had it
             db.execute("BEGIN")
             for i, v in enumerate(vectors):
                 db.execute(f"INSERT INTO v_{form} (doc_id, scope, embedding) VALUES (?, 's', {wrap})", [i + 1, enc(v)])
@@ -710,6 +730,94 @@ def pg_partition(n: int, queries: int, real_n: int, kinds: list[str]) -> None:
             conn.execute("DROP INDEX IF EXISTS builtin_vec_ivfflat")
 
 
+def pg_probe_forms(n: int, cells: int, probes: int, queries: int) -> None:
+    """`--pg-probe-forms N`: timing only (N random unit vectors in one scope, `cells` cells of which a knn
+    reads `probes`, as the provider's cells read 104 of 664 at 170k): what a PostgreSQL knn over the
+    probed cells costs in several forms — the provider's (scope, cell) b-tree and heap with the distance
+    in SQL; a covering b-tree (index-only scan); the vectors sent to this process and scored in numpy;
+    and **packed cells** (one row a cell: its doc ids and int8 vectors, read in binary and scored in
+    numpy), the form the measurement points to. Random vectors: recall is not measured here."""
+    import psycopg
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 384)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cell = rng.integers(0, cells, size=n)
+    q8 = np.round(x * 127 / np.abs(x).max(axis=1, keepdims=True)).astype(np.int8)
+    scope = "forge.example/acme/big"
+    with Cluster(pgvector=True, extra=("shared_buffers = 1GB",)) as cluster:
+        cluster.create_database("forms")
+        cluster.admin("CREATE EXTENSION vector", dbname="forms")
+        with psycopg.connect(cluster.url("forms"), autocommit=True) as conn:
+            conn.execute('CREATE TABLE v (doc_id BIGINT PRIMARY KEY, scope TEXT COLLATE "C" NOT NULL, cell INT NOT NULL,'
+                         " embedding halfvec(384) NOT NULL)")
+            conn.execute('CREATE TABLE packs (scope TEXT COLLATE "C" NOT NULL, cell INT NOT NULL, doc_ids BIGINT[] NOT NULL,'
+                         " vectors BYTEA NOT NULL, PRIMARY KEY (scope, cell))")
+            conn.execute("ALTER TABLE packs ALTER COLUMN vectors SET STORAGE EXTERNAL")  # not compressed
+            t = time.perf_counter()
+            with conn.cursor().copy("COPY v (doc_id, scope, cell, embedding) FROM STDIN") as copy:
+                for i in rng.permutation(n):  # in time order: a cell's rows spread over the heap
+                    copy.write_row((int(i), scope, int(cell[i]), "[" + ",".join(f"{v:.5f}" for v in x[i]) + "]"))
+            with conn.cursor().copy("COPY packs (scope, cell, doc_ids, vectors) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int4", "int8[]", "bytea"])
+                for c in range(cells):
+                    rows = np.flatnonzero(cell == c)
+                    copy.write_row((scope, c, rows.tolist(), q8[rows].tobytes()))
+            conn.execute("CREATE INDEX v_by_cell ON v (scope, cell)")
+            conn.execute("VACUUM ANALYZE v")
+            conn.execute("VACUUM ANALYZE packs")
+            per = {t: conn.execute(f"SELECT pg_total_relation_size('{t}')").fetchone()[0] / n for t in ("v", "packs")}
+            print(f"{n} random vectors in {cells} cells copied in {time.perf_counter() - t:.0f} s; per vector: table and"
+                  f" b-tree {per['v']:.0f} B, packs {per['packs']:.0f} B", flush=True)
+            qs = rng.standard_normal((queries, 384)).astype(np.float32)
+            picks = [rng.choice(cells, probes, replace=False).tolist() for _ in range(queries)]
+
+            def in_sql(q: np.ndarray, p: list[int]) -> list[int]:
+                return [int(r[0]) for r in conn.execute(
+                    "SELECT v.doc_id, v.embedding::vector <=> %s::vector AS d FROM unnest(%s::text[], %s::int[]) c (scope, cell)"
+                    " JOIN v ON v.scope = c.scope AND v.cell = c.cell ORDER BY d LIMIT 200",
+                    [index_pg._literal(q.tolist()), [scope] * len(p), p]).fetchall()]
+
+            def top(ids: np.ndarray, m: np.ndarray, q: np.ndarray) -> list[int]:
+                sim = np.empty(len(ids), dtype=np.float32)
+                for i in range(0, len(ids), 2048):
+                    r = m[i:i + 2048].astype(np.float32)
+                    sim[i:i + 2048] = np.einsum("ij,j->i", r, q) / np.sqrt(np.einsum("ij,ij->i", r, r))
+                return [int(ids[i]) for i in np.argsort(-sim)[:200]]
+
+            def sent(q: np.ndarray, p: list[int]) -> list[int]:
+                blob, ids = conn.cursor(binary=True).execute(
+                    "SELECT string_agg(halfvec_send(embedding), ''::bytea), array_agg(doc_id) FROM v"
+                    " WHERE scope = %s AND cell = ANY(%s)", [scope, p]).fetchone()
+                m = np.frombuffer(blob, dtype=">f2").reshape(len(ids), -1)[:, 2:]  # a 4-byte header a vector
+                return top(np.asarray(ids), m, q)
+
+            def packed(q: np.ndarray, p: list[int]) -> list[int]:
+                rows = conn.cursor(binary=True).execute("SELECT doc_ids, vectors FROM packs WHERE scope = %s AND cell = ANY(%s)",
+                                                        [scope, p]).fetchall()
+                ids = np.concatenate([np.asarray(r[0], dtype=np.int64) for r in rows])
+                return top(ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(ids), -1), q)
+
+            def run(label: str, knn: Any) -> None:
+                wall, cpu = [], []
+                for q, p in zip(qs, picks, strict=True):
+                    t, c = time.perf_counter(), time.process_time()
+                    knn(q, p)
+                    wall.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
+                print(f"    {label}: wall p50 {statistics.median(wall) * 1000:.1f} ms (this process's CPU p50"
+                      f" {statistics.median(cpu) * 1000:.1f} ms)", flush=True)
+
+            same = set(in_sql(qs[0], picks[0])[:8]) == set(packed(qs[0], picks[0])[:8])
+            print(f"    the best 8 of the packed cells (int8) are the SQL's (halfvec): {same}", flush=True)
+            run("(scope, cell) b-tree and heap, distance in SQL (the provider's)", in_sql)
+            run("the same vectors sent here (halfvec_send) and scored in numpy", sent)
+            run("packed cells, read in binary and scored in numpy", packed)
+            conn.execute("CREATE INDEX v_cover ON v (scope, cell) INCLUDE (doc_id, embedding)")
+            conn.execute("VACUUM ANALYZE v")
+            run("a covering (scope, cell) INCLUDE (doc_id, embedding) b-tree, distance in SQL", in_sql)
+
+
 def cells_model(n: int, queries: int, real_n: int, cell_rows: int, reads: list[int]) -> None:
     """`--cells-model N`: recall@8 of the cells against how many are read, in numpy (no store): the
     product's own `vector_cells.divide` over one scope of N int8 vectors (as the stores hold them), the
@@ -755,14 +863,21 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
     parser.add_argument("--bulk", action="store_true",
                         help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
+    parser.add_argument("--build-only", action="store_true", help="build the stores (with --keep) and stop")
     parser.add_argument("--partition", type=int, metavar="N",
                         help="only the vector search over one repository of N episodes, in three forms")
     parser.add_argument("--cells-model", type=int, metavar="N",
                         help="only the cells' recall against the cells read, in numpy, over one scope of N vectors")
+    parser.add_argument("--pg-probe-forms", type=int, metavar="N",
+                        help="only PostgreSQL's knn over 104 of 664 cells in several forms, N random vectors")
     parser.add_argument("--cell-rows", type=int, default=256)
     parser.add_argument("--reads", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96])
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.pg_probe_forms:
+        pg_probe_forms(args.pg_probe_forms, 664, 104, min(args.queries, 40))
+        print(machine(), flush=True)
+        return
     if args.cells_model:
         cells_model(args.cells_model, args.queries, args.real, args.cell_rows, args.reads)
         return

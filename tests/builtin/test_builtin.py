@@ -301,6 +301,21 @@ async def test_an_episode_whose_embedding_fails_is_kept_without_a_vector(
     assert await p.embed_pending() == 0
 
 
+async def test_a_failed_embedding_pass_ends_the_wait_for_vectors_with_what_is_still_missing(
+        make_holder: Callable[[str], ConfigHolder], bag_of_words_api: FakeModelApi,
+        trio_clock: trio.testing.MockClock) -> None:
+    """While the model is down the back-fill waits to try again; whoever waits for a pass (a bench, an
+    operator's `--wait-vectors`) is told what is still missing instead of waiting for the model."""
+    holder = make_holder(f'[model_api]\nbase_url = "{bag_of_words_api.base_url}"\nembedding_model = "fake-embed"\n')
+    bag_of_words_api.behaviour.embed_status = 503
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert (await memory.ingest_run(run_record()))["outcome"] == "recorded"
+        missing, _ = await within(trio_clock, 1, memory.builtin.wait_embedded)
+        assert missing == 1
+        assert memory.builtin.embed_stats["failed_batches"] >= 1
+
+
 # SQLite only: on PostgreSQL a vector needs pgvector, which these stores lack; the pgvector cluster's
 # tests in test_store_pg.py (the ones on pgvector) cover that engine.
 async def test_req11_hybrid_recall_falls_back_to_text_through_the_service(

@@ -164,3 +164,109 @@ def _old_form(db: Any) -> None:
     for doc_id, scope, blob in rows:
         db.execute("INSERT INTO builtin_vec (doc_id, scope, embedding) VALUES (?, ?, vec_int8(?))",
                    [doc_id, scope, bytes(blob)])
+
+
+async def test_a_sqlite_store_with_cells_in_vec0_keeps_its_cells_when_upgraded_at_start(
+        tmp_path: Path, bag_of_words_api: FakeModelApi, small_cells: None) -> None:
+    """A SQLite store whose divided scope's vectors are in the sqlite-vec `vec0` table with the cell as a
+    metadata column (the layout before the plain table) is converted when the service starts: every
+    vector keeps its cell, the division is kept (not fitted again), nothing is embedded again, and recall
+    and the knn answer what they did."""
+    holder = _holder(tmp_path, bag_of_words_api, None)
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        before = await _answers(memory)
+        knn_before = [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS]
+        cells_before = await memory.store.read(_cells)
+        divisions = await memory.store.read(_divisions)
+        assert len(divisions) == 1 and len({cell for _, cell in cells_before}) > 2  # divided while ingested
+        await memory.store.write(_vec0_with_cells)
+    requests = len(bag_of_words_api.requests_to("/v1/embeddings"))
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        layout = await memory.store.read(lambda db: db.execute(
+            "SELECT value FROM builtin_meta WHERE key = 'vec_layout'").fetchone()[0])
+        assert layout == index_sqlite.VEC_LAYOUT
+        assert await memory.store.read(lambda db: db.execute(
+            "SELECT type FROM sqlite_master WHERE name = 'builtin_vec'").fetchone()[0]) == "table"
+        assert await memory.store.read(_cells) == cells_before
+        assert await memory.store.read(_divisions) == divisions
+        assert await _answers(memory) == before
+        assert [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS] == knn_before
+    assert len(bag_of_words_api.requests_to("/v1/embeddings")) == requests + len(TOPICS)  # the recalls' queries only
+
+
+def _cells(db: Any) -> list[tuple[int, int]]:
+    return [(int(d), int(c)) for d, c in db.execute("SELECT doc_id, cell FROM builtin_vec ORDER BY doc_id").fetchall()]
+
+
+def _divisions(db: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in db.execute("SELECT scope, vectors, cells FROM builtin_vec_divisions").fetchall()]
+
+
+def _vec0_with_cells(db: Any) -> None:
+    """Rewrite the vectors into the `vec0` table with the cell as a metadata column, as the store held them then."""
+    dim = int(db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()[0])
+    rows = db.execute("SELECT doc_id, scope, cell, embedding FROM builtin_vec").fetchall()
+    db.execute("DROP TABLE builtin_vec")
+    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY, scope TEXT PARTITION KEY,"
+               f" cell INTEGER, embedding int8[{dim}] distance_metric=cosine, chunk_size=128)")
+    for doc_id, scope, cell, blob in rows:
+        db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
+                   [doc_id, scope, cell, bytes(blob)])
+    db.execute("UPDATE builtin_meta SET value = 'cell-meta' WHERE key = 'vec_layout'")
+
+
+async def test_postgresql_keeps_each_scopes_vector_count_as_vectors_come_and_go(
+        tmp_path: Path, bag_of_words_api: FakeModelApi, vector_url: str) -> None:
+    """On PostgreSQL the back-fill asks which scopes reached their next division from one count a scope
+    (`builtin_vec_counts`, kept by triggers), not by counting the store: the counts follow what is
+    embedded and forgotten, a scope that reaches the threshold is divided by them, and a store made
+    before the counts gets them at start from its vectors."""
+    holder = _holder(tmp_path, bag_of_words_api, vector_url)
+
+    def counts(db: Any) -> dict[str, int]:
+        return {str(s): int(n) for s, n in db.execute("SELECT scope, vectors FROM builtin_vec_counts").fetchall()}
+
+    def actual(db: Any) -> dict[str, int]:
+        return {str(s): int(n) for s, n in db.execute("SELECT scope, count(*) FROM builtin_vec GROUP BY scope").fetchall()}
+
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        assert await memory.store.read(counts) == {scope: 60}
+        found = await memory.recall(query="ledger rounding", repo=API, limit=2)
+        for episode in found["episodes"]:
+            assert (await memory.forget(episode["episode_id"]))["forgotten"]
+        assert await memory.store.read(counts) == await memory.store.read(actual) == {scope: 58}
+        assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(vector_cells, "CELLS_FROM", 40)
+            patch.setattr(vector_cells, "CELL_ROWS", 8)
+            assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == [scope]
+            assert await vector_cells.divide_scopes(memory.store, index_pg.PG_INDEX) == 1
+            assert await memory.store.read(lambda db: db.execute(
+                "SELECT vectors, cells FROM builtin_vec_divisions").fetchall()) == [(58, 7)]
+            assert await memory.store.read(lambda db: index_pg.scopes_to_divide(db)) == []
+
+        def before_counts(db: Any) -> None:  # the store as a daemon before the counts left it
+            db.execute("DROP TRIGGER builtin_vec_count_insert ON builtin_vec")
+            db.execute("DROP TRIGGER builtin_vec_count_delete ON builtin_vec")
+            db.execute("DROP TRIGGER builtin_vec_count_move ON builtin_vec")
+            db.execute("DROP TABLE builtin_vec_counts")
+            db.execute("DROP FUNCTION builtin_vec_counted(), builtin_vec_count()")
+            db.execute("DELETE FROM memactors_migrations WHERE name = '0009_vector_counts'")
+
+        await memory.store.write(before_counts)
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        assert await memory.store.read(counts) == {scope: 58}
+        await memory.ingest_run(run_record(run_id="late", trace_id="t-late", result_text="ledger rounding late"))
+        assert await memory.builtin.wait_embedded() == 0
+        assert await memory.store.read(counts) == await memory.store.read(actual) == {scope: 59}

@@ -22,8 +22,8 @@ reason, run id, pull request) and plain `harness`, `branch`, `outcome` —, star
 `builtin_fts` (FTS5, `porter unicode61`, external-content over builtin_docs — the text is stored once —
 with the columns scope_key, title, excerpt, files, failures and meta, kept in step by triggers;
 migrations `0006_builtin_scope_in_fts` and `0009_flat_text_and_builtin_fields`), and — only when an
-embedding model is configured — `builtin_vec`, a sqlite-vec `vec0` table of
-one int8 embedding per episode (`index_sqlite.VEC_FORM`), partitioned by scope, cosine distance. It is
+embedding model is configured — `builtin_vec`, a plain table of one int8 embedding per episode
+(`index_sqlite.VEC_FORM`) clustered by scope and cell, scored by cosine in numpy. It is
 created lazily once the model's dimension is known, and rebuilt (emptied) when the model or dimension
 changes. Embeddings are cached in `builtin_embed_cache` by the digest of their embedding text plus the
 model key, so re-recording or re-embedding the same content never calls the model API again; a cache
@@ -493,6 +493,7 @@ class BuiltinProvider:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 self.embed_stats["running"] = True
+                failed = False
                 try:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
                     count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
@@ -509,13 +510,15 @@ class BuiltinProvider:
                     self.embed_stats["last_error"] = type(exc).__name__
                     _log.bind(error=type(exc).__name__).warning(
                         "episodes left without embedding for now; trying again later")
-                    self._release_waiters()
-                    await trio.sleep(EMBED_RETRY_SECONDS)
-                    self._wake.set()
-                    continue
+                    failed = True
                 finally:
                     self.embed_stats["running"] = False
+                # A failed pass ends like any other for its waiters (they read what is still
+                # missing), and the worker is idle while it waits to try again.
                 self._release_waiters()
+                if failed:
+                    await trio.sleep(EMBED_RETRY_SECONDS)
+                    self._wake.set()
         finally:
             self._wake = None
             self._release_waiters()

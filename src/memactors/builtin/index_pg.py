@@ -299,13 +299,15 @@ def _create_vec_table(db: Db, dim: int) -> None:
                f" ON DELETE CASCADE, scope TEXT COLLATE \"C\" NOT NULL, cell INTEGER NOT NULL DEFAULT 0,"
                f" embedding halfvec({int(dim)}) NOT NULL)")
     db.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
+    db.execute("SELECT builtin_vec_counted()")  # each scope's count kept by triggers (migration 0009)
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
     _set_meta(db, [("vec_form", VEC_FORM), ("vec_layout", VEC_LAYOUT)])
 
 
 def _drop_vec_table(db: Db) -> None:
-    db.execute("DROP TABLE builtin_vec")
+    db.execute("DROP TABLE builtin_vec")  # its count triggers with it
+    db.execute("DELETE FROM builtin_vec_counts")
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
 
@@ -445,12 +447,15 @@ def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
 
 
 def scopes_to_divide(db: Db) -> list[str]:
-    """`CellIndex.scopes_to_divide` on PostgreSQL: the scopes whose vectors reach their next division."""
+    """`CellIndex.scopes_to_divide` on PostgreSQL: the scopes whose vectors reach their next division, by
+    `builtin_vec_counts` (one row a scope, kept by triggers on builtin_vec: read after every back-fill
+    pass, so never a count of the store)."""
     if not _vec_exists(db):
         return []
-    divided = dict(db.execute("SELECT scope, vectors FROM builtin_vec_divisions").fetchall())
-    return [str(scope) for scope, n in db.execute("SELECT scope, count(*) FROM builtin_vec GROUP BY scope").fetchall()
-            if due(int(n), divided.get(scope))]
+    return [str(scope) for scope, n, divided_at in db.execute(
+        "SELECT c.scope, c.vectors, d.vectors FROM builtin_vec_counts c"
+        " LEFT JOIN builtin_vec_divisions d ON d.scope = c.scope").fetchall()
+            if due(int(n), None if divided_at is None else int(divided_at))]
 
 
 def scope_vectors(db: Db, scope: str) -> tuple[list[int], Any]:

@@ -5,12 +5,13 @@ PostgreSQL's: `SqliteIndex`, the provider's `builtin.DocIndex` on this engine.
   `builtin_fts` (FTS5, `porter unicode61`, external content, kept in step by triggers: the text is
   stored once) — queried by `builtin/ranking.py`'s FTS5 statements (BM25 candidates, the metadata-only test,
   the briefing order, the path candidates);
-* `builtin_vec`, a sqlite-vec `vec0` table (one int8 embedding per episode, partitioned by scope, its
-  cell a metadata column, cosine distance, `VEC_CHUNK` vectors a chunk), created once the embedding dimension is known
-  and rebuilt empty when the model or dimension changes; embeddings cached by content in
+* `builtin_vec`, a plain table of one int8 embedding per episode, clustered by (scope, cell, doc_id)
+  so a scope's cells are each one contiguous range (`VEC_LAYOUT`), created once the embedding dimension
+  is known and rebuilt empty when the model or dimension changes; embeddings cached by content in
   `builtin_embed_cache`. A large scope is divided into cells (`builtin.vector_cells`: centroids in
   `builtin_vec_cells`, the last division in `builtin_vec_divisions`) and its knn reads the cells nearest
-  the query; a small one is one cell (0), searched exactly.
+  the query; a small one is one cell (0), searched exactly. The knn reads the cells' vectors in one
+  aggregate and scores them with numpy (`vec_candidates`).
 
 The flow over them (record, embed, recall with REQ-11's fusion, forget) is `builtin.BuiltinProvider`'s.
 """
@@ -88,38 +89,38 @@ def vec_exists(db: sqlite_utils.Database) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'builtin_vec'").fetchone() is not None
 
 
-#: Vectors per `vec0` chunk. vec0 allocates a whole chunk per partition (scope) up front, and its
-#: default (1024) left a store of 50 repositories of ~200 episodes each with 80 % of its vector bytes
-#: empty (7.9 KB per episode where a 384-float vector is 1.5 KB; docs/benchmarks.md, "Bytes per
-#: episode"). A smaller chunk wastes less and is read faster by the scope's brute-force KNN.
-VEC_CHUNK = 128
 
 #: How `builtin_vec` holds a vector: int8, each vector scaled by its own largest component (cosine
 #: does not see the scale), a quarter of float32's bytes and of the KNN's reading. On bench/scale.py's
 #: 100k store its best 8 are float32's best 8 within recall@8 0.9x (docs/benchmarks.md, "A million
 #: episodes"); bench/recall_quality.py's MRR is unchanged.
 VEC_FORM = "int8"
-#: `builtin_vec`'s layout: partitioned by scope, the cell (`builtin.vector_cells`) a metadata column
-#: that a knn filters on. Not a second partition key: vec0 sets up each partition it reads (~0.7 ms of
-#: CPU each), which cost more than the distances it saved (bench/scale.py --partition 170000: 104 cells
-#: as partitions 91 ms, as a metadata filter ~50 ms, the exact scan 137 ms).
-VEC_LAYOUT = "cell-meta"
+#: `builtin_vec`'s layout: a plain table clustered by (scope, cell, doc_id), WITHOUT ROWID, with a unique
+#: index on doc_id for the per-document look-ups (the cache, the back-fill, forget). A knn reads its
+#: cells as one range each and scores them in numpy. Before it (layout "cell-meta", and before that no
+#: layout) the vectors were in a sqlite-vec `vec0` table; vec0 costs ~0.8 µs per int8 vector and reads
+#: every chunk of a scope even when a metadata filter keeps only the probed cells (bench/scale.py
+#: --partition 170000: the 104 probed cells of 664 took 54 ms of CPU in vec0; docs/benchmarks.md).
+VEC_LAYOUT = "cells-table"
 
 
-def _create_vec_table(db: sqlite_utils.Database, dim: int) -> None:
-    db.execute(f"CREATE VIRTUAL TABLE builtin_vec USING vec0(doc_id INTEGER PRIMARY KEY,"
-               f" scope TEXT PARTITION KEY, cell INTEGER, embedding int8[{int(dim)}]"
-               f" distance_metric=cosine, chunk_size={VEC_CHUNK})")
-    db.execute("DELETE FROM builtin_vec_cells")
-    db.execute("DELETE FROM builtin_vec_divisions")
-    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_chunk', ?), ('vec_form', ?),"
-               " ('vec_layout', ?)", [str(VEC_CHUNK), VEC_FORM, VEC_LAYOUT])
+def _create_vec_table(db: sqlite_utils.Database, *, keep_cells: bool = False) -> None:
+    db.execute("CREATE TABLE builtin_vec (scope TEXT NOT NULL, cell INTEGER NOT NULL, doc_id INTEGER NOT NULL,"
+               " embedding BLOB NOT NULL, PRIMARY KEY (scope, cell, doc_id)) WITHOUT ROWID")
+    db.execute("CREATE UNIQUE INDEX builtin_vec_by_doc ON builtin_vec (doc_id)")
+    if not keep_cells:
+        db.execute("DELETE FROM builtin_vec_cells")
+        db.execute("DELETE FROM builtin_vec_divisions")
+    db.execute("DELETE FROM builtin_meta WHERE key = 'vec_chunk'")  # vec0's, gone with it
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_form', ?), ('vec_layout', ?)",
+               [VEC_FORM, VEC_LAYOUT])
 
 
-def _drop_vec_table(db: sqlite_utils.Database) -> None:
+def _drop_vec_table(db: sqlite_utils.Database, *, keep_cells: bool = False) -> None:
     db.execute("DROP TABLE builtin_vec")
-    db.execute("DELETE FROM builtin_vec_cells")
-    db.execute("DELETE FROM builtin_vec_divisions")
+    if not keep_cells:
+        db.execute("DELETE FROM builtin_vec_cells")
+        db.execute("DELETE FROM builtin_vec_divisions")
 
 
 def _cell_of(db: sqlite_utils.Database, scope: str, vector: Sequence[float]) -> int:
@@ -134,7 +135,7 @@ def _insert_vec(db: sqlite_utils.Database, doc_id: int, scope: str, blob: bytes,
                 vector: Sequence[float] | None = None) -> None:
     """Insert one int8 vector into its scope's cell (found by `vector`, or by the int8 `blob` itself)."""
     cell = _cell_of(db, scope, vector if vector is not None else as_floats(blob, len(blob)))
-    db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, vec_int8(?))",
+    db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, ?)",
                [doc_id, scope, cell, blob])
 
 
@@ -147,30 +148,33 @@ def ensure_vec_table(db: sqlite_utils.Database, model: str, dim: int) -> None:
     if exists:
         _keep_in_cache(db)
         _drop_vec_table(db)
-    _create_vec_table(db, dim)
+    _create_vec_table(db)
     db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('vec_model', ?), ('vec_dim', ?)",
                [model, str(dim)])
 
 
 def compact_vec_table(db: sqlite_utils.Database) -> bool:
-    """Rebuild a `builtin_vec` made with another chunk size (before `VEC_CHUNK`), another vector form
-    (float32, before `VEC_FORM`) or without cells (before `VEC_LAYOUT`) with its vectors kept
-    (converted; every scope one cell until the back-fill divides it), in the caller's write transaction;
-    whether it did. Run once at start (`check_vectors`)."""
+    """Rebuild a `builtin_vec` made before `VEC_LAYOUT` (a sqlite-vec `vec0` table: float32 before
+    `VEC_FORM`, or int8 without cells, or int8 with the cell as a metadata column) into the plain table,
+    with its vectors kept (converted to VEC_FORM; a store that had cells keeps them and its divisions,
+    any other has every scope one cell until the back-fill divides it), in the caller's write
+    transaction; whether it did. Run once at start (`check_vectors`)."""
     if not vec_exists(db):
         return False
     meta = dict(db.execute("SELECT key, value FROM builtin_meta"
-                           " WHERE key IN ('vec_dim', 'vec_chunk', 'vec_form', 'vec_layout')").fetchall())
-    if (meta.get("vec_chunk") == str(VEC_CHUNK) and meta.get("vec_form", "float32") == VEC_FORM
-            and meta.get("vec_layout") == VEC_LAYOUT) or meta.get("vec_dim") is None:
+                           " WHERE key IN ('vec_dim', 'vec_form', 'vec_layout')").fetchall())
+    if (meta.get("vec_form", "float32") == VEC_FORM and meta.get("vec_layout") == VEC_LAYOUT) \
+            or meta.get("vec_dim") is None:
         return False
     dim = int(meta["vec_dim"])
-    rows = [(int(d), str(s), bytes(e)) for d, s, e in db.execute("SELECT doc_id, scope, embedding FROM builtin_vec")]
-    _drop_vec_table(db)
-    _create_vec_table(db, dim)
-    for doc_id, scope, blob in rows:
-        db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, 0, vec_int8(?))",
-                   [doc_id, scope, stored_form(blob, dim)])
+    keep_cells = meta.get("vec_layout") == "cell-meta"
+    cell = "cell" if keep_cells else "0"
+    rows = [(int(d), str(s), int(c), stored_form(bytes(e), dim))
+            for d, s, c, e in db.execute(f"SELECT doc_id, scope, {cell}, embedding FROM builtin_vec")]
+    _drop_vec_table(db, keep_cells=keep_cells)
+    _create_vec_table(db, keep_cells=keep_cells)
+    rows.sort(key=lambda r: (r[1], r[2], r[0]))  # in the table's order: every insert appends
+    db.conn.executemany("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?, ?, ?)", rows)
     return True
 
 
@@ -295,16 +299,6 @@ def vector_count(db: sqlite_utils.Database) -> tuple[int, int]:
     return total, total - missing_vectors(db)
 
 
-def query_form() -> str:
-    """The SQL expression a query vector's parameter takes in a `MATCH` against `builtin_vec`."""
-    return "vec_int8(?)"
-
-
-def query_blob(vector: Sequence[float]) -> bytes:
-    """A query vector as `query_form` takes it."""
-    return quantize(vector)
-
-
 def probe_cells(db: sqlite_utils.Database, vector: Sequence[float], scope: str, probes: int | None = None) -> list[int]:
     """The cells of `scope` a knn reads: the `probes` (by default `vector_cells.probes` of the scope's
     cells) whose centroids are nearest `vector`, or the one cell (0) of a scope not divided."""
@@ -318,16 +312,48 @@ def probe_cells(db: sqlite_utils.Database, vector: Sequence[float], scope: str, 
         f" LIMIT {int(probes)}", [scope, sqlite_vec.serialize_float32(list(vector))]).fetchall()] or [0]
 
 
+def cell_vectors(db: sqlite_utils.Database, scope: str, cells: Sequence[int] | None = None) -> tuple[Any, Any]:
+    """The doc ids (int64) and int8 vectors (rows) of `scope`'s `cells` (None: all of them), read in one
+    aggregate: SQLite concatenates the blobs itself, so no Python object is made per vector (a row at a
+    time cost ~1 µs a vector, as much as scoring it)."""
+    import numpy as np
+
+    among = f" AND cell IN ({','.join('?' * len(cells))})" if cells is not None else ""
+    blob, ids = db.execute(f"SELECT CAST(group_concat(embedding, '') AS BLOB), group_concat(printf('%016x', doc_id), '')"
+                           f" FROM builtin_vec WHERE scope = ?{among}", [scope, *(cells or [])]).fetchone()
+    if not ids:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.int8)
+    doc_ids = np.frombuffer(bytes.fromhex(str(ids)), dtype=">i8").astype(np.int64)  # doc ids are positive
+    return doc_ids, np.frombuffer(bytes(blob), dtype=np.int8).reshape(len(doc_ids), -1)
+
+
+#: Rows a knn converts to float32 and scores at a time: a slice stays in the CPU's cache (40k vectors
+#: in one piece cost 13 ms here, in slices of 2,048 9 ms).
+SCORE_ROWS = 2048
+
+
 def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: str, k: int,
                    probes: int | None = None) -> list[tuple[float, int]]:
-    """The best `k` (cosine distance, doc_id) of `scope`, closest first: vec0's exact scan of the cells
-    `probe_cells` picks (each cell a partition: the others are not read)."""
+    """The best `k` (cosine distance, doc_id) of `scope`, closest first: the exact cosine, in numpy, of
+    the vectors of the cells `probe_cells` picks (every vector of a scope not divided)."""
+    import numpy as np
+
     cells = probe_cells(db, vector, scope, probes)
-    among = f" AND cell IN ({','.join('?' * len(cells))})" if cells != [0] else ""  # one cell: the whole scope
-    rows = db.execute(
-        f"SELECT distance, doc_id FROM builtin_vec WHERE embedding MATCH {query_form()} AND k = {int(k)}"
-        f" AND scope = ?{among}", [query_blob(vector), scope, *(cells if among else [])]).fetchall()
-    return sorted((float(r[0]), int(r[1])) for r in rows)[:k]
+    doc_ids, x = cell_vectors(db, scope, None if cells == [0] else cells)
+    if not len(doc_ids) or x.shape[1] != len(vector):
+        return []
+    q = np.asarray(vector, dtype=np.float32)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    similarity = np.empty(len(doc_ids), dtype=np.float32)
+    for start in range(0, len(doc_ids), SCORE_ROWS):
+        rows = x[start:start + SCORE_ROWS].astype(np.float32)
+        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        norms[norms == 0] = 1.0
+        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
+    distance = 1.0 - similarity
+    best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
+    return sorted((float(distance[i]), int(doc_ids[i])) for i in best)[:k]
 
 
 def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
@@ -392,11 +418,10 @@ def scope_vectors(db: sqlite_utils.Database, scope: str) -> tuple[list[int], Any
     """`CellIndex.scope_vectors` on SQLite: the scope's doc ids and unit float32 rows of its int8 vectors."""
     import numpy as np
 
-    rows = db.execute("SELECT doc_id, embedding FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
-    if not rows:
+    doc_ids, x = cell_vectors(db, scope)
+    if not len(doc_ids):
         return [], np.zeros((0, 0), dtype=np.float32)
-    x = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.int8).reshape(len(rows), -1)
-    return [int(r[0]) for r in rows], unit_rows(x.astype(np.float32))
+    return [int(d) for d in doc_ids], unit_rows(x.astype(np.float32))
 
 
 def write_division(db: sqlite_utils.Database, division: Division) -> None:
@@ -412,13 +437,15 @@ def write_division(db: sqlite_utils.Database, division: Division) -> None:
     db.execute("INSERT OR REPLACE INTO builtin_vec_divisions (scope, vectors, cells) VALUES (?, ?, ?)",
                [scope, division.vectors, len(division.centroids)])
     rows = db.execute("SELECT doc_id, cell, embedding FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
+    moves = []
     for doc_id, cell, blob in rows:
         new = division.cells.get(int(doc_id))
         if new is None:  # written after the division was fitted
             x = unit_rows(np.frombuffer(bytes(blob), dtype=np.int8).astype(np.float32)[None, :])
             new = int(np.argmax(division.centroids @ x[0]))
         if new != int(cell):
-            db.execute("UPDATE builtin_vec SET cell = ? WHERE doc_id = ?", [new, int(doc_id)])
+            moves.append((new, int(doc_id)))
+    db.conn.executemany("UPDATE builtin_vec SET cell = ? WHERE doc_id = ?", moves)
 
 
 def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
@@ -480,7 +507,8 @@ def forget(db: sqlite_utils.Database, episode_id: str) -> bool:
 
 class SqliteIndex:
     """`DocIndex` on SQLite: FTS5 (`builtin_fts`, BM25 with BM25_WEIGHTS, the scope's token and doc-id
-    range) and sqlite-vec (`builtin_vec`, a vec0 table partitioned by scope), which ships with the engine."""
+    range) and `builtin_vec` (int8 vectors by scope and cell, scored in numpy; sqlite-vec, which ships
+    with the engine, for the centroids' distances)."""
 
     write_doc = staticmethod(put_doc)
     forget = staticmethod(forget)

@@ -8,9 +8,9 @@ Why per scope and not one index over the store: every recall is confined to the 
 (REQ-9), and a store-wide approximate index (pgvector's HNSW or IVFFlat) searched with a scope filter
 loses most of its recall on a big scope among many (docs/benchmarks.md, "A million episodes"); a
 scope's own cells hold only its own vectors. Why k-means cells and not a graph: the cells are plain
-rows (a metadata column in sqlite-vec's `vec0`, a column under a b-tree on PostgreSQL), so the engines'
-own exact distance code scores the probed cells, and nothing needs AVX-512 or a native extension
-beyond the one each engine already has.
+rows (SQLite: the second key of `builtin_vec`'s clustered primary key, the probed cells read in one
+aggregate and scored in numpy; PostgreSQL: a column under a b-tree, scored by pgvector), so nothing
+needs AVX-512 or a native extension beyond the one each engine already has.
 
 When: the cells are (re)made off the recall path, by the built-in provider's back-fill after each
 pass (`divide_scopes`): a scope is divided when it reaches CELLS_FROM vectors and again whenever it
