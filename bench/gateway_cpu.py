@@ -13,6 +13,10 @@ time (/proc: user + system, all its threads) around each: the **daemon CPU per c
 the calls. The RPC recall does the same recall work without HTTP or MCP, so gateway − RPC is what the
 gateway's HTTP and MCP layers cost the daemon beyond the RPC's websocket; then as many `tools/list` calls
 (no store read, no actor: the HTTP and MCP layers alone, the least noisy figure on a loaded machine).
+It also prints the daemon's CPU per query by thread (the trio thread, trio's worker threads for store
+reads and the query's embedding, the others: /proc/PID/task), the wall-clock p50 of both recalls and their ratio to the recall targets' anchor, the parts (raw
+FTS5 + the provider's KNN + the model on the query, `recall_profile.Parts`), timed in this process
+before each query's recalls while the daemon is idle.
 
 `--before SRC` starts the daemon alternately on another tree's `src` (first on PYTHONPATH) and on this
 one, `--rounds` times each, so both are measured in one run under the same load. `--profile N` runs
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +42,7 @@ from loguru import logger
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embed_gateway import add_vectors  # noqa: E402
 from recall_path import corpus  # noqa: E402
+from recall_profile import Parts  # noqa: E402
 from user_paths import SERVICE, cpu_s, daemon, gateway_client, machine, repo, write_config  # noqa: E402
 
 from memactors.rpc.client import connect_rpc  # noqa: E402
@@ -50,6 +56,8 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], *, sr
     config = write_config(root, state, "[memory]\nrelevance_floor = 0.0\n")
     gateway = daemon_rpc = client = 0.0
     served = 0
+    parts = Parts(state)
+    wall: dict[str, list[float]] = {"gateway": [], "rpc": [], "parts": []}
     async with daemon(root, config, state, src=src, profile=profile) as d, AsyncExitStack() as stack:
         control = await stack.enter_async_context(connect_rpc(d["operator"], d["control"]))
         z = queries[0][0]
@@ -57,31 +65,64 @@ async def measure(root: Path, state: Path, queries: list[tuple[int, str]], *, sr
         mcp = await stack.enter_async_context(gateway_client(d["gateway"], token))
         await mcp.call_tool("recall", {"query": "warm up", "limit": LIMIT})
         await control.call(f"{SERVICE}/Recall", {"query": "warm up", "repo": repo(z), "limit": LIMIT})
+        threads_before = thread_cpu(d["pid"])
         for _, q in queries:
-            c, own = cpu_s(d["pid"]), time.process_time()
+            if rpc:  # the parts, timed here between the daemon's recalls (the daemon idle meanwhile)
+                wall["parts"].append(parts.fts5(z, q) + parts.knn(z, q) + parts.embed(q))
+            c, own, t = cpu_s(d["pid"]), time.process_time(), time.perf_counter()
             res = await mcp.call_tool("recall", {"query": f"{q} from", "limit": LIMIT})
+            wall["gateway"].append(time.perf_counter() - t)
             gateway += cpu_s(d["pid"]) - c
             client += time.process_time() - own
             served += "episode ·" in "".join(getattr(c, "text", "") for c in res.content)
             if rpc:
-                c = cpu_s(d["pid"])
+                c, t = cpu_s(d["pid"]), time.perf_counter()
                 await control.call(f"{SERVICE}/Recall", {"query": f"{q} into", "repo": repo(z), "limit": LIMIT})
+                wall["rpc"].append(time.perf_counter() - t)
                 daemon_rpc += cpu_s(d["pid"]) - c
         # The HTTP and MCP layers alone: `tools/list` (no store read, no actor) through the same stack.
+        by_thread = {name: (spent - threads_before.get(name, 0.0)) * 1000 / len(queries)
+                     for name, spent in thread_cpu(d["pid"]).items()}
         listing = 0.0
         for _ in range(lists or len(queries)) if rpc else ():
             c = cpu_s(d["pid"])
             await mcp.list_tools()
             listing += cpu_s(d["pid"]) - c
+    parts.close()
     n = len(queries)
+    p50 = {f"{k}_p50": statistics.median(v) * 1000 if v else 0.0 for k, v in wall.items()}
     return {"gateway": gateway * 1000 / n, "rpc": daemon_rpc * 1000 / n, "client": client * 1000 / n,
-            "served": served / n, "list": listing * 1000 / (lists or n)}
+            "served": served / n, "list": listing * 1000 / (lists or n), **p50,
+            **{f"thread {name}": ms for name, ms in by_thread.items()}}
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """The daemon's CPU seconds so far by kind of thread (/proc/PID/task): `trio` (the main thread, the
+    event loop), `workers` (trio's worker threads: store reads, the query's embedding), `other` (the
+    model's intra-op pool, the background embedder, ...)."""
+    out = {"trio": 0.0, "workers": 0.0, "other": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        kind = "trio" if task.name == str(pid) else "workers" if name.startswith("Trio thread") else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def show(label: str, r: dict[str, float]) -> str:
     return (f"  {label:<8} daemon CPU per call: gateway {r['gateway']:6.2f} ms, RPC {r['rpc']:6.2f} ms,"
             f" gateway - RPC {r['gateway'] - r['rpc']:6.2f} ms; client {r['client']:5.2f} ms;"
-            f" {r['served']:.0%} answers with episodes; tools/list {r['list']:5.2f} ms")
+            f" {r['served']:.0%} answers with episodes; tools/list {r['list']:5.2f} ms"
+            + (f"\n           wall p50: gateway {r['gateway_p50']:6.2f} ms, RPC {r['rpc_p50']:6.2f} ms; parts (fts5 + knn +"
+               f" embed, timed between them) {r['parts_p50']:5.2f} ms: gateway {r['gateway_p50'] / r['parts_p50']:4.2f}x,"
+               f" RPC {r['rpc_p50'] / r['parts_p50']:4.2f}x parts" if r.get("parts_p50") else "")
+            + ("\n           daemon CPU per query (its gateway and RPC recall together) by thread: "
+               + ", ".join(f"{k[7:]} {v:.2f} ms" for k, v in r.items() if k.startswith("thread ")) if r.get("parts_p50") else ""))
 
 
 def main() -> None:

@@ -24,6 +24,9 @@ repository, limit 8), interleaved query by query in one process, it times the pa
 `--cpu` times CPU instead of the wall clock, in process only: the store reads and the query's embedding
 run inline on the trio thread, so the process's CPU time around a call is the whole work of that call
 and a loaded machine moves it little (the wall clock of a hop is mostly waiting for a core there).
+Inline, a new query's text ranking cannot wait for its vector in its read (nothing else runs on the
+trio thread meanwhile), so the KNN and the fusion take a second read, as they did before the daemon's
+one-read hybrid recall: the CPU is the same work, without that read's thread hop.
 
 **The answers are not empty.** The vectors being random, the relevance floor (`[memory] relevance_floor`,
 0.4 by default) would leave nearly every answer empty, and an empty answer costs less than one a user gets

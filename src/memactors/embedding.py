@@ -164,11 +164,11 @@ def onnx_graph(path: Path, *, int8: bool = True) -> bytes:
     history (docs/dependencies.md). Else `Gemm` with `transB` over the float weights ([out, in], as
     torch stores them)."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import NodeProto, TensorProto, helper, numpy_helper
 
     meta = _tensors(path / WEIGHTS)
-    nodes: list[Any] = []
-    inits: list[Any] = []
+    nodes: list[NodeProto] = []
+    inits: list[TensorProto] = []
     quantized_inputs: dict[str, tuple[str, str, str]] = {}  # query, key and value share their input's
 
     def floats(name: str) -> Any:
@@ -246,8 +246,9 @@ def onnx_graph(path: Path, *, int8: bool = True) -> bytes:
         nodes, BUILTIN_MODEL,
         [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"]) for n in ("input_ids", "attention_mask")],
         [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", DIM])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
-                             producer_name="memactors").SerializeToString()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="memactors")
+    serialized: bytes = model.SerializeToString()  # protobuf's Message carries no type information here
+    return serialized
 
 
 def _rss_bytes() -> int:
@@ -368,6 +369,10 @@ def model_info() -> dict[str, Any]:
     return info
 
 
+#: A batch's vectors, one per text, in order.
+_Vectors = list[list[float]]
+
+
 class _Background:
     """The process's one background embedding thread, at a lower CPU priority (nice +5, `NICE`) than the
     daemon's own threads, so ingest and recall keep their share of the core while a back-fill runs.
@@ -375,7 +380,8 @@ class _Background:
     `trio.from_thread`; a caller cancelled meanwhile abandons the batch (its result is dropped)."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Sequence[str], list[Any], Any, trio.lowlevel.TrioToken]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Sequence[str], list[_Vectors | BaseException], trio.Event,
+                                            trio.lowlevel.TrioToken]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="memactors-embedder", daemon=True)
         self._thread.start()
 
@@ -392,7 +398,7 @@ class _Background:
                 trio.from_thread.run_sync(done.set, trio_token=token)
 
     async def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        box: list[Any] = []
+        box: list[_Vectors | BaseException] = []
         done = trio.Event()
         self._jobs.put((list(texts), box, done, trio.lowlevel.current_trio_token()))
         await done.wait()

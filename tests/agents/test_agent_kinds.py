@@ -13,7 +13,8 @@ import pytest
 
 from memactors.adapters import get_adapter
 from memactors.adapters.kinds import KINDS, AgentKind, bearer
-from memactors.cli import _agentfiles as files
+from memactors.cli import _install_plan as files
+from memactors.cli._install_change import Target
 
 
 def test_every_agent_install_offers_is_a_harness_kind_and_a_hook_group() -> None:
@@ -40,7 +41,7 @@ def test_an_agent_described_in_the_gemini_layout_is_installed_and_uninstalled_wi
     (project / ".acme").mkdir(parents=True)
     own = '{\r\n  "theme": "dark"\r\n}'
     (project / ".acme" / "settings.json").write_text(own, encoding="utf-8", newline="")
-    target = files.Target("acme", project)
+    target = Target("acme", project)
     env = {"HOME": str(tmp_path / "home")}
     [change] = files.plan(target, env=env, install=True, url="http://127.0.0.1:1/mcp", token="t0k",
                           hook_command="memactors hook acme session-end --harness h")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from memactors.modelapi import ModelApiClient, ModelApiError
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
-from memactors.store.sqlite import _connect
+from memactors.store.sqlite import READ_CONNECTIONS, _connect
 from memactors.testing.fake_model_api import FakeModelApi
 from support import RESIDENT, run_record, serving, wait_ready, within
 from support_builtin import A, check_scored_hits
@@ -154,6 +155,100 @@ async def test_hybrid_embeds_in_the_background_once_per_content_and_fuses_cosine
     assert set(ids) == {"ep_1", "ep_2", "ep_9"}
     # Scope is a vec0 partition: nothing from another scope.
     assert (await p.recall({"query": "different words", "scope": [B], "limit": 5}))["items"] == []
+
+
+class _TextRankedFirst:
+    """A `DocIndex` that says when its text ranking has run (from the store read's thread)."""
+
+    def __init__(self, index: Any) -> None:
+        self._index = index
+        self.ranked = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+    def text_candidates(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._index.text_candidates(*args, **kwargs)
+        finally:
+            self.ranked.set()
+
+
+async def test_a_new_query_embedded_only_after_its_text_ranking_is_still_fused_with_cosine_in_one_read(
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = 0
+    real_read = store.read
+
+    async def counted_read(fn: Callable[[Any], Any]) -> Any:
+        nonlocal reads
+        reads += 1
+        return await real_read(fn)
+
+    async def embed_after_the_text_ranking(texts: list[str]) -> list[list[float]]:
+        await trio.to_thread.run_sync(index.ranked.wait, 30.0)  # the text ranking has run: its read waits
+        return await embed_client.embed(texts)
+
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0,
+                        query_embedder=embed_after_the_text_ranking)
+    await p.record(_args("ep_1", "rounding error in invoices"))
+    await p.record(_args("ep_2", "totally different words here"))
+    assert await p.embed_pending() == 2
+    assert (await p.vector_status())["pending"] == 0  # every episode has its vector (counted again)
+    index = _TextRankedFirst(p.index)
+    p.index = index
+    monkeypatch.setattr(store, "read", counted_read)
+    out = await p.recall({"query": "different words", "scope": [A], "limit": 5})
+    assert index.ranked.is_set()
+    assert "degraded" not in out
+    assert {i["id"] for i in out["items"]} == {"ep_1", "ep_2"}  # ep_1 from the cosine ranking alone
+    assert reads == 1  # the text ranking, the cosine ranking and the fusion: one read hop
+
+
+async def test_recalls_waiting_for_their_query_vectors_leave_read_connections_to_other_reads(
+        store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
+    gate = trio.Event()  # the model answers no query until another read has been served
+    ranked = 0
+    all_ranked = trio.Event()
+
+    def one_ranked() -> None:
+        nonlocal ranked
+        ranked += 1
+        if ranked == READ_CONNECTIONS:
+            all_ranked.set()
+
+    class Counted(_TextRankedFirst):
+        def text_candidates(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().text_candidates(*args, **kwargs)
+            finally:
+                trio.from_thread.run_sync(one_ranked)
+
+    async def gated(texts: list[str]) -> list[list[float]]:
+        await gate.wait()
+        return await embed_client.embed(texts)
+
+    p = BuiltinProvider(store, embedder=embed_client.embed, embedding_model="fake-embed", relevance_floor=0.0,
+                        query_embedder=gated, query_embed_deadline=10.0)
+    await p.record(_args("ep_1", "rounding error in invoices"))
+    await p.record(_args("ep_2", "totally different words here"))
+    assert await p.embed_pending() == 2
+    assert (await p.vector_status())["pending"] == 0
+    p.index = Counted(p.index)
+    answers: list[dict[str, Any]] = []
+
+    async def recall(n: int) -> None:
+        answers.append(await p.recall({"query": f"different words {n}", "scope": [A], "limit": 5}))
+
+    async with trio.open_nursery() as nursery:
+        for n in range(READ_CONNECTIONS):  # as many new queries as the store has read connections
+            nursery.start_soon(recall, n)
+        await all_ranked.wait()
+        # Their text rankings have run, their vectors are not there: another read is still served.
+        assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_docs").fetchone()[0]) == 2
+        gate.set()
+    assert [a.get("degraded") for a in answers] == [None] * READ_CONNECTIONS
+    assert all({i["id"] for i in a["items"]} == {"ep_1", "ep_2"} for a in answers)
 
 
 @pytest.mark.both_engines

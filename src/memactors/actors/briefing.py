@@ -97,6 +97,10 @@ __all__ = [
 RECALL_RUNS = 5
 
 T = TypeVar("T")
+#: What a briefing reads from the store beside the provider's episodes: collisions, the recent runs (each
+#: with its episode), the top facts (each with how many it folded) and the count of facts in scope.
+_BriefingReads = tuple[list[presence.Collision], list[tuple[run_history.RunRow, dict[str, Any] | None]],
+                       list[tuple[Fact, int]], int]
 
 #: A document's `degraded` when the store itself could not be read (PostgreSQL down or unreachable).
 STORE_UNAVAILABLE = "store_unavailable"
@@ -393,9 +397,10 @@ class Briefing:
 
         # Room for near-duplicates: the provider fills up to twice the slots, and `limit` distinct items
         # are kept after collapsing them (retries of one task had left an answer short).
+        none_read: tuple[list[tuple[Fact, int]], list[run_history.RunRow]] = ([], [])
         eps, (facts, runs) = await self.episodes_with(view, query=query, limit=min(contract.MAX_LIMIT, 2 * limit),
                                                       paths=req.paths, deadline=req.deadline, local=local,
-                                                      fallback=([], []), words=search_words(query))
+                                                      fallback=none_read, words=search_words(query))
         degraded = PROVIDER_UNAVAILABLE if eps.provider_failed else eps.degraded
         sections = (
             Section("facts", tuple(fact_item(f, similar) for f, similar in facts),
@@ -454,8 +459,7 @@ class Briefing:
         repo, branch, harness = view.repo, view.branch, view.harness or ""
         scopes = view.fact_scopes
 
-        def local(db: Db) -> tuple[list[presence.Collision], list[tuple[run_history.RunRow, dict[str, Any] | None]],
-                                   list[tuple[Fact, int]], int]:
+        def local(db: Db) -> _BriefingReads:
             clashes = presence.collisions(db, repo=repo, now=now, for_run=(harness, view.run_id or ""),
                                        branch=branch)
             # The newest runs that did something (trivial runs had taken the slots), each with
@@ -469,8 +473,9 @@ class Briefing:
             return clashes, runs, facts, total
 
         query = " ".join(p for p in (repo, branch, harness) if p)
+        none_read: _BriefingReads = ([], [], [], 0)
         eps, (clashes, runs, facts, total) = await self.episodes_with(
-            view, query=query, limit=BRIEFING_CANDIDATES, deadline=deadline, local=local, fallback=([], [], [], 0),
+            view, query=query, limit=BRIEFING_CANDIDATES, deadline=deadline, local=local, fallback=none_read,
             exclude_empty=True)
         # The episodes section: informative episodes, one item per fact (near-duplicates collapsed),
         # in the provider's order; recent_runs the newest runs that did something and that section
@@ -502,17 +507,16 @@ class Briefing:
         if view.kind == "unattributed":
             raise NotAttributed("briefing needs a run token (not_attributed)")
         now = self._clock()
-        run = view.exposed_run
-        cacheable = req.delivery != "preview" and run is not None
+        run = view.exposed_run if req.delivery != "preview" else None  # a preview is never cached
         cached = None
-        if cacheable and not req.refresh:
+        if run is not None and not req.refresh:
             with contextlib.suppress(StoreUnavailable):  # the store down: composed afresh (degraded)
                 cached = await self._store.read(lambda db: briefing_cache.get_cached_briefing(db, run[0], run[1]))
         if cached is not None:
             doc = document_from_json(json.loads(cached.doc_json))
         else:
             doc = await self.compose_briefing(view, deadline=req.deadline)
-            if cacheable and doc.degraded != STORE_UNAVAILABLE:
+            if run is not None and doc.degraded != STORE_UNAVAILABLE:
                 text, data = render_text(doc), json.dumps(render_json(doc), ensure_ascii=False)
                 try:
                     await self._store.write(lambda db: briefing_cache.put_cached_briefing(

@@ -221,13 +221,13 @@ def filter_items(db: Db, *, provider: str, items: Sequence[RecallItem], invalid:
         if scope not in visible:
             dropped["scope"] += 1
             continue
-        text: str | None = item.text
+        text = item.text
         if check_text and not text_belongs_body(item.text, body):
-            text = own_text(body, words)
-            if text is None:
+            own = own_text(body, words)
+            if own is None:
                 dropped["invalid"] += 1
                 continue
-            replaced = True
+            text, replaced = own, True
         else:
             replaced = False
         if eid in seen or len(kept) >= limit:

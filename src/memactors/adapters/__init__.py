@@ -40,6 +40,7 @@ __all__ = [
     "StreamParser",
     "Transcript",
     "get_adapter",
+    "json_object",
 ]
 
 
@@ -142,6 +143,12 @@ class StreamParser(Protocol):
     transcript: Transcript
 
     def feed(self, line: str, *, at: str) -> None: ...
+
+
+def json_object(value: object) -> Mapping[str, object]:
+    """``value`` if it is a JSON object, else an empty one: a missing or mistyped field of a stream event
+    reads as an object with no fields, and each field is type-checked where it is read."""
+    return value if isinstance(value, dict) else {}
 
 
 class JsonLinesParser:

@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, LaunchRequest, LaunchSpec, Transcript, json_object
 
 __all__ = ["MCP_SERVER", "ClaudeCodeAdapter", "ClaudeCodeParser", "bash_exit_status", "memory_tools",
            "refused_ids"]
@@ -124,7 +124,7 @@ class ClaudeCodeParser:
         if name is None:
             return
         self.transcript.tool_calls.append(name)
-        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+        tool_input = json_object(block.get("input"))
         if name in _EDIT_TOOLS:
             path = _str(tool_input.get(_EDIT_TOOLS[name]))
             if path:
@@ -151,7 +151,7 @@ class ClaudeCodeParser:
         self.transcript.commands.append(CommandRun(command, code, at, finished=refused or code is not None))
 
 
-def refused_ids(meta: Any) -> set[str]:
+def refused_ids(meta: object) -> set[str]:
     """The tool_use ids a result's metadata marks as not run: refused by the permission check or the
     user (``non_execution_kind``, a ``reject`` decision). Claude Code writes it as ``tool_result_meta``
     on stream-json events; a session transcript carries the same facts as ``toolDenialKind`` and
@@ -183,7 +183,7 @@ def _content(event: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def _result_text(content: Any) -> str:
+def _result_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -191,7 +191,7 @@ def _result_text(content: Any) -> str:
     return ""
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript, json_object
 
 __all__ = ["GATEWAY_SERVER_NAME", "SETTINGS_ENV", "GeminiCliAdapter", "GeminiCliParser", "memory_tools",
            "shell_exit_status"]
@@ -65,7 +66,7 @@ def memory_tools(server: str = GATEWAY_SERVER_NAME) -> tuple[str, ...]:
     return (f"mcp_{server}_recall", f"mcp_{server}_briefing")
 
 
-def shell_exit_status(result: dict[str, Any]) -> int | None:
+def shell_exit_status(result: Mapping[str, object]) -> int | None:
     """A ``run_shell_command`` result's exit status (see the module docstring); None when unknown."""
     if result.get("status") != "success":
         return None
@@ -90,7 +91,7 @@ class GeminiCliParser(JsonLinesParser):
         self.transcript = Transcript()
         #: Token usage from the result event's stats (zeros until it arrives).
         self.usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        self._calls: dict[str, tuple[str, dict[str, Any]]] = {}   # tool_id -> (tool name, parameters)
+        self._calls: dict[str, tuple[str, Mapping[str, object]]] = {}   # tool_id -> (tool name, parameters)
         self._text: list[str] = []   # the pieces of the answer being streamed
         self._in_turn = False   # the last event was the model's (text or a tool call)
 
@@ -118,7 +119,7 @@ class GeminiCliParser(JsonLinesParser):
             if name is None:
                 return
             t.tool_calls.append(name)
-            params = event.get("parameters") if isinstance(event.get("parameters"), dict) else {}
+            params = json_object(event.get("parameters"))
             if tool_id:
                 self._calls[tool_id] = (name, params)
         elif kind == "tool_result":
@@ -141,13 +142,14 @@ class GeminiCliParser(JsonLinesParser):
             status = _str(event.get("status"))
             t.result_ok = status == "success" and t.result_kind != "error"
             t.result_kind = "success" if t.result_ok else (t.result_kind or status or "error")
-            stats = event.get("stats") if isinstance(event.get("stats"), dict) else {}
+            stats = json_object(event.get("stats"))
             for key in self.usage:
                 value = stats.get(key)
                 if isinstance(value, int) and not isinstance(value, bool):
                     self.usage[key] = value
-            if isinstance(stats.get("duration_ms"), int):
-                t.duration_ms = stats["duration_ms"]
+            duration_ms = stats.get("duration_ms")
+            if isinstance(duration_ms, int):
+                t.duration_ms = duration_ms
             models = stats.get("models")
             if isinstance(models, dict) and models:
                 t.model = str(list(models)[-1])  # the model that served (the last one used)
@@ -163,7 +165,7 @@ class GeminiCliParser(JsonLinesParser):
             t.last_text = t.result_text = text
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 

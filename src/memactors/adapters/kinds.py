@@ -5,7 +5,7 @@ One :class:`AgentKind` per agent holds what differs between agents: its name and
 kind's adapter (``memactors run``), how ``memactors install`` connects it (``layout``: which of the
 installer's merge shapes its files take, where its settings file is per scope, the key its MCP servers sit
 under and the shape of memactors' entry there), the hook events it fires, the reader of its session file
-and what doctor says when its sessions stop arriving. The installer (``cli/_agentfiles*``), the hooks
+and what doctor says when its sessions stop arriving. The installer (``cli/_install_plan``, ``cli/_layout_*``), the hooks
 (``cli/residents``, ``cli/agents``), ``cli/install``'s choices and help, the adapter registry and doctor's
 causes are all read from :data:`KINDS`; an agent whose files take a shape the installer knows
 (``gemini``: one JSON settings file with ``mcpServers`` and Gemini CLI's hook layout) is one entry here,
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 __all__ = ["KINDS", "AgentKind", "Layout", "bearer", "kind", "resident_names"]
 
-#: The installer's merge shapes (``cli/_agentfiles*``): Claude Code's two JSON files, Codex's TOML,
+#: The installer's merge shapes (``cli/_layout_*``): Claude Code's two JSON files, Codex's TOML,
 #: Gemini CLI's one JSON settings file (Qwen Code keeps it), OpenCode's JSON and plugin, pi's settings and
 #: extension.
 Layout = Literal["claude", "codex", "gemini", "opencode", "pi"]

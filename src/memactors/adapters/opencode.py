@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript
+from . import CommandRun, FileEdit, JsonLinesParser, LaunchRequest, LaunchSpec, Transcript, json_object
 
 __all__ = ["CONFIG_ENV", "GATEWAY_SERVER_NAME", "TOKEN_ENV", "OpenCodeAdapter", "OpenCodeParser", "gateway_config"]
 
@@ -71,7 +72,7 @@ class OpenCodeParser(JsonLinesParser):
     def _event(self, event: dict[str, Any], at: str) -> None:
         t = self.transcript
         t.session_id = t.session_id or _str(event.get("sessionID"))
-        part = event.get("part") if isinstance(event.get("part"), dict) else {}
+        part = json_object(event.get("part"))
         match event.get("type"):
             case "step_start":
                 t.turns += 1
@@ -83,7 +84,7 @@ class OpenCodeParser(JsonLinesParser):
             case "tool_use":
                 self._tool(part, at)
             case "step_finish":
-                tokens = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
+                tokens = json_object(part.get("tokens"))
                 for key, field in (("input_tokens", "input"), ("output_tokens", "output"),
                                    ("reasoning_tokens", "reasoning")):
                     value = tokens.get(field)
@@ -94,26 +95,27 @@ class OpenCodeParser(JsonLinesParser):
                     self._cost += float(cost)
                     self._costed = True
                     t.cost_usd = self._cost
-                if part.get("reason") in ("stop", "length", "content-filter", "end-turn"):
+                reason = part.get("reason")
+                if reason in ("stop", "length", "content-filter", "end-turn"):
                     if t.result_ok is None:
                         t.result_ok, t.result_kind = True, "completed"
-                    if part.get("reason") != "stop":
-                        t.result_kind = str(part["reason"])
+                    if reason != "stop":
+                        t.result_kind = str(reason)
             case "error":
-                error = event.get("error") if isinstance(event.get("error"), dict) else {}
+                error = json_object(event.get("error"))
                 t.result_ok, t.result_kind = False, _str(error.get("name")) or "error"
             case _:
                 pass
 
-    def _tool(self, part: dict[str, Any], at: str) -> None:
+    def _tool(self, part: Mapping[str, object], at: str) -> None:
         t = self.transcript
         name = _str(part.get("tool"))
         if name is None:
             return
         t.tool_calls.append(name)
-        state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        state = json_object(part.get("state"))
         status = state.get("status")
-        tool_input = state.get("input") if isinstance(state.get("input"), dict) else {}
+        tool_input = json_object(state.get("input"))
         if name in _EDIT_TOOLS:
             path = _str(tool_input.get(_EDIT_TOOLS[name]))
             if path and status == "completed":
@@ -126,14 +128,14 @@ class OpenCodeParser(JsonLinesParser):
             command = _str(tool_input.get("command"))
             if command is None:
                 return
-            metadata = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
+            metadata = json_object(state.get("metadata"))
             code = metadata.get("exit")
             exit_code = code if status == "completed" and isinstance(code, int) and not isinstance(code, bool) \
                 else None
             t.commands.append(CommandRun(command, exit_code, at))
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 

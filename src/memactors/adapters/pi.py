@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Any
 
-from . import LaunchRequest, LaunchSpec
+from . import LaunchRequest, LaunchSpec, json_object
 from .gemini_cli import GeminiCliParser
 from .pi_extension import extension_source
 
@@ -31,7 +31,7 @@ _TOOLS = {"write": "write_file", "edit": "write_file", "bash": "run_shell_comman
 _EXIT = re.compile(r"Command exited with code (-?\d+)\s*\Z")
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
@@ -53,7 +53,7 @@ def pi_event(entry: dict[str, Any]) -> list[dict[str, Any]]:
         for block in blocks:
             if block.get("type") != "toolCall" or not _str(block.get("id")) or not _str(block.get("name")):
                 continue
-            arguments = block.get("arguments") if isinstance(block.get("arguments"), dict) else {}
+            arguments = json_object(block.get("arguments"))
             name = _TOOLS.get(block["name"], block["name"])
             params = {"file_path": arguments.get("path")} if name == "write_file" else arguments
             out.append({"type": "tool_use", "tool_name": name, "tool_id": block["id"], "parameters": params})

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from . import LaunchRequest, LaunchSpec
+from . import LaunchRequest, LaunchSpec, json_object
 from .gemini_cli import GATEWAY_SERVER_NAME, GeminiCliParser
 
 __all__ = ["QwenCodeAdapter", "QwenCodeParser", "qwen_event"]
@@ -27,7 +27,7 @@ __all__ = ["QwenCodeAdapter", "QwenCodeParser", "qwen_event"]
 _EXIT = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -38,8 +38,9 @@ def _text(content: Any) -> str:
 def qwen_event(event: dict[str, Any]) -> list[dict[str, Any]]:
     """One Qwen Code ``stream-json`` line as the Gemini CLI stream events it stands for."""
     kind = event.get("type")
-    message = event.get("message") if isinstance(event.get("message"), dict) else {}
-    blocks = [b for b in message.get("content") or () if isinstance(b, dict)]
+    message = json_object(event.get("message"))
+    content = message.get("content")
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
     if kind == "system" and event.get("subtype") == "init":
         return [{"type": "init", "session_id": event.get("session_id"), "model": event.get("model")}]
     if kind == "assistant":
@@ -51,7 +52,7 @@ def qwen_event(event: dict[str, Any]) -> list[dict[str, Any]]:
                 out.append({"type": "message", "role": "assistant", "content": block["text"]})
             elif block.get("type") == "tool_use":
                 out.append({"type": "tool_use", "tool_name": block.get("name"), "tool_id": block.get("id"),
-                            "parameters": block.get("input") if isinstance(block.get("input"), dict) else {}})
+                            "parameters": json_object(block.get("input"))})
         return out
     if kind == "user":
         out = []
@@ -64,7 +65,7 @@ def qwen_event(event: dict[str, Any]) -> list[dict[str, Any]]:
                         "status": "success" if finished else "error", "output": text})
         return out
     if kind == "result":
-        usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
+        usage = json_object(event.get("usage"))
         ok = event.get("subtype") == "success" and not event.get("is_error")
         stats = {k: usage[k] for k in ("input_tokens", "output_tokens", "total_tokens") if isinstance(usage.get(k), int)}
         if isinstance(event.get("duration_ms"), int):

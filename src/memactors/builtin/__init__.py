@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -75,7 +76,7 @@ from ..contract import load_schemas
 from ..documents import gist
 from ..errors import InvalidArgument, MemactorsError
 from ..modelapi import ModelApiError
-from ..store import Store
+from ..store import Db, Store
 from ..store.builtin_docs import BM25_WEIGHTS as BM25_WEIGHTS
 from ..store.builtin_docs import CONTENT_COLUMNS as CONTENT_COLUMNS
 from ..store.builtin_docs import FTS_COLUMNS as FTS_COLUMNS
@@ -135,6 +136,13 @@ EMBED_BATCH = 16
 EMBED_RETRY_SECONDS = 30.0
 #: Default deadline for embedding a query; the service passes half of provider_timeout.
 QUERY_EMBED_DEADLINE = 1.0
+#: How much longer than the query deadline a store read's thread waits for the query's vector at
+#: most: the embedding task sets it (or gives up) within the deadline; this only bounds the wait
+#: should that task never run.
+QUERY_VECTOR_SLACK = 1.0
+#: Store reads that may wait for their query's vector at once (`_rank_while_embedding`): half the
+#: store's read connections (4), so the others stay free for the rest of the daemon's reads.
+WAITING_READS = 2
 #: A recall embeds at most this many of its text candidates that have no vector yet (the text
 #: ranking's best: what the fusion reads), in one batch (`BuiltinProvider.embed_candidates`).
 RECALL_EMBED = FUSE_DEPTH
@@ -309,6 +317,8 @@ class BuiltinProvider:
         self._pass_done: trio.Event | None = None
         #: Query vectors by (model, text sent to the model), most recently used last.
         self._query_vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        #: Taken (from a store read's thread, never blocking) by a read that waits for its query's vector.
+        self._waiting_reads = threading.BoundedSemaphore(WAITING_READS)
 
     @property
     def hybrid(self) -> bool:
@@ -379,7 +389,10 @@ class BuiltinProvider:
         seen: set[int] = set()
         before: int | None = None  # keyset paging, newest first: each page starts below the last one
         while True:
-            rows = await self.store.read(lambda db, before=before: index.pending_docs(db, EMBED_BATCH, before))
+            def page(db: Db, before: int | None = before) -> list[tuple[int, str, str, str, str, str]]:
+                return index.pending_docs(db, EMBED_BATCH, before)
+
+            rows = await self.store.read(page)
             if not rows and before is not None:  # recorded meanwhile, above the cursor: one more look from the top
                 before = None
                 rows = await self.store.read(lambda db: index.pending_docs(db, EMBED_BATCH))
@@ -486,8 +499,10 @@ class BuiltinProvider:
                 failed = False
                 try:
                     self._count_pending(await self.store.read(self.index.missing_vectors))
-                    count = await self.embed_pending(progress=lambda done, at=self.pending_vectors:
-                                                     self._count_pending(max(0, at - done), keep=True))
+                    def progress(done: int, at: int = self.pending_vectors) -> None:
+                        self._count_pending(max(0, at - done), keep=True)
+
+                    count = await self.embed_pending(progress=progress)
                     if count or first_pass:  # a large scope's cells, off the recall path
                         await divide_scopes(self.store, self.index)
                     first_pass = False
@@ -630,10 +645,17 @@ class BuiltinProvider:
 
             def both(db: Any, vector: list[float] = known) -> list[tuple[str, str, float]]:
                 text = text_ranking(db)
-                return fuse(db, text, index.knn(db, vector, scopes))
+                return fuse(db, text, [] if meta_mode else index.knn(db, vector, scopes))
 
             ranked = await self.store.read(both)
-        else:  # the text ranking while the query is embedded; then the cosine ranking and the fusion
+        elif not self.vectors_pending():  # every episode has its vector: the rankings and fusion in one read
+            ranked, vectored = await self._rank_while_embedding(
+                query, text_ranking, lambda: not meta_mode, lambda db, text, vector: fuse(
+                    db, text, index.knn(db, vector, scopes) if vector is not None and not meta_mode else []))
+            if not vectored:
+                degraded = "embeddings_unavailable"
+        else:  # right after an ingest: the text ranking while the query is embedded; the text candidates
+            # without a vector embedded (`embed_candidates`, written); then the cosine ranking and the fusion
             embed_by = trio.current_time() + self.query_embed_deadline  # the query's and its candidates'
             text: list[Hit] = []
             vector: list[float] | None = None
@@ -663,6 +685,58 @@ class BuiltinProvider:
         if degraded:
             out["degraded"] = degraded
         return out
+
+    async def _rank_while_embedding(
+            self, query: str, text_ranking: Callable[[Any], list[Hit]], wants_vector: Callable[[], bool],
+            fuse: Callable[[Any, list[Hit], list[float] | None], list[tuple[str, str, float]]],
+    ) -> tuple[list[tuple[str, str, float]], bool]:
+        """A hybrid recall of a query not embedded before: ``fuse(db, text_ranking(db), vector)``, and
+        whether the query got its vector.
+
+        The query is embedded (its own thread) while one store read ranks by text; that read then
+        waits for the vector and runs the cosine ranking and the fusion in the same transaction, so
+        the recall costs one read hop, not one for the text and another for the rest (up to
+        WAITING_READS such reads at once; any other fuses in a second read, as before). Its thread
+        waits only as long as the embedding may take (the query deadline: a failure or a deadline
+        gives no vector, and the answer is the text ranking's, as before), and not at all when the
+        text ranking says the vector is not wanted (``wants_vector()`` false: a metadata-only query,
+        which the cosine ranking does not order). Where the store runs a read on the trio thread
+        itself (nothing can be waited for there), a vector not there yet is fused in a second read
+        too."""
+        box = _QueryVector()
+
+        async def embed() -> None:
+            try:
+                box.vector = await self._embed_query(query)
+            finally:
+                box.done.set()  # whatever happened: the read never waits past this
+
+        def rank(db: Any) -> tuple[list[Hit], list[tuple[str, str, float]] | None]:
+            text = text_ranking(db)
+            if not wants_vector():
+                return text, fuse(db, text, None)
+            # A worker thread (the trio thread embeds meanwhile), and a read connection to spare: at
+            # most WAITING_READS reads wait at once, so recalls queued for the model never hold every
+            # read connection while other requests' reads wait for one.
+            if not trio.lowlevel.in_trio_run() and self._waiting_reads.acquire(blocking=False):
+                try:
+                    box.done.wait(self.query_embed_deadline + QUERY_VECTOR_SLACK)
+                finally:
+                    self._waiting_reads.release()
+            if not box.done.is_set():
+                return text, None
+            return text, fuse(db, text, box.vector)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(embed)
+            text, ranked = await self.store.read(rank)
+        if ranked is None:  # the read ran before the vector was there (on the trio thread)
+
+            def knn_and_fuse(db: Any, vector: list[float] | None = box.vector) -> list[tuple[str, str, float]]:
+                return fuse(db, text, vector)
+
+            ranked = await self.store.read(knn_and_fuse)
+        return ranked, box.vector is not None
 
     def _cached_query_vector(self, query: str) -> list[float] | None:
         """The vector of ``query`` if it was embedded before by this model (and is still cached)."""
@@ -743,6 +817,15 @@ class BuiltinProvider:
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class _QueryVector:
+    """A query's vector as its embedding task leaves it (None: none could be had), and the event a
+    store read's thread waits on for it (`BuiltinProvider._rank_while_embedding`)."""
+
+    def __init__(self) -> None:
+        self.vector: list[float] | None = None
+        self.done = threading.Event()
 
 
 def _error(message: str) -> t.CallToolResult:

@@ -46,6 +46,8 @@ import sqlite_vec
 from loguru import logger
 
 from ..store import Db, Store
+from ..store.builtin_docs import DocFields
+from ..store.pg import PgDb
 from . import vector_cells
 from .index import DocDigest, as_floats
 from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
@@ -101,9 +103,9 @@ def tsquery(words: Sequence[str], op: str, classes: str = "") -> str:
     return f" {op} ".join(f"{w}{suffix}" for w in words_of(words))
 
 
-def write_doc(db: Db, *, episode_id: str, scope: str, fields: Any, started_at: str,
+def write_doc(db: Db, *, episode_id: str, scope: str, fields: DocFields, started_at: str,
               digest: str) -> tuple[int, bool]:
-    """Insert or replace one episode's document (`fields`: `builtin.DocFields`); returns (doc_id,
+    """Insert or replace one episode's document; returns (doc_id,
     changed). Recording the same episode twice (two daemons, a retried record) changes nothing."""
     row = db.execute("SELECT doc_id, content_hash, scope FROM builtin_docs WHERE episode_id = ?",
                      [episode_id]).fetchone()
@@ -249,6 +251,7 @@ RECHECK_VECTORS = 300.0
 def has_pgvector(db: Db) -> bool:
     """Whether the `vector` extension is installed in this database, or can be (then it is created)."""
     # the server too: two stores in one process (tests, `store migrate`) may have databases of one name
+    assert isinstance(db, PgDb), type(db)  # this index runs on the PostgreSQL engine's connections only
     info = db.conn.info
     (schema,) = db.execute("SELECT current_schema()").fetchone()
     where = f"{info.host}:{info.port}/{info.dbname}/{schema}"
@@ -280,7 +283,7 @@ def _has_pgvector(db: Db) -> bool:
 
 
 def _vec_exists(db: Db) -> bool:
-    return db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0]
+    return bool(db.execute("SELECT to_regclass('builtin_vec') IS NOT NULL").fetchone()[0])
 
 
 #: How `builtin_vec` holds a vector: pgvector's half-precision `halfvec` (2 bytes a dimension, half of

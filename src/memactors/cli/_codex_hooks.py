@@ -22,7 +22,7 @@ first turn; ``notify`` is also one program per configuration, which a user's own
 Codex runs a hook only once the user has trusted its exact definition (``/hooks`` in the TUI; ``codex exec
 --dangerously-bypass-hook-trust`` for automation that vets its hooks), and a project's hooks only in a trusted
 project; ``install`` says so. Where Codex keeps its configuration is here (:func:`codex_config_path`), so
-install's planning (``_agentfiles``) and these hooks agree. Standard library at the top (a hook's start-up is
+install's planning (``_layout_codex``) and these hooks agree. Standard library at the top (a hook's start-up is
 part of every session's start and end); tomlkit only when install merges the tables.
 """
 

@@ -2,7 +2,7 @@
 
 It reads the gateway URL and the resident's token from the files install wrote (``claude_files``: never
 from argv, which ``ps`` shows), asks the gateway for the briefing (``agents/session_start.py``) and prints it
-fenced as Claude Code's ``additionalContext``. Where Claude Code keeps its files is here, so ``_agentfiles``
+fenced as Claude Code's ``additionalContext``. Where Claude Code keeps its files is here, so ``_layout_claude``
 (install's planning) and this hook agree without importing each other's neighbours.
 """
 

@@ -34,11 +34,15 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _backfill
 from . import _core as core
 from ._core import EXIT_FAILED, EXIT_OK, JSON_HELP, SERVICE, CliError
+
+if TYPE_CHECKING:  # the readers and the progress line load when a command runs, not at CLI start
+    from ..agents.transcript import SessionTranscript
+    from .runs import Progress
 
 #: Records per IngestRuns call (the contract allows at most 500; `runs ingest` sends 200 too).
 BATCH = 200
@@ -167,8 +171,8 @@ class GitRepo:
         done = _git([*self.git, "-c", "core.quotepath=off", "log", "--no-merges", "--no-renames", "-z",
                      "--name-only", "--format=%x1e%H%x1f%aI%x1f%cI%x1f%B%x1f", *self.revs, "--"])
         if done.returncode != 0:
-            message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise CliError("INVALID_ARGUMENT", f"git log {' '.join(self.revs)}: {message[-1] if message else 'failed'}")
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise CliError("INVALID_ARGUMENT", f"git log {' '.join(self.revs)}: {said[-1] if said else 'failed'}")
         out: list[tuple[str, str, str, str, list[str]]] = []
         for chunk in done.stdout.decode("utf-8", "replace").split("\x1e"):
             if not chunk.strip("\0\n"):
@@ -271,7 +275,7 @@ def read_lines(path: Path) -> tuple[list[str] | None, str | None]:
     return lines, None
 
 
-def session_found(path: Path, label: str, session: Any, *, adapter: str, harness: str, since: str | None,
+def session_found(path: Path, label: str, session: SessionTranscript, *, adapter: str, harness: str, since: str | None,
                   repos: Repos) -> Found:
     """A session read from its file, as the record to send (or why it is left out)."""
     from ..agents.transcript import run_record_from_transcript
@@ -320,7 +324,7 @@ def sessions_found(args: argparse.Namespace, adapter: str, files: list[Path]) ->
             out.append(Found(label, skipped="older than --since"))  # nothing written to it since
             continue
         lines, problem = read_lines(path)
-        if problem is not None:
+        if lines is None:  # then `problem` says why
             out.append(Found(label, problem=problem))
             continue
         session = read(lines, patterns)
@@ -407,7 +411,7 @@ def _extra(malformed: list[dict[str, Any]], left_out: dict[str, int]) -> str:
 
 
 def _send_all(args: argparse.Namespace, todo: list[Found], counts: dict[str, int], rejected: list[dict[str, Any]],
-              episodes: list[str], progress: Any) -> None:
+              episodes: list[str], progress: Progress) -> None:
     import trio
 
     from ..rpc.transport import MAX_MESSAGE_SIZE, connect_rpc, encode_frame

@@ -7,7 +7,7 @@ entry, the allow-list for the memory tools and, for Claude Code, Codex and Gemin
 hook that records each session (for OpenCode a plugin). The resident pulls its briefing (the ``briefing``
 tool and resource; the gateway's MCP ``instructions`` tell it to read it before it starts work): only
 ``--briefing-at-start`` adds the ``SessionStart`` hook that prints it into each session as context (a
-departure from REQ-15 the operator chooses, docs/contracts.md; ``_agentfiles`` and ``_agentfiles_more`` say which files and how; ``_session_start`` and
+departure from REQ-15 the operator chooses, docs/contracts.md; ``_install_plan`` and the agents' ``_layout_*`` modules say which files and how; ``_session_start`` and
 ``residents`` are those hooks). It then makes sure the running daemon knows the harness (a
 SIGHUP when it does not yet). ``--dry-run`` prints the changes as a diff and touches nothing: no token is
 minted, no file written. ``uninstall`` puts every file back byte for byte (what install found is kept in
@@ -28,10 +28,14 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..adapters.kinds import KINDS
 from ._core import CliError, call, load
+from ._install_change import Change, Target
+
+if TYPE_CHECKING:  # the configuration loads when a command runs, not at the CLI's start
+    from ..config import Config, HarnessConfig
 
 __all__ = ["register", "run_id_for"]
 
@@ -93,9 +97,7 @@ def run_id_for(agent: str, project: Path | None) -> str:
            f"{hashlib.sha256(place.encode()).hexdigest()[:8]}"
 
 
-def _target(args: argparse.Namespace) -> Any:
-    from ._agentfiles import Target
-
+def _target(args: argparse.Namespace) -> Target:
     if args.project is None:
         return Target(args.agent, None)
     project = Path(args.project).expanduser().resolve()
@@ -115,7 +117,7 @@ def _hook_command(args: argparse.Namespace) -> str:
     return shlex.join([*argv, "hook", args.agent, "session-end", "--harness", args.harness])
 
 
-def _start_command(args: argparse.Namespace, target: Any) -> str:
+def _start_command(args: argparse.Namespace, target: Target) -> str:
     """The SessionStart hook, only with ``--briefing-at-start`` (REQ-15: by default the resident pulls its
     briefing, nothing is pushed into its session): fetches this resident's briefing from the gateway, with
     the token install wrote for ``target`` (read from the agent's files, never from argv)."""
@@ -129,7 +131,7 @@ def _start_command(args: argparse.Namespace, target: Any) -> str:
     return shlex.join([*argv, "hook", args.agent, "session-start", "--harness", args.harness, *where])
 
 
-def _tool_command(args: argparse.Namespace, target: Any) -> str:
+def _tool_command(args: argparse.Namespace, target: Target) -> str:
     """pi's extension runs this for a memory tool call (``hook pi tool … <tool>``): pi has no MCP client."""
     if args.agent != "pi":
         return ""
@@ -141,7 +143,7 @@ def _tool_command(args: argparse.Namespace, target: Any) -> str:
     return shlex.join([*argv, "hook", "pi", "tool", "--harness", args.harness, *where])
 
 
-def _diff(change: Any, token: str | None) -> str:
+def _diff(change: Change, token: str | None) -> str:
     import difflib
 
     def lines(text: str | None) -> list[str]:
@@ -156,7 +158,7 @@ def _diff(change: Any, token: str | None) -> str:
                                         tofile=label if change.after is not None else "/dev/null"))
 
 
-def _report(args: argparse.Namespace, changes: list[Any], summary: dict[str, Any], token: str | None) -> None:
+def _report(args: argparse.Namespace, changes: list[Change], summary: dict[str, Any], token: str | None) -> None:
     files = [{"path": str(c.path), "action": c.action, "what": c.what} for c in changes]
     if args.json:
         print(json.dumps({**summary, "dry_run": args.dry_run, "files": files}, indent=2, sort_keys=True))
@@ -176,7 +178,7 @@ def _report(args: argparse.Namespace, changes: list[Any], summary: dict[str, Any
 def cmd_install(args: argparse.Namespace) -> int:
     from ..config import parse_duration
     from ..errors import ConfigError
-    from . import _agentfiles as files
+    from . import _install_plan as files
     from .agents import gateway_url, harness_config
 
     config = load(args)
@@ -191,7 +193,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     hook = _hook_command(args)
     start = _start_command(args, target)
     run_id = run_id_for(args.agent, target.project)
-    # OpenCode's plugin lives beside install's manifest (cli/_agentfiles_more says why).
+    # OpenCode's plugin lives beside install's manifest (cli/_layout_settings says why).
     plugin = {"opencode": _manifest_path(config.store.path, run_id).with_suffix(".opencode-plugin.js"),
               "pi": _manifest_path(config.store.path, run_id).with_suffix(".pi-extension.ts")}.get(args.agent)
     tool = _tool_command(args, target)
@@ -241,7 +243,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 RELOAD_WAIT_SECONDS = 10.0
 
 
-def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
+def _daemon_knows(args: argparse.Namespace, config: Config) -> str:
     """Make sure the running daemon has this harness's table, which the hooks
     install writes name. ``known``: it had it;
     ``reloaded``: it had not, so it was sent SIGHUP (its pid from daemon.json) and now has it;
@@ -279,7 +281,7 @@ def _daemon_knows(args: argparse.Namespace, config: Any) -> str:
     return "not_reloaded"
 
 
-def _reload_notes(args: argparse.Namespace, config: Any, reload: str) -> list[str]:
+def _reload_notes(args: argparse.Namespace, config: Config, reload: str) -> list[str]:
     if reload != "not_reloaded":
         return []
     where = config.global_path or "harness.toml"
@@ -290,7 +292,7 @@ def _reload_notes(args: argparse.Namespace, config: Any, reload: str) -> list[st
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    from . import _agentfiles as files
+    from . import _install_plan as files
     from ._core import config_for
 
     target = _target(args)
@@ -304,8 +306,9 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         return 0
     for change in changes:
         files.write(change)
-        if change.after is not None and modes.get(str(change.path)) is not None:
-            os.chmod(change.path, modes[str(change.path)])
+        mode = modes.get(str(change.path))
+        if change.after is not None and mode is not None:
+            os.chmod(change.path, mode)
     removed = _remove_created_dirs(manifest)
     manifest_path.unlink(missing_ok=True)
     summary["removed_dirs"] = [str(d) for d in removed]
@@ -348,11 +351,28 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 # (empty) directories install created, and only for a file changed since (by the user, or by the agent
 # rewriting its own state file) removes memactors' entries from what is there, in that file's layout.
 
+class _Written(TypedDict):
+    """One file install changed: its text before the first install (None: it did not exist), the text
+    install wrote (None: removed), and its mode before."""
+
+    before: str | None
+    after: str | None
+    mode: int | None
+
+
+class _Manifest(TypedDict):
+    """What install keeps for uninstall. ``files``: path -> a :class:`_Written` as saved; read back from
+    the state directory unchecked, so each use checks the entry it reads."""
+
+    files: dict[str, object]
+    dirs: list[str]
+
+
 def _manifest_path(state_dir: Path, run_id: str) -> Path:
     return Path(state_dir) / "installs" / f"{run_id}.json"
 
 
-def _load_manifest(path: Path) -> dict[str, Any]:
+def _load_manifest(path: Path) -> _Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -362,7 +382,7 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     return {"files": data["files"], "dirs": [d for d in data.get("dirs") or () if isinstance(d, str)]}
 
 
-def _save_manifest(path: Path, manifest: dict[str, Any]) -> None:
+def _save_manifest(path: Path, manifest: _Manifest) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -378,13 +398,13 @@ def _mode(path: Path) -> int | None:
         return None
 
 
-def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old: dict[str, Any]) -> dict[str, Any]:
+def _install_manifest(target: Target, env: dict[str, str], changes: list[Change], old: _Manifest) -> _Manifest:
     """What uninstall needs to undo these changes byte for byte: per file the text before the first
     install (kept across re-installs while the file is as the last install left it) and the text written."""
-    from . import _agentfiles as files
+    from . import _install_plan as files
 
     clean = {str(c.path): c for c in files.plan(target, env=env, install=False)}
-    entries: dict[str, Any] = dict(old["files"])
+    entries: dict[str, object] = dict(old["files"])
     dirs = [d for d in old["dirs"] if Path(d).is_dir()]
     for change in changes:
         key = str(change.path)
@@ -403,17 +423,17 @@ def _install_manifest(target: Any, env: dict[str, str], changes: list[Any], old:
             mode = _mode(change.path)
         if change.after is not None:
             dirs += [str(d) for d in files.missing_dirs(change.path) if str(d) not in dirs]
-        entries[key] = {"before": before, "after": change.after, "mode": mode}
+        entries[key] = _Written(before=before, after=change.after, mode=mode)
     return {"files": entries, "dirs": dirs}
 
 
-def _uninstall_plan(changes: list[Any], manifest: dict[str, Any]) -> tuple[list[Any], dict[str, int | None]]:
+def _uninstall_plan(changes: list[Change], manifest: _Manifest) -> tuple[list[Change], dict[str, int | None]]:
     """The uninstall changes: a file still as install wrote it gets its earlier bytes back (or goes, when
     install created it); any other has memactors' entries removed, in its own layout, and becomes its
     earlier bytes when that is all that differs."""
-    from . import _agentfiles as files
+    from . import _install_plan as files
 
-    out: list[Any] = []
+    out: list[Change] = []
     modes: dict[str, int | None] = {}
     planned = {str(c.path): c for c in changes}
     for key, entry in manifest["files"].items():
@@ -433,12 +453,12 @@ def _uninstall_plan(changes: list[Any], manifest: dict[str, Any]) -> tuple[list[
             continue  # changed since, and nothing of memactors' in it any more
         modes[key] = entry.get("mode") if isinstance(entry.get("mode"), int) else None
         what = "restored byte for byte as it was before install" if after is not None else "removed: install created it"
-        out.append(files.Change(path, current, after, private=False, what=what))
+        out.append(Change(path, current, after, private=False, what=what))
     out += planned.values()
     return out, modes
 
 
-def _remove_created_dirs(manifest: dict[str, Any]) -> list[Path]:
+def _remove_created_dirs(manifest: _Manifest) -> list[Path]:
     """Remove the directories install created, deepest first, when they are empty now."""
     removed = []
     for directory in sorted({Path(d) for d in manifest["dirs"]}, key=lambda d: len(d.parts), reverse=True):
@@ -450,7 +470,7 @@ def _remove_created_dirs(manifest: dict[str, Any]) -> list[Path]:
     return removed
 
 
-def _notes(args: argparse.Namespace, target: Any, harness: Any, env: dict[str, str]) -> list[str]:
+def _notes(args: argparse.Namespace, target: Target, harness: HarnessConfig, env: dict[str, str]) -> list[str]:
     """What the user must still know to make the resident work: said, never done behind their back."""
     notes = []
     if target.project is None and not harness.workdir:
@@ -481,13 +501,15 @@ def _codex_trusts(project: Path, env: dict[str, str]) -> bool:
     """Whether $CODEX_HOME/config.toml marks ``project`` (or a parent) trusted. Best effort: read only."""
     import tomllib
 
-    from ._agentfiles import Target, codex_file
+    from ._codex_hooks import codex_config_path
 
     try:
-        data = tomllib.loads(codex_file(Target("codex", None), env).read_text(encoding="utf-8"))
+        data = tomllib.loads(codex_config_path(None, env).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    projects = data.get("projects") if isinstance(data.get("projects"), dict) else {}
+    projects = data.get("projects")
+    if not isinstance(projects, dict):
+        return False
     for place in (project, *project.parents):
         entry = projects.get(str(place))
         if isinstance(entry, dict) and entry.get("trust_level") == "trusted":

@@ -1,9 +1,10 @@
-"""`memactors install gemini-cli|opencode`: where those agents keep their MCP servers, and the changes.
+"""The agents with one JSON settings file (Gemini CLI, Qwen Code, OpenCode, pi) as `memactors install` /
+`uninstall` change it, with OpenCode's plugin and pi's extension beside it.
 
-Pure planning like ``_agentfiles``, whose ``plan`` calls :func:`plan` for these agents and makes a
-``Change`` of each answer (this module does not import it: ``_agentfiles`` imports this one): each reads
-the JSON file it would change, merges only memactors' own entry into it and leaves everything else as
-it was.
+Each plan reads the JSON file it would change, merges only memactors' own entries into it and leaves
+everything else as it was; ``_install_plan.plan`` calls :func:`plan_settings` for every agent whose
+``KINDS`` layout is ``gemini``, ``opencode`` or ``pi`` (an agent in the ``gemini`` layout needs no code
+of its own).
 
 ==================  ==========================================================================================
 agent / scope       MCP server entry (private, mode 0600: it holds the token; kept out of git in a project)
@@ -40,17 +41,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..adapters.kinds import KINDS, kind
+from ..adapters.kinds import KINDS
 from ..adapters.pi_extension import extension_source
 from ._core import CliError
+from ._install_change import Change, Target
 from ._jsonfile import dumps_like, loads_object, read_exact
 from ._opencode_plugin import plugin_source
 from .agents import SERVER_NAME as SERVER
 
-__all__ = ["AGENTS", "GEMINI_MARKS", "PLUGIN_SUFFIX", "gemini_file", "gemini_server", "opencode_file",
-           "opencode_server", "plan", "qwen_file", "qwen_server"]
+__all__ = ["AGENTS", "GEMINI_MARKS", "PI_SUFFIX", "PLUGIN_SUFFIX", "plan_settings"]
 
-#: The agents planned here: those whose files are not Claude Code's or Codex's (``_agentfiles``).
+#: The agents planned here: those whose files are not Claude Code's or Codex's.
 AGENTS = tuple(k.name for k in KINDS.values() if k.layout not in ("claude", "codex"))
 #: Gemini CLI's hook events install adds one entry to, and what recognises that entry (whatever
 #: interpreter or --config its command names).
@@ -65,21 +66,6 @@ PI_SUFFIX = ".pi-extension.ts"
 #: How the OpenCode plugin's file ends (``installs/<run id>.opencode-plugin.js``): what marks the ``plugin``
 #: entry install wrote.
 PLUGIN_SUFFIX = ".opencode-plugin.js"
-
-
-def gemini_server(url: str, token: str) -> dict[str, Any]:
-    """The gateway's entry in Gemini CLI's ``mcpServers``."""
-    return kind("gemini-cli").server(url, token)
-
-
-def opencode_server(url: str, token: str) -> dict[str, Any]:
-    """The gateway's entry in OpenCode's ``mcp`` table (``adapters.opencode.gateway_config``'s shape)."""
-    return kind("opencode").server(url, token)
-
-
-def qwen_server(url: str, token: str) -> dict[str, Any]:
-    """The gateway's entry in Qwen Code's ``mcpServers``."""
-    return kind("qwen-code").server(url, token)
 
 
 def _settings_env(path: Path, data: dict[str, Any], pairs: tuple[tuple[str, str], ...], install: bool) -> None:
@@ -99,20 +85,6 @@ def _settings_env(path: Path, data: dict[str, Any], pairs: tuple[tuple[str, str]
         data.pop("env", None)
 
 
-def gemini_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    return kind("gemini-cli").settings_file(project, env)
-
-
-def qwen_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    """Qwen Code's settings: a project's ``.qwen/settings.json``, else ``~/.qwen/settings.json``."""
-    return kind("qwen-code").settings_file(project, env)
-
-
-def pi_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    """pi's settings: a project's ``.pi/settings.json``, else ``~/.pi/agent/settings.json``."""
-    return kind("pi").settings_file(project, env)
-
-
 def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | None:
     """``text`` with install's entry in ``extensions`` removed and, for ``extension``, added again."""
     data = loads_object(path, text)
@@ -128,10 +100,6 @@ def _pi_settings(path: Path, text: str | None, extension: Path | None) -> str | 
     else:
         data.pop("extensions", None)
     return dumps_like(data, text) if data else None
-
-
-def opencode_file(project: Path | None, env: Mapping[str, str]) -> Path:
-    return kind("opencode").settings_file(project, env)
 
 
 def _our_plugin(entry: Any) -> Path | None:
@@ -218,23 +186,19 @@ def _merge(path: Path, text: str | None, key: str, entry: dict[str, Any] | None,
     return dumps_like(data, text)
 
 
-def _read(path: Path) -> str | None:
-    return read_exact(path)
-
-
-def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: bool, url: str, token: str,
-         hook_command: str = "", start_command: str = "", plugin_file: Path | None = None, tool_command: str = ""
-         ) -> list[tuple[Path, str | None, str | None, bool, str]]:
-    """The changes installing (or uninstalling) memactors for ``agent`` makes: (path, text before, text
-    after, private, what) for each file. ``hook_command`` records a session when it ends and
-    ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
+def plan_settings(target: Target, env: Mapping[str, str], *, install: bool, url: str, token: str,
+                  hook_command: str = "", start_command: str = "", plugin_file: Path | None = None,
+                  tool_command: str = "") -> list[Change]:
+    """The changes installing (or uninstalling) memactors for ``target``'s agent makes. ``hook_command``
+    records a session when it ends and ``start_command`` gives it its briefing (shell command lines; empty: not installed); OpenCode's plugin
     running them is written to ``plugin_file``."""
+    agent, project = target.agent, target.project
     described = KINDS.get(agent)
     if described is None or described.layout in ("claude", "codex"):
         raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")
     if described.layout == "gemini":
         path = described.settings_file(project, env)
-        before = _read(path)
+        before = read_exact(path)
         hooks = {"SessionStart": start_command, "SessionEnd": hook_command}
         server = described.server(url, token) if install else None
         after = _merge(path, before, described.servers_key, server, hooks, agent=agent)
@@ -242,42 +206,46 @@ def plan(agent: str, project: Path | None, env: Mapping[str, str], *, install: b
             "".join(f", env.{k}" for k, _ in described.settings_env)) + (
             ", SessionStart hook (the briefing)" if install and start_command else "") + (
             ", SessionEnd hook (records the session)" if install and hook_command else "")
-        return [(path, before, after, True, what if install else f"mcpServers.{SERVER} and its hooks removed")]
+        return [Change(path, before, after, private=True,
+                       what=what if install else f"mcpServers.{SERVER} and its hooks removed")]
     if described.layout == "pi":
         if install and start_command:
             raise CliError("INVALID_ARGUMENT", "--briefing-at-start: pi has no session-start context to give; its "
                                                "extension's briefing tool is how it reads its briefing")
         path = described.settings_file(project, env)
-        before = _read(path)
+        before = read_exact(path)
         extension = plugin_file if install else None
-        changes = [(path, before, _pi_settings(path, before, extension), False,
-                    "extensions += memactors' extension (recall, briefing; each session recorded)" if install
-                    else "memactors' extension removed")]
+        changes = [Change(path, before, _pi_settings(path, before, extension), private=False,
+                          what="extensions += memactors' extension (recall, briefing; each session recorded)"
+                          if install else "memactors' extension removed")]
         if plugin_file is not None:
             gateway = plugin_file.with_name(plugin_file.name.removesuffix(PI_SUFFIX) + ".pi-gateway.json")
-            changes.append((plugin_file, _read(plugin_file),
-                            extension_source(tool_command, hook_command) if install else None, False,
-                            "pi extension: the memory tools, each session recorded" if install
-                            else "memactors' pi extension removed"))
-            changes.append((gateway, _read(gateway), json.dumps({"url": url, "token": token}) + "\n" if install
-                            else None, True, "the gateway URL and this resident's token" if install
-                            else "the resident's token removed"))
+            changes.append(Change(plugin_file, read_exact(plugin_file),
+                                  extension_source(tool_command, hook_command) if install else None, private=False,
+                                  what="pi extension: the memory tools, each session recorded" if install
+                                  else "memactors' pi extension removed"))
+            changes.append(Change(gateway, read_exact(gateway),
+                                  json.dumps({"url": url, "token": token}) + "\n" if install else None, private=True,
+                                  what="the gateway URL and this resident's token" if install
+                                  else "the resident's token removed"))
         return changes
     if described.layout == "opencode":
         path = described.settings_file(project, env)
-        before = _read(path)
+        before = read_exact(path)
         plugin = plugin_file if install and plugin_file is not None and (start_command or hook_command) else None
         earlier: list[Path] = []
         after = _merge(path, before, described.servers_key, described.server(url, token) if install else None,
                        plugin=plugin,
                        found=earlier)
-        changes = [(path, before, after, True, f"mcp.{SERVER} (remote) with its token" + (
+        changes = [Change(path, before, after, private=True, what=f"mcp.{SERVER} (remote) with its token" + (
             ", memactors' plugin" if plugin else "") if install else f"mcp.{SERVER} and memactors' plugin removed")]
         if plugin is not None:
-            changes.append((plugin, _read(plugin), plugin_source(start_command, hook_command), False,
-                            "OpenCode plugin: the briefing at session start, each session recorded"))
+            changes.append(Change(plugin, read_exact(plugin), plugin_source(start_command, hook_command),
+                                  private=False,
+                                  what="OpenCode plugin: the briefing at session start, each session recorded"))
         for old in earlier:
             if old != plugin and old.exists():
-                changes.append((old, _read(old), None, False, "memactors' OpenCode plugin removed"))
+                changes.append(Change(old, read_exact(old), None, private=False,
+                                      what="memactors' OpenCode plugin removed"))
         return changes
     raise CliError("INVALID_ARGUMENT", f"agent must be one of {', '.join(AGENTS)}, not {agent!r}")
