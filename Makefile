@@ -12,8 +12,8 @@ STAMP      := $(VENV)/.installed-test
 # Codex is tested at two versions: the pinned one, and a newer one in its own prefix (codex-next), so a
 # change in how Codex treats MCP tools shows up here first. server-memory is the official MCP memory
 # server: a third-party server that `memory provider check` must turn away with a pointer to the docs.
-# Gemini CLI and OpenCode are the gemini-cli and opencode harness kinds (issue 26); OpenCode's npm package
-# ships its prebuilt binary. Qwen Code (a harness kind and a resident) and pi (a resident) came with issue 41;
+# Gemini CLI and OpenCode are the gemini-cli and opencode harness kinds; OpenCode's npm package
+# ships its prebuilt binary. Qwen Code (a harness kind and a resident) and pi (a resident) are pinned too;
 # their packages ship prebuilt ripgrep, node-pty, clipboard and koffi binaries, which isa_guard checks for
 # AVX-512 before any test relies on them (GitHub Copilot CLI's binary has AVX-512: not pinned, see
 # docs/connect-an-agent.md).
@@ -112,9 +112,9 @@ PYTEST_WORKERS ?= 4
 test: $(STAMP) lint agents promtool test-tools postgres
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
-# The store's PostgreSQL tests (issue 19) start throwaway servers (initdb + pg_ctl, as the postgres user
+# The store's PostgreSQL tests start throwaway servers (initdb + pg_ctl, as the postgres user
 # when run as root): Debian's server for all of them but the pgvector ones, and for those a private copy
-# of it with pgvector compiled here for any x86-64 CPU (issue 23: a prebuilt one with AVX-512 died of
+# of it with pgvector compiled here for any x86-64 CPU (a prebuilt one with AVX-512 died of
 # SIGILL on AVX2 machines). Debian 12 has no pgvector package: pgvector_build fetches Debian trixie's
 # source package with `apt-get source` (a private apt configuration; the machine's sources are left
 # alone), builds it against the server headers with OPTFLAGS= -DDISABLE_DISPATCH into .venv/pgvector,

@@ -1,4 +1,4 @@
-"""The vector back-fill's cost in the daemon's CPU time (issue 38: target ≥ 100 episodes per CPU-second).
+"""The vector back-fill's cost in the daemon's CPU time (target: ≥ 100 episodes per CPU-second).
 
 Imports a real repository's history with `memactors import git` (the CLI, a subprocess) into a fresh
 daemon in the default configuration (the embedded model), waits until every record is recorded, then
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import cli, machine  # noqa: E402
 from user_paths import SERVICE, daemon  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -1,4 +1,4 @@
-"""What a briefing costs now that it shows episodes (issue 17): the gateway's briefing tool beside its parts.
+"""What a briefing costs now that it shows episodes: the gateway's briefing tool beside its parts.
 
     .venv/bin/python bench/briefing_path.py                 # 2,000 runs in one repository, 200 briefings
     .venv/bin/python bench/briefing_path.py --runs 200 --calls 50
@@ -12,7 +12,7 @@ near-duplicate and 12 distinct facts, the built-in provider. Every call recomput
 * **gateway**: MCP `tools/call briefing {refresh: true}` over streamable HTTP with a run token
   (`mcp.Client`), the path an agent takes;
 * **agent**: `MemoryService.agent_briefing(refresh=True)` in this process (what the gateway's handler
-  calls), with the provider asked for 3 candidates (as before issue 17), 9 and 20 (the contract's
+  calls), with the provider asked for 3 candidates (as before briefings showed episodes), 9 and 20 (the contract's
   most), and how many episodes each shows;
 * **anchors**: the provider's `memory_recall` for the briefing's query alone (limit 3, 9, 20), through
   the daemon's provider session, and `fit_briefing` alone composing the same sections (pure code).
@@ -47,7 +47,7 @@ from memactors.logs import configure_logging
 from memactors.service import open_memory_service
 
 REPO = "forge.example/acme/api"
-#: Candidates asked of the provider for the briefing's 3 slots: before issue 17, a few more, the most.
+#: Candidates asked of the provider for the briefing's 3 slots: as before briefings showed episodes, a few more, the most.
 CANDIDATES = (3, 9, 20)
 SUBJECTS = (
     "Fix rounding of ledger totals when posting multi-currency entries",

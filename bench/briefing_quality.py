@@ -1,4 +1,4 @@
-"""Each harness's default briefing on an imported real history, through the gateway (issue 38).
+"""Each harness's default briefing on an imported real history, through the gateway.
 
 `memactors import git` is how a new install gets its memory, so the briefing it yields is the first one
 users read. This bench imports a real public history into a fresh daemon (the default configuration:
@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_quality import cli, machine  # noqa: E402
 from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 #: (harness table name, its agent) configured besides the import's own `imported`.
 RESIDENTS = (("claude", "claude-code"), ("codex", "codex"), ("docs", "codex"), ("test-fixer", "claude-code"))
-#: An item older than the harness's newest NEWEST runs counts as old (issue 38's target).
+#: An item older than the harness's newest NEWEST runs counts as old (the target's measure).
 NEWEST = 50
 _SECTION = re.compile(r"^## (\w+)", re.M)
 _DROPPED = re.compile(r"^\((\d+) more not shown", re.M)

@@ -9,7 +9,7 @@ the cost of sizing every record before it is batched shows as a ratio measured i
 `git archive <commit> src | tar -x -C DIR`, then DIR/src).
 
 `--synthetic N` replaces both loads with N realistic records over 50 repositories (bench/user_paths.py's
-`run_record`: 40-120 words of text each, redaction on as always), the issue-43 load (10k records):
+`run_record`: 40-120 words of text each, redaction on as always), the scale target's load (10k records):
 
     .venv/bin/python bench/cli_ingest.py --synthetic 10000 --runs 1 [--baseline-src /tmp/base/src]
 

@@ -1,6 +1,6 @@
 """CLI cold start: `memactors --help` and `memactors memory status` against a running daemon.
 
-Targets (issue 11): `--help` <= 250 ms, `memory status` <= 400 ms. Each run is a fresh interpreter
+Targets: `--help` <= 250 ms, `memory status` <= 400 ms. Each run is a fresh interpreter
 (`python -m memactors.cli`, what the console script does); the median and the worst of N runs are
 printed, with the heaviest imports of one run from `python -X importtime`. Not a test: speed belongs
 here, not in assertions.

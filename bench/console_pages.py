@@ -1,4 +1,4 @@
-"""The web console's pages against a real daemon (issue 29): median and p90 time per page over HTTP.
+"""The web console's pages against a real daemon: median and p90 time per page over HTTP.
 
 Starts `memactors serve` with the console on (tests/support_console.py: three episodes, two configured
 harnesses), signs in with the read token and fetches each page ``--rounds`` times, one at a time, over a

@@ -1,4 +1,4 @@
-"""Gateway recall with the embedded model against BM25 only, at 10k episodes (issue 25's target: p50
+"""Gateway recall with the embedded model against BM25 only, at 10k episodes (the target: p50
 with embeddings ≤ 1.5 × the BM25-only p50, the query's embedding included).
 
     .venv/bin/python bench/embed_gateway.py                       # 10k episodes, 100 queries a mode
@@ -49,7 +49,7 @@ from user_paths import (  # noqa: E402
 
 from memactors.builtin import embedding_text, text_digest, vector_model, write_vector  # noqa: E402
 from memactors.embedding import BUILTIN_MODEL, DIM  # noqa: E402
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
 
 

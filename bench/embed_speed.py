@@ -1,4 +1,4 @@
-"""What the embedded embedding model costs (issue 25): episodes embedded per CPU-second on one core, and
+"""What the embedded embedding model costs: episodes embedded per CPU-second on one core, and
 the time to embed one query, with the runtime the daemon uses (`memactors.embedding`: all-MiniLM-L6-v2
 in onnxruntime, one thread).
 

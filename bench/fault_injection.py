@@ -1,4 +1,4 @@
-"""Fault injection (issue 9): kill -9 the daemon and a stdio provider during concurrent ingest.
+"""Fault injection: kill -9 the daemon and a stdio provider during concurrent ingest.
 
 Two phases, both on real processes and a real SQLite file:
 
@@ -40,7 +40,8 @@ import trio
 
 from memactors.config import ConfigHolder, load_config
 from memactors.logs import configure_logging
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.service import DB_NAME, open_memory_service
 
 SERVICE = "harness.v1.MemoryService"
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                              " gap longer than the provider's start-up lets the spare process warm up")
     parser.add_argument("--provider-only", action="store_true", help="skip the daemon kill -9 phase")
     parser.add_argument("--no-spare", action="store_true",
-                        help="`spare_process = false` for the provider (how it was before issue 11):"
+                        help="`spare_process = false` for the provider (how it was before the spare process):"
                              " the replacement is started when the old one is found dead")
     args = parser.parse_args(argv)
     if args.quick:

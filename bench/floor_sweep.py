@@ -1,5 +1,4 @@
-"""Where the relevance floor comes from: the built-in provider's score model, fitted on cached rankings
-(issue 38).
+"""Where the relevance floor comes from: the built-in provider's score model, fitted on cached rankings.
 
     .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs /tmp/black --no-changelog --keep /tmp/rq
     .venv/bin/python bench/floor_sweep.py --state /tmp/rq/state-embedded            # figures of the shipped model
@@ -12,8 +11,8 @@ the kept store, of the text ranking and the cosine ranking (`text_candidates`, `
 evidence (`evidence`); then, in pure Python, what the built-in provider's recall does with them:
 `ranking.fuse_hybrid`'s order filtered by `ranking.relevance_scores` at the floor. Figures: all-questions
 MRR (the 266 of `recall_quality.py`'s "all" row) and the share of each no-answer set answered with
-nothing. The sets no fit reads are left out (`heldout2`, the other-words set written after issue 32's
-fusion, and `noanswer_heldout2`, the second blind no-answer set).
+nothing. The sets no fit reads are left out (`heldout2`, the other-words set written after the
+fusion was chosen, and `noanswer_heldout2`, the second blind no-answer set).
 
 `--fit` fits the item model `ranking.item_logit` uses — a logistic regression of coverage, cosine, its
 margin over the median of the cosine ranking's best 20, the query's unknown-word share and the best

@@ -1,4 +1,4 @@
-"""Which fusion of the text and cosine rankings answers best: a sweep over cached rankings (issue 32).
+"""Which fusion of the text and cosine rankings answers best: a sweep over cached rankings.
 
     .venv/bin/python bench/recall_quality.py /tmp/httpx /tmp/attrs /tmp/black --no-changelog --keep /tmp/rq
     .venv/bin/python bench/fusion_sweep.py /tmp/httpx /tmp/attrs /tmp/black --state /tmp/rq/state-embedded

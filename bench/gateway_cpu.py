@@ -1,4 +1,4 @@
-"""The daemon's CPU per gateway `recall` call, and where it goes (issue 43).
+"""The daemon's CPU per gateway `recall` call, and where it goes.
 
     .venv/bin/python bench/gateway_cpu.py --keep /tmp/corpora                       # this tree, 200 calls
     .venv/bin/python bench/gateway_cpu.py --keep /tmp/corpora --before /tmp/main/src --rounds 3
@@ -45,7 +45,7 @@ from recall_path import corpus  # noqa: E402
 from recall_profile import Parts  # noqa: E402
 from user_paths import SERVICE, cpu_s, daemon, gateway_client, machine, repo, write_config  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 LIMIT = 8
 

@@ -1,4 +1,4 @@
-"""The gateway under attack by clients without a token (issue 20): memory after an initialize flood, and a
+"""The gateway under attack by clients without a token: memory after an initialize flood, and a
 token holder's recall latency during a slow-body flood, against the daemon as a process.
 
     .venv/bin/python bench/gateway_flood.py                        # this checkout
@@ -15,14 +15,14 @@ token holder's recall latency during a slow-body flood, against the daemon as a 
    time, as a newly started agent does. Printed: p50 / p99 / max of each, and how many failed (no
    answer within 30 s; after three such failures and no answer the series stops: locked out). The
    anchor is the same recall with no flood.
-3. **Event-stream flood** (issue 34): A clients without a token each open ``GET /mcp`` asking for an
+3. **Event-stream flood**: A clients without a token each open ``GET /mcp`` asking for an
    event stream and keep it open (reconnecting when answered or dropped), while the token holder
    recalls as in 2.
-4. **Operator websocket flood** (issue 34): W read-token websockets held open and idle, while a
+4. **Operator websocket flood**: W read-token websockets held open and idle, while a
    control-tier client (connected before the flood) and a read-tier client opening a fresh connection
    each time (as the CLI does) call ``Status`` R times. Printed: p50 / p99 / max and refusals.
 
-``--nofile N`` starts each daemon under ``ulimit -n N`` (the issue's 256 and 1024).
+``--nofile N`` starts each daemon under ``ulimit -n N`` (e.g. 256 and 1024).
 
 The machine (CPU count, load average) is printed first: other work on it shows in every figure.
 """
@@ -155,7 +155,7 @@ class Http:
 async def prepare(daemon: Daemon) -> str:
     """An episode in API and a live run there; returns the run's token."""
     sys.path.insert(0, str(ROOT / "src"))
-    from memactors.rpc.transport import connect_rpc
+    from memactors.rpc.client import connect_rpc
 
     async with connect_rpc(daemon.info["operator"], daemon.token("control")) as rpc:
         await rpc.call(f"{SERVICE}/IngestRun", {"record": json.loads(RECORD.read_text(encoding="utf-8"))})
@@ -336,7 +336,8 @@ async def stream_flood(daemon: Daemon, token: str, attackers: int, count: int) -
 
 async def statuses(url: str, token: str, count: int, rpc: object | None = None) -> tuple[list[float], int]:
     """Status ``count`` times, 0.25 s apart: on ``rpc`` (kept), or on a fresh connection each time."""
-    from memactors.rpc.transport import RpcError, connect_rpc
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.frames import RpcError
 
     times, failed = [], 0
     for _ in range(count):
@@ -356,7 +357,8 @@ async def statuses(url: str, token: str, count: int, rpc: object | None = None) 
 
 
 async def websocket_flood(daemon: Daemon, sockets: int, count: int) -> None:
-    from memactors.rpc.transport import RpcError, connect_rpc
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.frames import RpcError
 
     url, read, control = daemon.info["operator"], daemon.token("read"), daemon.token("control")
     opened, refused = 0, 0
@@ -416,7 +418,7 @@ if __name__ == "__main__":
     parser.add_argument("--attackers", type=int, default=300)
     parser.add_argument("--websockets", type=int, default=400)
     parser.add_argument("--recalls", type=int, default=40)
-    parser.add_argument("--nofile", type=int, help="the daemon's ulimit -n (issue 34: 256, 1024)")
+    parser.add_argument("--nofile", type=int, help="the daemon's ulimit -n (e.g. 256, 1024)")
     parser.add_argument("--phases", default="initialize,slow-body,event-stream,websocket",
                         help="comma-separated: initialize, slow-body, event-stream, websocket")
     trio.run(main, parser.parse_args())

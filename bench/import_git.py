@@ -1,4 +1,4 @@
-"""`memactors import git` end to end: the CLI as a subprocess against the daemon as a process (issue 27).
+"""`memactors import git` end to end: the CLI as a subprocess against the daemon as a process.
 
 Imports a real repository's history (by default every ref's commits, `--all`) into a fresh daemon and
 state directory, then imports it again (every commit answers duplicate). Prints episodes per second of

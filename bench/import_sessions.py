@@ -1,4 +1,4 @@
-"""`memactors import claude-code` of a directory of N session transcripts (issue 27): episodes per second.
+"""`memactors import claude-code` of a directory of N session transcripts: episodes per second.
 
 The transcripts are the recorded Claude Code fixture (tests/data/claude_transcript_session.jsonl), one
 per session id, in a git repository made here; a fresh daemon and state directory per run. Prints the

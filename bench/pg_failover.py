@@ -1,4 +1,4 @@
-"""PostgreSQL failover under a memactors daemon (issue 28), on throwaway servers.
+"""PostgreSQL failover under a memactors daemon, on throwaway servers.
 
     .venv/bin/python bench/pg_failover.py                  # 3 failovers, 200 ingests per throughput run
     .venv/bin/python bench/pg_failover.py --rounds 5 --records 400 --json
@@ -11,7 +11,7 @@ streaming standby (`pg_basebackup -R`), one memory service on the libpq multi-ho
   and the standby promoted `--promote-after` seconds later (what a failover manager's detection takes:
   set it to yours). Time from the primary's death to the first acknowledged ingest on the new primary,
   and from the promotion to it (memactors' own share); from the promotion to the first recall served in
-  full (not degraded: the built-in provider's breaker must not hold it, issue 45); the recalls answered during the switch, how many
+  full (not degraded: the built-in provider's breaker must not hold it); the recalls answered during the switch, how many
   degraded (``store_unavailable``) and how many failed (none should: they degrade); the slowest of them.
 * **throughput**: IngestRun with 8 concurrent callers on the primary, synchronous replication
   (``synchronous_standby_names = '*'``, ``synchronous_commit = on``) against asynchronous
@@ -107,7 +107,7 @@ async def one_failover(home: Path, promote_after: float) -> dict[str, Any]:
                     except Exception:  # ok: counted as failed
                         outcome = "failed"
                     recalls.append((start, time.monotonic() - start, outcome))
-                    # the first recall served in full that was sent after the promotion (issue 45)
+                    # the first recall served in full that was sent after the promotion
                     if outcome == "ok" and promoted is not None and start >= promoted and first_full is None:
                         first_full = time.monotonic()
                         served.set()

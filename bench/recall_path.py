@@ -1,4 +1,4 @@
-"""The read path below the gateway, layer by layer, on bench/user_paths.py's corpus (issue 11).
+"""The read path below the gateway, layer by layer, on bench/user_paths.py's corpus.
 
     .venv/bin/python bench/recall_path.py                      # 1k and 10k episodes, 200 queries
     .venv/bin/python bench/recall_path.py --sizes 1000 --queries 100 --keep /tmp/corpora
@@ -56,7 +56,7 @@ from memactors.builtin import query_words  # noqa: E402
 from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Where one recall's time goes, with the embedded model on, at 10k episodes (issue 43).
+"""Where one recall's time goes, with the embedded model on, at 10k episodes.
 
     .venv/bin/python bench/recall_profile.py                       # 10k episodes, 100 queries
     .venv/bin/python bench/recall_profile.py --size 1000 --queries 50 --keep /tmp/corpora
@@ -36,7 +36,7 @@ words with a different stop word appended ("the", "and", ...): the words searche
 FTS5 query (stop words are not searched) while the text embedded differs, so no layer meets another's
 query vector in the cache.
 
-**BM25 only** (issue 43: BM25-only recall ≤ 2 × raw FTS5; issue 38: gateway recall with embeddings ≤
+**BM25 only** (targets: BM25-only recall ≤ 2 × raw FTS5; gateway recall with embeddings ≤
 1.5 × BM25-only): the same queries through the same layers of a service started with `[memory]
 embeddings = false` on the same store (**provider_bm25**, **agent_bm25**, **operator_bm25**; with
 `--daemon` a second `memactors serve`, **gateway_bm25** and **rpc_bm25**), raw FTS5 timed beside them.
@@ -94,7 +94,7 @@ from memactors.config import ConfigHolder, load_config  # noqa: E402
 from memactors.embedding import shared_model  # noqa: E402
 from memactors.logs import configure_logging  # noqa: E402
 from memactors.repo import scope_for  # noqa: E402
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 from memactors.service import open_memory_service  # noqa: E402
 from memactors.store.sqlite import _connect  # noqa: E402
 
@@ -360,8 +360,8 @@ def main() -> None:
                   f" {t['served_bm25']['p50']:.0f}/{t['served_bm25']['p99']:.0f} gateway answers with episodes")
             print(row(t, "gateway_bm25", dbm25, "fts5") + cpu_note(t, "gateway_bm25"))
             print(row(t, "rpc_bm25", dbm25, "fts5") + cpu_note(t, "rpc_bm25"))
-            print("  targets (p50 ratios): issue 43 gateway and RPC <= 1.5x parts, BM25-only <= 2x fts5;"
-                  " issue 38 gateway with embeddings <= 1.5x gateway BM25-only")
+            print("  targets (p50 ratios): gateway and RPC <= 1.5x parts, BM25-only <= 2x fts5;"
+                  " gateway with embeddings <= 1.5x gateway BM25-only")
             print(f"    gateway {t['gateway']['p50'] / dparts:.2f}x parts, RPC {t['rpc']['p50'] / dparts:.2f}x parts;"
                   f" gateway BM25-only {t['gateway_bm25']['p50'] / dbm25:.2f}x fts5,"
                   f" RPC BM25-only {t['rpc_bm25']['p50'] / dbm25:.2f}x fts5;"

@@ -1,5 +1,5 @@
 """Recall quality on the real history of two public projects, through the surfaces an agent and an
-operator use (issue 17).
+operator use.
 
     git clone https://github.com/encode/httpx /tmp/httpx
     git clone https://github.com/python-attrs/attrs /tmp/attrs
@@ -37,7 +37,7 @@ default branch (so the run's scope is the project's), and:
   project, for checking only). Each httpx/attrs group is also reported in two halves, `tune` and
   `check` (by a hash of the question's text): ranking changes were tuned on the first only. The two
   held-out other-words sets (`heldout_other_words.json`, `heldout2_other_words.json`) were written by
-  separate writers from the commits alone; the second after issue 32's fusion was chosen, read by no
+  separate writers from the commits alone; the second after the fusion was chosen, read by no
   tuning (`bench/fusion_sweep.py` leaves it out), and reported in its own row only. Plus the
   share of returned items whose text contains the run's first line (its commit subject), and the median
   time of a gateway recall.
@@ -49,7 +49,7 @@ default branch (so the run's scope is the project's), and:
   gateway, 2 through `memory briefing`" of the first pass was exactly that). Its picks — the provider's answer to REQ-14's episode query (repository,
   branch and harness name), as `Recall` with limit 3 over the operator RPC — are scored by whether
   each touched a file that the next 10 commits (the upcoming work) touch, against the harness's
-  three newest runs; and (issue 25) whether each touched a file of the harness's own next runs (its
+  three newest runs; and whether each touched a file of the harness's own next runs (its
   commits among the held-out ones), against the same three, and how many pairs of a repository's
   harnesses got different picks.
 
@@ -83,35 +83,35 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from user_paths import SERVICE, daemon, gateway_client  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recall_questions.json"
 CHANGELOG_DATA = DATA.with_name("changelog_questions.json")
 #: Questions in other words written by a separate writer, given only the commits, who never saw the
-#: ranking code (issue 25): a check set that no tuning reads.
+#: ranking code: a check set that no tuning reads.
 HELDOUT_DATA = DATA.with_name("heldout_other_words.json")
-#: A second such set (issue 32's pass), written the same way after the fusion was chosen by
+#: A second such set, written the same way after the fusion was chosen by
 #: bench/fusion_sweep.py, which had read the first one: the check set no tuning has read. fusion_sweep
 #: leaves it out.
 HELDOUT2_DATA = DATA.with_name("heldout2_other_words.json")
-#: Questions with no answer in the history (issue 38): a recall should answer each with nothing.
+#: Questions with no answer in the history: a recall should answer each with nothing.
 NOANSWER_DATA = DATA.with_name("noanswer_questions.json")
-#: A second no-answer set (issue 38's second pass), 30 per project, written blind by another engineer
+#: A second no-answer set, 30 per project, written blind by another engineer
 #: after the floor's model was fitted on the first: judged on, never tuned on (bench/floor_sweep.py
 #: leaves it out), reported in its own row.
 NOANSWER_HELDOUT_DATA = DATA.with_name("noanswer_heldout.json")
-#: A third no-answer set (issue 38's third pass), written blind by another engineer while the score model
+#: A third no-answer set, written blind by another engineer while the score model
 #: that the first two were fitted into was being built, opened only once that model was final: judged on,
 #: never tuned on (bench/floor_sweep.py leaves it out), reported in its own row.
 NOANSWER_HELDOUT2_DATA = DATA.with_name("noanswer_heldout2.json")
-#: A fourth no-answer set (issue 38's fourth pass), written blind by another engineer while recall's
+#: A fourth no-answer set, written blind by another engineer while recall's
 #: embedding of its unembedded candidates was being built, opened once that ranking was final and
 #: committed, run once: judged on, never tuned on (bench/floor_sweep.py leaves it out), its own row.
 NOANSWER_HELDOUT3_DATA = DATA.with_name("noanswer_heldout3.json")
 #: The modes one run compares: BM25 alone ([memory] embeddings = false) and the default configuration
 #: (the embedded model, hybrid ranking); `fresh` is the default configuration asked as soon as `runs
 #: ingest` has returned and every record is recorded, while the vectors are still being back-filled
-#: (what an agent meets right after an import; issue 38).
+#: (what an agent meets right after an import).
 MODES = ("bm25", "embedded")
 #: Path questions labelled by recency: the answers are the RECENT newest ingested runs that touched the path.
 RECENT = 3
@@ -372,7 +372,7 @@ def episode_runs(document: str) -> list[tuple[str, str]]:
         return []
     nonce = m.group(1)
     out = []
-    # the opening line is `<item nonce="N" …>` or (since the briefing work of issue 17) `<item …>`
+    # the opening line is `<item nonce="N" …>` or (since the nonce left the opening line) `<item …>`
     pattern = rf'(- episode [^\n]*)\n<item(?: nonce="{nonce}")?[^>\n]*>\n(.*?)\n</item nonce="{nonce}">'
     for item in re.finditer(pattern, document, re.S):
         run = _RUN.search(item.group(1))
@@ -442,7 +442,7 @@ def config_for(root: Path, state: Path, repos: Sequence[Repo], mode: str = "embe
 
 def recency_questions(repos: Sequence[Repo], kept: dict[str, list[Commit]],
                       questions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The path questions again, labelled by recency (issue 25): what answers them is the RECENT newest
+    """The path questions again, labelled by recency: what answers them is the RECENT newest
     ingested runs that touched the path, what an agent about to edit it needs."""
     out = []
     for q in questions:
@@ -625,7 +625,7 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
                     "picks": picks,
                     "picks_touch": sum(touches(by_run[p], upcoming) for p in picks if p in by_run),
                     "newest_touch": sum(touches(c, upcoming) for c in newest),
-                    # issue 25: the files of this harness's own next runs (its commits among the HOLDOUT)
+                    # the files of this harness's own next runs (its commits among the HOLDOUT)
                     "has_next": bool(own_next),
                     "picks_touch_own": sum(touches(by_run[p], own_next) for p in picks if p in by_run),
                     "newest_touch_own": sum(touches(c, own_next) for c in newest),

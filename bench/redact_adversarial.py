@@ -9,7 +9,7 @@ under one load. Prints the machine, then medians of ``--runs`` runs:
 
 * per adversarial input: ms and MB/s (a rule that backtracks quadratically shows up as seconds);
 * per KB of record text: µs/KB for the strings of the example run records (what ingest redacts), for
-  agent prose and code without secrets, and for a text dense with secrets (issue 31's corpus).
+  agent prose and code without secrets, and for a text dense with secrets (the context rules' corpus).
 
 Ingest throughput end to end (CLI, daemon, store) is ``bench/cli_ingest.py --baseline``.
 """
@@ -101,7 +101,7 @@ def main() -> None:
     texts = {
         "example records (per string)": strings * 50,
         "prose and code, no secrets": [PROSE] * 400,
-        "secret-dense (issue 31 corpus)": [s.text for s in full()],
+        "secret-dense (context rules' corpus)": [s.text for s in full()],
     }
     print("\nper KB of record text: median µs/KB, now vs baseline (ratio)")
     for name, batch in texts.items():

@@ -33,7 +33,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 from user_paths import SERVICE, machine, read_token, run_record, vocabulary, write_config  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 BOOT = """
 import sys

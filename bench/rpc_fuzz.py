@@ -1,4 +1,4 @@
-"""Fuzz the operator RPC (issue 34): N seeded malformed / edge-case frames over real websockets to the
+"""Fuzz the operator RPC: N seeded malformed / edge-case frames over real websockets to the
 daemon as a process, counting the answers by code. The goal is 0 INTERNAL answers over >= 100,000 frames.
 
     .venv/bin/python bench/rpc_fuzz.py                           # 100,000 frames, seed 34, 16 connections

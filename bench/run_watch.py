@@ -1,11 +1,11 @@
 """What watching a run costs per stdout line: the adapter's parser alone (the anchor, what the runs actor
-did before issue 18) against the parser plus the run's event log (``RunWatch.after_line``: events
+did before it kept an event log) against the parser plus the run's event log (``RunWatch.after_line``: events
 derived from the transcript, each string redacted and cut), on the runs actor's path for every line.
 
 The stream is the real Claude Code session in tests/data (init, Write, a failing Bash, a result) and the
 refused-Bash session, repeated; plus a chatty ``command`` agent (one text event per line, a line with a
 token in it every tenth). The chatty agent again with a 100 KiB operator prompt under a 4 KiB briefing:
-each event is then also scrubbed of the operator's prompt (issue 30: one Aho-Corasick pass per event),
+each event is then also scrubbed of the operator's prompt (one Aho-Corasick pass per event),
 and building that scrub once per run is timed too. Medians of ``--repeats`` timed passes; the machine
 is printed.
 

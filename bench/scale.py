@@ -1,5 +1,5 @@
-"""Recall at 100k and 1M episodes with embeddings on, on SQLite and on PostgreSQL (issue 43, "a million
-episodes").
+"""Recall at 100k and 1M episodes with embeddings on, on SQLite and on PostgreSQL: a million
+episodes.
 
     .venv/bin/python bench/scale.py                                # 100k on both engines, 200 queries
     .venv/bin/python bench/scale.py --sizes 100000 1000000 --engines sqlite --keep /tmp/scale

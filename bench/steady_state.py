@@ -1,4 +1,4 @@
-"""The store's size under steady traffic with forgetting, without VACUUM (issue 11, "Storage").
+"""The store's size under steady traffic with forgetting, without VACUUM.
 
     .venv/bin/python bench/steady_state.py                       # 12 rounds of 500, a window of 1,000
     .venv/bin/python bench/steady_state.py --rounds 20 --per-round 1000 --window 3000
@@ -35,7 +35,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 from user_paths import SERVICE, daemon, machine, run_record, vocabulary, write_config  # noqa: E402
 
-from memactors.rpc.transport import connect_rpc  # noqa: E402
+from memactors.rpc.client import connect_rpc  # noqa: E402
 
 
 def file_bytes(db: Path) -> tuple[int, int]:

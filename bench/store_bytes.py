@@ -1,4 +1,4 @@
-"""Bytes per episode by table and index, at 10k episodes with vectors (issue 43, "a compact store").
+"""Bytes per episode by table and index, at 10k episodes with vectors: how compact the store is.
 
     .venv/bin/python bench/store_bytes.py                          # 10k episodes
     .venv/bin/python bench/store_bytes.py --size 1000 --keep /tmp/corpora

@@ -1,4 +1,4 @@
-"""The store on PostgreSQL against SQLite (issue 19), side by side in one run.
+"""The store on PostgreSQL against SQLite, side by side in one run.
 
     .venv/bin/python bench/store_engines.py                       # 10k and 100k episodes, 200 recalls each
     .venv/bin/python bench/store_engines.py --sizes 10000 --queries 100 --json
@@ -19,7 +19,7 @@ What it measures, on one machine (printed), with a throwaway PostgreSQL cluster 
 * **fleet**: one PostgreSQL store, 2 daemons × 4 clients against 1 daemon × 8 clients, each client
   sending `IngestRun` one record at a time: records/s in all.
 
-The target issue 19 sets: recall on PostgreSQL within 2× of SQLite at 100k; ingest ≥ 300 episodes/s
+The target: recall on PostgreSQL within 2× of SQLite at 100k; ingest ≥ 300 episodes/s
 batched per daemon. docs/benchmarks.md ("Store engines") has the figures.
 """
 
@@ -50,7 +50,8 @@ from memactors import builtin
 from memactors.builtin import index_pg as _builtin_pg
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.store.engines import open_store
 from memactors.store.run_history import record_json
 from memactors.testing.postgres import Cluster

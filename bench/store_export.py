@@ -1,4 +1,4 @@
-"""`memactors store export` / `import` round trip and `store backup` under a serving daemon (issue 27).
+"""`memactors store export` / `import` round trip and `store backup` under a serving daemon.
 
 1. Writes a synthetic export of N episodes (each with its run and index row: real episode bodies,
    made by memactors' own models and wire format), imports it into an empty SQLite store with the CLI,

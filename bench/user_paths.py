@@ -1,4 +1,4 @@
-"""What users hit, timed side by side on one generated corpus (issue 11).
+"""What users hit, timed side by side on one generated corpus.
 
     .venv/bin/python bench/user_paths.py                  # 1k and 10k episodes, 200 queries each
     .venv/bin/python bench/user_paths.py --full           # adds 100k
@@ -68,7 +68,8 @@ from memactors.builtin import FTS_COLUMNS, query_words, scoped_match, write_doc
 from memactors.config import ConfigHolder, load_config
 from memactors.episode import episode_id_for
 from memactors.repo import scope_for
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.store import scope_range
 from memactors.store.engines import open_store

@@ -7,7 +7,8 @@ plugins that provide the shared fixtures, each named for what it provides:
 * fix_providers: the fault provider's fork server and its helpers (`FaultFiles`, `fault_toml`, `sample`);
 * fix_daemon: the daemon as a process (`Daemon`, `start_daemon`, `daemon_process`, `daemon_in_process`);
 * fix_agents: the real agent CLIs, the configuration each needs to reach a loopback fake model API, and
-  the `daemon` fixture (one per module, with the resident harness `coder`) the install tests share.
+  the `daemon` fixture (one per module, with the resident harness `coder`) the install tests share;
+* fix_git: git with no repository above the test's directory and no user or system config (`isolated_git`).
 
 Helpers with no fixture stay in support*.py (support.py: a real config file, the service's gateway)."""
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import trio.testing
 
-pytest_plugins = ["fix_store", "fix_service", "fix_providers", "fix_daemon", "fix_agents"]
+pytest_plugins = ["fix_store", "fix_service", "fix_providers", "fix_daemon", "fix_agents", "fix_git"]
 
 #: Variables of a user's own setup that would point a test, or an agent CLI it starts, at their files.
 _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR",
@@ -34,7 +35,7 @@ _PROFILE_VARS = ("HARNESS_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_H
 def _no_user_profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The suite never reads the user's own configuration: HOME is an empty directory of this session's
     and the variables above are unset, for the tests and every process they start. `make test` once
-    passed or failed by what the user's profile held (issue 18); each test passes what it needs."""
+    passed or failed by what the user's profile held; each test passes what it needs."""
     saved = {name: os.environ.get(name) for name in ("HOME", *_PROFILE_VARS)}
     os.environ["HOME"] = str(tmp_path_factory.mktemp("home"))
     for name in _PROFILE_VARS:

@@ -28,6 +28,7 @@ import pytest
 import trio
 
 from fix_daemon import CLI, Daemon, daemon_process
+from memactors.adapters import StreamParser, Transcript
 from memactors.testing.fake_chat import FakeChat
 from support import run_record
 from support_runs import REPO_KEY
@@ -207,6 +208,19 @@ def assert_the_failed_test_episode(episode: dict[str, Any], *, adapter: str, run
     assert episode["files_touched"] == ["NOTES.md"]
     assert episode["verify_failures"] == [{"error_class": "test_failure", "count": 1}]
     assert episode["outcome"] == "failed"
+
+
+def parsed_as_the_failed_test_session(parser: StreamParser, events: list[dict[str, Any]], *, at: str) -> Transcript:
+    """Feeds ``events`` (one JSON line each) to an adapter's parser and checks the session the parser tests
+    play: model m-1, one edit of a.txt, pytest failing with exit status 1, an edit that failed, the answer
+    "Still failing."; the transcript, for what else the test checks."""
+    for event in events:
+        parser.feed(json.dumps(event), at=at)
+    t = parser.transcript
+    assert (t.session_id, t.model, t.result_ok, t.result_text) == ("s-1", "m-1", True, "Still failing.")
+    assert [e.path for e in t.edits] == ["a.txt"]
+    assert [(c.command, c.exit_code) for c in t.commands] == [("pytest", 1)]
+    return t
 
 
 def assert_the_failed_test_run_was_recorded(done: AgentRun, state: Path, *, harness: str, adapter: str) -> None:

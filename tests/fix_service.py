@@ -1,6 +1,6 @@
 """Plugin: the memory service in this process on a real config file and the test's store engine
 (`config_path`, `make_holder`, `memory`), with its gateway on 127.0.0.1 (`served`), and a loopback model
-API whose embeddings are bags of words (`bag_of_words_api`)."""
+API whose embeddings are bags of words (`bag_of_words_api`) with a client on it (`embed_client`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memactors.config import ConfigHolder, load_config
+from memactors.modelapi import ModelApiClient, ModelApiSettings
 from memactors.service import MemoryService, open_memory_service
 from memactors.testing.fake_model_api import FakeBehaviour, FakeModelApi, run_fake_model_api
 from support import RESIDENT, serving, wait_ready, write_config
@@ -51,3 +52,12 @@ async def bag_of_words_api() -> AsyncIterator[FakeModelApi]:
     words: a text's cosine to a question follows the words they share, so ranking tests can say what wins."""
     async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
         yield api
+
+
+@pytest.fixture
+async def embed_client(bag_of_words_api: FakeModelApi) -> AsyncIterator[ModelApiClient]:
+    """A model API client on `bag_of_words_api`, its embedding model `fake-embed`, rate limits out of the way."""
+    settings = ModelApiSettings(base_url=bag_of_words_api.base_url, api_key=None, utility_model=None,
+                                embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
+    async with ModelApiClient(settings) as client:
+        yield client

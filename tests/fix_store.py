@@ -1,7 +1,8 @@
 """Plugin: the store under test. `engine` ("sqlite", or both engines for a module marked `both_engines`),
 this worker's PostgreSQL clusters (`pg_cluster`, `pgvector_cluster`), a fresh database (`pg_url`) or a
 reused empty schema (`store_url`), an open `store` on that engine, a fresh pgvector database
-(`vector_url`), and each engine that holds vectors in turn (`vector_store_url`)."""
+(`vector_url`) and a store open on it (`vector_store`), and each engine that holds vectors in turn
+(`vector_store_url`)."""
 
 from __future__ import annotations
 
@@ -154,6 +155,16 @@ def vector_url(pgvector_cluster: Any) -> Iterator[str]:
         yield url
     finally:
         pgvector_cluster.drop_database(name)
+
+
+@pytest.fixture
+async def vector_store(vector_url: str) -> AsyncIterator[Store]:
+    """The store open on `vector_url` (PostgreSQL with pgvector), closed before the database is dropped."""
+    s = await open_store(vector_url)
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 @pytest.fixture(params=["sqlite", "pgvector"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -66,7 +67,7 @@ def example(name: str) -> dict[str, Any]:
     return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
 
 
-#: An earlier run's answer worth a briefing's slot (more than a one-line "done": issue 38's trivial-run rule),
+#: An earlier run's answer worth a briefing's slot (more than a one-line "done": the trivial-run rule),
 #: which the agent tests seed and expect back from recall and in the briefing.
 SEED_TEXT = ("ledger rounding fixed with Decimal quantize: invoice totals are now summed in integer cents "
              "before the ledger reconciles them")
@@ -258,3 +259,16 @@ def refuse_inserts(engine: str, table: str, message: str) -> tuple[str, str]:
                 f"DROP TRIGGER refuse_{table} ON {table}; DROP FUNCTION refuse_{table}()")
     return (f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, '{message}'); END",
             f"DROP TRIGGER refuse_{table}")
+
+
+def read_terminal(fd: int, out: bytes = b"") -> bytes:
+    """``out`` and everything else a pty's controlling side gives until the program on the terminal has
+    closed it: end of file, or the EIO Linux answers once no process holds the terminal open."""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            return out
+        if not chunk:
+            return out
+        out += chunk

@@ -1,4 +1,4 @@
-"""Run records that look like real runs, and a reader of briefing documents, for the issue 17 tests.
+"""Run records that look like real runs, and a reader of briefing documents, for the briefing tests.
 
 A real run leaves a subject line and a few sentences, touches several files, sometimes fails a verify
 step; an agent CLI that exits at once leaves nothing at all. The tests count and read what a briefing
@@ -69,7 +69,7 @@ def empty_run(i: int, *, harness: str = "api-fixer", day: int = 28) -> dict[str,
         sessions=[{"session_id": "s1", "cwd": "/srv/api", "repo": REPO, "git_branch": "main"}])
 
 
-#: The one-line provenance of a briefing's episode (issue 17): run, harness, outcome, age.
+#: The one-line provenance of a briefing's episode: run, harness, outcome, age.
 COMPACT = re.compile(r"^- episode · run (\S+) · harness (\S+) · outcome (\w+) · age (\d+[mhd])$")
 
 

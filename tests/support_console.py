@@ -1,4 +1,4 @@
-"""The web console's tests' daemon (issue 29): a real `memactors serve` with `[console] enabled`, two
+"""The web console's tests' daemon: a real `memactors serve` with `[console] enabled`, two
 configured harnesses in two repositories, and episodes ingested over the operator RPC, one of them an
 XSS payload."""
 

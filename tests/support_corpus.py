@@ -1,4 +1,4 @@
-"""Issue 31's generated corpus: 300+ credential formats, FAKE and valid-shaped, built at run time.
+"""The generated corpus: 300+ credential formats, FAKE and valid-shaped, built at run time.
 
 Three sources, none of which writes a whole credential into this repository:
 
@@ -9,7 +9,7 @@ Three sources, none of which writes a whole credential into this repository:
 * ``from_rules()`` — one sample per rule of gitleaks' set as the installed package ships it: a string
   generated from the rule's own (translated) pattern, with the secret group filled at random. It checks
   the translation, the keyword prefilter and each surface for every family gitleaks knows.
-* tests/data/secret_corpus.json (issue 20's 87 formats, ``support_secrets.corpus``).
+* tests/data/secret_corpus.json (87 hand-written formats, ``support_secrets.corpus``).
 
 A template is text with ``{alphabet:length}`` holes filled by a generator seeded with the format's id;
 every hole of 8 characters or more is a random part that must not appear anywhere (``Sample.telltales``).
@@ -496,7 +496,7 @@ def from_rules() -> tuple[Sample, ...]:
 
 @cache
 def full() -> tuple[Sample, ...]:
-    """Every format: the structural templates, the rule-generated samples and issue 20's corpus."""
+    """Every format: the structural templates, the rule-generated samples and the hand-written corpus."""
     return structural() + from_rules() + corpus()
 
 

@@ -5,8 +5,9 @@ client, and the run records that carry the secret corpus into every field."""
 from __future__ import annotations
 
 import json
+import sys
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import trio
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support import example, run_record
 from support_readside import gateway_client
 from support_secrets import Sample
@@ -161,3 +162,25 @@ def secret_record(i: int, sample: Sample) -> dict[str, object]:
                 {"kind": "message", "session_id": f"s{i} {short}", "at": at, "text": text},
                 {"kind": "tool_call", "session_id": f"s{i} {short}", "at": at, "payload": {"args": text}}],
     )
+
+
+#: A stdio provider that writes a file to its stderr at start (tests/data/stderr_provider.py).
+STDERR_PROVIDER = Path(__file__).resolve().parent / "data" / "stderr_provider.py"
+
+
+def start_leaky_daemon(tmp_path: Path, samples: Sequence[Sample]) -> Daemon:
+    """The daemon as a process, its provider ("leaky", `STDERR_PROVIDER`) writing every sample to its
+    stderr after a ``SAMPLE <id>`` line. Every stderr line is logged (50 lines per 10 s otherwise): a
+    suppressed line would prove nothing."""
+    payload = tmp_path / "stderr.txt"
+    payload.write_text("".join(f"SAMPLE {s.id}\n{s.text}\n" for s in samples), encoding="utf-8")
+    args = [str(STDERR_PROVIDER), str(payload), "--state", str(tmp_path / "provider.json")]
+    extra = (f'[memory]\nprovider = "leaky"\n[memory.episodes]\nsummary = false\n'
+             f"[mcp.leaky]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n")
+    return start_daemon(tmp_path, extra_config=extra,
+                        constants={"memactors.provider_stderr.STDERR_LINES_PER_WINDOW": 1_000_000})
+
+
+def stored_files(state: Path) -> list[Path]:
+    """Every file of a state directory but the operator tokens (the test's own secrets, not a leak)."""
+    return sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token"))

@@ -183,7 +183,7 @@ TRUE_POSITIVES: list[tuple[str, str, str, str]] = [
     ("generic-secret-quoted", 'password = "', "CorrectHorseBatteryStaple", '"'),
     ("private-key", '{"key": "', j("-----BEGIN RSA ", "PRIVATE KEY-----\\n", R60, "\\n", "-----END RSA ",
                                    "PRIVATE KEY-----"), '"}'),
-    # issue 9's misses, caught by the gitleaks-derived rules and the password rules
+    # formats once missed, caught by the gitleaks-derived rules and the password rules
     ("stripe-access-token", "STRIPE_KEY=", j("sk", "_live_", R32), "\n"),
     ("stripe-access-token", "restricted key ", j("rk", "_live_", R36), ". Rotated."),
     ("stripe-access-token", "paid with ", j("sk", "_live_", R20), ""),
@@ -198,7 +198,7 @@ TRUE_POSITIVES: list[tuple[str, str, str, str]] = [
     ("password-quoted", '{"password": "', "hunter2", '"}'),
     ("password-quoted", "db_passwd = '", "secret", "'"),
     ("url-userinfo-password", "DATABASE_URL=postgres://", "app:p@ss@w0rd", "@db.internal:5432/ledger"),
-    # issue 20's misses: formats gitleaks lacks or takes only with the vendor's name before them
+    # formats gitleaks lacks or takes only with the vendor's name before them
     ("azure-storage-account-key", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=",
      R60 + R48[:26] + "==", ";EndpointSuffix=core.windows.net"),
     ("azure-sas-signature", "curl 'https://acme.blob.core.windows.net/c/db.bak?sv=2022-11-02&sp=r&sig=",
@@ -236,7 +236,7 @@ ADVERSARIAL = {
     "bearers": "bearer " * 30_000,
     "aws": "AKIA" * 50_000,
     "separators": ("token" + " " * 5 + "=" + " " * 5) * 12_000,
-    # issue 20's rules: the literal each starts at, repeated, and long runs where a quantifier could rescan
+    # memactors' own rules: the literal each starts at, repeated, and long runs where a quantifier could rescan
     "netrc": "machine h login u " * 11_000 + "machine" + " " * 20_000,
     "telegram": ("1234567890:A" + "b" * 20) * 6_000,
     "sig-params": "&sig=" * 40_000,

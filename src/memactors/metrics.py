@@ -31,9 +31,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Metric,
     generate_latest,
     make_asgi_app,
 )
+from prometheus_client.registry import Collector
 
 from .logs import get_logger
 from .net.asgi import serve_lifespan
@@ -412,17 +414,19 @@ class _WithoutCreated:
     counters and histograms: the exported families are exactly REQ-21's (and the queue depth), and a
     per-registry filter leaves the process-global ``disable_created_metrics()`` switch to the host."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, source: Collector | None = None) -> None:
         self._registry = registry
+        self._source: Collector = registry if source is None else source
 
-    def collect(self) -> Iterable[Any]:
-        for family in self._registry.collect():
+    def collect(self) -> Iterable[Metric]:
+        for family in self._source.collect():
             family.samples = [s for s in family.samples if not s.name.endswith("_created")]
             yield family
 
     def restricted_registry(self, names: Iterable[str]) -> _WithoutCreated:
-        """``/metrics?name[]=…`` (prometheus_client's ASGI app asks for this)."""
-        return _WithoutCreated(self._registry.restricted_registry(names))  # type: ignore[arg-type]
+        """``/metrics?name[]=…`` (prometheus_client's ASGI app asks for this): the named families of the
+        same registry, still without ``*_created``."""
+        return _WithoutCreated(self._registry, self._registry.restricted_registry(names))
 
 
 # ------------------------------------------------------------------------------------ HTTP server

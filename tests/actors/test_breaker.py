@@ -102,7 +102,7 @@ async def test_a_custom_base_open_time_is_used_from_the_first_opening(autojump_c
 
 async def test_the_built_in_providers_open_breaker_half_opens_as_soon_as_the_store_is_back(
         make_holder, trio_clock: trio.testing.MockClock) -> None:  # type: ignore[no-untyped-def]
-    """Issue 45: after a PostgreSQL failover the built-in provider's breaker, opened by calls that failed
+    """After a PostgreSQL failover the built-in provider's breaker, opened by calls that failed
     during the switch, kept recall degraded for its 30 s open time. The store answering again (its
     `recoveries` count, which PgStore bumps when a call succeeds after an outage) makes the next call the
     half-open probe at once: no trio time passes here, so only that signal can close it."""

@@ -18,7 +18,7 @@ from memactors.service import MemoryService, open_memory_service
 from support import refuse_inserts, run_record, wait_ready
 from support_readside import API, as_run, count, fault_toml, fixed_clock, sample
 
-pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\n'
 BRIEFINGS = "harness_memory_briefings_total"
@@ -66,7 +66,7 @@ async def test_req14_sections_keep_their_order_and_bounds(fixed: MemoryService) 
     assert [c["provenance"]["harness"] for c in items(answer.json, "collisions")] == ["other-0", "other-1", "other-2"]
     runs = next(s for s in answer.json["sections"] if s["name"] == "recent_runs")
     shown = [r["provenance"]["run"] for r in runs["items"]]
-    # Newest first, each with its gist, none the episodes section shows already (issue 38).
+    # Newest first, each with its gist, none the episodes section shows already.
     # (An episode the section picked but dropped to fit is not repeated either.)
     in_episodes = {e["provenance"]["run"] for e in items(answer.json, "episodes")}
     assert shown and shown == sorted(shown, reverse=True) and not set(shown) & in_episodes
@@ -193,7 +193,7 @@ async def test_req17_facts_are_withheld_when_exposure_cannot_be_written(fixed: M
 async def test_req14_a_default_briefing_over_a_repository_with_matching_episodes_shows_episodes(
         fixed: MemoryService) -> None:
     """At the default briefing_max_chars = 2000 the built-in provider's compact items fit the episodes
-    share (issue 10): episodes are shown, each whole, not only counted as not shown."""
+    share: episodes are shown, each whole, not only counted as not shown."""
     await populate(fixed, facts=2, others=1)
     _, view = await as_run(fixed, "api-fixer", "100", API)
     answer = await fixed.agent_briefing(view, delivery="tool")
@@ -202,7 +202,7 @@ async def test_req14_a_default_briefing_over_a_repository_with_matching_episodes
     assert len(answer.text) <= 2000
     for it in shown:
         assert it["text"] in answer.text  # whole, never cut
-        assert it["text"].startswith("api-fixer main ledger run ")  # the run's own words (issue 17's gist)
+        assert it["text"].startswith("api-fixer main ledger run ")  # the run's own words (its gist)
 
 
 async def test_trivial_runs_take_no_briefing_slot_and_recent_runs_say_what_each_run_did(
@@ -247,7 +247,7 @@ def commit(i: int) -> dict:
 
 async def test_a_briefing_on_an_imported_history_shows_two_of_the_newest_commits_by_their_subject(
         make_holder: Callable[[str], ConfigHolder]) -> None:
-    """Issue 38: after `import git` a briefing's episodes are the newest commits that have a subject and
+    """After `import git` a briefing's episodes are the newest commits that have a subject and
     files, at least two of them at the default cap (placed whole: the built-in provider's briefing items
     are the subject line and the files), for the import's own harness and for a new harness whose name
     is a word of many old commits (`docs`: its briefing was a text search for "docs" that served the
@@ -275,7 +275,7 @@ async def test_a_briefing_on_an_imported_history_shows_two_of_the_newest_commits
 
 async def test_a_briefing_places_the_episodes_that_fit_whole_after_one_too_long(
         make_holder: Callable[[str], ConfigHolder]) -> None:
-    """REQ-14 places an episode whole or not at all; issue 38: when the provider's first candidates are
+    """REQ-14 places an episode whole or not at all; when the provider's first candidates are
     too long for the share left (a long harness name, a long run id), the briefing looks further down
     the candidates for ones that fit, rather than showing one episode and counting the rest."""
     harness = "payments-reconciliation-nightly-fixer"

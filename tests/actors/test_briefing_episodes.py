@@ -1,4 +1,4 @@
-"""Briefings that show episodes, and answers that facts do not crowd out (issue 17), through the surfaces
+"""Briefings that show episodes, and answers that facts do not crowd out, through the surfaces
 users touch: the gateway's briefing tool and harness://memory/briefing resource with a real MCP client
 and a run token, the recall tool, `memactors memory briefing` as a subprocess, and `memactors run` of a
 memory_briefing = true harness with a real child process.
@@ -94,7 +94,7 @@ async def check_episodes_read_well(service: MemoryService, document: str, *, at_
 @pytest.mark.req15
 async def test_the_briefing_tool_and_resource_show_whole_episodes_at_the_default_cap(
         gateway: tuple[MemoryService, str]) -> None:
-    """Issue 17: at briefing_max_chars = 2000 no briefing showed an episode. With a one-line provenance
+    """At briefing_max_chars = 2000 no briefing showed an episode. With a one-line provenance
     the built-in provider's items fit the 500-character episodes share whole (REQ-14: never shortened);
     the ones that do not fit are counted and the section points to recall."""
     service, url = gateway
@@ -234,7 +234,7 @@ async def test_req14_deterministic_without_the_provider(tmp_path: Path) -> None:
     process, its provider a real stdio subprocess failing every call, a store with collisions, recent
     runs and facts, and `memactors memory briefing` run twice as a subprocess. The two previews are
     composed some milliseconds apart; nothing in them depends on that (the nonce is derived from the
-    content, issue 33), so the whole documents, nonces included, are the same bytes."""
+    content), so the whole documents, nonces included, are the same bytes."""
     from support_readside import fault_toml
 
     config = write_config(tmp_path, fault_toml(tmp_path, "error") + '[harness.api-fixer]\nharness = "claude-code"\n')

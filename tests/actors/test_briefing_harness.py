@@ -1,4 +1,4 @@
-"""Issue 25: a briefing's episodes are picked for its harness (REQ-14's query names it), through the
+"""A briefing's episodes are picked for its harness (REQ-14's query names it), through the
 surfaces users touch: the gateway's briefing tool with a run token and a real MCP client over HTTP
 (both store engines), and `memactors memory briefing <harness>` as a subprocess against the daemon as a
 process.
@@ -97,7 +97,7 @@ def text_of(result: t.CallToolResult) -> str:
 @pytest.mark.req14
 async def test_req14_each_harness_briefing_shows_its_own_recent_runs(
         make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
-    """Before issue 25 both harnesses got the same two episodes (the repository's newest, whoever ran
+    """Once both harnesses got the same two episodes (the repository's newest, whoever ran
     them); the briefing tool now gives each harness its own newest runs on the branch."""
     checkout = make_repo(tmp_path / "api")  # origin forge.example:acme/api, branch main: the run's place
     async with serving(make_holder(CONFIG), wall_clock=fixed_clock) as (service, url):

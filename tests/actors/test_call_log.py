@@ -60,7 +60,7 @@ async def test_fifty_refused_calls_with_one_mib_tool_names_add_little_to_the_db_
                     "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                                "clientInfo": {"name": "attacker", "version": "1"}}})
                 assert init.status_code == 200, init.text
-                assert "mcp-session-id" not in init.headers  # no token: served without a session (issue 20)
+                assert "mcp-session-id" not in init.headers  # no token: served without a session
                 headers["mcp-protocol-version"] = "2025-06-18"
                 await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
                 started = trio.current_time()

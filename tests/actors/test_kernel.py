@@ -517,7 +517,7 @@ async def test_resource_exhaustion_is_retried_after_backoff_and_never_counted(au
 
 
 async def test_a_resource_exhaustion_that_lasts_is_alarmed_once_then_given_up(autojump_clock: trio.abc.Clock) -> None:
-    """Issue 9's leftover: retried, never counted as an incident, but not forever. While it lasts the
+    """Retried, never counted as an incident, but not forever. While it lasts the
     supervisor says so (`exhausted()`); after exhaustion_alarm seconds one CRITICAL line; after
     exhaustion_limit seconds it gives up like any other give-up, naming the child and what ran out."""
     import errno

@@ -217,7 +217,7 @@ async def test_the_breakers_half_open_probe_runs_under_provider_timeout(
             with pytest.raises(ProviderUnavailable, match="breaker is open"):
                 await provider_call(session.address, "memory_recall", args)
             await trio.sleep(0.25)
-            # The call has no deadline of its own: the probe's, named with the tool (issue 33).
+            # The call has no deadline of its own: the probe's, named with the tool.
             with pytest.raises(ProviderUnavailable, match=r"memory_recall did not answer within 0\.5s"):
                 await within(trio_clock, 0.5, lambda: provider_call(session.address, "memory_recall", args))
             assert breaker.state == "open" and breaker.open_for == pytest.approx(0.4)
@@ -258,7 +258,7 @@ async def test_provider_up_appears_only_after_the_first_contract_check_and_calls
 
 async def test_a_backlog_drains_through_serve_builtin_stdio_with_records_in_flight_together(
         make_holder: Callable[[str], ConfigHolder], tmp_path: Path) -> None:
-    """Issue 11's drain path: records queued while the upstream could not be started are recorded by
+    """The drain path: records queued while the upstream could not be started are recorded by
     `memactors provider serve-builtin --stdio` once it can, several in flight at once over the one pipe
     (the provider reads many JSON-RPC lines per pipe read), every one indexed, none left pending."""
     import sys
@@ -325,7 +325,7 @@ def _spare_pid(session: ProviderSession) -> int | None:
 
 async def test_a_killed_stdio_provider_is_replaced_by_the_spare_started_in_advance(
         tmp_path: Path, direct_provider: None) -> None:
-    """Issue 9's 6-8 s: the new process spent them importing its code. Once a connection is ready the
+    """A replacement once took 6-8 s: the new process spent them importing its code. Once a connection is ready the
     session starts a spare process; after a kill -9 the next connection uses that very process (its pid
     is the one that answers), and a new spare is started for the next time."""
     async with _serving(tmp_path) as (session, files):

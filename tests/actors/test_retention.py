@@ -20,7 +20,7 @@ from memactors.metrics import Metrics
 from memactors.service import MemoryService, open_memory_service
 from support import run_record, wait_ready, within
 
-pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike
 
 REPO = "forge.example/acme/api"
 UNREACHABLE = '[memory]\nprovider = "fault"\n[mcp.fault]\ncommand = "/nonexistent/memory-provider"\n'
@@ -228,7 +228,7 @@ async def test_the_hourly_prune_forgets_only_episodes_older_than_retention(
 @pytest.mark.req10
 async def test_req10_a_finished_tombstone_is_deleted_one_retention_period_after_the_forget(
         make_holder: Callable[[str], ConfigHolder], patient_clock: trio.testing.MockClock) -> None:
-    """Issue 11 (a store that stops growing): the hourly prune deletes the tombstone of an episode
+    """The hourly prune deletes the tombstone of an episode
     forgotten more than `retention` ago once every forget of it is over (its episode and index rows);
     the run row stays, so the run is never recorded again; a fresher tombstone stays."""
     clock = ShiftableClock()

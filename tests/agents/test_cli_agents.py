@@ -1,5 +1,5 @@
 """Residents: `memactors token mint`, `memactors mcp-config` and `memactors hook claude-code session-end`,
-run as subprocesses against the daemon as a process (issue 8, REQ-15: nothing is typed into a resident)."""
+run as subprocesses against the daemon as a process (REQ-15: nothing is typed into a resident)."""
 
 from __future__ import annotations
 

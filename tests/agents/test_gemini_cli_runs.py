@@ -1,4 +1,4 @@
-"""Issue 26: `memactors run` with the real Gemini CLI (pinned) against a loopback fake of the Gemini API.
+"""`memactors run` with the real Gemini CLI (pinned) against a loopback fake of the Gemini API.
 
 The daemon as a process spawns `gemini --output-format stream-json … --prompt <briefing + prompt>`; the
 gateway reaches Gemini CLI as an MCP server through the run's settings file; the model (scripted) calls

@@ -1,6 +1,6 @@
 """`memactors install` / `uninstall` through the CLI as a subprocess, against the daemon as a process: what
 lands in each agent's configuration files, that the user's own settings survive, that installing again
-rotates the token, that uninstalling leaves the files as they were (issue 18). The real agents reading
+rotates the token, that uninstalling leaves the files as they were. The real agents reading
 these files: tests/agents/test_resident_claude.py and tests/agents/test_resident_codex.py."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_install_claude_code_for_the_user_honours_claude_config_dir(daemon: Daem
     assert stat.S_IMODE((config_dir / ".claude.json").stat().st_mode) == 0o600
     subprocess.run([sys.executable, "-m", "memactors.cli", "uninstall", "claude-code", "--harness", "coder",
                     "--user"], env=env, capture_output=True, text=True, timeout=120, check=True)
-    # install created both files and the directory: uninstall removes them all (issue 26)
+    # install created both files and the directory: uninstall removes them all
     assert not (config_dir / ".claude.json").exists() and not (config_dir / "settings.json").exists()
     assert not config_dir.exists()
 

@@ -1,4 +1,4 @@
-"""Issue 40, "silence is reported": every `memactors install` says whether it is working. A real Codex
+"""Silence is reported: every `memactors install` says whether it is working. A real Codex
 installed in a project whose hooks were never trusted runs one `codex exec` session (against the loopback
 Responses fake): it reaches the gateway with its token, but no session is recorded. `memory status --json`,
 `doctor` (both as subprocesses), the console's health page and `/metrics` (checked by promtool) show it:
@@ -110,7 +110,7 @@ async def test_a_codex_whose_hooks_were_never_trusted_is_reported_silent_with_it
     for family in ("harness_memory_runs_started_total", "harness_memory_runs_ended_total",
                    "harness_memory_run_duration_seconds", "harness_memory_imported_records_total"):
         assert f"# TYPE {family.removesuffix('_total')}" in exposition or f"# TYPE {family}" in exposition
-    # Labels stay within SPEC-0013's rules: no run id, repository or path in any of issue 40's series.
+    # Labels stay within SPEC-0013's rules: no run id, repository or path in any of the install-health series.
     for line in exposition.splitlines():
         if line.startswith(("harness_memory_resident", "harness_memory_run", "harness_memory_imported")):
             assert "019a" not in line and "forge.example" not in line and str(repo) not in line, line

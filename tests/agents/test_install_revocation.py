@@ -1,4 +1,4 @@
-"""Issue 34: `memactors uninstall` with the daemon down queues the revocation of the resident's token in
+"""`memactors uninstall` with the daemon down queues the revocation of the resident's token in
 the state directory; the daemon applies it when it next starts, before its gateway serves, so the
 365-day token is refused from then on (it used to stay valid until uninstall was run again)."""
 

@@ -1,4 +1,4 @@
-"""Issue 26: `memactors install gemini-cli|opencode` for residents, then the real CLI headless in the place
+"""`memactors install gemini-cli|opencode` for residents, then the real CLI headless in the place
 it was installed for: the agent calls `recall` through the gateway as the installed token's run and gets its
 memory document back; `uninstall` removes the entry and leaves the user's own settings as they were."""
 

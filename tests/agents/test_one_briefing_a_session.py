@@ -1,4 +1,4 @@
-"""Issue 26: one briefing a session. An agent installed both for the user and in a project runs both
+"""One briefing a session. An agent installed both for the user and in a project runs both
 session-start hooks in that project (the agents merge user and project hooks); the project's, the more
 specific, briefs the session and the user's stays silent — and asks nothing of the gateway. Outside the
 project the user's hook asks. The CLI as a subprocess against the daemon as a process, every agent."""

@@ -1,4 +1,4 @@
-"""Issue 26: `memactors run` with the real OpenCode (pinned) against the loopback fake of the OpenAI Responses API.
+"""`memactors run` with the real OpenCode (pinned) against the loopback fake of the OpenAI Responses API.
 
 The daemon as a process spawns `opencode run --format json …`, the briefing and prompt on stdin, with the gateway in
 `OPENCODE_CONFIG_CONTENT` (the token read by OpenCode from the environment); the model (scripted) calls

@@ -9,7 +9,6 @@ episode says what the agent really did."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from fix_agents import (
     agent_bin,
     assert_the_failed_test_run_was_recorded,
     assert_the_model_got_its_memory,
+    parsed_as_the_failed_test_session,
     pi_user,
     run_to_its_episode,
     seed,
@@ -62,13 +62,7 @@ def test_pi_parser_reads_edits_exit_codes_and_the_answer() -> None:
         message("assistant", {"type": "text", "text": "Still failing."}),
         {"type": "agent_end", "messages": []},
     ]
-    parser = PiParser()
-    for line in lines:
-        parser.feed(json.dumps(line), at=AT)
-    t = parser.transcript
-    assert (t.session_id, t.model, t.result_ok, t.result_text) == ("s-1", "m-1", True, "Still failing.")
-    assert [e.path for e in t.edits] == ["a.txt"]
-    assert [(c.command, c.exit_code) for c in t.commands] == [("pytest", 1)]
+    parsed_as_the_failed_test_session(PiParser(), lines, at=AT)
 
 
 @pytest.mark.slow

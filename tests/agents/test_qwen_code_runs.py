@@ -8,7 +8,6 @@ reads the stream, and the episode says what the agent really did."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from fix_agents import (
     agent_bin,
     assert_the_failed_test_run_was_recorded,
     assert_the_model_got_its_memory,
+    parsed_as_the_failed_test_session,
     qwen_user,
     run_to_its_episode,
     seed,
@@ -72,12 +72,7 @@ def test_qwen_parser_reads_edits_exit_codes_and_the_answer() -> None:
          "usage": {"input_tokens": 300, "output_tokens": 60, "total_tokens": 360}},
     ]
     parser = QwenCodeParser()
-    for line in lines:
-        parser.feed(json.dumps(line), at=AT)
-    t = parser.transcript
-    assert (t.session_id, t.model, t.result_ok, t.result_text) == ("s-1", "m-1", True, "Still failing.")
-    assert [e.path for e in t.edits] == ["a.txt"]
-    assert [(c.command, c.exit_code) for c in t.commands] == [("pytest", 1)]
+    t = parsed_as_the_failed_test_session(parser, lines, at=AT)
     assert parser.usage == {"input_tokens": 300, "output_tokens": 60, "total_tokens": 360} and t.duration_ms == 42
 
 

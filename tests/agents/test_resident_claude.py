@@ -1,6 +1,6 @@
 """A resident Claude Code session, the way a user connects one: the real `claude` CLI against the loopback
 fake Anthropic API, with the `.mcp.json` that `memactors mcp-config` printed and the SessionEnd hook in
-its settings; the daemon as a process (issue 8, REQ-15)."""
+its settings; the daemon as a process (REQ-15)."""
 
 from __future__ import annotations
 

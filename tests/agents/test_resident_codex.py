@@ -1,7 +1,7 @@
 """A resident Codex, configured the way a user connects one: `memactors install codex --project` (or the
 snippet `memactors mcp-config --format codex` prints), then the real `codex exec` in the repository against
 the loopback Responses fake. The agent calls `recall` as a tool — with the pinned Codex and a newer one —
-and gets its repository's memory back through the gateway, as the run the installed token names (issue 18)."""
+and gets its repository's memory back through the gateway, as the run the installed token names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26: a resident Codex is recorded and briefed. `memactors install codex --project` adds to the project's
+"""A resident Codex is recorded and briefed. `memactors install codex --project` adds to the project's
 `.codex/config.toml` a SessionStart hook (the resident's briefing, pulled from the gateway with its token, as the
 session's additional context) and a SessionEnd hook (the session's rollout file → its run record → the daemon,
 spooled when the daemon is down). The real `codex exec` — the pinned one and a newer one — runs headless against

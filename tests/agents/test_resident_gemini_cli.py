@@ -1,4 +1,4 @@
-"""Issue 26: a resident Gemini CLI after `memactors install gemini-cli`: the real CLI (pinned) headless, `gemini -p`
+"""A resident Gemini CLI after `memactors install gemini-cli`: the real CLI (pinned) headless, `gemini -p`
 in the project it was installed for, against a loopback fake of the Gemini API. It starts with its briefing
 (the SessionStart hook), calls `recall` as an MCP tool and gets its memory back, and its session becomes an
 episode with its edit and its failed test (the SessionEnd hook); with the daemon down it starts at once with

@@ -1,4 +1,4 @@
-"""Issue 26: a resident OpenCode after `memactors install opencode`: the real CLI (pinned) headless, `opencode run`,
+"""A resident OpenCode after `memactors install opencode`: the real CLI (pinned) headless, `opencode run`,
 against a loopback fake of the Responses API. The plugin install writes gives the session its briefing in the
 system prompt and, when OpenCode exits, hands the session to `memactors hook opencode session-end`: an episode
 with its edit and its failed test. With the daemon down the session starts at once with nothing and is

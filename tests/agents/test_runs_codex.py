@@ -1,6 +1,6 @@
 """`memactors run` with the real Codex CLI against the loopback fake of the OpenAI Responses API: the daemon
 as a process spawns `codex exec --json`, the codex adapter reads its stream, and the episode says what the
-agent really did (issue 8)."""
+agent really did."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def test_the_second_codex_make_installs_is_newer_than_the_pinned_one() -> None:
 @pytest.mark.parametrize("which", CODEX_VERSIONS)
 async def test_a_codex_run_calls_recall_as_a_tool_and_gets_its_memory_document_back(
         tmp_path: Path, which: str) -> None:
-    """Issue 18: `codex exec` runs with approval policy never, which refused every memory tool call
+    """`codex exec` runs with approval policy never, which refused every memory tool call
     ("MCP tool call requires approval"). The agent searches its deferred tools, calls
     ``mcp__memactors.recall`` as a model would, and the answer is the wrapped memory document."""
     codex = codex_bin(which)

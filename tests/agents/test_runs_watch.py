@@ -1,4 +1,4 @@
-"""Runs you can watch and stop (issue 18), as a user does it: the daemon as a process, the CLI as a
+"""Runs you can watch and stop, as a user does it: the daemon as a process, the CLI as a
 subprocess, a real agent (Claude Code against the loopback Anthropic fake, or the stand-in agent).
 
 `runs list/show/wait/cancel/logs`, Ctrl-C on `run --wait` (without a terminal and on one), a launch that

@@ -1,4 +1,4 @@
-"""Issue 26: the briefing at session start, pulled by the agent. `memactors install claude-code` adds a
+"""The briefing at session start, pulled by the agent. `memactors install claude-code` adds a
 SessionStart hook that asks the gateway for this resident's briefing with its token and prints it fenced as
 `additionalContext`; the real Claude Code CLI (headless `-p`) against the loopback fake Anthropic API sends it
 in the session's context. With the daemon down the session starts at once with nothing, and doctor counts it.

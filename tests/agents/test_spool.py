@@ -1,4 +1,4 @@
-"""The session spool (issue 18): a resident's SessionEnd hook that finds no daemon keeps the session in a
+"""The session spool: a resident's SessionEnd hook that finds no daemon keeps the session in a
 0600 file in the state directory, and it is sent when the daemon is next reached — by the daemon at start,
 by the next hook, or by `memactors spool send`. The spool itself under concurrent appends and claims."""
 

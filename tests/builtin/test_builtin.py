@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from sqlite_vec import serialize_float32
 from memactors.builtin import RRF_K, BuiltinProvider, missing_vectors, rrf
 from memactors.builtin.index_sqlite import as_floats, retire_vectors
 from memactors.config import ConfigHolder
-from memactors.modelapi import ModelApiClient, ModelApiError, ModelApiSettings
+from memactors.modelapi import ModelApiClient, ModelApiError
 from memactors.service import open_memory_service
 from memactors.store import Store
 from memactors.store.engines import open_store
@@ -31,14 +31,6 @@ from support_readside import as_run, gateway_client
 pytestmark = pytest.mark.req11
 
 B = "project:forge.example/acme/web"
-
-
-@pytest.fixture
-async def embed_client(bag_of_words_api: FakeModelApi) -> AsyncIterator[ModelApiClient]:
-    settings = ModelApiSettings(base_url=bag_of_words_api.base_url, api_key=None, utility_model=None,
-                                embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-    async with ModelApiClient(settings) as client:
-        yield client
 
 
 async def _ids(provider: BuiltinProvider, query: str, scopes: list[str] = [A], **extra: Any) -> list[str]:  # noqa: B006
@@ -102,9 +94,9 @@ async def test_a_requested_path_boosts_the_episode_that_touched_it(store: Store)
 
 @pytest.mark.both_engines
 async def test_with_paths_the_newest_runs_that_touched_them_come_first_and_text_breaks_ties(store: Store) -> None:
-    """Issue 25: an agent about to edit a path needs the most recent runs that touched it, so with
+    """An agent about to edit a path needs the most recent runs that touched it, so with
     `paths` the path ranking is decisive — newest first, the text match breaking ties — and the other
-    text matches follow. (Issue 17 had ordered the path's text matches first: old runs then took the
+    text matches follow. (An earlier ranking ordered the path's text matches first: old runs then took the
     first places in a repository where most runs touch one file, and path MRR fell to 0.30.)"""
     p = BuiltinProvider(store)
     await p.record(_args("ep_hash", "Fix hashing of instances whose equality is customised",
@@ -358,7 +350,7 @@ async def test_the_builtin_provider_serves_stdio_as_an_upstream(
         upstream.close()
 
 
-# -- scope inside the index, the AND-then-OR plan, compact item text (issue 11, issue 10) ---------------
+# -- scope inside the index, the AND-then-OR plan, compact item text ---------------
 
 def _episode_text(*, outcome: str = "failed", branch: str = "main", files: str = "src/ledger.py",
                   failures: str = "test_failure: 2", excerpt: str = "") -> str:
@@ -403,7 +395,7 @@ async def test_the_and_of_the_words_is_tried_first_and_or_only_when_it_finds_few
 
 @pytest.mark.both_engines
 async def test_item_text_is_the_runs_own_words_then_the_words_around_the_match(store: Store) -> None:
-    """Issue 17: the gist leads with the start of the excerpt, then a snippet around the query's words
+    """The gist leads with the start of the excerpt, then a snippet around the query's words
     when they come later, then the files and failures once; no field names, nothing the provenance
     line says, only the episode's own words."""
     from memactors.actors.index import text_belongs
@@ -501,7 +493,7 @@ async def test_an_existing_database_is_upgraded_to_scope_in_fts(tmp_path: Path) 
 
 @pytest.mark.slow
 async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(tmp_path: Path) -> None:
-    """Issue 10: over stdio any MCP client may call it, so it checks its advertised input schema."""
+    """Over stdio any MCP client may call it, so it checks its advertised input schema."""
     import mcp
 
     params = mcp.StdioServerParameters(command=sys.executable, args=[
@@ -523,7 +515,7 @@ async def test_serve_builtin_stdio_refuses_requests_outside_its_shipped_schema(t
 @pytest.mark.both_engines
 async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_timestamps(
         store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
-    """Issue 32: what is sent to the embedding model is what the run said and did — its result words
+    """What is sent to the embedding model is what the run said and did — its result words
     (its summary when it has one), its failure classes — and none of the REQ-5 rendering's field
     names, ids or timestamps, which filled 74 % of the model's window. Nor its paths (text version 2:
     they made cosine worse on real history; BM25 and the path ranking match them exactly)."""
@@ -554,7 +546,7 @@ async def test_the_embedding_text_is_the_runs_words_without_field_names_ids_or_t
 
 
 def test_a_confident_text_match_stays_first_and_a_match_of_both_rankings_beats_either_alone() -> None:
-    """Issue 32's fusion (`ranking.fuse_hybrid`): plain RRF put an item that both rankings hold in the
+    """The fusion (`ranking.fuse_hybrid`): plain RRF put an item that both rankings hold in the
     middle above BM25's clear first hit (own-words MRR 1.000 → 0.938 on real history). BM25's first
     hit stays first when it scores CONFIDENT times its second; when it does not, an item good in both
     rankings comes first, and the best item of either ranking alone still scores."""
@@ -611,7 +603,7 @@ async def test_a_repeated_gateway_recall_does_not_run_the_embedding_model_again(
 
 
 def _old_vec_table(path: Path) -> int:
-    """Make a store's vectors as stores made before issue 43 hold them: `builtin_vec` of float32 in
+    """Make a store's vectors as stores made before int8 vectors hold them: `builtin_vec` of float32 in
     vec0's default chunks (1024 vectors per scope), and every vector also copied in its embedding-cache
     row; the bytes its vectors then take."""
     db = _connect(path)

@@ -1,4 +1,4 @@
-"""The embedded embedding model on the default path (issue 25): a daemon started with no `[model_api]`
+"""The embedded embedding model on the default path: a daemon started with no `[model_api]`
 embeds episodes in the background with all-MiniLM-L6-v2, says so in `memory status`, answers a
 question in other words through the gateway, and `memory reindex` back-fills with progress.
 

@@ -1,4 +1,4 @@
-"""The embedded model's runtime (issue 25): all-MiniLM-L6-v2 run by onnxruntime gives the vectors the
+"""The embedded model's runtime: all-MiniLM-L6-v2 run by onnxruntime gives the vectors the
 numpy forward pass it replaced gave, whether a text is embedded alone or in a batch of others, on one
 thread, with its weights read from the installed safetensors file rather than copied into the graph.
 
@@ -70,7 +70,7 @@ def test_the_model_runs_on_the_usable_cores_and_the_weights_stay_in_their_file()
 
 
 def test_a_vector_is_the_same_on_one_thread_as_on_several() -> None:
-    """Issue 38: the runtime's threads make a back-fill faster, never its vectors different (a vector
+    """The runtime's threads make a back-fill faster, never its vectors different (a vector
     stored before the change and one computed after must be one vector, bit for bit)."""
     path = model_dir()
     assert path is not None

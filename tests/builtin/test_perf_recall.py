@@ -1,8 +1,8 @@
-"""The read path made cheaper must answer exactly what it answered before (issue 11, REQ-11, REQ-3).
+"""The read path made cheaper must answer exactly what it answered before (REQ-11, REQ-3).
 
 Each test here pins a behaviour-bearing change of the recall path against the straightforward form it
 replaced: item texts composed for all hits at once against the gist of each hit's own stored fields
-(issue 17: the gist replaced FTS5 snippets), the fast schema check against jsonschema's own verdict and
+(the gist replaced FTS5 snippets), the fast schema check against jsonschema's own verdict and
 messages.
 """
 

@@ -1,4 +1,4 @@
-"""The built-in provider's relevance (issue 38), through the service an operator's `Recall` and an agent's
+"""The built-in provider's relevance, through the service an operator's `Recall` and an agent's
 gateway call reach: an episode still without a vector is ranked on its text (never below BM25 alone while
 the back-fill runs), one 0–1 score scale on every install, and a floor below which nothing is served.
 

@@ -1,4 +1,4 @@
-"""Issue 17: recall finds the words a run wrote, and items carry the run's gist.
+"""Recall finds the words a run wrote, and items carry the run's gist.
 
 Through the gateway with a run token (a real MCP client over streamable HTTP on 127.0.0.1), and on a
 store written before migration 0009 (line breaks escaped as `\\n`, one rendering per document).
@@ -71,9 +71,9 @@ async def test_a_word_that_starts_a_line_is_found_by_a_one_word_recall_through_t
 @pytest.mark.req12
 async def test_a_question_naming_only_a_module_finds_the_run_that_touched_it_through_the_gateway(
         served: tuple[MemoryService, str]) -> None:
-    """Issue 17: what a run touched is indexed word by word — `httpx/_cookies.py` is `httpx`, `cookies`,
+    """What a run touched is indexed word by word — `httpx/_cookies.py` is `httpx`, `cookies`,
     `py` — so a question that shares no word with what the run said but names the module it changed
-    ("the cookie jar") finds it; and with `paths` the path ranking is decisive (issue 25): the newest
+    ("the cookie jar") finds it; and with `paths` the path ranking is decisive: the newest
     runs that touched the path come first, whatever the question's words."""
     service, url = served
 
@@ -97,7 +97,7 @@ async def test_a_question_naming_only_a_module_finds_the_run_that_touched_it_thr
     assert cookie and "run 701" in cookie[0][0], cookie
     assert cookie[0][1].startswith("Keep them across redirects (#701)")
     runs = [re.search(r"\brun (\w+)", provenance).group(1) for provenance, _ in boosted]  # type: ignore[union-attr]
-    assert runs == ["715", "714", "713"], runs  # the path's newest runs (issue 25; issue 17 led with 702)
+    assert runs == ["715", "714", "713"], runs  # the path's newest runs (an earlier ranking led with 702)
 
 
 #: A REQ-5 rendering as the daemon wrote it before migration 0009: line breaks escaped as `\n`.

@@ -1,4 +1,4 @@
-"""The `memactors` CLI as a user meets it (issue 12): help text, --version, completion, --config on
+"""The `memactors` CLI as a user meets it: help text, --version, completion, --config on
 either side of the subcommand, distinct exit codes, forget's confirmation, `runs ingest` over files,
 directories and stdin with a summary (and Ctrl-C), `memory episodes` pages, `--repo` read as the
 daemon's repository key, and a start-up that imports only what the command needs.
@@ -29,8 +29,9 @@ from fix_daemon import daemon_in_process
 from memactors import cli
 from memactors.cli import runs as cli_runs
 from memactors.daemon import Listening
-from memactors.rpc.transport import connect_rpc, read_token
-from support import EXAMPLES, acknowledged, run_record, write_config
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
+from support import EXAMPLES, acknowledged, read_terminal, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
@@ -132,7 +133,7 @@ def test_a_daemon_that_is_not_listening_exits_3(tmp_path: Path) -> None:
 
 def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
     """A control command needs a valid configuration; a read command falls back to the state directory
-    (issue 10: an operator can still ask the running daemon), warning with the same error."""
+    (an operator can still ask the running daemon), warning with the same error."""
     config = tmp_path / "harness.toml"
     config.write_text('[store]\npath = ""\n')
     done = run_cli(config, "memory", "forget", "ep_0", "--yes")
@@ -149,7 +150,7 @@ def test_an_invalid_configuration_exits_5(tmp_path: Path) -> None:
 ])
 def test_each_rpc_error_code_maps_to_its_documented_exit_status(code: str, status: int,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from memactors.rpc.transport import RpcError
+    from memactors.rpc.frames import RpcError
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RpcError(code, "x")
@@ -196,14 +197,7 @@ async def test_forget_on_a_terminal_asks_and_no_keeps_the_episode(tmp_path: Path
             while b"[y/N]" not in out:
                 out += os.read(fd, 1024)
             os.write(fd, reply)
-            while True:
-                try:
-                    chunk = os.read(fd, 1024)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
+            out = read_terminal(fd, out)
             return os.waitpid(pid, 0)[1], out
 
         status, out = await trio.to_thread.run_sync(answer, b"n\n")
@@ -276,15 +270,7 @@ async def test_runs_ingest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) ->
                                    *(str(tmp_path / f"run-{i}.json") for i in range(3)), "--config", str(config)],
                                   stdout=subprocess.PIPE, stderr=secondary, text=True) as proc:
                 os.close(secondary)
-                err = b""
-                while True:
-                    try:
-                        chunk = os.read(main, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    err += chunk
+                err = read_terminal(main)
                 out = proc.stdout.read() if proc.stdout else ""
                 code = proc.wait()
             os.close(main)
@@ -322,14 +308,7 @@ async def test_ctrl_c_during_runs_ingest_exits_130_with_a_one_line_summary(tmp_p
                         raise AssertionError(f"no progress line for 2 records within 60 s: {err!r}")
                     err += os.read(main, 4096)
                 proc.send_signal(signal.SIGINT)
-                while True:
-                    try:
-                        chunk = os.read(main, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    err += chunk
+                err = read_terminal(main, err)
                 code = proc.wait(timeout=60)
             os.close(main)
             return code, err.decode()
@@ -444,15 +423,7 @@ def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
     with subprocess.Popen([sys.executable, "-m", "memactors.cli", *argv], stdout=secondary,
                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) as proc:
         os.close(secondary)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(main, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = read_terminal(main)
         code = proc.wait()
     os.close(main)
     return code, out.decode().replace("\r\n", "\n")
@@ -460,7 +431,7 @@ def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
 
 @pytest.mark.slow
 async def test_recall_and_briefing_read_for_people_on_a_terminal_and_for_agents_raw_or_piped(tmp_path: Path) -> None:
-    """Issue 40: on a terminal `memory recall` and `memory briefing` print a few lines per item (date,
+    """On a terminal `memory recall` and `memory briefing` print a few lines per item (date,
     harness, outcome, what was done, files, one provenance line), no nonce or 300-character provenance
     lines; `--raw` and a pipe print the agent's document byte for byte; `--json` as before."""
     uuid, sha = "0b7f2c8e-3c1d-4e4b-9a55-2f3e1d6c7b8a", "c9c2256e4555a5bdb8e55c606db2b512ca388b6f"

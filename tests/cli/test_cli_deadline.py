@@ -1,4 +1,4 @@
-"""Issue 34, "no command hangs forever": every CLI connection attempt has one total deadline, handshake
+"""No command hangs forever: every CLI connection attempt has one total deadline, handshake
 included. Against a listener that accepts and closes, and one that accepts and never answers, `runs
 ingest` and `import git` (the trio client) and `memory status` (the standard-library client) end with
 exit 3 and one line; a listener that closes is told apart at once ("broke off"), not after 30 s.
@@ -79,7 +79,7 @@ def test_a_cli_command_against_a_listener_that_breaks_the_handshake_exits_3_with
     args = {"ingest": ["runs", "ingest", str(record)], "status": ["memory", "status"],
             "import git": ["import", "git", "--repo", str(git_repo(tmp_path / "repo"))]}[command]
     with _listener(behaviour) as port:
-        # timeout: a hang guard only (before issue 34 `runs ingest` never ended here)
+        # timeout: a hang guard only (`runs ingest` once never ended here)
         done = subprocess.run([sys.executable, "-m", "memactors.cli", *args], env=_env(tmp_path, port),
                               capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -88,6 +88,6 @@ def test_a_cli_command_against_a_listener_that_breaks_the_handshake_exits_3_with
     assert "Traceback" not in done.stderr
     assert f"127.0.0.1:{port}" in lines[0]
     if behaviour == "close":
-        # A peer that hangs up is the answer at once (issue 45: `runs ingest` and `import git` waited out
+        # A peer that hangs up is the answer at once (`runs ingest` and `import git` waited out
         # their 30 s connect deadline for it; the standard-library client never did).
         assert "broke off" in lines[0] and "within 30 s" not in lines[0], lines[0]

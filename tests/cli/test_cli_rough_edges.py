@@ -1,4 +1,4 @@
-"""Issue 30: the CLI's rough edges, as a user meets them (the CLI as a subprocess): "did you mean" for a
+"""The CLI's rough edges, as a user meets them (the CLI as a subprocess): "did you mean" for a
 mistyped command or flag, fish completion beside bash and zsh, and `--help` texts written for users
 (no internal docstrings, RPC method names or reST markup)."""
 

@@ -1,4 +1,4 @@
-"""Issue 20: no batch lost to one bad record, and no traceback when the daemon is down or goes away.
+"""No batch lost to one bad record, and no traceback when the daemon is down or goes away.
 
 * `runs ingest a.json big.json b.json`: a record over the size bound is rejected by name, the others are
   recorded, and a batch of large valid records is split into frames the daemon accepts (it used to lose
@@ -36,7 +36,8 @@ from fix_daemon import daemon_process, start_daemon
 from memactors import cli
 from memactors._limits import MAX_RECORD_BYTES, record_size
 from memactors.agents import spool
-from memactors.rpc.transport import MAX_MESSAGE_SIZE, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import MAX_MESSAGE_SIZE
 from support import run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -174,7 +175,7 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
     (tmp_path / "proj").mkdir(exist_ok=True)
     hook = json.dumps({"session_id": "s-1", "transcript_path": str(TRANSCRIPT), "cwd": str(tmp_path)})
     ep = "ep_00000000000000000000"
-    history = tmp_path / "history"  # `import` reads its sources, then sends what it found (issue 27)
+    history = tmp_path / "history"  # `import` reads its sources, then sends what it found
     if not history.exists():
         subprocess.run(["git", "init", "-q", str(history)], check=True)
         subprocess.run(["git", "-C", str(history), "-c", "user.name=dev", "-c", "user.email=dev@example.invalid",
@@ -189,7 +190,7 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
         {"timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta", "payload": {"id": "c-1", "cwd": str(history)}},
         {"timestamp": "2026-11-30T10:01:00.000Z", "type": "event_msg",
          "payload": {"type": "agent_message", "message": "done"}})) + "\n", encoding="utf-8")
-    gemini = tmp_path / "gemini-session.jsonl"  # a Gemini CLI session file (issue 26)
+    gemini = tmp_path / "gemini-session.jsonl"  # a Gemini CLI session file
     gemini.write_text("\n".join(json.dumps(line) for line in (
         {"sessionId": "g-1", "startTime": "2026-11-30T10:00:00.000Z", "kind": "main"},
         {"id": "m1", "timestamp": "2026-11-30T10:01:00.000Z", "type": "gemini", "content": "done"})) + "\n",
@@ -260,7 +261,7 @@ def connecting_commands(tmp_path: Path) -> dict[str, tuple[list[str], str | None
 
 #: Commands whose documented answer to an unreachable daemon is not exit 3 (still one line, no traceback):
 #: the session hook spools the session and exits 0 (a failed hook would alarm the user), the session-start
-#: hook starts the session at once without a briefing (issue 26), `uninstall` cleans the files and says the
+#: hook starts the session at once without a briefing, `uninstall` cleans the files and says the
 #: token lapses at its expiry.
 DOWN_ANSWERS = {"hook claude-code session-end": (0, "spooled"),
                 "hook claude-code session-start": (0, "no briefing at session start"), "uninstall": (0, ""),

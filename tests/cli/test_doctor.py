@@ -41,7 +41,7 @@ def test_builtin_provider_is_healthy_and_stays_on_host(tmp_path: Path) -> None:
 
 
 def test_an_actor_out_of_a_resource_warns_then_fails_at_the_alarm(tmp_path: Path) -> None:
-    """Issue 9's resource exhaustion, surfaced: a spell under the alarm warns, one past it fails, and
+    """Resource exhaustion, surfaced: a spell under the alarm warns, one past it fails, and
     the row says what ran out and when the daemon gives up."""
     config = _config(tmp_path, "")
     spells = {"index": {"seconds": 42.0, "attempts": 3, "error": "OSError EMFILE"},
@@ -109,7 +109,7 @@ async def test_doctor_over_the_daemon_and_without_it(tmp_path: Path) -> None:
     import trio
 
     from memactors.daemon import run_daemon
-    from memactors.rpc.transport import ensure_tokens
+    from memactors.rpc.tokens import ensure_tokens
     from support import write_config
 
     path = write_config(tmp_path)

@@ -1,4 +1,4 @@
-"""`memactors import git` (issue 27): a repository's real history, made with git in the test, imported
+"""`memactors import git`: a repository's real history, made with git in the test, imported
 into a real daemon through the CLI as a user runs it, then `memory recall` and `memory briefing` answer
 from it; a second import adds nothing; `--dry-run` sends nothing; the records go through the daemon's
 own redaction."""

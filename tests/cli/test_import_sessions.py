@@ -1,4 +1,4 @@
-"""`memactors import claude-code` and `import codex` (issue 27): past sessions, in the files the agents
+"""`memactors import claude-code` and `import codex`: past sessions, in the files the agents
 themselves write, into a real daemon through the CLI as a subprocess. A Claude Code transcript in its
 real format (the recorded fixture, with an edit outside the repository added); a Codex rollout written
 by the real `codex exec` against the loopback Responses fake; a corrupt file of each named and skipped

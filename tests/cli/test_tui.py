@@ -1,4 +1,4 @@
-"""The TUI (issue 12, REQ-19): its state machine without a terminal, and the real program in a real
+"""The TUI (REQ-19): its state machine without a terminal, and the real program in a real
 terminal under tmux against a running daemon (send-keys / capture-pane)."""
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from fix_daemon import start_daemon
-from memactors.config import load_config
-from memactors.daemon import run_daemon
-from memactors.rpc.transport import connect_rpc, read_token
+from fix_daemon import daemon_in_process, start_daemon
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.tui import ESC, HELP_MAIN, HELP_OVERLAY, HarnessEntry, Load, TuiState
-from support import example, run_record, wait_ready, write_config
+from support import example, run_record, wait_ready
 from support_console import tmux, wait_for, wait_for_change
 
 HARNESS = '[harness.api-fixer]\nharness = "claude-code"\nprompt = "fix it"\nmemory_briefing = true\n'
@@ -44,7 +43,7 @@ async def test_req19_the_tui_preview_shows_degraded_state(make_holder) -> None: 
         assert wanted == Load("api-fixer")
         app.loaded(await memory.get_briefing("api-fixer"), await memory.status())
         text = "\n".join(app.lines())
-        assert "provider gone: unreachable since" in text  # its real state, not "breaker closed" (issue 33)
+        assert "provider gone: unreachable since" in text  # its real state, not "breaker closed"
         assert "cannot start /nonexistent/memory-provider" in text and "breaker" not in text
         assert "provider_unavailable" in text
         assert "memory_briefing: yes" in text
@@ -123,10 +122,7 @@ def unwrap(shown: str) -> str:
 @pytest.mark.req19
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: `make test` installs it")
 async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_briefing(tmp_path: Path) -> None:
-    config = write_config(tmp_path, HARNESS)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(config),
-                                                                       task_status=task_status))
+    async with daemon_in_process(tmp_path, HARNESS) as (config, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
             await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
             await rpc.call(f"{SERVICE}/IngestRun", {"record": run_record(run_id="7", harness="billing-bot")})
@@ -173,7 +169,6 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
                 while (await trio.run_process([*base, "has-session"], check=False,  # noqa: ASYNC110
                                               capture_stderr=True)).returncode == 0:
                     await trio.sleep(0.1)  # the session ends when the TUI exits
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.slow
@@ -182,7 +177,7 @@ async def test_req19_the_tui_in_a_real_terminal_lists_scrolls_and_wraps_the_brie
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux missing: `make test` installs it")
 async def test_req19_a_provider_down_for_minutes_is_shown_unreachable_since_not_breaker_closed(
         tmp_path: Path) -> None:
-    """Issue 33: `memory status`, doctor and the TUI said "breaker closed" for a provider that had been
+    """`memory status`, doctor and the TUI said "breaker closed" for a provider that had been
     down for more than 5 minutes (a provider that is down is refused before the breaker, which never
     opens). The daemon as a process, its provider's command missing; doctor's five minutes shortened to
     one second (the only change; `fix_daemon` constants). Every surface that showed the breaker

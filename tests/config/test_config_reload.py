@@ -1,4 +1,4 @@
-"""Issue 26: the daemon (a process) reloads its configuration when harness.toml or a drop-in changes on disk
+"""The daemon (a process) reloads its configuration when harness.toml or a drop-in changes on disk
 and on SIGHUP, keeping the last good configuration when an edit is broken (REQ-1) and saying so in doctor;
 `memactors install` makes a daemon that does not know the harness yet reload (SIGHUP to its pid)."""
 

@@ -1,4 +1,4 @@
-"""Issue 34, "secrets echoed outside records": a secret-like config value (``api_key``, ``token``,
+"""Secrets echoed outside records: a secret-like config value (``api_key``, ``token``,
 ``password``, ``secret``, … in ``[mcp.*]`` or any other table) is never printed or logged: not by
 `memactors serve` (its start lines, its log, a config error), not by `doctor` or `memory status`.
 """

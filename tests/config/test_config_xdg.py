@@ -1,4 +1,4 @@
-"""XDG base directories (issue 12): the default global file and state directory honour
+"""XDG base directories: the default global file and state directory honour
 XDG_CONFIG_HOME / XDG_STATE_HOME, and fall back to the paths memactors always used."""
 
 from __future__ import annotations

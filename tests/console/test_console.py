@@ -1,4 +1,4 @@
-"""The web console over HTTP against a real daemon process (issue 29): sign-in, CSRF and Origin checks,
+"""The web console over HTTP against a real daemon process: sign-in, CSRF and Origin checks,
 the tiers, scope isolation in the recall playground, agent-written text rendered inert."""
 
 from __future__ import annotations

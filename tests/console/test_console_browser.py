@@ -1,4 +1,4 @@
-"""The web console in a real headless Chromium against a real daemon (issue 29): sign in, filter episodes,
+"""The web console in a real headless Chromium against a real daemon: sign in, filter episodes,
 recall as a repository, open a briefing, follow a live run log, be refused a forget with the read token
 and forget with the control token; screenshots at 1280×800 and at a phone's size.
 
@@ -177,7 +177,7 @@ def test_console_in_a_real_browser(tmp_path: Path, browser: webdriver.Chrome) ->
         assert chrome.find_elements(By.CSS_SELECTOR, "#charts svg")
         chrome.save_screenshot(str(shots / "health-1280x800.png"))
         assert XSS not in chrome.title
-        # The run is counted (issue 40): started, ended cancelled, its duration observed; no run id in a label.
+        # The run is counted: started, ended cancelled, its duration observed; no run id in a label.
         exposition = httpx2.get(daemon.info["metrics"]).text
         assert 'harness_memory_runs_started_total{harness="long"} 1.0' in exposition
         assert 'harness_memory_runs_ended_total{harness="long",outcome="cancelled"} 1.0' in exposition
@@ -198,7 +198,7 @@ def _raw_values(text: str) -> list[str]:
 
 
 def test_the_memory_browser_reads_an_imported_history_for_people(tmp_path: Path, browser: webdriver.Chrome) -> None:
-    """Issue 40, black-box: a real daemon with a real git history imported through the CLI and a few run
+    """Black-box: a real daemon with a real git history imported through the CLI and a few run
     records (one an XSS payload); the console in headless Chromium. The episode list shows what each run
     said; the search box runs the agents' recall and finds a commit by the words of its message body; a
     recall item links to its episode, whose card lists its files and the later commit that touched them;

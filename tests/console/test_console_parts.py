@@ -1,4 +1,4 @@
-"""The web console's parts without a daemon (issue 29): its configuration key, its sessions' expiry and
+"""The web console's parts without a daemon: its configuration key, its sessions' expiry and
 the health page's charts over the daemon's own counters."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_console_charts_draw_the_daemons_counters_per_interval() -> None:
 
 
 def test_values_are_shown_for_people_not_as_python_writes_them() -> None:
-    """Issue 40: `free_bytes 72991703040`, `True`, `None` and `memory_briefing` were shown as they are."""
+    """`free_bytes 72991703040`, `True`, `None` and `memory_briefing` were shown as they are."""
     from datetime import UTC, datetime
 
     from memactors.humanize import absolute, ago, cost, duration, human, label, mb

@@ -1,4 +1,4 @@
-"""The briefing actor's document rules (issue 17), as pure code: near-duplicate facts, the briefing's
+"""The briefing actor's document rules, as pure code: near-duplicate facts, the briefing's
 one-line episode provenance, and what makes a run empty. The surfaces are in test_briefing_episodes.py."""
 
 from __future__ import annotations

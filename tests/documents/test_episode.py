@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -33,7 +32,7 @@ from memactors.episode import (
 )
 from memactors.models import RunRecord
 from memactors.redact import REDACTED, redact
-from memactors.repo import GitUnavailable, clear_cache
+from memactors.repo import GitUnavailable
 from memactors.store.episodes import stored_copy
 from support import example, run_record
 
@@ -41,14 +40,7 @@ API = "forge.example/acme/api"
 GHP = "gh" + "p_" + "Idg53Z131ckMzKyTs2mP" + "Ln6YYc8kkswFm9il"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No repository above tmp_path counts, and no user or system git config leaks in."""
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 def git_repo(path: Path, *remotes: tuple[str, str]) -> Path:
@@ -162,7 +154,7 @@ def test_text_lists_every_field_in_req5_order_one_line_each() -> None:
     assert [line.split(": ", 1)[0] for line in lines] == list(FIELD_ORDER)
     assert FIELD_ORDER[:4] == ("episode_id", "harness", "adapter", "run_id")
     assert FIELD_ORDER[-3:] == ("summary", "trust_class", "scope")
-    # Every run of line breaks (LF, CRLF, U+2028) is one space (REQ-6, issue 17); nothing is escaped.
+    # Every run of line breaks (LF, CRLF, U+2028) is one space (REQ-6); nothing is escaped.
     assert "result_excerpt: line one line two back\\slash" in lines
     assert ep.result_excerpt == "line one line two back\\slash" and ep.trace_id == "t x"
     # A path with a line break is refused at the boundary; a backslash is kept as it is.
@@ -202,7 +194,7 @@ def test_every_string_is_redacted_and_control_characters_stripped() -> None:
     ep = assemble(rec, fixed(rec), excerpt_chars=600)
     dumped = episode_json(ep) + render_text(ep)
     assert GHP not in dumped and GHP[4:] not in dumped
-    assert ep.result_excerpt == f"pushed with {REDACTED} ok"  # the escape sequence goes whole (issue 25)
+    assert ep.result_excerpt == f"pushed with {REDACTED} ok"  # the escape sequence goes whole
     assert ep.branch == f"b-{REDACTED}" and ep.files_touched == (f"src/{REDACTED}.go",)
     assert "\x00" not in dumped and "\x1b" not in dumped and "\x07" not in dumped
 
@@ -221,7 +213,7 @@ _texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_si
     [GHP, f"token {GHP}", "é" * 140, "a\nb\r\u2028c\\d", "\x00\x1f\x7f\x85", "password = Xk9#mP2$vL8qR4nT"])
 
 
-# harness, adapter, run_id, branch and paths are one line (issue 9: the boundary rejects control characters
+# harness, adapter, run_id, branch and paths are one line (the boundary rejects control characters
 # and line breaks in them); other fields may carry any text.
 _ONE_LINE = re.compile("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 _lines = _texts.map(lambda s: _ONE_LINE.sub("", s))

@@ -1,4 +1,4 @@
-"""Issue 17: an episode's gist (`gist.gist`) and the built-in provider's answer to a metadata-only query."""
+"""An episode's gist (`gist.gist`) and the built-in provider's answer to a metadata-only query."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _doc(eid: str, started: str, *, branch: str = "main", outcome: str = "succee
 async def test_req14_a_metadata_only_query_is_ordered_by_what_helps_the_next_run(store: Store) -> None:
     """REQ-14's episode query (repository, branch, harness name) matches every episode's metadata alike;
     the built-in provider orders it by recency, this branch and failed-then-fixed, not by BM25's
-    preference for the shortest text (issue 17)."""
+    preference for the shortest text."""
     p = BuiltinProvider(store)
     long = "Reworked the reconcile loop and its retry budget across the ledger package " * 3
     await p.record(_doc("ep_typo", "2026-01-01T00:00:00Z", excerpt="fix typo", files=("README.md",)))
@@ -107,7 +107,7 @@ async def test_req14_a_metadata_only_query_is_ordered_by_what_helps_the_next_run
     assert "ep_typo" not in ids and "ep_empty" not in ids and "ep_other" not in ids
     assert all(i["text"].startswith("Reworked the reconcile loop") for i in out["items"])
     # A word from what a run said makes it a real query again: BM25 (the typo run matches "typo"),
-    # unless the query names the repository first, as REQ-14's does (issue 38: a harness named `docs`).
+    # unless the query names the repository first, as REQ-14's does (a harness named `docs`).
     assert (await p.recall({"query": "typo " + query, "scope": [A], "limit": 3}))["items"][0]["id"] == "ep_typo"
     assert [i["id"] for i in (await p.recall({"query": query + " typo", "scope": [A], "limit": 3}))["items"]] == ids
     # A word no episode has (a new harness's name) still leaves it metadata-only.

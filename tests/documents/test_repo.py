@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from memactors.repo import (
     GitUnavailable,
     RepoInfo,
     RepoResolver,
-    clear_cache,
     explicit_key,
     normalise_remote,
     relative_path,
@@ -21,15 +19,7 @@ from memactors.repo import (
     scope_for,
 )
 
-
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No repository above tmp_path counts, and no user or system git config leaks in."""
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""Issue 25: words stay words. A carriage return between words is a space like LF and TAB (it was
+"""Words stay words. A carriage return between words is a space like LF and TAB (it was
 removed: `"second\\tline\\rthird"` was stored `"second linethird"`), and a terminal escape sequence —
 CSI, OSC, any other ESC sequence — goes whole (its ESC alone went: `"\\x1b[31mred"` left `"[31mred"`).
 
@@ -75,7 +75,7 @@ def test_words_between_breaks_and_escape_sequences_stay_the_same_words(case: tup
     assert excerpt == " ".join(ws), (text, excerpt)
 
 
-def test_the_issues_two_examples() -> None:
+def test_line_breaks_tabs_and_a_colour_escape_leave_the_words_one_space_apart() -> None:
     assert assembled_excerpt("first\nsecond\tline\rthird") == "first second line third"
     assert assembled_excerpt("\x1b[31mred\x1b[0m alert") == "red alert"
 
@@ -128,7 +128,7 @@ def test_only_what_escape_sequences_left_is_dropped() -> None:
 
 async def test_the_migration_cleans_stored_bodies_and_reindexes_the_builtin_documents(
         tmp_path: Path, store_url: str | None, engine: str) -> None:
-    """A store written before issue 25 (an escape sequence's remnant in a body and in its document):
+    """A store written before words stayed words (an escape sequence's remnant in a body and in its document):
     the migration (SQLite 0012, PostgreSQL 0005) rewrites both and recall finds the word."""
     target = store_url or tmp_path / "m.db"
     store = await open_store(target)

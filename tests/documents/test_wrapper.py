@@ -614,7 +614,7 @@ def test_fit_briefing_refuses_a_cap_below_its_overhead() -> None:
         fit_briefing(briefing_input([collision(1)], [], [], []), max_chars=100)
 
 
-# --- briefing episodes: placed whole or dropped whole (issue 17, issue 44) ------------------------------------------------------
+# --- briefing episodes: placed whole or dropped whole ------------------------------------------------------
 
 #: What a real run leaves: a subject line, then a few sentences (the provider's item text leads with it).
 RUN_TEXT = (

@@ -15,12 +15,12 @@ import trio.lowlevel
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from fix_daemon import daemon_in_process
 from memactors.actors.spawn import prepare_spawn
-from memactors.config import ConfigHolder, load_config
-from memactors.daemon import run_daemon
+from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
 from memactors.service import MemoryService
-from support import RESIDENT, example, serving, write_config
+from support import RESIDENT, example, serving
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
 
 
@@ -136,16 +136,12 @@ async def test_req2_call_tool_cannot_reach_the_provider(
 
 
 async def test_the_daemon_serves_the_gateway_and_reports_its_url(tmp_path: Path) -> None:
-    path = write_config(tmp_path, RESIDENT)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                       task_status=task_status))
+    async with daemon_in_process(tmp_path, RESIDENT) as (_, listening):
         assert listening.gateway.startswith("http://127.0.0.1:") and listening.gateway.endswith("/mcp")
         async with gateway_client(listening.gateway, None) as client:
             assert sorted(tool.name for tool in (await client.list_tools()).tools) == ["briefing", "recall"]
             resources = await client.list_resources()
             assert [str(r.uri) for r in resources.resources] == [BRIEFING_URI]
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req12

@@ -1,5 +1,5 @@
 """Gateway authentication over real streamable HTTP on 127.0.0.1: a bearer token that is not a live run
-token is refused with HTTP 401 (issue 8); no Authorization header stays unattributed (SPEC-0030)."""
+token is refused with HTTP 401; no Authorization header stays unattributed (SPEC-0030)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ async def test_a_live_token_reaches_the_tools_as_its_run(served: tuple[MemorySer
 async def test_a_tools_call_resolves_its_token_and_the_runs_place_once(
         served: tuple[MemoryService, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The gate reads the token and the run's place in one hop and hands the view to the handler: one
-    ``caller_view`` per HTTP request, none again in the handler (issue 11: a read hop per request less)."""
+    ``caller_view`` per HTTP request, none again in the handler (a read hop per request less)."""
     service, url = served
     token, view = await as_run(service, "api-fixer", "r-once", API)
     calls: list[str] = []

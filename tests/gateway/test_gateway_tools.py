@@ -1,5 +1,5 @@
 """The gateway's tool definitions as a host reads them: `tools/list` over real streamable HTTP carries each
-memory tool's MCP annotations, so a host can tell before a call that it only reads (issue 18)."""
+memory tool's MCP annotations, so a host can tell before a call that it only reads."""
 
 from __future__ import annotations
 

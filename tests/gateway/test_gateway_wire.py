@@ -106,7 +106,7 @@ async def test_mcp_client_and_the_raw_handshake_get_the_same_recall_document(
 
 
 async def test_a_session_answers_only_the_run_token_that_opened_it(served: tuple[MemoryService, str]) -> None:
-    """Issue 45: another run's token with a session's Mcp-Session-Id was served in that session. The
+    """Another run's token with a session's Mcp-Session-Id was served in that session. The
     session is bound to the token that opened it: any other token is answered 404, as for a session that
     does not exist (MCP streamable HTTP), and the session goes on serving its own token."""
     service, url = served

@@ -1,6 +1,6 @@
-"""Issue 31, "Redaction that generalizes": every format of the generated corpus (tests/support_corpus.py:
+"""Redaction that generalizes: every format of the generated corpus (tests/support_corpus.py:
 300+ valid-shaped FAKE credentials — the structural forms, vendor prefixes, one sample per gitleaks rule,
-issue 20's formats) placed in every field through the real surfaces, with the daemon as a process:
+memactors' own formats) placed in every field through the real surfaces, with the daemon as a process:
 
 * run records through the CLI (`memactors runs ingest DIR`, a subprocess, one batch): result text, trace
   id, trigger, harness, run, session and model names, cwd, branch, edited paths, verify failure text,
@@ -23,15 +23,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from fix_daemon import start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support_corpus import full
-from support_hardening import secret_record
+from support_hardening import secret_record, start_leaky_daemon, stored_files
 from support_readside import gateway_client
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
-PROVIDER = Path(__file__).resolve().parents[1] / "data" / "stderr_provider.py"
 #: Gateway sessions are the slow part: one for every Nth format's run token (each holds its harness name).
 GATEWAY_EVERY = 25
 #: Facts hold several formats each (a fact's text has room; one RPC per format would only add time).
@@ -56,18 +54,11 @@ def _text_of(result: object) -> str:
 async def test_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_log(tmp_path: Path) -> None:
     corpus = full()
     assert len(corpus) >= 300
-    payload = tmp_path / "stderr.txt"
-    payload.write_text("".join(f"SAMPLE {s.id}\n{s.text}\n" for s in corpus), encoding="utf-8")
-    args = [str(PROVIDER), str(payload), "--state", str(tmp_path / "provider.json")]
-    extra = (f'[memory]\nprovider = "leaky"\n[memory.episodes]\nsummary = false\n'
-             f"[mcp.leaky]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n")
     records = tmp_path / "records"
     records.mkdir()
     for i, sample in enumerate(corpus):
         (records / f"run-{i:04d}.json").write_text(json.dumps(secret_record(i, sample)), encoding="utf-8")
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(
-        tmp_path, extra_config=extra,
-        constants={"memactors.provider_stderr.STDERR_LINES_PER_WINDOW": 1_000_000}))
+    daemon = await trio.to_thread.run_sync(start_leaky_daemon, tmp_path, corpus)
     state = tmp_path / "state"
     leaks: list[tuple[str, str]] = []
     answers: list[str] = []
@@ -103,12 +94,12 @@ async def test_no_format_of_the_generated_corpus_reaches_disk_an_answer_or_the_l
                     result = await client.call_tool(name, arguments)
                     answers.append(_text_of(result))
         # While the daemon runs the newest pages are in the WAL: scan the database, WAL and shm now ...
-        for file in sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token")):
+        for file in stored_files(state):
             leaks += _leaks(file.read_bytes(), file.name)
     finally:
         code = await trio.to_thread.run_sync(daemon.stop)
     # ... and again after the stop has checkpointed them into the database file.
-    files = sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token"))
+    files = stored_files(state)
     assert any(p.suffix == ".db" for p in files)
     for file in files:
         leaks += _leaks(file.read_bytes(), file.name)

@@ -95,7 +95,7 @@ def _catches(pid: int, signum: int) -> bool:
 
 @pytest.mark.slow
 def test_a_sighup_during_start_up_is_queued_and_applied_once_the_daemon_serves(tmp_path: Path) -> None:
-    """Issue 33: a SIGHUP within half a second of the operator port opening killed the daemon (SIGHUP's
+    """A SIGHUP within half a second of the operator port opening killed the daemon (SIGHUP's
     default action: the handlers were installed after the listeners). The daemon as a process; SIGHUP
     sent as soon as the process catches it (before that, as for any program, the kernel's default
     applies: the test watches /proc's SigCgt mask, no sleep) and then again and again through the whole
@@ -155,7 +155,7 @@ sys.addaudithook(_probe)
 
 @pytest.mark.slow
 def test_sighups_from_the_first_moments_of_memactors_serve_never_kill_it(tmp_path: Path) -> None:
-    """Issue 44: a SIGHUP in the first ~0.1 s after launch killed the daemon: `memactors serve` caught it
+    """A SIGHUP in the first ~0.1 s after launch killed the daemon: `memactors serve` caught it
     only once the command line's modules were imported and its parser built. It is caught first thing
     now, at the top of `memactors.cli`: by the time the CLI's first command module loads, SIGHUP is
     already caught (a probe run by `site` records it). Then `memactors serve` as a user types it (the

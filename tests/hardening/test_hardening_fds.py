@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from fix_daemon import daemon_process
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from memactors.store.engines import open_store
 from memactors.store.sqlite import READ_CONNECTIONS
 from support import example

@@ -11,7 +11,8 @@ import pytest
 import trio
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 
 SERVICE = "harness.v1.MemoryService"
 FLOOD = 1100

@@ -1,4 +1,4 @@
-"""Issue 20, "denial of service without a token": the daemon as a process, its gateway over real HTTP on
+"""Denial of service without a token: the daemon as a process, its gateway over real HTTP on
 127.0.0.1, attacked by clients that hold no run token.
 
 * 10,000 unauthenticated ``initialize`` requests leave no session behind: a token holder's handshake-era
@@ -62,7 +62,7 @@ async def test_ten_thousand_unauthenticated_initializes_leave_a_token_holders_se
             async with trio.open_nursery() as nursery:
                 for _ in range(40):
                     nursery.start_soon(flood, 250)
-        # Every request answered; past the tokenless cap (issue 34: at most 32, half the slots) a caller
+        # Every request answered; past the tokenless cap (at most 32, half the slots) a caller
         # without a token gets 503 at once instead of a place a token holder needs.
         assert len(answered) == 10_000 and set(answered) <= {200, 503} and 200 in answered
         grown = _rss_mb(daemon.pid) - before

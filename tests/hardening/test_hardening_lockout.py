@@ -1,4 +1,4 @@
-"""Issue 34, "no one without a token locks agents out": the daemon as a process under `ulimit -n` 256 and
+"""No one without a token locks agents out: the daemon as a process under `ulimit -n` 256 and
 1024, its gateway and operator listeners over real sockets on 127.0.0.1, flooded by clients that hold no
 run token (or only a read-tier operator token), while token holders keep being served.
 
@@ -26,7 +26,8 @@ import pytest
 import trio
 
 from fix_daemon import Daemon
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from support_hardening import Http, assert_clean_log, client_recall, gateway_daemon, legacy_recall
 
 SERVICE = "harness.v1.MemoryService"
@@ -93,7 +94,7 @@ async def test_unauthenticated_event_streams_and_slow_bodies_never_lock_a_token_
             for _ in range(40):
                 nursery.start_soon(_trickler, port, stop)
             await trio.sleep(2.0)  # noqa: ASYNC251 -- the flood takes every slot before the agents come
-            with trio.fail_after(300):  # a hang guard only: before issue 34 every one of these timed out
+            with trio.fail_after(300):  # a hang guard only: once every one of these timed out
                 for _ in range(6):
                     served.append(await legacy_recall(port, token))
                     served.append(await client_recall(url, token))
@@ -188,7 +189,7 @@ async def _idle_reader(daemon: Daemon) -> None:
 @pytest.mark.slow
 async def test_a_busy_read_flood_never_cuts_the_cli_and_an_idle_one_is_not_a_log_line_per_connection(
         tmp_path: Path) -> None:
-    """Issue 45: 400 read-token websockets calling Status back to back cut 3 of 14 read-tier CLI calls off
+    """400 read-token websockets calling Status back to back cut 3 of 14 read-tier CLI calls off
     mid-frame (a new connection, its first call not yet read, counted as the idle one to close for the
     next newcomer); an idle flood wrote one `rpc connection closed` line per connection. Here 100 busy
     clients on a daemon whose read tier holds 37 (ulimit -n 256): every CLI call is answered; then 200

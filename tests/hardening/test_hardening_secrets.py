@@ -1,4 +1,4 @@
-"""Issue 20, "Secrets": every format of the corpus (tests/data/secret_corpus.json, 60+ realistic credential
+"""Secrets: every format of the corpus (tests/data/secret_corpus.json, 60+ realistic credential
 formats) is redacted wherever the daemon keeps or writes text, with the daemon as a process.
 
 Each format is put into a run record — result text, harness name, run id, trace id, model, trigger,
@@ -12,22 +12,18 @@ the daemon's log.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import httpx2
 import pytest
 import trio
 
-from fix_daemon import start_daemon
-from memactors.rpc.transport import connect_rpc
-from support_hardening import secret_record
+from memactors.rpc.client import connect_rpc
+from support_hardening import secret_record, start_leaky_daemon, stored_files
 from support_secrets import corpus
 
 SERVICE = "harness.v1.MemoryService"
 API = "forge.example/acme/api"
-PROVIDER = Path(__file__).resolve().parents[1] / "data" / "stderr_provider.py"
 
 
 def test_the_corpus_has_sixty_realistic_formats_and_names_the_ones_once_missed() -> None:
@@ -63,15 +59,7 @@ def _leaks(data: bytes | str, where: str) -> list[tuple[str, str]]:
 @pytest.mark.req6
 @pytest.mark.slow
 async def test_no_format_of_the_corpus_reaches_the_state_directory_or_the_log(tmp_path: Path) -> None:
-    payload = tmp_path / "stderr.txt"
-    payload.write_text("".join(f"SAMPLE {s.id}\n{s.text}\n" for s in corpus()), encoding="utf-8")
-    args = [str(PROVIDER), str(payload), "--state", str(tmp_path / "provider.json")]
-    extra = (f'[memory]\nprovider = "leaky"\n[memory.episodes]\nsummary = false\n'
-             f"[mcp.leaky]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n")
-    # Every stderr line is logged (50 lines per 10 s otherwise): a suppressed line would prove nothing.
-    daemon = await trio.to_thread.run_sync(lambda: start_daemon(
-        tmp_path, extra_config=extra,
-        constants={"memactors.provider_stderr.STDERR_LINES_PER_WINDOW": 1_000_000}))
+    daemon = await trio.to_thread.run_sync(start_leaky_daemon, tmp_path, corpus())
     state = tmp_path / "state"
     leaks: list[tuple[str, str]] = []
     try:
@@ -91,12 +79,12 @@ async def test_no_format_of_the_corpus_reaches_the_state_directory_or_the_log(tm
             status = await rpc.call(f"{SERVICE}/Status", {})
             assert status["counts"]["episodes"] == len(corpus())
         # While the daemon runs the newest pages are in the WAL: scan the database, WAL and shm now ...
-        for file in sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token")):
+        for file in stored_files(state):
             leaks += _leaks(file.read_bytes(), file.name)
     finally:
         code = await trio.to_thread.run_sync(daemon.stop)
     # ... and again after the stop has checkpointed them into the database file.
-    files = sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token"))
+    files = stored_files(state)
     assert any(p.suffix == ".db" for p in files)
     for file in files:
         leaks += _leaks(file.read_bytes(), file.name)

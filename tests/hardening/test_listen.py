@@ -222,7 +222,7 @@ async def test_a_silent_connection_and_a_stalled_body_are_dropped(
     assert (await _get(port)).startswith(b"HTTP/1.1 200")  # the listener itself is fine
 
 
-# -- issue 20: total deadlines a trickle cannot reset, a keep-alive longer than clients' --
+# -- total deadlines a trickle cannot reset, a keep-alive longer than clients' --
 
 POST = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
 

@@ -1,4 +1,4 @@
-"""Poison input (issue 9): run records and RPC parameters are validated at the boundary.
+"""Poison input: run records and RPC parameters are validated at the boundary.
 
 Every bad value is INVALID_ARGUMENT naming the field as a JSON path, never INTERNAL, never a dropped
 connection, and the message never repeats the value. The RPC cases run against the real daemon
@@ -25,7 +25,10 @@ from fix_daemon import daemon_in_process
 from memactors._wire import parse_run_record
 from memactors.daemon import Listening
 from memactors.errors import InvalidArgument
-from memactors.rpc.transport import MAX_DEPTH, RpcError, connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.server import MAX_DEPTH
+from memactors.rpc.tokens import read_token
 from support import run_record
 
 SERVICE = "harness.v1.MemoryService"

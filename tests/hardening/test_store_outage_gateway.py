@@ -1,4 +1,4 @@
-"""Issue 34, "an outage degrades instead of erroring": PostgreSQL stopped under a running daemon (a real
+"""An outage degrades instead of erroring: PostgreSQL stopped under a running daemon (a real
 server, memactors.testing.postgres), and a run-token holder calling every gateway tool and resource over
 real MCP. REQ-13: each answer is degraded ``store_unavailable`` (never an HTTP 500 with an empty body),
 and the daemon's log names the store (host, port, database; never the password).
@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from fix_daemon import start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from memactors.testing.postgres import Cluster
 from support import example, write_config
 from support_hardening import INIT, LEGACY, Http, rpc_message

@@ -1,4 +1,4 @@
-"""Issue 20: health that says what is wrong.
+"""Health that says what is wrong.
 
 An open breaker or a run of degraded recalls is a WARN in `doctor` and a non-zero `memory status` (status
 exited 0 and doctor's provider row said PASS), and the log does not repeat the same degraded-recall

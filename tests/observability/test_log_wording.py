@@ -1,4 +1,4 @@
-"""Log wording (issue 12): peers as host:port, one INFO line per CLI call, expected client errors at
+"""Log wording: peers as host:port, one INFO line per CLI call, expected client errors at
 INFO with their code (never a warning), and `configuration reloaded` once per SIGHUP."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from memactors.config import load_config
-from memactors.daemon import run_daemon
-from memactors.rpc.transport import peer_text
-from support import LogRecords, write_config
+from fix_daemon import daemon_in_process
+from memactors.rpc.server import peer_text
+from support import LogRecords
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +34,8 @@ async def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_cli_call_is_one_info_line_and_a_client_error_is_logged_once_with_its_code(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
     with LogRecords() as logs:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: run_daemon(lambda: load_config(config), task_status=task_status))
+        async with daemon_in_process(tmp_path) as (config, _):
             mark = logs.mark()
             assert (await _cli(config, "memory", "status")).returncode == 0
             await logs.wait_for("rpc connection closed")
@@ -54,14 +51,11 @@ async def test_a_cli_call_is_one_info_line_and_a_client_error_is_logged_once_wit
             during = [r for r in logs.since(mark) if r["level"] in ("INFO", "WARNING", "ERROR")]
             assert [(r["level"], r["message"]) for r in during] == [("INFO", "rpc connection closed")]
             assert during[0]["extra"]["errors"] == "NOT_FOUND:1"
-            nursery.cancel_scope.cancel()
 
 
 async def test_sighup_logs_configuration_reloaded_once(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
     with LogRecords() as logs:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: run_daemon(lambda: load_config(config), task_status=task_status))
+        async with daemon_in_process(tmp_path) as (config, _):
             os.kill(os.getpid(), signal.SIGHUP)
             await logs.wait_for("configuration reloaded")
             # A second, failing reload: the signal task handles signals in order, so once this one is
@@ -70,4 +64,3 @@ async def test_sighup_logs_configuration_reloaded_once(tmp_path: Path) -> None:
             os.kill(os.getpid(), signal.SIGHUP)
             await logs.wait_for("configuration reload failed; keeping the last good one")
             assert len(logs.matching("configuration reloaded")) == 1
-            nursery.cancel_scope.cancel()

@@ -42,7 +42,7 @@ async def test_req21_every_family_is_exposed_before_any_sample(base_url: str) ->
     assert types["harness_memory_provider_duration_seconds"] == "histogram"
     assert types["harness_memory_pending"] == "gauge"
     assert types["harness_memory_run_duration_seconds"] == "histogram"
-    # Nothing in the harness_memory_ namespace but REQ-21's families and issue 40's fleet families.
+    # Nothing in the harness_memory_ namespace but REQ-21's families and the fleet families (installs, residents, imports).
     ours = {n for n in types if n.startswith("harness_memory_")}
     assert ours == set(FAMILY_NAMES) | set(FLEET_FAMILY_NAMES)
 
@@ -110,7 +110,7 @@ async def test_req21_scope_drops_are_countable(metrics: Metrics, base_url: str) 
         lambda m: m.recall("builtin", "ok; DROP TABLE"),
         lambda m: m.observe_provider_call("builtin", "search", 0.1),
         lambda m: m.dropped("builtin", "too old"),
-        # Not one of REQ-9's reasons: a replaced text is kept, and counted in its own series (issue 33).
+        # Not one of REQ-9's reasons: a replaced text is kept, and counted in its own series.
         lambda m: m.dropped("builtin", "text_replaced"),
         lambda m: m.set_pending("builtin", "summary", 1),
         lambda m: m.briefing("claude", "email", "ok"),

@@ -97,7 +97,7 @@ async def test_req18_a_harness_export_telemetry_key_is_accepted_and_consents_for
     assert [dict(s.attributes or {})["memory.harness"] for s in spans] == ["api-fixer"]
 
 
-# -- the gateway's MCP server spans (issue 20) -----------------------------------------------------------
+# -- the gateway's MCP server spans -----------------------------------------------------------
 
 GATEWAY_HARNESSES = ('[harness.api-fixer]\nharness = "claude-code"\nexport_telemetry = true\n'
                      '[harness.billing-bot]\nharness = "claude-code"\n')

@@ -1,4 +1,4 @@
-"""Issue 30: what `make run` puts in a user's venv, and the upper bounds where memactors uses a package's
+"""What `make run` puts in a user's venv, and the upper bounds where memactors uses a package's
 internals (docs/dependencies.md).
 
 `make` runs as a subprocess (a dry run with its own venv path, so nothing is installed); the bounds are

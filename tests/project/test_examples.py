@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from fix_daemon import daemon_in_process
 from memactors.config import load_config
-from memactors.daemon import run_daemon
-from support import EXAMPLES, write_config
+from support import EXAMPLES
 
 
 def test_the_example_configuration_loads_with_its_harnesses_and_ports(tmp_path: Path) -> None:
@@ -33,14 +33,11 @@ def test_the_example_configuration_loads_with_its_harnesses_and_ports(tmp_path: 
 async def test_req4_the_minimal_example_provider_passes_the_check_over_stdio(tmp_path: Path) -> None:
     provider = EXAMPLES / "minimal_provider.py"
     assert len(provider.read_text().splitlines()) <= 60  # "a provider in about fifty lines"
-    config = write_config(tmp_path, f'[mcp.mini]\ncommand = {json.dumps(sys.executable)}\n'
-                                    f'args = [{json.dumps(str(provider))}]\n')
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: run_daemon(lambda: load_config(config), task_status=task_status))
+    mini = f'[mcp.mini]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(provider))}]\n'
+    async with daemon_in_process(tmp_path, mini) as (config, _):
         done = await trio.to_thread.run_sync(lambda: subprocess.run(
             [sys.executable, "-m", "memactors.cli", "memory", "provider", "check", "--provider", "mini", "--json",
              "--config", str(config)], capture_output=True, text=True, timeout=120, check=False))
-        nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["provider_name"] == "minimal"

@@ -1,4 +1,4 @@
-"""Issue 23: no server binary or extension the tests run may contain AVX-512 (or AMX) instructions.
+"""No server binary or extension the tests run may contain AVX-512 (or AMX) instructions.
 
 The wheel's pgvector, built with -march=native on an AVX-512 machine, killed PostgreSQL's backends with
 SIGILL on an AVX2 CPU. `memactors.testing.isa_guard` refuses such code wherever it sits (behind a CPU

@@ -1,4 +1,4 @@
-"""The product as someone who will not clone the repository gets it (issue 39): the wheel and sdist built as
+"""The product as someone who will not clone the repository gets it: the wheel and sdist built as
 a release builds them, installed into a brand-new venv outside the source tree (pip fetches the
 dependencies; memactors-model from the wheel scripts/build_model_wheel.py makes), then used only through
 that venv's `memactors`: `pip check`, `--version` against the wheel's own version, `serve` (state in a
@@ -198,7 +198,7 @@ def test_the_wheel_installs_whole_into_a_new_venv_serves_with_the_embedded_model
 
 def test_pipx_installs_the_wheel_whole_with_the_model_and_names_pipx_to_fix_a_missing_one(
         tmp_path: Path, built: tuple[Path, Path, str]) -> None:
-    """The issue's "Pipx Internal Error": `pipx install` of the wheel (the model wheel beside it, as a
+    """The "Pipx Internal Error" once reported: `pipx install` of the wheel (the model wheel beside it, as a
     release's files are) gives a venv where `pip check` passes and the embedded model is found; a missing
     model in a pipx venv is fixed by `pipx inject`, which is what memactors names."""
     wheel, wheels, version = built

@@ -21,7 +21,8 @@ from memactors import cli
 from memactors.config import ConfigHolder
 from memactors.contract import schema_document
 from memactors.metrics import Metrics
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import MemoryService, open_memory_service
 from support import LogRecords, run_record, wait_ready, write_config
 
@@ -101,7 +102,7 @@ async def test_req4_a_provider_that_ignores_scope_passes_with_a_warning(
 async def test_an_unknown_or_project_only_provider_cannot_be_checked(tmp_path: Path) -> None:
     async with daemon_in_process(tmp_path) as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "control")) as rpc:
-            from memactors.rpc.transport import RpcError
+            from memactors.rpc.frames import RpcError
 
             with pytest.raises(RpcError) as err:
                 await rpc.call(f"{SERVICE}/CheckProvider", {"provider": "zep"})
@@ -196,7 +197,7 @@ async def _keeps_last_good(tmp_path: Path, logs: LogRecords) -> None:
         assert config.exists()
 
 
-# -- a failing check says why (issue 18) ---------------------------------------------------------------------
+# -- a failing check says why ---------------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_MEMORY = REPO / ".cache" / "agents" / "node_modules" / ".bin" / "mcp-server-memory"

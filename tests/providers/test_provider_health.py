@@ -17,13 +17,14 @@ import trio
 import trio.testing
 from mcp.server import Server
 
+from fix_daemon import daemon_in_process
 from fix_providers import FaultFiles, fault_toml, poll, sample
 from memactors.actors import provider_session as ps
-from memactors.config import Config, ConfigHolder, load_config
-from memactors.daemon import run_daemon
+from memactors.config import Config, ConfigHolder
 from memactors.doctor import doctor_rows
 from memactors.metrics import Metrics
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.fault_provider import PROVIDER_NAME, PROVIDER_VERSION, FaultProvider
@@ -48,10 +49,8 @@ async def test_a_sigstopped_stdio_provider_is_down_with_provider_up_0_doctor_war
     monkeypatch.setattr(ps, "HEARTBEAT_SECONDS", 0.3)
     monkeypatch.setattr(ps, "HEARTBEAT_MISSES_TO_RECONNECT", 10**6)  # keep the stopped process, not a fresh one
     files = FaultFiles(tmp_path / "fault")
-    path = write_config(tmp_path, fault_toml(files, provider_timeout="0.5s"))
     state = tmp_path / "state"
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path, fault_toml(files, provider_timeout="0.5s")) as (path, listening):
         async with connect_rpc(listening.operator, read_token(state, "read")) as rpc, httpx2.AsyncClient() as http:
             async def state_is(wanted: str) -> bool:
                 return (await rpc.call(f"{SERVICE}/Status", {}))["state"] == wanted
@@ -79,7 +78,6 @@ async def test_a_sigstopped_stdio_provider_is_down_with_provider_up_0_doctor_war
             await poll(lambda: state_is("ready"), what="ready again after SIGCONT")
             metrics = (await http.get(listening.metrics)).text
             assert 'harness_memory_provider_up{provider="fault"} 1.0' in metrics
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req19

@@ -60,7 +60,7 @@ HAND_SAMPLED_RULES = {r[0] for r in TRUE_POSITIVES}
 @pytest.mark.req6
 def test_every_hand_written_rule_has_a_true_positive_sample() -> None:
     # Rules derived from gitleaks carry its secret_group; gitleaks' own test suite covers their samples.
-    # Issue 31's rules have theirs in the generated corpus (tests/redact/test_redact_structural.py checks that
+    # The context rules have theirs in the generated corpus (tests/redact/test_redact_structural.py checks that
     # each fires on one); the older hand-written rules have them here.
     hand = {rule.id for rule in default.rules if rule.secret_group is None and rule.id in HAND_SAMPLED_RULES}
     assert hand == {r[0] for r in TRUE_POSITIVES if r[0] in hand}
@@ -236,7 +236,7 @@ def test_false_positives_survive_unchanged(text: str) -> None:
 @pytest.mark.req6
 def test_control_characters_are_stripped_tab_and_newline_kept() -> None:
     text = "a\x00b\x07c\td\ne\x1bf\x7fg\x85h\x9fi\r\nj\x0bk\x0cl"
-    # `ESC f` is an escape sequence (ESC and a final byte): it goes whole (issue 25); CRLF is one LF.
+    # `ESC f` is an escape sequence (ESC and a final byte): it goes whole; CRLF is one LF.
     assert strip_control(text) == "abc\td\neghi\njkl"
     assert redact(text) == "abc\td\neghi\njkl"
 

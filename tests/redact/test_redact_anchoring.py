@@ -1,8 +1,8 @@
-"""Anchored rules (issue 31's ingest cost): a rule whose every match begins at a fixed place from one of
+"""Anchored rules (what keeps ingest cheap): a rule whose every match begins at a fixed place from one of
 its keywords is tried only there, and that must change no result.
 
 `anchor_leads` reads a pattern's literal beginning; these tests pin what it proves and what it refuses,
-then compare the shared redactor with one whose rules all scan, over issue 31's generated corpus and
+then compare the shared redactor with one whose rules all scan, over the generated corpus and
 texts built from it (joined, case-changed, with the Unicode letters ``re`` folds to ASCII).
 """
 

@@ -1,5 +1,5 @@
-"""Issue 31: the redactor generalizes — every format of the generated corpus (tests/support_corpus.py: the
-structural forms, the vendor prefixes, one sample per gitleaks rule, issue 20's formats) is redacted as a
+"""The redactor generalizes — every format of the generated corpus (tests/support_corpus.py: the
+structural forms, the vendor prefixes, one sample per gitleaks rule, memactors' own formats) is redacted as a
 whole text and line by line (a provider's stderr), and the structural rules leave ordinary text alone.
 
 The daemon-level test (every field, every surface) is tests/hardening/test_hardening_corpus.py.
@@ -64,7 +64,7 @@ def test_every_own_rule_fires_on_a_format_of_the_corpus() -> None:
     ours = [r for r in default.rules if r.secret_group is None]
     texts = [s.text for s in structural()]
     silent = [r.id for r in ours if not any(list(r.spans(t, redact)) for t in texts if r in default.candidates(t))]
-    # The older rules have their samples in tests/redact/test_redact.py; every issue 31 rule has one here.
+    # The older rules have their samples in tests/redact/test_redact.py; every context rule has one here.
     older = {"private-key", "url-userinfo-token", "github-fine-grained-pat", "docker-pat", "aws-secret-access-key",
              "slack-token", "slack-webhook-url", "anthropic-api-key", "openai-api-key", "jwt",
              "azure-sas-signature", "vault-batch-token-short", "huggingface-token", "datadog-key", "mailgun-api-key",

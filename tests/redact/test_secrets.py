@@ -20,6 +20,7 @@ import pytest
 import sqlean
 from loguru import logger
 
+from fix_daemon import daemon_in_process
 from memactors.config import ConfigHolder
 from memactors.service import open_memory_service
 from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
@@ -48,7 +49,7 @@ def forms(secret: str) -> set[str]:
 
 def secret_record(i: int, before: str, secret: str, after: str) -> dict[str, Any]:
     ctx = before + secret + after
-    line = " ".join(ctx.split())  # one-line fields refuse line breaks (issue 9): the same secret on one line
+    line = " ".join(ctx.split())  # one-line fields refuse line breaks: the same secret on one line
     at = "2026-11-28T09:01:00Z"
     return run_record(
         harness=f"h{i} {line}"[:250], run_id=f"r{i}", trace_id=ctx, result_text=f"RESULT-MARKER {ctx} end",
@@ -148,7 +149,7 @@ async def test_req6_a_token_in_the_result_never_leaves_the_daemon(make_holder: H
     assert [i["provider"] for i in view["index"]] == ["fault"]
 
 
-# -- issue 9 "Nothing secret": every credential family, every field and feed, through the real daemon --
+# -- nothing secret: every credential family, every field and feed, through the real daemon --
 
 CREDENTIAL_FAMILIES = ("stripe-access-token", "gcp-api-key", "npm-access-token", "pypi-upload-token",
                    "sendgrid-api-token", "vault-service-token", "docker-pat", "github-pat",
@@ -173,12 +174,8 @@ def telltales(secret: str) -> set[str]:
 @pytest.mark.slow
 async def test_no_credential_family_reaches_the_state_directory_or_the_log_through_the_daemon(
         tmp_path: Path) -> None:
-    import trio
-
-    from memactors.config import load_config
-    from memactors.daemon import run_daemon
-    from memactors.rpc.transport import connect_rpc, read_token
-    from support import write_config
+    from memactors.rpc.client import connect_rpc
+    from memactors.rpc.tokens import read_token
 
     service = "harness.v1.MemoryService"
     samples = family_samples()
@@ -188,10 +185,7 @@ async def test_no_credential_family_reaches_the_state_directory_or_the_log_throu
     state = tmp_path / "state"
     found: list[tuple[str, str]] = []
     try:
-        path = write_config(tmp_path, "[memory.episodes]\nsummary = false\n")
-        async with trio.open_nursery() as nursery:
-            listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path),
-                                                                           task_status=task_status))
+        async with daemon_in_process(tmp_path, "[memory.episodes]\nsummary = false\n") as (_, listening):
             async with connect_rpc(listening.operator, read_token(state, "control")) as rpc:
                 for i, (_, before, secret, after) in enumerate(samples):
                     ctx = before + secret + after
@@ -220,7 +214,6 @@ async def test_no_credential_family_reaches_the_state_directory_or_the_log_throu
                 for file in sorted(p for p in state.rglob("*") if p.is_file() and not p.name.endswith(".token")):
                     data = file.read_bytes()
                     found += [(file.name, s) for _, _, s, _ in samples if any(f.encode() in data for f in telltales(s))]
-            nursery.cancel_scope.cancel()
     finally:
         logger.remove(sink)
     # ... and again after the stop has checkpointed them into the db file.

@@ -1,4 +1,4 @@
-"""URLs are shown without their credentials (issue 20): ``mask_url`` itself, and every surface that prints
+"""URLs are shown without their credentials: ``mask_url`` itself, and every surface that prints
 or logs an upstream's URL — config errors, ``memactors doctor``, ``memory status`` (text and JSON),
 ``memory provider check``, the daemon's log (a failed reload, the provider's stderr) — with the daemon as a
 process and the CLI as a subprocess."""
@@ -31,7 +31,7 @@ SHOWN_URL = f"http://svc:{MASK}@127.0.0.1:9/mcp?api_key={MASK}&x=1&hash={MASK}&r
 
 @pytest.mark.parametrize(("url", "shown"), [
     (SECRET_URL, SHOWN_URL),
-    # issue 30: the user name is who connects, not a secret; only the password goes
+    # the user name is who connects, not a secret; only the password goes
     ("postgresql://memactors:PW@host/db", f"postgresql://memactors:{MASK}@host/db"),
     ("postgresql://memactors@db.internal/ledger", "postgresql://memactors@db.internal/ledger"),
     ("postgresql://a8Fk2LmQ9xZ3vB7nR4tY6wE1@db/x", f"postgresql://{MASK}@db/x"),  # a token, by its looks

@@ -13,15 +13,10 @@ import trio
 from trio_websocket import open_websocket_url
 
 from memactors.errors import ConfigError, PermissionDenied, UnknownEpisode
-from memactors.rpc.transport import (
-    Method,
-    RpcError,
-    Tokens,
-    connect_rpc,
-    ensure_tokens,
-    read_token,
-    serve_rpc,
-)
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.server import Method, serve_rpc
+from memactors.rpc.tokens import Tokens, ensure_tokens, read_token
 
 SVC = "harness.v1.MemoryService/"
 

@@ -1,4 +1,4 @@
-"""Issue 34: no operator RPC frame is answered INTERNAL. Hypothesis draws frames through
+"""No operator RPC frame is answered INTERNAL. Hypothesis draws frames through
 ``memactors.testing.rpc_fuzz.frame`` (its ``st.randoms`` makes every choice shrinkable) and sends each
 over one real websocket to the daemon as a process; every answer must be a well-formed reply whose code
 is not INTERNAL. The bench (``bench/rpc_fuzz.py``) runs the same generator over >= 100,000 frames.
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import CODES
+from memactors.rpc.frames import CODES
 from memactors.rpc.wsclient import _read_message, _send_frame, handshake
 from memactors.testing.rpc_fuzz import frame
 

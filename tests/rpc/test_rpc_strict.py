@@ -1,4 +1,4 @@
-"""Issue 20, over the daemon as a process: every RPC frame gets an answer (a frame whose `id` is a lone
+"""Over the daemon as a process: every RPC frame gets an answer (a frame whose `id` is a lone
 surrogate used to close the connection with no reply), and a method refuses a parameter it does not
 take by name, as the gateway refuses an unknown tool argument (SPEC-0030 Error Handling Standards)."""
 

@@ -1,4 +1,4 @@
-"""Issue 30: a run's scrub keeps the operator's prompt and the fence nonce out of what it stores, and
+"""A run's scrub keeps the operator's prompt and the fence nonce out of what it stores, and
 nothing else: an answer that repeats a briefing line (an earlier run's excerpt) is kept verbatim.
 
 Properties over random operator prompts, briefings and answers made of their lines and other text.

@@ -1,4 +1,4 @@
-"""Issue 26: the readers of resident sessions, on the shapes the real CLIs write (Gemini CLI 0.61's session file,
+"""The readers of resident sessions, on the shapes the real CLIs write (Gemini CLI 0.61's session file,
 the parts memactors' OpenCode plugin collects): what becomes the run record, and what is never kept."""
 
 from __future__ import annotations

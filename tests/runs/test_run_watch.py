@@ -92,7 +92,7 @@ def test_scrub_removes_every_line_of_the_operator_prompt() -> None:
 
 
 def test_scrub_keeps_an_answer_that_repeats_a_briefing_line() -> None:
-    """Issue 30: the briefing holds earlier runs' excerpts; an answer equal to one is the answer."""
+    """The briefing holds earlier runs' excerpts; an answer equal to one is the answer."""
     prompt = "Check the nightly build and report."
     briefing = "Recent episodes\n- nightly · ok · All tests pass, nothing to do."
     composed = compose_prompt(briefing, prompt, nonce="n0nce")
@@ -107,7 +107,7 @@ def test_scrub_keeps_an_answer_that_repeats_a_briefing_line() -> None:
 
 
 def test_a_credential_holding_a_prompt_line_is_redacted_whole() -> None:
-    """Issue 33: redact first, then scrub; a scrub inside a credential would split it in two halves the
+    """Redact first, then scrub; a scrub inside a credential would split it in two halves the
     redactor passes (`ghp_R7kQ2mXv9L[prompt]T4sW…`)."""
     secret = "ghp_R7kQ2mXv9L" + "pZ3wYbN8cQ" * 2 + "T4sWq1Ld"
     line = secret[8:28]
@@ -156,7 +156,7 @@ def test_an_event_echoing_the_prompt_keeps_neither_its_lines_nor_its_nonce() -> 
 
 
 def test_a_key_block_cut_by_the_tail_window_shows_none_of_its_lines() -> None:
-    """Issue 20: the stderr tail keeps the last 4 KiB; when a private key's BEGIN line falls before the
+    """The stderr tail keeps the last 4 KiB; when a private key's BEGIN line falls before the
     cut, its body lines and END line are all the tail holds of it, and `redact_tail` drops them."""
     body = [base64.b64encode(bytes([n]) * 48).decode() for n in range(80)]  # 64-char lines, ~5 KiB
     tail = StderrTail()

@@ -317,7 +317,7 @@ async def test_an_expired_run_token_resolves_to_nobody(memory: MemoryService) ->
 
 async def test_a_run_without_output_is_launch_failed_and_keeps_its_stderr_tail_redacted(
         tmp_path: Path, make_holder: Any) -> None:
-    """Issue 18: the agent's stderr is not discarded. Its last 4 KiB are kept with the run, redacted
+    """The agent's stderr is not discarded. Its last 4 KiB are kept with the run, redacted
     (a token in it), without a line of the composed prompt (a usage line echoing it: REQ-16) and never
     in the episode (REQ-5); a run that wrote no output is failed / launch_failed."""
     repo = make_repo(tmp_path / "api")
@@ -417,7 +417,7 @@ async def test_an_agent_echoing_its_prompt_stores_no_line_of_the_composed_prompt
     """REQ-5, REQ-16: the prompt is never persisted. An agent that prints its prompt puts it in its
     stdout, which becomes the run's events and its result text: both are scrubbed of the operator's
     prompt and every nonce before anything is stored. The briefing's lines are stored facts and
-    episodes, not the prompt: an event may repeat them (issue 30); the result text echoing the whole
+    episodes, not the prompt: an event may repeat them; the result text echoing the whole
     composed prompt loses it whole."""
     repo = make_repo(tmp_path / "api")
     out = tmp_path / "o"

@@ -1,4 +1,4 @@
-"""Issue 30: what the agent said is what is remembered.
+"""What the agent said is what is remembered.
 
 A run's prompt scrub keeps the *operator's* prompt and the fence nonce out of the episode (REQ-5,
 REQ-16), never the briefing's items: an agent whose answer repeats a line of its briefing (a recurring
@@ -56,7 +56,7 @@ async def test_a_claude_answer_that_repeats_its_briefing_is_kept(tmp_path: Path)
     """The second run's briefing holds the first run's answer; the second run answers the same: its
     episode, its log and the next briefing keep the answer, never `[prompt]`."""
     repo = make_repo(tmp_path / "api")
-    # A briefing shows an episode by its subject, the answer's first sentence (issue 38's short items):
+    # A briefing shows an episode by its subject, the answer's first sentence (short items):
     # that is the line the second run's answer repeats.
     subject = "No new issues in the ledger since the last run"
     answer = f"{subject}. The reconcile job and the invoice export both finished cleanly overnight."
@@ -99,7 +99,7 @@ async def test_a_claude_answer_that_repeats_the_operator_prompt_is_scrubbed(tmp_
 
 
 async def test_a_command_harness_printing_one_stable_line_keeps_it(tmp_path: Path) -> None:
-    """The issue's `command` case: memory_briefing = true, a program that prints one stable line and
+    """The `command` case: memory_briefing = true, a program that prints one stable line and
     edits nothing, `memactors run nightly --wait` twice; the second episode keeps the line, and
     `memory briefing nightly` shows its subject."""
     repo = make_repo(tmp_path / "api")

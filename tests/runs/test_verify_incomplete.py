@@ -1,4 +1,4 @@
-"""Issue 26: a verify call that never finished is not a success. A Codex stream whose test command has an
+"""A verify call that never finished is not a success. A Codex stream whose test command has an
 ``item.started`` but no ``item.completed`` (pytest ran past Codex's command window), or a Claude Code Bash
 call whose result never came or came without an exit status, makes the run ``failed`` /
 ``verify_incomplete`` — never ``succeeded`` by omission — unless a later test command reported."""

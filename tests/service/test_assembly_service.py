@@ -40,12 +40,7 @@ SUMMARIES = "harness_memory_episode_summaries_total"
 Holder = Callable[[str], ConfigHolder]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 @asynccontextmanager

@@ -57,7 +57,7 @@ def test_the_sentinels_exist_with_a_docstring_each() -> None:
 @pytest.mark.errors
 async def test_a_provider_timeout_names_the_provider_the_operation_and_the_deadline(  # type: ignore[no-untyped-def]
         tmp_path: Path, make_holder) -> None:
-    """Issue 33: a provider that does not answer was logged `error=TooSlowError detail=""`. The record's
+    """A provider that does not answer was logged `error=TooSlowError detail=""`. The record's
     line and a degraded recall's line now name the provider, the tool and the deadline."""
     control = tmp_path / "modes"
     records: list[dict[str, object]] = []
@@ -143,7 +143,7 @@ async def test_a_failed_summary_names_its_episode(make_holder) -> None:  # type:
 @pytest.mark.errors
 async def test_many_queued_records_failing_the_same_way_log_one_line_per_interval_with_the_count(  # type: ignore[no-untyped-def]
         tmp_path: Path, make_holder, trio_clock: trio.testing.MockClock) -> None:
-    """Issue 45: during a store failover the retention loop logged one WARNING per queued record per retry
+    """During a store failover the retention loop logged one WARNING per queued record per retry
     (6,580 lines in 29 s). A failure repeated by many records is one line per RETRY_LOG_SECONDS of trio
     time, the next one carrying how many were folded into it."""
     from memactors.actors.retention import RETRY_LOG_SECONDS

@@ -1,11 +1,11 @@
-"""A lying provider cannot put another repository's text in front of an agent (issue 9, REQ-9).
+"""A lying provider cannot put another repository's text in front of an agent (REQ-9).
 
 The fault provider runs as a real stdio subprocess; in ``swap_text`` mode it answers ids of the caller's
 repository with the text it holds for another repository. memactors checks each item's text against
 the episode it names (actors/index.text_belongs) and serves an item whose text is not drawn from it with
 its own text of that episode (its gist) instead (counted in
 ``memactors_memory_results_text_replaced_total``, not as a drop): the swap stays contained and the agent
-still gets its episode (issue 20).
+still gets its episode.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from memactors.actors.index import OWN_TEXT_CHARS, text_belongs, text_belongs_bo
 from memactors.builtin import search_words
 from memactors.config import ConfigHolder
 from memactors.documents import gist
-from memactors.rpc.transport import connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.tokens import read_token
 from memactors.service import open_memory_service
 from memactors.testing.fault_provider import SPOOF_CLAIM
 from support import EXAMPLES, example, wait_ready
 from support_readside import API, as_run, fault_toml, fenced_only, gateway_client, sample
 from support_runs import make_repo
 
-pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike
 
 SERVICE = "harness.v1.MemoryService"
 DROPPED = "harness_memory_results_dropped_total"
@@ -162,7 +163,7 @@ async def test_req9_provenance_cannot_be_spoofed(tmp_path: Path) -> None:
         assert own.startswith("Tried to fix the flaky ledger")  # the run's own words first
         assert own in document and fenced_only(document, "Tried to fix the flaky ledger"), mode  # ours, fenced
     assert 'memactors_memory_results_text_replaced_total{provider="fault"} 2.0' in metrics
-    # Not a drop: REQ-21's drop series carries REQ-9's four reasons only (issue 33).
+    # Not a drop: REQ-21's drop series carries REQ-9's four reasons only.
     assert 'reason="text_replaced"' not in metrics and 'reason="invalid"' not in metrics
 
 

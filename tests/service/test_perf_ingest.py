@@ -1,4 +1,4 @@
-"""Issue 11, ingest at the speed of SQLite: the fast paths of the write path give the answers of the
+"""Ingest at the speed of SQLite: the fast paths of the write path give the answers of the
 reference paths they stand in front of, and a batch is one write transaction with per-record results.
 
 No timings here (speed belongs in bench/): these tests pin the behaviour the fast paths must keep.
@@ -325,7 +325,7 @@ async def test_a_batch_logs_one_info_line_and_still_counts_every_episode(tmp_pat
     import httpx2
 
     from fix_daemon import daemon_process
-    from memactors.rpc.transport import connect_rpc
+    from memactors.rpc.client import connect_rpc
 
     service = "harness.v1.MemoryService"
     with daemon_process(tmp_path) as daemon:

@@ -19,7 +19,7 @@ from memactors.testing.fault_provider import SPOOF_CLAIM
 from support import example, run_record, wait_ready, within
 from support_readside import API, BILLING, as_run, calls, count, fault_toml, fenced_only, sample
 
-pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike (issue 19)
+pytestmark = pytest.mark.both_engines  # SQLite and PostgreSQL alike
 
 DROPPED = "harness_memory_results_dropped_total"
 REPLACED = "memactors_memory_results_text_replaced_total"

@@ -213,7 +213,7 @@ def test_req9_no_provider_answer_widens_a_callers_scope(db_path: Path, answer: l
         p = it["provenance"]
         if it["text"].startswith("MARK"):  # the provider's own text, kept: the item it came from
             pids = [payload["items"][int(it["text"][4:7])]["id"]]
-        else:  # served with the daemon's own text of the episode (issue 20): an item that named it
+        else:  # served with the daemon's own text of the episode: an item that named it
             pids = [i["id"] for i in payload["items"] if isinstance(i["id"], str) and i["id"] in BY_PID
                     and BY_PID[i["id"]]["episode_id"] == p["episode"]]
             assert "MARK" not in it["text"]  # none of the provider's words
@@ -233,7 +233,7 @@ def test_req9_an_unattributed_view_never_asks_the_provider(db_path: Path) -> Non
 
 @pytest.mark.req9
 def test_req9_recheck_is_one_query_whatever_the_number_of_items(db_path: Path) -> None:
-    """Issue 11: the re-check reads the index once per answer, not once per item."""
+    """The re-check reads the index once per answer, not once per item."""
     items = [contract.RecallItem(id=e["provider_id"], text="t") for e in EPISODES] + [
         contract.RecallItem(id=u, text="t") for u in UNKNOWN]
     db = sqlite_utils.Database(str(db_path))

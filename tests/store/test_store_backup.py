@@ -1,4 +1,4 @@
-"""`memactors store backup` / `store restore` (issue 27): a backup taken while the daemon ingests (the CLI's
+"""`memactors store backup` / `store restore`: a backup taken while the daemon ingests (the CLI's
 `runs ingest` in a loop beside it) passes `PRAGMA integrity_check` and, restored, holds every episode
 acknowledged before the backup began; restore is refused while the daemon runs; a corrupt backup is
 refused and the store left as it was."""

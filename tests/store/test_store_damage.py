@@ -1,4 +1,4 @@
-"""Issue 34, "a corrupt or unwritable store": the daemon as a process on a real SQLite file.
+"""A corrupt or unwritable store: the daemon as a process on a real SQLite file.
 
 * At start, a file that is not a database, or a store path SQLite cannot open or write: `memactors
   serve` prints one line naming the file and the cause and exits 5, no traceback.
@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from fix_daemon import daemon_process, start_daemon
-from memactors.rpc.transport import connect_rpc
+from memactors.rpc.client import connect_rpc
 from support import run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"

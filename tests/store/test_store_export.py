@@ -1,4 +1,4 @@
-"""`memactors store export` / `store import` (issue 27): a store's memory (a real repository's history
+"""`memactors store export` / `store import`: a store's memory (a real repository's history
 imported into a real daemon, a fact, a forgotten episode) exported as versioned JSON lines while that
 daemon serves, imported into an empty store of each engine, and a daemon on it answers the same
 recalls; the forgotten episode never comes back; importing twice adds nothing."""

@@ -225,7 +225,7 @@ async def test_an_imported_episode_is_redacted_and_scoped_by_its_repository_over
     and a fact holding the token (what an older store's redactor missed) are stored without it."""
     import trio
 
-    from memactors.rpc.transport import connect_rpc
+    from memactors.rpc.client import connect_rpc
     from support_readside import gateway_client
 
     lines, _, _ = await trio.to_thread.run_sync(exported, tmp_path, run_record())

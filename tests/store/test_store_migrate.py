@@ -1,4 +1,4 @@
-"""Issue 19 "Moving up": `memactors store migrate --to postgresql://…` as a user runs it — the CLI as a
+"""Moving up: `memactors store migrate --to postgresql://…` as a user runs it — the CLI as a
 subprocess copies a real SQLite store (written by the service) into a real PostgreSQL database; every
 table, every id and time kept; the built-in provider's documents re-indexed (recall finds them on
 PostgreSQL); a verification count at the end; running it twice changes nothing."""
@@ -106,12 +106,12 @@ async def test_store_migrate_copies_every_table_keeps_ids_and_is_safe_to_run_twi
     second = migrate(config, tmp_path, "--to", pg_url)  # safe to run twice
     assert second.returncode == 0, second.stderr
     assert "verified: every source row is in the target" in second.stdout
-    # issue 30: the user and host say where the copy went; only the password is hidden
+    # the user and host say where the copy went; only the password is hidden
     shown = pg_url.replace(f":{pg_cluster.password}@", ":[REDACTED]@")
     assert shown.startswith("postgresql://memactors:[REDACTED]@127.0.0.1:")
     assert f"to {shown}" in second.stdout and report["target"] == shown
     assert pg_cluster.password not in second.stdout + second.stderr
-    # Only the command's own lines on the terminal (issue 33): no log line of what it ran in-process,
+    # Only the command's own lines on the terminal: no log line of what it ran in-process,
     # in loguru's default format or the daemon's; those are in the state directory's store-migrate.log.
     for out in (first.stdout, first.stderr, second.stdout, second.stderr):
         assert not [line for line in out.splitlines() if LOG_LINE.search(line)], out

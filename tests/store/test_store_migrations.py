@@ -14,7 +14,7 @@ from memactors.store import Store
 from memactors.store.engines import open_store
 
 #: SQLite's two migrations that move data: Python in store/sqlite.py, with the SQL they run around it.
-#: The migrations that move data are Python, not files (issue 25 added the words-stay-words pair).
+#: The migrations that move data are Python, not files (the words-stay-words pair among them).
 PYTHON_MIGRATIONS = {"0006_builtin_scope_in_fts", "0009_flat_text_and_builtin_fields", "0012_words_stay_words"}
 PG_PYTHON_MIGRATIONS = {"0005_words_stay_words"}
 

@@ -1,4 +1,4 @@
-"""Issue 19: the store on PostgreSQL — what only a shared, networked engine has.
+"""The store on PostgreSQL — what only a shared, networked engine has.
 
 Several daemons on one store (claims under FOR UPDATE SKIP LOCKED, the prune under an advisory lock,
 migrations once, the same run ingested twice), the password never shown, one WARN without pgvector,
@@ -25,9 +25,11 @@ from memactors.actors.retention import Retention
 from memactors.config import ConfigHolder, load_config
 from memactors.errors import StoreUnavailable
 from memactors.metrics import Metrics
+from memactors.modelapi import ModelApiClient
 from memactors.service import MemoryService, open_memory_service
 from memactors.store import Store, iso
 from memactors.store.engines import open_store
+from memactors.testing.fake_model_api import FakeModelApi
 from memactors.testing.postgres import Cluster
 from support import LogRecords, run_record, wait_ready, within, write_config
 from support_readside import API, as_run
@@ -237,7 +239,7 @@ def test_the_pgvector_tests_run_on_the_portable_build_never_the_systems_server(
 
 
 def test_an_hnsw_index_builds_and_answers_on_this_cpu(pgvector_cluster: Cluster) -> None:
-    """Issue 23's reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
+    """The reproduction: on a CPU without AVX-512 the wheel's pgvector killed the backend with
     SIGILL at the first `CREATE INDEX … USING hnsw`. The portable build builds it, a query ordered by
     cosine distance is answered through it, and no backend of the server died."""
     import psycopg
@@ -301,15 +303,13 @@ def test_a_cluster_starts_where_the_postgres_user_cannot_enter_the_temporary_dir
 
 
 async def test_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
-        tmp_path: Path, vector_url: str) -> None:
+        vector_store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
     """REQ-11's hybrid ranking on PostgreSQL: vectors in pgvector (HNSW, cosine), embedded once per
     content, fused with the text ranking by RRF; a cosine-only hit comes back; scope holds. On the
     portable pgvector build on Debian's server (`pgvector_cluster`), so it runs on every machine `make
     test` runs on;
     the test above covers a server without pgvector."""
     from memactors.builtin import BuiltinProvider, missing_vectors
-    from memactors.modelapi import ModelApiClient, ModelApiSettings
-    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
 
     a, b = "project:forge.example/acme/api", "project:forge.example/acme/web"
 
@@ -317,67 +317,60 @@ async def test_with_pgvector_hybrid_recall_fuses_cosine_on_postgresql(
         return {"episode_id": eid, "scope": scope, "trust_class": "standard", "text": text,
                 "episode": {"started_at": "2026-11-28T09:00:00Z", "files_touched": [], "summary": None}}
 
-    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
-        settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
-                                    embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await open_store(vector_url)
-        try:
-            async with ModelApiClient(settings) as client:
-                # No floor: the fusion's every candidate (the fake model's cosine-only hits are noise).
-                p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed", relevance_floor=0.0)
-                assert await p.check_vectors()
-                await p.record(args("ep_1", "rounding error in invoices"))
-                await p.record(args("ep_2", "totally different words here"))
-                assert api.requests_to("/v1/embeddings") == []  # recording never waits for the model
-                assert await p.embed_pending() == 2  # the background embedder's pass: one batch
-                await p.record(args("ep_9", "rounding error in invoices"))  # same content: the cache
-                await p.record(args("ep_b", "totally different words here", scope=b))
-                assert await p.embed_pending() == 2
-                assert len(api.requests_to("/v1/embeddings")) == 1
-                assert await store.read(missing_vectors) == 0
-                assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 4
-                kinds = await store.read(lambda db: db.execute(
-                    "SELECT indexdef FROM pg_indexes WHERE tablename = 'builtin_vec'").fetchall())
-                assert any("(scope, cell)" in k[0] for k in kinds)  # the cells' b-tree (builtin.vector_cells)
-                form = await store.read(lambda db: db.execute(
-                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
-                    " WHERE attrelid = 'builtin_vec'::regclass AND attname = 'embedding'").fetchone()[0])
-                assert form == "halfvec(64)"  # half float32's bytes
-                out = await p.recall({"query": "different words", "scope": [a], "limit": 5})
-                ids = [i["id"] for i in out["items"]]
-                assert ids[0] == "ep_2" and set(ids) == {"ep_1", "ep_2", "ep_9"}  # cosine-only hits too
-                assert "degraded" not in out
-                # scope holds in the cosine ranking too: the other scope's twin of ep_2 alone
-                other = await p.recall({"query": "rounding", "scope": [b], "limit": 5})
-                assert [i["id"] for i in other["items"]] == ["ep_b"]
-                # a forget takes the vector with the document
-                assert await p.forget({"id": "ep_2"}) == {"forgotten": True}
-                assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 3
-                # each vector is stored once: the cache points at its document's, and keeps a copy only
-                # when that document goes (REQ-11's cache by content and model outlives it)
-                def copies(db: Any) -> int:
-                    return int(db.execute("SELECT count(*) FROM builtin_embed_cache"
-                                          " WHERE length(vector) > 0").fetchone()[0])
+    store, api, client = vector_store, bag_of_words_api, embed_client
+    # No floor: the fusion's every candidate (the fake model's cosine-only hits are noise).
+    p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed", relevance_floor=0.0)
+    assert await p.check_vectors()
+    await p.record(args("ep_1", "rounding error in invoices"))
+    await p.record(args("ep_2", "totally different words here"))
+    assert api.requests_to("/v1/embeddings") == []  # recording never waits for the model
+    assert await p.embed_pending() == 2  # the background embedder's pass: one batch
+    await p.record(args("ep_9", "rounding error in invoices"))  # same content: the cache
+    await p.record(args("ep_b", "totally different words here", scope=b))
+    assert await p.embed_pending() == 2
+    assert len(api.requests_to("/v1/embeddings")) == 1
+    assert await store.read(missing_vectors) == 0
+    assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 4
+    kinds = await store.read(lambda db: db.execute(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'builtin_vec'").fetchall())
+    assert any("(scope, cell)" in k[0] for k in kinds)  # the cells' b-tree (builtin.vector_cells)
+    form = await store.read(lambda db: db.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = 'builtin_vec'::regclass AND attname = 'embedding'").fetchone()[0])
+    assert form == "halfvec(64)"  # half float32's bytes
+    out = await p.recall({"query": "different words", "scope": [a], "limit": 5})
+    ids = [i["id"] for i in out["items"]]
+    assert ids[0] == "ep_2" and set(ids) == {"ep_1", "ep_2", "ep_9"}  # cosine-only hits too
+    assert "degraded" not in out
+    # scope holds in the cosine ranking too: the other scope's twin of ep_2 alone
+    other = await p.recall({"query": "rounding", "scope": [b], "limit": 5})
+    assert [i["id"] for i in other["items"]] == ["ep_b"]
+    # a forget takes the vector with the document
+    assert await p.forget({"id": "ep_2"}) == {"forgotten": True}
+    assert await store.read(lambda db: db.execute("SELECT count(*) FROM builtin_vec").fetchone()[0]) == 3
+    # each vector is stored once: the cache points at its document's, and keeps a copy only
+    # when that document goes (REQ-11's cache by content and model outlives it)
+    def copies(db: Any) -> int:
+        return int(db.execute("SELECT count(*) FROM builtin_embed_cache"
+                              " WHERE length(vector) > 0").fetchone()[0])
 
-                assert await store.read(copies) == 0
-                assert await p.forget({"id": "ep_9"}) == {"forgotten": True}
-                assert await p.forget({"id": "ep_1"}) == {"forgotten": True}
-                assert await store.read(copies) == 1
-                requests = len(api.requests_to("/v1/embeddings"))  # the recalls' queries were embedded
-                await p.record(args("ep_3", "rounding error in invoices"))
-                assert await p.embed_pending() == 1
-                assert len(api.requests_to("/v1/embeddings")) == requests  # from the cache
-                assert await store.read(copies) == 0
-                # a store from before: every cache row a copy; at start they point at the documents
-                def before(db: Any) -> None:
-                    db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL", [b"\0" * 256])
-                    db.execute("DELETE FROM builtin_meta WHERE key = 'cache_form'")
+    assert await store.read(copies) == 0
+    assert await p.forget({"id": "ep_9"}) == {"forgotten": True}
+    assert await p.forget({"id": "ep_1"}) == {"forgotten": True}
+    assert await store.read(copies) == 1
+    requests = len(api.requests_to("/v1/embeddings"))  # the recalls' queries were embedded
+    await p.record(args("ep_3", "rounding error in invoices"))
+    assert await p.embed_pending() == 1
+    assert len(api.requests_to("/v1/embeddings")) == requests  # from the cache
+    assert await store.read(copies) == 0
+    # a store from before: every cache row a copy; at start they point at the documents
+    def before(db: Any) -> None:
+        db.execute("UPDATE builtin_embed_cache SET vector = ?, doc_id = NULL", [b"\0" * 256])
+        db.execute("DELETE FROM builtin_meta WHERE key = 'cache_form'")
 
-                await store.write(before)
-                assert await p.check_vectors()
-                assert await store.read(copies) == 0
-        finally:
-            store.close()
+    await store.write(before)
+    assert await p.check_vectors()
+    assert await store.read(copies) == 0
 
 
 async def test_with_pgvector_the_daemon_ranks_hybrid_and_warns_nothing(
@@ -617,53 +610,36 @@ async def test_a_store_outage_is_contained_and_work_resumes_without_a_restart(
         assert sorted(e["run_id"] for e in listed["episodes"]) == ["after", "before"]  # "during" never acknowledged
 
 
-async def test_pgvector_backfill_retires_vectors_of_an_older_embedding_text(vector_url: str) -> None:
-    """Issue 32 on pgvector: vectors stored under another embedding-text version (or model) are
+async def test_pgvector_backfill_retires_vectors_of_an_older_embedding_text(
+        vector_store: Store, bag_of_words_api: FakeModelApi, embed_client: ModelApiClient) -> None:
+    """On pgvector: vectors stored under another embedding-text version (or model) are
     retired at the embedder's next pass and every episode is embedded again from its run's words; the
     cache keeps the rest from the model."""
     from memactors.builtin import BuiltinProvider, missing_vectors, vector_model
-    from memactors.modelapi import ModelApiClient, ModelApiSettings
-    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
 
     scope = "project:forge.example/acme/api"
-    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=16)) as api:
-        settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
-                                    embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await open_store(vector_url)
-        try:
-            async with ModelApiClient(settings) as client:
-                p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
-                for n in range(3):
-                    await p.record({"episode_id": f"ep_{n}", "scope": scope, "trust_class": "standard",
-                                    "text": f"result_excerpt: ledger change {n}\n",
-                                    "episode": {"started_at": f"2026-11-2{n}T09:00:00Z"}})
-                assert await p.embed_pending() == 3
-                await store.write(lambda db: db.execute(
-                    "UPDATE builtin_meta SET value = 'fake-embed+text0' WHERE key = 'vec_model'"))
-                assert await p.embed_pending() == 3  # retired, and all three again (from the cache)
-                assert len(api.requests_to("/v1/embeddings")) == 1
-                model = await store.read(lambda db: db.execute(
-                    "SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()[0])
-                assert model == vector_model("fake-embed")
-                assert await store.read(missing_vectors) == 0
-        finally:
-            store.close()
+    store, api, client = vector_store, bag_of_words_api, embed_client
+    p = BuiltinProvider(store, embedder=client.embed, embedding_model="fake-embed")
+    for n in range(3):
+        await p.record({"episode_id": f"ep_{n}", "scope": scope, "trust_class": "standard",
+                        "text": f"result_excerpt: ledger change {n}\n",
+                        "episode": {"started_at": f"2026-11-2{n}T09:00:00Z"}})
+    assert await p.embed_pending() == 3
+    await store.write(lambda db: db.execute(
+        "UPDATE builtin_meta SET value = 'fake-embed+text0' WHERE key = 'vec_model'"))
+    assert await p.embed_pending() == 3  # retired, and all three again (from the cache)
+    assert len(api.requests_to("/v1/embeddings")) == 1
+    model = await store.read(lambda db: db.execute(
+        "SELECT value FROM builtin_meta WHERE key = 'vec_model'").fetchone()[0])
+    assert model == vector_model("fake-embed")
+    assert await store.read(missing_vectors) == 0
 
 
-async def test_postgresql_scores_its_hits_for_the_fusion(vector_url: str) -> None:
+async def test_postgresql_scores_its_hits_for_the_fusion(vector_store: Store, embed_client: ModelApiClient) -> None:
     """PostgreSQL with pgvector: the text hits' score is the words matched then the cover density
     (the engine's order), the cosine hits' pgvector's similarity (1 − `<=>`); the same checks as
     SQLite's (`support_builtin.check_scored_hits`)."""
-    from memactors.modelapi import ModelApiClient, ModelApiSettings
-    from memactors.testing.fake_model_api import FakeBehaviour, run_fake_model_api
     from support_builtin import check_scored_hits
 
-    async with run_fake_model_api(behaviour=FakeBehaviour(embed_mode="bag_of_words", embed_dim=64)) as api:
-        settings = ModelApiSettings(base_url=api.base_url, api_key=None, utility_model=None,
-                                    embedding_model="fake-embed", requests_per_minute=6000, daily_requests=100000)
-        store = await open_store(vector_url)
-        try:
-            async with ModelApiClient(settings) as client:
-                await check_scored_hits(store, client)
-        finally:
-            store.close()
+    store, client = vector_store, embed_client
+    await check_scored_hits(store, client)

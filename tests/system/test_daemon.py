@@ -14,9 +14,12 @@ import httpx2
 import pytest
 import trio
 
+from fix_daemon import daemon_in_process
 from memactors.config import load_config
 from memactors.daemon import run_daemon
-from memactors.rpc.transport import RpcError, connect_rpc, read_token
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.tokens import read_token
 from support import EXAMPLES, acknowledged, example, run_record, write_config
 
 SERVICE = "harness.v1.MemoryService"
@@ -34,9 +37,7 @@ REQ21_FAMILIES = [
 
 
 async def test_daemon_serves_the_thin_path_over_rpc_with_tiers(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         state = tmp_path / "state"
         control, read = read_token(state, "control"), read_token(state, "read")
         async with connect_rpc(listening.operator, control) as rpc:
@@ -59,19 +60,15 @@ async def test_daemon_serves_the_thin_path_over_rpc_with_tiers(tmp_path: Path) -
         assert refused.value.code == "UNAUTHENTICATED"
         async with connect_rpc(listening.operator, control) as rpc:
             assert (await rpc.call(f"{SERVICE}/ListEpisodes", {}))["episodes"][0]["run_id"] == "42"
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req21
 async def test_metrics_endpoint_shows_every_req21_family(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         async with httpx2.AsyncClient() as http:
             text = (await http.get(listening.metrics)).text
         for family in REQ21_FAMILIES:
             assert f"# TYPE {family.removesuffix('_total')}" in text, family
-        nursery.cancel_scope.cancel()
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -118,7 +115,7 @@ def test_cli_walkthrough_signals_and_restart(tmp_path: Path) -> None:
     """The README walk-through as a user types it; the daemon stops cleanly on SIGTERM (first run) and
     SIGINT (second run) and keeps its episodes. One test for both signals: each daemon start is seconds
     of the suite. The default configuration, the embedded model's hybrid ranking included, as the README
-    runs it: step 4's "nothing" holds with cosine similarity in the ranking (issue 38's floor)."""
+    runs it: step 4's "nothing" holds with cosine similarity in the ranking (the relevance floor)."""
     config = write_config(tmp_path, embeddings=True)
     env = {**os.environ, "HARNESS_CONFIG": str(config), "HOME": str(tmp_path)}
     state = tmp_path / "state"
@@ -171,10 +168,8 @@ async def test_a_port_in_use_is_a_config_error_naming_the_key(tmp_path: Path) ->
 
 async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_ones_by_name(tmp_path: Path) -> None:
     """IngestRuns: one call, a result per record in order; a bad record is rejected and the rest go on."""
-    path = write_config(tmp_path)
     bad = run_record(run_id="2", started_at="yesterday")
-    async with trio.open_nursery() as nursery:
-        listening = await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
+    async with daemon_in_process(tmp_path) as (_, listening):
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
             out = await rpc.call(f"{SERVICE}/IngestRuns", {"records": [
@@ -198,13 +193,12 @@ async def test_ingest_runs_batch_answers_each_record_in_order_and_rejects_bad_on
                 await rpc.call(f"{SERVICE}/IngestRuns", {"records": [{"record": run_record()}] * 501})
             assert too_many.value.code == "INVALID_ARGUMENT"
             assert "500" in str(too_many.value)
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.slow
 async def test_a_maximum_size_record_is_accepted_and_a_bigger_one_refused_while_other_callers_get_answers(
         tmp_path: Path) -> None:
-    """Issue 9: a record at the 1 MiB bound is ingested, one over it is refused naming its size and the
+    """A record at the 1 MiB bound is ingested, one over it is refused naming its size and the
     limit; meanwhile another caller's requests keep being answered (timings belong to bench/)."""
     from memactors._limits import MAX_RECORD_BYTES, record_size
 

@@ -1,4 +1,4 @@
-"""Contracts the daemon keeps as a whole (issue 10): facts status, exported series, state directory."""
+"""Contracts the daemon keeps as a whole: facts status, exported series, state directory."""
 
 from __future__ import annotations
 
@@ -16,23 +16,19 @@ import httpx2
 import pytest
 import trio
 
-from memactors.config import load_config
-from memactors.daemon import read_daemon_file, run_daemon
-from memactors.rpc.transport import RpcError, connect_rpc, read_token
+from fix_daemon import daemon_in_process
+from memactors.daemon import read_daemon_file
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
+from memactors.rpc.tokens import read_token
 from support import example, write_config
 
 SERVICE = "harness.v1.MemoryService"
 
 
-async def _daemon(nursery: trio.Nursery, path: Path):  # type: ignore[no-untyped-def]
-    return await nursery.start(lambda task_status: run_daemon(lambda: load_config(path), task_status=task_status))
-
-
 @pytest.mark.req14
 async def test_add_fact_honours_status_and_rejects_an_unknown_one_by_name(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await _daemon(nursery, path)
+    async with daemon_in_process(tmp_path) as (_, listening):
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
             base = {"scope": "project:forge.example/acme/api", "confidence": 0.9}
@@ -47,14 +43,11 @@ async def test_add_fact_honours_status_and_rejects_an_unknown_one_by_name(tmp_pa
             served = {f["text"]: f for f in hit["facts"]}
             assert "ledger uses floats" not in served  # a retired fact is never served as live
             assert "ledger uses decimals" in served
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req21
 async def test_metrics_export_no_created_series(tmp_path: Path) -> None:
-    path = write_config(tmp_path)
-    async with trio.open_nursery() as nursery:
-        listening = await _daemon(nursery, path)
+    async with daemon_in_process(tmp_path) as (_, listening):
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
             await rpc.call(f"{SERVICE}/IngestRun", {"record": example("run-42-api-fixer.json")})
@@ -64,7 +57,6 @@ async def test_metrics_export_no_created_series(tmp_path: Path) -> None:
         assert "harness_memory_episodes_recorded_total{" in text  # counters were touched
         assert "harness_memory_provider_duration_seconds_count{" in text
         assert "_created" not in text
-        nursery.cancel_scope.cancel()
 
 
 def _env(tmp_path: Path, config: Path) -> dict[str, str]:
@@ -200,32 +192,27 @@ def test_read_commands_reach_the_daemon_with_an_invalid_config_file_and_warn(tmp
 
 
 async def test_no_repository_is_raised_with_its_rpc_code_for_a_harness_without_one(tmp_path: Path) -> None:
-    path = write_config(tmp_path, '[harness.loose]\nharness = "claude-code"\n')
-    async with trio.open_nursery() as nursery:
-        listening = await _daemon(nursery, path)
+    async with daemon_in_process(tmp_path, '[harness.loose]\nharness = "claude-code"\n') as (_, listening):
         async with connect_rpc(listening.operator, read_token(tmp_path / "state", "read")) as rpc:
             with pytest.raises(RpcError) as refused:
                 await rpc.call(f"{SERVICE}/Recall", {"query": "ledger", "as": "loose"})
         assert refused.value.code == "FAILED_PRECONDITION"
         assert "harness loose has no repository" in refused.value.message
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.req6
 async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(tmp_path: Path) -> None:
-    """No field keeps a TAB, LF or CR: each run of them is one space (issue 17; the result text too);
+    """No field keeps a TAB, LF or CR: each run of them is one space (the result text too);
     the rendered text keeps every field on its own line. A line break in an identity field (repo,
-    branch, harness, paths) is refused at the boundary instead (issue 9: it could escape a fence)."""
+    branch, harness, paths) is refused at the boundary instead (it could escape a fence)."""
     from memactors.episode import FIELD_ORDER
 
-    path = write_config(tmp_path)
     record = example("run-42-api-fixer.json")
     record["result_text"] = "line one\r\n\tindented\x07 bell\x1b[31m\nline three"
     record["trace_id"] = "t\t1\n2"
     broken = json.loads(json.dumps(record))
     broken["sessions"][0]["git_branch"] = "fix/\tflaky\r\nbranch"
-    async with trio.open_nursery() as nursery:
-        listening = await _daemon(nursery, path)
+    async with daemon_in_process(tmp_path) as (_, listening):
         control = read_token(tmp_path / "state", "control")
         async with connect_rpc(listening.operator, control) as rpc:
             with pytest.raises(RpcError) as refused:
@@ -233,11 +220,10 @@ async def test_control_characters_follow_the_per_field_rule_in_a_stored_episode(
             assert refused.value.code == "INVALID_ARGUMENT" and "sessions[0].git_branch" in refused.value.message
             eid = (await rpc.call(f"{SERVICE}/IngestRun", {"record": record}))["episode_id"]
             view = await rpc.call(f"{SERVICE}/GetEpisode", {"episode_id": eid})
-        nursery.cancel_scope.cancel()
     episode = view["episode"]
-    # Issue 17: every run of line breaks and tabs is one space, in every field (words never fuse).
+    # Every run of line breaks and tabs is one space, in every field (words never fuse).
     assert episode["branch"] == "fix/flaky" and episode["trace_id"] == "t 1 2"
-    assert episode["result_excerpt"] == "line one indented bell line three"  # the escape sequence whole (issue 25)
+    assert episode["result_excerpt"] == "line one indented bell line three"  # the escape sequence whole
     for name, value in episode.items():
         if isinstance(value, str):
             assert not set(value) & set("\t\n\r\x07\x1b"), name

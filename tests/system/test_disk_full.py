@@ -1,4 +1,4 @@
-"""Issue 20: a full disk is RESOURCE_EXHAUSTED naming the path and the bytes free (it was INTERNAL, exit
+"""A full disk is RESOURCE_EXHAUSTED naming the path and the bytes free (it was INTERNAL, exit
 7), and `memory status`, `doctor` and `/readyz` say the store cannot write (status said "ready", doctor
 stayed green).
 

@@ -1,4 +1,4 @@
-"""Issue 30: while PostgreSQL reconnects, doctor names the real cause (`reconnecting to …`), never a
+"""While PostgreSQL reconnects, doctor names the real cause (`reconnecting to …`), never a
 disk-full message it did not observe. A real PostgreSQL (memactors.testing.postgres) stopped and started
 under a running daemon, doctor as a subprocess; and the row itself for the errors a reconnect leaves."""
 

@@ -1,4 +1,4 @@
-"""Issue 30: episodes stored before the fix with `result_excerpt` exactly `[prompt]` are repaired when
+"""Episodes stored before the fix with `result_excerpt` exactly `[prompt]` are repaired when
 the daemon starts — the answer restored from the run's event log where it still holds it, else a mark
 that says the answer is gone — on both engines, once (a second start changes nothing)."""
 

@@ -1,4 +1,4 @@
-"""Issue 19, "How it is checked": two daemon processes on one PostgreSQL store, each with its own state
+"""How it is checked: two daemon processes on one PostgreSQL store, each with its own state
 directory and ports, through the CLI and the gateway (docs/fleet.md).
 
 * ingest on A, recall on B finds it (the first recall after A's answer) in the right scope, nothing in another;
@@ -24,7 +24,8 @@ import pytest
 import trio
 
 from fix_daemon import Daemon, start_daemon
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
 from support import run_record, write_config
@@ -124,7 +125,7 @@ async def test_a_run_on_a_shows_up_in_bs_briefing_and_presence_is_fleet_wide(
         briefing = json.loads(shown.stdout)
         sections = {s["name"]: s for s in briefing["structured"]["sections"]}
         # A's episode is the briefing's episode (REQ-14's one-line provenance names its run), shown once:
-        # recent_runs does not repeat it (issue 38)
+        # recent_runs does not repeat it
         assert [i["provenance"]["run"] for i in sections["episodes"]["items"]] == [result["run_id"]]
         assert all(i["provenance"].get("run") != result["run_id"] for i in sections["recent_runs"]["items"])
         recalled = await cli(b, "memory", "recall", "--as", "fixer", "notes", "--json")

@@ -1,4 +1,4 @@
-"""Issue 28: the fleet survives losing its database host (docs/fleet.md, "Surviving the loss of the
+"""The fleet survives losing its database host (docs/fleet.md, "Surviving the loss of the
 database host").
 
 * after PostgreSQL restarts, the first ingest through the CLI on a running daemon succeeds first try;
@@ -34,7 +34,8 @@ import trio.testing
 from fix_daemon import Daemon, start_daemon
 from memactors.config import ConfigHolder, load_config
 from memactors.errors import StoreUnavailable
-from memactors.rpc.transport import RpcError, connect_rpc
+from memactors.rpc.client import connect_rpc
+from memactors.rpc.frames import RpcError
 from memactors.service import open_memory_service
 from memactors.store.engines import open_store
 from memactors.testing.postgres import Cluster
@@ -312,7 +313,7 @@ async def test_during_a_failover_recall_degrades_within_provider_timeout_and_rec
         for _ in range(8):  # a canary recalling through the switch: more failed calls than the breaker's 5
             answer = await memory.agent_recall(view, query="ledger")
             assert answer.document.degraded is not None
-        # The built-in provider failed only because the store did: no verdict on it (issue 45).
+        # The built-in provider failed only because the store did: no verdict on it.
         assert (await memory.status())["breaker"] == "closed"
 
         await trio.to_thread.run_sync(standby.promote)

@@ -47,7 +47,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from .. import contract
-from ..breaker import Breaker
+from ..breaker import Breaker, Outcome
 from ..errors import MemactorsError, ProviderIncompatible, ProviderTimeout, ProviderUnavailable
 from ..metrics import Metrics
 from ..provider_stderr import log_stderr
@@ -476,7 +476,7 @@ class ProviderSession:
         generation = self._generation
         if self.breaker.state == "half_open":  # the single probe runs under provider_timeout
             deadline = min(deadline, trio.current_time() + self._provider_timeout)
-        verdict = "neutral"
+        verdict: Outcome = "neutral"
         try:
             with trio.CancelScope(deadline=deadline) as scope:
                 payload = await self._raw_call(client, call.tool, call.arguments, call.caller)
@@ -498,7 +498,7 @@ class ProviderSession:
             if (verdict in ("failure", "timeout") and self._in_process
                     and getattr(self._store, "last_error", None) is not None):
                 verdict = "neutral"  # the store is unreachable: no verdict on the provider that reads it
-            self.breaker.report(verdict)  # type: ignore[arg-type]
+            self.breaker.report(verdict)
             self._update_up()
 
 

@@ -68,7 +68,7 @@ from ..redact import redact, redact_tail
 from ..repo import resolve_repo
 from ..store import Db, Store, WallClock, agent_runs, iso, run_tokens
 from ..view import View
-from .briefing import Briefing, BriefingAnswer
+from .briefing import Briefing, BriefingAnswer, Delivery
 from .kernel import Ask, open_mailbox, serve
 from .spawn import SpawnPort, prepare_spawn
 
@@ -176,7 +176,7 @@ class _RunScope:
     def briefing(self) -> Briefing:
         return self.port.briefing
 
-    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+    async def agent_briefing(self, view: View, *, delivery: Delivery, refresh: bool = False,
                              call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer:
         return await self.port.agent_briefing(view, delivery=delivery, refresh=refresh, call_id=call_id,
                                               episodes_deadline=episodes_deadline)

@@ -37,7 +37,7 @@ from ..errors import InvalidArgument, MemactorsError
 from ..metrics import Metrics
 from ..store import Store
 from ..view import View, resolve_view
-from .briefing import Briefing, BriefingAnswer, ExposePrompt
+from .briefing import Briefing, BriefingAnswer, Delivery, ExposePrompt
 
 __all__ = ["SpawnPlan", "operator_prompt", "prepare_spawn"]
 
@@ -109,7 +109,7 @@ class SpawnPort(Protocol):
     @property
     def briefing(self) -> Briefing: ...
 
-    async def agent_briefing(self, view: View, *, delivery: str, refresh: bool = False,
+    async def agent_briefing(self, view: View, *, delivery: Delivery, refresh: bool = False,
                              call_id: str | None = None, episodes_deadline: float | None = None) -> BriefingAnswer: ...
 
 

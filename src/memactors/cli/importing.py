@@ -414,7 +414,8 @@ def _send_all(args: argparse.Namespace, todo: list[Found], counts: dict[str, int
               episodes: list[str], progress: Progress) -> None:
     import trio
 
-    from ..rpc.transport import MAX_MESSAGE_SIZE, connect_rpc, encode_frame
+    from ..rpc.client import connect_rpc
+    from ..rpc.frames import MAX_MESSAGE_SIZE, encode_frame
     from . import runs
 
     config = core.load(args)

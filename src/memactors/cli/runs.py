@@ -123,7 +123,8 @@ def cmd_runs_ingest(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..rpc.transport import MAX_MESSAGE_SIZE, RpcError, connect_rpc, encode_frame
+    from ..rpc.client import connect_rpc
+    from ..rpc.frames import MAX_MESSAGE_SIZE, RpcError, encode_frame
 
     config = core.load(args)
     token = core.token_for(config, "control")

@@ -1,6 +1,6 @@
 """What both ends of the operator RPC share: the endpoint, the frame size and in-flight limits, the two
 tiers, the error codes a reply may carry, `RpcError`, and how a request frame is written
-(`encode_frame`). The contract itself is ``rpc.transport``'s docstring."""
+(`encode_frame`). The contract itself is the ``rpc`` package's docstring."""
 
 from __future__ import annotations
 

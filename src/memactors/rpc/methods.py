@@ -1,8 +1,8 @@
 """The operator RPC's methods: each MemoryService handler under its RPC name, tier and parameters.
 
-rpc/transport.py (over frames, tokens, server, client) is the transport and service/ the handlers (service/read_tier.py,
-control_tier.py and daemon_runs.py); this is the edge between them, where a frame's
-``params`` become a handler's arguments. Every parameter is typed and bounded here (docs/contracts.md
+rpc/frames, tokens, server and client are the transport (its contract in rpc/__init__.py) and service/ the
+handlers (service/read_tier.py, control_tier.py and daemon_runs.py); this is the edge between them, where a
+frame's ``params`` become a handler's arguments. Every parameter is typed and bounded here (docs/contracts.md
 "Input bounds"): a wrong type, a control character in an id or an oversized value is ``INVALID_ARGUMENT``
 naming ``params.<field>``, never ``INTERNAL``, and the message never repeats the value. Every method
 declares the parameters it reads, so one it does not take is refused by name before the handler runs

@@ -506,6 +506,10 @@ async def serve_rpc(
             # A bug in one connection must not take the whole listener down.
             _log.bind(peer=peer, error_type=type(single_leaf(raw)).__name__).error("rpc connection failed")
 
+    # trio-websocket 0.12 annotates `listeners` as SocketListener | SSLListener, but hands them to
+    # trio.serve_listeners, which takes any trio Listener (its `listeners` property falls back to repr for
+    # other kinds): the annotation is narrower than the code, and our CappedListener is a trio Listener,
+    # so the ignore stays.
     server = WebSocketServer(
         on_request, [listener],  # type: ignore[list-item]
         max_message_size=MAX_MESSAGE_SIZE, message_queue_size=MAX_IN_FLIGHT,

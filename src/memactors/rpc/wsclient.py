@@ -1,6 +1,6 @@
 """A blocking, one-call MemoryService client on the standard library, for the CLI's read commands.
 
-The operator RPC is JSON over a websocket (rpc/transport.py has the contract). The trio client (rpc/client.py) is the one
+The operator RPC is JSON over a websocket (rpc/__init__.py has the contract). The trio client (rpc/client.py) is the one
 the daemon's tests, the TUI and `runs ingest` use; importing it costs trio, trio-websocket, wsproto,
 h11 and loguru — about a quarter of a second before a command can print anything, more than the
 whole budget of `memactors memory status` (≤ 400 ms cold). A single request/reply needs

@@ -11,7 +11,8 @@ from typing import Any
 
 import trio
 
-from ..actors.briefing import BriefingAnswer, BriefingRequest, RecallAnswer, RecallRequest
+from ..actors.briefing import BriefingAnswer, BriefingRequest, Delivery, RecallAnswer, RecallRequest
+from ..errors import InvalidArgument
 from ..store import run_tokens
 from ..view import UNATTRIBUTED, View, resolve_view, run_place
 from .parts import ServiceParts
@@ -53,9 +54,18 @@ class AgentHandlers(ServiceParts):
         """
         deadline = trio.current_effective_deadline() if episodes_deadline is None else episodes_deadline
         answer = await self.briefing.address.ask(BriefingRequest(
-            view=view, delivery=delivery, refresh=refresh,  # type: ignore[arg-type]
-            deadline=deadline, call_id=call_id))
+            view=view, delivery=_delivery(delivery), refresh=refresh, deadline=deadline, call_id=call_id))
         if view.exposed_run is not None:
             self.installs.briefed_at(*view.exposed_run, self.wall_clock())
         return answer
 
+
+def _delivery(delivery: str) -> Delivery:
+    """``delivery`` as the briefing actor's Delivery. The gateway's service Protocol passes a plain string,
+    so the one place that turns it into the actor's message checks it; an unknown one is a caller's bug,
+    named here rather than cached or counted under a surface nobody exports."""
+    match delivery:
+        case "tool" | "resource" | "prompt" | "preview" | "spawn":
+            return delivery
+    raise InvalidArgument("delivery must be tool, resource, prompt, preview or spawn", field="delivery",
+                          value=delivery)

@@ -30,9 +30,9 @@ class ControlHandlers(ServiceParts):
     async def add_fact(self, *, scope: str, text: str, confidence: float, status: str = "live",
                        fact_id: str | None = None) -> dict[str, Any]:
         now = self.wall_clock()
+        checked = facts.fact_status(status)
         fact = await self.store.write(lambda db: facts.add_fact(
-            db, scope=scope, text=text, confidence=confidence, status=status,  # type: ignore[arg-type]
-            now=now, fact_id=fact_id))
+            db, scope=scope, text=text, confidence=confidence, status=checked, now=now, fact_id=fact_id))
         return attrs.asdict(fact)
 
     async def link_pull_request(self, *, repo: str, branch: str, url: str) -> dict[str, Any]:
@@ -52,8 +52,9 @@ class ControlHandlers(ServiceParts):
     async def cast_vote(self, *, fact_id: str, run_id: str, harness: str, stance: str) -> dict[str, Any]:
         """Store a vote; it is counted only when the run was never shown the fact (REQ-17)."""
         now = self.wall_clock()
+        checked = votes.vote_stance(stance)
         vote = await self.store.write(lambda db: votes.cast_vote(
-            db, fact_id=fact_id, run_id=run_id, harness=harness, stance=stance, now=now))  # type: ignore[arg-type]
+            db, fact_id=fact_id, run_id=run_id, harness=harness, stance=checked, now=now))
         return attrs.asdict(vote)
 
     async def mint_run_token(self, *, harness: str, run_id: str, workdir: str = "",

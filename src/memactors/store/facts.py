@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import attrs
 
@@ -26,7 +26,6 @@ from ._feeds import at_text, checked_limit, clean
 
 FactStatus = Literal["live", "suspect", "retired"]
 
-_STATUSES: frozenset[str] = frozenset(get_args(FactStatus))
 _FACT_ID = re.compile(r"^f_[0-9A-Za-z_]{1,64}$")
 
 
@@ -70,9 +69,13 @@ def _check_scope(scope: str) -> None:
     raise InvalidArgument("scope must be 'fleet' or 'project:<repo>'", field="scope", value=scope)
 
 
-def _check_status(status: str) -> None:
-    if status not in _STATUSES:
-        raise InvalidArgument("status must be live, suspect or retired", field="status", value=status)
+def fact_status(status: str) -> FactStatus:
+    """``status`` as a FactStatus; InvalidArgument naming the field for any other string (the RPC's
+    AddFact passes what the operator typed)."""
+    match status:
+        case "live" | "suspect" | "retired":
+            return status
+    raise InvalidArgument("status must be live, suspect or retired", field="status", value=status)
 
 
 def add_fact(
@@ -100,7 +103,7 @@ def add_fact(
         or not 0.0 <= confidence <= 1.0
     ):
         raise InvalidArgument("confidence must be a number from 0 to 1", field="confidence", value=confidence)
-    _check_status(status)
+    fact_status(status)
     scope, text = clean(scope), clean(text)
     fid = fact_id if fact_id is not None else fact_id_for(scope, text)
     if not _FACT_ID.match(fid):
@@ -119,7 +122,7 @@ def get_fact(db: Db, fact_id: str) -> Fact | None:
 
 def set_fact_status(db: Db, fact_id: str, status: FactStatus, now: datetime) -> Fact:
     """Move a fact to live, suspect or retired. Raises InvalidArgument (status) or UnknownFact."""
-    _check_status(status)
+    fact_status(status)
     cur = db.execute(
         "UPDATE facts SET status = ?, updated_at = ? WHERE id = ?", [status, at_text(now), fact_id]
     )
@@ -176,7 +179,7 @@ def count_facts(db: Db, *, scopes: Sequence[str], statuses: Iterable[str] = ("li
     if not scopes or not wanted:
         return 0
     for s in wanted:
-        _check_status(s)
+        fact_status(s)
     (n,) = db.execute(
         f"SELECT COUNT(*) FROM facts WHERE scope IN ({', '.join('?' for _ in scopes)})"
         f" AND status IN ({', '.join('?' for _ in wanted)})",

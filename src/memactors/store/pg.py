@@ -376,6 +376,8 @@ class PgStore(Store):
                   "tcp_user_timeout": 15000}
         if "target_session_attrs" not in conninfo_to_dict(url):
             kwargs["target_session_attrs"] = SESSION_ATTRS  # the primary, whichever host it is now
+        #: What every connection is opened with: the pools' and the two one-off connections below.
+        self._connect_kwargs = kwargs
         common: dict[str, Any] = {"kwargs": kwargs, "open": False, "timeout": connect_timeout, "reconnect_timeout": 2.0,
                   "max_idle": 300.0}
         self._writer = ConnectionPool(url, min_size=1, max_size=1, name="memactors-writer", **common)
@@ -396,7 +398,7 @@ class PgStore(Store):
         store = cls(url, daemon_id=daemon_id)
 
         def setup() -> list[str]:
-            with psycopg.connect(url, **store._writer.kwargs) as conn:  # type: ignore[arg-type]
+            with psycopg.connect(url, **store._connect_kwargs) as conn:
                 applied = migrate(conn)
             store._writer.open(wait=False)
             store._readers.open(wait=False)
@@ -557,11 +559,12 @@ class PgStore(Store):
     async def singleton(self, name: str) -> AsyncIterator[bool]:
         """A session-level advisory lock on a connection of its own, held for the block: one daemon of
         the fleet runs the job, the others skip it (they do not wait)."""
-        url, kwargs = self._url, self._writer.kwargs
+        url, kwargs = self._url, self._connect_kwargs
 
         def take() -> tuple[psycopg.Connection[Any], bool]:
-            conn = psycopg.connect(url, **kwargs)  # type: ignore[arg-type]
-            got = bool(conn.execute(f"SELECT pg_try_advisory_lock({_lock_key(name)})").fetchone()[0])  # type: ignore[index]
+            conn = psycopg.connect(url, **kwargs)
+            row = conn.execute(f"SELECT pg_try_advisory_lock({_lock_key(name)})").fetchone()
+            got = row is not None and bool(row[0])
             return conn, got
 
         try:

@@ -17,7 +17,6 @@ from .facts import UnknownFact, get_fact
 Stance = Literal["support", "oppose"]
 Surface = Literal["recall", "briefing_tool", "briefing_resource", "briefing_prompt"]
 
-_STANCES: frozenset[str] = frozenset(get_args(Stance))
 _SURFACES: frozenset[str] = frozenset(get_args(Surface))
 
 
@@ -88,6 +87,15 @@ def was_exposed(db: Db, run_id: str, fact_id: str) -> bool:
     return row is not None
 
 
+def vote_stance(stance: str) -> Stance:
+    """``stance`` as a Stance; InvalidArgument naming the field for any other string (the RPC's CastVote
+    passes what the caller sent)."""
+    match stance:
+        case "support" | "oppose":
+            return stance
+    raise InvalidArgument("stance must be support or oppose", field="stance", value=stance)
+
+
 def cast_vote(
     db: Db, *, fact_id: str, run_id: str, harness: str, stance: Stance, now: datetime
 ) -> Vote:
@@ -95,8 +103,7 @@ def cast_vote(
 
     Raises InvalidArgument (stance) or UnknownFact.
     """
-    if stance not in _STANCES:
-        raise InvalidArgument("stance must be support or oppose", field="stance", value=stance)
+    vote_stance(stance)
     if get_fact(db, fact_id) is None:
         raise UnknownFact(fact=clean(fact_id)[:64])
     run_id, harness = clean(run_id), clean(harness)
