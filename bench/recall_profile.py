@@ -61,8 +61,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,18 @@ def with_vectors(state: Path) -> None:
     if not marker.exists():
         add_vectors(state)
         marker.write_text("ok")
+
+
+@contextmanager
+def embedded_corpus(keep: Path | None, size: int) -> Iterator[tuple[Path, Path, list[tuple[int, str]]]]:
+    """The bench corpus of `size` episodes, every one with its vector: (root, state directory, queries).
+    Built in `keep` (and reused by the next run) or in a temporary directory removed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        state, queries, _ = corpus(root, size)
+        with_vectors(state)
+        yield root, state, queries
 
 
 def stats_ms(v: list[float]) -> dict[str, float]:
@@ -325,11 +337,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpus in")
     args = parser.parse_args()
     print(machine(), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        state, queries, _ = corpus(root, args.size)
-        with_vectors(state)
+    with embedded_corpus(args.keep, args.size) as (root, state, queries):
         queries = queries[:args.queries + 10]
         res = trio.run(measure, root, state, queries, args.profile, args.floor, args.cpu)
         t = res["times"]

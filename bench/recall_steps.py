@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +34,7 @@ import trio
 from loguru import logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall_path import corpus  # noqa: E402
-from recall_profile import LIMIT, Parts, ask, run_inline, settings, with_vectors  # noqa: E402
+from recall_profile import LIMIT, Parts, ask, embedded_corpus, run_inline, settings  # noqa: E402
 from user_paths import REPOS, machine, repo, write_config  # noqa: E402
 
 import memactors.actors.briefing as briefing_module  # noqa: E402
@@ -159,11 +157,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpus in")
     args = parser.parse_args()
     print(machine(), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        state, queries, _ = corpus(root, args.size)
-        with_vectors(state)
+    with embedded_corpus(args.keep, args.size) as (root, state, queries):
         queries = queries[:args.queries + 10]
         log = (root / "bench.log").open("a", encoding="utf-8")
         configure_logging("INFO", sink=log)

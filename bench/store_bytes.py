@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall_path import corpus  # noqa: E402
-from recall_profile import with_vectors  # noqa: E402
+from recall_profile import embedded_corpus  # noqa: E402
 from user_paths import daemon, machine, write_config  # noqa: E402
 
 from memactors.store.sqlite import _connect  # noqa: E402
@@ -64,11 +62,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="directory to build (and reuse) the corpus in")
     args = parser.parse_args()
     print(machine(), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        state, _, _ = corpus(root, args.size)
-        with_vectors(state)
+    with embedded_corpus(args.keep, args.size) as (root, state, _):
         trio.run(restart, root, state)
         path = state / "memactors.db"
         n, own, idx = table_bytes(path)
