@@ -217,6 +217,19 @@ class Db(Protocol):
 A = TypeVar("A")
 
 
+def insert_with_body(db: Db, body_table: str, body_column: str, body: str, row_sql: str,
+                     row: Sequence[Any]) -> bool:
+    """Store `body` (a row of `body_table`, its text in `body_column`) and the row that points at it:
+    `row_sql`, an `INSERT … ON CONFLICT DO NOTHING RETURNING 1` whose last placeholder takes the body's
+    id after the values of `row`. Whether the row was inserted; when another daemon sharing the store
+    inserted it meanwhile, the body goes again (the first one stored is the row's)."""
+    (body_id,) = db.execute(f"INSERT INTO {body_table} ({body_column}) VALUES (?) RETURNING id", [body]).fetchone()
+    if db.execute(row_sql, [*row, body_id]).fetchone() is None:
+        db.execute(f"DELETE FROM {body_table} WHERE id = ?", [body_id])
+        return False
+    return True
+
+
 def each_in_savepoint(db: Db, items: Sequence[A], fn: Callable[[Db, A], T]) -> tuple[T | Exception, ...]:
     """`fn(db, item)` for each of `items` in the caller's transaction, each inside its own savepoint: one
     that raises rolls back alone and its exception is returned in its place, in order. An error the

@@ -25,7 +25,7 @@ from ..episode import render_text
 from ..errors import InvalidArgument
 from ..models import Episode
 from ..repo import scope_for
-from . import Db
+from . import Db, insert_with_body
 from .memory_index import provider_ids
 from .pending import queue
 
@@ -62,17 +62,13 @@ def store_episode(db: Db, episode: Episode, *, provider: str, now: str,
     existing = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [episode.episode_id]).fetchone()
     if existing is not None:
         return False
-    (body_id,) = db.execute("INSERT INTO episode_bodies (body) VALUES (?) RETURNING id",
-                            [episode_json(episode)]).fetchone()
-    inserted = db.execute(
-        "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome, started_at,"
-        " recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-        [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
-         episode.trust_class, episode.outcome, episode.started_at, now, body_id],
-    ).fetchone()
-    if inserted is None:  # stored meanwhile by another daemon sharing the store
-        db.execute("DELETE FROM episode_bodies WHERE id = ?", [body_id])
-        return False
+    if not insert_with_body(
+            db, "episode_bodies", "body", episode_json(episode),
+            "INSERT INTO episodes (episode_id, harness, run_id, repo, branch, scope, trust_class, outcome,"
+            " started_at, recorded_at, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+            [episode.episode_id, episode.harness, episode.run_id, episode.repo, episode.branch, episode.scope,
+             episode.trust_class, episode.outcome, episode.started_at, now]):
+        return False  # stored meanwhile by another daemon sharing the store
     queue(db, "record", provider, episode.episode_id, now=now, due=due, claimer=claimer)
     return True
 

@@ -16,7 +16,7 @@ from .._wire import converter
 from ..episode import episode_id_for, is_stored
 from ..models import RunRecord
 from ..redact import redact_obj
-from . import Db
+from . import Db, insert_with_body
 from ._feeds import checked_limit, like_prefix, normalise_path
 
 # -- the closed runs the ingest path keeps -----------------------------------------------------------
@@ -36,18 +36,14 @@ def store_run(db: Db, record: RunRecord, *, repo: str | None, branch: str | None
     # Clean already (the ingest path's `stored_record`, or a caller that says so): each string is
     # redacted once, at the boundary, never twice.
     safe = raw if clean or is_stored(record) else redact_obj(raw)
-    (record_id,) = db.execute("INSERT INTO run_records (record) VALUES (?) RETURNING id",
-                              [record_json(safe)]).fetchone()
-    inserted = db.execute(
-        "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
-        " repo, branch, record_id, ingested_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-        [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
-         record.reason, record.duration_ms, repo, branch, record_id, now],
-    ).fetchone()
-    if inserted is None:
+    if not insert_with_body(
+            db, "run_records", "record", record_json(safe),
+            "INSERT INTO runs (harness, run_id, adapter, started_at, ended_at, outcome, reason, duration_ms,"
+            " repo, branch, ingested_at, record_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+            [record.harness, record.run_id, record.adapter, record.started_at, record.ended_at, record.outcome,
+             record.reason, record.duration_ms, repo, branch, now]):
         # Another daemon sharing the store committed the same run between the check above and this
         # insert (two hosts ingesting one run): theirs is the first record; this one is a duplicate.
-        db.execute("DELETE FROM run_records WHERE id = ?", [record_id])
         return False
     if repo:
         for path in sorted(set(paths)):
