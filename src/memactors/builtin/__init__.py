@@ -404,9 +404,7 @@ class BuiltinProvider:
                 return done
             seen.update(int(r[0]) for r in rows)
             before = min(int(r[0]) for r in rows)
-            batch = [(int(r[0]), str(r[1]), embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]")))
-                     for r in rows]
-            keyed = [(doc_id, scope, text, text_digest(text)) for doc_id, scope, text in batch]
+            keyed = _keyed(rows)
 
             def from_cache(db: Any, keyed: list[tuple[int, str, str, str]] = keyed) -> set[int]:
                 return {doc_id for doc_id, scope, _text, digest in keyed
@@ -464,10 +462,7 @@ class BuiltinProvider:
         rows = await self.store.read(lambda db: self.index.pending_docs(db, len(doc_ids), among=doc_ids))
         if not rows:
             return 0
-        todo = []
-        for r in rows:
-            text = embedding_text(r[2] or "", r[3] or "", json.loads(r[5] or "[]"))
-            todo.append((int(r[0]), str(r[1]), text, text_digest(text)))
+        todo = _keyed(rows)
         vectors: list[list[float]] | None = None
         with trio.move_on_at(trio.current_time() + self.query_embed_deadline if deadline is None else deadline):
             try:
@@ -651,7 +646,7 @@ class BuiltinProvider:
         elif not self.vectors_pending():  # every episode has its vector: the rankings and fusion in one read
             ranked, vectored = await self._rank_while_embedding(
                 query, text_ranking, lambda: not meta_mode, lambda db, text, vector: fuse(
-                    db, text, index.knn(db, vector, scopes) if vector is not None and not meta_mode else []))
+                    db, text, index.knn(db, vector, scopes) if vector is not None else []))
             if not vectored:
                 degraded = "embeddings_unavailable"
         else:  # right after an ingest: the text ranking while the query is embedded; the text candidates
@@ -817,6 +812,16 @@ class BuiltinProvider:
             return t.CallToolResult(content=[t.TextContent(type="text", text=json.dumps(out))], structured_content=out)
 
         return Server("memactors-builtin", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _keyed(rows: Sequence[tuple[int, str, str, str, str, str]]) -> list[tuple[int, str, str, str]]:
+    """Documents waiting for a vector (`DocIndex.pending_docs` rows) as (doc_id, scope, embedding text,
+    the text's digest): what the model is sent and the vector cache is keyed by."""
+    keyed = []
+    for doc_id, scope, summary, excerpt, _files, failures in rows:
+        text = embedding_text(summary or "", excerpt or "", json.loads(failures or "[]"))
+        keyed.append((int(doc_id), str(scope), text, text_digest(text)))
+    return keyed
 
 
 class _QueryVector:
