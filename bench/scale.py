@@ -541,6 +541,34 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
     return out
 
 
+def pg_steps(raw: PgRaw, queries: list[tuple[int, str]]) -> None:
+    """PostgreSQL: the provider's own reads of one hybrid recall, each timed alone on the same queries
+    (`index_pg`: the metadata-only probe, the text ranking, the cosine ranking, the evidence the score is
+    made of), so a recall's cost above its parts can be placed."""
+    from memactors.builtin.ranking import FUSE_DEPTH
+
+    model = shared_model()
+    times: dict[str, list[float]] = {k: [] for k in ("metadata_only", "text_candidates", "knn", "evidence")}
+    for z, q in queries[5:]:
+        scopes = [scope_for(store_engines.repo(z))]
+        words = builtin.search_words(q)
+        vec = [float(x) for x in model.encode([q])[0]]
+        t = time.perf_counter()
+        index_pg.metadata_only(raw.db, words, scopes)
+        times["metadata_only"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        text = index_pg.text_candidates(raw.db, words, scopes, LIMIT, FUSE_DEPTH)
+        times["text_candidates"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        cosine = index_pg.knn(raw.db, vec, scopes)
+        times["knn"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        index_pg.evidence(raw.db, words, scopes, [h.doc_id for h in [*text, *cosine[:FUSE_DEPTH]]], vectors=True)
+        times["evidence"].append(time.perf_counter() - t)
+    print("    the provider's reads alone (index_pg, p50 / p99 ms): "
+          + ", ".join(f"{k} {stats(v)['p50_ms']} / {stats(v)['p99_ms']}" for k, v in times.items()), flush=True)
+
+
 def show(label: str, r: dict[str, Any]) -> None:
     parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms"
                        for k in ("recall", "text", "knn", "exact", "embed") if k in r)
@@ -600,6 +628,7 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
     try:
         res = await measure(root, state, url, raw, queries, vectors, doc_ids, zs)  # the provider's cells
         show(f"postgresql ({index_pg.VEC_FORM}, {index_pg.VEC_INDEX})", res)
+        pg_steps(raw, queries)
         for kind in args.pg_index:
             for other in ("hnsw", "ivfflat"):
                 raw.conn.execute(f"DROP INDEX IF EXISTS builtin_vec_{other}")

@@ -601,20 +601,24 @@ def evidence(db: Db, words: Sequence[str], scopes: Sequence[str], doc_ids: Seque
     docs = int(db.execute("SELECT count(*) FROM builtin_docs WHERE scope = ANY(?)", [list(scopes)]).fetchone()[0])
     df: dict[str, int] = {}
     present: dict[int, set[str]] = {d: set() for d in wanted}
-    for w in dict.fromkeys(words):
-        pieces = words_of([w])
-        if not pieces:
-            continue
-        expression = tsquery(pieces, "&")
-        row = db.execute(
-            "SELECT numnode(to_tsquery('english', ?)), count(*) FILTER (WHERE d.tsv @@ to_tsquery('english', ?)),"
-            " array_agg(d.doc_id) FILTER (WHERE d.tsv @@ to_tsquery('english', ?) AND d.doc_id = ANY(?))"
-            " FROM builtin_docs d WHERE d.scope = ANY(?)",
-            [expression, expression, expression, wanted, list(scopes)]).fetchone()
-        if not row[0]:
+    searched = [w for w in dict.fromkeys(words) if words_of([w])]
+    # One statement for every word (one round trip): its documents counted through the GIN index (the
+    # word ANDed with the scopes' tokens, as `text_candidates` searches), not by testing every document
+    # of the scopes; the candidates' matches by their ids.
+    rows = db.execute(
+        "SELECT w.n, numnode(to_tsquery('english', w.e)), CASE WHEN numnode(to_tsquery('english', w.e)) > 0 THEN"
+        " (SELECT count(*) FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', w.e) && to_tsquery('simple', ?))"
+        " AND d.scope = ANY(?)) END, (SELECT array_agg(d.doc_id) FROM builtin_docs d WHERE d.doc_id = ANY(?)"
+        " AND d.scope = ANY(?) AND d.tsv @@ to_tsquery('english', w.e))"
+        " FROM unnest(?::text[]) WITH ORDINALITY w (e, n) ORDER BY w.n",
+        [scopes_query(scopes), list(scopes), wanted, list(scopes), [tsquery(words_of([w]), "&") for w in searched]],
+    ).fetchall() if searched else []
+    for n, nodes, count, matched in rows:
+        if not nodes:
             continue  # only stop words: the text ranking cannot search it either
-        df[w] = int(row[1] or 0)
-        for d in row[2] or []:
+        w = searched[int(n) - 1]
+        df[w] = int(count or 0)
+        for d in matched or []:
             present[int(d)].add(w)
     vectored: set[int] = set()
     if vectors and wanted and _vec_exists(db):
