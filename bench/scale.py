@@ -548,7 +548,9 @@ def pg_steps(raw: PgRaw, queries: list[tuple[int, str]]) -> None:
     from memactors.builtin.ranking import FUSE_DEPTH
 
     model = shared_model()
-    times: dict[str, list[float]] = {k: [] for k in ("metadata_only", "text_candidates", "knn", "evidence")}
+    times: dict[str, list[float]] = {k: [] for k in ("metadata_only", "text_candidates", "knn", "evidence",
+                                                     "knn rows in SQL", "exact rows in SQL")}
+    probed = "unnest(%s::text[], %s::int[]) c (scope, cell) JOIN builtin_vec v ON v.scope = c.scope AND v.cell = c.cell"
     for z, q in queries[5:]:
         scopes = [scope_for(store_engines.repo(z))]
         words = builtin.search_words(q)
@@ -565,6 +567,18 @@ def pg_steps(raw: PgRaw, queries: list[tuple[int, str]]) -> None:
         t = time.perf_counter()
         index_pg.evidence(raw.db, words, scopes, [h.doc_id for h in [*text, *cosine[:FUSE_DEPTH]]], vectors=True)
         times["evidence"].append(time.perf_counter() - t)
+        # the anchors: the same cells' vectors a row each, the distance in SQL (the form before the packs),
+        # and pgvector's exact scan of the scope's rows
+        literal = index_pg._literal(vec)
+        t = time.perf_counter()
+        cells = index_pg.probe_cells(raw.db, literal, scopes)
+        raw.conn.execute(f"SELECT v.doc_id FROM {probed} ORDER BY v.embedding::vector <=> %s::vector LIMIT {LIMIT}",
+                         [[c[0] for c in cells], [c[1] for c in cells], literal]).fetchall()
+        times["knn rows in SQL"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        raw.conn.execute(f"SELECT doc_id FROM builtin_vec WHERE scope = %s ORDER BY embedding::vector <=> %s::vector"
+                         f" LIMIT {LIMIT}", [scopes[0], literal]).fetchall()
+        times["exact rows in SQL"].append(time.perf_counter() - t)
     print("    the provider's reads alone (index_pg, p50 / p99 ms): "
           + ", ".join(f"{k} {stats(v)['p50_ms']} / {stats(v)['p99_ms']}" for k, v in times.items()), flush=True)
 
