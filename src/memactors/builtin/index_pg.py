@@ -511,8 +511,10 @@ def scope_vectors(db: Db, scope: str) -> tuple[list[int], Any]:
     import numpy as np
 
     assert isinstance(db, PgDb), type(db)
-    rows = db.conn.cursor(binary=True).execute("SELECT doc_id, halfvec_send(embedding) FROM builtin_vec WHERE scope = %s",
-                                               [scope]).fetchall()  # binary: no text parsed a vector
+    # binary: no text parsed a vector; by doc id: k-means samples by position, so the same vectors make
+    # the same cells whatever order updates (a division, a packing) left the heap in
+    rows = db.conn.cursor(binary=True).execute(
+        "SELECT doc_id, halfvec_send(embedding) FROM builtin_vec WHERE scope = %s ORDER BY doc_id", [scope]).fetchall()
     if not rows:
         return [], np.zeros((0, 0), dtype=np.float32)
     x = np.frombuffer(b"".join(bytes(r[1])[4:] for r in rows), dtype=">f2").reshape(len(rows), -1)
