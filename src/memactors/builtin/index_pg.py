@@ -24,7 +24,10 @@ sqlite-vec):
   `halfvec(dim)` per episode, half float32's bytes, and its cell under a (scope, cell) b-tree), created
   once the embedding dimension is known, rebuilt empty when the model or dimension changes. A large
   scope is divided into cells (`builtin.vector_cells`, as on SQLite) and its knn reads the cells nearest
-  the query; a small one is one cell, searched exactly. pgvector's own store-wide indexes (HNSW,
+  the query; a small one is one cell, searched exactly. Each cell's vectors are also packed in one row
+  (`builtin_vec_packs`, float16 as the rows hold them): a knn reads the packs and the vectors written
+  since their cell was packed, in binary, and scores them in numpy (a row costs this server ~4 µs to
+  read, whatever scores it). pgvector's own store-wide indexes (HNSW,
   IVFFlat) lose most of their recall when filtered to one scope among many (docs/benchmarks.md). Without the extension the
   provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
 
