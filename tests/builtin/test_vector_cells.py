@@ -323,6 +323,7 @@ async def test_postgresql_reads_a_cells_vectors_from_one_packed_row_and_packs_a_
             db.execute("ALTER TABLE builtin_vec DROP COLUMN packed")
             db.execute("DROP TABLE builtin_vec_packs")
             db.execute("DROP FUNCTION builtin_vec_packed(), builtin_vec_unpack()")
+            db.execute("ALTER TABLE builtin_docs DROP COLUMN meta_tsv")  # its index with it
             db.execute("DELETE FROM memactors_migrations WHERE name = '0010_vector_packs'")
 
         await memory.store.write(before_packs)

@@ -185,13 +185,16 @@ def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
     pieces = words_of(words)
     if not pieces:
         return False
-    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', ?)"
+    # In the metadata: `meta_tsv` (the D class's words alone, under their own GIN index: a `word:D` probe
+    # of `tsv` would re-check every document holding the word anywhere, as GIN keeps no weights).
+    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.{column} @@ (to_tsquery('english', ?)"
              " && to_tsquery('simple', ?)) AND d.scope = ANY(?))")
     params: list[Any] = []
     within = scopes_query(scopes)
     for w in pieces:
-        params += [tsquery([w], "|", "D"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
-    found = db.execute("SELECT " + ", ".join([probe] * (2 * len(pieces))), params).fetchone()
+        params += [tsquery([w], "|"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
+    found = db.execute("SELECT " + ", ".join([probe.format(column="meta_tsv"), probe.format(column="tsv")]
+                                             * len(pieces)), params).fetchone()
     in_meta = False
     for n in range(len(pieces)):
         if found[2 * n]:
@@ -443,8 +446,9 @@ def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, pro
     q = np.asarray(vector, dtype=np.float32)
     q = q / max(float(np.linalg.norm(q)), 1e-12)
     similarity = np.empty(len(ids), dtype=np.float32)
+    codes, half = x.view(np.uint16), _half_table()
     for start in range(0, len(ids), SCORE_ROWS):
-        rows = x[start:start + SCORE_ROWS].astype(np.float32)
+        rows = np.take(half, codes[start:start + SCORE_ROWS])  # float16 to float32 (the values astype gives)
         # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         norms[norms == 0] = 1.0
@@ -460,6 +464,17 @@ def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, pro
 
 #: Rows a knn converts to float32 and scores at a time (a slice stays in the CPU's cache), as on SQLite.
 SCORE_ROWS = 2048
+_HALF: list[Any] = []
+
+
+def _half_table() -> Any:
+    """The float32 value of each big-endian float16 code as read by this machine (65,536 entries, made
+    once): a look-up costs ~2/3 of numpy's own conversion of non-native float16 (bench/scale.py's knn)."""
+    import numpy as np
+
+    if not _HALF:
+        _HALF.append(np.arange(65536, dtype=np.uint16).view(">f2").astype(np.float32))
+    return _HALF[0]
 
 
 def cell_vectors(db: Db, scopes: Sequence[str], cells: Sequence[int]) -> tuple[Any, Any]:

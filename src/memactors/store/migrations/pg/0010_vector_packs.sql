@@ -53,3 +53,13 @@ BEGIN
         PERFORM builtin_vec_packed();
     END IF;
 END $$;
+
+-- The metadata words alone, searchable by their own GIN index: `builtin.index_pg.metadata_only` asks
+-- whether a word is in some episode's metadata (weight class D of `tsv`), and GIN keeps no weights, so
+-- `tsv @@ 'word:D'` re-checked every document of the scope holding the word anywhere (at 1M episodes up
+-- to 2.4 s for a common word in a 170k-episode repository). The same lexemes as `tsv`'s D part, with the
+-- scope's token (`index_pg.SCOPE_TOKEN_SQL`).
+ALTER TABLE builtin_docs ADD COLUMN IF NOT EXISTS meta_tsv tsvector GENERATED ALWAYS AS (
+    to_tsvector('english', regexp_replace(meta, '[^[:alnum:]]+', ' ', 'g')) ||
+    to_tsvector('simple', 'sk' || substr(encode(sha256(scope::bytea), 'hex'), 1, 15))) STORED;
+CREATE INDEX IF NOT EXISTS builtin_docs_meta_tsv ON builtin_docs USING gin (meta_tsv);
