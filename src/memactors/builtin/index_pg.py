@@ -571,10 +571,14 @@ def pack(db: Db, scope: str, cells: Sequence[int] | None = None) -> int:
     the two aggregates read the same rows in the same order); returns the vectors newly packed."""
     among, params = ("", [scope]) if cells is None else (" AND cell = ANY(?::int[])", [scope, list(cells)])
     db.execute(f"DELETE FROM builtin_vec_packs WHERE scope = ?{among}", params)
-    db.execute("INSERT INTO builtin_vec_packs (scope, cell, doc_ids, vectors) SELECT scope, cell, array_agg(doc_id),"
-               f" string_agg(substring(halfvec_send(embedding) FROM 5), ''::bytea) FROM builtin_vec WHERE scope = ?{among}"
-               " GROUP BY scope, cell", params)
-    return int(db.execute(f"UPDATE builtin_vec SET packed = true WHERE scope = ?{among} AND NOT packed", params).rowcount)
+    # One statement, one snapshot: only the rows the packs hold are marked, never one another daemon's
+    # back-fill committed in between (it stays a row of its own until the next packing).
+    return int(db.execute(
+        "WITH made AS (INSERT INTO builtin_vec_packs (scope, cell, doc_ids, vectors) SELECT scope, cell, array_agg(doc_id),"
+        f" string_agg(substring(halfvec_send(embedding) FROM 5), ''::bytea) FROM builtin_vec WHERE scope = ?{among}"
+        " GROUP BY scope, cell RETURNING doc_ids)"
+        " UPDATE builtin_vec SET packed = true WHERE doc_id IN (SELECT unnest(doc_ids) FROM made) AND NOT packed",
+        params).rowcount)
 
 
 def cells_to_pack(db: Db) -> list[tuple[str, list[int]]]:
