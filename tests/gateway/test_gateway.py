@@ -15,11 +15,11 @@ import trio.lowlevel
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+import memactors.view as view_module
 from fix_daemon import daemon_in_process
 from memactors.actors.spawn import prepare_spawn
 from memactors.config import ConfigHolder
 from memactors.gateway import BRIEFING_URI
-import memactors.view as view_module
 from memactors.service import MemoryService
 from support import RESIDENT, example, serving
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
