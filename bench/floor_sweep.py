@@ -27,6 +27,14 @@ writer's set out, the check the blind sets make. `--extra NAME,...` adds questio
 measures to the item model for `--fit` / `--by-set` (`EXTRAS`: each a signal that was tried for the
 blind sets and did not separate them; docs/benchmarks.md has the figures).
 
+`--tail T,...`: a two-level floor with the shipped model — an answer served only when one of its items
+clears the shipped floor (the gate), then every item scoring at least T — against the one floor per
+item the provider applies: MRR (all questions, the blind answerable sets), items served per answerable
+question, the no-answer shares, and where the floor's MRR goes (answerable questions the gate answers
+with nothing, against items dropped below a stronger one). With `--by-set`, the tails also at its
+model floor BY_SET_GATE. Measured once (docs/benchmarks.md, "Sixth pass"): the tail wins nothing, as
+nearly all of the loss is answerable questions answered with nothing.
+
 `--newest P,...`: the same questions as if only the newest share P of each repository's episodes had
 their vector (the back-fill's order: newest doc ids first), against BM25 alone (no vector at all), per
 question set: the offline check of "never below BM25 while the vectors fill in".
@@ -139,11 +147,13 @@ async def residual_cosine(q: dict[str, Any], embed: Any, knn: Callable[[Any, lis
     return similarity.get(order[0], found[-1].score if found else 0.0)
 
 
-def answer(q: dict[str, Any], floor: float, newest: float | None = None) -> list[str]:
+def answer(q: dict[str, Any], floor: float, newest: float | None = None, tail: float | None = None) -> list[str]:
     """The run ids the built-in provider serves for `q` (no paths): its recall's fusion and scores.
     `newest`: as if only the newest share of the scope's episodes had a vector (0: BM25 alone), and the
     recall embedded its text candidates without one (`BuiltinProvider.embed_candidates`: the text
-    ranking's best RECALL_EMBED) before the cosine ranking."""
+    ranking's best RECALL_EMBED) before the cosine ranking. `tail`: a two-level floor, the one the
+    provider does not ship (`--tail`): nothing unless an item scores `floor`, then every item scoring
+    at least `tail`."""
     ev: Evidence = q["evidence"]
     text: list[Hit] = q["text"]
     cosine: list[Hit] = q["cosine"]
@@ -163,7 +173,11 @@ def answer(q: dict[str, Any], floor: float, newest: float | None = None) -> list
     score = ranking.relevance_scores(hits, ev, cosine, fused.keys(),
                                      filling=bool(cosine) and ranking.embedded_share(text, embedded) < 1)
     order = ranking.rank(fused, {e: h.started_at for e, h in hits.items()}, len(fused))
-    return [q["runs"][e] for e in order if score[e] >= floor][:LIMIT]
+    if tail is None:
+        return [q["runs"][e] for e in order if score[e] >= floor][:LIMIT]
+    if not any(score[e] >= floor for e in order):
+        return []
+    return [q["runs"][e] for e in order if score[e] >= min(tail, floor)][:LIMIT]
 
 
 def rr(q: dict[str, Any], served: Sequence[str]) -> float:
@@ -285,15 +299,15 @@ def model(weights: Sequence[float], bias: float, answer_weight: float) -> Iterat
 extra_weights: list[float] = []
 
 
-def served(q: dict[str, Any], floor: float) -> list[str]:
+def served(q: dict[str, Any], floor: float, tail: float | None = None) -> list[str]:
     """`answer` under the model in force, its extra measures' terms added to every item's logit."""
     lift = sum(w * v for w, v in zip(extra_weights, q.get("extras", ()), strict=True)) if extra_weights else 0.0
     if not lift:
-        return answer(q, floor)
+        return answer(q, floor, tail=tail)
     item_logit = ranking.item_logit
     ranking.item_logit = lambda *a: item_logit(*a) + lift  # type: ignore[assignment]
     try:
-        return answer(q, floor)
+        return answer(q, floor, tail=tail)
     finally:
         ranking.item_logit = item_logit
 
@@ -342,11 +356,12 @@ def sweep(questions: list[dict[str, Any]], extras: Sequence[str] = ()) -> None:
                   f" | by folds: {line(statistics.mean(cv_mrr), {k: statistics.mean(v) for k, v in cv_nothing.items()})}")
 
 
-def by_set(questions: list[dict[str, Any]], extras: Sequence[str] = ()) -> None:
+def by_set(questions: list[dict[str, Any]], extras: Sequence[str] = (), tails: Sequence[float] = ()) -> None:
     """Leave one no-answer set out: each set is judged by the model fitted on the other three and on the
     answerable questions of three of len(NO_ANSWER) folds, whose fourth it judges too; swept over the
     model's floor at the shipped answer weight. A writer's questions are judged by a model that has read
-    none of them: the check a blind set makes, which five folds over every set (`--fit`) do not."""
+    none of them: the check a blind set makes, which five folds over every set (`--fit`) do not. With
+    `tails`, then at the model floor BY_SET_GATE each tail floor of a two-level floor (`answer`)."""
     prepare(questions, extras)
     parts = len(NO_ANSWER)
     part = {id(q): hashlib.sha256(q["query"].encode()).digest()[1] % parts for q in questions}
@@ -355,20 +370,64 @@ def by_set(questions: list[dict[str, Any]], extras: Sequence[str] = ()) -> None:
     models = [fit([q for q in questions if (q.get("set") != name if q["kind"] == "none" else part[id(q)] != k)])
               for k, name in enumerate(NO_ANSWER)]
     floor = ranking.RELEVANCE_FLOOR
-    print(f"left one no-answer set out (extras: {', '.join(extras) or 'none'}), answer weight {ranking.ANSWER_WEIGHT}:")
-    for at in (0.35, 0.4, 0.42, 0.44, 0.46, 0.48, 0.5, 0.52, 0.55, 0.6):
+
+    def judge(at: float, tail: float | None = None) -> str:
         shift = logit(floor) - logit(at)
         mrr: list[float] = []
         nothing: dict[str, list[float]] = {}
         for (weights, bias), group in zip(models, judged, strict=True):
             with model(weights, bias + shift, ranking.ANSWER_WEIGHT):
                 for q in group:
-                    items = served(q, floor)
+                    items = served(q, floor, tail)
                     if q["kind"] == "none":
                         nothing.setdefault(q["set"], []).append(0.0 if items else 1.0)
                     elif is_all(q):
                         mrr.append(rr(q, items))
-        print(f"floor {at:.2f}: {line(statistics.mean(mrr), {k: statistics.mean(v) for k, v in nothing.items()})}")
+        return line(statistics.mean(mrr), {k: statistics.mean(v) for k, v in nothing.items()})
+
+    print(f"left one no-answer set out (extras: {', '.join(extras) or 'none'}), answer weight {ranking.ANSWER_WEIGHT}:")
+    for at in (0.35, 0.4, 0.42, 0.44, 0.46, 0.48, 0.5, 0.52, 0.55, 0.6):
+        print(f"floor {at:.2f}: {judge(at)}")
+    for tail in tails:  # on the served scale: the gate is `floor`, the model's BY_SET_GATE moved there
+        print(f"floor {BY_SET_GATE:.2f}, tail {tail:.2f} (served scale, gate {floor}): {judge(BY_SET_GATE, tail)}")
+
+
+#: The model floor `by_set` sweeps the tail floors at (its floor nearest the shipped no-answer shares).
+BY_SET_GATE = 0.48
+
+
+def two_level(questions: list[dict[str, Any]], tails: Sequence[float]) -> None:
+    """The shipped model with a two-level floor: an answer is served only when one of its items scores
+    RELEVANCE_FLOOR (the gate, as shipped), then every item scoring at least the tail. Per tail: the
+    all-questions MRR, the blind answerable sets' MRR, items served per answerable question and the
+    share of each no-answer set answered with nothing. Then where the floor's MRR goes: to answerable
+    questions the gate answers with nothing, or to items dropped below a stronger one."""
+    gate = ranking.RELEVANCE_FLOOR
+    blind = [s for s in ("heldout2", "heldout3") if any(q.get("set") == s for q in questions)]
+
+    def mean_rr(select: Callable[[dict[str, Any]], bool], gate: float, tail: float | None) -> float:
+        return statistics.mean(rr(q, answer(q, gate, tail=tail)) for q in questions if select(q))
+
+    print(f"two-level floor, gate {gate} (shipped model): tail | all MRR | " + " | ".join(f"{s} MRR" for s in blind)
+          + " | items per answerable | nothing per no-answer set")
+    for tail in (None, *tails):
+        items = statistics.mean(len(answer(q, gate, tail=tail)) for q in questions if is_all(q))
+        nothing: dict[str, list[float]] = {}
+        for q in questions:
+            if q["kind"] == "none":
+                nothing.setdefault(q["set"], []).append(0.0 if answer(q, gate, tail=tail) else 1.0)
+        print(f"{'none' if tail is None else f'{tail:.2f}'} | {mean_rr(is_all, gate, tail):.3f} | "
+              + " | ".join(f"{mean_rr(lambda q, s=s: q.get('set') == s, gate, tail):.3f}" for s in blind)
+              + f" | {items:.2f} | " + ", ".join(f"{k} {statistics.mean(v):.0%}" for k, v in sorted(nothing.items())))
+    for name, select in [("all", is_all), *((s, lambda q, s=s: q.get("set") == s) for s in blind)]:
+        group = [q for q in questions if select(q)]
+        free = [rr(q, answer(q, 0.0)) for q in group]
+        shut = [not answer(q, gate, tail=0.0) for q in group]
+        by_gate = sum(f for f, s in zip(free, shut, strict=True) if s) / len(group)
+        by_items = statistics.mean(free) - mean_rr(select, gate, None) - by_gate
+        print(f"{name}: no floor MRR {statistics.mean(free):.3f}; the gate answers {sum(shut)} of {len(group)} with"
+              f" nothing ({sum(f > 0 for f, s in zip(free, shut, strict=True) if s)} with the answer in the no-floor"
+              f" top {LIMIT}): MRR lost to the gate {by_gate:.3f}, to items dropped below a stronger one {by_items:.3f}")
 
 
 def filling(questions: list[dict[str, Any]], shares: Sequence[float]) -> None:
@@ -396,13 +455,17 @@ def main() -> None:
     parser.add_argument("--newest", default="", help="comma-separated shares of each scope with a vector")
     parser.add_argument("--by-set", action="store_true",
                         help="every no-answer set in, each judged by the model fitted on the others")
+    parser.add_argument("--tail", default="",
+                        help="comma-separated tail floors of a two-level floor (the gate: the shipped floor)")
     parser.add_argument("--extra", default="", help=f"comma-separated extra measures: {', '.join(EXTRAS)}")
     args = parser.parse_args()
     shares = [float(s) for s in args.newest.split(",") if s]
     extras = [e for e in args.extra.split(",") if e]
+    tails = [float(t) for t in args.tail.split(",") if t]
     if unknown := set(extras) - set(EXTRAS):
         parser.error(f"--extra: no measure named {', '.join(sorted(unknown))} (known: {', '.join(EXTRAS)})")
-    left_out = UNREAD if args.by_set else LEFT_OUT
+    # --tail judges the shipped model, which read no blind set: every set in, the blind ones in their own rows
+    left_out = () if tails else UNREAD if args.by_set else LEFT_OUT
     questions = trio.run(lambda: collect(args.state, bool(shares), left_out, "residual" in extras))
     print(f"machine: {machine()}; {sum(is_all(q) for q in questions)} answerable, "
           f"{sum(q['kind'] == 'none' for q in questions)} no-answer questions")
@@ -412,8 +475,10 @@ def main() -> None:
         filling(questions, shares)
     if args.fit:
         sweep(questions, extras)
+    if tails:
+        two_level(questions, tails)
     if args.by_set:
-        by_set(questions, extras)
+        by_set([q for q in questions if q.get("set") not in UNREAD], extras, tails)
 
 
 if __name__ == "__main__":
