@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -125,6 +126,63 @@ def corpus(n: int, repos: int, seed: int = 7) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     zs = rng.choice(repos, size=n, p=zipf_weights(repos))
     return [episode(rng, i, int(z)) for i, z in enumerate(zs)]
+
+
+#: `--text commits`: the three repositories whose commit histories give the words and paths (mirrors on this machine).
+COMMIT_SOURCES = ("encode+httpx", "python-attrs+attrs", "psf+black")
+_COMMIT_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]*[a-z0-9]|[a-z0-9]")
+
+
+def commit_vocabulary(mirrors: Path) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[str], np.ndarray]]]:
+    """What `--text commits` draws from: every word of the commit messages (subject and body) of
+    COMMIT_SOURCES, with how often it occurs; the messages' lengths in words; and each source's
+    touched paths with how often each was touched. Read with `git log` from `mirrors`/<source>/repo."""
+    import subprocess
+    from collections import Counter
+
+    words: Counter[str] = Counter()
+    lengths: list[int] = []
+    paths = []
+    for source in COMMIT_SOURCES:
+        git = ["git", "--git-dir", str(mirrors / source / "repo"), "log"]
+        log = subprocess.run([*git, "--format=%x00%s%n%b"], capture_output=True, text=True, check=True).stdout
+        for message in log.split("\0")[1:]:
+            found = _COMMIT_WORD.findall(message.lower())
+            if found:
+                words.update(found)
+                lengths.append(len(found))
+        touched = Counter(line for line in subprocess.run([*git, "--format=", "--name-only"], capture_output=True,
+                                                         text=True, check=True).stdout.splitlines() if line)
+        names = sorted(touched)
+        paths.append((names, np.array([touched[x] for x in names], dtype=np.float64) / sum(touched.values())))
+    vocab = sorted(words)
+    freq = np.array([words[w] for w in vocab], dtype=np.float64)
+    return vocab, freq / freq.sum(), np.array(lengths), paths
+
+
+def commits_corpus(n: int, repos: int, mirrors: Path, seed: int = 7) -> list[dict[str, Any]]:
+    """`--text commits`: episodes whose excerpt is words drawn independently with their frequencies in
+    real commit messages (`commit_vocabulary`: ~11k distinct words, "the", "fix", "to" most often, most
+    words rare), as many as a real message has (a message's length drawn from theirs, at least 8), and
+    1-3 paths drawn by how often each was touched in one of the sources (repository z reads source
+    z mod 3). Repositories, runs, times and outcomes as `corpus`'s."""
+    vocab, p, lengths, paths = commit_vocabulary(mirrors)
+    rng = np.random.default_rng(seed)
+    zs = rng.choice(repos, size=n, p=zipf_weights(repos))
+    sizes = np.maximum(lengths[rng.integers(len(lengths), size=n)], 8)
+    drawn = rng.choice(len(vocab), size=int(sizes.sum()), p=p)
+    out = []
+    at = 0
+    for i, z in enumerate(zs):
+        z = int(z)
+        body = " ".join(vocab[w] for w in drawn[at:at + sizes[i]])
+        at += sizes[i]
+        names, weights = paths[z % len(paths)]
+        files = [names[f] for f in rng.choice(len(names), size=int(rng.integers(1, 4)), p=weights)]
+        out.append({"z": z, "harness": f"h{z:03d}", "run_id": f"r{i}",
+                    "started": f"2026-{1 + i % 11:02d}-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d}Z",
+                    "body": body, "files": files, "outcome": ("succeeded", "succeeded", "failed")[int(rng.integers(3))]})
+    return out
 
 
 def derive_vectors(real: np.ndarray, n: int, seed: int = 5) -> np.ndarray:
@@ -283,6 +341,16 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.conn.close()
     return doc_ids, time.perf_counter() - t
+
+
+def text_tag(args: argparse.Namespace) -> str:
+    """The kept corpus's and store's name part for the text mode (none for the template text)."""
+    return "" if args.text == "template" else f"{args.text}-"
+
+
+TEXT_SAYS = {"template": "synthetic text: a template vocabulary of ~200 words, every query word common",
+             "commits": "text of words drawn with their frequencies in the commit messages of "
+                        + ", ".join(COMMIT_SOURCES) + " (~11k distinct words), real paths"}
 
 
 def builtin_episode_id(it: dict[str, Any]) -> str:
@@ -448,7 +516,7 @@ def show(label: str, r: dict[str, Any]) -> None:
 async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
                      items: list[dict[str, Any]], vectors: np.ndarray, queries: list[tuple[int, str]]) -> None:
     zs = np.fromiter((it["z"] for it in items), dtype=np.int32, count=len(items))
-    state = root / f"{engine}-{size}"
+    state = root / f"{engine}-{text_tag(args)}{size}"
     state.mkdir(parents=True, exist_ok=True)
     url = cluster.create_database(f"scale_{size}") if cluster is not None else None
     if cluster is not None:
@@ -511,10 +579,12 @@ async def main_async(args: argparse.Namespace) -> None:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         model = shared_model()
+        print(f"the episodes' text: {TEXT_SAYS[args.text]}", flush=True)
         for size in args.sizes:
             t = time.perf_counter()
-            kept = root / f"corpus-{size}-{args.repos}-{args.real}.npz"  # what a kept store is measured with
-            stores = [root / f"{engine}-{size}" / "doc_ids.npy" for engine in args.engines]
+            # what a kept store is measured with
+            kept = root / f"corpus-{text_tag(args)}{size}-{args.repos}-{args.real}.npz"
+            stores = [root / f"{engine}-{text_tag(args)}{size}" / "doc_ids.npy" for engine in args.engines]
             if kept.exists() and all(s.exists() for s in stores) and not args.build_only:
                 with np.load(kept) as saved:
                     vectors, zs = saved["vectors"], saved["zs"]
@@ -523,7 +593,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"{size} episodes: the kept corpus {kept.name} (the biggest repository {np.bincount(zs).max()})",
                       flush=True)
             else:
-                items = corpus(size, args.repos)
+                items = (commits_corpus(size, args.repos, args.mirrors) if args.text == "commits"
+                         else corpus(size, args.repos))
                 k = min(args.real, size)
                 texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
                 real = np.asarray(model.encode(texts), dtype=np.float32)
@@ -860,6 +931,11 @@ def main() -> None:
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--text", choices=["template", "commits"], default="template",
+                        help="the episodes' text: a template vocabulary of a few hundred words, or words drawn with"
+                             " their frequencies in real commit messages (see commits_corpus)")
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"),
+                        help="--text commits: where encode+httpx, python-attrs+attrs and psf+black are mirrored")
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
     parser.add_argument("--bulk", action="store_true",
                         help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
@@ -888,8 +964,8 @@ def main() -> None:
             partition(args.partition, args.queries, args.real)
         print(machine(), flush=True)
         return
-    print("synthetic corpus: templated episodes; vectors: --real embedded by the model, the rest derived from them"
-          " (see the docstring)", flush=True)
+    print("synthetic corpus (see the docstring): vectors --real embedded by the model, the rest derived from them",
+          flush=True)
     trio.run(main_async, args)
 
 
