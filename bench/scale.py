@@ -442,7 +442,8 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
     times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "exact", "embed")}
     recall_at: list[float] = []
     exact_at: list[float] = []
-    cpu: dict[str, list[float]] = {"knn": [], "exact": []}  # this process's CPU: a quiet machine's wall
+    # this process's CPU: a quiet machine's wall (the recall's: every thread of the in-process service)
+    cpu: dict[str, list[float]] = {"recall": [], "knn": [], "exact": []}
     exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
@@ -466,9 +467,10 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
             for z, q in queries[5:]:
                 scope = scope_for(store_engines.repo(z))
                 if service:
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
                     times["recall"].append(time.perf_counter() - t)
+                    cpu["recall"].append(time.process_time() - c)
                 t = time.perf_counter()
                 raw.text(q, scope)
                 times["text"].append(time.perf_counter() - t)
@@ -520,6 +522,7 @@ async def measure_bm25_only(root: Path, state: Path, raw: Any, queries: list[tup
     config = config_for(root, state, None, "[memory]\nembeddings = false\n")
     holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
     times: dict[str, list[float]] = {"recall": [], "text": [], "text in range": []}
+    cpu: dict[str, list[float]] = {k: [] for k in times}  # this process's (the service is in it)
     log = (root / "bench.log").open("a", encoding="utf-8")
     configure_logging("INFO", sink=log)
     try:
@@ -529,15 +532,18 @@ async def measure_bm25_only(root: Path, state: Path, raw: Any, queries: list[tup
             for z, q in queries[:5]:
                 await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
             for z, q in queries[5:]:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
                 times["recall"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                cpu["recall"].append(time.process_time() - c)
+                t, c = time.perf_counter(), time.process_time()
                 raw.text(q, scope_for(store_engines.repo(z)))
                 times["text"].append(time.perf_counter() - t)
-                t = time.perf_counter()
+                cpu["text"].append(time.process_time() - c)
+                t, c = time.perf_counter(), time.process_time()
                 raw.text_in_range(q, scope_for(store_engines.repo(z)))
                 times["text in range"].append(time.perf_counter() - t)
+                cpu["text in range"].append(time.process_time() - c)
     finally:
         logger.remove()
         log.close()
@@ -545,6 +551,7 @@ async def measure_bm25_only(root: Path, state: Path, raw: Any, queries: list[tup
     out["x_text"] = round(out["recall"]["p50_ms"] / out["text"]["p50_ms"], 2)
     out["x_range"] = round(out["recall"]["p50_ms"] / out["text in range"]["p50_ms"], 2)
     out["start_s"] = round(opened, 1)
+    out["cpu"] = {k: round(statistics.median(v) * 1000, 2) for k, v in cpu.items()}
     return out
 
 
@@ -601,6 +608,8 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
                   f"   text p50 {bm25['text']['p50_ms']} / p99 {bm25['text']['p99_ms']} ms   {bm25['x_text']}x text"
                   f"   text in range p50 {bm25['text in range']['p50_ms']} ms   {bm25['x_range']}x that"
                   f"   (its service's start, warm: {bm25['start_s']} s)", flush=True)
+            print("    CPU p50 (this process), BM25 only: " + ", ".join(f"{k} {v} ms" for k, v in bm25["cpu"].items()),
+                  flush=True)
         finally:
             raw.close()
         return
