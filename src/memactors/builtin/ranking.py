@@ -118,7 +118,8 @@ def range_match(words: Sequence[str], op: str) -> str:
 
 def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
                     limit: int, candidates: int = CANDIDATES) -> list[Hit]:
-    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
+    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`
+    (which a count that stops at the `limit`-th match tells before the AND is ranked).
 
     Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to), and the
     joined row's scope is checked once more. Returns the hits, best first: rank (BM25 with
@@ -134,6 +135,8 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
     plans = [range_match(words, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
     for match in plans:
+        if match is not any_word and (candidates < limit or not _matches_at_least(db, match, ranges, limit)):
+            continue  # the AND cannot give `limit` candidates: not ranked (its BM25 counts every word's documents)
         rows = []
         for scope, low, high in ranges:
             rows += _ranked_in_range(db, match, scope, low, high, int(candidates))
@@ -143,6 +146,17 @@ def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Seq
         if len(rows) >= limit:
             break
     return [Hit(r[2], int(r[3]), r[1], -float(r[0])) for r in rows]
+
+
+def _matches_at_least(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]], n: int) -> bool:
+    """Whether `match` has at least `n` documents in the ranges (stops at the n-th: no ranking)."""
+    found = 0
+    for _scope, low, high in ranges:
+        if found >= n:
+            break
+        found += int(db.execute("SELECT count(*) FROM (SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ?"
+                                " AND rowid BETWEEN ? AND ? LIMIT ?)", [match, low, high, n - found]).fetchone()[0])
+    return found >= n
 
 
 def _ranked_in_range(db: sqlite_utils.Database, match: str, scope: str, low: int, high: int,
