@@ -462,17 +462,23 @@ def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[s
     columns = "{" + " ".join(FTS_COLUMNS[1:]) + "}"
     df: dict[str, int] = {}
     present: dict[int, set[str]] = {d: set() for d in wanted}
+    ids = json.dumps(sorted(wanted))
     for w in dict.fromkeys(words):
         term = w.replace('"', "")
         if not term:
             continue
         found = 0
         for _scope, low, high in ranges:
-            for (rowid,) in db.execute("SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?",
-                                       [f'{columns} : "{term}"', low, high]):
-                found += 1
-                if rowid in wanted:
-                    present[rowid].add(w)
+            # one pass in SQLite: the count, and which candidates are among the matches (a scope's
+            # common word matches tens of thousands of documents: not one Python row each)
+            count, hits = db.execute(
+                "SELECT count(*), group_concat(CASE WHEN rowid IN (SELECT value FROM json_each(?)) THEN rowid END)"
+                " FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                [ids, f'{columns} : "{term}"', low, high]).fetchone()
+            found += int(count)
+            for rowid in (hits or "").split(","):
+                if rowid:
+                    present[int(rowid)].add(w)
         df[w] = found
     vectored: set[int] = set()
     if vectors and vec_exists(db):
