@@ -169,9 +169,9 @@ def main() -> None:
     data = load_questions(changelog=False)
     repos = [Repo(key, spec["branch"], path) for (key, spec), path in zip(data["repos"].items(), args.paths, strict=False)]
     given = {r.key for r in repos}
-    # Not the second held-out set: it checks the method this sweep chose, so no sweep reads it.
+    # Not the second and third held-out sets: they check the method this sweep chose, so no sweep reads them.
     questions = [q for q in data["questions"] if q["repo"] in given and q["kind"] in ("same", "other")
-                 and q.get("set") != "heldout2"]
+                 and q.get("set") not in ("heldout2", "heldout3")]
     for r in repos:
         r.commits = read_commits(r.path)[:-HOLDOUT]
     cache = Path(args.cache) if args.cache else None

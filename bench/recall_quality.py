@@ -108,6 +108,12 @@ NOANSWER_HELDOUT2_DATA = DATA.with_name("noanswer_heldout2.json")
 #: embedding of its unembedded candidates was being built, opened once that ranking was final and
 #: committed, run once: judged on, never tuned on (bench/floor_sweep.py leaves it out), its own row.
 NOANSWER_HELDOUT3_DATA = DATA.with_name("noanswer_heldout3.json")
+#: A fifth no-answer set and a third held-out other-words set, written blind by another engineer while
+#: the score was being searched for a signal that tells those writers' no-answer questions apart,
+#: copied in unread once that search was over and its ranking committed, run once: judged on, never
+#: tuned on (bench/floor_sweep.py leaves them out), each in its own row.
+NOANSWER_HELDOUT4_DATA = DATA.with_name("noanswer_heldout4.json")
+HELDOUT3_DATA = DATA.with_name("heldout3_other_words.json")
 #: The modes one run compares: BM25 alone ([memory] embeddings = false) and the default configuration
 #: (the embedded model, hybrid ranking); `fresh` is the default configuration asked as soon as `runs
 #: ingest` has returned and every record is recorded, while the vectors are still being back-filled
@@ -121,11 +127,13 @@ GROUPS = {("same", "first"): "same", ("other", "hard"): "other (hard)", ("other"
           ("path", "first"): "path", ("path", "hard"): "path", ("same", "black"): "black same",
           ("other", "black"): "black other", ("other", "heldout"): "heldout other words",
           ("other", "heldout2"): "heldout-2 other words (untuned)",
+          ("other", "heldout3"): "heldout-3 other words (blind)",
           ("path-recency", "first"): "path (recency)", ("path-recency", "hard"): "path (recency)",
           ("none", "noanswer"): "no answer (MRR: share answered with nothing)",
           ("none", "noanswer_heldout"): "no answer, held-out (untuned; share answered with nothing)",
           ("none", "noanswer_heldout2"): "no answer, held-out 2 (blind; share answered with nothing)",
-          ("none", "noanswer_heldout3"): "no answer, held-out 3 (blind; share answered with nothing)"}
+          ("none", "noanswer_heldout3"): "no answer, held-out 3 (blind; share answered with nothing)",
+          ("none", "noanswer_heldout4"): "no answer, held-out 4 (blind; share answered with nothing)"}
 #: The changelog questions' groups, by how many content words of the commit's subject they share.
 CHANGELOG_GROUPS = ("changelog other (<= 1 shared)", "changelog some (2 shared)", "changelog same (>= 3 shared)")
 HOLDOUT = 30
@@ -220,7 +228,8 @@ def load_questions(*, changelog: bool = False) -> dict[str, Any]:
     data = json.loads(DATA.read_text(encoding="utf-8"))
     for path, name in ((HELDOUT_DATA, "heldout"), (HELDOUT2_DATA, "heldout2"), (NOANSWER_DATA, "noanswer"),
                        (NOANSWER_HELDOUT_DATA, "noanswer_heldout"), (NOANSWER_HELDOUT2_DATA, "noanswer_heldout2"),
-                       (NOANSWER_HELDOUT3_DATA, "noanswer_heldout3")):
+                       (NOANSWER_HELDOUT3_DATA, "noanswer_heldout3"), (HELDOUT3_DATA, "heldout3"),
+                       (NOANSWER_HELDOUT4_DATA, "noanswer_heldout4")):
         if path.exists():
             data["questions"] += [{**q, "set": name} for q in json.loads(path.read_text(encoding="utf-8"))["questions"]]
     if changelog and CHANGELOG_DATA.exists():
@@ -237,7 +246,8 @@ def group(q: dict[str, Any]) -> str:
 
 def half(q: dict[str, Any]) -> str:
     """`tune` or `check`, fixed by the question's text; black's questions are all `check`."""
-    if q.get("set") in ("black", "heldout", "heldout2", "noanswer_heldout", "noanswer_heldout2", "noanswer_heldout3"):
+    if q.get("set") in ("black", "heldout", "heldout2", "heldout3", "noanswer_heldout", "noanswer_heldout2",
+                        "noanswer_heldout3", "noanswer_heldout4"):
         return "check"
     return ("tune", "check")[hashlib.sha256(q["query"].encode()).digest()[0] % 2]
 
@@ -533,7 +543,8 @@ async def evaluate(repos: list[Repo], questions: list[dict[str, Any]], root: Pat
             g = group(q)
             for key in (g, f"{g} · {half(q)}") if q.get("set") not in ("black", "tune") else (g,):
                 scores.setdefault(key, Scores()).add(q, found, subjects)
-            if q.get("set") in ("heldout2", "noanswer", "noanswer_heldout", "noanswer_heldout2", "noanswer_heldout3"):  # its own row only: "all" stays comparable with earlier runs
+            if q.get("set") in ("heldout2", "heldout3", "noanswer", "noanswer_heldout", "noanswer_heldout2",
+                                "noanswer_heldout3", "noanswer_heldout4"):  # its own row only: "all" stays comparable
                 return
             if q["kind"] not in ("path", "path-recency", "changelog"):  # the NL questions together, per corpus
                 key = "black natural (same+other)" if q.get("set") == "black" else "natural (same+other)"

@@ -78,6 +78,39 @@ def _git_branch_sync(workdir: str) -> str | None:
     return branch if out.returncode == 0 and branch else None  # detached HEAD: no branch
 
 
+#: What a HEAD file says when HEAD is a branch: the branch's full ref name after it.
+_BRANCH_REF = "ref: refs/heads/"
+
+
+def head_branch(toplevel: str) -> str | None | Literal[False]:
+    """The branch checked out in the work tree at ``toplevel``, read from its HEAD file (``.git/HEAD``, or
+    the one a ``.git`` file's ``gitdir:`` names: a linked worktree, a submodule): None for a detached
+    HEAD, False when the file does not say plainly (HEAD naming a ref outside ``refs/heads``, an
+    unreadable or unusual layout), and then git is asked (`_git_branch_sync`).
+
+    Read on every gateway request of a run with no recorded place (a token used before its run's first
+    session), where `git symbolic-ref` cost a process start (~4 ms) and a thread hop each time; the file
+    is read each time too, so a checkout of another branch is seen at the next request, as before."""
+    try:
+        dot_git = Path(toplevel) / ".git"
+        if dot_git.is_file():
+            pointer = dot_git.read_text(encoding="utf-8").strip()
+            if not pointer.startswith("gitdir:"):
+                return False
+            git_dir = Path(toplevel) / pointer.removeprefix("gitdir:").strip()
+        else:
+            git_dir = dot_git
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if head.startswith(_BRANCH_REF):
+        branch = head.removeprefix(_BRANCH_REF)
+        return branch or False
+    if len(head) in (40, 64) and all(c in "0123456789abcdef" for c in head):
+        return None  # detached: `symbolic-ref -q` has no branch either
+    return False
+
+
 _UNREAD: Any = object()
 
 
@@ -99,7 +132,8 @@ async def resolve_view(store: Store, config: Config, *, harness: str, run_id: st
     info = await resolve_repo(directory)
     if info is None:
         return View("run", harness, run_id)
-    branch = await trio.to_thread.run_sync(_git_branch_sync, directory)
+    read = head_branch(info.toplevel)
+    branch = await trio.to_thread.run_sync(_git_branch_sync, directory) if read is False else read
     if branch is None:
         branch = await store.read(lambda db: latest_branch(db, harness, info.key))
     return View("run", harness, run_id, info.key, branch)

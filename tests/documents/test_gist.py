@@ -115,6 +115,27 @@ async def test_req14_a_metadata_only_query_is_ordered_by_what_helps_the_next_run
         {"query": "forge.example/acme/api main brand-new-bot", "scope": [A], "limit": 3}))["items"]] == ids
 
 
+@pytest.mark.req14
+async def test_a_word_that_becomes_an_episodes_metadata_makes_the_query_metadata_only_at_the_next_recall(
+        store: Store) -> None:
+    """The built-in provider remembers which words a scope's metadata lacks (the probe that finds nothing
+    is the dear one); an episode recorded since, whose harness is named by the word, is still seen: the
+    same query turns from a text search into REQ-14's metadata-only order at once."""
+    p = BuiltinProvider(store)
+    await p.record(_doc("ep_a", "2026-01-01T00:00:00Z", excerpt="reconcile reconcile the reconcile loop",
+                        files=("ledger/r.go",)))
+    await p.record(_doc("ep_b", "2026-02-01T00:00:00Z", excerpt="Reworked the retry budget; reconcile once",
+                        files=("ledger/b.go",)))
+    first = await p.recall({"query": "reconcile", "scope": [A], "limit": 3})
+    assert [i["id"] for i in first["items"]][0] == "ep_a"  # BM25: a word of what the runs said
+    assert not await store.read(lambda db: metadata_only(db, ["reconcile"], [A]))
+    await p.record(_doc("ep_c", "2026-03-01T00:00:00Z", excerpt="Bumped the linter config", files=("x.go",),
+                        harness="reconcile"))
+    assert await store.read(lambda db: metadata_only(db, ["reconcile"], [A]))
+    again = await p.recall({"query": "reconcile", "scope": [A], "limit": 3})
+    assert [i["id"] for i in again["items"]][0] == "ep_c"  # the harness's own run first, not BM25's best
+
+
 def test_the_last_failure_class_that_fits_exactly_is_shown() -> None:
     """Room for ", …" is kept only while more are to come: a last piece that fits exactly is shown,
     for failures as for files (the two parts are one rule)."""

@@ -15,6 +15,7 @@ import trio.lowlevel
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+import memactors.view as view_module
 from fix_daemon import daemon_in_process
 from memactors.actors.spawn import prepare_spawn
 from memactors.config import ConfigHolder
@@ -22,6 +23,7 @@ from memactors.gateway import BRIEFING_URI
 from memactors.service import MemoryService
 from support import RESIDENT, example, serving
 from support_readside import API, as_run, calls, count, fault_toml, gateway_client
+from support_runs import git, make_repo
 
 
 async def seed(service: MemoryService) -> None:
@@ -236,3 +238,31 @@ async def test_req2_a_provider_tool_is_refused_as_provider_reserved(served: tupl
     assert reserved.is_error and text_of(reserved).startswith(f"{ProviderReserved.mcp_code}: ")
     assert "reserved to the daemon" in text_of(reserved) and "provider=builtin" in text_of(reserved)
     assert other.is_error and text_of(other).startswith("not_permitted: ") and "shell__exec" in text_of(other)
+
+
+async def test_a_run_token_before_its_first_session_reads_the_checkouts_branch_without_starting_git(
+        served: tuple[MemoryService, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token whose run has no recorded place yet resolves to its workdir's repository and branch on every
+    request: the branch is read from the checkout's HEAD (a linked worktree's too), as `git symbolic-ref`
+    says it, a new checkout seen at the next request, a detached HEAD no branch - without a git process."""
+    service, _ = served
+    started: list[str] = []
+    real = view_module._git_branch_sync
+    monkeypatch.setattr(view_module, "_git_branch_sync", lambda d: started.append(d) or real(d))
+    checkout = make_repo(tmp_path / "api")
+
+    async def branch_of(workdir: Path, run_id: str) -> str | None:
+        _, view = await as_run(service, "api-fixer", run_id, None, workdir=str(workdir))
+        assert view.repo == API
+        return view.branch
+
+    assert await branch_of(checkout, "1") == "main" == git(checkout, "symbolic-ref", "--short", "HEAD").strip()
+    git(checkout, "checkout", "-q", "-b", "fix/flaky")
+    assert await branch_of(checkout, "2") == "fix/flaky"
+    git(checkout, "worktree", "add", "-q", "-b", "docs/wt", str(tmp_path / "linked"))
+    assert await branch_of(tmp_path / "linked", "3") == "docs/wt"
+    (checkout / "docs").mkdir()
+    assert await branch_of(checkout / "docs", "4") == "fix/flaky"  # a workdir below the top
+    git(checkout, "checkout", "-q", "--detach")
+    assert await branch_of(checkout, "5") is None  # no branch, and no run of this harness recorded one
+    assert started == []

@@ -452,9 +452,13 @@ def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[s
              vectors: bool = False) -> Evidence:
     """`DocIndex.evidence` on SQLite: each word's documents in the scopes (an FTS5 match of the word in
     every column but the scope's token, within each scope's doc-id range), the candidates' words among
-    them and, with `vectors`, which candidates have a vector."""
+    them and, with `vectors`, which candidates have a vector.
+
+    One statement per word and scope counts the matches and names the candidates among them inside
+    SQLite (a scope's matches are not walked row by row in Python), and one statement finds the
+    candidates' vectors (not one lookup each)."""
     ranges = scope_ranges(db, scopes)
-    wanted = set(doc_ids)
+    wanted = list(dict.fromkeys(int(d) for d in doc_ids))
     docs = 0
     for scope, low, high in ranges:
         docs += int(db.execute("SELECT count(*) FROM builtin_docs WHERE doc_id BETWEEN ? AND ? AND scope = ?",
@@ -462,29 +466,38 @@ def evidence(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[s
     columns = "{" + " ".join(FTS_COLUMNS[1:]) + "}"
     df: dict[str, int] = {}
     present: dict[int, set[str]] = {d: set() for d in wanted}
-    ids = json.dumps(sorted(wanted))
+    chunks = _chunks(wanted, _IN_LIST) or [[]]
     for w in dict.fromkeys(words):
         term = w.replace('"', "")
         if not term:
             continue
         found = 0
         for _scope, low, high in ranges:
-            # one pass in SQLite: the count, and which candidates are among the matches (a scope's
-            # common word matches tens of thousands of documents: not one Python row each)
-            count, hits = db.execute(
-                "SELECT count(*), group_concat(CASE WHEN rowid IN (SELECT value FROM json_each(?)) THEN rowid END)"
-                " FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?",
-                [ids, f'{columns} : "{term}"', low, high]).fetchone()
-            found += int(count)
-            for rowid in (hits or "").split(","):
-                if rowid:
+            for n, chunk in enumerate(chunks):  # one chunk unless a recall names more than _IN_LIST candidates
+                among = f"rowid IN ({','.join('?' * len(chunk))})" if chunk else "0"
+                count, held = db.execute(
+                    f"SELECT count(*), group_concat(CASE WHEN {among} THEN rowid END) FROM builtin_fts"
+                    " WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                    [*chunk, f'{columns} : "{term}"', low, high]).fetchone()
+                if n == 0:
+                    found += int(count)
+                for rowid in str(held).split(",") if held else ():
                     present[int(rowid)].add(w)
         df[w] = found
     vectored: set[int] = set()
-    if vectors and vec_exists(db):
-        vectored = {d for d in wanted
-                    if db.execute("SELECT 1 FROM builtin_vec WHERE doc_id = ?", [d]).fetchone() is not None}
+    if vectors and wanted and vec_exists(db):
+        for part in chunks:
+            vectored.update(int(r[0]) for r in db.execute(
+                f"SELECT doc_id FROM builtin_vec WHERE doc_id IN ({','.join('?' * len(part))})", part).fetchall())
     return Evidence(docs, df, {d: frozenset(ws) for d, ws in present.items()}, frozenset(vectored))
+
+
+#: Most ids bound into one `IN (...)` list (SQLite's default limit on a statement's parameters is 32,766).
+_IN_LIST = 500
+
+
+def _chunks(ids: Sequence[int], size: int) -> list[Sequence[int]]:
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
 
 
 def vector_from_cache(db: sqlite_utils.Database, *, doc_id: int, scope: str, model: str, digest: str) -> bool:

@@ -145,9 +145,15 @@ def search_facts(
     scopes = list(dict.fromkeys(scopes))
     if limit == 0 or not scopes:
         return []
+    marks = ", ".join("?" for _ in scopes)
+    # No live or suspect fact in the scopes (a repository nobody taught yet): nothing to search. One
+    # index seek (facts_by_scope), where the full-text query over every word of a recall's question
+    # cost ~0.3 ms to find nothing.
+    if db.execute(f"SELECT 1 FROM facts WHERE scope IN ({marks}) AND status IN ('live', 'suspect') LIMIT 1",
+                  scopes).fetchone() is None:
+        return []
     rows = db.dialect.search_facts(db, columns=_FACT_COLS, query=query, scopes=scopes, limit=limit)
     if rows is None:
-        marks = ", ".join("?" for _ in scopes)
         rows = db.execute(
             f"SELECT {_FACT_COLS} FROM facts f"
             f" WHERE f.status IN ('live', 'suspect') AND f.scope IN ({marks})"
