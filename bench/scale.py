@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -125,6 +126,63 @@ def corpus(n: int, repos: int, seed: int = 7) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     zs = rng.choice(repos, size=n, p=zipf_weights(repos))
     return [episode(rng, i, int(z)) for i, z in enumerate(zs)]
+
+
+#: `--text commits`: the three repositories whose commit histories give the words and paths (mirrors on this machine).
+COMMIT_SOURCES = ("encode+httpx", "python-attrs+attrs", "psf+black")
+_COMMIT_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]*[a-z0-9]|[a-z0-9]")
+
+
+def commit_vocabulary(mirrors: Path) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[str], np.ndarray]]]:
+    """What `--text commits` draws from: every word of the commit messages (subject and body) of
+    COMMIT_SOURCES, with how often it occurs; the messages' lengths in words; and each source's
+    touched paths with how often each was touched. Read with `git log` from `mirrors`/<source>/repo."""
+    import subprocess
+    from collections import Counter
+
+    words: Counter[str] = Counter()
+    lengths: list[int] = []
+    paths = []
+    for source in COMMIT_SOURCES:
+        git = ["git", "--git-dir", str(mirrors / source / "repo"), "log"]
+        log = subprocess.run([*git, "--format=%x00%s%n%b"], capture_output=True, text=True, check=True).stdout
+        for message in log.split("\0")[1:]:
+            found = _COMMIT_WORD.findall(message.lower())
+            if found:
+                words.update(found)
+                lengths.append(len(found))
+        touched = Counter(line for line in subprocess.run([*git, "--format=", "--name-only"], capture_output=True,
+                                                         text=True, check=True).stdout.splitlines() if line)
+        names = sorted(touched)
+        paths.append((names, np.array([touched[x] for x in names], dtype=np.float64) / sum(touched.values())))
+    vocab = sorted(words)
+    freq = np.array([words[w] for w in vocab], dtype=np.float64)
+    return vocab, freq / freq.sum(), np.array(lengths), paths
+
+
+def commits_corpus(n: int, repos: int, mirrors: Path, seed: int = 7) -> list[dict[str, Any]]:
+    """`--text commits`: episodes whose excerpt is words drawn independently with their frequencies in
+    real commit messages (`commit_vocabulary`: ~11k distinct words, "the", "fix", "to" most often, most
+    words rare), as many as a real message has (a message's length drawn from theirs, at least 8), and
+    1-3 paths drawn by how often each was touched in one of the sources (repository z reads source
+    z mod 3). Repositories, runs, times and outcomes as `corpus`'s."""
+    vocab, p, lengths, paths = commit_vocabulary(mirrors)
+    rng = np.random.default_rng(seed)
+    zs = rng.choice(repos, size=n, p=zipf_weights(repos))
+    sizes = np.maximum(lengths[rng.integers(len(lengths), size=n)], 8)
+    drawn = rng.choice(len(vocab), size=int(sizes.sum()), p=p)
+    out = []
+    at = 0
+    for i, z in enumerate(zs):
+        z = int(z)
+        body = " ".join(vocab[w] for w in drawn[at:at + sizes[i]])
+        at += sizes[i]
+        names, weights = paths[z % len(paths)]
+        files = [names[f] for f in rng.choice(len(names), size=int(rng.integers(1, 4)), p=weights)]
+        out.append({"z": z, "harness": f"h{z:03d}", "run_id": f"r{i}",
+                    "started": f"2026-{1 + i % 11:02d}-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:{(i // 60) % 60:02d}Z",
+                    "body": body, "files": files, "outcome": ("succeeded", "succeeded", "failed")[int(rng.integers(3))]})
+    return out
 
 
 def derive_vectors(real: np.ndarray, n: int, seed: int = 5) -> np.ndarray:
@@ -280,6 +338,9 @@ async def bulk_build(path: Path, items: list[dict[str, Any]], vectors: np.ndarra
         db.execute("COMMIT")
         if (start // step) % 5 == 4:
             print(f"    ... {start + len(chunk)} episodes, {time.perf_counter() - t:.0f} s", flush=True)
+    # the cache rows are written by doc id, as `index_sqlite.cache_once` leaves them: its mark, so the
+    # service's first start does not walk 1M documents to make them again
+    db.execute("INSERT OR REPLACE INTO builtin_meta (key, value) VALUES ('cache_form', 'by_doc')")
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.conn.close()
     return doc_ids, time.perf_counter() - t
@@ -394,6 +455,16 @@ async def pg_bulk_build(url: str, items: list[dict[str, Any]], vectors: np.ndarr
     return doc_ids, time.perf_counter() - t
 
 
+def text_tag(args: argparse.Namespace) -> str:
+    """The kept corpus's and store's name part for the text mode (none for the template text)."""
+    return "" if args.text == "template" else f"{args.text}-"
+
+
+TEXT_SAYS = {"template": "synthetic text: a template vocabulary of ~200 words, every query word common",
+             "commits": "text of words drawn with their frequencies in the commit messages of "
+                        + ", ".join(COMMIT_SOURCES) + " (~11k distinct words), real paths"}
+
+
 def builtin_episode_id(it: dict[str, Any]) -> str:
     from memactors.episode import episode_id_for
     return episode_id_for(it["harness"], it["run_id"], it["started"])
@@ -421,6 +492,15 @@ class SqliteRaw:
         from user_paths import anchor_sql
         sql, params = anchor_sql("and+tok", builtin.query_words(q), scope, self.nums.get(scope, 0))
         return list(self.db.execute(sql, params).fetchall())
+
+    def text_in_range(self, q: str, scope: str) -> list[Any]:
+        """The fastest raw form: the words AND-ed (no scope token, no column filter) within the scope's
+        doc-id range, `ORDER BY rank LIMIT 8`."""
+        from memactors.store import scope_range
+        low, high = scope_range(self.nums.get(scope, 0))
+        return list(self.db.execute(
+            "SELECT rowid FROM builtin_fts WHERE builtin_fts MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT 8",
+            [" AND ".join(f'"{w}"' for w in builtin.query_words(q)), low, high]).fetchall())
 
     def knn(self, vec: np.ndarray, scope: str, probes: int | None = None) -> list[int]:
         return [d for _, d in index_sqlite.vec_candidates(self.db, vec.tolist(), scope, LIMIT, probes)]
@@ -471,7 +551,8 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
     times: dict[str, list[float]] = {k: [] for k in ("recall", "text", "knn", "exact", "embed")}
     recall_at: list[float] = []
     exact_at: list[float] = []
-    cpu: dict[str, list[float]] = {"knn": [], "exact": []}  # this process's CPU: a quiet machine's wall
+    # this process's CPU: a quiet machine's wall (the recall's: every thread of the in-process service)
+    cpu: dict[str, list[float]] = {"recall": [], "knn": [], "exact": []}
     exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
@@ -495,9 +576,10 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
             for z, q in queries[5:]:
                 scope = scope_for(store_engines.repo(z))
                 if service:
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
                     times["recall"].append(time.perf_counter() - t)
+                    cpu["recall"].append(time.process_time() - c)
                 t = time.perf_counter()
                 raw.text(q, scope)
                 times["text"].append(time.perf_counter() - t)
@@ -583,6 +665,47 @@ def pg_steps(raw: PgRaw, queries: list[tuple[int, str]]) -> None:
           + ", ".join(f"{k} {stats(v)['p50_ms']} / {stats(v)['p99_ms']}" for k, v in times.items()), flush=True)
 
 
+async def measure_bm25_only(root: Path, state: Path, raw: Any, queries: list[tuple[int, str]]) -> dict[str, Any]:
+    """SQLite: the same queries through a service started with `[memory] embeddings = false` (BM25
+    only), each beside the raw FTS5 anchor (`raw.text`: the scope's token AND the words over the whole
+    table) and its fastest raw form (`raw.text_in_range`) in this run; the target is recall ≤ 2 × the
+    anchor. Also times this (second, warm) start of the service on the store."""
+    config = config_for(root, state, None, "[memory]\nembeddings = false\n")
+    holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
+    times: dict[str, list[float]] = {"recall": [], "text": [], "text in range": []}
+    cpu: dict[str, list[float]] = {k: [] for k in times}  # this process's (the service is in it)
+    log = (root / "bench.log").open("a", encoding="utf-8")
+    configure_logging("INFO", sink=log)
+    try:
+        t = time.perf_counter()
+        async with open_memory_service(holder) as svc:
+            opened = time.perf_counter() - t
+            for z, q in queries[:5]:
+                await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
+            for z, q in queries[5:]:
+                t, c = time.perf_counter(), time.process_time()
+                await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
+                times["recall"].append(time.perf_counter() - t)
+                cpu["recall"].append(time.process_time() - c)
+                t, c = time.perf_counter(), time.process_time()
+                raw.text(q, scope_for(store_engines.repo(z)))
+                times["text"].append(time.perf_counter() - t)
+                cpu["text"].append(time.process_time() - c)
+                t, c = time.perf_counter(), time.process_time()
+                raw.text_in_range(q, scope_for(store_engines.repo(z)))
+                times["text in range"].append(time.perf_counter() - t)
+                cpu["text in range"].append(time.process_time() - c)
+    finally:
+        logger.remove()
+        log.close()
+    out: dict[str, Any] = {k: stats(v) for k, v in times.items()}
+    out["x_text"] = round(out["recall"]["p50_ms"] / out["text"]["p50_ms"], 2)
+    out["x_range"] = round(out["recall"]["p50_ms"] / out["text in range"]["p50_ms"], 2)
+    out["start_s"] = round(opened, 1)
+    out["cpu"] = {k: round(statistics.median(v) * 1000, 2) for k, v in cpu.items()}
+    return out
+
+
 def show(label: str, r: dict[str, Any]) -> None:
     parts = "   ".join(f"{k} p50 {r[k]['p50_ms']} / p99 {r[k]['p99_ms']} ms"
                        for k in ("recall", "text", "knn", "exact", "embed") if k in r)
@@ -599,7 +722,7 @@ def show(label: str, r: dict[str, Any]) -> None:
 async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Path, cluster: Cluster | None,
                      items: list[dict[str, Any]], vectors: np.ndarray, queries: list[tuple[int, str]]) -> None:
     zs = np.fromiter((it["z"] for it in items), dtype=np.int32, count=len(items))
-    state = root / f"{engine}-{size}"
+    state = root / f"{engine}-{text_tag(args)}{size}"
     state.mkdir(parents=True, exist_ok=True)
     url = cluster.create_database(f"scale_{size}") if cluster is not None else None
     if cluster is not None:
@@ -631,6 +754,15 @@ async def run_engine(engine: str, size: int, args: argparse.Namespace, root: Pat
             res = await measure(root, state, None, raw, queries, vectors, doc_ids, zs)
             print(f"    (the service's start and the measurement took {time.perf_counter() - t:.0f} s)", flush=True)
             show(f"sqlite ({index_sqlite.VEC_FORM})", res)
+            raw.close()  # the store closed, as between two starts (a second start beside it failed at 1M)
+            raw = SqliteRaw(state / "memactors.db")
+            bm25 = await measure_bm25_only(root, state, raw, queries)
+            print(f"    sqlite, BM25 only: recall p50 {bm25['recall']['p50_ms']} / p99 {bm25['recall']['p99_ms']} ms"
+                  f"   text p50 {bm25['text']['p50_ms']} / p99 {bm25['text']['p99_ms']} ms   {bm25['x_text']}x text"
+                  f"   text in range p50 {bm25['text in range']['p50_ms']} ms   {bm25['x_range']}x that"
+                  f"   (its service's start, warm: {bm25['start_s']} s)", flush=True)
+            print("    CPU p50 (this process), BM25 only: " + ", ".join(f"{k} {v} ms" for k, v in bm25["cpu"].items()),
+                  flush=True)
         finally:
             raw.close()
         return
@@ -665,10 +797,12 @@ async def main_async(args: argparse.Namespace) -> None:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         model = shared_model()
+        print(f"the episodes' text: {TEXT_SAYS[args.text]}", flush=True)
         for size in args.sizes:
             t = time.perf_counter()
-            kept = root / f"corpus-{size}-{args.repos}-{args.real}.npz"  # what a kept store is measured with
-            stores = [root / f"{engine}-{size}" / "doc_ids.npy" for engine in args.engines]
+            # what a kept store is measured with
+            kept = root / f"corpus-{text_tag(args)}{size}-{args.repos}-{args.real}.npz"
+            stores = [root / f"{engine}-{text_tag(args)}{size}" / "doc_ids.npy" for engine in args.engines]
             if kept.exists() and all(s.exists() for s in stores) and not args.build_only:
                 with np.load(kept) as saved:
                     vectors, zs = saved["vectors"], saved["zs"]
@@ -677,7 +811,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"{size} episodes: the kept corpus {kept.name} (the biggest repository {np.bincount(zs).max()})",
                       flush=True)
             else:
-                items = corpus(size, args.repos)
+                items = (commits_corpus(size, args.repos, args.mirrors) if args.text == "commits"
+                         else corpus(size, args.repos))
                 k = min(args.real, size)
                 texts = [builtin.embedding_text("", it["body"], []) for it in items[:k]]
                 real = np.asarray(model.encode(texts), dtype=np.float32)
@@ -1014,6 +1149,11 @@ def main() -> None:
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--real", type=int, default=2000, help="episodes embedded with the real model")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--text", choices=["template", "commits"], default="template",
+                        help="the episodes' text: a template vocabulary of a few hundred words, or words drawn with"
+                             " their frequencies in real commit messages (see commits_corpus)")
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"),
+                        help="--text commits: where encode+httpx, python-attrs+attrs and psf+black are mirrored")
     parser.add_argument("--keep", type=Path, help="directory to build the stores in (kept)")
     parser.add_argument("--bulk", action="store_true",
                         help="SQLite: write the rows in bulk (`bulk_build`), not through the per-row write path")
@@ -1042,8 +1182,8 @@ def main() -> None:
             partition(args.partition, args.queries, args.real)
         print(machine(), flush=True)
         return
-    print("synthetic corpus: templated episodes; vectors: --real embedded by the model, the rest derived from them"
-          " (see the docstring)", flush=True)
+    print("synthetic corpus (see the docstring): vectors --real embedded by the model, the rest derived from them",
+          flush=True)
     trio.run(main_async, args)
 
 

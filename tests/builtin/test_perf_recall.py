@@ -20,7 +20,7 @@ import trio
 from memactors.actors.index import text_belongs
 from memactors.builtin import MAX_ITEM_TEXT, BuiltinProvider, Hit, bm25_candidates, item_texts, query_words
 from memactors.documents import gist
-from memactors.store import Store
+from memactors.store import Store, scope_key
 
 pytestmark = pytest.mark.req11
 
@@ -188,6 +188,53 @@ async def test_bm25_candidates_for_limit_are_the_prefix_of_the_200(store: Store)
 
         full, short = await store.read(both)
         assert short == full[:limit] and short
+
+
+def table_wide_candidates(db: sqlite_utils.Database, words: list[str], scopes: list[str], limit: int,
+                          candidates: int) -> list[Hit]:
+    """The plan bm25_candidates replaced: the whole table matched with the scopes' tokens and the words in
+    the text columns, every match joined to its document, ordered by rank, recency, id."""
+    from memactors.builtin.ranking import rank_function, scoped_match
+
+    rows: list[Any] = []
+    for op in (["AND", "OR"] if len(words) > 1 else ["OR"]):
+        rows = db.execute(
+            "SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id FROM builtin_fts"
+            " JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ?"
+            f" ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {candidates}",
+            [scoped_match(words, scopes, op), rank_function()]).fetchall()
+        if len(rows) >= limit:
+            break
+    return [Hit(r[2], int(r[3]), r[1], -float(r[0])) for r in rows]
+
+
+async def test_bm25_candidates_are_the_table_wide_matches_with_the_same_scores_and_order(store: Store) -> None:
+    """Searching each scope's doc-id range (no scope token, no column filter but for a word of digits),
+    and joining only the matches up to the cut rank, answers what matching the whole table with the
+    scopes' tokens answered: the same episodes, BM25 scores to the last bit, ties by recency."""
+    rng = random.Random(29)
+    await _fill(BuiltinProvider(store), rng, 160)
+    compared = 0
+    # "2" is in the failures column of two episodes in three, "h3" in meta (the harness), a scope's token
+    # only in the scope token column (weight 0: never a match of the words)
+    key = scope_key(SCOPES[0])
+    asked = [([key], SCOPES[:1]), (["ledger", key], SCOPES[:2]), (["2"], SCOPES[:1])]
+    for _ in range(60):
+        asked.append((query_words(" ".join(rng.sample([*WORDS, "2", "h3", key], rng.choice((1, 2, 3))))),
+                      rng.sample(SCOPES, rng.choice((1, 2)))))
+    for words, scopes in asked:
+        limit = rng.choice((1, 3, 8))
+        candidates = rng.choice((limit, 5, 200))
+
+        def both(db: sqlite_utils.Database, words: list[str] = words, scopes: list[str] = scopes, limit: int = limit,
+                 candidates: int = candidates) -> tuple[list[Hit], list[Hit]]:
+            return (bm25_candidates(db, words, scopes, limit, candidates),
+                    table_wide_candidates(db, words, scopes, limit, candidates))
+
+        got, want = await store.read(both)
+        assert got == want
+        compared += bool(want)
+    assert compared > 40
 
 
 # -- the gateway's caller: its view needs no second read ---------------------------------------------

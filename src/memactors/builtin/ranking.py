@@ -6,9 +6,10 @@ so the ranking reads in one sitting. The FTS5 and JSON statements here are the S
 (`bm25_candidates`, `metadata_only`, `briefing_order`, `path_candidates`); the pure parts
 (`search_words`, `briefing_rank`, `path_ranking`, `rrf`, `rank`) are what every engine's ranking shares.
 
-* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's token
-  (`scope_key : (...)`) and the scope's own doc-id range (`num << 32 | sequence`, `rowid BETWEEN`) — so
-  the work follows the caller's repository, not the store. The plan: the AND of every query word
+* **BM25** over FTS5, restricted to the caller's scopes inside FTS5 — the scope's own doc-id range
+  (`num << 32 | sequence`, `rowid BETWEEN`, which FTS5 seeks to in each word's doclist) — so the
+  work follows the caller's repository, not the store (but for BM25's count of each word's documents
+  in the whole table, its IDF, which FTS5 makes once a query). The plan: the AND of every query word
   first; only when that finds fewer than `limit` episodes, every word OR-ed (which includes the AND
   matches). Best 200 candidates by `rank` (BM25 with BM25_WEIGHTS over the content and metadata
   columns; the scope column weighs 0).
@@ -87,8 +88,9 @@ def rank_function(weights: Sequence[float] = ()) -> str:
 
 
 def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
-    """The FTS5 expression: one of the scopes' tokens AND the words (joined by `op`) in the content and
-    metadata columns.
+    """An FTS5 expression that names the scope: one of the scopes' tokens AND the words (joined by
+    `op`) in the content and metadata columns — a match on the whole table that stays in the scope
+    (the benches' raw FTS5 anchor). A recall searches a scope's doc-id range instead (`range_match`).
 
     Every word is double-quoted, so FTS5 operators in user text stay inert.
     """
@@ -97,39 +99,81 @@ def scoped_match(words: Sequence[str], scopes: Sequence[str], op: str) -> str:
     return f"scope_key : ({keys}) AND {{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
 
 
+def range_match(words: Sequence[str], op: str) -> str:
+    """The FTS5 expression a recall runs within a scope's doc-id range: the words joined by `op`,
+    double-quoted (FTS5 operators in user text stay inert).
+
+    No scope token: the range alone keeps the match in the scope, and the token's own doclist (every
+    document of the scope) would be walked beside the words'. No column filter unless a word is all
+    digits: a column filter makes FTS5 read every position list of a word, here and in the count
+    `bm25()` makes of the word's documents over the whole table, and only a word of digits can occur
+    in the scope token column (weight 0). The BM25 scores are the same as with the token and the
+    filter: a phrase found in no weighted column adds 0.
+    """
+    terms = f" {op} ".join(f'"{w}"' for w in words)
+    if any(w.isdigit() for w in words):
+        return f"{{{' '.join(FTS_COLUMNS[1:])}}} : ({terms})"
+    return terms
+
 
 def bm25_candidates(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
                     limit: int, candidates: int = CANDIDATES) -> list[Hit]:
-    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`.
+    """BM25 candidates in `scopes`, AND of the words first, OR when AND finds fewer than `limit`
+    (which a count that stops at the `limit`-th match tells before the AND is ranked).
 
-    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to) and with
-    its scope token, and the joined row's scope is checked once more. Returns the hits, best first:
-    rank (BM25 with BM25_WEIGHTS, configured as the table's rank), then recency, then id.
+    Each scope is searched within its own doc-id range (`rowid BETWEEN`, which FTS5 seeks to), and the
+    joined row's scope is checked once more. Returns the hits, best first: rank (BM25 with
+    BM25_WEIGHTS, configured as the table's rank), then recency, then id.
 
     At most `candidates` hits: the best `candidates` of the order above (a prefix of it, whatever the
     number), so a recall ranked by BM25 alone asks for `limit` and skips the other 200 - `limit`.
+    Only the matches ranked up to the `candidates`-th rank (the ties at it included, as recency
+    orders them) are joined to their document: a scope's common words match tens of thousands.
     """
     ranges = scope_ranges(db, scopes)
-    any_word = scoped_match(words, scopes, "OR")
-    plans = [scoped_match(words, scopes, "AND"), any_word] if len(words) > 1 else [any_word]
+    any_word = range_match(words, "OR")
+    plans = [range_match(words, "AND"), any_word] if len(words) > 1 else [any_word]
     rows: list[Any] = []
     for match in plans:
+        if match is not any_word and (candidates < limit or not _matches_at_least(db, match, ranges, limit)):
+            continue  # the AND cannot give `limit` candidates: not ranked (its BM25 counts every word's documents)
         rows = []
         for scope, low, high in ranges:
-            rows += db.execute(
-                f"SELECT builtin_fts.rank, d.started_at, d.episode_id, d.doc_id"
-                # CROSS JOIN: FTS5 drives (one match walk), never one MATCH per document of the scope.
-                f" FROM builtin_fts CROSS JOIN builtin_docs d ON d.doc_id = builtin_fts.rowid"
-                f" WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND builtin_fts.rowid BETWEEN ? AND ?"
-                f" AND d.scope = ? ORDER BY builtin_fts.rank, d.started_at DESC, d.episode_id LIMIT {int(candidates)}",
-                [match, rank_function(), low, high, scope],
-            ).fetchall()
+            rows += _ranked_in_range(db, match, scope, low, high, int(candidates))
         if len(ranges) > 1:
             rows.sort(key=lambda r: (r[0], _desc(r[1]), r[2]))
             rows = rows[:candidates]
         if len(rows) >= limit:
             break
     return [Hit(r[2], int(r[3]), r[1], -float(r[0])) for r in rows]
+
+
+def _matches_at_least(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, int, int]], n: int) -> bool:
+    """Whether `match` has at least `n` documents in the ranges (stops at the n-th: no ranking)."""
+    found = 0
+    for _scope, low, high in ranges:
+        if found >= n:
+            break
+        found += int(db.execute("SELECT count(*) FROM (SELECT 1 FROM builtin_fts WHERE builtin_fts MATCH ?"
+                                " AND rowid BETWEEN ? AND ? LIMIT ?)", [match, low, high, n - found]).fetchone()[0])
+    return found >= n
+
+
+def _ranked_in_range(db: sqlite_utils.Database, match: str, scope: str, low: int, high: int,
+                     candidates: int) -> list[Any]:
+    """The best `candidates` (rank, started_at, episode_id, doc_id) of `match` in doc ids low..high.
+
+    FTS5 ranks every match once (`m`); the `candidates`-th rank is the cut, and only the matches at
+    or above it are joined to builtin_docs, for the recency that orders ties and the scope check.
+    That check never drops a row the store wrote (a scope's doc ids are its own, `scope_doc_id`); it
+    keeps a foreign row out, it does not make room for the next match."""
+    return db.execute(
+        "WITH m AS MATERIALIZED (SELECT rowid AS id, rank AS r FROM builtin_fts"
+        " WHERE builtin_fts MATCH ? AND builtin_fts.rank MATCH ? AND rowid BETWEEN ? AND ?)"
+        " SELECT m.r, d.started_at, d.episode_id, d.doc_id FROM m CROSS JOIN builtin_docs d ON d.doc_id = m.id"
+        f" WHERE m.r <= coalesce((SELECT r FROM m ORDER BY r LIMIT 1 OFFSET {candidates - 1}), 1e308)"
+        f" AND d.scope = ? ORDER BY m.r, d.started_at DESC, d.episode_id LIMIT {candidates}",
+        [match, rank_function(), low, high, scope]).fetchall()
 
 
 def scope_ranges(db: sqlite_utils.Database, scopes: Sequence[str]) -> list[tuple[str, int, int]]:
