@@ -270,3 +270,66 @@ async def test_postgresql_keeps_each_scopes_vector_count_as_vectors_come_and_go(
         await memory.ingest_run(run_record(run_id="late", trace_id="t-late", result_text="ledger rounding late"))
         assert await memory.builtin.wait_embedded() == 0
         assert await memory.store.read(counts) == await memory.store.read(actual) == {scope: 59}
+
+
+async def test_postgresql_reads_a_cells_vectors_from_one_packed_row_and_packs_a_store_from_before_at_start(
+        tmp_path: Path, bag_of_words_api: FakeModelApi, vector_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL a cell's vectors are packed in one row (`builtin_vec_packs`: doc ids and float16
+    values as the rows hold them), so a knn reads ~100 rows of a large scope, not ~26k: the back-fill
+    packs a cell once enough vectors were written since, a vector written after stays a row of its own
+    until then and is found all the same, a forgotten episode's vector leaves its pack (REQ-10), and a
+    store made before the packs (migration 0010) answers the same at start and is packed by its first pass."""
+    holder = _holder(tmp_path, bag_of_words_api, vector_url)
+
+    def in_packs(db: Any) -> list[int]:
+        return sorted(int(d) for r in db.execute("SELECT doc_ids FROM builtin_vec_packs").fetchall() for d in r[0])
+
+    def rows(db: Any) -> tuple[list[int], list[int]]:
+        found = db.execute("SELECT doc_id, packed FROM builtin_vec ORDER BY doc_id").fetchall()
+        return [int(r[0]) for r in found if r[1]], [int(r[0]) for r in found if not r[1]]
+
+    async with open_memory_service(holder) as memory:
+        await wait_ready(memory)
+        await _ingest_topics(memory)
+        assert await memory.builtin.wait_embedded() == 0
+        scope = (await memory.store.read(lambda db: db.execute("SELECT scope FROM builtin_docs LIMIT 1").fetchone()))[0]
+        packed, loose = await memory.store.read(rows)  # packed as the passes went, the rest rows of their own
+        assert len(packed) + len(loose) == 60 and len(packed) >= index_pg.PACK_LOOSE > len(loose)
+        assert await memory.store.read(in_packs) == packed
+        (gone,) = await memory.store.read(lambda db: db.execute(
+            "SELECT d.episode_id FROM builtin_docs d JOIN builtin_vec v ON v.doc_id = d.doc_id WHERE v.packed"
+            " ORDER BY d.doc_id LIMIT 1").fetchone())
+        assert (await memory.forget(gone))["forgotten"]
+        packed, loose = await memory.store.read(rows)
+        assert len(packed) + len(loose) == 59 and await memory.store.read(in_packs) == packed
+        monkeypatch.setattr(index_pg, "PACK_LOOSE", 1000)  # the next vector stays a row of its own
+        late = await memory.ingest_run(run_record(run_id="late", trace_id="t-late", result_text="ledger rounding late"))
+        assert late["outcome"] == "recorded"
+        assert await memory.builtin.wait_embedded() == 0
+        before = loose
+        packed, loose = await memory.store.read(rows)
+        assert len(loose) == len(before) + 1
+        (late_doc,) = set(loose) - set(before)
+        vector = embedding_for("ledger rounding late", 64, "bag_of_words")
+        nearest = await memory.store.read(lambda db: index_pg.knn(db, vector, [scope]))
+        assert nearest[0].doc_id == late_doc and gone not in {h.episode_id for h in nearest}
+        monkeypatch.undo()
+        answers = await _answers(memory)
+        knn = [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS]
+
+        def before_packs(db: Any) -> None:  # the store as a daemon before the packs left it
+            db.execute("DROP TRIGGER builtin_vec_unpack ON builtin_vec")
+            db.execute("DROP INDEX builtin_vec_loose")
+            db.execute("ALTER TABLE builtin_vec DROP COLUMN packed")
+            db.execute("DROP TABLE builtin_vec_packs")
+            db.execute("DROP FUNCTION builtin_vec_packed(), builtin_vec_unpack()")
+            db.execute("ALTER TABLE builtin_docs DROP COLUMN meta_tsv")  # its index with it
+            db.execute("DELETE FROM memactors_migrations WHERE name = '0010_vector_packs'")
+
+        await memory.store.write(before_packs)
+    async with open_memory_service(holder) as memory:
+        assert await memory.builtin.wait_embedded() == 0
+        packed, loose = await memory.store.read(rows)
+        assert len(packed) == 60 and loose == [] and await memory.store.read(in_packs) == packed
+        assert await _answers(memory) == answers
+        assert [await memory.store.read(_knn(memory, words, scope)) for words in TOPICS] == knn

@@ -46,6 +46,8 @@ def test_the_pg_builtin_tables_are_built_as_index_pg_queries_them() -> None:
     for column in ("'title'", "'files'", "'meta'"):
         assert index_pg._words_sql(column.strip("'")) in sql
     assert 'TEXT COLLATE "C"' in sql and "CREATE TABLE builtin_docs" in sql
+    packs = resources.files("memactors.store").joinpath("migrations/pg/0010_vector_packs.sql").read_text("utf-8")
+    assert index_pg.SCOPE_TOKEN_SQL in packs and index_pg._words_sql("meta") in packs  # `meta_tsv`, as `tsv`'s D part
 
 
 @pytest.mark.both_engines

@@ -24,7 +24,10 @@ sqlite-vec):
   `halfvec(dim)` per episode, half float32's bytes, and its cell under a (scope, cell) b-tree), created
   once the embedding dimension is known, rebuilt empty when the model or dimension changes. A large
   scope is divided into cells (`builtin.vector_cells`, as on SQLite) and its knn reads the cells nearest
-  the query; a small one is one cell, searched exactly. pgvector's own store-wide indexes (HNSW,
+  the query; a small one is one cell, searched exactly. Each cell's vectors are also packed in one row
+  (`builtin_vec_packs`, float16 as the rows hold them): a knn reads the packs and the vectors written
+  since their cell was packed, in binary, and scores them in numpy (a row costs this server ~4 µs to
+  read, whatever scores it). pgvector's own store-wide indexes (HNSW,
   IVFFlat) lose most of their recall when filtered to one scope among many (docs/benchmarks.md). Without the extension the
   provider ranks by text (and the path boost) alone: `warn_without_vectors` logs that once at start.
 
@@ -182,13 +185,16 @@ def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
     pieces = words_of(words)
     if not pieces:
         return False
-    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', ?)"
+    # In the metadata: `meta_tsv` (the D class's words alone, under their own GIN index: a `word:D` probe
+    # of `tsv` would re-check every document holding the word anywhere, as GIN keeps no weights).
+    probe = ("EXISTS (SELECT 1 FROM builtin_docs d WHERE d.{column} @@ (to_tsquery('english', ?)"
              " && to_tsquery('simple', ?)) AND d.scope = ANY(?))")
     params: list[Any] = []
     within = scopes_query(scopes)
     for w in pieces:
-        params += [tsquery([w], "|", "D"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
-    found = db.execute("SELECT " + ", ".join([probe] * (2 * len(pieces))), params).fetchone()
+        params += [tsquery([w], "|"), within, list(scopes), tsquery([w], "|", "ABC"), within, list(scopes)]
+    found = db.execute("SELECT " + ", ".join([probe.format(column="meta_tsv"), probe.format(column="tsv")]
+                                             * len(pieces)), params).fetchone()
     in_meta = False
     for n in range(len(pieces)):
         if found[2 * n]:
@@ -303,6 +309,7 @@ def _create_vec_table(db: Db, dim: int) -> None:
                f" embedding halfvec({int(dim)}) NOT NULL)")
     db.execute("CREATE INDEX builtin_vec_by_cell ON builtin_vec (scope, cell)")
     db.execute("SELECT builtin_vec_counted()")  # each scope's count kept by triggers (migration 0009)
+    db.execute("SELECT builtin_vec_packed()")  # the `packed` column, its index and trigger (migration 0010)
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
     _set_meta(db, [("vec_form", VEC_FORM), ("vec_layout", VEC_LAYOUT)])
@@ -311,6 +318,7 @@ def _create_vec_table(db: Db, dim: int) -> None:
 def _drop_vec_table(db: Db) -> None:
     db.execute("DROP TABLE builtin_vec")  # its count triggers with it
     db.execute("DELETE FROM builtin_vec_counts")
+    db.execute("DELETE FROM builtin_vec_packs")
     db.execute("DELETE FROM builtin_vec_cells")
     db.execute("DELETE FROM builtin_vec_divisions")
 
@@ -394,6 +402,8 @@ def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, ve
     ensure_vec_table(db, model, len(vector))
     db.execute(upsert, [digest, model, len(vector), b"", doc_id])
     literal = _literal(vector)
+    # a packed vector replaced leaves its pack (the delete trigger) and comes back a row of its own
+    db.execute("DELETE FROM builtin_vec WHERE doc_id = ? AND packed", [doc_id])
     db.execute("INSERT INTO builtin_vec (doc_id, scope, cell, embedding) VALUES (?, ?,"
                " coalesce((SELECT cell FROM builtin_vec_cells WHERE scope = ?"
                "  ORDER BY centroid::vector <=> ?::vector LIMIT 1), 0), ?::halfvec)"
@@ -422,17 +432,70 @@ def probe_cells(db: Db, literal: str, scopes: Sequence[str], probes: int | None 
 
 
 def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, probes: int | None = None) -> list[Any]:
-    """The best `k` (episode_id, doc_id, started_at, distance) of `scopes`, closest first: the exact
-    distance over the cells `probe_cells` picks, found by the (scope, cell) b-tree."""
-    literal = _literal(vector)
-    cells = probe_cells(db, literal, scopes, probes)
-    return db.execute(
-        "SELECT d.episode_id, d.doc_id, d.started_at, s.distance FROM ("
-        # as float32: this pgvector's halfvec distance costs 2.3x the cast and vector's (bench/scale.py)
-        " SELECT v.doc_id, v.embedding::vector <=> ?::vector AS distance FROM unnest(?::text[], ?::int[]) c (scope, cell)"
-        f" JOIN builtin_vec v ON v.scope = c.scope AND v.cell = c.cell ORDER BY distance LIMIT {int(k)}) s"
-        " JOIN builtin_docs d ON d.doc_id = s.doc_id ORDER BY s.distance, d.started_at DESC, d.episode_id",
-        [literal, [c[0] for c in cells], [c[1] for c in cells]]).fetchall()
+    """The best `k` (episode_id, doc_id, started_at, distance) of `scopes`, closest first (ties newest
+    first, then by episode id, as the SQLite engine's `closest_first`): the exact cosine, in numpy, of the
+    vectors of the cells `probe_cells` picks — their packs (`builtin_vec_packs`, one row a cell) and the
+    vectors written since their cell was packed (a row each, `packed` false), all read in binary in
+    pgvector's float16, so a vector scores the same whether it is packed or not."""
+    import numpy as np
+
+    cells = probe_cells(db, _literal(vector), scopes, probes)
+    ids, x = cell_vectors(db, [c[0] for c in cells], [c[1] for c in cells])
+    if not len(ids) or x.shape[1] != len(vector):
+        return []
+    q = np.asarray(vector, dtype=np.float32)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    similarity = np.empty(len(ids), dtype=np.float32)
+    codes, half = x.view(np.uint16), _half_table()
+    for start in range(0, len(ids), SCORE_ROWS):
+        rows = np.take(half, codes[start:start + SCORE_ROWS])  # float16 to float32 (the values astype gives)
+        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        norms[norms == 0] = 1.0
+        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
+    distance = 1.0 - similarity
+    best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
+    nearest = {int(ids[i]): float(distance[i]) for i in best}
+    found = db.execute("SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE doc_id = ANY(?::bigint[])",
+                       [list(nearest)]).fetchall()
+    return sorted(((r[0], int(r[1]), r[2], nearest[int(r[1])]) for r in found),
+                  key=lambda r: (r[3], _desc(r[2]), r[0]))
+
+
+#: Rows a knn converts to float32 and scores at a time (a slice stays in the CPU's cache), as on SQLite.
+SCORE_ROWS = 2048
+_HALF: list[Any] = []
+
+
+def _half_table() -> Any:
+    """The float32 value of each big-endian float16 code as read by this machine (65,536 entries, made
+    once): a look-up costs ~2/3 of numpy's own conversion of non-native float16 (bench/scale.py's knn)."""
+    import numpy as np
+
+    if not _HALF:
+        _HALF.append(np.arange(65536, dtype=np.uint16).view(">f2").astype(np.float32))
+    return _HALF[0]
+
+
+def cell_vectors(db: Db, scopes: Sequence[str], cells: Sequence[int]) -> tuple[Any, Any]:
+    """The doc ids (int64) and float16 vectors (rows, big-endian as pgvector sends them) of the
+    (scope, cell) pairs: each cell's pack and its rows not packed, read in binary (two statements: no
+    text literal parsed, ~100 rows for a 170k-vector scope's probed cells instead of ~26k)."""
+    import numpy as np
+
+    assert isinstance(db, PgDb), type(db)  # this index runs on the PostgreSQL engine's connections only
+    cur = db.conn.cursor(binary=True)
+    pairs = "unnest(%s::text[], %s::int[]) c (scope, cell)"
+    packs = cur.execute(f"SELECT p.doc_ids, p.vectors FROM {pairs} JOIN builtin_vec_packs p"
+                        " ON p.scope = c.scope AND p.cell = c.cell", [list(scopes), list(cells)]).fetchall()
+    loose = cur.execute(f"SELECT v.doc_id, halfvec_send(v.embedding) FROM {pairs} JOIN builtin_vec v"
+                        " ON v.scope = c.scope AND v.cell = c.cell AND NOT v.packed", [list(scopes), list(cells)]).fetchall()
+    ids = [np.asarray(r[0], dtype=np.int64) for r in packs] + [np.asarray([r[0] for r in loose], dtype=np.int64)]
+    blob = b"".join([*(bytes(r[1]) for r in packs), *(bytes(r[1])[4:] for r in loose)])  # halfvec_send: 4-byte header
+    doc_ids = np.concatenate(ids)
+    if not len(doc_ids):
+        return doc_ids, np.zeros((0, 0), dtype=">f2")
+    return doc_ids, np.frombuffer(blob, dtype=">f2").reshape(len(doc_ids), -1)
 
 
 def knn(db: Db, vector: Sequence[float], scopes: Sequence[str]) -> list[Hit]:
@@ -465,10 +528,15 @@ def scope_vectors(db: Db, scope: str) -> tuple[list[int], Any]:
     """`CellIndex.scope_vectors` on PostgreSQL: the scope's doc ids and their unit float32 rows."""
     import numpy as np
 
-    rows = db.execute("SELECT doc_id, embedding::vector::real[] FROM builtin_vec WHERE scope = ?", [scope]).fetchall()
+    assert isinstance(db, PgDb), type(db)
+    # binary: no text parsed a vector; by doc id: k-means samples by position, so the same vectors make
+    # the same cells whatever order updates (a division, a packing) left the heap in
+    rows = db.conn.cursor(binary=True).execute(
+        "SELECT doc_id, halfvec_send(embedding) FROM builtin_vec WHERE scope = %s ORDER BY doc_id", [scope]).fetchall()
     if not rows:
         return [], np.zeros((0, 0), dtype=np.float32)
-    return [int(r[0]) for r in rows], unit_rows(np.asarray([r[1] for r in rows], dtype=np.float32))
+    x = np.frombuffer(b"".join(bytes(r[1])[4:] for r in rows), dtype=">f2").reshape(len(rows), -1)
+    return [int(r[0]) for r in rows], unit_rows(x.astype(np.float32))
 
 
 def write_division(db: Db, division: Division) -> None:
@@ -487,6 +555,64 @@ def write_division(db: Db, division: Division) -> None:
     db.execute("UPDATE builtin_vec v SET cell = (SELECT cell FROM builtin_vec_cells c WHERE c.scope = v.scope"
                " ORDER BY c.centroid::vector <=> v.embedding::vector LIMIT 1)"
                " WHERE v.scope = ? AND NOT (v.doc_id = ANY(?::bigint[]))", [scope, ids])
+    pack(db, scope)  # every cell of the scope packed again, in the same transaction
+
+
+#: A cell is packed again (`cells_to_pack`) once the vectors written since its last packing — each read
+#: as a row of its own by a knn, ~4 µs a row — reach PACK_LOOSE, or 1/PACK_SHARE of its pack when that is
+#: more (so re-packing a large cell costs at most PACK_SHARE times the bytes of the vectors it adds).
+PACK_LOOSE = 32
+PACK_SHARE = 16
+
+
+def pack(db: Db, scope: str, cells: Sequence[int] | None = None) -> int:
+    """(Re)make `scope`'s packs (of `cells`, or all of them) from its rows, in the server: each cell's
+    doc ids and their halfvec values as the rows hold them (`halfvec_send` without its 4-byte header;
+    the two aggregates read the same rows in the same order); returns the vectors newly packed."""
+    among, params = ("", [scope]) if cells is None else (" AND cell = ANY(?::int[])", [scope, list(cells)])
+    db.execute(f"DELETE FROM builtin_vec_packs WHERE scope = ?{among}", params)
+    # One statement, one snapshot: only the rows the packs hold are marked, never one another daemon's
+    # back-fill committed in between (it stays a row of its own until the next packing).
+    return int(db.execute(
+        "WITH made AS (INSERT INTO builtin_vec_packs (scope, cell, doc_ids, vectors) SELECT scope, cell, array_agg(doc_id),"
+        f" string_agg(substring(halfvec_send(embedding) FROM 5), ''::bytea) FROM builtin_vec WHERE scope = ?{among}"
+        " GROUP BY scope, cell RETURNING doc_ids)"
+        " UPDATE builtin_vec SET packed = true WHERE doc_id IN (SELECT unnest(doc_ids) FROM made) AND NOT packed",
+        params).rowcount)
+
+
+def cells_to_pack(db: Db) -> list[tuple[str, list[int]]]:
+    """`CellIndex.cells_to_pack`: each scope's cells whose vectors written since their packing (read by
+    the partial index of the rows not packed) reach the next packing (PACK_LOOSE, PACK_SHARE)."""
+    if not _vec_exists(db):
+        return []
+    loose = db.execute("SELECT scope, cell, count(*) FROM builtin_vec WHERE NOT packed GROUP BY scope, cell").fetchall()
+    if not loose:
+        return []
+    dim = db.execute("SELECT value FROM builtin_meta WHERE key = 'vec_dim'").fetchone()
+    width = 2 * int(dim[0]) if dim is not None else 1
+    packed = {(str(r[0]), int(r[1])): int(r[2]) // width for r in db.execute(
+        "SELECT p.scope, p.cell, octet_length(p.vectors) FROM unnest(?::text[], ?::int[]) c (scope, cell)"
+        " JOIN builtin_vec_packs p ON p.scope = c.scope AND p.cell = c.cell",
+        [[r[0] for r in loose], [int(r[1]) for r in loose]]).fetchall()}
+    due: dict[str, list[int]] = {}
+    for scope, cell, n in loose:
+        if int(n) >= max(PACK_LOOSE, packed.get((str(scope), int(cell)), 0) // PACK_SHARE):
+            due.setdefault(str(scope), []).append(int(cell))
+    return sorted(due.items())
+
+
+async def pack_scopes(store: Store) -> int:
+    """After a back-fill pass (`vector_cells.divide_scopes`): the cells due (`cells_to_pack`) packed
+    again, one scope a write transaction; returns the vectors packed."""
+    packed = 0
+    for scope, cells in await store.read(cells_to_pack):
+
+        def write(db: Db, scope: str = scope, cells: list[int] = cells) -> int:
+            return pack(db, scope, cells)
+
+        packed += await store.write(write)
+    return packed
 
 
 def evidence(db: Db, words: Sequence[str], scopes: Sequence[str], doc_ids: Sequence[int],
@@ -499,20 +625,24 @@ def evidence(db: Db, words: Sequence[str], scopes: Sequence[str], doc_ids: Seque
     docs = int(db.execute("SELECT count(*) FROM builtin_docs WHERE scope = ANY(?)", [list(scopes)]).fetchone()[0])
     df: dict[str, int] = {}
     present: dict[int, set[str]] = {d: set() for d in wanted}
-    for w in dict.fromkeys(words):
-        pieces = words_of([w])
-        if not pieces:
-            continue
-        expression = tsquery(pieces, "&")
-        row = db.execute(
-            "SELECT numnode(to_tsquery('english', ?)), count(*) FILTER (WHERE d.tsv @@ to_tsquery('english', ?)),"
-            " array_agg(d.doc_id) FILTER (WHERE d.tsv @@ to_tsquery('english', ?) AND d.doc_id = ANY(?))"
-            " FROM builtin_docs d WHERE d.scope = ANY(?)",
-            [expression, expression, expression, wanted, list(scopes)]).fetchone()
-        if not row[0]:
+    searched = [w for w in dict.fromkeys(words) if words_of([w])]
+    # One statement for every word (one round trip): its documents counted through the GIN index (the
+    # word ANDed with the scopes' tokens, as `text_candidates` searches), not by testing every document
+    # of the scopes; the candidates' matches by their ids.
+    rows = db.execute(
+        "SELECT w.n, numnode(to_tsquery('english', w.e)), CASE WHEN numnode(to_tsquery('english', w.e)) > 0 THEN"
+        " (SELECT count(*) FROM builtin_docs d WHERE d.tsv @@ (to_tsquery('english', w.e) && to_tsquery('simple', ?))"
+        " AND d.scope = ANY(?)) END, (SELECT array_agg(d.doc_id) FROM builtin_docs d WHERE d.doc_id = ANY(?)"
+        " AND d.scope = ANY(?) AND d.tsv @@ to_tsquery('english', w.e))"
+        " FROM unnest(?::text[]) WITH ORDINALITY w (e, n) ORDER BY w.n",
+        [scopes_query(scopes), list(scopes), wanted, list(scopes), [tsquery(words_of([w]), "&") for w in searched]],
+    ).fetchall() if searched else []
+    for n, nodes, count, matched in rows:
+        if not nodes:
             continue  # only stop words: the text ranking cannot search it either
-        df[w] = int(row[1] or 0)
-        for d in row[2] or []:
+        w = searched[int(n) - 1]
+        df[w] = int(count or 0)
+        for d in matched or []:
             present[int(d)].add(w)
     vectored: set[int] = set()
     if vectors and wanted and _vec_exists(db):
@@ -685,6 +815,7 @@ class PgIndex:
     scopes_to_divide = staticmethod(scopes_to_divide)
     scope_vectors = staticmethod(scope_vectors)
     write_division = staticmethod(write_division)
+    pack_scopes = staticmethod(pack_scopes)
 
     @staticmethod
     def write_vector(db: Db, *, doc_id: int, scope: str, model: str, digest: str, vector: Sequence[float]) -> None:

@@ -149,4 +149,7 @@ async def divide_scopes(store: Store, index: CellIndex) -> int:
             index.write_division(db, division)
 
         await store.write(write)
+    pack_scopes = getattr(index, "pack_scopes", None)
+    if pack_scopes is not None:  # an engine that keeps its cells packed a row each (PostgreSQL, `index_pg.pack`)
+        await pack_scopes(store)
     return len(scopes)
