@@ -173,3 +173,33 @@ async def test_a_bulk_write_leaves_no_wal_at_its_high_water_mark(tmp_path: Path)
         assert wal.stat().st_size <= WAL_SIZE_LIMIT
     finally:
         store.close()
+
+
+async def test_opening_a_store_twice_in_one_process_keeps_the_first_ones_wal_when_another_process_closes_the_file(
+        tmp_path: Path) -> None:
+    """Opening a store never opens and closes the database file itself: closing any descriptor on a file
+    drops every POSIX lock this process holds on it, so another process's connection, seeing no reader
+    at its close, would delete the -wal and -shm under the open store, and its later writes, acknowledged,
+    would go to a deleted file (an embedder or a bench opening one file twice in one process)."""
+    import sys
+
+    path = tmp_path / "memactors.db"
+    (await open_store(path)).close()
+    path.chmod(0o644)
+    first = await open_store(path)
+    second = await open_store(path)
+    assert path.stat().st_mode & 0o777 == 0o600  # an existing file is still made private, not reopened
+    other_process = ("import sqlean, sys; c = sqlean.connect(sys.argv[1]);"
+                     " print(c.execute('SELECT count(*) FROM t').fetchone()[0]); c.close()")
+    try:
+        await first.write(lambda db: db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)"))
+        await first.write(lambda db: db.execute("INSERT INTO t (k) VALUES (1)"))
+        run = await trio.run_process([sys.executable, "-c", other_process, str(path)], capture_stdout=True)
+        assert run.stdout.strip() == b"1"
+        assert path.with_name(path.name + "-wal").exists()  # the other process saw the open store's locks
+        await first.write(lambda db: db.execute("INSERT INTO t (k) VALUES (2)"))
+        run = await trio.run_process([sys.executable, "-c", other_process, str(path)], capture_stdout=True)
+        assert run.stdout.strip() == b"2"
+    finally:
+        second.close()
+        first.close()

@@ -175,8 +175,15 @@ def ensure_daemon_id(state_dir: Path) -> str:
 
 
 def private_file(path: Path) -> None:
-    """Create `path` if missing and make it 0600, whatever the umask."""
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    """Create `path` if missing and make it 0600, whatever the umask.
+
+    An existing file is never opened: closing any descriptor on a file drops every POSIX lock this
+    process holds on it, so a store already open on the file in this process would lose its locks and
+    another process's connection could delete the -wal and -shm under it."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
     os.chmod(path, 0o600)
 
 
