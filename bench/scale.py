@@ -55,6 +55,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -545,6 +547,21 @@ class PgRaw:
         self.conn.close()
 
 
+@asynccontextmanager
+async def logged_service(root: Path, holder: ConfigHolder) -> AsyncIterator[tuple[Any, float]]:
+    """The in-process service on `holder`'s store, its log in root/bench.log; yields it and the
+    seconds its start took (a store made before is converted at start)."""
+    log = (root / "bench.log").open("a", encoding="utf-8")
+    configure_logging("INFO", sink=log)
+    try:
+        t = time.perf_counter()
+        async with open_memory_service(holder) as svc:
+            yield svc, time.perf_counter() - t
+    finally:
+        logger.remove()
+        log.close()
+
+
 async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: list[tuple[int, str]],
                   vectors: np.ndarray, doc_ids: np.ndarray, zs: np.ndarray, service: bool = True) -> dict[str, Any]:
     holder = ConfigHolder(lambda: load_config(config_for(root, state, url), env={"HOME": str(root)}))
@@ -556,57 +573,50 @@ async def measure(root: Path, state: Path, url: str | None, raw: Any, queries: l
     exact = service  # the exact scan once, beside the provider's own knn
     model = shared_model()
     rows_of = {z: np.flatnonzero(zs == z) for z in set(z for z, _ in queries)}
-    log = (root / "bench.log").open("a", encoding="utf-8")
-    configure_logging("INFO", sink=log)
-    try:
+    async with logged_service(root, holder) as (svc, opened):
         t = time.perf_counter()
-        async with open_memory_service(holder) as svc:
-            opened = time.perf_counter() - t
-            await svc.builtin.wait_embedded()  # the first back-fill pass: the large scopes divided
-            print(f"    service start {opened:.0f} s (a store made before is converted), first back-fill pass"
-                  f" (cells) {time.perf_counter() - t - opened:.0f} s", flush=True)
-            status = await svc.builtin.vector_status()
-            if status["pending"]:
-                raise SystemExit(f"vectors missing: {status}")
-            divided = raw.divided()
-            big: dict[str, list[float]] = {"knn": [], "exact": [], "knn cpu": [], "exact cpu": [], "recall@8": [],
-                                           "exact recall@8": [], "recall": []}
-            for z, q in queries[:5]:  # warm-up: the model loads
-                await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
-            for z, q in queries[5:]:
-                scope = scope_for(store_engines.repo(z))
-                if service:
-                    t, c = time.perf_counter(), time.process_time()
-                    await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
-                    times["recall"].append(time.perf_counter() - t)
-                    cpu["recall"].append(time.process_time() - c)
-                t = time.perf_counter()
-                raw.text(q, scope)
-                times["text"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                vec = np.asarray(model.encode([q])[0], dtype=np.float32)
-                times["embed"].append(time.perf_counter() - t)
+        await svc.builtin.wait_embedded()  # the first back-fill pass: the large scopes divided
+        print(f"    service start {opened:.0f} s (a store made before is converted), first back-fill pass"
+              f" (cells) {time.perf_counter() - t:.0f} s", flush=True)
+        status = await svc.builtin.vector_status()
+        if status["pending"]:
+            raise SystemExit(f"vectors missing: {status}")
+        divided = raw.divided()
+        big: dict[str, list[float]] = {"knn": [], "exact": [], "knn cpu": [], "exact cpu": [], "recall@8": [],
+                                       "exact recall@8": [], "recall": []}
+        for z, q in queries[:5]:  # warm-up: the model loads
+            await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
+        for z, q in queries[5:]:
+            scope = scope_for(store_engines.repo(z))
+            if service:
                 t, c = time.perf_counter(), time.process_time()
-                got = raw.knn(vec, scope)
-                times["knn"].append(time.perf_counter() - t)
-                cpu["knn"].append(time.process_time() - c)
-                want = exact_top(vectors, rows_of[z], doc_ids, vec)
-                recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
-                if exact:
-                    t, c = time.perf_counter(), time.process_time()
-                    every = raw.knn(vec, scope, 1 << 30)
-                    times["exact"].append(time.perf_counter() - t)
-                    cpu["exact"].append(time.process_time() - c)
-                    exact_at.append(len(set(every) & set(want)) / max(len(want), 1))
-                    if scope in divided:  # the queries the cells answer, apart
-                        for key, value in (("knn", times["knn"][-1]), ("exact", times["exact"][-1]),
-                                           ("knn cpu", cpu["knn"][-1]), ("exact cpu", cpu["exact"][-1]),
-                                           ("recall@8", recall_at[-1]), ("exact recall@8", exact_at[-1]),
-                                           ("recall", times["recall"][-1] if service else 0.0)):
-                            big[key].append(value)
-    finally:
-        logger.remove()
-        log.close()
+                await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
+                times["recall"].append(time.perf_counter() - t)
+                cpu["recall"].append(time.process_time() - c)
+            t = time.perf_counter()
+            raw.text(q, scope)
+            times["text"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            vec = np.asarray(model.encode([q])[0], dtype=np.float32)
+            times["embed"].append(time.perf_counter() - t)
+            t, c = time.perf_counter(), time.process_time()
+            got = raw.knn(vec, scope)
+            times["knn"].append(time.perf_counter() - t)
+            cpu["knn"].append(time.process_time() - c)
+            want = exact_top(vectors, rows_of[z], doc_ids, vec)
+            recall_at.append(len(set(got) & set(want)) / max(len(want), 1))
+            if exact:
+                t, c = time.perf_counter(), time.process_time()
+                every = raw.knn(vec, scope, 1 << 30)
+                times["exact"].append(time.perf_counter() - t)
+                cpu["exact"].append(time.process_time() - c)
+                exact_at.append(len(set(every) & set(want)) / max(len(want), 1))
+                if scope in divided:  # the queries the cells answer, apart
+                    for key, value in (("knn", times["knn"][-1]), ("exact", times["exact"][-1]),
+                                       ("knn cpu", cpu["knn"][-1]), ("exact cpu", cpu["exact"][-1]),
+                                       ("recall@8", recall_at[-1]), ("exact recall@8", exact_at[-1]),
+                                       ("recall", times["recall"][-1] if service else 0.0)):
+                        big[key].append(value)
     out: dict[str, Any] = {k: stats(v) for k, v in times.items() if v}
     out["recall@8"] = round(statistics.mean(recall_at), 4)
     out["cpu"] = {k: round(statistics.median(v) * 1000, 2) for k, v in cpu.items() if v}
@@ -674,30 +684,22 @@ async def measure_bm25_only(root: Path, state: Path, raw: Any, queries: list[tup
     holder = ConfigHolder(lambda: load_config(config, env={"HOME": str(root)}))
     times: dict[str, list[float]] = {"recall": [], "text": [], "text in range": []}
     cpu: dict[str, list[float]] = {k: [] for k in times}  # this process's (the service is in it)
-    log = (root / "bench.log").open("a", encoding="utf-8")
-    configure_logging("INFO", sink=log)
-    try:
-        t = time.perf_counter()
-        async with open_memory_service(holder) as svc:
-            opened = time.perf_counter() - t
-            for z, q in queries[:5]:
-                await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
-            for z, q in queries[5:]:
-                t, c = time.perf_counter(), time.process_time()
-                await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
-                times["recall"].append(time.perf_counter() - t)
-                cpu["recall"].append(time.process_time() - c)
-                t, c = time.perf_counter(), time.process_time()
-                raw.text(q, scope_for(store_engines.repo(z)))
-                times["text"].append(time.perf_counter() - t)
-                cpu["text"].append(time.process_time() - c)
-                t, c = time.perf_counter(), time.process_time()
-                raw.text_in_range(q, scope_for(store_engines.repo(z)))
-                times["text in range"].append(time.perf_counter() - t)
-                cpu["text in range"].append(time.process_time() - c)
-    finally:
-        logger.remove()
-        log.close()
+    async with logged_service(root, holder) as (svc, opened):
+        for z, q in queries[:5]:
+            await svc.recall(query=f"warm {q}", repo=store_engines.repo(z), limit=LIMIT)
+        for z, q in queries[5:]:
+            t, c = time.perf_counter(), time.process_time()
+            await svc.recall(query=q, repo=store_engines.repo(z), limit=LIMIT)
+            times["recall"].append(time.perf_counter() - t)
+            cpu["recall"].append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
+            raw.text(q, scope_for(store_engines.repo(z)))
+            times["text"].append(time.perf_counter() - t)
+            cpu["text"].append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
+            raw.text_in_range(q, scope_for(store_engines.repo(z)))
+            times["text in range"].append(time.perf_counter() - t)
+            cpu["text in range"].append(time.process_time() - c)
     out: dict[str, Any] = {k: stats(v) for k, v in times.items()}
     out["x_text"] = round(out["recall"]["p50_ms"] / out["text"]["p50_ms"], 2)
     out["x_range"] = round(out["recall"]["p50_ms"] / out["text in range"]["p50_ms"], 2)
