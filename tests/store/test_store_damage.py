@@ -81,7 +81,7 @@ def test_a_store_that_cannot_be_used_at_start_is_one_line_and_exit_5(tmp_path: P
     named = state if damage == "state-directory" else db
     assert str(named) in lines[0]
     cause = {"garbage": "not a database", "directory": "Is a directory",
-             "read-only": "not permitted" if root else "readonly", "state-directory": "File exists"}[damage]
+             "read-only": "cannot be written: attempt to write a readonly database", "state-directory": "File exists"}[damage]
     assert cause in lines[0], lines[0]
 
 

@@ -37,12 +37,14 @@ calls are never abandoned on cancellation: a caller cancelled while queued is ta
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -183,7 +185,10 @@ def private_file(path: Path) -> None:
     try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
-        pass
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)) from None
+        if not os.access(path, os.W_OK):
+            return  # a file made read-only stays so: SQLite's first write names it ("readonly")
     os.chmod(path, 0o600)
 
 
