@@ -53,8 +53,17 @@ from ..store.builtin_docs import DocFields
 from ..store.pg import PgDb
 from . import vector_cells
 from .index import DocDigest, as_floats
-from .ranking import BRIEFING_CANDIDATES, HARNESS_RUNS, Evidence, Hit, _desc, briefing_harness, briefing_rank
-from .vector_cells import Division, due, unit_rows
+from .ranking import (
+    BRIEFING_CANDIDATES,
+    HARNESS_RUNS,
+    Evidence,
+    Hit,
+    _desc,
+    briefing_harness,
+    briefing_rank,
+    closest_first,
+)
+from .vector_cells import Division, due, nearest, unit_rows
 
 CANDIDATES = 200
 #: `ts_rank_cd`'s weights of the classes {D, C, B, A}: meta, excerpt and failures, files, title —
@@ -433,7 +442,7 @@ def probe_cells(db: Db, literal: str, scopes: Sequence[str], probes: int | None 
 
 def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, probes: int | None = None) -> list[Any]:
     """The best `k` (episode_id, doc_id, started_at, distance) of `scopes`, closest first (ties newest
-    first, then by episode id, as the SQLite engine's `closest_first`): the exact cosine, in numpy, of the
+    first, then by episode id: `ranking.closest_first`): the exact cosine, in numpy, of the
     vectors of the cells `probe_cells` picks — their packs (`builtin_vec_packs`, one row a cell) and the
     vectors written since their cell was packed (a row each, `packed` false), all read in binary in
     pgvector's float16, so a vector scores the same whether it is packed or not."""
@@ -443,27 +452,14 @@ def knn_rows(db: Db, vector: Sequence[float], scopes: Sequence[str], k: int, pro
     ids, x = cell_vectors(db, [c[0] for c in cells], [c[1] for c in cells])
     if not len(ids) or x.shape[1] != len(vector):
         return []
-    q = np.asarray(vector, dtype=np.float32)
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
-    similarity = np.empty(len(ids), dtype=np.float32)
-    codes, half = x.view(np.uint16), _half_table()
-    for start in range(0, len(ids), SCORE_ROWS):
-        rows = np.take(half, codes[start:start + SCORE_ROWS])  # float16 to float32 (the values astype gives)
-        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        norms[norms == 0] = 1.0
-        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
-    distance = 1.0 - similarity
-    best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
-    nearest = {int(ids[i]): float(distance[i]) for i in best}
+    half = _half_table()  # float16 to float32 by look-up (the values astype gives)
+    best, distance = nearest(x, vector, k, lambda rows: np.take(half, rows.view(np.uint16)))
+    closest = {int(ids[i]): float(distance[i]) for i in best}
     found = db.execute("SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE doc_id = ANY(?::bigint[])",
-                       [list(nearest)]).fetchall()
-    return sorted(((r[0], int(r[1]), r[2], nearest[int(r[1])]) for r in found),
-                  key=lambda r: (r[3], _desc(r[2]), r[0]))
+                       [list(closest)]).fetchall()
+    return [(r[1], r[2], r[3], r[0]) for r in closest_first([(closest[int(d)], e, int(d), s) for e, d, s in found])]
 
 
-#: Rows a knn converts to float32 and scores at a time (a slice stays in the CPU's cache), as on SQLite.
-SCORE_ROWS = 2048
 _HALF: list[Any] = []
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from itertools import groupby
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -36,14 +34,14 @@ from .ranking import (
     CANDIDATES,
     Evidence,
     Hit,
-    _desc,
     bm25_candidates,
     briefing_order,
+    closest_first,
     metadata_only,
     path_candidates,
     scope_ranges,
 )
-from .vector_cells import Division, due, unit_rows
+from .vector_cells import Division, due, nearest, unit_rows
 
 if TYPE_CHECKING:
     from ..store.builtin_docs import DocFields
@@ -327,32 +325,15 @@ def cell_vectors(db: sqlite_utils.Database, scope: str, cells: Sequence[int] | N
     return doc_ids, np.frombuffer(bytes(blob), dtype=np.int8).reshape(len(doc_ids), -1)
 
 
-#: Rows a knn converts to float32 and scores at a time: a slice stays in the CPU's cache (40k vectors
-#: in one piece cost 13 ms here, in slices of 2,048 9 ms).
-SCORE_ROWS = 2048
-
-
 def vec_candidates(db: sqlite_utils.Database, vector: Sequence[float], scope: str, k: int,
                    probes: int | None = None) -> list[tuple[float, int]]:
     """The best `k` (cosine distance, doc_id) of `scope`, closest first: the exact cosine, in numpy, of
     the vectors of the cells `probe_cells` picks (every vector of a scope not divided)."""
-    import numpy as np
-
     cells = probe_cells(db, vector, scope, probes)
     doc_ids, x = cell_vectors(db, scope, None if cells == [0] else cells)
     if not len(doc_ids) or x.shape[1] != len(vector):
         return []
-    q = np.asarray(vector, dtype=np.float32)
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
-    similarity = np.empty(len(doc_ids), dtype=np.float32)
-    for start in range(0, len(doc_ids), SCORE_ROWS):
-        rows = x[start:start + SCORE_ROWS].astype(np.float32)
-        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        norms[norms == 0] = 1.0
-        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
-    distance = 1.0 - similarity
-    best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
+    best, distance = nearest(x, vector, k)
     return sorted((float(distance[i]), int(doc_ids[i])) for i in best)[:k]
 
 
@@ -375,21 +356,6 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
             f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE doc_id IN ({','.join('?' * len(chunk))})",
             chunk).fetchall()]
     return [Hit(r[1], r[2], r[3], 1.0 - r[0]) for r in closest_first(found)]
-
-
-def closest_first(found: list[tuple[float, str, int, str]]) -> list[tuple[float, str, int, str]]:
-    """(distance, episode id, doc id, started_at) rows by distance, ties newest first, then by episode id:
-    the order `knn` has always had. The recency key (`ranking._desc`, one int per character) is built
-    only for the rows that tie on distance (a retried task's copies), not for all ~200 of a scope: it
-    was a quarter of `knn`'s Python time per recall."""
-    found.sort(key=itemgetter(0))
-    out: list[tuple[float, str, int, str]] = []
-    for _, tied in groupby(found, key=itemgetter(0)):
-        group = list(tied)
-        if len(group) > 1:
-            group.sort(key=lambda r: (_desc(r[3]), r[1]))
-        out += group
-    return out
 
 
 # -- cells (`builtin.vector_cells`) ------------------------------------------------------------------

@@ -24,7 +24,7 @@ never a mix. Measured by bench/scale.py (recall@8 against exact beside the time)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -97,6 +97,33 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     norms[norms == 0] = 1.0
     out: np.ndarray = (x / norms).astype(np.float32)
     return out
+
+
+#: Rows a knn converts to float32 and scores at a time: a slice stays in the CPU's cache (40k vectors
+#: in one piece cost 13 ms here, in slices of 2,048 9 ms).
+SCORE_ROWS = 2048
+
+
+def nearest(x: np.ndarray, vector: Sequence[float], k: int,
+            as_float32: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the `k` rows of `x` closest to `vector` by cosine (unordered) and every row's
+    cosine distance: exact, in numpy, SCORE_ROWS rows at a time, each slice turned into float32 by
+    `as_float32` (default: `astype`) — the knn of both engines' cells."""
+    import numpy as np
+
+    q = np.asarray(vector, dtype=np.float32)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    similarity = np.empty(len(x), dtype=np.float32)
+    for start in range(0, len(x), SCORE_ROWS):
+        piece = x[start:start + SCORE_ROWS]
+        rows = piece.astype(np.float32) if as_float32 is None else as_float32(piece)
+        # einsum, not `@`: one thread, where BLAS's threads would spin on the other core after each query
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        norms[norms == 0] = 1.0
+        similarity[start:start + SCORE_ROWS] = np.einsum("ij,j->i", rows, q) / norms
+    distance = 1.0 - similarity
+    best = np.argpartition(distance, k)[:k] if len(distance) > k else np.arange(len(distance))
+    return best, distance
 
 
 def kmeans(x: np.ndarray, cells: int, *, seed: int = 0) -> np.ndarray:
