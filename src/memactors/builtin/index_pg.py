@@ -578,7 +578,7 @@ def pack(db: Db, scope: str, cells: Sequence[int] | None = None) -> int:
 
 
 def cells_to_pack(db: Db) -> list[tuple[str, list[int]]]:
-    """`CellIndex.cells_to_pack`: each scope's cells whose vectors written since their packing (read by
+    """For `pack_scopes`: each scope's cells whose vectors written since their packing (read by
     the partial index of the rows not packed) reach the next packing (PACK_LOOSE, PACK_SHARE)."""
     if not _vec_exists(db):
         return []
@@ -599,8 +599,8 @@ def cells_to_pack(db: Db) -> list[tuple[str, list[int]]]:
 
 
 async def pack_scopes(store: Store) -> int:
-    """After a back-fill pass (`vector_cells.divide_scopes`): the cells due (`cells_to_pack`) packed
-    again, one scope a write transaction; returns the vectors packed."""
+    """`CellIndex.pack_scopes` on PostgreSQL, after a back-fill pass (`vector_cells.divide_scopes`): the
+    cells due (`cells_to_pack`) packed again, one scope a write transaction; returns the vectors packed."""
     packed = 0
     for scope, cells in await store.read(cells_to_pack):
 

@@ -350,8 +350,7 @@ def knn(db: sqlite_utils.Database, vector: Sequence[float], scopes: Sequence[str
         distance.update((d, dist) for dist, d in vec_candidates(db, vector, scope, CANDIDATES))
     best = sorted(distance, key=lambda d: distance[d])[:CANDIDATES]
     found: list[tuple[float, str, int, str]] = []
-    for start in range(0, len(best), 500):
-        chunk = best[start:start + 500]
+    for chunk in _chunks(best, _IN_LIST):
         found += [(distance[int(r[1])], r[0], int(r[1]), r[2]) for r in db.execute(
             f"SELECT episode_id, doc_id, started_at FROM builtin_docs WHERE doc_id IN ({','.join('?' * len(chunk))})",
             chunk).fetchall()]
@@ -513,6 +512,11 @@ class SqliteIndex:
     scopes_to_divide = staticmethod(scopes_to_divide)
     scope_vectors = staticmethod(scope_vectors)
     write_division = staticmethod(write_division)
+
+    @staticmethod
+    async def pack_scopes(store: Any) -> int:
+        """`CellIndex.pack_scopes`: nothing to do, `builtin_vec` is clustered by (scope, cell, doc_id)."""
+        return 0
 
     @staticmethod
     def check_vectors(db: sqlite_utils.Database, model: str, doc_digest: DocDigest) -> bool:

@@ -77,6 +77,11 @@ class CellIndex(Protocol):
         """Store the scope's new cells and move its vectors into them (one transaction)."""
         ...
 
+    async def pack_scopes(self, store: Store) -> int:
+        """After a pass: lay out again the cells whose vectors were written since (0 where the table
+        already keeps a cell's vectors together); returns the vectors laid out."""
+        ...
+
 
 def probes(cells: int) -> int:
     """How many of a divided scope's `cells` a knn reads (all of them in a scope of few cells)."""
@@ -176,7 +181,5 @@ async def divide_scopes(store: Store, index: CellIndex) -> int:
             index.write_division(db, division)
 
         await store.write(write)
-    pack_scopes = getattr(index, "pack_scopes", None)
-    if pack_scopes is not None:  # an engine that keeps its cells packed a row each (PostgreSQL, `index_pg.pack`)
-        await pack_scopes(store)
+    await index.pack_scopes(store)  # PostgreSQL packs a cell's vectors in one row (`index_pg.pack`)
     return len(scopes)
