@@ -76,11 +76,6 @@ class Steps:
             setattr(cls, name, staticmethod(self.counted(name, cls.__dict__[name].__func__)))
         for name in PROVIDER_STEPS:
             setattr(builtin_module, name, self.counted(name, getattr(builtin_module, name)))
-        # The SQLite provider's metadata-only probe with its memory of absent words, counted as the
-        # probe (a tree from before it, run with PYTHONPATH=its src, has none).
-        if hasattr(builtin_module, "metadata_only_remembering"):
-            builtin_module.metadata_only_remembering = self.counted(  # type: ignore[attr-defined]
-                "metadata_only", builtin_module.metadata_only_remembering)
         for name in BRIEFING_STEPS:
             setattr(briefing_module, name, self.counted(name, getattr(briefing_module, name)))
 

@@ -102,7 +102,6 @@ from .ranking import coverage as coverage
 from .ranking import embedded_share as embedded_share
 from .ranking import fuse_hybrid as fuse_hybrid
 from .ranking import metadata_only as metadata_only
-from .ranking import metadata_only_remembering
 from .ranking import names_scope as names_scope
 from .ranking import path_candidates as path_candidates
 from .ranking import path_ranking as path_ranking
@@ -321,7 +320,7 @@ class BuiltinProvider:
         #: Taken (from a store read's thread, never blocking) by a read that waits for its query's vector.
         self._waiting_reads = threading.BoundedSemaphore(WAITING_READS)
         #: (scope, scope number, word) -> the highest doc id shown not to hold the word in its metadata
-        #: (`ranking.metadata_only_remembering`; SQLite).
+        #: (`ranking.metadata_only`; SQLite).
         self._meta_absent: dict[tuple[str, int, str], int] = {}
 
     @property
@@ -581,7 +580,7 @@ class BuiltinProvider:
 
         def text_ranking(db: Any) -> list[Hit]:
             nonlocal meta_mode
-            meta_mode = bool(words) and (names_scope(words, scopes) or self._metadata_only(db, words, scopes))
+            meta_mode = bool(words) and (names_scope(words, scopes) or self.index.metadata_only(db, words, scopes, self._meta_absent))
             if meta_mode:
                 return index.briefing_order(db, words, scopes)
             if words:
@@ -736,13 +735,6 @@ class BuiltinProvider:
 
             ranked = await self.store.read(knn_and_fuse)
         return ranked, box.vector is not None
-
-    def _metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> bool:
-        """`DocIndex.metadata_only`; on SQLite remembering which words a scope's metadata lacks
-        (`ranking.metadata_only_remembering`: the probe that finds nothing was ~0.5 ms of every recall)."""
-        if self.index is SQLITE_INDEX:
-            return metadata_only_remembering(db, words, scopes, self._meta_absent)
-        return self.index.metadata_only(db, words, scopes)
 
     def _cached_query_vector(self, query: str) -> list[float] | None:
         """The vector of ``query`` if it was embedded before by this model (and is still cached)."""

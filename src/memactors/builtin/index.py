@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any, Protocol
 
 from ..store.builtin_docs import DocFields
@@ -74,9 +74,10 @@ class DocIndex(CellIndex, Protocol):
         word OR-ed when that finds fewer than `limit`), at most `candidates`."""
         ...
 
-    def metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> bool:
+    def metadata_only(self, db: Any, words: Sequence[str], scopes: Sequence[str],
+                      absent: MutableMapping[tuple[str, int, str], int] | None = None) -> bool:
         """Whether the words only select the scope's episodes (REQ-14's briefing query):
-        `ranking.metadata_only`."""
+        `ranking.metadata_only` (`absent`: what the caller's earlier probes proved, where kept)."""
         ...
 
     def briefing_order(self, db: Any, words: Sequence[str], scopes: Sequence[str]) -> list[Hit]:

@@ -187,10 +187,11 @@ def text_candidates(db: Db, words: Sequence[str], scopes: Sequence[str], limit: 
     return [Hit(r[0], int(r[1]), r[2], float(r[3])) for r in rows]
 
 
-def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str]) -> bool:
+def metadata_only(db: Db, words: Sequence[str], scopes: Sequence[str], absent: Any = None) -> bool:
     """`ranking.metadata_only` on PostgreSQL: each word is in some episode's metadata (weight class D)
     or in none of the scope's episodes at all, and one at least in the metadata. Every probe (two per
-    word, each one GIN lookup) goes in one statement: one round trip, however many words."""
+    word, each one GIN lookup) goes in one statement: one round trip, however many words, so nothing is
+    remembered (`absent` is not used)."""
     pieces = words_of(words)
     if not pieces:
         return False

@@ -191,43 +191,29 @@ def _occurs(db: sqlite_utils.Database, match: str, ranges: Sequence[tuple[str, i
                           [match, low, high]).fetchone() is not None for _, low, high in ranges)
 
 
-def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str]) -> bool:
-    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
-    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
-    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
-    and not in any metadata makes it a real query. At most two index probes per word."""
-    ranges = scope_ranges(db, scopes)
-    if not ranges or not words:
-        return False
-    content = "{" + " ".join(CONTENT_COLUMNS) + "}"
-    in_meta = False
-    for w in words:
-        if _occurs(db, f'meta : "{w}"', ranges):
-            in_meta = True
-        elif _occurs(db, f'{content} : "{w}"', ranges):
-            return False
-    return in_meta
-
-
-#: Most (scope, word) pairs `metadata_only_remembering` keeps (then it starts again from none).
+#: Most (scope, word) pairs a caller's `absent` map keeps in `metadata_only` (then it starts again from none).
 META_ABSENT_KEPT = 8192
 
 
-def metadata_only_remembering(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
-                              absent: MutableMapping[tuple[str, int, str], int]) -> bool:
-    """`metadata_only`, remembering in `absent` up to which document of a scope a word is in no
-    episode's metadata, so the next query with that word probes only the documents written since.
+def metadata_only(db: sqlite_utils.Database, words: Sequence[str], scopes: Sequence[str],
+                  absent: MutableMapping[tuple[str, int, str], int] | None = None) -> bool:
+    """Whether a query's words only select the scope's episodes (REQ-14's briefing query: repository,
+    branch and harness name): each word occurs in the `meta` column of an episode of the scope or in
+    none of its episodes at all, and one at least in `meta`. A word found in what a run said or touched
+    and not in any metadata makes it a real query. At most two index probes per word.
 
-    The probe that finds nothing is the dear one (`meta : "w"` walks every occurrence of a word the
-    scope's runs say often, ~0.4-1 ms at 10k; one that finds the word stops at once), and what it
+    `absent` (the built-in provider's, one per store) remembers up to which document of a scope a word
+    is in no episode's metadata, so the next query with that word probes only the documents written
+    since. The probe that finds nothing is the dear one (`meta : "w"` walks every occurrence of a word
+    the scope's runs say often, ~0.4-1 ms at 10k; one that finds the word stops at once), and what it
     proves stays true: a document's metadata never changes in place (a re-recorded episode is a new
-    document with a higher doc id: `put_doc`), and a forgotten one only takes words away. `absent`
-    maps (scope, scope number, word) to the highest doc id already shown not to hold the word in
-    `meta` (the caller's own dict, one per store: the built-in provider's); it is shared by the
-    store's reader threads, so it is only read, set and cleared, never iterated."""
+    document with a higher doc id: `put_doc`), and a forgotten one only takes words away. It maps
+    (scope, scope number, word) to the highest doc id already shown not to hold the word in `meta`; it
+    is shared by the store's reader threads, so it is only read, set and cleared, never iterated."""
     nums = scope_numbers(db, scopes)
     if not nums or not words:
         return False
+    absent = {} if absent is None else absent
     content = "{" + " ".join(CONTENT_COLUMNS) + "}"
     in_meta = False
     # The answer does not depend on the words' order (False as soon as one word is in what a run said
